@@ -1,0 +1,387 @@
+//! [`DeviceBuffer`]: a shared device allocation plus an offset and a length.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use arrow_buffer::ArrowNativeType;
+
+use super::context::Context;
+use super::driver::{self, CUdeviceptr};
+use super::host::HostBuffer;
+use super::kernels;
+use crate::error::{Error, Result, check_range};
+
+/// Where the memory of an [`Allocation`] came from, and so how it is released.
+pub(crate) enum Origin {
+    /// Nothing allocated (zero bytes).
+    Empty,
+    /// `cuMemAlloc` by devbuf: freed with `cuMemFree` and counted in
+    /// [`Context::bytes_allocated`].
+    Owned,
+    /// Memory that belongs to someone else; the owner value keeps it alive.
+    #[allow(dead_code)]
+    Foreign(Box<dyn Any + Send + Sync>),
+}
+
+/// One device allocation (or foreign range), shared by every buffer that slices it.
+pub(crate) struct Allocation {
+    pub(crate) ctx: Context,
+    pub(crate) ptr: CUdeviceptr,
+    pub(crate) size: usize,
+    pub(crate) origin: Origin,
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        if let Origin::Owned = self.origin {
+            // A failure here cannot be reported (drop); the context stays usable.
+            if self.ctx.bind().is_ok() {
+                // Safety: `ptr` came from cuMemAlloc in this context, and this is the
+                // last reference to the allocation (all buffers hold an Arc to it).
+                let _ = unsafe { driver::mem_free(self.ptr) };
+            }
+            self.ctx
+                .inner
+                .bytes_allocated
+                .fetch_sub(self.size, Ordering::SeqCst);
+        }
+    }
+}
+
+/// A range of device memory: a shared allocation, an offset into it and a length.
+///
+/// This is Arrow C++'s `CudaBuffer` (pyarrow.cuda), with Rust ownership:
+///
+/// * Cloning and [`slice`](Self::slice) are zero-copy and keep the allocation alive; the
+///   memory is freed when the last buffer that refers to it drops.
+/// * Every range is checked before a driver call; out-of-range is an
+///   [`Error::OutOfBounds`] naming the offset, length and size (never clamped).
+/// * Device memory is never exposed as `&[u8]`: reading it means copying it to the host.
+/// * `DeviceBuffer` is `Send + Sync`. Copies from several threads are safe; as with any
+///   shared memory, concurrent writes to overlapping ranges race on the device.
+///
+/// ```no_run
+/// use devbuf::cuda::{Context, DeviceBuffer};
+/// let ctx = Context::new(0)?;
+/// let buf = DeviceBuffer::from_slice(&ctx, &[1u32, 2, 3, 4])?;
+/// let tail = buf.slice(8, 8)?; // the last two u32, zero-copy
+/// assert_eq!(tail.address(), buf.address() + 8);
+/// assert_eq!(tail.to_vec::<u32>()?, vec![3, 4]);
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct DeviceBuffer {
+    alloc: Arc<Allocation>,
+    offset: usize,
+    len: usize,
+    mutable: bool,
+}
+
+impl DeviceBuffer {
+    pub(crate) fn from_allocation(alloc: Arc<Allocation>) -> DeviceBuffer {
+        let len = alloc.size;
+        DeviceBuffer {
+            alloc,
+            offset: 0,
+            len,
+            mutable: true,
+        }
+    }
+
+    /// Allocates a buffer on `ctx` holding a copy of `data`.
+    pub fn from_host(ctx: &Context, data: &[u8]) -> Result<DeviceBuffer> {
+        let b = ctx.allocate(data.len())?;
+        b.copy_from_host(0, data)?;
+        Ok(b)
+    }
+
+    /// Allocates a buffer on `ctx` holding a copy of `data` (any Arrow native type).
+    pub fn from_slice<T: ArrowNativeType>(ctx: &Context, data: &[T]) -> Result<DeviceBuffer> {
+        Self::from_host(ctx, as_bytes(data))
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the buffer holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The device address of the first byte of this slice (0 for an empty allocation).
+    pub fn address(&self) -> u64 {
+        if self.alloc.ptr == 0 {
+            0
+        } else {
+            self.alloc.ptr + self.offset as u64
+        }
+    }
+
+    /// The context (and so the device) this memory belongs to.
+    pub fn context(&self) -> &Context {
+        &self.alloc.ctx
+    }
+
+    /// The whole allocation this buffer slices (itself when it is not a slice).
+    pub fn parent(&self) -> DeviceBuffer {
+        DeviceBuffer {
+            alloc: self.alloc.clone(),
+            offset: 0,
+            len: self.alloc.size,
+            mutable: self.mutable,
+        }
+    }
+
+    /// Byte offset of this slice within [`parent`](Self::parent).
+    pub fn offset_in_parent(&self) -> usize {
+        self.offset
+    }
+
+    /// Whether writes through this buffer are allowed.
+    pub fn is_mutable(&self) -> bool {
+        self.mutable
+    }
+
+    /// Whether devbuf allocated this memory (as opposed to a [`Context::view`] of
+    /// someone else's).
+    pub fn is_owned(&self) -> bool {
+        matches!(self.alloc.origin, Origin::Owned | Origin::Empty)
+    }
+
+    /// A read-only handle to the same memory (zero-copy). Writes through it are
+    /// [`Error::ReadOnly`].
+    pub fn read_only(&self) -> DeviceBuffer {
+        DeviceBuffer {
+            mutable: false,
+            ..self.clone()
+        }
+    }
+
+    /// A zero-copy view of `len` bytes starting at `offset`, keeping the allocation alive.
+    /// Slices of slices compose. Out of range is an error, never clamped.
+    pub fn slice(&self, offset: usize, len: usize) -> Result<DeviceBuffer> {
+        check_range("slice", offset, len, self.len)?;
+        Ok(DeviceBuffer {
+            alloc: self.alloc.clone(),
+            offset: self.offset + offset,
+            len,
+            mutable: self.mutable,
+        })
+    }
+
+    fn check_writable(&self, op: &str) -> Result<()> {
+        if self.mutable {
+            Ok(())
+        } else {
+            Err(Error::ReadOnly(format!(
+                "{op} on a read-only device buffer of {} bytes",
+                self.len
+            )))
+        }
+    }
+
+    /// Copies `nbytes` starting at `position` into a new page-locked [`HostBuffer`]
+    /// (which converts to Arrow or `Bytes` without another copy).
+    pub fn copy_to_host(&self, position: usize, nbytes: usize) -> Result<HostBuffer> {
+        check_range("copy_to_host", position, nbytes, self.len)?;
+        let mut h = HostBuffer::alloc_uninit(self.context(), nbytes)?;
+        if nbytes > 0 {
+            self.context().bind()?;
+            // Safety: `h` owns `nbytes` writable bytes; the source range was checked above.
+            unsafe {
+                driver::memcpy_dtoh(h.as_mut_ptr(), self.address() + position as u64, nbytes)?
+            };
+        }
+        Ok(h)
+    }
+
+    /// Copies `dst.len()` bytes starting at `position` into `dst`.
+    pub fn copy_to_host_into(&self, position: usize, dst: &mut [u8]) -> Result<()> {
+        check_range("copy_to_host_into", position, dst.len(), self.len)?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        self.context().bind()?;
+        // Safety: `dst` is valid for writes of its length; the source range was checked.
+        unsafe {
+            driver::memcpy_dtoh(
+                dst.as_mut_ptr(),
+                self.address() + position as u64,
+                dst.len(),
+            )
+        }
+    }
+
+    /// Copies `src` into this buffer starting at `position`.
+    pub fn copy_from_host(&self, position: usize, src: &[u8]) -> Result<()> {
+        self.check_writable("copy_from_host")?;
+        check_range("copy_from_host", position, src.len(), self.len)?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.context().bind()?;
+        // Safety: `src` is valid for reads of its length; the destination range was checked.
+        unsafe { driver::memcpy_htod(self.address() + position as u64, src.as_ptr(), src.len()) }
+    }
+
+    /// Copies all of `src` into this buffer starting at `position`.
+    ///
+    /// `src` may live in the same context (a device-to-device copy), another context or
+    /// another device (a peer copy, staged by the driver when the devices cannot reach
+    /// each other directly). Overlapping ranges of one allocation are handled as
+    /// `memmove` does.
+    pub fn copy_from_device(&self, position: usize, src: &DeviceBuffer) -> Result<()> {
+        self.check_writable("copy_from_device")?;
+        check_range("copy_from_device", position, src.len, self.len)?;
+        let n = src.len;
+        if n == 0 {
+            return Ok(());
+        }
+        let dst_addr = self.address() + position as u64;
+        if self.context().same_as(src.context()) {
+            self.context().bind()?;
+            let overlap = Arc::ptr_eq(&self.alloc, &src.alloc)
+                && dst_addr < src.address() + n as u64
+                && src.address() < dst_addr + n as u64;
+            if overlap && dst_addr != src.address() {
+                // cuMemcpyDtoD is undefined on overlapping ranges: go through a temporary.
+                let tmp = self.context().allocate(n)?;
+                driver::memcpy_dtod(tmp.address(), src.address(), n)?;
+                self.context().bind()?;
+                driver::memcpy_dtod(dst_addr, tmp.address(), n)
+            } else if overlap {
+                Ok(())
+            } else {
+                driver::memcpy_dtod(dst_addr, src.address(), n)
+            }
+        } else {
+            if self.context().ordinal() != src.context().ordinal() {
+                // Direct NVLink/PCIe peer transfers where the hardware allows; otherwise
+                // the driver stages the copy through host memory.
+                self.context().enable_peer_access(src.context())?;
+            }
+            self.context().bind()?;
+            driver::memcpy_peer(
+                dst_addr,
+                self.context().inner.raw,
+                src.address(),
+                src.context().inner.raw,
+                n,
+            )
+        }
+    }
+
+    /// Sets every byte to `value` (on the device).
+    pub fn fill(&self, value: u8) -> Result<()> {
+        self.check_writable("fill")?;
+        if self.len == 0 {
+            return Ok(());
+        }
+        self.context().bind()?;
+        driver::memset_d8(self.address(), value, self.len)?;
+        driver::stream_synchronize(std::ptr::null_mut())
+    }
+
+    /// Copies the contents into a `Vec<T>`. The length must be a multiple of
+    /// `size_of::<T>()`.
+    pub fn to_vec<T: ArrowNativeType>(&self) -> Result<Vec<T>> {
+        let size = std::mem::size_of::<T>();
+        if self.len % size != 0 {
+            return Err(Error::invalid(format!(
+                "buffer of {} bytes is not a whole number of {}-byte elements ({})",
+                self.len,
+                size,
+                std::any::type_name::<T>()
+            )));
+        }
+        let mut v = vec![T::default(); self.len / size];
+        // Safety: `v` holds exactly `self.len` bytes of plain-old-data; any bit pattern is
+        // a valid value of an Arrow native type.
+        let bytes =
+            unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), self.len) };
+        self.copy_to_host_into(0, bytes)?;
+        Ok(v)
+    }
+
+    /// Copies the contents into a `Vec<u8>`.
+    pub fn to_host_vec(&self) -> Result<Vec<u8>> {
+        let mut v = vec![0u8; self.len];
+        self.copy_to_host_into(0, &mut v)?;
+        Ok(v)
+    }
+
+    /// Copies the contents into `bytes::Bytes` (one copy, into page-locked memory that the
+    /// `Bytes` then owns without another copy).
+    pub fn to_bytes(&self) -> Result<bytes::Bytes> {
+        Ok(self.copy_to_host(0, self.len)?.into_bytes())
+    }
+
+    /// Whether both buffers hold the same bytes. Compared on the device by a kernel
+    /// (no copy of either buffer to the host); buffers of another context or device are
+    /// first copied device-to-device into this one's context. Different lengths are
+    /// simply unequal.
+    pub fn equals(&self, other: &DeviceBuffer) -> Result<bool> {
+        if self.len != other.len {
+            return Ok(false);
+        }
+        if self.len == 0 {
+            return Ok(true);
+        }
+        if self.context().same_as(other.context()) {
+            if self.address() == other.address() {
+                return Ok(true);
+            }
+            kernels::bytes_equal(self.context(), self.address(), other.address(), self.len)
+        } else {
+            let tmp = self.context().allocate(other.len)?;
+            tmp.copy_from_device(0, other)?;
+            kernels::bytes_equal(self.context(), self.address(), tmp.address(), self.len)
+        }
+    }
+
+    /// The contents as lowercase hexadecimal (copies to the host).
+    pub fn hex(&self) -> Result<String> {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let v = self.to_host_vec()?;
+        let mut s = String::with_capacity(v.len() * 2);
+        for b in v {
+            s.push(DIGITS[(b >> 4) as usize] as char);
+            s.push(DIGITS[(b & 15) as usize] as char);
+        }
+        Ok(s)
+    }
+}
+
+impl fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("device", &self.alloc.ctx.ordinal())
+            .field("address", &format_args!("{:#x}", self.address()))
+            .field("len", &self.len)
+            .field("offset_in_parent", &self.offset)
+            .field("mutable", &self.mutable)
+            .finish()
+    }
+}
+
+/// Views a slice of plain-old-data as bytes.
+pub(crate) fn as_bytes<T: ArrowNativeType>(data: &[T]) -> &[u8] {
+    // Safety: Arrow native types are plain-old-data without padding; the byte view
+    // covers exactly the slice's memory and borrows it for the same lifetime.
+    unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn as_bytes_is_little_endian_layout() {
+        let v = [1u32, 0x0203_0405];
+        assert_eq!(as_bytes(&v), &[1, 0, 0, 0, 5, 4, 3, 2]);
+    }
+}

@@ -1,0 +1,149 @@
+//! Device kernels and their loader.
+//!
+//! The CUDA C sources live beside this file (`*.cu`); `scripts/build-kernels.sh` turns
+//! each into PTX under `ptx/`, which is compiled into the crate and JIT-compiled by the
+//! driver on first use in each context (no CUDA toolkit needed at run time). Modules are
+//! loaded lazily, once per context, and cached with their functions.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, c_void};
+use std::sync::Mutex;
+
+use super::context::Context;
+use super::driver::{self, CUcontext, CUdeviceptr, CUfunction, CUmodule};
+use crate::error::{Error, Result};
+
+/// A PTX module compiled into the crate.
+pub(crate) struct PtxModule {
+    /// Module name (the `.cu` file's stem).
+    pub name: &'static str,
+    /// NUL-terminated PTX text.
+    pub ptx: &'static str,
+}
+
+/// Byte comparison (`compare.cu`).
+pub(crate) static COMPARE: PtxModule = PtxModule {
+    name: "compare",
+    ptx: concat!(include_str!("ptx/compare.ptx"), "\0"),
+};
+
+/// The PTX sources shipped with the crate, by module name (for tests and tooling).
+#[doc(hidden)]
+pub fn shipped_ptx() -> Vec<(&'static str, &'static str)> {
+    vec![(COMPARE.name, COMPARE.ptx.trim_end_matches('\0'))]
+}
+
+/// Loaded modules and looked-up functions of one context.
+#[derive(Default)]
+pub(crate) struct KernelCache {
+    modules: Mutex<HashMap<&'static str, CUmodule>>,
+    functions: Mutex<HashMap<(&'static str, &'static CStr), CUfunction>>,
+}
+
+impl KernelCache {
+    /// Unloads every module (when the context goes away).
+    pub(crate) fn unload(&self, ctx: CUcontext) {
+        let mut modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
+        if modules.is_empty() {
+            return;
+        }
+        if driver::ctx_set_current(ctx).is_ok() {
+            for (_, m) in modules.drain() {
+                // Safety: the module was loaded in this context and no function of it is
+                // used after the context's last owner is gone.
+                let _ = unsafe { driver::module_unload(m) };
+            }
+        }
+    }
+}
+
+/// Looks up (loading the module on first use) a kernel function in `ctx`.
+pub(crate) fn function(
+    ctx: &Context,
+    module: &'static PtxModule,
+    name: &'static CStr,
+) -> Result<CUfunction> {
+    let cache = &ctx.inner.kernels;
+    {
+        let fns = cache.functions.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = fns.get(&(module.name, name)) {
+            return Ok(*f);
+        }
+    }
+    ctx.bind()?;
+    let m = {
+        let mut modules = cache.modules.lock().unwrap_or_else(|p| p.into_inner());
+        match modules.get(module.name) {
+            Some(m) => *m,
+            None => {
+                let m = driver::module_load_data(module.ptx.as_bytes()).map_err(|e| {
+                    let version = driver::init().map(|i| i.version).unwrap_or(0);
+                    if version < 13000 {
+                        Error::unavailable(format!(
+                            "devbuf's kernels (PTX ISA 9.0) need a driver for CUDA 13.0 or newer; \
+                             this driver supports CUDA {}.{} ({e})",
+                            version / 1000,
+                            (version % 1000) / 10
+                        ))
+                    } else {
+                        e
+                    }
+                })?;
+                modules.insert(module.name, m);
+                m
+            }
+        }
+    };
+    let f = driver::module_get_function(m, name)?;
+    cache
+        .functions
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert((module.name, name), f);
+    Ok(f)
+}
+
+/// Threads per block for the memory-bound kernels.
+pub(crate) const BLOCK: u32 = 256;
+
+/// A grid that covers `work` items with [`BLOCK`] threads each, capped at a few waves
+/// of the device's multiprocessors (the kernels use grid-stride loops).
+pub(crate) fn grid_for(ctx: &Context, work: u64) -> u32 {
+    let sms = ctx.properties().multiprocessor_count.max(1) as u64;
+    let blocks = work.div_ceil(BLOCK as u64).max(1);
+    blocks.min(sms * 8).min(u32::MAX as u64) as u32
+}
+
+/// Whether `n` bytes at `a` and `b` (device memory of `ctx`) are equal.
+pub(crate) fn bytes_equal(ctx: &Context, a: CUdeviceptr, b: CUdeviceptr, n: usize) -> Result<bool> {
+    let f = function(ctx, &COMPARE, c"devbuf_bytes_equal")?;
+    let flag = ctx.allocate(4)?;
+    ctx.bind()?;
+    driver::memset_d8(flag.address(), 0, 4)?;
+    let mut pa = a;
+    let mut pb = b;
+    let mut pn = n as u64;
+    let mut pf = flag.address();
+    let mut params: [*mut c_void; 4] = [
+        (&mut pa as *mut CUdeviceptr).cast(),
+        (&mut pb as *mut CUdeviceptr).cast(),
+        (&mut pn as *mut u64).cast(),
+        (&mut pf as *mut CUdeviceptr).cast(),
+    ];
+    let work = (n as u64).div_ceil(16);
+    // Safety: the parameters match `devbuf_bytes_equal(const u8*, const u8*, u64, u32*)`;
+    // `a` and `b` are valid for `n` bytes (checked by the callers) and `flag` holds 4.
+    unsafe {
+        driver::launch_kernel(
+            f,
+            (grid_for(ctx, work), 1, 1),
+            (BLOCK, 1, 1),
+            0,
+            std::ptr::null_mut(),
+            &mut params,
+        )?
+    };
+    let mut out = [0u8; 4];
+    flag.copy_to_host_into(0, &mut out)?;
+    Ok(u32::from_ne_bytes(out) == 0)
+}

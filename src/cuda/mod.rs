@@ -1,0 +1,25 @@
+//! Everything that talks to the CUDA driver.
+//!
+//! * [`Context`]: one shared, cached context per device; device queries; allocation.
+//! * [`DeviceBuffer`]: device memory with zero-copy slices and checked copies.
+//! * [`HostBuffer`]: page-locked host memory that converts to Arrow and `Bytes` without
+//!   copying.
+//!
+//! The driver (`libcuda`) is loaded at run time. On a machine without it, or without a
+//! GPU, [`is_available`] is `false`, [`device_count`] is 0 and every other entry point
+//! returns [`Error::CudaUnavailable`](crate::Error::CudaUnavailable) saying why; nothing
+//! panics.
+//!
+//! This module knows nothing of Arrow or zarr; those layers build on it.
+
+mod buffer;
+mod context;
+pub(crate) mod driver;
+mod host;
+pub mod kernels;
+
+pub use buffer::DeviceBuffer;
+pub use context::{
+    Context, DeviceProperties, device_count, driver_version, is_available, unavailable_reason,
+};
+pub use host::HostBuffer;

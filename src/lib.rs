@@ -1,0 +1,42 @@
+//! # devbuf
+//!
+//! One buffer layer for Arrow pipelines and zarr chunk I/O, over host memory and CUDA
+//! devices.
+//!
+//! | module | what it is for |
+//! |---|---|
+//! | [`cuda`] | contexts, [`DeviceBuffer`](cuda::DeviceBuffer) (device memory with zero-copy slices and checked copies host↔device↔device), [`HostBuffer`](cuda::HostBuffer) (page-locked host memory) |
+//! | [`arrow`] | conversions into arrow-rs types without host copies |
+//! | [`error`] | the one [`Error`] type |
+//!
+//! The CUDA driver is loaded at run time: the crate builds without CUDA installed, and on
+//! a machine without a GPU [`cuda::is_available`] is `false` and CUDA entry points return
+//! [`Error::CudaUnavailable`] rather than panicking.
+//!
+//! ## Quick start
+//!
+//! ```no_run
+//! use arrow_array::types::Int32Type;
+//! use devbuf::cuda::{self, Context, DeviceBuffer};
+//!
+//! if !cuda::is_available() {
+//!     println!("no GPU: {}", cuda::unavailable_reason().unwrap_or_default());
+//!     return Ok(());
+//! }
+//! let ctx = Context::new(0)?;
+//! let values: Vec<i32> = (0..1000).collect();
+//! let d = DeviceBuffer::from_slice(&ctx, &values)?;     // host -> device
+//! let tail = d.slice(4 * 900, 4 * 100)?;                 // zero-copy slice
+//! let array = tail.to_arrow::<Int32Type>()?;             // device -> page-locked -> Arrow
+//! assert_eq!(array.value(0), 900);
+//! # Ok::<(), devbuf::Error>(())
+//! ```
+
+#![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod arrow;
+pub mod cuda;
+pub mod error;
+
+pub use error::{Error, Result};

@@ -1,0 +1,64 @@
+//! Shared helpers of the GPU tests.
+
+#![allow(dead_code)]
+
+use devbuf::cuda::Context;
+use rand::rngs::SmallRng;
+use rand::{Rng, RngCore, SeedableRng};
+
+/// Declares GPU tests: each runs with `--features cuda-tests` and is ignored otherwise.
+macro_rules! gpu_test {
+    ($($(#[$m:meta])* fn $name:ident() $body:block)*) => {
+        $(
+            $(#[$m])*
+            #[test]
+            #[cfg_attr(
+                not(feature = "cuda-tests"),
+                ignore = "GPU test: run with --features cuda-tests on a machine with a GPU"
+            )]
+            fn $name() $body
+        )*
+    };
+}
+
+/// The primary context of device 0.
+pub fn ctx() -> Context {
+    Context::new(0).expect("GPU tests need a CUDA device")
+}
+
+/// The primary context of device 1, or `None` (printing why) on a one-GPU machine.
+pub fn second_ctx(test: &str) -> Option<Context> {
+    let n = devbuf::cuda::device_count();
+    if n < 2 {
+        println!("SKIPPED {test}: needs 2 GPUs, this machine has {n}");
+        eprintln!("SKIPPED {test}: needs 2 GPUs, this machine has {n}");
+        None
+    } else {
+        Some(Context::new(1).expect("device 1"))
+    }
+}
+
+/// A reproducible RNG; the seed is printed so failures can be replayed.
+pub fn rng(test: &str) -> SmallRng {
+    let seed = std::env::var("DEVBUF_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| rand::rng().next_u64());
+    println!("{test}: seed {seed}");
+    SmallRng::seed_from_u64(seed)
+}
+
+/// `n` random bytes, guaranteed not all zero when `n > 0`.
+pub fn random_bytes(rng: &mut SmallRng, n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    rng.fill_bytes(&mut v);
+    if n > 0 && v.iter().all(|&b| b == 0) {
+        v[0] = 1;
+    }
+    v
+}
+
+/// A random value in `0..n`.
+pub fn below(rng: &mut SmallRng, n: usize) -> usize {
+    rng.random_range(0..n)
+}

@@ -1,0 +1,13 @@
+//! GPU tests: one test binary, compiled on every machine.
+//!
+//! The tests run only with `--features cuda-tests` (on a machine with an NVIDIA driver
+//! and GPU); without the feature they are reported as *ignored*, never as passed.
+//! `scripts/gpu-bundle.sh` builds this binary for the GPU machine.
+//!
+//! Conventions: random data (never only zeros), compare against the host path or a CPU
+//! oracle, check zero-copy claims by address. Tests that need two GPUs print why they
+//! were skipped on one.
+
+#[macro_use]
+mod common;
+mod core;
