@@ -17,9 +17,11 @@ mod context;
 pub(crate) mod driver;
 mod host;
 pub mod kernels;
+mod stream;
 
 pub use buffer::DeviceBuffer;
 pub use context::{
     Context, DeviceProperties, device_count, driver_version, is_available, unavailable_reason,
 };
 pub use host::HostBuffer;
+pub use stream::{Event, EventFlags, Stream};

@@ -596,3 +596,30 @@ gpu_test! {
 fn bytemuck_i32(v: &[i32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
+
+gpu_test! {
+    fn streams_and_events_order_work() {
+        use devbuf::cuda::{Event, EventFlags, Stream};
+        let c = ctx();
+        let a = Stream::new(&c).unwrap();
+        let b = Stream::new(&c).unwrap();
+        let e = a.record_event().unwrap();
+        b.wait_event(&e).unwrap();
+        b.synchronize().unwrap();
+        assert!(e.is_complete().unwrap());
+        assert!(a.is_complete().unwrap());
+        let t0 = Event::new(&c, EventFlags { timing: true, ..Default::default() }).unwrap();
+        let t1 = Event::new(&c, EventFlags { timing: true, ..Default::default() }).unwrap();
+        t0.record(&a).unwrap();
+        t1.record(&a).unwrap();
+        t1.synchronize().unwrap();
+        assert!(t0.elapsed_ms(&t1).unwrap() >= 0.0);
+        assert!(e.elapsed_ms(&t1).is_err(), "no timing on a default event");
+        assert!(Event::new(&c, EventFlags { timing: true, interprocess: true, ..Default::default() }).is_err());
+        let ipc = Event::new(&c, EventFlags { interprocess: true, ..Default::default() }).unwrap();
+        ipc.record_on_default_stream().unwrap();
+        ipc.synchronize().unwrap();
+        let (_, ms) = c.time_ms(|| c.synchronize()).unwrap();
+        assert!(ms >= 0.0);
+    }
+}
