@@ -196,6 +196,7 @@ impl Event {
         self.flags
     }
 
+    #[allow(dead_code)]
     pub(crate) fn raw(&self) -> CUevent {
         self.raw
     }
