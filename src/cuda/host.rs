@@ -9,6 +9,11 @@ use super::context::Context;
 use super::driver;
 use crate::error::{Error, Result};
 
+/// A type whose alignment (64, like Arrow's allocations) the dangling pointer of an
+/// empty buffer takes.
+#[repr(align(64))]
+struct Align64;
+
 /// Page-locked host memory from `cuMemHostAlloc` (portable across contexts and mapped
 /// into the device address space).
 ///
@@ -52,7 +57,9 @@ impl HostBuffer {
     pub(crate) fn alloc_uninit(ctx: &Context, len: usize) -> Result<HostBuffer> {
         if len == 0 {
             return Ok(HostBuffer {
-                ptr: NonNull::dangling(),
+                // Aligned for every Arrow native type, so typed views of an empty
+                // buffer are valid too.
+                ptr: NonNull::<Align64>::dangling().cast(),
                 len: 0,
                 ctx: ctx.clone(),
             });
