@@ -508,12 +508,10 @@ gpu_test! {
             assert_eq!(c.bytes_allocated(), total);
         }
         let slices: Vec<_> = keep.iter().map(|b| b.slice(0, b.len() / 2).unwrap()).collect();
-        let free_before = c.free_memory().unwrap();
         drop(keep);
         assert_eq!(c.bytes_allocated(), total, "slices keep allocations alive");
         drop(slices);
         assert_eq!(c.bytes_allocated(), 0);
-        assert!(c.free_memory().unwrap() >= free_before);
         let _zero = c.allocate(0).unwrap();
         assert_eq!(c.bytes_allocated(), 0);
     }
