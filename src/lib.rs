@@ -40,3 +40,8 @@ pub mod cuda;
 pub mod error;
 
 pub use error::{Error, Result};
+
+/// The README's examples are compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
