@@ -703,7 +703,8 @@ pub(crate) fn parse<S: Source>(src: &S, schema: &Schema) -> Result<Parsed<S::Buf
                 let id = db.id();
                 let (uf, idf) = dict_types.get(&id).ok_or_else(|| {
                     malformed(format!(
-                        "dictionary batch id {id} matches no dictionary field of the schema"
+                        "dictionary batch id {id} matches no dictionary field of the schema: is the \
+                         schema the one the batch was written with?"
                     ))
                 })?;
                 let rb = db
