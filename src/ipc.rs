@@ -58,8 +58,8 @@ use std::sync::Arc;
 
 use arrow_buffer::Buffer;
 
-pub use crate::cuda::{IpcEventHandle, IpcMemHandle};
 use crate::cuda::ipc::{EVENT_MAGIC, HOST_MAGIC, MEM_MAGIC};
+pub use crate::cuda::{IpcEventHandle, IpcMemHandle};
 use crate::error::{Error, Result, check_range};
 use crate::wire;
 

@@ -8,12 +8,10 @@
 
 #[path = "common/batches.rs"]
 mod batches;
+#[path = "common/peer.rs"]
+mod peer;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
-use std::time::Duration;
 
 use arrow_array::builder::{FixedSizeListBuilder, Int32Builder, MapBuilder, StringBuilder};
 use arrow_array::types::{Int8Type, Int16Type, Int32Type};
@@ -31,6 +29,7 @@ use devbuf::arrow::{
 };
 use devbuf::cuda::{IpcEventHandle, IpcMemHandle};
 use devbuf::ipc::{HostIpcHandle, IpcHandle, SharedMemory};
+use peer::{env, fnv, say, wait_line};
 use proptest::prelude::*;
 
 const ROLE: &str = "DEVBUF_IPC_HOST_CHILD";
@@ -38,106 +37,6 @@ const ROLE: &str = "DEVBUF_IPC_HOST_CHILD";
 // ---------------------------------------------------------------------------
 // Child processes
 // ---------------------------------------------------------------------------
-
-struct Peer {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-    seen: Vec<String>,
-}
-
-impl Peer {
-    fn spawn(role: &str, env: &[(&str, String)]) -> Peer {
-        let exe = std::env::current_exe().expect("test binary path");
-        let mut cmd = Command::new(exe);
-        cmd.args(["child_entry", "--exact", "--nocapture", "--include-ignored"])
-            .env(ROLE, role)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("spawn the child process");
-        let stdout = child.stdout.take().expect("child stdout");
-        let stdin = child.stdin.take();
-        let (tx, rx) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Peer {
-            child,
-            stdin,
-            lines: rx,
-            seen: Vec::new(),
-        }
-    }
-
-    /// The value of the child's next `CHILD <key> <value>` line.
-    fn expect(&mut self, key: &str) -> String {
-        let prefix = format!("CHILD {key} ");
-        loop {
-            match self.lines.recv_timeout(Duration::from_secs(120)) {
-                Ok(line) => {
-                    if let Some(v) = line.strip_prefix(&prefix) {
-                        return v.to_string();
-                    }
-                    self.seen.push(line);
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    let _ = self.child.kill();
-                    panic!("child timed out waiting for {key:?}; output: {:#?}", self.seen)
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    panic!("child ended before {key:?}; output: {:#?}", self.seen)
-                }
-            }
-        }
-    }
-
-    fn send(&mut self, line: &str) {
-        let stdin = self.stdin.as_mut().expect("child stdin");
-        writeln!(stdin, "{line}").expect("write to child");
-        stdin.flush().expect("flush child stdin");
-    }
-
-    fn finish(mut self) {
-        drop(self.stdin.take());
-        let status = self.child.wait().expect("wait for child");
-        while let Ok(line) = self.lines.try_recv() {
-            self.seen.push(line);
-        }
-        assert!(status.success(), "child failed: {status}; output: {:#?}", self.seen);
-    }
-}
-
-fn say(key: &str, value: impl std::fmt::Display) {
-    println!("CHILD {key} {value}");
-    std::io::stdout().flush().expect("flush stdout");
-}
-
-fn wait_line() -> String {
-    let mut s = String::new();
-    std::io::stdin().read_line(&mut s).expect("read a line from the parent");
-    s.trim().to_string()
-}
-
-fn env(k: &str) -> String {
-    std::env::var(k).unwrap_or_else(|_| panic!("child needs {k}"))
-}
-
-fn fnv(b: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &x in b {
-        h = (h ^ x as u64).wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
 
 /// Whether `/proc/self/maps` shows the page of `p` mapped read-only and shared.
 fn mapped_read_only_shared(p: *const u8) -> bool {
@@ -160,6 +59,8 @@ fn mapped_read_only_shared(p: *const u8) -> bool {
     false
 }
 
+type Peer = peer::Peer;
+
 /// Every buffer of `a` (and its children) lies inside `range`.
 fn buffers_within(a: &dyn Array, range: &std::ops::Range<usize>) -> bool {
     let d = a.to_data();
@@ -168,7 +69,9 @@ fn buffers_within(a: &dyn Array, range: &std::ops::Range<usize>) -> bool {
             .iter()
             .chain(d.nulls().map(|n| n.buffer()))
             .filter(|b| !b.is_empty())
-            .all(|b| range.contains(&(b.as_ptr() as usize)) && b.as_ptr() as usize + b.len() <= range.end)
+            .all(|b| {
+                range.contains(&(b.as_ptr() as usize)) && b.as_ptr() as usize + b.len() <= range.end
+            })
             && d.child_data().iter().all(|c| walk(c, range))
     }
     walk(&d, range)
@@ -241,7 +144,10 @@ fn child_entry() {
             let rows: usize = env("ROWS").parse().expect("rows");
             let expected = mixed_batch(seed, rows);
             let range = mapped.as_ptr() as usize..mapped.as_ptr() as usize + mapped.len();
-            let zero_copy = batch.columns().iter().all(|c| buffers_within(c.as_ref(), &range));
+            let zero_copy = batch
+                .columns()
+                .iter()
+                .all(|c| buffers_within(c.as_ref(), &range));
             say(
                 "batch",
                 format!(
@@ -285,8 +191,12 @@ fn shared_memory_slices_open_read_only_and_zero_copy_in_another_process() {
         .map(|&(o, l)| shm.export_ipc_slice(o, l).unwrap())
         .collect();
     assert!(handles[3].is_empty());
-    let list = handles.iter().map(|h| h.to_hex()).collect::<Vec<_>>().join(",");
-    let mut peer = Peer::spawn("open_check", &[("HANDLES", list)]);
+    let list = handles
+        .iter()
+        .map(|h| h.to_hex())
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut peer = Peer::spawn("child_entry", ROLE, "open_check", &[("HANDLES", list)]);
     for (i, &(o, l)) in ranges.iter().enumerate() {
         let v = peer.expect(&format!("open{i}"));
         assert_eq!(
@@ -329,7 +239,12 @@ fn many_shared_memory_handles_at_once() {
         keep.push(shm);
         let _ = i;
     }
-    let mut peer = Peer::spawn("open_check", &[("HANDLES", list.join(","))]);
+    let mut peer = Peer::spawn(
+        "child_entry",
+        ROLE,
+        "open_check",
+        &[("HANDLES", list.join(","))],
+    );
     for (i, e) in expect.iter().enumerate() {
         assert_eq!(&peer.expect(&format!("open{i}")), e, "handle {i}");
     }
@@ -341,7 +256,7 @@ fn many_shared_memory_handles_at_once() {
 #[test]
 fn exporter_gone_is_a_clear_error() {
     // The exporter exits before the consumer opens.
-    let mut peer = Peer::spawn("export_and_exit", &[]);
+    let mut peer = Peer::spawn("child_entry", ROLE, "export_and_exit", &[]);
     let h = HostIpcHandle::from_hex(&peer.expect("handle")).unwrap();
     peer.finish();
     let e = h.open().unwrap_err();
@@ -350,7 +265,7 @@ fn exporter_gone_is_a_clear_error() {
     assert!(msg.contains("has exited or dropped"), "{msg}");
 
     // The exporter drops the memory but lives on.
-    let mut peer = Peer::spawn("export_drop_wait", &[]);
+    let mut peer = Peer::spawn("child_entry", ROLE, "export_drop_wait", &[]);
     let h = HostIpcHandle::from_hex(&peer.expect("handle")).unwrap();
     peer.expect("dropped");
     let msg = h.open().unwrap_err().to_string();
@@ -382,7 +297,12 @@ fn bad_host_handles_are_errors_in_the_consumer() {
         (hex(&[b'D'; 64]), "wrong magic"),
     ];
     for (text, want) in cases {
-        let mut peer = Peer::spawn("open_expect_error", &[("HANDLE", text)]);
+        let mut peer = Peer::spawn(
+            "child_entry",
+            ROLE,
+            "open_expect_error",
+            &[("HANDLE", text)],
+        );
         let msg = peer.expect("error");
         assert!(msg.contains(want), "expected {want:?} in {msg:?}");
         peer.finish();
@@ -403,6 +323,8 @@ fn arrow_batch_in_shared_memory_is_read_zero_copy_by_another_process() {
     };
     let schema = hex(&schema_to_bytes(&batch.schema()).unwrap());
     let mut peer = Peer::spawn(
+        "child_entry",
+        ROLE,
         "arrow_read",
         &[
             ("HANDLE", h.to_hex()),
@@ -424,8 +346,17 @@ fn sample_mem_handle() -> IpcMemHandle {
     for (i, b) in raw.iter_mut().enumerate() {
         *b = i as u8 ^ 0x5a;
     }
-    IpcMemHandle::from_parts(raw, 4099, 1_000_001, 1 << 24, Some(([7; 16], 3)), true, 1234, 99)
-        .unwrap()
+    IpcMemHandle::from_parts(
+        raw,
+        4099,
+        1_000_001,
+        1 << 24,
+        Some(([7; 16], 3)),
+        true,
+        1234,
+        99,
+    )
+    .unwrap()
 }
 
 fn assert_malformed(r: Result<impl std::fmt::Debug, Error>, want: &str) {
@@ -461,7 +392,10 @@ fn mem_handle_round_trips_and_documented_layout() {
     assert_eq!(u32::from_le_bytes(b[120..124].try_into().unwrap()), 3);
     assert_eq!(u32::from_le_bytes(b[124..128].try_into().unwrap()), 1234);
     assert_eq!(u64::from_le_bytes(b[128..136].try_into().unwrap()), 99);
-    assert_eq!(u64::from_le_bytes(b[136..].try_into().unwrap()), fnv(&b[..136]));
+    assert_eq!(
+        u64::from_le_bytes(b[136..].try_into().unwrap()),
+        fnv(&b[..136])
+    );
     let back = IpcMemHandle::from_bytes(&b).unwrap();
     assert_eq!(back, h);
     assert_eq!(IpcMemHandle::from_hex(&h.to_hex()).unwrap(), h);
@@ -531,7 +465,10 @@ fn mem_handle_parser_names_what_is_wrong() {
     assert_malformed(IpcMemHandle::from_bytes(&reseal(b)), "version 2");
     let mut b = good.clone();
     b[10] = 100;
-    assert_malformed(IpcMemHandle::from_bytes(&reseal(b)), "declares a size of 100");
+    assert_malformed(
+        IpcMemHandle::from_bytes(&reseal(b)),
+        "declares a size of 100",
+    );
     let mut b = good.clone();
     b[50] ^= 1;
     assert_malformed(IpcMemHandle::from_bytes(&b), "checksum mismatch");
@@ -554,10 +491,15 @@ fn mem_handle_parser_names_what_is_wrong() {
     // Other kinds of handle are named.
     let ev = IpcEventHandle::from_parts([3; 64], None, false, 1, 1).to_bytes();
     assert_malformed(IpcMemHandle::from_bytes(&ev), "an IPC event handle");
-    let host = HostIpcHandle::from_parts(1, 3, 9, 10, 0, 10).unwrap().to_bytes();
+    let host = HostIpcHandle::from_parts(1, 3, 9, 10, 0, 10)
+        .unwrap()
+        .to_bytes();
     assert_malformed(IpcMemHandle::from_bytes(&host), "host shared-memory handle");
     assert_malformed(IpcHandle::from_bytes(&ev), "event handle");
-    assert_malformed(IpcHandle::from_bytes(b"garbage"), "not a devbuf buffer handle");
+    assert_malformed(
+        IpcHandle::from_bytes(b"garbage"),
+        "not a devbuf buffer handle",
+    );
     assert_malformed(IpcMemHandle::from_hex("xyz"), "odd number");
     assert_malformed(IpcMemHandle::from_hex("zz"), "not a hexadecimal digit");
 }
@@ -571,7 +513,10 @@ fn event_handle_round_trips_and_layout() {
     assert_eq!(&b[..8], b"DEVBUFIE");
     assert_eq!(&b[16..80], &[9; 64]);
     assert_eq!(&b[80..96], &[4; 16]);
-    assert_eq!(u64::from_le_bytes(b[112..].try_into().unwrap()), fnv(&b[..112]));
+    assert_eq!(
+        u64::from_le_bytes(b[112..].try_into().unwrap()),
+        fnv(&b[..112])
+    );
     assert_eq!(IpcEventHandle::from_bytes(&b).unwrap(), h);
     assert_eq!(IpcEventHandle::from_hex(&h.to_hex()).unwrap(), h);
     assert_eq!(h.device_uuid(), Some([4; 16]));
@@ -587,7 +532,10 @@ fn event_handle_round_trips_and_layout() {
     );
     let mut bad = b.clone();
     bad[12] |= 8;
-    assert_malformed(IpcEventHandle::from_bytes(&reseal(bad)), "unknown flag bits");
+    assert_malformed(
+        IpcEventHandle::from_bytes(&reseal(bad)),
+        "unknown flag bits",
+    );
     let zero = IpcEventHandle::from_parts([0; 64], None, false, 0, 0).to_bytes();
     assert_malformed(IpcEventHandle::from_bytes(&zero), "all-zero");
 }
@@ -601,16 +549,28 @@ fn host_handle_round_trips_and_layout() {
     assert_eq!(&b[..8], b"DEVBUFIH");
     assert_eq!(u32::from_le_bytes(b[16..20].try_into().unwrap()), 4321);
     assert_eq!(i32::from_le_bytes(b[20..24].try_into().unwrap()), 7);
-    assert_eq!(u64::from_le_bytes(b[24..32].try_into().unwrap()), 0xdead_beef);
+    assert_eq!(
+        u64::from_le_bytes(b[24..32].try_into().unwrap()),
+        0xdead_beef
+    );
     assert_eq!(u64::from_le_bytes(b[32..40].try_into().unwrap()), 1000);
     assert_eq!(u64::from_le_bytes(b[40..48].try_into().unwrap()), 10);
     assert_eq!(u64::from_le_bytes(b[48..56].try_into().unwrap()), 990);
     assert_eq!(HostIpcHandle::from_bytes(&b).unwrap(), h);
     assert_eq!(IpcHandle::from_bytes(&b).unwrap(), IpcHandle::Host(h));
     assert_eq!(IpcHandle::Host(h).len(), 990);
-    assert_malformed(HostIpcHandle::from_parts(1, 1, 1, 100, 50, 51), "inconsistent");
-    assert_malformed(HostIpcHandle::from_parts(1, -1, 1, 100, 0, 1), "names no memory file");
-    assert_malformed(HostIpcHandle::from_parts(1, 1, 1, 100, 3, 0), "empty handle");
+    assert_malformed(
+        HostIpcHandle::from_parts(1, 1, 1, 100, 50, 51),
+        "inconsistent",
+    );
+    assert_malformed(
+        HostIpcHandle::from_parts(1, -1, 1, 100, 0, 1),
+        "names no memory file",
+    );
+    assert_malformed(
+        HostIpcHandle::from_parts(1, 1, 1, 100, 3, 0),
+        "empty handle",
+    );
     let empty = SharedMemory::create(0).unwrap().export_ipc().unwrap();
     assert!(empty.is_empty());
     assert_eq!(empty.open().unwrap().len(), 0);
@@ -673,7 +633,11 @@ fn round_trip(batch: &RecordBatch) -> RecordBatch {
     // Zero-copy: every buffer of the result points into the message.
     let range = buf.as_ptr() as usize..buf.as_ptr() as usize + buf.len();
     for c in back.columns() {
-        assert!(buffers_within(c.as_ref(), &range), "{:?} was copied", c.data_type());
+        assert!(
+            buffers_within(c.as_ref(), &range),
+            "{:?} was copied",
+            c.data_type()
+        );
     }
     back
 }
@@ -693,7 +657,8 @@ fn messages_agree_with_arrow_ipc_reader() {
     let mut stream = schema_to_bytes(&b.schema()).unwrap();
     stream.extend(serialize_record_batch_to_vec(&b).unwrap());
     stream.extend([0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]);
-    let reader = arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(&stream), None).unwrap();
+    let reader =
+        arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(&stream), None).unwrap();
     let read: Vec<RecordBatch> = reader.map(|r| r.unwrap()).collect();
     assert_eq!(read, vec![b.clone()]);
     // And our reader accepts the whole stream (schema message first) too.
@@ -704,13 +669,24 @@ fn messages_agree_with_arrow_ipc_reader() {
     w.write(&b).unwrap();
     w.finish().unwrap();
     let theirs = w.into_inner().unwrap();
-    assert_eq!(read_record_batch_host(&Buffer::from_vec(theirs), b.schema()).unwrap(), b);
+    assert_eq!(
+        read_record_batch_host(&Buffer::from_vec(theirs), b.schema()).unwrap(),
+        b
+    );
 }
 
 #[test]
 fn sliced_batches_are_written_correctly() {
     let b = mixed_batch(11, 300);
-    for (o, l) in [(0, 300), (1, 299), (3, 10), (7, 1), (63, 130), (299, 1), (150, 0)] {
+    for (o, l) in [
+        (0, 300),
+        (1, 299),
+        (3, 10),
+        (7, 1),
+        (63, 130),
+        (299, 1),
+        (150, 0),
+    ] {
         let s = b.slice(o, l);
         assert_eq!(round_trip(&s), s, "slice {o}+{l}");
     }
@@ -747,7 +723,13 @@ fn exotic_batch() -> RecordBatch {
         None,
         vec![
             Arc::new(Int32Array::from(vec![Some(1), None, Some(3), None, None])) as ArrayRef,
-            Arc::new(Float32Array::from(vec![None, Some(2.5), None, Some(4.5), Some(5.5)])),
+            Arc::new(Float32Array::from(vec![
+                None,
+                Some(2.5),
+                None,
+                Some(4.5),
+                Some(5.5),
+            ])),
         ],
     )
     .unwrap();
@@ -789,11 +771,11 @@ fn exotic_batch() -> RecordBatch {
     let dict8: DictionaryArray<Int8Type> = vec![Some("x"), None, Some("y"), Some("x"), Some("z")]
         .into_iter()
         .collect();
-    let dict16: DictionaryArray<Int16Type> =
-        vec!["p", "q", "p", "p", "r"].into_iter().collect();
+    let dict16: DictionaryArray<Int16Type> = vec!["p", "q", "p", "p", "r"].into_iter().collect();
     // A list of dictionary values.
-    let inner: DictionaryArray<Int32Type> =
-        vec!["u", "v", "u", "w", "v", "u", "w"].into_iter().collect();
+    let inner: DictionaryArray<Int32Type> = vec!["u", "v", "u", "w", "v", "u", "w"]
+        .into_iter()
+        .collect();
     let list_of_dict = ListArray::try_new(
         Arc::new(Field::new("item", inner.data_type().clone(), true)),
         arrow_buffer::OffsetBuffer::new(ScalarBuffer::from(vec![0i32, 2, 2, 4, 5, 7])),
@@ -803,14 +785,20 @@ fn exotic_batch() -> RecordBatch {
     .unwrap();
     let struct_of_dict = StructArray::try_new(
         vec![
-            Field::new("d", DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)), true),
+            Field::new(
+                "d",
+                DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+                true,
+            ),
             Field::new("n", DataType::Int64, true),
         ]
         .into(),
         vec![
-            Arc::new(vec![Some("m"), Some("n"), None, Some("m"), Some("o")]
-                .into_iter()
-                .collect::<DictionaryArray<Int32Type>>()) as ArrayRef,
+            Arc::new(
+                vec![Some("m"), Some("n"), None, Some("m"), Some("o")]
+                    .into_iter()
+                    .collect::<DictionaryArray<Int32Type>>(),
+            ) as ArrayRef,
             Arc::new(Int64Array::from(vec![1, 2, 3, 4, 5])),
         ],
         None,
@@ -864,8 +852,14 @@ fn wrong_schema_and_bad_messages_are_clear_errors() {
         (vec![], "no record batch"),
         (vec![0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0], "end-of-stream"),
         (vec![0xff, 0xff], "too few"),
-        (vec![0xff, 0xff, 0xff, 0xff, 0x10, 0, 0, 0], "runs past the end"),
-        (vec![0xff, 0xff, 0xff, 0xff, 0xf0, 0xff, 0xff, 0xff], "negative"),
+        (
+            vec![0xff, 0xff, 0xff, 0xff, 0x10, 0, 0, 0],
+            "runs past the end",
+        ),
+        (
+            vec![0xff, 0xff, 0xff, 0xff, 0xf0, 0xff, 0xff, 0xff],
+            "negative",
+        ),
     ];
     for (input, want) in cases {
         let msg = read_record_batch_host(&Buffer::from_vec(input), b.schema())

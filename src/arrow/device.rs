@@ -310,9 +310,11 @@ impl Parts<Buffer> {
             .map(Parts::from_array_data)
             .collect::<Result<_>>()?;
         let dictionary = if matches!(data.data_type(), DataType::Dictionary(_, _)) {
-            Some(Box::new(children.pop().ok_or_else(|| {
-                bad("dictionary array without values")
-            })?))
+            Some(Box::new(
+                children
+                    .pop()
+                    .ok_or_else(|| bad("dictionary array without values"))?,
+            ))
         } else {
             None
         };
@@ -405,7 +407,11 @@ impl DeviceArray {
             offset: p.offset,
             validity: p.validity,
             buffers: p.buffers,
-            children: p.children.into_iter().map(DeviceArray::from_parts).collect(),
+            children: p
+                .children
+                .into_iter()
+                .map(DeviceArray::from_parts)
+                .collect(),
             dictionary: p.dictionary.map(|d| Box::new(DeviceArray::from_parts(*d))),
         }
     }

@@ -288,7 +288,11 @@ fn child_fields(dt: &DataType) -> Vec<Field> {
 }
 
 /// Collects, for every dictionary field in `(user, ids)`, its id and value types.
-fn collect_dictionaries(user: &Field, ids: &Field, out: &mut HashMap<i64, (Field, Field)>) -> Result<()> {
+fn collect_dictionaries(
+    user: &Field,
+    ids: &Field,
+    out: &mut HashMap<i64, (Field, Field)>,
+) -> Result<()> {
     if let (DataType::Dictionary(_, uv), DataType::Dictionary(_, iv)) =
         (user.data_type(), ids.data_type())
     {
@@ -336,7 +340,10 @@ impl<S: Source> Decoder<'_, S> {
             ))
         })?;
         self.next_node += 1;
-        Ok((to_usize(len, "field length")?, to_usize(nulls, "null count")?))
+        Ok((
+            to_usize(len, "field length")?,
+            to_usize(nulls, "null count")?,
+        ))
     }
 
     fn buffer(&mut self) -> Result<S::Buf> {
@@ -347,7 +354,10 @@ impl<S: Source> Decoder<'_, S> {
             ))
         })?;
         self.next_buffer += 1;
-        let (offset, len) = (to_usize(offset, "buffer offset")?, to_usize(len, "buffer length")?);
+        let (offset, len) = (
+            to_usize(offset, "buffer offset")?,
+            to_usize(len, "buffer length")?,
+        );
         match offset.checked_add(len) {
             Some(end) if end <= self.body_len => {}
             _ => {
@@ -410,7 +420,10 @@ impl<S: Source> Decoder<'_, S> {
             }
             DataType::Utf8View | DataType::BinaryView => {
                 let count = *self.variadic.get(self.next_variadic).ok_or_else(|| {
-                    malformed(format!("no variadic buffer count for the {dt} column {:?}", user.name()))
+                    malformed(format!(
+                        "no variadic buffer count for the {dt} column {:?}",
+                        user.name()
+                    ))
                 })?;
                 self.next_variadic += 1;
                 let count = to_usize(count, "variadic buffer count")?;
@@ -556,8 +569,11 @@ fn read_message<S: Source>(src: &S, pos: usize) -> Result<Option<MessageAt>> {
     if meta_len == 0 {
         return Ok(None);
     }
-    let meta_len = usize::try_from(meta_len)
-        .map_err(|_| malformed(format!("negative metadata length {meta_len} at offset {pos}")))?;
+    let meta_len = usize::try_from(meta_len).map_err(|_| {
+        malformed(format!(
+            "negative metadata length {meta_len} at offset {pos}"
+        ))
+    })?;
     if meta_len > avail - header {
         return Err(malformed(format!(
             "metadata of {meta_len} bytes at offset {pos} runs past the end of the {total}-byte input"
@@ -655,9 +671,8 @@ pub(crate) fn parse<S: Source>(src: &S, schema: &Schema) -> Result<Parsed<S::Buf
                         p.len
                     )));
                 }
-                p.validate().map_err(|e| {
-                    malformed(format!("column {:?}: {}", u.name(), strip(&e)))
-                })?;
+                p.validate()
+                    .map_err(|e| malformed(format!("column {:?}: {}", u.name(), strip(&e))))?;
                 columns.push(p);
             }
             if d.next_node != d.nodes.len() || d.next_buffer != d.buffers.len() {

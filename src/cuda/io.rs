@@ -402,7 +402,10 @@ mod tests {
         w.write(&[3; 5]).unwrap();
         w.flush_staging().unwrap();
         assert_eq!(w.target.transfers, vec![(0, 10), (10, 300), (310, 5)]);
-        assert_eq!(&w.target.data[..316], &[&[1u8; 10][..], &[2; 300], &[3; 5], &[0]].concat()[..]);
+        assert_eq!(
+            &w.target.data[..316],
+            &[&[1u8; 10][..], &[2; 300], &[3; 5], &[0]].concat()[..]
+        );
     }
 
     #[test]
@@ -420,7 +423,10 @@ mod tests {
         let e = w.write(&[7; 3]).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::WriteZero);
         let msg = e.to_string();
-        assert!(msg.contains("3 bytes at position 8") && msg.contains("10-byte"), "{msg}");
+        assert!(
+            msg.contains("3 bytes at position 8") && msg.contains("10-byte"),
+            "{msg}"
+        );
         assert_eq!(w.pos, 8);
         w.flush_staging().unwrap();
         assert_eq!(&w.target.data[8..], &[0, 0]);

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use arrow_array::builder::{
-    BinaryBuilder, BooleanBuilder, Float64Builder, Int32Builder, Int64Builder,
-    LargeBinaryBuilder, LargeStringBuilder, ListBuilder, StringBuilder, StringDictionaryBuilder,
+    BinaryBuilder, BooleanBuilder, Float64Builder, Int32Builder, Int64Builder, LargeBinaryBuilder,
+    LargeStringBuilder, ListBuilder, StringBuilder, StringDictionaryBuilder,
 };
 use arrow_array::types::Int32Type;
 use arrow_array::{

@@ -133,7 +133,11 @@ pub(crate) type HostFn = unsafe extern "C" fn(*mut c_void);
 ///
 /// # Safety
 /// `data` must stay valid until `f` has run, and `f` must not call the CUDA API.
-pub(crate) unsafe fn launch_host_func(stream: CUstream, f: HostFn, data: *mut c_void) -> Result<()> {
+pub(crate) unsafe fn launch_host_func(
+    stream: CUstream,
+    f: HostFn,
+    data: *mut c_void,
+) -> Result<()> {
     // Safety: guaranteed by the caller.
     check(
         unsafe { sys::cuLaunchHostFunc(stream, Some(f), data) },
