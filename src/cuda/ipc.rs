@@ -206,6 +206,19 @@ fn register_export(raw: [u8; RAW], alloc: &Arc<Allocation>, base: CUdeviceptr) {
     }
 }
 
+/// The CUDA handle this process already got for `alloc`, if any (so that every export
+/// of one allocation carries the same bytes, and consumers map it once).
+fn exported_raw(alloc: &Arc<Allocation>) -> Option<[u8; RAW]> {
+    let reg = registry();
+    reg.exported.iter().find_map(|(raw, v)| {
+        v.iter()
+            .any(|e| {
+                std::ptr::eq(e.alloc.as_ptr(), Arc::as_ptr(alloc)) && e.alloc.strong_count() > 0
+            })
+            .then_some(*raw)
+    })
+}
+
 /// A live allocation this process exported that covers the handle's range, as a buffer.
 fn lookup_export(h: &IpcMemHandle, ctx: &Context) -> Option<DeviceBuffer> {
     // Declared before the guard so that upgraded references drop after it is released
@@ -630,16 +643,20 @@ impl DeviceBuffer {
         let alloc = self.allocation();
         let (raw, base, size) = match &alloc.origin {
             Origin::Owned => {
-                ctx.bind()?;
-                let raw = dipc::ipc_get_mem_handle(alloc.ptr).map_err(|e| {
-                    explain(
-                        e,
-                        "the driver refused to export cuMemAlloc memory (legacy CUDA IPC is \
+                if let Some(raw) = exported_raw(alloc) {
+                    (raw, alloc.ptr, alloc.size)
+                } else {
+                    ctx.bind()?;
+                    let raw = dipc::ipc_get_mem_handle(alloc.ptr).map_err(|e| {
+                        explain(
+                            e,
+                            "the driver refused to export cuMemAlloc memory (legacy CUDA IPC is \
                          not supported on every platform, e.g. WSL)",
-                    )
-                })?;
-                register_export(raw, alloc, alloc.ptr);
-                (raw, alloc.ptr, alloc.size)
+                        )
+                    })?;
+                    register_export(raw, alloc, alloc.ptr);
+                    (raw, alloc.ptr, alloc.size)
+                }
             }
             Origin::IpcOpened { raw } => (*raw, alloc.ptr, alloc.size),
             Origin::Foreign(_) => {
@@ -659,7 +676,10 @@ impl DeviceBuffer {
                         alloc.ptr
                     )));
                 }
-                let raw = dipc::ipc_get_mem_handle(info.range_start)?;
+                let raw = match exported_raw(alloc) {
+                    Some(raw) => raw,
+                    None => dipc::ipc_get_mem_handle(info.range_start)?,
+                };
                 register_export(raw, alloc, info.range_start);
                 (raw, info.range_start, info.range_size)
             }
@@ -820,10 +840,12 @@ impl Context {
 
 fn slice_mapping(alloc: Arc<Allocation>, h: &IpcMemHandle, mutable: bool) -> Result<DeviceBuffer> {
     let (offset, len) = (h.offset as usize, h.len as usize);
-    if h.alloc_size != 0 && h.alloc_size as usize != alloc.size {
+    // The driver may report a mapping rounded up to its allocation granularity, never
+    // a smaller one.
+    if h.alloc_size != 0 && h.alloc_size as usize > alloc.size {
         return Err(Error::invalid(format!(
-            "the IPC memory handle records an allocation of {} bytes, but the driver mapped one \
-             of {} bytes: the handle is stale or was altered",
+            "the IPC memory handle records an allocation of {} bytes, but the driver mapped only \
+             {} bytes: the handle is stale or was altered",
             h.alloc_size, alloc.size
         )));
     }
