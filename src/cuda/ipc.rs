@@ -229,13 +229,17 @@ fn lookup_export(h: &IpcMemHandle, ctx: &Context) -> Option<DeviceBuffer> {
     let mut found = None;
     for e in entries {
         let Some(a) = e.alloc.upgrade() else { continue };
-        let start = e.base.checked_add(h.offset)?;
-        let end = start.checked_add(h.len)?;
+        upgraded.push(a.clone());
+        let Some(start) = e.base.checked_add(h.offset) else {
+            continue;
+        };
+        let Some(end) = start.checked_add(h.len) else {
+            continue;
+        };
         let covers = a.ptr <= start && end <= a.ptr + a.size as u64;
         if covers && a.ctx.properties().uuid == ctx.properties().uuid && found.is_none() {
-            found = Some(((start - a.ptr) as usize, a.clone()));
+            found = Some(((start - a.ptr) as usize, a));
         }
-        upgraded.push(a);
     }
     drop(reg);
     found.map(|(offset, a)| DeviceBuffer::from_parts(a, offset, h.len as usize, !h.read_only))
