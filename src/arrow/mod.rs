@@ -15,7 +15,7 @@
 
 mod device;
 mod host;
-mod ipc;
+pub mod ipc;
 
 pub use device::DeviceArray;
 pub use ipc::{
