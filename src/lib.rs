@@ -7,6 +7,7 @@
 //! |---|---|
 //! | [`cuda`] | contexts, [`DeviceBuffer`](cuda::DeviceBuffer) (device memory with zero-copy slices and checked copies host↔device↔device), [`HostBuffer`](cuda::HostBuffer) (page-locked host memory) |
 //! | [`arrow`] | conversions into arrow-rs types without host copies |
+//! | [`ipc`] | sharing buffers between processes: device memory handles, and shared host memory where there is no GPU |
 //! | [`error`] | the one [`Error`] type |
 //!
 //! The CUDA driver is loaded at run time: the crate builds without CUDA installed, and on
@@ -38,6 +39,8 @@
 pub mod arrow;
 pub mod cuda;
 pub mod error;
+pub mod ipc;
+mod wire;
 
 pub use error::{Error, Result};
 

@@ -5,7 +5,21 @@
 //!   and a device buffer reaches Arrow with exactly one copy over PCIe and none on the
 //!   host ([`DeviceBuffer::to_arrow_buffer`](crate::cuda::DeviceBuffer::to_arrow_buffer),
 //!   [`DeviceBuffer::to_arrow`](crate::cuda::DeviceBuffer::to_arrow)).
+//! * Device-resident arrays: [`DeviceArray`] (data type, length, nulls, offset, device
+//!   buffers, children, dictionary).
+//! * Arrow IPC record batches in device memory ([`serialize_record_batch`],
+//!   [`read_record_batch`] → [`DeviceRecordBatch`]) and, as the host fallback, in shared
+//!   host memory ([`serialize_record_batch_shared`], [`read_record_batch_host`]).
 //!
 //! Device memory is never wrapped in an `arrow_buffer::Buffer` (which derefs to `&[u8]`).
 
+mod device;
 mod host;
+pub mod ipc;
+
+pub use device::DeviceArray;
+pub use ipc::{
+    DeviceRecordBatch, read_record_batch, read_record_batch_host, schema_from_bytes,
+    schema_to_bytes, serialize_record_batch, serialize_record_batch_shared,
+    serialize_record_batch_to_vec,
+};

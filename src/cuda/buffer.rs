@@ -23,6 +23,13 @@ pub(crate) enum Origin {
     /// Memory that belongs to someone else; the owner value keeps it alive.
     #[allow(dead_code)]
     Foreign(Box<dyn Any + Send + Sync>),
+    /// A mapping of another process's allocation opened with `cuIpcOpenMemHandle`
+    /// (`ptr` is the mapping's base): closed with `cuIpcCloseMemHandle` when the last
+    /// buffer that refers to it drops. `raw` is the 64-byte `CUipcMemHandle` it came from.
+    IpcOpened {
+        /// The `CUipcMemHandle` bytes (the key of the open-mappings registry).
+        raw: [u8; 64],
+    },
 }
 
 /// One device allocation (or foreign range), shared by every buffer that slices it.
@@ -46,6 +53,9 @@ impl Drop for Allocation {
                 .inner
                 .bytes_allocated
                 .fetch_sub(self.size, Ordering::SeqCst);
+        }
+        if let Origin::IpcOpened { raw } = &self.origin {
+            super::ipc::close_mapping(&self.ctx, self.ptr, raw);
         }
     }
 }
@@ -88,6 +98,26 @@ impl DeviceBuffer {
             len,
             mutable: true,
         }
+    }
+
+    /// A buffer over `len` bytes at `offset` of `alloc` (the caller checked the range).
+    pub(crate) fn from_parts(
+        alloc: Arc<Allocation>,
+        offset: usize,
+        len: usize,
+        mutable: bool,
+    ) -> DeviceBuffer {
+        DeviceBuffer {
+            alloc,
+            offset,
+            len,
+            mutable,
+        }
+    }
+
+    /// The shared allocation this buffer slices.
+    pub(crate) fn allocation(&self) -> &Arc<Allocation> {
+        &self.alloc
     }
 
     /// Allocates a buffer on `ctx` holding a copy of `data`.

@@ -2,6 +2,10 @@
 //!
 //! * [`Context`]: one shared, cached context per device; device queries; allocation.
 //! * [`DeviceBuffer`]: device memory with zero-copy slices and checked copies.
+//! * [`IpcMemHandle`] / [`IpcEventHandle`]: device memory and events shared with other
+//!   processes without copies ([`ipc`]).
+//! * [`DeviceBufferReader`] / [`DeviceBufferWriter`]: device memory as a file
+//!   (`std::io::Read`/`Write` + `Seek`) ([`io`]).
 //! * [`HostBuffer`]: page-locked host memory that converts to Arrow and `Bytes` without
 //!   copying.
 //!
@@ -16,6 +20,8 @@ mod buffer;
 mod context;
 pub(crate) mod driver;
 mod host;
+pub mod io;
+pub mod ipc;
 pub mod kernels;
 mod stream;
 
@@ -24,4 +30,6 @@ pub use context::{
     Context, DeviceProperties, device_count, driver_version, is_available, unavailable_reason,
 };
 pub use host::HostBuffer;
+pub use io::{DeviceBufferReader, DeviceBufferWriter};
+pub use ipc::{IpcEventHandle, IpcMemHandle};
 pub use stream::{Event, EventFlags, Stream};

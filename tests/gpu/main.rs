@@ -8,6 +8,11 @@
 //! oracle, check zero-copy claims by address. Tests that need two GPUs print why they
 //! were skipped on one.
 
+#[path = "../common/batches.rs"]
+mod batches;
 #[macro_use]
 mod common;
 mod core;
+mod ipc;
+#[path = "../common/peer.rs"]
+mod peer;

@@ -21,6 +21,8 @@ use cudarc::driver::sys;
 
 use crate::error::{Error, Result};
 
+pub(crate) mod ipc;
+
 pub(crate) use sys::{CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUmodule, CUstream};
 
 /// The oldest driver devbuf accepts (CUDA 12.0).
@@ -75,6 +77,14 @@ const REQUIRED_SYMBOLS: &[&str] = &[
     "cuEventSynchronize",
     "cuEventDestroy_v2",
     "cuEventElapsedTime_v2",
+    // ipc.rs
+    "cuIpcGetMemHandle",
+    "cuIpcOpenMemHandle_v2",
+    "cuIpcCloseMemHandle",
+    "cuIpcGetEventHandle",
+    "cuIpcOpenEventHandle",
+    "cuMemcpyDtoDAsync_v2",
+    "cuLaunchHostFunc",
 ];
 
 /// What [`init`] found out about the driver.

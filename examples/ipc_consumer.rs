@@ -1,0 +1,128 @@
+//! IPC consumer: opens the record batch an `ipc_producer` shared (GPU memory or shared
+//! host memory), reads it without copying, prints it and checks it.
+//!
+//! ```text
+//! cargo run --example ipc_consumer -- /tmp/batch.handle
+//! cargo run --example ipc_consumer -- <handle hex> <schema hex>
+//! ```
+//!
+//! With a path, it creates `<path>.done` when finished, which lets the producer exit.
+
+#[path = "ipc_common/mod.rs"]
+mod ipc_common;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use arrow_array::RecordBatch;
+use devbuf::arrow::{read_record_batch, read_record_batch_host, schema_from_bytes};
+use devbuf::ipc::IpcHandle;
+
+fn unhex(s: &str) -> Result<Vec<u8>, String> {
+    let s = s.trim();
+    if s.len() % 2 != 0 {
+        return Err("odd number of hex digits".into());
+    }
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|e| e.to_string()))
+        .collect()
+}
+
+fn print_batch(batch: &RecordBatch) {
+    println!("schema: {}", batch.schema());
+    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+        let text = format!("{column:?}");
+        println!(
+            "  {}: {}",
+            field.name(),
+            text.split_whitespace().collect::<Vec<_>>().join(" ")
+        );
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (handle_hex, schema_hex, path) = match args.as_slice() {
+        [p] => {
+            let p = PathBuf::from(p);
+            // Wait (a little) for the producer to write the file.
+            let start = Instant::now();
+            while !p.exists() && start.elapsed() < Duration::from_secs(60) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let text = std::fs::read_to_string(&p)?;
+            let mut lines = text.lines();
+            let h = lines.next().ok_or("the handle file is empty")?.to_string();
+            let s = lines
+                .next()
+                .ok_or("the handle file has no schema line")?
+                .to_string();
+            (h, s, Some(p))
+        }
+        [h, s] => (h.clone(), s.clone(), None),
+        _ => {
+            eprintln!("usage: ipc_consumer <handle file> | ipc_consumer <handle hex> <schema hex>");
+            std::process::exit(2);
+        }
+    };
+    let handle = IpcHandle::from_hex(&handle_hex)?;
+    let schema = schema_from_bytes(&unhex(&schema_hex)?)?;
+    let t = Instant::now();
+    let batch = match &handle {
+        IpcHandle::Device(h) => {
+            let message = h.open()?;
+            let opened = t.elapsed();
+            let on_device = read_record_batch(&message, schema)?;
+            println!(
+                "opened {} bytes of GPU memory from process {} in {:.1} us on {}; {} rows, {} columns stay on the device",
+                message.len(),
+                h.exporter_pid().unwrap_or(0),
+                opened.as_secs_f64() * 1e6,
+                message.context().device_name(),
+                on_device.num_rows(),
+                on_device.num_columns()
+            );
+            let zero_copy = on_device
+                .columns()
+                .iter()
+                .flat_map(|c| c.all_buffers())
+                .all(|b| {
+                    b.is_empty()
+                        || (b.address() >= message.address()
+                            && b.address() + b.len() as u64
+                                <= message.address() + message.len() as u64)
+                });
+            println!("every column buffer is a slice of the producer's memory: {zero_copy}");
+            on_device.to_host()?
+        }
+        IpcHandle::Host(h) => {
+            let mapped = h.open()?;
+            println!(
+                "mapped {} bytes of shared host memory from process {} read-only in {:.1} us",
+                mapped.len(),
+                h.exporter_pid(),
+                t.elapsed().as_secs_f64() * 1e6
+            );
+            read_record_batch_host(&mapped, schema)?
+        }
+    };
+    print_batch(&batch);
+    let ok = batch == ipc_common::demo_batch();
+    println!(
+        "{}",
+        if ok {
+            "verified: identical to the producer's batch"
+        } else {
+            "MISMATCH: the batch differs from the producer's"
+        }
+    );
+    if let Some(p) = path {
+        let mut done = p.into_os_string();
+        done.push(".done");
+        std::fs::write(PathBuf::from(done), b"done\n")?;
+    }
+    if !ok {
+        std::process::exit(1);
+    }
+    Ok(())
+}

@@ -1,0 +1,94 @@
+//! IPC producer: writes a record batch into GPU memory (or, without a GPU, into shared
+//! host memory), prints the handle, and waits until a consumer is done.
+//!
+//! ```text
+//! cargo run --example ipc_producer -- /tmp/batch.handle     # terminal 1
+//! cargo run --example ipc_consumer -- /tmp/batch.handle     # terminal 2
+//! ```
+//!
+//! With a path, the producer writes two lines there (the buffer handle and the schema,
+//! both as hex) and waits until `<path>.done` appears (the consumer creates it). Without
+//! a path it prints the two lines and waits for Enter.
+
+#[path = "ipc_common/mod.rs"]
+mod ipc_common;
+
+use std::io::BufRead;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use devbuf::arrow::{schema_to_bytes, serialize_record_batch, serialize_record_batch_shared};
+use devbuf::cuda::{self, Context};
+use devbuf::ipc::IpcHandle;
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let path = std::env::args().nth(1).map(PathBuf::from);
+    let batch = ipc_common::demo_batch();
+    // Whatever holds the memory must live until the consumer is done.
+    let mut _device_memory = None;
+    let mut _host_memory = None;
+    let handle = if cuda::is_available() {
+        let ctx = Context::new(0)?;
+        let message = serialize_record_batch(&batch, &ctx)?;
+        println!(
+            "wrote a {}-row batch as {} bytes of Arrow IPC into GPU memory on {} (device 0)",
+            batch.num_rows(),
+            message.len(),
+            ctx.device_name()
+        );
+        let h = IpcHandle::Device(message.export_ipc()?);
+        _device_memory = Some(message);
+        h
+    } else {
+        println!(
+            "no GPU ({}): using shared host memory",
+            cuda::unavailable_reason().unwrap_or_default()
+        );
+        let shm = serialize_record_batch_shared(&batch)?;
+        println!(
+            "wrote a {}-row batch as {} bytes of Arrow IPC into shared host memory",
+            batch.num_rows(),
+            shm.len()
+        );
+        let h = IpcHandle::Host(shm.export_ipc()?);
+        _host_memory = Some(shm);
+        h
+    };
+    let schema = hex(&schema_to_bytes(&batch.schema())?);
+    match &path {
+        Some(p) => {
+            let done = done_path(p);
+            let _ = std::fs::remove_file(&done);
+            let tmp = p.with_extension("tmp");
+            std::fs::write(&tmp, format!("{}\n{}\n", handle.to_hex(), schema))?;
+            std::fs::rename(&tmp, p)?;
+            println!("handle written to {}", p.display());
+            println!("waiting for the consumer to create {} ...", done.display());
+            while !done.exists() {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = std::fs::remove_file(&done);
+            let _ = std::fs::remove_file(p);
+        }
+        None => {
+            println!("handle: {}", handle.to_hex());
+            println!("schema: {schema}");
+            println!("run: cargo run --example ipc_consumer -- <handle> <schema>");
+            println!("press Enter when the consumer is done ...");
+            let mut line = String::new();
+            std::io::stdin().lock().read_line(&mut line)?;
+        }
+    }
+    println!("consumer done; releasing the memory");
+    Ok(())
+}
+
+fn done_path(p: &std::path::Path) -> PathBuf {
+    let mut s = p.as_os_str().to_owned();
+    s.push(".done");
+    PathBuf::from(s)
+}
