@@ -53,6 +53,20 @@ run_examples() {
         echo "-- $ex"
         if timeout 300 "$BIN/$ex" 2>&1 | tee "$LOGS/example-$ex.log"; then ok=$((ok + 1)); else fail=$((fail + 1)); fi
     done
+    if [ -x "$BIN/ipc_producer" ] && [ -x "$BIN/ipc_consumer" ]; then
+        echo "-- ipc_producer + ipc_consumer (two processes)"
+        local h="$LOGS/batch.handle"
+        rm -f "$h"
+        timeout 120 "$BIN/ipc_producer" "$h" > "$LOGS/example-ipc_producer.log" 2>&1 &
+        local pid=$!
+        for _ in $(seq 1 200); do [ -s "$h" ] && break; sleep 0.1; done
+        if timeout 120 "$BIN/ipc_consumer" "$h" 2>&1 | tee "$LOGS/example-ipc_consumer.log" && wait "$pid"; then
+            ok=$((ok + 1))
+        else
+            fail=$((fail + 1))
+        fi
+        cat "$LOGS/example-ipc_producer.log"
+    fi
     SUMMARY+=("examples: $ok ok, $fail failed")
 }
 
