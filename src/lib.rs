@@ -7,6 +7,7 @@
 //! |---|---|
 //! | [`cuda`] | contexts, [`DeviceBuffer`](cuda::DeviceBuffer) (device memory with zero-copy slices and checked copies host↔device↔device), [`HostBuffer`](cuda::HostBuffer) (page-locked host memory) |
 //! | [`arrow`] | conversions into arrow-rs types without host copies |
+//! | [`zarr`] | zarr's buffer layer (`Buffer`, `NDBuffer`, `BufferPrototype`, memory stores) on host or device |
 //! | [`error`] | the one [`Error`] type |
 //!
 //! The CUDA driver is loaded at run time: the crate builds without CUDA installed, and on
@@ -38,5 +39,6 @@
 pub mod arrow;
 pub mod cuda;
 pub mod error;
+pub mod zarr;
 
 pub use error::{Error, Result};
