@@ -35,7 +35,13 @@ fn random_oracle(rng: &mut SmallRng, t: ElementType, shape: &[usize]) -> Oracle 
     let constant = rng.random_ratio(1, 3);
     let first = random_scalar(rng, t);
     let v: Vec<Scalar> = (0..n)
-        .map(|_| if constant { first } else { random_scalar(rng, t) })
+        .map(|_| {
+            if constant {
+                first
+            } else {
+                random_scalar(rng, t)
+            }
+        })
         .collect();
     ArrayD::from_shape_vec(IxDyn(shape), v).unwrap()
 }
@@ -61,7 +67,9 @@ fn build(o: &Oracle, dtype: DataType, order: Order) -> NDBuffer {
 fn values(nd: &NDBuffer) -> Oracle {
     macro_rules! conv {
         ($t:ty) => {
-            nd.to_ndarray::<$t>().unwrap().mapv(|v| devbuf::zarr::Element::to_scalar(v))
+            nd.to_ndarray::<$t>()
+                .unwrap()
+                .mapv(|v| devbuf::zarr::Element::to_scalar(v))
         };
     }
     use ElementType as E;
@@ -87,10 +95,9 @@ fn values(nd: &NDBuffer) -> Oracle {
 
 fn same(a: &Oracle, b: &Oracle) -> bool {
     a.shape() == b.shape()
-        && a
-            .iter()
-            .zip(b.iter())
-            .all(|(x, y)| x.to_le_bytes() == y.to_le_bytes() && x.element_type() == y.element_type())
+        && a.iter().zip(b.iter()).all(|(x, y)| {
+            x.to_le_bytes() == y.to_le_bytes() && x.element_type() == y.element_type()
+        })
 }
 
 fn assert_same(got: &Oracle, want: &Oracle, what: &str) {
@@ -113,7 +120,10 @@ fn slice_indices(s: &Slice, len: usize) -> Vec<usize> {
 }
 
 /// A random selection and, per axis, `Ok(index)` (axis dropped) or `Err(indices)`.
-fn random_selection(rng: &mut SmallRng, shape: &[usize]) -> (Vec<AxisSel>, Vec<Result<usize, Vec<usize>>>) {
+fn random_selection(
+    rng: &mut SmallRng,
+    shape: &[usize],
+) -> (Vec<AxisSel>, Vec<Result<usize, Vec<usize>>>) {
     let k = rng.random_range(0..=shape.len());
     let mut sel = Vec::new();
     let mut model = Vec::new();
@@ -203,9 +213,18 @@ fn setup(
     (t, big, shape, f, seed): (usize, bool, Vec<usize>, bool, u64),
 ) -> (SmallRng, DataType, Order, Vec<usize>) {
     let el = ElementType::ALL[t];
-    let endian = if big { Endianness::Big } else { Endianness::Little };
+    let endian = if big {
+        Endianness::Big
+    } else {
+        Endianness::Little
+    };
     let order = if f { Order::F } else { Order::C };
-    (SmallRng::seed_from_u64(seed), DataType::new(el, endian), order, shape)
+    (
+        SmallRng::seed_from_u64(seed),
+        DataType::new(el, endian),
+        order,
+        shape,
+    )
 }
 
 proptest! {
