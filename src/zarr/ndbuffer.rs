@@ -784,7 +784,11 @@ impl NDBuffer {
         if target.size() == 0 {
             return Ok(());
         }
-        let v = value.to_place(&self.mem.place())?.astype(self.dtype)?;
+        let v = value.to_place(&self.mem.place())?;
+        if v.dtype != self.dtype && self.cast_into(&sel, &v)? {
+            return Ok(());
+        }
+        let v = v.astype(self.dtype)?;
         self.make_exclusive()?;
         let target = self.view_of(&sel);
         let src_strides = broadcast_strides(&v.layout, &target.shape)?;
@@ -801,6 +805,46 @@ impl NDBuffer {
                 es,
             )
         })
+    }
+
+    /// The fast path of [`set`](Self::set) for a value of another data type: when the
+    /// value (already in this memory) and the selection are both dense, little-endian
+    /// and in the same axis order, the value is cast straight into place (no
+    /// temporary). Returns whether it applied.
+    fn cast_into(&mut self, sel: &[Resolved], v: &NDBuffer) -> Result<bool> {
+        let (es, ves) = (self.dtype.size(), v.dtype.size());
+        let target = self.view_of(sel);
+        let same_order = |t: &Layout| {
+            (0..t.ndim()).all(|a| t.shape[a] <= 1 || t.strides[a] / es == v.layout.strides[a] / ves)
+        };
+        if self.dtype.needs_swap()
+            || v.dtype.needs_swap()
+            || v.layout.shape != target.shape
+            || v.layout.dense_start(ves).is_none()
+            || target.dense_start(es).is_none()
+            || !same_order(&target)
+        {
+            return Ok(false);
+        }
+        self.make_exclusive()?;
+        let target = self.view_of(sel);
+        if target.dense_start(es).is_none() || !same_order(&target) {
+            // The copy-on-write copy changed the layout; take the general path.
+            return Ok(false);
+        }
+        let (from, to, n) = (v.dtype.element(), self.dtype.element(), target.size());
+        self.mem.write(|mut m| {
+            prim::cast(
+                &v.mem.view(),
+                v.layout.offset,
+                from,
+                &mut m,
+                target.offset,
+                to,
+                n,
+            )
+        })?;
+        Ok(true)
     }
 
     /// `buffer[selection] = scalar`: every selected element becomes `value` (converted
