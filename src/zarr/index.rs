@@ -292,7 +292,15 @@ mod tests {
         );
         assert!(AxisSel::Index(-5).resolve(0, 4).is_err());
         assert!(AxisSel::from(2..5).resolve(0, 4).is_err());
-        assert!(AxisSel::from(3..2).resolve(0, 4).is_err());
+        assert!(
+            AxisSel::Range {
+                start: 3,
+                end: 2,
+                step: 1
+            }
+            .resolve(0, 4)
+            .is_err()
+        );
         assert_eq!(
             AxisSel::from(4..4).resolve(0, 4).unwrap(),
             Resolved::Range {

@@ -166,7 +166,7 @@ pub(crate) fn init() -> Result<&'static DriverInfo> {
             device_count: count.max(0) as usize,
         })
     });
-    r.as_ref().map_err(|reason| Error::unavailable(reason))
+    r.as_ref().map_err(Error::unavailable)
 }
 
 /// Like [`init`], and also requires at least one device.
