@@ -40,7 +40,7 @@ pub enum ElementType {
     UInt32,
     /// `uint64`.
     UInt64,
-    /// `float16` (IEEE 754 half precision, the `half` crate's [`f16`]).
+    /// `float16` (IEEE 754 half precision, the `half` crate's [`f16`](struct@f16)).
     Float16,
     /// `float32`.
     Float32,
@@ -655,7 +655,7 @@ mod sealed {
 }
 
 /// A Rust type that is the value of one element type: `bool`, `i8..i64`, `u8..u64`,
-/// [`f16`], `f32`, `f64`, [`Complex32`], [`Complex64`]. Used to move data between
+/// [`f16`](struct@f16), `f32`, `f64`, [`Complex32`], [`Complex64`]. Used to move data between
 /// `ndarray` arrays and [`NDBuffer`](super::NDBuffer)s. Sealed.
 pub trait Element: Copy + Send + Sync + fmt::Debug + 'static + sealed::Sealed {
     /// The element type this Rust type holds.
