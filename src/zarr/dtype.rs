@@ -837,4 +837,63 @@ mod tests {
             "(1-2j)"
         );
     }
+
+    #[test]
+    fn casts_agree_with_numpy_in_range() {
+        // Values numpy 2 gives for astype(casting="unsafe") on x86-64.
+        let c = |s: Scalar, t| s.cast(t);
+        assert_eq!(c(Scalar::from(1.7f64), E::Int8), Scalar::Int8(1));
+        assert_eq!(c(Scalar::from(-1.7f64), E::Int8), Scalar::Int8(-1));
+        assert_eq!(
+            c(Scalar::from(16_777_217i64), E::Float32),
+            Scalar::Float32(16_777_216.0)
+        );
+        assert_eq!(
+            c(Scalar::from(i64::MAX), E::Float32),
+            Scalar::Float32(9.223372e18)
+        );
+        assert_eq!(
+            c(Scalar::from(u64::MAX), E::Float16),
+            Scalar::Float16(f16::INFINITY)
+        );
+        assert_eq!(
+            c(Scalar::from(65519.99f64), E::Float16),
+            Scalar::Float16(f16::MAX)
+        );
+        assert_eq!(
+            c(Scalar::from(2049i32), E::Float16),
+            Scalar::Float16(f16::from_f32(2048.0))
+        );
+        assert_eq!(
+            c(Scalar::from(2051i32), E::Float16),
+            Scalar::Float16(f16::from_f32(2052.0))
+        );
+        assert_eq!(c(Scalar::from(-1i32), E::UInt16), Scalar::UInt16(65535));
+        assert_eq!(c(Scalar::from(70000u32), E::Int16), Scalar::Int16(4464));
+        assert_eq!(c(Scalar::from(f64::NAN), E::Bool), Scalar::Bool(true));
+        assert_eq!(c(Scalar::from(-0.0f32), E::Bool), Scalar::Bool(false));
+        assert_eq!(
+            c(Scalar::from(Complex64::new(3.0, 4.0)), E::Bool),
+            Scalar::Bool(true)
+        );
+        assert_eq!(
+            c(Scalar::from(Complex64::new(-2.5, 4.0)), E::Int32),
+            Scalar::Int32(-2)
+        );
+        assert_eq!(c(Scalar::from(1e20f64), E::Float32), Scalar::Float32(1e20));
+        assert_eq!(
+            c(Scalar::from(0.1f64), E::Float16),
+            Scalar::Float16(f16::from_bits(0x2e66))
+        );
+        assert_eq!(
+            c(Scalar::from(f16::from_bits(0x2e66)), E::Float64),
+            Scalar::Float64(0.0999755859375)
+        );
+        assert_eq!(c(Scalar::from(255u8), E::Int8), Scalar::Int8(-1));
+        assert_eq!(c(Scalar::from(true), E::Float16), Scalar::Float16(f16::ONE));
+        assert_eq!(
+            c(Scalar::from(1.5f32), E::Complex128),
+            Scalar::Complex128(Complex64::new(1.5, 0.0))
+        );
+    }
 }
