@@ -8,6 +8,7 @@
 //! | [`cuda`] | contexts, [`DeviceBuffer`](cuda::DeviceBuffer) (device memory with zero-copy slices and checked copies host↔device↔device), [`HostBuffer`](cuda::HostBuffer) (page-locked host memory) |
 //! | [`arrow`] | conversions into arrow-rs types without host copies |
 //! | [`ipc`] | sharing buffers between processes: device memory handles, and shared host memory where there is no GPU |
+//! | [`zarr`] | zarr's buffer layer (`Buffer`, `NDBuffer`, `BufferPrototype`, memory stores) on host or device |
 //! | [`error`] | the one [`Error`] type |
 //!
 //! The CUDA driver is loaded at run time: the crate builds without CUDA installed, and on
@@ -41,6 +42,7 @@ pub mod cuda;
 pub mod error;
 pub mod ipc;
 mod wire;
+pub mod zarr;
 
 pub use error::{Error, Result};
 

@@ -182,6 +182,15 @@ impl DeviceBuffer {
         matches!(self.alloc.origin, Origin::Owned | Origin::Empty)
     }
 
+    /// True when no other handle can see this memory: the only handle to a mutable
+    /// allocation devbuf owns (no clone, slice or foreign owner shares it). Writers
+    /// that promise value semantics (the zarr layer's copy-on-write) check this.
+    pub(crate) fn is_exclusive(&self) -> bool {
+        self.mutable
+            && matches!(self.alloc.origin, Origin::Owned | Origin::Empty)
+            && Arc::strong_count(&self.alloc) == 1
+    }
+
     /// A read-only handle to the same memory (zero-copy). Writes through it are
     /// [`Error::ReadOnly`].
     pub fn read_only(&self) -> DeviceBuffer {

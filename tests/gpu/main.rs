@@ -16,3 +16,4 @@ mod core;
 mod ipc;
 #[path = "../common/peer.rs"]
 mod peer;
+mod zarr;

@@ -13,6 +13,8 @@ use super::context::Context;
 use super::driver::{self, CUcontext, CUdeviceptr, CUfunction, CUmodule};
 use crate::error::{Error, Result};
 
+pub mod ops;
+
 /// A PTX module compiled into the crate.
 pub(crate) struct PtxModule {
     /// Module name (the `.cu` file's stem).

@@ -1,0 +1,1186 @@
+//! [`NDBuffer`]: a typed n-d view of host or device memory.
+
+use std::fmt;
+
+use bytes::Bytes;
+use ndarray::{ArrayD, ArrayViewD, IxDyn, ShapeBuilder};
+
+use super::buffer::Buffer;
+use super::dtype::{DataType, Element, ElementType, Endianness, Scalar, promote_types};
+use super::host_ops::{self, EqualMode};
+use super::index::{AxisSel, Resolved, resolve};
+use super::layout::{Layout, Order, checked_size};
+use super::memory::{MemMut, MemRef, Memory, Place, prim};
+use super::prototype::BufferPrototype;
+use crate::cuda::DeviceBuffer;
+use crate::error::{Error, Result};
+
+/// zarr's `NDBuffer`: an n-d array of one [`DataType`] in host or device memory.
+///
+/// Internally it is [`Memory`] plus a data type, a shape, byte strides and a byte
+/// offset, so [`get`](Self::get), [`transpose`](Self::transpose),
+/// [`squeeze`](Self::squeeze) and (on contiguous data) [`reshape`](Self::reshape) are
+/// views that copy nothing. Operations that need the elements contiguous
+/// ([`astype`](Self::astype), [`all_equal`](Self::all_equal), moving to another memory)
+/// run directly on the memory when the view is dense (contiguous in C, F or any
+/// transposed order), and otherwise copy the view once into a dense temporary.
+///
+/// **Value semantics (copy-on-write).** Clones and views share memory; a write
+/// ([`set`](Self::set), [`set_scalar`](Self::set_scalar), [`fill`](Self::fill)) first
+/// copies the view into memory of its own when any other handle can see the memory
+/// (another clone or view, the `Bytes` or `DeviceBuffer` it was made from, a store
+/// holding it), on the host and on the device alike. A write is therefore never
+/// visible through another handle, and writing into a buffer that only you hold
+/// happens in place. (numpy and cupy views would share the write; zarr-python copies
+/// explicitly where it matters.)
+///
+/// **Device.** On a device every operation runs there through the kernels in
+/// `cuda::kernels::ops` (fill, cast, strided copy, byte swap, all-equal); data crosses
+/// to the host only when asked ([`to_ndarray`](Self::to_ndarray),
+/// [`to_prototype`](Self::to_prototype), [`as_scalar`](Self::as_scalar)).
+///
+/// ```
+/// use devbuf::zarr::{AxisSel, BufferPrototype, DataType, NDBuffer, Order, Scalar, Slice};
+/// use ndarray::ArrayD;
+///
+/// let a = ArrayD::from_shape_vec(vec![3, 4], (0..12).map(|v| v as f32).collect()).unwrap();
+/// let mut nd = NDBuffer::from_ndarray(a);
+/// let view = nd.get(&[Slice::every(2).into(), Slice::range(1, -1).into()])?; // [::2, 1:-1]
+/// assert_eq!(view.shape(), &[2, 2]);
+/// assert_eq!(view.to_ndarray::<f32>()?.into_raw_vec_and_offset().0, vec![1.0, 2.0, 9.0, 10.0]);
+/// nd.set_scalar(&[AxisSel::Index(0)], Scalar::from(-1.0f32))?;
+/// assert!(nd.get(&[0.into()])?.all_equal(Some(Scalar::from(-1.0f32)), true)?);
+/// assert_eq!(nd.transpose(None)?.shape(), &[4, 3]);
+/// let f64s = nd.astype(DataType::FLOAT64)?;
+/// assert_eq!(f64s.get(&[2.into(), 3.into()])?.as_scalar()?, Scalar::Float64(11.0));
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct NDBuffer {
+    mem: Memory,
+    dtype: DataType,
+    layout: Layout,
+}
+
+/// What [`NDBuffer::as_ndarray_like`] returns: the memory and how the array sits in it
+/// (never a copy).
+#[derive(Clone, Copy, Debug)]
+pub struct NdArrayLike<'a> {
+    /// The memory (host `Bytes` or a `DeviceBuffer`).
+    pub memory: &'a Memory,
+    /// The data type.
+    pub dtype: DataType,
+    /// The shape.
+    pub shape: &'a [usize],
+    /// Byte strides, one per axis.
+    pub strides: &'a [usize],
+    /// Byte offset of element `[0, .., 0]` in `memory`.
+    pub offset: usize,
+}
+
+/// A `Vec<T>` of plain-old-data elements seen as bytes (for zero-copy `Bytes`).
+struct VecBytes<T: Element>(Vec<T>);
+
+impl<T: Element> AsRef<[u8]> for VecBytes<T> {
+    fn as_ref(&self) -> &[u8] {
+        // Safety: every `Element` type is plain-old-data without padding (bool, fixed
+        // width integers and floats, `#[repr(C)]` complex pairs); the byte view covers
+        // exactly the vector's initialised elements and borrows `self`.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.0.as_ptr().cast::<u8>(),
+                std::mem::size_of_val(self.0.as_slice()),
+            )
+        }
+    }
+}
+
+impl NDBuffer {
+    // ------------------------------------------------------------------ construction
+
+    /// `create`: a new array of `shape` in `prototype`'s memory, laid out in `order`,
+    /// every element `fill_value` (converted to `dtype` as numpy's unsafe cast does), or
+    /// zero when `fill_value` is `None`.
+    ///
+    /// zarr-python's GPU `create` leaves the memory uninitialised when `fill_value` is
+    /// `None`; here both memories are zeroed, so results never depend on old memory.
+    /// Use [`empty`](Self::empty) for uninitialised device memory.
+    pub fn create(
+        prototype: &BufferPrototype,
+        shape: &[usize],
+        dtype: DataType,
+        order: Order,
+        fill_value: Option<Scalar>,
+    ) -> Result<NDBuffer> {
+        let (_, nbytes) = checked_size(shape, dtype.size())?;
+        let place = prototype.place()?;
+        let layout = Layout::contiguous(shape, dtype.size(), order);
+        let pattern = fill_value.map(|v| v.to_bytes_as(dtype));
+        let zero = pattern.as_ref().is_none_or(|p| p.iter().all(|&b| b == 0));
+        let mut mem = place.alloc(nbytes, zero)?;
+        if let Some(p) = pattern.filter(|_| !zero) {
+            mem.write(|mut m| prim::fill(&mut m, 0, nbytes, &p))?;
+        }
+        Ok(NDBuffer { mem, dtype, layout })
+    }
+
+    /// `empty`: like [`create`](Self::create) without a fill: device memory is left
+    /// uninitialised (host memory is zeroed, as safe Rust requires). The layout honours
+    /// `order`.
+    pub fn empty(
+        prototype: &BufferPrototype,
+        shape: &[usize],
+        dtype: DataType,
+        order: Order,
+    ) -> Result<NDBuffer> {
+        let (_, nbytes) = checked_size(shape, dtype.size())?;
+        let mem = prototype.place()?.alloc(nbytes, false)?;
+        Ok(NDBuffer {
+            mem,
+            dtype,
+            layout: Layout::contiguous(shape, dtype.size(), order),
+        })
+    }
+
+    /// `from_numpy_array` on the host: takes an `ndarray` array **without copying** when
+    /// its strides are not negative (any C, F or transposed layout, and slices of them);
+    /// otherwise copies it into standard layout first. The data type is `T`'s element
+    /// type in native byte order.
+    ///
+    /// ```
+    /// use devbuf::zarr::NDBuffer;
+    /// let a = ndarray::arr2(&[[1u16, 2], [3, 4]]).into_dyn();
+    /// let ptr = a.as_ptr() as u64;
+    /// let nd = NDBuffer::from_ndarray(a);
+    /// assert_eq!(nd.as_ndarray_like().memory.address(), ptr); // zero-copy
+    /// ```
+    pub fn from_ndarray<T: Element, D: ndarray::Dimension>(
+        array: ndarray::Array<T, D>,
+    ) -> NDBuffer {
+        let array = array.into_dyn();
+        let array = if array.strides().iter().any(|&s| s < 0) {
+            array.as_standard_layout().into_owned()
+        } else {
+            array
+        };
+        let es = T::ELEMENT_TYPE.size();
+        let shape = array.shape().to_vec();
+        let strides: Vec<usize> = array.strides().iter().map(|&s| s as usize * es).collect();
+        let (vec, offset) = array.into_raw_vec_and_offset();
+        let size: usize = shape.iter().product();
+        let offset = if size == 0 {
+            0
+        } else {
+            offset.unwrap_or(0) * es
+        };
+        NDBuffer {
+            mem: Memory::Host(Bytes::from_owner(VecBytes(vec))),
+            dtype: DataType::native(T::ELEMENT_TYPE),
+            layout: Layout {
+                shape,
+                strides,
+                offset,
+            },
+        }
+    }
+
+    /// `from_ndarray_like` for raw memory: wraps `memory` (host or device, zero-copy) as
+    /// a contiguous array of `shape` in `order`. The memory must hold exactly
+    /// `shape.product() * dtype.size()` bytes.
+    ///
+    /// ```
+    /// use devbuf::zarr::{DataType, NDBuffer, Order, Scalar};
+    /// let nd = NDBuffer::from_memory(vec![0u8, 1, 0, 2], &[2], DataType::big(devbuf::zarr::ElementType::UInt16), Order::C)?;
+    /// assert_eq!(nd.get(&[1.into()])?.as_scalar()?, Scalar::UInt16(2));
+    /// # Ok::<(), devbuf::Error>(())
+    /// ```
+    pub fn from_memory(
+        memory: impl Into<Memory>,
+        shape: &[usize],
+        dtype: DataType,
+        order: Order,
+    ) -> Result<NDBuffer> {
+        let mem = memory.into();
+        let (_, nbytes) = checked_size(shape, dtype.size())?;
+        if mem.len() != nbytes {
+            return Err(Error::invalid(format!(
+                "memory of {} bytes cannot hold shape {shape:?} of {dtype} ({nbytes} bytes)",
+                mem.len()
+            )));
+        }
+        Ok(NDBuffer {
+            mem,
+            dtype,
+            layout: Layout::contiguous(shape, dtype.size(), order),
+        })
+    }
+
+    /// A [`Buffer`]'s bytes as an array (zero-copy), like `np.frombuffer(...).reshape(...)`.
+    pub fn from_buffer(
+        buffer: &Buffer,
+        shape: &[usize],
+        dtype: DataType,
+        order: Order,
+    ) -> Result<NDBuffer> {
+        NDBuffer::from_memory(buffer.as_array_like().clone(), shape, dtype, order)
+    }
+
+    /// A view with explicit byte `strides` and byte `offset` into `memory` (zero-copy);
+    /// the view must lie inside the memory.
+    pub fn from_parts(
+        memory: impl Into<Memory>,
+        dtype: DataType,
+        shape: &[usize],
+        strides: &[usize],
+        offset: usize,
+    ) -> Result<NDBuffer> {
+        let mem = memory.into();
+        let layout = Layout {
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+            offset,
+        };
+        checked_size(shape, dtype.size())?;
+        layout.check_fits(mem.len(), dtype.size())?;
+        Ok(NDBuffer { mem, dtype, layout })
+    }
+
+    // ------------------------------------------------------------------ properties
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.layout.shape
+    }
+
+    /// Number of dimensions.
+    pub fn ndim(&self) -> usize {
+        self.layout.ndim()
+    }
+
+    /// The data type.
+    pub fn dtype(&self) -> DataType {
+        self.dtype
+    }
+
+    /// zarr's `byteorder`: the byte order of the stored elements.
+    pub fn byteorder(&self) -> Endianness {
+        self.dtype.byteorder()
+    }
+
+    /// Number of elements.
+    pub fn size(&self) -> usize {
+        self.layout.size()
+    }
+
+    /// Bytes the elements occupy (`size * itemsize`).
+    pub fn nbytes(&self) -> usize {
+        self.size() * self.dtype.size()
+    }
+
+    /// `len()`: the length of the first axis; an error for a 0-d array (Python's
+    /// "len() of unsized object").
+    pub fn len(&self) -> Result<usize> {
+        self.layout
+            .shape
+            .first()
+            .copied()
+            .ok_or_else(|| Error::invalid("len() of unsized object: the NDBuffer is 0-dimensional"))
+    }
+
+    /// True when the array has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.size() == 0
+    }
+
+    /// Byte strides, one per axis.
+    pub fn strides(&self) -> &[usize] {
+        &self.layout.strides
+    }
+
+    /// True when the elements are contiguous in C order (numpy's flag: axes of
+    /// length 1 do not count).
+    pub fn is_c_contiguous(&self) -> bool {
+        self.layout.is_c_contiguous(self.dtype.size())
+    }
+
+    /// True when the elements are contiguous in F order.
+    pub fn is_f_contiguous(&self) -> bool {
+        self.layout.is_f_contiguous(self.dtype.size())
+    }
+
+    /// The prototype whose memory this is.
+    pub fn prototype(&self) -> BufferPrototype {
+        BufferPrototype::of(&self.mem)
+    }
+
+    /// True for host memory.
+    pub fn is_host(&self) -> bool {
+        self.mem.is_host()
+    }
+
+    /// True for device memory.
+    pub fn is_device(&self) -> bool {
+        self.mem.is_device()
+    }
+
+    /// `as_ndarray_like`: the underlying memory and layout, never a copy.
+    pub fn as_ndarray_like(&self) -> NdArrayLike<'_> {
+        NdArrayLike {
+            memory: &self.mem,
+            dtype: self.dtype,
+            shape: &self.layout.shape,
+            strides: &self.layout.strides,
+            offset: self.layout.offset,
+        }
+    }
+
+    // ------------------------------------------------------------------ conversions
+
+    /// `as_numpy_array`: the values as a host `ndarray` (a copy; device data crosses
+    /// once; big-endian data is converted to native values). The array keeps this
+    /// buffer's memory order (C, F or a transposition). `T` must be the element type.
+    pub fn to_ndarray<T: Element>(&self) -> Result<ArrayD<T>> {
+        self.check_element::<T>()?;
+        let es = self.dtype.size();
+        let dense = self.to_dense_le()?;
+        let start = dense.layout.offset;
+        let bytes = Place::Host.bring(&dense.mem, start, self.nbytes())?;
+        let bytes = bytes.as_host().cloned().unwrap_or_default();
+        let values: Vec<T> = bytes.chunks_exact(es).map(T::read_le).collect();
+        let shape = self.layout.shape.clone();
+        if self.size() == 0 || self.ndim() <= 1 {
+            return ArrayD::from_shape_vec(IxDyn(&shape), values)
+                .map_err(|e| Error::invalid(format!("internal: ndarray shape: {e}")));
+        }
+        let k = dense.layout.k_compact(es);
+        let strides: Vec<usize> = k.strides.iter().map(|s| s / es).collect();
+        ArrayD::from_shape_vec(IxDyn(&shape).strides(IxDyn(&strides)), values)
+            .map_err(|e| Error::invalid(format!("internal: ndarray layout: {e}")))
+    }
+
+    /// A zero-copy `ndarray` view of host data in native byte order. Errors for device
+    /// memory, another byte order, a `T` that is not the element type, memory that is
+    /// not aligned for `T`, and `bool` data holding bytes other than 0 and 1.
+    pub fn as_array_view<T: Element>(&self) -> Result<ArrayViewD<'_, T>> {
+        self.check_element::<T>()?;
+        let Memory::Host(bytes) = &self.mem else {
+            return Err(Error::invalid(
+                "as_array_view needs host memory; this NDBuffer is on a device (use to_ndarray)",
+            ));
+        };
+        if !self.dtype.is_native() {
+            return Err(Error::invalid(format!(
+                "as_array_view needs native byte order; the data is {} (use to_ndarray)",
+                self.dtype
+            )));
+        }
+        let es = self.dtype.size();
+        let align = std::mem::align_of::<T>();
+        let shape = self.layout.shape.clone();
+        if self.size() == 0 {
+            return ArrayViewD::from_shape(IxDyn(&shape), &[][..])
+                .map_err(|e| Error::invalid(format!("internal: ndarray view: {e}")));
+        }
+        let base = bytes.as_ptr() as usize + self.layout.offset;
+        if base % align != 0
+            || self
+                .layout
+                .strides
+                .iter()
+                .any(|s| s % es != 0 || s % align != 0)
+        {
+            return Err(Error::invalid(format!(
+                "as_array_view: the data at {base:#x} with byte strides {:?} is not aligned \
+                 for {} ({align}-byte alignment); use to_ndarray",
+                self.layout.strides,
+                T::ELEMENT_TYPE
+            )));
+        }
+        if T::ELEMENT_TYPE == ElementType::Bool {
+            let mut ok = true;
+            self.for_each_offset(|off| ok &= bytes[off] <= 1);
+            if !ok {
+                return Err(Error::invalid(
+                    "as_array_view::<bool>: the data holds bytes other than 0 and 1",
+                ));
+            }
+        }
+        let strides: Vec<usize> = self.layout.strides.iter().map(|s| s / es).collect();
+        // Safety: `check_fits` (an invariant of every NDBuffer) keeps every element of
+        // the view inside `bytes`; the pointer and strides are aligned for `T` and the
+        // strides are non-negative; every bit pattern is a valid `T` (bool checked
+        // above); `Bytes` is immutable and borrowed through `&self` for the view's
+        // lifetime, so nothing writes it meanwhile.
+        unsafe {
+            Ok(ArrayViewD::from_shape_ptr(
+                IxDyn(&shape).strides(IxDyn(&strides)),
+                base as *const T,
+            ))
+        }
+    }
+
+    /// This array in `prototype`'s memory: zero-copy when it is already there, else one
+    /// transfer of the elements (a dense view moves as it is; a strided view is first
+    /// gathered on its own side).
+    pub fn to_prototype(&self, prototype: &BufferPrototype) -> Result<NDBuffer> {
+        if prototype.holds(&self.mem) {
+            return Ok(self.clone());
+        }
+        self.to_place(&prototype.place()?)
+    }
+
+    fn to_place(&self, place: &Place) -> Result<NDBuffer> {
+        if place.same(&self.mem.place()) {
+            return Ok(self.clone());
+        }
+        let dense = self.to_dense()?;
+        let mem = place.bring(&dense.mem, dense.layout.offset, self.nbytes())?;
+        Ok(NDBuffer {
+            mem,
+            dtype: self.dtype,
+            layout: Layout {
+                offset: 0,
+                ..dense.layout
+            },
+        })
+    }
+
+    /// The elements' bytes in C order as a [`Buffer`] (what zarr's bytes codec
+    /// writes): zero-copy when the array is C-contiguous, else one copy.
+    pub fn to_buffer(&self) -> Result<Buffer> {
+        let src = if self.is_c_contiguous() {
+            self.clone()
+        } else {
+            self.copy()?
+        };
+        let off = if self.size() == 0 {
+            0
+        } else {
+            src.layout.offset
+        };
+        Ok(Buffer::from_array_like(src.mem.slice(off, self.nbytes())?))
+    }
+
+    /// `as_scalar`: the value of an array with exactly one element (of any shape: 0-d,
+    /// `(1,)`, `(1, 1)`, ...; numpy returns a 1-element array for the latter, whose
+    /// value is this). Errors otherwise with zarr's message.
+    pub fn as_scalar(&self) -> Result<Scalar> {
+        if self.size() != 1 {
+            return Err(Error::invalid(format!(
+                "Buffer does not contain a single scalar value (shape {:?} has {} elements)",
+                self.layout.shape,
+                self.size()
+            )));
+        }
+        let es = self.dtype.size();
+        let off = self.layout.offset;
+        let mut b = vec![0u8; es];
+        match &self.mem {
+            Memory::Host(h) => b.copy_from_slice(&h[off..off + es]),
+            Memory::Device(d) => d.copy_to_host_into(off, &mut b)?,
+        }
+        if self.dtype.needs_swap() {
+            host_ops::swap_in_place(&mut b, self.dtype.element().swap_width());
+        }
+        Scalar::from_le_bytes(self.dtype.element(), &b)
+    }
+
+    // ------------------------------------------------------------------ new arrays
+
+    /// `astype`: the values converted to `dtype` (numpy's `casting="unsafe"`; see
+    /// [`Scalar::cast`]), in numpy's order `K` (the same axis order in memory). Converting
+    /// to the identical data type returns this array (zero-copy; copy-on-write keeps it
+    /// a value). Byte order is converted too.
+    pub fn astype(&self, dtype: DataType) -> Result<NDBuffer> {
+        if dtype == self.dtype {
+            return Ok(self.clone());
+        }
+        let n = self.size();
+        if dtype.element() == self.dtype.element() {
+            // Only the byte order changes.
+            let mut out = self.copy_k()?;
+            let len = out.nbytes();
+            let width = dtype.element().swap_width();
+            out.mem
+                .write(|mut m| prim::byteswap(&mut m, 0, len, width))?;
+            out.dtype = dtype;
+            return Ok(out);
+        }
+        let src = self.to_dense_le()?;
+        let layout = src.layout.k_compact(dtype.size());
+        let place = self.mem.place();
+        let mut mem = place.alloc(n * dtype.size(), false)?;
+        let from = src.dtype.element();
+        mem.write(|mut m| {
+            prim::cast(
+                &src.mem.view(),
+                src.layout.offset,
+                from,
+                &mut m,
+                0,
+                dtype.element(),
+                n,
+            )?;
+            if dtype.needs_swap() {
+                prim::byteswap(&mut m, 0, n * dtype.size(), dtype.element().swap_width())?;
+            }
+            Ok(())
+        })?;
+        Ok(NDBuffer { mem, dtype, layout })
+    }
+
+    /// `copy`: a new array with its own memory, in C order (numpy's default), in the
+    /// same memory (host or device).
+    pub fn copy(&self) -> Result<NDBuffer> {
+        self.copy_order(Order::C)
+    }
+
+    /// A new array with its own memory, laid out in `order`.
+    pub fn copy_order(&self, order: Order) -> Result<NDBuffer> {
+        self.copy_into_layout(Layout::contiguous(
+            &self.layout.shape,
+            self.dtype.size(),
+            order,
+        ))
+    }
+
+    /// A copy in this array's own axis order (numpy's `K`), dense.
+    fn copy_k(&self) -> Result<NDBuffer> {
+        self.copy_into_layout(self.layout.k_compact(self.dtype.size()))
+    }
+
+    fn copy_into_layout(&self, layout: Layout) -> Result<NDBuffer> {
+        let es = self.dtype.size();
+        let mut mem = self.mem.place().alloc(self.nbytes(), false)?;
+        if self.size() > 0 {
+            mem.write(|mut m| {
+                prim::strided_copy(
+                    &self.mem.view(),
+                    self.layout.offset,
+                    &self.layout.istrides(),
+                    &mut m,
+                    layout.offset,
+                    &layout.istrides(),
+                    &layout.shape,
+                    es,
+                )
+            })?;
+        }
+        Ok(NDBuffer {
+            mem,
+            dtype: self.dtype,
+            layout,
+        })
+    }
+
+    /// This array when it is dense, else a dense copy in its own axis order.
+    fn to_dense(&self) -> Result<NDBuffer> {
+        if self.layout.dense_start(self.dtype.size()).is_some() {
+            Ok(self.clone())
+        } else {
+            self.copy_k()
+        }
+    }
+
+    /// A dense array of little-endian values (this array when it already is one).
+    fn to_dense_le(&self) -> Result<NDBuffer> {
+        if !self.dtype.needs_swap() {
+            return self.to_dense();
+        }
+        let mut out = self.copy_k()?;
+        let len = out.nbytes();
+        let width = self.dtype.element().swap_width();
+        out.mem
+            .write(|mut m| prim::byteswap(&mut m, 0, len, width))?;
+        out.dtype = DataType::little(self.dtype.element());
+        Ok(out)
+    }
+
+    // ------------------------------------------------------------------ views
+
+    /// `reshape`: the same elements (taken in C order) in a new shape; one entry may be
+    /// `-1` to be inferred (`reshape(&[-1])` flattens). A view when the array is
+    /// C-contiguous, else a C-order copy.
+    pub fn reshape(&self, shape: &[isize]) -> Result<NDBuffer> {
+        let size = self.size();
+        let mut infer = None;
+        let mut known: usize = 1;
+        for (i, &d) in shape.iter().enumerate() {
+            if d == -1 {
+                if infer.replace(i).is_some() {
+                    return Err(Error::invalid(format!(
+                        "can only specify one unknown dimension (-1) in the new shape {shape:?}"
+                    )));
+                }
+            } else if d < 0 {
+                return Err(Error::invalid(format!(
+                    "negative dimension {d} in the new shape {shape:?} (only -1 is allowed)"
+                )));
+            } else {
+                known = known
+                    .checked_mul(d as usize)
+                    .ok_or_else(|| Error::invalid(format!("new shape {shape:?} is too large")))?;
+            }
+        }
+        let mut new: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
+        if let Some(i) = infer {
+            if known == 0 || size % known != 0 {
+                return Err(Error::invalid(format!(
+                    "cannot reshape array of size {size} into shape {shape:?}"
+                )));
+            }
+            new[i] = size / known;
+        } else if known != size {
+            return Err(Error::invalid(format!(
+                "cannot reshape array of size {size} into shape {shape:?}"
+            )));
+        }
+        let src = if self.is_c_contiguous() {
+            self.clone()
+        } else {
+            self.copy()?
+        };
+        let offset = if size == 0 { 0 } else { src.layout.offset };
+        let mut layout = Layout::contiguous(&new, self.dtype.size(), Order::C);
+        layout.offset = offset;
+        Ok(NDBuffer {
+            mem: src.mem,
+            dtype: self.dtype,
+            layout,
+        })
+    }
+
+    /// `squeeze(axis)`: removes the listed axes, each of which must have length 1
+    /// (a view).
+    pub fn squeeze(&self, axes: &[usize]) -> Result<NDBuffer> {
+        let nd = self.ndim();
+        for (i, &a) in axes.iter().enumerate() {
+            if a >= nd {
+                return Err(Error::invalid(format!(
+                    "axis {a} is out of bounds for an array of {nd} dimension(s)"
+                )));
+            }
+            if self.layout.shape[a] != 1 {
+                return Err(Error::invalid(format!(
+                    "cannot squeeze axis {a}: it has length {}, not 1",
+                    self.layout.shape[a]
+                )));
+            }
+            if axes[..i].contains(&a) {
+                return Err(Error::invalid(format!("repeated axis {a} in squeeze")));
+            }
+        }
+        let keep = |(i, _): &(usize, &usize)| !axes.contains(i);
+        let layout = Layout {
+            shape: self
+                .layout
+                .shape
+                .iter()
+                .enumerate()
+                .filter(keep)
+                .map(|(_, &v)| v)
+                .collect(),
+            strides: self
+                .layout
+                .strides
+                .iter()
+                .enumerate()
+                .filter(keep)
+                .map(|(_, &v)| v)
+                .collect(),
+            offset: self.layout.offset,
+        };
+        Ok(NDBuffer {
+            mem: self.mem.clone(),
+            dtype: self.dtype,
+            layout,
+        })
+    }
+
+    /// `transpose(axes)`: permutes the axes (a view); `None` reverses them.
+    pub fn transpose(&self, axes: Option<&[usize]>) -> Result<NDBuffer> {
+        let nd = self.ndim();
+        let perm: Vec<usize> = match axes {
+            None => (0..nd).rev().collect(),
+            Some(a) => a.to_vec(),
+        };
+        let mut seen = vec![false; nd];
+        if perm.len() != nd
+            || perm
+                .iter()
+                .any(|&a| a >= nd || std::mem::replace(&mut seen[a], true))
+        {
+            return Err(Error::invalid(format!(
+                "axes {perm:?} are not a permutation of the {nd} axes 0..{nd}"
+            )));
+        }
+        let layout = Layout {
+            shape: perm.iter().map(|&a| self.layout.shape[a]).collect(),
+            strides: perm.iter().map(|&a| self.layout.strides[a]).collect(),
+            offset: self.layout.offset,
+        };
+        Ok(NDBuffer {
+            mem: self.mem.clone(),
+            dtype: self.dtype,
+            layout,
+        })
+    }
+
+    fn view_of(&self, sel: &[Resolved]) -> Layout {
+        let mut layout = Layout {
+            shape: Vec::new(),
+            strides: Vec::new(),
+            offset: self.layout.offset,
+        };
+        for (r, &s) in sel.iter().zip(&self.layout.strides) {
+            match *r {
+                Resolved::Index(i) => layout.offset += i * s,
+                Resolved::Range { start, count, step } => {
+                    if count > 0 {
+                        layout.offset += start * s;
+                    }
+                    layout.shape.push(count);
+                    layout.strides.push(s * step);
+                }
+            }
+        }
+        if layout.size() == 0 {
+            layout.offset = 0;
+        }
+        layout
+    }
+
+    /// `buffer[selection]`: a view (zero-copy). Per axis: an integer (drops the axis),
+    /// a range or [`Slice`](super::Slice) with a positive step, or the full axis;
+    /// missing trailing selectors mean full axes. Result shapes follow numpy;
+    /// out-of-range indices are errors.
+    pub fn get(&self, selection: &[AxisSel]) -> Result<NDBuffer> {
+        let sel = resolve(selection, &self.layout.shape)?;
+        Ok(NDBuffer {
+            mem: self.mem.clone(),
+            dtype: self.dtype,
+            layout: self.view_of(&sel),
+        })
+    }
+
+    // ------------------------------------------------------------------ writes
+
+    /// Makes the memory this array's own before a write (copy-on-write).
+    fn make_exclusive(&mut self) -> Result<()> {
+        if !self.mem.is_exclusive() {
+            *self = self.copy_k()?;
+        }
+        Ok(())
+    }
+
+    /// `buffer[selection] = value` for an array `value` (host or device, any data
+    /// type): `value` is broadcast to the selection's shape as numpy does, converted to
+    /// this array's data type, and moved to this array's memory first (host values go
+    /// to the device and are converted there).
+    pub fn set(&mut self, selection: &[AxisSel], value: &NDBuffer) -> Result<()> {
+        let sel = resolve(selection, &self.layout.shape)?;
+        let target = self.view_of(&sel);
+        broadcast_strides(&value.layout, &target.shape)?;
+        if target.size() == 0 {
+            return Ok(());
+        }
+        let v = value.to_place(&self.mem.place())?;
+        if v.dtype != self.dtype && self.cast_into(&sel, &v)? {
+            return Ok(());
+        }
+        let v = v.astype(self.dtype)?;
+        self.make_exclusive()?;
+        let target = self.view_of(&sel);
+        let src_strides = broadcast_strides(&v.layout, &target.shape)?;
+        let es = self.dtype.size();
+        self.mem.write(|mut m| {
+            prim::strided_copy(
+                &v.mem.view(),
+                v.layout.offset,
+                &src_strides,
+                &mut m,
+                target.offset,
+                &target.istrides(),
+                &target.shape,
+                es,
+            )
+        })
+    }
+
+    /// The fast path of [`set`](Self::set) for a value of another data type: when the
+    /// value (already in this memory) and the selection are both dense, little-endian
+    /// and in the same axis order, the value is cast straight into place (no
+    /// temporary). Returns whether it applied.
+    fn cast_into(&mut self, sel: &[Resolved], v: &NDBuffer) -> Result<bool> {
+        let (es, ves) = (self.dtype.size(), v.dtype.size());
+        let target = self.view_of(sel);
+        let same_order = |t: &Layout| {
+            (0..t.ndim()).all(|a| t.shape[a] <= 1 || t.strides[a] / es == v.layout.strides[a] / ves)
+        };
+        if self.dtype.needs_swap()
+            || v.dtype.needs_swap()
+            || v.layout.shape != target.shape
+            || v.layout.dense_start(ves).is_none()
+            || target.dense_start(es).is_none()
+            || !same_order(&target)
+        {
+            return Ok(false);
+        }
+        self.make_exclusive()?;
+        let target = self.view_of(sel);
+        if target.dense_start(es).is_none() || !same_order(&target) {
+            // The copy-on-write copy changed the layout; take the general path.
+            return Ok(false);
+        }
+        let (from, to, n) = (v.dtype.element(), self.dtype.element(), target.size());
+        self.mem.write(|mut m| {
+            prim::cast(
+                &v.mem.view(),
+                v.layout.offset,
+                from,
+                &mut m,
+                target.offset,
+                to,
+                n,
+            )
+        })?;
+        Ok(true)
+    }
+
+    /// `buffer[selection] = scalar`: every selected element becomes `value` (converted
+    /// to the data type as numpy's unsafe cast does).
+    pub fn set_scalar(&mut self, selection: &[AxisSel], value: Scalar) -> Result<()> {
+        let sel = resolve(selection, &self.layout.shape)?;
+        if self.view_of(&sel).size() == 0 {
+            return Ok(());
+        }
+        let pattern = value.to_bytes_as(self.dtype);
+        self.make_exclusive()?;
+        let target = self.view_of(&sel);
+        let es = self.dtype.size();
+        let n = target.size();
+        self.mem.write(|mut m| {
+            if let Some(start) = target.dense_start(es) {
+                return prim::fill(&mut m, start, n * es, &pattern);
+            }
+            let zeros = vec![0isize; target.ndim()];
+            let tiny;
+            let src = match &m {
+                MemMut::Host(_) => MemRef::Host(&pattern),
+                MemMut::Device(d) => {
+                    tiny = DeviceBuffer::from_host(d.context(), &pattern)?;
+                    MemRef::Device(&tiny)
+                }
+            };
+            prim::strided_copy(
+                &src,
+                0,
+                &zeros,
+                &mut m,
+                target.offset,
+                &target.istrides(),
+                &target.shape,
+                es,
+            )
+        })
+    }
+
+    /// `fill(value)`: every element becomes `value`.
+    pub fn fill(&mut self, value: Scalar) -> Result<()> {
+        self.set_scalar(&[], value)
+    }
+
+    // ------------------------------------------------------------------ comparison
+
+    /// `all_equal(other, equal_nan)`, zarr's rules exactly:
+    ///
+    /// * `None` (a zarr v2 fill value of null) is never equal: `false`.
+    /// * A float `other` equal to zero (`0.0` or `-0.0`) is converted to this data type
+    ///   and compared **bit for bit**, so `-0.0` data is not equal to a `0.0` fill.
+    /// * Otherwise numpy's `array_equal(data, other, equal_nan)`: both are compared in
+    ///   their promoted type ([`promote_types`]), NaN equals NaN only with `equal_nan`
+    ///   (complex: a NaN in either part makes the number NaN).
+    /// * An empty array is equal to anything but `None`.
+    ///
+    /// Data of every memory and byte order is compared where it lives, on the device
+    /// by a reduction kernel.
+    ///
+    /// ```
+    /// use devbuf::zarr::{BufferPrototype, DataType, NDBuffer, Order, Scalar};
+    /// let p = BufferPrototype::Host;
+    /// let z = NDBuffer::create(&p, &[3], DataType::FLOAT32, Order::C, Some(Scalar::from(-0.0f32)))?;
+    /// assert!(!z.all_equal(Some(Scalar::from(0.0f32)), true)?); // bit patterns differ
+    /// assert!(z.all_equal(Some(Scalar::from(-0.0f64)), true)?);
+    /// assert!(z.all_equal(Some(Scalar::from(0i32)), true)?);     // not a float: numeric
+    /// assert!(!z.all_equal(None, true)?);
+    /// let n = NDBuffer::create(&p, &[2], DataType::FLOAT64, Order::C, Some(Scalar::from(f64::NAN)))?;
+    /// assert!(n.all_equal(Some(Scalar::from(f64::NAN)), true)?);
+    /// assert!(!n.all_equal(Some(Scalar::from(f64::NAN)), false)?);
+    /// # Ok::<(), devbuf::Error>(())
+    /// ```
+    pub fn all_equal(&self, other: Option<Scalar>, equal_nan: bool) -> Result<bool> {
+        let Some(other) = other else {
+            return Ok(false);
+        };
+        if self.size() == 0 {
+            return Ok(true);
+        }
+        let data = self.dtype.element();
+        if other.is_float_zero() {
+            return self.compare_stored(&other.to_bytes_as(self.dtype), EqualMode::Bitwise);
+        }
+        let common = promote_types(data, other.element_type());
+        let t = other.cast(common);
+        let lossy = matches!(data, ElementType::Int64 | ElementType::UInt64)
+            && (common.is_float() || common.is_complex());
+        if lossy {
+            // numpy compares in the promoted float type, where distinct 64-bit integers
+            // can become equal: convert the data to it first.
+            let promoted = self.astype(DataType::little(common))?;
+            return promoted.compare_le(&t.to_le_bytes(), EqualMode::Numeric { equal_nan });
+        }
+        if t.is_nan() {
+            if !equal_nan || !(data.is_float() || data.is_complex()) {
+                return Ok(false);
+            }
+            let nan = Scalar::Float64(f64::NAN).cast(data);
+            return self.compare_le_values(nan, EqualMode::Numeric { equal_nan: true });
+        }
+        // The data's type holds every value exactly in the promoted type, so an element
+        // equals `t` exactly when it equals the one value `d` of its own type that
+        // converts to `t`; when no such value exists, nothing is equal.
+        let d = t.cast(data);
+        let back = d.cast(common);
+        let same = match (back, t) {
+            (Scalar::Complex64(a), Scalar::Complex64(b)) => a == b,
+            (Scalar::Complex128(a), Scalar::Complex128(b)) => a == b,
+            (a, b) => host_ops::all_equal(
+                &a.to_le_bytes(),
+                common,
+                &b.to_le_bytes(),
+                EqualMode::Numeric { equal_nan: false },
+            )
+            .unwrap_or(false),
+        };
+        if !same {
+            return Ok(false);
+        }
+        self.compare_le_values(d, EqualMode::Numeric { equal_nan })
+    }
+
+    /// Compares every element with the value `d` (of the data's element type).
+    /// Where value equality is bit equality (integers; floats and complex numbers with
+    /// no zero or NaN part) the stored bytes are compared as they are (no byte swap);
+    /// otherwise the values are compared numerically on little-endian data.
+    fn compare_le_values(&self, d: Scalar, mode: EqualMode) -> Result<bool> {
+        let plain = |x: f64| x != 0.0 && !x.is_nan();
+        let bitwise_ok = match d {
+            Scalar::Bool(_) => false,
+            Scalar::Float16(v) => plain(v.to_f64()),
+            Scalar::Float32(v) => plain(v as f64),
+            Scalar::Float64(v) => plain(v),
+            Scalar::Complex64(v) => plain(v.re as f64) && plain(v.im as f64),
+            Scalar::Complex128(v) => plain(v.re) && plain(v.im),
+            _ => true,
+        };
+        if bitwise_ok {
+            self.compare_stored(&d.to_bytes_as(self.dtype), EqualMode::Bitwise)
+        } else {
+            self.compare_le(&d.to_le_bytes(), mode)
+        }
+    }
+
+    /// Compares the stored bytes (in the data's own byte order) with `stored`.
+    fn compare_stored(&self, stored: &[u8], mode: EqualMode) -> Result<bool> {
+        let dense = self.to_dense()?;
+        prim::all_equal(
+            &dense.mem.view(),
+            dense.layout.offset,
+            self.nbytes(),
+            self.dtype.element(),
+            stored,
+            mode,
+        )
+    }
+
+    /// Compares the values (made little-endian) with the little-endian `value`.
+    fn compare_le(&self, value: &[u8], mode: EqualMode) -> Result<bool> {
+        let dense = self.to_dense_le()?;
+        prim::all_equal(
+            &dense.mem.view(),
+            dense.layout.offset,
+            self.nbytes(),
+            self.dtype.element(),
+            value,
+            mode,
+        )
+    }
+
+    // ------------------------------------------------------------------ helpers
+
+    fn check_element<T: Element>(&self) -> Result<()> {
+        if T::ELEMENT_TYPE != self.dtype.element() {
+            return Err(Error::invalid(format!(
+                "the NDBuffer holds {}, not {} ({})",
+                self.dtype,
+                T::ELEMENT_TYPE,
+                std::any::type_name::<T>()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Calls `f` with the byte offset of every element, in C order.
+    fn for_each_offset(&self, mut f: impl FnMut(usize)) {
+        if self.size() == 0 {
+            return;
+        }
+        let nd = self.ndim();
+        let mut idx = vec![0usize; nd];
+        loop {
+            let off = self.layout.offset
+                + idx
+                    .iter()
+                    .zip(&self.layout.strides)
+                    .map(|(i, s)| i * s)
+                    .sum::<usize>();
+            f(off);
+            let mut k = nd;
+            loop {
+                if k == 0 {
+                    return;
+                }
+                k -= 1;
+                idx[k] += 1;
+                if idx[k] < self.layout.shape[k] {
+                    break;
+                }
+                idx[k] = 0;
+            }
+        }
+    }
+}
+
+/// Strides that broadcast `value` to `target` shape, numpy's rules: leading axes of
+/// length 1 in `value` may be dropped, axes are aligned at the end, and an axis of
+/// length 1 (or a missing one) repeats.
+fn broadcast_strides(value: &Layout, target: &[usize]) -> Result<Vec<isize>> {
+    let err = || {
+        Error::invalid(format!(
+            "could not broadcast input array from shape {:?} into shape {target:?}",
+            value.shape
+        ))
+    };
+    let mut vs: &[usize] = &value.shape;
+    let mut vt: &[usize] = &value.strides;
+    while vs.len() > target.len() {
+        if vs[0] != 1 {
+            return Err(err());
+        }
+        vs = &vs[1..];
+        vt = &vt[1..];
+    }
+    let lead = target.len() - vs.len();
+    let mut out = vec![0isize; target.len()];
+    for (i, &n) in target.iter().enumerate() {
+        if i < lead {
+            continue;
+        }
+        let j = i - lead;
+        if vs[j] == n {
+            out[i] = vt[j] as isize;
+        } else if vs[j] == 1 {
+            out[i] = 0;
+        } else {
+            return Err(err());
+        }
+    }
+    Ok(out)
+}
+
+impl fmt::Debug for NDBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NDBuffer")
+            .field("shape", &self.layout.shape)
+            .field("dtype", &format_args!("{}", self.dtype))
+            .field("strides", &self.layout.strides)
+            .field("offset", &self.layout.offset)
+            .field("memory", &self.mem)
+            .finish()
+    }
+}
+
+impl fmt::Display for NDBuffer {
+    /// zarr's repr: `<NDBuffer shape=(2, 3) dtype=float32 host [0, 1, 2, 3, 4, 5]>`; the
+    /// values (the first 16, in C order) are shown for host memory only (showing device
+    /// values would need a copy).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shape: Vec<String> = self.layout.shape.iter().map(|d| d.to_string()).collect();
+        let shape = if shape.len() == 1 {
+            format!("({},)", shape[0])
+        } else {
+            format!("({})", shape.join(", "))
+        };
+        write!(
+            f,
+            "<NDBuffer shape={shape} dtype={} {}",
+            self.dtype,
+            self.prototype()
+        )?;
+        if let Memory::Host(bytes) = &self.mem {
+            let es = self.dtype.size();
+            let mut vals = Vec::new();
+            let mut more = false;
+            self.for_each_offset(|off| {
+                if vals.len() == 16 {
+                    more = true;
+                    return;
+                }
+                let mut b = bytes[off..off + es].to_vec();
+                if self.dtype.needs_swap() {
+                    host_ops::swap_in_place(&mut b, self.dtype.element().swap_width());
+                }
+                vals.push(host_ops::read_scalar(self.dtype.element(), &b).to_string());
+            });
+            write!(
+                f,
+                " [{}{}]",
+                vals.join(", "),
+                if more { ", ..." } else { "" }
+            )?;
+        } else {
+            write!(f, " address={:#x}", self.mem.address())?;
+        }
+        f.write_str(">")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcasting_rules() {
+        let l = Layout::contiguous(&[1, 3], 4, Order::C);
+        assert_eq!(broadcast_strides(&l, &[2, 3]).unwrap(), vec![0, 4]);
+        assert_eq!(broadcast_strides(&l, &[3]).unwrap(), vec![4]);
+        assert_eq!(broadcast_strides(&l, &[4, 2, 3]).unwrap(), vec![0, 0, 4]);
+        assert!(broadcast_strides(&l, &[2]).is_err());
+        let s = Layout::contiguous(&[], 4, Order::C);
+        assert_eq!(broadcast_strides(&s, &[2, 2]).unwrap(), vec![0, 0]);
+    }
+
+    #[test]
+    fn display_is_zarr_like() {
+        let nd = NDBuffer::from_ndarray(ndarray::arr1(&[1i32, 2, 3]));
+        assert_eq!(
+            nd.to_string(),
+            "<NDBuffer shape=(3,) dtype=int32 host [1, 2, 3]>"
+        );
+        let z = NDBuffer::from_ndarray(ndarray::arr0(2.5f64));
+        assert_eq!(
+            z.to_string(),
+            "<NDBuffer shape=() dtype=float64 host [2.5]>"
+        );
+    }
+}

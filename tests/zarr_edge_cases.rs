@@ -1,0 +1,402 @@
+//! zarr-python's own edge cases for NDBuffer, on the host: all_equal with NaN, -0.0
+//! and None; as_scalar on 0-d and (1,) shapes; empty honouring order; big-endian round
+//! trips; errors that say what was wrong.
+
+use devbuf::zarr::{
+    BufferPrototype, DataType, ElementType, Endianness, NDBuffer, Order, Scalar, Slice,
+};
+use half::f16;
+use num_complex::Complex32;
+
+const P: BufferPrototype = BufferPrototype::Host;
+
+fn full(shape: &[usize], dtype: DataType, v: Scalar) -> NDBuffer {
+    NDBuffer::create(&P, shape, dtype, Order::C, Some(v)).unwrap()
+}
+
+#[test]
+fn all_equal_none_is_false() {
+    let nd = full(&[2, 2], DataType::INT32, Scalar::from(0i32));
+    assert!(!nd.all_equal(None, true).unwrap());
+    let empty = full(&[0], DataType::INT32, Scalar::from(0i32));
+    assert!(!empty.all_equal(None, true).unwrap());
+    assert!(empty.all_equal(Some(Scalar::from(5i32)), false).unwrap());
+}
+
+#[test]
+fn all_equal_signed_zero_is_bitwise() {
+    for t in [
+        ElementType::Float16,
+        ElementType::Float32,
+        ElementType::Float64,
+    ] {
+        for endian in [Endianness::Little, Endianness::Big] {
+            let dt = DataType::new(t, endian);
+            let neg = full(&[3], dt, Scalar::from(-0.0f64));
+            let pos = full(&[3], dt, Scalar::from(0.0f64));
+            assert!(
+                !neg.all_equal(Some(Scalar::from(0.0f64)), true).unwrap(),
+                "{dt}"
+            );
+            assert!(
+                !neg.all_equal(Some(Scalar::from(0.0f32)), true).unwrap(),
+                "{dt}"
+            );
+            assert!(
+                neg.all_equal(Some(Scalar::from(-0.0f32)), true).unwrap(),
+                "{dt}"
+            );
+            assert!(
+                pos.all_equal(Some(Scalar::from(0.0f64)), false).unwrap(),
+                "{dt}"
+            );
+            assert!(
+                !pos.all_equal(Some(Scalar::from(-0.0f64)), false).unwrap(),
+                "{dt}"
+            );
+            // A non-float zero compares by value: -0.0 == 0.
+            assert!(
+                neg.all_equal(Some(Scalar::from(0i64)), true).unwrap(),
+                "{dt}"
+            );
+            assert!(
+                neg.all_equal(Some(Scalar::from(false)), true).unwrap(),
+                "{dt}"
+            );
+        }
+    }
+    // A float zero against integer data: converted, then bit for bit.
+    let ints = full(&[4], DataType::UINT16, Scalar::from(0u16));
+    assert!(ints.all_equal(Some(Scalar::from(-0.0f64)), true).unwrap());
+    let c = full(
+        &[2],
+        DataType::COMPLEX64,
+        Scalar::from(Complex32::new(-0.0, 0.0)),
+    );
+    assert!(!c.all_equal(Some(Scalar::from(0.0f32)), true).unwrap());
+    assert!(c.all_equal(Some(Scalar::from(-0.0f32)), true).unwrap());
+}
+
+#[test]
+fn all_equal_nan_rules() {
+    for t in [
+        ElementType::Float16,
+        ElementType::Float32,
+        ElementType::Float64,
+        ElementType::Complex64,
+        ElementType::Complex128,
+    ] {
+        let dt = DataType::big(t);
+        let nan = full(&[2, 3], dt, Scalar::from(f64::NAN));
+        assert!(
+            nan.all_equal(Some(Scalar::from(f64::NAN)), true).unwrap(),
+            "{dt}"
+        );
+        assert!(
+            nan.all_equal(Some(Scalar::from(f32::NAN)), true).unwrap(),
+            "{dt}"
+        );
+        assert!(
+            !nan.all_equal(Some(Scalar::from(f64::NAN)), false).unwrap(),
+            "{dt}"
+        );
+        assert!(
+            !nan.all_equal(Some(Scalar::from(1.0f64)), true).unwrap(),
+            "{dt}"
+        );
+    }
+    // Integers are never NaN.
+    let ints = full(&[2], DataType::INT8, Scalar::from(0i8));
+    assert!(!ints.all_equal(Some(Scalar::from(f64::NAN)), true).unwrap());
+    // Complex: a NaN in either part makes the number NaN (numpy's isnan mask).
+    let c = full(
+        &[2],
+        DataType::COMPLEX64,
+        Scalar::from(Complex32::new(1.0, f32::NAN)),
+    );
+    assert!(
+        c.all_equal(Some(Scalar::from(Complex32::new(f32::NAN, 7.0))), true)
+            .unwrap()
+    );
+    assert!(
+        !c.all_equal(Some(Scalar::from(Complex32::new(f32::NAN, 7.0))), false)
+            .unwrap()
+    );
+}
+
+#[test]
+fn all_equal_promotes_like_numpy() {
+    // float32 data against a float64 value: compared as float64, so 0.1f32 != 0.1.
+    let a = full(&[3], DataType::FLOAT32, Scalar::from(0.1f32));
+    assert!(!a.all_equal(Some(Scalar::from(0.1f64)), true).unwrap());
+    assert!(a.all_equal(Some(Scalar::from(0.1f32)), true).unwrap());
+    assert!(
+        a.all_equal(Some(Scalar::from(0.1f32 as f64)), true)
+            .unwrap()
+    );
+    // int data against a fractional float: never equal; against an integral one: equal.
+    let i = full(&[3], DataType::INT16, Scalar::from(3i16));
+    assert!(!i.all_equal(Some(Scalar::from(3.5f64)), true).unwrap());
+    assert!(i.all_equal(Some(Scalar::from(3.0f32)), true).unwrap());
+    // uint8 data against -1: not equal (no wrap-around in the comparison).
+    let u = full(&[3], DataType::UINT8, Scalar::from(255u8));
+    assert!(!u.all_equal(Some(Scalar::from(-1i8)), true).unwrap());
+    assert!(u.all_equal(Some(Scalar::from(255i64)), true).unwrap());
+    // int64 against float64 compares in float64 (numpy's promotion loses precision).
+    let big = full(&[2], DataType::INT64, Scalar::from((1i64 << 53) + 1));
+    assert!(
+        big.all_equal(Some(Scalar::from((1u64 << 53) as f64)), true)
+            .unwrap()
+    );
+    assert!(!big.all_equal(Some(Scalar::from(1i64 << 53)), true).unwrap());
+    // bool data.
+    let t = full(&[2], DataType::BOOL, Scalar::from(true));
+    assert!(t.all_equal(Some(Scalar::from(1u8)), true).unwrap());
+    assert!(!t.all_equal(Some(Scalar::from(2u8)), true).unwrap());
+    // float16 data against a float16 value and a float32 one.
+    let h = full(
+        &[4],
+        DataType::big(ElementType::Float16),
+        Scalar::from(f16::from_f32(0.1)),
+    );
+    assert!(
+        h.all_equal(Some(Scalar::from(f16::from_f32(0.1))), true)
+            .unwrap()
+    );
+    assert!(!h.all_equal(Some(Scalar::from(0.1f32)), true).unwrap());
+}
+
+#[test]
+fn as_scalar_on_0d_and_1_shapes() {
+    let zero_d = full(&[], DataType::INT64, Scalar::from(42i64));
+    assert_eq!(zero_d.ndim(), 0);
+    assert_eq!(zero_d.as_scalar().unwrap(), Scalar::Int64(42));
+    assert!(zero_d.len().is_err()); // len() of unsized object
+    let one = full(
+        &[1],
+        DataType::big(ElementType::Float32),
+        Scalar::from(2.5f32),
+    );
+    assert_eq!(one.as_scalar().unwrap(), Scalar::Float32(2.5));
+    let one_one = full(&[1, 1], DataType::COMPLEX128, Scalar::from(1.5f64));
+    assert_eq!(
+        one_one.as_scalar().unwrap(),
+        Scalar::Complex128(num_complex::Complex64::new(1.5, 0.0))
+    );
+    let two = NDBuffer::create(&P, &[1, 2], DataType::INT64, Order::C, None).unwrap();
+    let e = two.as_scalar().unwrap_err().to_string();
+    assert!(
+        e.contains("Buffer does not contain a single scalar value"),
+        "{e}"
+    );
+    // A single element picked out of a bigger array.
+    let a = NDBuffer::from_ndarray(ndarray::arr2(&[[1u32, 2], [3, 4]]));
+    assert_eq!(
+        a.get(&[1.into(), 0.into()]).unwrap().as_scalar().unwrap(),
+        Scalar::UInt32(3)
+    );
+    assert_eq!(
+        a.get(&[Slice::range(-1, 2).into(), (1..2).into()])
+            .unwrap()
+            .as_scalar()
+            .unwrap(),
+        Scalar::UInt32(4)
+    );
+}
+
+#[test]
+fn empty_honours_order() {
+    for shape in [&[1usize, 2][..], &[1, 2, 3], &[4, 3]] {
+        for dt in [DataType::INT32, DataType::FLOAT64] {
+            let c = NDBuffer::empty(&P, shape, dt, Order::C).unwrap();
+            assert!(c.is_c_contiguous());
+            assert_eq!(c.shape(), shape);
+            assert_eq!(c.dtype(), dt);
+            let f = NDBuffer::empty(&P, shape, dt, Order::F).unwrap();
+            assert!(f.is_f_contiguous());
+            if shape.iter().filter(|&&n| n > 1).count() > 1 {
+                assert!(!f.is_c_contiguous());
+                assert!(!c.is_f_contiguous());
+            }
+        }
+    }
+}
+
+#[test]
+fn big_endian_round_trips() {
+    let values = [1.5f64, -2.25, f64::INFINITY, 1e-300];
+    let a = ndarray::arr1(&values).into_dyn();
+    let nd = NDBuffer::from_ndarray(a.clone());
+    let big = nd.astype(DataType::big(ElementType::Float64)).unwrap();
+    assert_eq!(big.byteorder(), Endianness::Big);
+    let raw = big.to_buffer().unwrap().to_bytes().unwrap();
+    assert_eq!(&raw[..8], &1.5f64.to_be_bytes());
+    assert_eq!(big.to_ndarray::<f64>().unwrap(), a);
+    let back = big.astype(DataType::little(ElementType::Float64)).unwrap();
+    assert_eq!(
+        back.to_buffer().unwrap().to_bytes().unwrap()[..8],
+        1.5f64.to_le_bytes()
+    );
+    // Big-endian data converted to another type and byte order, and indexed.
+    let i = big.astype(DataType::big(ElementType::Int16)).unwrap();
+    assert_eq!(
+        i.get(&[1.into()]).unwrap().as_scalar().unwrap(),
+        Scalar::Int16(-2)
+    );
+    assert_eq!(
+        i.to_buffer().unwrap().to_bytes().unwrap()[..2],
+        1i16.to_be_bytes()
+    );
+    // Complex numbers swap each part.
+    let c = NDBuffer::from_memory(
+        [1.0f32.to_be_bytes(), 2.0f32.to_be_bytes()].concat(),
+        &[],
+        DataType::big(ElementType::Complex64),
+        Order::C,
+    )
+    .unwrap();
+    assert_eq!(
+        c.as_scalar().unwrap(),
+        Scalar::Complex64(Complex32::new(1.0, 2.0))
+    );
+    assert_eq!(c.to_string(), "<NDBuffer shape=() dtype=>c8 host [(1+2j)]>");
+    // as_array_view refuses big-endian data, to_ndarray converts it.
+    assert!(big.as_array_view::<f64>().is_err());
+    assert!(nd.as_array_view::<f64>().is_ok());
+}
+
+#[test]
+fn reshape_squeeze_transpose_errors() {
+    let nd = NDBuffer::create(&P, &[2, 3], DataType::UINT8, Order::F, None).unwrap();
+    assert_eq!(nd.reshape(&[3, -1]).unwrap().shape(), &[3, 2]);
+    assert_eq!(nd.reshape(&[-1]).unwrap().shape(), &[6]);
+    let e = nd.reshape(&[4, -1]).unwrap_err().to_string();
+    assert!(
+        e.contains("cannot reshape array of size 6 into shape [4, -1]"),
+        "{e}"
+    );
+    assert!(nd.reshape(&[-1, -1]).is_err());
+    assert!(nd.reshape(&[7]).is_err());
+    assert!(nd.reshape(&[-2, 3]).is_err());
+    let e = nd.transpose(Some(&[0, 0])).unwrap_err().to_string();
+    assert!(e.contains("not a permutation"), "{e}");
+    assert!(nd.transpose(Some(&[1])).is_err());
+    let e = nd.squeeze(&[0]).unwrap_err().to_string();
+    assert!(e.contains("length 2, not 1"), "{e}");
+    assert!(nd.squeeze(&[5]).is_err());
+    let e = nd.get(&[2.into()]).unwrap_err().to_string();
+    assert!(
+        e.contains("index 2 is out of bounds for axis 0 with size 2"),
+        "{e}"
+    );
+    let e = nd
+        .get(&[0.into(), 0.into(), 0.into()])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("too many indices"), "{e}");
+    assert!(nd.get(&[Slice::every(0).into()]).is_err());
+    let e = NDBuffer::from_memory(vec![0u8; 5], &[2], DataType::INT32, Order::C)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cannot hold shape [2]"), "{e}");
+    assert!(NDBuffer::from_parts(vec![0u8; 8], DataType::INT32, &[2], &[8], 0).is_err());
+    assert!(
+        NDBuffer::from_ndarray(ndarray::arr1(&[1.5f32]))
+            .to_ndarray::<f64>()
+            .is_err()
+    );
+}
+
+#[test]
+fn from_ndarray_is_zero_copy_for_any_layout() {
+    let a = ndarray::Array2::from_shape_fn((3, 4), |(i, j)| (i * 10 + j) as i32);
+    let ptr = a.as_ptr() as u64;
+    let f = a.clone().reversed_axes(); // F-order array
+    let fptr = f.as_ptr() as u64;
+    let a_values = a.clone();
+    let nd = NDBuffer::from_ndarray(a);
+    assert_eq!(nd.as_ndarray_like().memory.address(), ptr);
+    let view = nd.as_array_view::<i32>().unwrap();
+    assert_eq!(view.as_ptr() as u64, ptr);
+    assert_eq!(view, a_values.view().into_dyn());
+    let want = f.clone();
+    let ndf = NDBuffer::from_ndarray(f);
+    assert_eq!(ndf.as_ndarray_like().memory.address(), fptr);
+    assert!(ndf.is_f_contiguous());
+    let back = ndf.to_ndarray::<i32>().unwrap();
+    assert_eq!(back, want.into_dyn());
+    assert!(back.t().is_standard_layout(), "to_ndarray keeps F order");
+    // Negative strides are copied into standard layout.
+    let mut r = a_values.clone();
+    r.invert_axis(ndarray::Axis(1));
+    let ndr = NDBuffer::from_ndarray(r.clone());
+    assert_eq!(ndr.to_ndarray::<i32>().unwrap(), r.into_dyn());
+}
+
+#[test]
+fn writes_to_views_and_clones_do_not_leak() {
+    let mut a = NDBuffer::from_ndarray(ndarray::Array1::from_vec(vec![0u8; 6]));
+    let snapshot = a.clone();
+    let mut view = a.get(&[(2..4).into()]).unwrap();
+    view.fill(Scalar::from(9u8)).unwrap();
+    assert_eq!(
+        view.to_ndarray::<u8>()
+            .unwrap()
+            .iter()
+            .copied()
+            .collect::<Vec<_>>(),
+        [9, 9]
+    );
+    assert_eq!(
+        a.to_ndarray::<u8>()
+            .unwrap()
+            .iter()
+            .copied()
+            .collect::<Vec<_>>(),
+        [0; 6]
+    );
+    a.set_scalar(&[Slice::every(2).into()], Scalar::from(1u8))
+        .unwrap();
+    assert_eq!(
+        a.to_ndarray::<u8>()
+            .unwrap()
+            .iter()
+            .copied()
+            .collect::<Vec<_>>(),
+        [1, 0, 1, 0, 1, 0]
+    );
+    assert_eq!(
+        snapshot
+            .to_ndarray::<u8>()
+            .unwrap()
+            .iter()
+            .copied()
+            .collect::<Vec<_>>(),
+        [0; 6]
+    );
+    // Setting from a view of itself (overlapping memory) reads the old values.
+    let src = a.get(&[(0..3).into()]).unwrap();
+    a.set(&[(3..6).into()], &src).unwrap();
+    assert_eq!(
+        a.to_ndarray::<u8>()
+            .unwrap()
+            .iter()
+            .copied()
+            .collect::<Vec<_>>(),
+        [1, 0, 1, 1, 0, 1]
+    );
+    // A buffer nobody else sees is written in place.
+    let mut own = NDBuffer::create(&P, &[4], DataType::INT32, Order::C, None).unwrap();
+    let addr = own.as_ndarray_like().memory.address();
+    own.fill(Scalar::from(3i32)).unwrap();
+    own.set_scalar(&[0.into()], Scalar::from(1.9f64)).unwrap();
+    assert_eq!(own.as_ndarray_like().memory.address(), addr);
+    assert_eq!(
+        own.to_ndarray::<i32>()
+            .unwrap()
+            .iter()
+            .copied()
+            .collect::<Vec<_>>(),
+        [1, 3, 3, 3]
+    );
+}
