@@ -4,6 +4,10 @@
 //! * [`DeviceBuffer`]: device memory with zero-copy slices and checked copies.
 //! * [`HostBuffer`]: page-locked host memory that converts to Arrow and `Bytes` without
 //!   copying.
+//! * The transfer engine ([`TransferConfig`], [`copy_many_from_host`], [`Pending`],
+//!   [`scope`]): ordinary host memory at page-locked speed, many small pieces in few
+//!   DMA transfers, stream-ordered asynchronous copies; and a stream-ordered device
+//!   memory pool ([`Context::allocate_pooled`]).
 //!
 //! The driver (`libcuda`) is loaded at run time. On a machine without it, or without a
 //! GPU, [`is_available`] is `false`, [`device_count`] is 0 and every other entry point
@@ -17,11 +21,18 @@ mod context;
 pub(crate) mod driver;
 mod host;
 pub mod kernels;
+mod mempool;
 mod stream;
+mod transfer;
 
 pub use buffer::DeviceBuffer;
 pub use context::{
     Context, DeviceProperties, device_count, driver_version, is_available, unavailable_reason,
 };
 pub use host::HostBuffer;
+pub use mempool::DevicePoolStats;
 pub use stream::{Event, EventFlags, Stream};
+pub use transfer::{
+    DirectMode, HostSink, HostSource, PageableMode, Pending, ScatterMode, ScopedPending,
+    TransferConfig, TransferScope, TransferStats, copy_many_from_host, copy_many_to_host, scope,
+};

@@ -21,6 +21,8 @@ use cudarc::driver::sys;
 
 use crate::error::{Error, Result};
 
+pub(crate) mod transfer;
+
 pub(crate) use sys::{CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUmodule, CUstream};
 
 /// The oldest driver devbuf accepts (CUDA 12.0).
@@ -117,6 +119,7 @@ pub(crate) fn init() -> Result<&'static DriverInfo> {
         }
         let missing: Vec<&str> = REQUIRED_SYMBOLS
             .iter()
+            .chain(transfer::REQUIRED_SYMBOLS)
             .copied()
             .filter(|s| !has_symbol(s))
             .collect();
