@@ -161,6 +161,28 @@ unsafe impl HostSource for &'static [u8] {
 
 /// An asynchronous copy queued on a stream, owning the host memory it uses.
 ///
+/// Only owners whose bytes stay put when moved can be handed over; a borrowed slice or
+/// an array on the stack is refused at compile time:
+///
+/// ```compile_fail,E0277
+/// # use devbuf::cuda::{Context, Stream};
+/// # let ctx = Context::new(0)?;
+/// # let st = Stream::new(&ctx)?;
+/// # let dev = ctx.allocate(4)?;
+/// let p = dev.copy_to_host_async(0, [0u8; 4], &st)?; // error: [u8; 4] is not a HostSink
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+///
+/// ```compile_fail,E0277
+/// # use devbuf::cuda::{Context, Stream};
+/// # let ctx = Context::new(0)?;
+/// # let st = Stream::new(&ctx)?;
+/// # let dev = ctx.allocate(4)?;
+/// let mut out = vec![0u8; 4];
+/// let p = dev.copy_to_host_async(0, &mut out[..], &st)?; // error: a borrow is not owned
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+///
 /// [`wait`](Self::wait) blocks until the copy has completed and returns the host
 /// memory; [`event`](Self::event) lets other streams wait for the copy on the device
 /// ([`Stream::wait_event`]). Dropping a `Pending` waits too. See the module docs of
@@ -456,6 +478,39 @@ impl DeviceBuffer {
 ///
 /// The result is `f`'s, or the first synchronisation error.
 ///
+/// The borrow checker enforces the waiting: memory lent to a scoped copy cannot be
+/// touched before `wait` hands it back or the scope ends, even if the
+/// [`ScopedPending`] is forgotten:
+///
+/// ```compile_fail,E0499
+/// # use devbuf::cuda::{self, Context, Stream};
+/// # let ctx = Context::new(0)?;
+/// # let st = Stream::new(&ctx)?;
+/// # let dev = ctx.allocate(4)?;
+/// let mut out = vec![0u8; 4];
+/// cuda::scope(|s| {
+///     std::mem::forget(s.copy_to_host(&dev, 0, &mut out, &st)?);
+///     out[0] = 1; // error: `out` is lent to the copy until the scope ends
+///     Ok(())
+/// })?;
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+///
+/// and memory that does not outlive the scope cannot be lent at all:
+///
+/// ```compile_fail,E0597
+/// # use devbuf::cuda::{self, Context, Stream};
+/// # let ctx = Context::new(0)?;
+/// # let st = Stream::new(&ctx)?;
+/// # let dev = ctx.allocate(4)?;
+/// cuda::scope(|s| {
+///     let mut local = vec![0u8; 4];
+///     let _p = s.copy_to_host(&dev, 0, &mut local, &st)?; // error: `local` dies first
+///     Ok(())
+/// })?;
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+///
 /// ```no_run
 /// use devbuf::cuda::{self, Context, Stream};
 /// let ctx = Context::new(0)?;
@@ -641,7 +696,6 @@ impl<'scope> TransferScope<'scope, '_> {
 /// A copy queued through a [`TransferScope`]. [`wait`](Self::wait) returns the borrowed
 /// host memory once the copy has completed; dropping or forgetting it leaves the wait to
 /// the end of the scope.
-#[must_use = "a scoped copy is waited for at the end of the scope; wait() returns the borrow early"]
 pub struct ScopedPending<'scope, T> {
     event: Event,
     value: T,
