@@ -154,9 +154,11 @@ pub(crate) fn memcpy_batch_available() -> bool {
     batch_abi().is_some()
 }
 
-/// Queues `dsts.len()` copies on `stream` in one driver call. Sources are read in stream
-/// order. `dsts`, `srcs` and `sizes` have equal lengths (checked). Addresses are unified
-/// virtual addresses: device memory or page-locked host memory.
+/// Queues `dsts.len()` copies on `stream` (not the legacy default stream) in one driver
+/// call. Sources are read in stream order. `dsts`, `srcs` and `sizes` have equal lengths
+/// (checked). Addresses are unified virtual addresses: device memory of device
+/// `ordinal` or page-locked host memory; `host_to_device` says which side is the host
+/// (used for the location hints).
 ///
 /// # Safety
 /// Every `srcs[i]..+sizes[i]` must be readable and every `dsts[i]..+sizes[i]` writable
@@ -166,6 +168,8 @@ pub(crate) unsafe fn memcpy_batch_async(
     dsts: &mut [CUdeviceptr],
     srcs: &mut [CUdeviceptr],
     sizes: &mut [usize],
+    host_to_device: bool,
+    ordinal: usize,
     stream: CUstream,
 ) -> Result<()> {
     if dsts.len() != srcs.len() || dsts.len() != sizes.len() {
@@ -179,14 +183,23 @@ pub(crate) unsafe fn memcpy_batch_async(
     let abi = batch_abi().ok_or_else(|| {
         Error::unavailable("cuMemcpyBatchAsync needs a driver for CUDA 12.8 or newer")
     })?;
-    let loc = sys::CUmemLocation {
-        type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_INVALID,
+    let host = sys::CUmemLocation {
+        type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST,
         id: 0,
+    };
+    let device = sys::CUmemLocation {
+        type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+        id: i32::try_from(ordinal).map_err(|_| Error::invalid("device ordinal too large"))?,
+    };
+    let (src_loc, dst_loc) = if host_to_device {
+        (host, device)
+    } else {
+        (device, host)
     };
     let mut attrs = sys::CUmemcpyAttributes {
         srcAccessOrder: sys::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
-        srcLocHint: loc,
-        dstLocHint: loc,
+        srcLocHint: src_loc,
+        dstLocHint: dst_loc,
         flags: 0,
     };
     let mut attr_idx: usize = 0;

@@ -171,6 +171,8 @@ pub(crate) struct Job {
     scatter: ScatterMode,
     kernel: Option<Raw<CUfunction>>,
     blocks: u32,
+    /// Device ordinal (location hints of batch copies).
+    ordinal: usize,
     /// Lanes wait for this event (recorded on the caller's stream) before any DMA.
     fork: Option<Raw<CUevent>>,
     /// Staging buffer size of the kits this job uses.
@@ -833,6 +835,7 @@ impl Engine {
             scatter: cfg.scatter,
             kernel,
             blocks: sms.saturating_mul(4),
+            ordinal: ctx.ordinal(),
             fork,
             kit_chunk: cfg.chunk_bytes,
             next: AtomicUsize::new(0),
@@ -1062,7 +1065,16 @@ impl Shared {
                 // Safety: sources lie in the page-locked staging buffer, destinations
                 // are validated device ranges; the buffer is not reused before the
                 // slot's event (recorded after this call) completes.
-                unsafe { dt::memcpy_batch_async(&mut dsts, &mut srcs, &mut sizes, kit.stream) }
+                unsafe {
+                    dt::memcpy_batch_async(
+                        &mut dsts,
+                        &mut srcs,
+                        &mut sizes,
+                        true,
+                        job.ordinal,
+                        kit.stream,
+                    )
+                }
             }
         }
     }
@@ -1214,7 +1226,14 @@ impl Shared {
                         // Safety: destinations lie in the page-locked staging buffer,
                         // not read by the CPU before the slot's event completes.
                         unsafe {
-                            dt::memcpy_batch_async(&mut dsts, &mut srcs, &mut sizes, kit.stream)?
+                            dt::memcpy_batch_async(
+                                &mut dsts,
+                                &mut srcs,
+                                &mut sizes,
+                                false,
+                                job.ordinal,
+                                kit.stream,
+                            )?
                         };
                     }
                 }
