@@ -281,25 +281,42 @@ pub(crate) enum HostMemoryKind {
     OtherCuda,
 }
 
-/// Memory type and buffer id of the allocation containing `p` (0, 0 when unknown).
-fn pointer_type_and_id(p: CUdeviceptr) -> Result<(u32, u64, bool)> {
+/// What `cuPointerGetAttributes` says about one address (zeros when the driver does not
+/// know it).
+#[derive(Debug, Clone, Copy, Default)]
+struct PointerFacts {
+    mem_type: u32,
+    buffer_id: u64,
+    managed: bool,
+    range_start: u64,
+    range_size: usize,
+}
+
+fn pointer_facts(p: CUdeviceptr) -> Result<PointerFacts> {
     use sys::CUpointer_attribute as A;
     let mut mem_type: u32 = 0;
     let mut buffer_id: u64 = 0;
     let mut managed: u32 = 0;
+    let mut range_start: u64 = 0;
+    let mut range_size: usize = 0;
     let mut attrs = [
         A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
         A::CU_POINTER_ATTRIBUTE_BUFFER_ID,
         A::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+        A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+        A::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
     ];
-    let mut data: [*mut c_void; 3] = [
+    let mut data: [*mut c_void; 5] = [
         (&mut mem_type as *mut u32).cast(),
         (&mut buffer_id as *mut u64).cast(),
         (&mut managed as *mut u32).cast(),
+        (&mut range_start as *mut u64).cast(),
+        (&mut range_size as *mut usize).cast(),
     ];
-    // Safety: each data pointer points at a value of the attribute's documented type
-    // (unsigned int, unsigned long long, bool as unsigned int); the plural call writes
-    // zero defaults for pointers the driver does not know instead of failing.
+    // Safety: each data pointer points at a zeroed value at least as large as the
+    // attribute's documented type (unsigned int, unsigned long long, bool, CUdeviceptr,
+    // size_t); the plural call writes defaults for pointers the driver does not know
+    // instead of failing.
     check(
         unsafe {
             sys::cuPointerGetAttributes(
@@ -311,27 +328,40 @@ fn pointer_type_and_id(p: CUdeviceptr) -> Result<(u32, u64, bool)> {
         },
         "cuPointerGetAttributes",
     )?;
-    Ok((mem_type, buffer_id, managed != 0))
+    Ok(PointerFacts {
+        mem_type,
+        buffer_id,
+        managed: managed != 0,
+        range_start,
+        range_size,
+    })
 }
 
-/// Classifies the host range `p..p+n` (`n > 0`): page-locked only when its first and
-/// last byte lie in the same page-locked allocation (so every byte between does).
-/// Only a cheap query; the memory is not touched.
+/// Classifies the host range `p..p+n`: page-locked only when the driver confirms that
+/// the whole range lies in one page-locked allocation or registration (its reported
+/// range covers it, or its first and last byte have the same buffer id). Only a cheap
+/// query; the memory is not touched. Anything the driver does not know is ordinary.
 pub(crate) fn host_memory_kind(p: *const u8, n: usize) -> Result<HostMemoryKind> {
     if n == 0 {
         return Ok(HostMemoryKind::Pageable);
     }
     let first = p as CUdeviceptr;
     let last = first + (n as u64 - 1);
-    let (t0, id0, managed0) = pointer_type_and_id(first)?;
-    if t0 == 0 && !managed0 {
+    let f = pointer_facts(first)?;
+    if f.mem_type == 0 && !f.managed {
         return Ok(HostMemoryKind::Pageable);
     }
-    if managed0 || t0 != sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32 {
+    if f.managed || f.mem_type != sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32 {
         return Ok(HostMemoryKind::OtherCuda);
     }
-    let (t1, id1, _) = pointer_type_and_id(last)?;
-    if t1 == t0 && id0 != 0 && id0 == id1 {
+    if f.range_size > 0
+        && f.range_start <= first
+        && last < f.range_start.saturating_add(f.range_size as u64)
+    {
+        return Ok(HostMemoryKind::PageLocked);
+    }
+    let l = pointer_facts(last)?;
+    if l.mem_type == f.mem_type && f.buffer_id != 0 && f.buffer_id == l.buffer_id {
         Ok(HostMemoryKind::PageLocked)
     } else {
         // Straddles the end of a page-locked allocation: treat as ordinary memory (the
