@@ -14,6 +14,7 @@ page-locked memory, and the PCIe limit as a horizontal line. The `batch` rows fo
 """
 import argparse
 import csv
+import os
 import sys
 from collections import defaultdict
 
@@ -139,6 +140,8 @@ def main():
     fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
     fig.suptitle(args.title or "devbuf transfers: bandwidth against transfer size")
     fig.tight_layout(rect=(0, 0.16, 1, 0.96))
+    if os.path.dirname(args.out):
+        os.makedirs(os.path.dirname(args.out), exist_ok=True)
     fig.savefig(args.out, dpi=130)
     print(f"wrote {args.out}")
 

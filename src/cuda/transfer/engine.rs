@@ -853,7 +853,9 @@ impl Engine {
                     q.jobs.push_back(job.clone());
                 }
                 drop(q);
-                self.shared.queue_cv.notify_all();
+                for _ in 0..helpers {
+                    self.shared.queue_cv.notify_one();
+                }
             }
             self.shared.lane(&job, true);
             // `_guard` closes the job and waits for the helpers here.
