@@ -1251,6 +1251,97 @@ mod tests {
 
     const MIB: usize = 1 << 20;
 
+    fn job_with_chunks(n: usize) -> Job {
+        let plan = plan::plan_single(n * 4096, 4096);
+        Job {
+            dir: Dir::HtoD,
+            host: vec![Raw(std::ptr::null_mut())],
+            pieces: vec![PieceSpec {
+                len: n * 4096,
+                dev: 0,
+            }],
+            plan,
+            params: PackParams::for_kernel(4096),
+            scatter: ScatterMode::Kernel,
+            kernel: None,
+            blocks: 1,
+            ordinal: 0,
+            fork: None,
+            kit_chunk: 4096,
+            next: AtomicUsize::new(0),
+            failed: AtomicBool::new(false),
+            error: Mutex::new(None),
+            lanes: Mutex::new(LaneState::default()),
+            lanes_cv: Condvar::new(),
+        }
+    }
+
+    /// The protocol that keeps the caller's memory alive: every chunk is claimed once,
+    /// the caller's close waits for every lane that entered, and no lane enters after.
+    #[test]
+    fn lanes_claim_each_chunk_once_and_close_waits_for_them() {
+        for round in 0..20 {
+            let job = Arc::new(job_with_chunks(500));
+            let claimed: Arc<Vec<AtomicUsize>> =
+                Arc::new((0..500).map(|_| AtomicUsize::new(0)).collect());
+            let inside = Arc::new(AtomicUsize::new(0));
+            let threads: Vec<_> = (0..8)
+                .map(|t| {
+                    let job = job.clone();
+                    let claimed = claimed.clone();
+                    let inside = inside.clone();
+                    std::thread::spawn(move || {
+                        // Late helpers (some start after the work is done) must not enter.
+                        if t % 3 == 2 {
+                            std::thread::sleep(std::time::Duration::from_millis(round % 3));
+                        }
+                        if !job.enter() {
+                            return;
+                        }
+                        let _g = ActiveGuard(&job);
+                        inside.fetch_add(1, Ordering::SeqCst);
+                        while let Some(i) = job.claim() {
+                            claimed[i].fetch_add(1, Ordering::SeqCst);
+                            std::thread::yield_now();
+                        }
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                    })
+                })
+                .collect();
+            // The caller works as a lane too, then closes and waits.
+            {
+                let _guard = JobGuard(&job);
+                assert!(job.enter());
+                let _g = ActiveGuard(&job);
+                while let Some(i) = job.claim() {
+                    claimed[i].fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            assert_eq!(
+                inside.load(Ordering::SeqCst),
+                0,
+                "a lane was still working after close"
+            );
+            assert!(!job.enter(), "no lane enters a closed job");
+            assert!(claimed.iter().all(|c| c.load(Ordering::SeqCst) == 1));
+            for t in threads {
+                t.join().unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn a_failed_job_stops_claiming_and_keeps_the_first_error() {
+        let job = job_with_chunks(10);
+        assert_eq!(job.claim(), Some(0));
+        job.fail(Error::invalid("first"));
+        job.fail(Error::invalid("second"));
+        assert_eq!(job.claim(), None);
+        assert!(job.exhausted());
+        let e = job.error.lock().unwrap().take().unwrap();
+        assert!(e.to_string().contains("first"));
+    }
+
     #[test]
     fn routes_follow_the_configuration() {
         let cfg = TransferConfig::default();
