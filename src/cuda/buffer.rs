@@ -179,6 +179,13 @@ impl DeviceBuffer {
 
     /// Whether this memory comes from the context's stream-ordered pool
     /// ([`Context::allocate_pooled`]). Pool memory cannot be exported over IPC.
+    ///
+    /// ```no_run
+    /// let ctx = devbuf::cuda::Context::new(0)?;
+    /// assert!(ctx.allocate_pooled(16)?.is_pooled());
+    /// assert!(!ctx.allocate(16)?.is_pooled());
+    /// # Ok::<(), devbuf::Error>(())
+    /// ```
     pub fn is_pooled(&self) -> bool {
         matches!(self.alloc.origin, Origin::Pooled { .. })
     }

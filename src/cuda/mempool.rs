@@ -97,6 +97,13 @@ pub(crate) fn release_cached(ctx: &Context) -> bool {
 }
 
 /// Sizes of a context's device memory pool ([`Context::device_pool_stats`]).
+///
+/// ```no_run
+/// let ctx = devbuf::cuda::Context::new(0)?;
+/// let st = ctx.device_pool_stats()?;
+/// println!("pool: {} bytes reserved, {} in use", st.reserved_bytes, st.used_bytes);
+/// # Ok::<(), devbuf::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DevicePoolStats {
     /// Device memory the pool holds from the driver now (in use and cached).

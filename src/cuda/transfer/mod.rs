@@ -40,6 +40,13 @@ const KIB: usize = 1024;
 const MIB: usize = 1024 * KIB;
 
 /// How a copy that needs no staging is issued.
+///
+/// ```no_run
+/// use devbuf::cuda::{Context, DirectMode, TransferConfig};
+/// let ctx = Context::new(0)?;
+/// ctx.set_transfer_config(TransferConfig { direct: DirectMode::Sync, ..ctx.transfer_config() })?;
+/// # Ok::<(), devbuf::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DirectMode {
     /// The driver's synchronous call (`cuMemcpyHtoD`, `cuMemcpyDtoH`) on the legacy
@@ -55,6 +62,18 @@ pub enum DirectMode {
 }
 
 /// How copies of ordinary (pageable) host memory are done.
+///
+/// ```no_run
+/// use devbuf::cuda::{Context, PageableMode, TransferConfig};
+/// let ctx = Context::new(0)?;
+/// // Register large ordinary buffers instead of staging them, from 256 MiB on:
+/// ctx.set_transfer_config(TransferConfig {
+///     register_min_bytes: Some(256 << 20),
+///     pageable: PageableMode::Auto,
+///     ..ctx.transfer_config()
+/// })?;
+/// # Ok::<(), devbuf::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PageableMode {
     /// By size: the driver below [`TransferConfig::staging_min_bytes`], staging lanes
@@ -70,6 +89,14 @@ pub enum PageableMode {
 }
 
 /// How the packed pieces of a batched copy reach their destinations on the device.
+///
+/// ```no_run
+/// use devbuf::cuda::{Context, ScatterMode, TransferConfig};
+/// let ctx = Context::new(0)?;
+/// // Errors on drivers older than CUDA 12.8:
+/// let _ = ctx.set_transfer_config(TransferConfig { scatter: ScatterMode::MemcpyBatch, ..ctx.transfer_config() });
+/// # Ok::<(), devbuf::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ScatterMode {
     /// One DMA of the packed buffer into device scratch memory, then devbuf's
@@ -182,6 +209,14 @@ impl TransferConfig {
 }
 
 /// What a context's transfer engine holds and has done ([`Context::transfer_stats`]).
+///
+/// ```no_run
+/// let ctx = devbuf::cuda::Context::new(0)?;
+/// let s = ctx.transfer_stats();
+/// println!("page-locked staging: {} bytes now, {} at most, bound {}",
+///          s.pinned_bytes, s.pinned_high_water_bytes, s.pinned_limit_bytes);
+/// # Ok::<(), devbuf::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TransferStats {
     /// Page-locked staging memory the pool holds now (idle and in use).

@@ -50,6 +50,13 @@ use crate::error::{Error, Result, check_range};
 /// is moved*, and that the memory is neither freed nor written through the value while
 /// it is not mutably borrowed. (Heap-backed buffers qualify; inline arrays do not, they
 /// move with the value.)
+///
+/// ```
+/// use devbuf::cuda::HostSource;
+/// fn bytes_of<T: HostSource>(t: &T) -> usize { t.host_bytes().len() }
+/// assert_eq!(bytes_of(&vec![1u32, 2, 3]), 12);
+/// assert_eq!(bytes_of(&bytes::Bytes::from_static(b"abc")), 3);
+/// ```
 pub unsafe trait HostSource: Send + 'static {
     /// The bytes to copy.
     fn host_bytes(&self) -> &[u8];
@@ -61,6 +68,13 @@ pub unsafe trait HostSource: Send + 'static {
 ///
 /// As [`HostSource`]; [`host_bytes_mut`](Self::host_bytes_mut) returns the same range
 /// as `host_bytes`.
+///
+/// ```
+/// use devbuf::cuda::HostSink;
+/// let mut v = vec![0u16; 4];
+/// v.host_bytes_mut()[0] = 1;
+/// assert_eq!(v[0], 1);
+/// ```
 pub unsafe trait HostSink: HostSource {
     /// The bytes to fill.
     fn host_bytes_mut(&mut self) -> &mut [u8];
@@ -215,6 +229,16 @@ impl<T> Pending<T> {
     ///
     /// If the driver reports an error instead, the memory is leaked (never freed: the
     /// DMA could not be confirmed finished) and the error returned.
+    ///
+    /// ```no_run
+    /// # use devbuf::cuda::{Context, Stream};
+    /// # let ctx = Context::new(0)?;
+    /// # let s = Stream::new(&ctx)?;
+    /// let dev = ctx.allocate_zeroed(8)?;
+    /// let v: Vec<u8> = dev.copy_to_host_async(0, vec![1u8; 8], &s)?.wait()?;
+    /// assert_eq!(v, [0u8; 8]);
+    /// # Ok::<(), devbuf::Error>(())
+    /// ```
     pub fn wait(mut self) -> Result<T> {
         let value = self.value.take();
         match self.event.synchronize() {
@@ -228,18 +252,49 @@ impl<T> Pending<T> {
     }
 
     /// Whether the copy has completed (does not block).
+    ///
+    /// ```no_run
+    /// # use devbuf::cuda::{Context, Stream};
+    /// # let ctx = Context::new(0)?;
+    /// # let s = Stream::new(&ctx)?;
+    /// # let dev = ctx.allocate(1 << 20)?;
+    /// let p = dev.copy_from_host_async(0, ctx.allocate_host(1 << 20)?, &s)?;
+    /// while !p.is_complete()? { /* do other work */ }
+    /// # Ok::<(), devbuf::Error>(())
+    /// ```
     pub fn is_complete(&self) -> Result<bool> {
         self.event.is_complete()
     }
 
     /// The event recorded after the copy on its stream: pass it to
     /// [`Stream::wait_event`] to order work on another stream after the copy.
+    ///
+    /// ```no_run
+    /// # use devbuf::cuda::{Context, Stream};
+    /// # let ctx = Context::new(0)?;
+    /// # let (a, b) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// # let dev = ctx.allocate(4)?;
+    /// let p = dev.copy_from_host_async(0, vec![1u8, 2, 3, 4], &a)?;
+    /// b.wait_event(p.event())?; // work queued on b from now on runs after the copy
+    /// # Ok::<(), devbuf::Error>(())
+    /// ```
     pub fn event(&self) -> &Event {
         &self.event
     }
 
     /// Makes work queued on `stream` from now on wait for this copy (on the device; the
     /// host does not block). Shorthand for `stream.wait_event(self.event())`.
+    ///
+    /// ```no_run
+    /// # use devbuf::cuda::{Context, Stream};
+    /// # let ctx = Context::new(0)?;
+    /// # let (a, b) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// # let (x, y) = (ctx.allocate(4)?, ctx.allocate(4)?);
+    /// let up = x.copy_from_host_async(0, vec![1u8, 2, 3, 4], &a)?;
+    /// up.chain(&b)?;
+    /// y.copy_from_device_async(0, &x, &b)?.wait()?; // ordered after the upload
+    /// # Ok::<(), devbuf::Error>(())
+    /// ```
     pub fn chain(&self, stream: &Stream) -> Result<()> {
         stream.wait_event(&self.event)
     }
@@ -571,7 +626,8 @@ impl Drop for ScopeGuard<'_, '_, '_> {
     }
 }
 
-/// Issues asynchronous copies that borrow host memory for `'scope`; see [`scope`].
+/// Issues asynchronous copies that borrow host memory for `'scope`; made by [`scope`],
+/// whose example shows it in use.
 pub struct TransferScope<'scope, 'env: 'scope> {
     state: Mutex<ScopeState>,
     _scope: PhantomData<&'scope mut &'scope ()>,
@@ -646,6 +702,20 @@ impl<'scope> TransferScope<'scope, '_> {
 
     /// Queues a copy of `src` into `dst` at `position` on `stream`; `src` stays
     /// borrowed until [`ScopedPending::wait`] or the end of the scope.
+    ///
+    /// ```no_run
+    /// # use devbuf::cuda::{self, Context, Stream};
+    /// # let ctx = Context::new(0)?;
+    /// # let st = Stream::new(&ctx)?;
+    /// let dev = ctx.allocate(3)?;
+    /// let src = [1u8, 2, 3];
+    /// cuda::scope(|s| {
+    ///     s.copy_from_host(&dev, 0, &src, &st)?; // waited for when the scope ends
+    ///     Ok(())
+    /// })?;
+    /// assert_eq!(dev.to_host_vec()?, [1, 2, 3]);
+    /// # Ok::<(), devbuf::Error>(())
+    /// ```
     pub fn copy_from_host(
         &'scope self,
         dst: &DeviceBuffer,
@@ -670,6 +740,20 @@ impl<'scope> TransferScope<'scope, '_> {
 
     /// Queues a copy of `dst.len()` bytes of `src` from `position` into `dst` on
     /// `stream`; [`ScopedPending::wait`] hands `dst` back, filled.
+    ///
+    /// ```no_run
+    /// # use devbuf::cuda::{self, Context, Stream};
+    /// # let ctx = Context::new(0)?;
+    /// # let st = Stream::new(&ctx)?;
+    /// let dev = ctx.allocate_zeroed(3)?;
+    /// let mut out = [9u8; 3];
+    /// cuda::scope(|s| {
+    ///     let filled = s.copy_to_host(&dev, 0, &mut out, &st)?.wait()?;
+    ///     assert_eq!(filled, &[0, 0, 0]);
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), devbuf::Error>(())
+    /// ```
     pub fn copy_to_host(
         &'scope self,
         src: &DeviceBuffer,
@@ -695,7 +779,7 @@ impl<'scope> TransferScope<'scope, '_> {
 
 /// A copy queued through a [`TransferScope`]. [`wait`](Self::wait) returns the borrowed
 /// host memory once the copy has completed; dropping or forgetting it leaves the wait to
-/// the end of the scope.
+/// the end of the scope. See [`TransferScope::copy_to_host`] for an example.
 pub struct ScopedPending<'scope, T> {
     event: Event,
     value: T,

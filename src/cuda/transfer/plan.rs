@@ -211,7 +211,7 @@ pub(crate) fn plan_batch(pieces: &[PieceSpec], p: &PackParams) -> Plan {
         }
     };
     for (i, piece) in pieces.iter().enumerate() {
-        plan.total_bytes += piece.len;
+        plan.total_bytes = plan.total_bytes.saturating_add(piece.len);
         if piece.len == 0 {
             continue;
         }
