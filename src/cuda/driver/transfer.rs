@@ -293,6 +293,17 @@ struct PointerFacts {
 }
 
 fn pointer_facts(p: CUdeviceptr) -> Result<PointerFacts> {
+    // All five at once; should a driver refuse the range attributes for host memory,
+    // ask again without them (the buffer ids then decide).
+    match query_pointer(p, 5) {
+        Ok(f) => Ok(f),
+        Err(_) => query_pointer(p, 3),
+    }
+}
+
+/// `cuPointerGetAttributes` for the first `count` (3 or 5) attributes of
+/// [`PointerFacts`].
+fn query_pointer(p: CUdeviceptr, count: usize) -> Result<PointerFacts> {
     use sys::CUpointer_attribute as A;
     let mut mem_type: u32 = 0;
     let mut buffer_id: u64 = 0;
@@ -313,18 +324,14 @@ fn pointer_facts(p: CUdeviceptr) -> Result<PointerFacts> {
         (&mut range_start as *mut u64).cast(),
         (&mut range_size as *mut usize).cast(),
     ];
-    // Safety: each data pointer points at a zeroed value at least as large as the
-    // attribute's documented type (unsigned int, unsigned long long, bool, CUdeviceptr,
-    // size_t); the plural call writes defaults for pointers the driver does not know
-    // instead of failing.
+    let count = count.min(attrs.len());
+    // Safety: each of the first `count` data pointers points at a zeroed value at least
+    // as large as its attribute's documented type (unsigned int, unsigned long long,
+    // bool, CUdeviceptr, size_t); the plural call writes defaults for pointers the
+    // driver does not know instead of failing.
     check(
         unsafe {
-            sys::cuPointerGetAttributes(
-                attrs.len() as u32,
-                attrs.as_mut_ptr(),
-                data.as_mut_ptr(),
-                p,
-            )
+            sys::cuPointerGetAttributes(count as u32, attrs.as_mut_ptr(), data.as_mut_ptr(), p)
         },
         "cuPointerGetAttributes",
     )?;

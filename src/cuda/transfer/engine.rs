@@ -616,7 +616,10 @@ impl Engine {
         ctx.bind()?;
         let kind = match r.known {
             Some(k) => k,
-            None if needs_probe(&cfg, r.len) => dt::host_memory_kind(r.host, r.len)?,
+            // A failed query only costs speed: staging is right for any memory.
+            None if needs_probe(&cfg, r.len) => {
+                dt::host_memory_kind(r.host, r.len).unwrap_or(HostMemoryKind::Pageable)
+            }
             None => HostMemoryKind::Pageable,
         };
         match route(&cfg, r.len, kind) {
