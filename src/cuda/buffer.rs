@@ -11,6 +11,7 @@ use super::context::Context;
 use super::driver::{self, CUdeviceptr};
 use super::host::HostBuffer;
 use super::kernels;
+use super::stream::Stream;
 use crate::error::{Error, Result, check_range};
 
 /// Where the memory of an [`Allocation`] came from, and so how it is released.
@@ -30,6 +31,14 @@ pub(crate) enum Origin {
         /// The `CUipcMemHandle` bytes (the key of the open-mappings registry).
         raw: [u8; 64],
     },
+    /// From the context's stream-ordered pool (`cuMemAllocFromPoolAsync`, see
+    /// `mempool.rs`): returned with `cuMemFreeAsync` on `stream` (the legacy default
+    /// stream when `None`), counted in [`Context::bytes_allocated`]. Cannot be exported
+    /// with `cuIpcGetMemHandle`.
+    Pooled {
+        /// The stream the allocation and its free are ordered on.
+        stream: Option<Stream>,
+    },
 }
 
 /// One device allocation (or foreign range), shared by every buffer that slices it.
@@ -42,6 +51,19 @@ pub(crate) struct Allocation {
 
 impl Drop for Allocation {
     fn drop(&mut self) {
+        if let Origin::Pooled { stream } = &self.origin {
+            if self.ctx.bind().is_ok() {
+                let s = stream.as_ref().map_or(std::ptr::null_mut(), |s| s.raw());
+                // Safety: `ptr` came from the context's pool and this is the last
+                // reference to it; devbuf's asynchronous copies hold a reference until
+                // they complete, and work queued later on `s` cannot reach it.
+                let _ = unsafe { driver::transfer::mem_free_async(self.ptr, s) };
+            }
+            self.ctx
+                .inner
+                .bytes_allocated
+                .fetch_sub(self.size, Ordering::SeqCst);
+        }
         if let Origin::Owned = self.origin {
             // A failure here cannot be reported (drop); the context stays usable.
             if self.ctx.bind().is_ok() {
@@ -179,7 +201,23 @@ impl DeviceBuffer {
     /// Whether devbuf allocated this memory (as opposed to a [`Context::view`] of
     /// someone else's).
     pub fn is_owned(&self) -> bool {
-        matches!(self.alloc.origin, Origin::Owned | Origin::Empty)
+        matches!(
+            self.alloc.origin,
+            Origin::Owned | Origin::Empty | Origin::Pooled { .. }
+        )
+    }
+
+    /// Whether this memory comes from the context's stream-ordered pool
+    /// ([`Context::allocate_pooled`]). Pool memory cannot be exported over IPC.
+    ///
+    /// ```no_run
+    /// let ctx = devbuf::cuda::Context::new(0)?;
+    /// assert!(ctx.allocate_pooled(16)?.is_pooled());
+    /// assert!(!ctx.allocate(16)?.is_pooled());
+    /// # Ok::<(), devbuf::Error>(())
+    /// ```
+    pub fn is_pooled(&self) -> bool {
+        matches!(self.alloc.origin, Origin::Pooled { .. })
     }
 
     /// True when no other handle can see this memory: the only handle to a mutable
@@ -212,7 +250,7 @@ impl DeviceBuffer {
         })
     }
 
-    fn check_writable(&self, op: &str) -> Result<()> {
+    pub(crate) fn check_writable(&self, op: &str) -> Result<()> {
         if self.mutable {
             Ok(())
         } else {
@@ -229,42 +267,45 @@ impl DeviceBuffer {
         check_range("copy_to_host", position, nbytes, self.len)?;
         let mut h = HostBuffer::alloc_uninit(self.context(), nbytes)?;
         if nbytes > 0 {
-            self.context().bind()?;
-            // Safety: `h` owns `nbytes` writable bytes; the source range was checked above.
-            unsafe {
-                driver::memcpy_dtoh(h.as_mut_ptr(), self.address() + position as u64, nbytes)?
-            };
+            // Page-locked destination: one DMA (no staging, no driver query).
+            super::transfer::dtoh(
+                self.context(),
+                &mut h,
+                self.address() + position as u64,
+                true,
+            )?;
         }
         Ok(h)
     }
 
-    /// Copies `dst.len()` bytes starting at `position` into `dst`.
+    /// Copies `dst.len()` bytes starting at `position` into `dst`; every byte is
+    /// written when the call returns.
+    ///
+    /// Into page-locked memory this is one DMA; into ordinary memory of at least
+    /// [`TransferConfig::staging_min_bytes`](super::TransferConfig) it goes through the
+    /// transfer engine's staging lanes (page-locked speed), below that through one
+    /// driver call. See [`Context::set_transfer_config`].
     pub fn copy_to_host_into(&self, position: usize, dst: &mut [u8]) -> Result<()> {
         check_range("copy_to_host_into", position, dst.len(), self.len)?;
         if dst.is_empty() {
             return Ok(());
         }
-        self.context().bind()?;
-        // Safety: `dst` is valid for writes of its length; the source range was checked.
-        unsafe {
-            driver::memcpy_dtoh(
-                dst.as_mut_ptr(),
-                self.address() + position as u64,
-                dst.len(),
-            )
-        }
+        super::transfer::dtoh(self.context(), dst, self.address() + position as u64, false)
     }
 
     /// Copies `src` into this buffer starting at `position`.
+    ///
+    /// From page-locked memory this is one DMA; from ordinary memory of at least
+    /// [`TransferConfig::staging_min_bytes`](super::TransferConfig) it goes through the
+    /// transfer engine's staging lanes (page-locked speed), below that through one
+    /// driver call. See [`Context::set_transfer_config`].
     pub fn copy_from_host(&self, position: usize, src: &[u8]) -> Result<()> {
         self.check_writable("copy_from_host")?;
         check_range("copy_from_host", position, src.len(), self.len)?;
         if src.is_empty() {
             return Ok(());
         }
-        self.context().bind()?;
-        // Safety: `src` is valid for reads of its length; the destination range was checked.
-        unsafe { driver::memcpy_htod(self.address() + position as u64, src.as_ptr(), src.len()) }
+        super::transfer::htod(self.context(), self.address() + position as u64, src)
     }
 
     /// Copies all of `src` into this buffer starting at `position`.

@@ -11,6 +11,8 @@ use super::buffer::{Allocation, DeviceBuffer, Origin};
 use super::driver::{self, CUcontext, CUdevice, DeviceAttr};
 use super::host::HostBuffer;
 use super::kernels::KernelCache;
+use super::mempool::DevicePoolCell;
+use super::transfer::EngineCell;
 use crate::error::{Error, Result, check_range};
 
 /// Whether CUDA can be used here: a driver library is present, it is new enough and it
@@ -112,6 +114,8 @@ pub(crate) struct ContextInner {
     pub(crate) bytes_allocated: AtomicUsize,
     pub(crate) host_bytes_allocated: AtomicUsize,
     pub(crate) kernels: KernelCache,
+    pub(crate) transfer: EngineCell,
+    pub(crate) device_pool: DevicePoolCell,
 }
 
 // Safety: `raw` is a CUDA context handle; the driver API is thread-safe and the handle
@@ -124,6 +128,12 @@ impl std::panic::UnwindSafe for ContextInner {}
 
 impl Drop for ContextInner {
     fn drop(&mut self) {
+        // The transfer engine's workers and staging memory, and the memory pool, go
+        // first, while the context is alive.
+        self.transfer.shutdown();
+        if driver::ctx_set_current(self.raw).is_ok() {
+            self.device_pool.destroy();
+        }
         self.kernels.unload(self.raw);
         if !self.primary {
             // Safety: a non-primary context is created by `Context::new_dedicated` and
@@ -252,6 +262,8 @@ impl Context {
                 bytes_allocated: AtomicUsize::new(0),
                 host_bytes_allocated: AtomicUsize::new(0),
                 kernels: KernelCache::default(),
+                transfer: EngineCell::default(),
+                device_pool: DevicePoolCell::default(),
             }),
         })
     }
@@ -372,7 +384,12 @@ impl Context {
             })));
         }
         self.bind()?;
-        let ptr = match driver::mem_alloc(nbytes) {
+        let mut first = driver::mem_alloc(nbytes);
+        if matches!(&first, Err(e) if driver::is_oom(e)) && super::mempool::release_cached(self) {
+            // Cached pool or staging memory was released: try once more.
+            first = driver::mem_alloc(nbytes);
+        }
+        let ptr = match first {
             Ok(p) => p,
             Err(e) if driver::is_oom(&e) => {
                 let (free, total) = driver::mem_get_info().unwrap_or((0, self.total_memory()));

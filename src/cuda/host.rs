@@ -94,6 +94,7 @@ impl HostBuffer {
     }
 
     /// Raw pointer to the first byte (valid for `len` bytes).
+    #[allow(dead_code)]
     pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {
         self.ptr.as_ptr()
     }

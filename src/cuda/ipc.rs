@@ -687,6 +687,13 @@ impl DeviceBuffer {
                 register_export(raw, alloc, info.range_start);
                 (raw, info.range_start, info.range_size)
             }
+            Origin::Pooled { .. } => {
+                return Err(Error::invalid(format!(
+                    "cannot export {} bytes at {:#x} over CUDA IPC: the memory comes from the                      stream-ordered pool (Context::allocate_pooled), which legacy CUDA IPC                      cannot share; allocate it with Context::allocate to export it",
+                    self.len(),
+                    self.address()
+                )));
+            }
             Origin::Empty => {
                 return Err(Error::invalid(
                     "a non-empty buffer over an empty allocation cannot be exported",

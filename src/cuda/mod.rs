@@ -8,6 +8,10 @@
 //!   (`std::io::Read`/`Write` + `Seek`) ([`io`]).
 //! * [`HostBuffer`]: page-locked host memory that converts to Arrow and `Bytes` without
 //!   copying.
+//! * The transfer engine ([`TransferConfig`], [`copy_many_from_host`], [`Pending`],
+//!   [`scope`]): ordinary host memory at page-locked speed, many small pieces in few
+//!   DMA transfers, stream-ordered asynchronous copies; and a stream-ordered device
+//!   memory pool ([`Context::allocate_pooled`]).
 //!
 //! The driver (`libcuda`) is loaded at run time. On a machine without it, or without a
 //! GPU, [`is_available`] is `false`, [`device_count`] is 0 and every other entry point
@@ -23,7 +27,9 @@ mod host;
 pub mod io;
 pub mod ipc;
 pub mod kernels;
+mod mempool;
 mod stream;
+mod transfer;
 
 pub use buffer::DeviceBuffer;
 pub use context::{
@@ -32,4 +38,9 @@ pub use context::{
 pub use host::HostBuffer;
 pub use io::{DeviceBufferReader, DeviceBufferWriter};
 pub use ipc::{IpcEventHandle, IpcMemHandle};
+pub use mempool::DevicePoolStats;
 pub use stream::{Event, EventFlags, Stream};
+pub use transfer::{
+    DirectMode, HostSink, HostSource, PageableMode, Pending, ScatterMode, ScopedPending,
+    TransferConfig, TransferScope, TransferStats, copy_many_from_host, copy_many_to_host, scope,
+};

@@ -656,3 +656,16 @@ gpu_test! {
         p.finish();
     }
 }
+
+gpu_test! {
+    fn ipc_export_of_pool_memory_is_refused() {
+        let c = devbuf::cuda::Context::new(0).unwrap();
+        let pooled = c.allocate_pooled(4096).unwrap();
+        assert!(pooled.is_pooled());
+        let e = pooled.slice(16, 64).unwrap().export_ipc().unwrap_err();
+        let m = e.to_string();
+        assert!(m.contains("stream-ordered pool") && m.contains("Context::allocate"), "{m}");
+        // Ordinary allocations still export.
+        assert!(c.allocate(4096).unwrap().export_ipc().is_ok());
+    }
+}

@@ -17,3 +17,4 @@ mod ipc;
 #[path = "../common/peer.rs"]
 mod peer;
 mod zarr;
+mod transfer;

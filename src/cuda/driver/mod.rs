@@ -22,6 +22,7 @@ use cudarc::driver::sys;
 use crate::error::{Error, Result};
 
 pub(crate) mod ipc;
+pub(crate) mod transfer;
 
 pub(crate) use sys::{CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUmodule, CUstream};
 
@@ -127,6 +128,7 @@ pub(crate) fn init() -> Result<&'static DriverInfo> {
         }
         let missing: Vec<&str> = REQUIRED_SYMBOLS
             .iter()
+            .chain(transfer::REQUIRED_SYMBOLS)
             .copied()
             .filter(|s| !has_symbol(s))
             .collect();

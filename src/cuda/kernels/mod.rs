@@ -29,10 +29,19 @@ pub(crate) static COMPARE: PtxModule = PtxModule {
     ptx: concat!(include_str!("ptx/compare.ptx"), "\0"),
 };
 
+/// Segment copies of the transfer engine (`scatter.cu`).
+pub(crate) static SCATTER: PtxModule = PtxModule {
+    name: "scatter",
+    ptx: concat!(include_str!("ptx/scatter.ptx"), "\0"),
+};
+
 /// The PTX sources shipped with the crate, by module name (for tests and tooling).
 #[doc(hidden)]
 pub fn shipped_ptx() -> Vec<(&'static str, &'static str)> {
-    vec![(COMPARE.name, COMPARE.ptx.trim_end_matches('\0'))]
+    vec![
+        (COMPARE.name, COMPARE.ptx.trim_end_matches('\0')),
+        (SCATTER.name, SCATTER.ptx.trim_end_matches('\0')),
+    ]
 }
 
 /// Loaded modules and looked-up functions of one context.
@@ -148,4 +157,55 @@ pub(crate) fn bytes_equal(ctx: &Context, a: CUdeviceptr, b: CUdeviceptr, n: usiz
     let mut out = [0u8; 4];
     flag.copy_to_host_into(0, &mut out)?;
     Ok(u32::from_ne_bytes(out) == 0)
+}
+
+/// One entry of `devbuf_copy_segments`' table: copy `len` bytes from `src` to `dst`
+/// (device addresses). Layout matches `struct Segment` in `scatter.cu`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Segment {
+    pub dst: u64,
+    pub src: u64,
+    pub len: u64,
+}
+
+/// Looks up `devbuf_copy_segments` in `ctx` (loading `scatter.ptx` on first use).
+pub(crate) fn copy_segments_function(ctx: &Context) -> Result<CUfunction> {
+    function(ctx, &SCATTER, c"devbuf_copy_segments")
+}
+
+/// Queues `devbuf_copy_segments(table, count)` on `stream` with `blocks` blocks.
+///
+/// # Safety
+/// `f` must be `devbuf_copy_segments` of the current context; `table` must be device
+/// memory holding `count` [`Segment`]s whose ranges are valid device memory, do not
+/// overlap each other, and stay valid until the kernel completes on `stream`.
+pub(crate) unsafe fn launch_copy_segments(
+    f: CUfunction,
+    table: CUdeviceptr,
+    count: u32,
+    blocks: u32,
+    stream: driver::CUstream,
+) -> Result<()> {
+    if count == 0 {
+        return Ok(());
+    }
+    let mut pt = table;
+    let mut pc = count;
+    let mut params: [*mut c_void; 2] = [
+        (&mut pt as *mut CUdeviceptr).cast(),
+        (&mut pc as *mut u32).cast(),
+    ];
+    // Safety: the parameters match `devbuf_copy_segments(const Segment*, u32)`; the
+    // caller guarantees the table and its ranges.
+    unsafe {
+        driver::launch_kernel(
+            f,
+            (blocks.clamp(1, count), 1, 1),
+            (BLOCK, 1, 1),
+            0,
+            stream,
+            &mut params,
+        )
+    }
 }

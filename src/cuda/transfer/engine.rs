@@ -1,0 +1,1392 @@
+//! The transfer engine of one context: staging lanes, worker threads, the page-locked
+//! staging pool, a pool of streams for direct copies, and the strategies (direct,
+//! staged, registered, batched).
+//!
+//! # Lanes
+//!
+//! A *lane* is a thread with a *kit*: a stream, two events and two page-locked staging
+//! buffers (plus, for packed chunks, two device scratch buffers). Host->device, the lane
+//! copies a chunk of the caller's memory into one buffer with the CPU while the other
+//! buffer's DMA runs; device->host, it copies one buffer out while the DMA fills the
+//! other. Lanes claim chunks from a shared counter, so fast lanes take more.
+//!
+//! A transfer is a [`Job`]. The calling thread always works as one lane; up to
+//! `lanes - 1` worker threads (started on first use, kept parked) join it.
+//!
+//! # Why the caller's memory is safe
+//!
+//! The job holds raw pointers into the caller's slices. The caller does not return
+//! before every lane that joined the job has left it ([`JobGuard`] closes the job and
+//! waits, also while unwinding), and a lane leaves only after its stream is synchronised
+//! (no DMA of its own is pending). Lanes that had not joined when the job closed see it
+//! closed and never touch it. Only the CPU reads or writes the caller's memory on this
+//! path; the DMA engines only see staging buffers, which belong to the pool.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
+use std::thread::JoinHandle;
+
+use super::plan::{self, Chunk, Dir, PackParams, PieceSpec, Plan};
+use super::staging::{PoolItem, StagingPool};
+use super::{DirectMode, PageableMode, ScatterMode, TransferConfig};
+use crate::cuda::context::Context;
+use crate::cuda::driver::transfer::{self as dt, HostMemoryKind};
+use crate::cuda::driver::{self, CUcontext, CUdeviceptr, CUevent, CUfunction, CUstream};
+use crate::cuda::kernels::{self, Segment as TableEntry};
+use crate::error::{Error, Result};
+
+/// A raw driver handle or host pointer that may cross threads.
+#[derive(Debug, Clone, Copy)]
+struct Raw<T>(T);
+// Safety: driver handles (contexts, streams, events, functions) may be used from any
+// thread; the driver API is thread-safe. Host pointers in a `Job` are only dereferenced
+// under the job's protocol (see the module docs), never after the caller returned.
+unsafe impl<T> Send for Raw<T> {}
+// Safety: see `Send`; the wrapped values are plain handles and addresses.
+unsafe impl<T> Sync for Raw<T> {}
+
+// ---------------------------------------------------------------------------
+// Kits
+// ---------------------------------------------------------------------------
+
+/// One lane's resources: a stream, two events, two page-locked staging buffers and
+/// (lazily) two device scratch buffers, all of `chunk` bytes.
+pub(crate) struct Kit {
+    ctx: CUcontext,
+    stream: CUstream,
+    events: [CUevent; 2],
+    host: [*mut u8; 2],
+    scratch: [CUdeviceptr; 2],
+    chunk: usize,
+    scratch_bytes: Arc<AtomicUsize>,
+}
+
+// Safety: the kit exclusively owns its driver objects and memory; they may be used and
+// freed from any thread.
+unsafe impl Send for Kit {}
+
+impl PoolItem for Kit {
+    fn bytes(&self) -> usize {
+        2 * self.chunk
+    }
+    fn chunk_bytes(&self) -> usize {
+        self.chunk
+    }
+}
+
+impl Kit {
+    fn new(ctx: CUcontext, chunk: usize, scratch_bytes: Arc<AtomicUsize>) -> Result<Kit> {
+        driver::ctx_set_current(ctx)?;
+        let mut k = Kit {
+            ctx,
+            stream: std::ptr::null_mut(),
+            events: [std::ptr::null_mut(); 2],
+            host: [std::ptr::null_mut(); 2],
+            scratch: [0; 2],
+            chunk,
+            scratch_bytes,
+        };
+        // On any error `k` drops and frees what was made so far.
+        // A blocking stream: ordered after earlier work on the legacy default stream
+        // (kernels devbuf launched there), like the synchronous copies it replaces.
+        k.stream = driver::stream_create(false)?;
+        for i in 0..2 {
+            k.events[i] = driver::event_create(false)?;
+            k.host[i] = driver::mem_host_alloc(chunk).map_err(|e| {
+                if driver::is_oom(&e) {
+                    Error::invalid(format!(
+                        "could not allocate a {chunk}-byte page-locked staging buffer ({e}); \
+                         lower TransferConfig::chunk_bytes or max_pinned_bytes"
+                    ))
+                } else {
+                    e
+                }
+            })?;
+        }
+        Ok(k)
+    }
+
+    /// Device scratch buffer `slot`, allocated on first use (packed chunks only).
+    fn scratch(&mut self, slot: usize) -> Result<CUdeviceptr> {
+        if self.scratch[slot] == 0 {
+            self.scratch[slot] = driver::mem_alloc(self.chunk)?;
+            self.scratch_bytes.fetch_add(self.chunk, Ordering::SeqCst);
+        }
+        Ok(self.scratch[slot])
+    }
+}
+
+impl Drop for Kit {
+    fn drop(&mut self) {
+        if driver::ctx_set_current(self.ctx).is_err() {
+            return; // cannot free without the context; leak rather than misuse
+        }
+        if !self.stream.is_null() {
+            let _ = driver::stream_synchronize(self.stream);
+            // Safety: the stream belongs to this kit and is not used after this.
+            let _ = unsafe { driver::stream_destroy(self.stream) };
+        }
+        for e in self.events {
+            if !e.is_null() {
+                // Safety: the event belongs to this kit and is not used after this.
+                let _ = unsafe { driver::event_destroy(e) };
+            }
+        }
+        for h in self.host {
+            if !h.is_null() {
+                // Safety: from cuMemHostAlloc; the stream was synchronised above, so no
+                // DMA uses it, and the kit is its only owner.
+                let _ = unsafe { driver::mem_free_host(h) };
+            }
+        }
+        for s in self.scratch {
+            if s != 0 {
+                // Safety: from cuMemAlloc; no work uses it any more (stream synchronised).
+                let _ = unsafe { driver::mem_free(s) };
+                self.scratch_bytes.fetch_sub(self.chunk, Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Jobs
+// ---------------------------------------------------------------------------
+
+#[derive(Default)]
+struct LaneState {
+    closed: bool,
+    active: usize,
+}
+
+/// One staged transfer, shared by the lanes that work on it.
+pub(crate) struct Job {
+    dir: Dir,
+    /// Host address of each piece (valid for its `PieceSpec::len` bytes).
+    host: Vec<Raw<*mut u8>>,
+    pieces: Vec<PieceSpec>,
+    plan: Plan,
+    params: PackParams,
+    scatter: ScatterMode,
+    kernel: Option<Raw<CUfunction>>,
+    blocks: u32,
+    /// Device ordinal (location hints of batch copies).
+    ordinal: usize,
+    /// Lanes wait for this event (recorded on the caller's stream) before any DMA.
+    fork: Option<Raw<CUevent>>,
+    /// Staging buffer size of the kits this job uses.
+    kit_chunk: usize,
+    next: AtomicUsize,
+    failed: AtomicBool,
+    error: Mutex<Option<Error>>,
+    lanes: Mutex<LaneState>,
+    lanes_cv: Condvar,
+}
+
+impl Job {
+    fn claim(&self) -> Option<usize> {
+        if self.failed.load(Ordering::SeqCst) {
+            return None;
+        }
+        let i = self.next.fetch_add(1, Ordering::SeqCst);
+        (i < self.plan.chunks.len()).then_some(i)
+    }
+
+    fn exhausted(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
+            || self.next.load(Ordering::SeqCst) >= self.plan.chunks.len()
+    }
+
+    fn fail(&self, e: Error) {
+        self.failed.store(true, Ordering::SeqCst);
+        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(e);
+        }
+    }
+
+    /// Joins as a lane unless the job is closed.
+    fn enter(&self) -> bool {
+        let mut s = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
+        if s.closed {
+            return false;
+        }
+        s.active += 1;
+        true
+    }
+
+    fn leave(&self) {
+        let mut s = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
+        s.active -= 1;
+        if s.active == 0 {
+            self.lanes_cv.notify_all();
+        }
+    }
+
+    /// Closes the job to new lanes and waits until every lane that joined has left.
+    fn close_and_wait(&self) {
+        let mut s = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
+        s.closed = true;
+        while s.active > 0 {
+            s = self.lanes_cv.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Host pointer of `piece` plus `off`.
+    ///
+    /// # Safety
+    /// `off` must be within the piece (the plan guarantees it for its ranges).
+    unsafe fn host_at(&self, piece: usize, off: usize) -> *mut u8 {
+        // Safety: guaranteed by the caller; the piece's range is valid (job invariant).
+        unsafe { self.host[piece].0.add(off) }
+    }
+}
+
+/// Leaves the job when dropped (also while unwinding).
+struct ActiveGuard<'a>(&'a Job);
+impl Drop for ActiveGuard<'_> {
+    fn drop(&mut self) {
+        self.0.leave();
+    }
+}
+
+/// Closes the job and waits for its lanes when dropped (also while unwinding), so the
+/// caller's memory outlives every access to it.
+struct JobGuard<'a>(&'a Job);
+impl Drop for JobGuard<'_> {
+    fn drop(&mut self) {
+        self.0.close_and_wait();
+    }
+}
+
+/// Holds a kit while a lane runs; on drop the kit's stream is synchronised and the kit
+/// goes back to the pool, or is abandoned (leaked) when the stream cannot be confirmed
+/// idle.
+struct KitGuard<'a> {
+    pool: &'a StagingPool<Kit>,
+    kit: Option<Kit>,
+}
+impl Drop for KitGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(k) = self.kit.take() {
+            if driver::ctx_set_current(k.ctx).is_ok()
+                && driver::stream_synchronize(k.stream).is_ok()
+            {
+                self.pool.release(k);
+            } else {
+                self.pool.abandon(k);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Engine
+// ---------------------------------------------------------------------------
+
+/// Transfer counters.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub direct: AtomicU64,
+    pub staged: AtomicU64,
+    pub registered: AtomicU64,
+    pub batched: AtomicU64,
+    pub batched_pieces: AtomicU64,
+    pub kernel_chunks: AtomicU64,
+    pub memcpy_batch_chunks: AtomicU64,
+    pub staged_bytes: AtomicU64,
+}
+
+struct Queue {
+    jobs: VecDeque<Arc<Job>>,
+    shutdown: bool,
+}
+
+pub(crate) struct Shared {
+    ctx: Raw<CUcontext>,
+    config: RwLock<TransferConfig>,
+    pub(crate) pool: StagingPool<Kit>,
+    streams: Mutex<Vec<Raw<CUstream>>>,
+    queue: Mutex<Queue>,
+    queue_cv: Condvar,
+    pub(crate) scratch_bytes: Arc<AtomicUsize>,
+    pub(crate) counters: Counters,
+}
+
+/// The transfer engine of one context.
+pub(crate) struct Engine {
+    pub(crate) shared: Arc<Shared>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// Where a [`Context`] keeps its engine: created on first use, shut down (worker threads
+/// joined, staging memory freed) before the context is destroyed.
+#[derive(Default)]
+pub(crate) struct EngineCell(OnceLock<Engine>);
+
+impl EngineCell {
+    pub(crate) fn get(&self, ctx: &Context) -> &Engine {
+        self.0.get_or_init(|| Engine::new(ctx.inner.raw))
+    }
+
+    pub(crate) fn get_if_started(&self) -> Option<&Engine> {
+        self.0.get()
+    }
+
+    /// Stops the workers and frees every staging kit and stream. Called by the
+    /// context's drop, while the context is still alive.
+    pub(crate) fn shutdown(&self) {
+        if let Some(e) = self.0.get() {
+            e.shutdown();
+        }
+    }
+}
+
+/// What a transfer may use of the caller's memory and streams.
+pub(crate) struct Request {
+    pub dir: Dir,
+    pub host: *mut u8,
+    pub len: usize,
+    pub dev: CUdeviceptr,
+    /// The stream the copy is ordered on (`None`: synchronous, complete on return).
+    pub on: Option<CUstream>,
+    /// What the caller knows of the host memory (skips the driver query).
+    pub known: Option<HostMemoryKind>,
+}
+
+/// The path a single copy takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// One driver call (page-locked memory, small copies, or the driver forced).
+    Direct,
+    /// Through the staging lanes.
+    Staged,
+    /// Register the caller's pages, one DMA, unregister.
+    Registered,
+}
+
+/// Whether the route of an `n`-byte copy depends on the kind of host memory (so the
+/// driver must be asked).
+pub(crate) fn needs_probe(cfg: &TransferConfig, n: usize) -> bool {
+    match cfg.pageable {
+        PageableMode::Auto => {
+            n >= cfg.staging_min_bytes || cfg.register_min_bytes.is_some_and(|m| n >= m)
+        }
+        PageableMode::Driver => false,
+        PageableMode::Staged | PageableMode::Registered => true,
+    }
+}
+
+/// The route of an `n`-byte copy of host memory of `kind` (`Pageable` when not probed).
+pub(crate) fn route(cfg: &TransferConfig, n: usize, kind: HostMemoryKind) -> Route {
+    if kind != HostMemoryKind::Pageable {
+        return Route::Direct;
+    }
+    match cfg.pageable {
+        PageableMode::Driver => Route::Direct,
+        PageableMode::Staged => Route::Staged,
+        PageableMode::Registered => Route::Registered,
+        PageableMode::Auto => {
+            if cfg.register_min_bytes.is_some_and(|m| n >= m) {
+                Route::Registered
+            } else if n >= cfg.staging_min_bytes {
+                Route::Staged
+            } else {
+                Route::Direct
+            }
+        }
+    }
+}
+
+const PAGE: usize = 4096;
+
+impl Engine {
+    fn new(ctx: CUcontext) -> Engine {
+        let config = TransferConfig::default();
+        Engine {
+            shared: Arc::new(Shared {
+                ctx: Raw(ctx),
+                pool: StagingPool::new(config.max_pinned_bytes),
+                config: RwLock::new(config),
+                streams: Mutex::new(Vec::new()),
+                queue: Mutex::new(Queue {
+                    jobs: VecDeque::new(),
+                    shutdown: false,
+                }),
+                queue_cv: Condvar::new(),
+                scratch_bytes: Arc::new(AtomicUsize::new(0)),
+                counters: Counters::default(),
+            }),
+            workers: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub(crate) fn config(&self) -> TransferConfig {
+        self.shared
+            .config
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn set_config(&self, cfg: TransferConfig) {
+        self.shared.pool.set_limit(cfg.max_pinned_bytes);
+        *self
+            .shared
+            .config
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = cfg;
+    }
+
+    pub(crate) fn worker_count(&self) -> usize {
+        self.workers.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    fn shutdown(&self) {
+        {
+            let mut q = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+            q.shutdown = true;
+            q.jobs.clear();
+        }
+        self.shared.queue_cv.notify_all();
+        let handles: Vec<JoinHandle<()>> = self
+            .workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+            .collect();
+        for h in handles {
+            let _ = h.join();
+        }
+        drop(self.shared.pool.drain());
+        let streams: Vec<Raw<CUstream>> = self
+            .shared
+            .streams
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+            .collect();
+        if !streams.is_empty() && driver::ctx_set_current(self.shared.ctx.0).is_ok() {
+            for s in streams {
+                // Safety: pooled streams are idle (synchronised before being returned)
+                // and owned by the engine.
+                let _ = unsafe { driver::stream_destroy(s.0) };
+            }
+        }
+    }
+
+    /// Starts worker threads until there are `want` (at most `lanes - 1`).
+    fn ensure_workers(&self, want: usize) -> usize {
+        let mut w = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        while w.len() < want {
+            let shared = self.shared.clone();
+            let name = format!("devbuf-transfer-{}", w.len());
+            match std::thread::Builder::new()
+                .name(name)
+                .stack_size(256 * 1024)
+                .spawn(move || worker(shared))
+            {
+                Ok(h) => w.push(h),
+                Err(_) => break, // fewer helpers; the caller's lane still does the work
+            }
+        }
+        w.len()
+    }
+
+    /// Allocates staging kits and starts the worker threads now, so that the first
+    /// transfer does not pay for them.
+    pub(crate) fn warm_up(&self) -> Result<()> {
+        let cfg = self.config();
+        self.ensure_workers(cfg.lanes.saturating_sub(1));
+        let mut kits = Vec::new();
+        let shared = &self.shared;
+        let mut alloc = || Kit::new(shared.ctx.0, cfg.chunk_bytes, shared.scratch_bytes.clone());
+        for _ in 0..cfg.lanes {
+            match shared
+                .pool
+                .try_acquire(cfg.chunk_bytes, 2 * cfg.chunk_bytes, &mut alloc)?
+            {
+                Some(k) => kits.push(k),
+                None => break,
+            }
+        }
+        for k in kits {
+            shared.pool.release(k);
+        }
+        Ok(())
+    }
+
+    // -- direct copies ------------------------------------------------------
+
+    fn take_stream(&self) -> Result<CUstream> {
+        if let Some(s) = self
+            .shared
+            .streams
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+        {
+            return Ok(s.0);
+        }
+        driver::stream_create(false)
+    }
+
+    fn give_stream(&self, s: CUstream, healthy: bool) {
+        if healthy {
+            self.shared
+                .streams
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(Raw(s));
+        }
+        // An unhealthy stream is leaked: work on it could not be confirmed finished.
+    }
+
+    /// Queues one driver copy on `stream`.
+    ///
+    /// # Safety
+    /// `host..host+n` must be valid (readable host->device, writable device->host) until
+    /// the copy completes on `stream`; `dev..dev+n` device memory of the current context.
+    unsafe fn enqueue_direct(
+        dir: Dir,
+        host: *mut u8,
+        n: usize,
+        dev: CUdeviceptr,
+        stream: CUstream,
+    ) -> Result<()> {
+        // Safety: guaranteed by the caller.
+        unsafe {
+            match dir {
+                Dir::HtoD => dt::memcpy_htod_async(dev, host, n, stream),
+                Dir::DtoH => dt::memcpy_dtoh_async(host, dev, n, stream),
+            }
+        }
+    }
+
+    /// One driver copy. With `on`, queued on that stream (the caller keeps the host
+    /// memory alive until it completes); without, complete on return
+    /// ([`DirectMode::Stream`]) or as the driver's synchronous copy leaves it
+    /// ([`DirectMode::Sync`]).
+    ///
+    /// # Safety
+    /// As [`Engine::enqueue_direct`].
+    unsafe fn direct(&self, r: &Request, cfg: &TransferConfig) -> Result<()> {
+        self.shared.counters.direct.fetch_add(1, Ordering::Relaxed);
+        if let Some(s) = r.on {
+            // Safety: guaranteed by the caller.
+            return unsafe { Self::enqueue_direct(r.dir, r.host, r.len, r.dev, s) };
+        }
+        match cfg.direct {
+            DirectMode::Sync => {
+                // Safety: guaranteed by the caller; the call returns when the host
+                // memory is no longer needed.
+                unsafe {
+                    match r.dir {
+                        Dir::HtoD => driver::memcpy_htod(r.dev, r.host, r.len),
+                        Dir::DtoH => driver::memcpy_dtoh(r.host, r.dev, r.len),
+                    }
+                }
+            }
+            DirectMode::Stream => {
+                let s = self.take_stream()?;
+                // Safety: guaranteed by the caller; we synchronise before returning.
+                let queued = unsafe { Self::enqueue_direct(r.dir, r.host, r.len, r.dev, s) };
+                let synced = driver::stream_synchronize(s);
+                self.give_stream(s, synced.is_ok());
+                queued.and(synced)
+            }
+        }
+    }
+
+    // -- the entry point for single copies -------------------------------------
+
+    /// Copies one contiguous range by the route the configuration picks.
+    ///
+    /// # Safety
+    /// `r.host..r.host+r.len` must be valid for the direction (readable host->device,
+    /// writable and not otherwise accessed device->host) until the call returns, and —
+    /// when `r.on` is given and the copy may still be pending on it — until it completes
+    /// on that stream. `r.dev..+len` must be device memory of `ctx`.
+    pub(crate) unsafe fn copy(&self, ctx: &Context, r: Request) -> Result<()> {
+        if r.len == 0 {
+            return Ok(());
+        }
+        let cfg = self.config();
+        ctx.bind()?;
+        let kind = match r.known {
+            Some(k) => k,
+            // A failed query only costs speed: staging is right for any memory.
+            None if needs_probe(&cfg, r.len) => {
+                dt::host_memory_kind(r.host, r.len).unwrap_or(HostMemoryKind::Pageable)
+            }
+            None => HostMemoryKind::Pageable,
+        };
+        match route(&cfg, r.len, kind) {
+            // Safety (all arms): guaranteed by the caller.
+            Route::Direct => unsafe { self.direct(&r, &cfg) },
+            Route::Staged => self.staged_single(ctx, &r, &cfg),
+            Route::Registered => match unsafe { self.registered(&r, &cfg) } {
+                Ok(true) => Ok(()),
+                Ok(false) => self.staged_single(ctx, &r, &cfg),
+                Err(e) => Err(e),
+            },
+        }
+    }
+
+    /// Registers the caller's whole pages, copies them with one DMA (the partial pages
+    /// at either end go through the driver's own path) and unregisters. `Ok(false)`
+    /// when registration is refused (the caller stages instead).
+    ///
+    /// # Safety
+    /// As [`Engine::copy`].
+    unsafe fn registered(&self, r: &Request, cfg: &TransferConfig) -> Result<bool> {
+        let start = r.host as usize;
+        let end = start + r.len;
+        let a = start.div_ceil(PAGE) * PAGE;
+        let b = end / PAGE * PAGE;
+        if b <= a {
+            return Ok(false);
+        }
+        let reg = a as *mut u8;
+        // Safety: `a..b` lies within the caller's range, which stays mapped for the
+        // whole call; it is unregistered before we return (guard below).
+        if unsafe { dt::mem_host_register(reg, b - a) }.is_err() {
+            return Ok(false);
+        }
+        struct Unregister(*mut u8);
+        impl Drop for Unregister {
+            fn drop(&mut self) {
+                // Safety: registered above; the copies using it were synchronised (or
+                // the stream failed, after which no DMA runs in this context).
+                let _ = unsafe { dt::mem_host_unregister(self.0) };
+            }
+        }
+        let _unregister = Unregister(reg);
+        self.shared
+            .counters
+            .registered
+            .fetch_add(1, Ordering::Relaxed);
+        let s = match r.on {
+            Some(s) => s,
+            None => self.take_stream()?,
+        };
+        let head = a - start;
+        let tail = end - b;
+        // Safety: the three ranges partition the caller's range; each is valid for the
+        // direction; we synchronise the stream before unregistering and returning.
+        let queued = unsafe {
+            Self::enqueue_direct(r.dir, r.host, head, r.dev, s)
+                .and_then(|_| {
+                    Self::enqueue_direct(r.dir, r.host.add(head), b - a, r.dev + head as u64, s)
+                })
+                .and_then(|_| {
+                    Self::enqueue_direct(
+                        r.dir,
+                        r.host.add(head + (b - a)),
+                        tail,
+                        r.dev + (head + b - a) as u64,
+                        s,
+                    )
+                })
+        };
+        let synced = driver::stream_synchronize(s);
+        if r.on.is_none() {
+            self.give_stream(s, synced.is_ok());
+        }
+        let _ = cfg;
+        queued.and(synced).map(|_| true)
+    }
+
+    // -- staged copies ------------------------------------------------------------
+
+    fn staged_single(&self, ctx: &Context, r: &Request, cfg: &TransferConfig) -> Result<()> {
+        let lanes = cfg.lanes.max(1);
+        let chunk = plan::chunk_size_for(r.len, lanes, cfg.min_chunk_bytes, cfg.chunk_bytes);
+        let plan = plan::plan_single(r.len, chunk);
+        self.shared.counters.staged.fetch_add(1, Ordering::Relaxed);
+        let pieces = vec![PieceSpec {
+            len: r.len,
+            dev: r.dev,
+        }];
+        self.run(
+            ctx,
+            r.dir,
+            vec![Raw(r.host)],
+            pieces,
+            plan,
+            PackParams::for_kernel(cfg.chunk_bytes),
+            cfg,
+            r.on,
+            None,
+        )
+    }
+
+    /// Copies many pieces through staging, packed. `hosts[i]` is valid for
+    /// `pieces[i].len` bytes in the direction of `dir` until the call returns.
+    ///
+    /// # Safety
+    /// As stated; device ranges must be device memory of `ctx`; device->host the host
+    /// ranges must not overlap each other.
+    pub(crate) unsafe fn copy_many(
+        &self,
+        ctx: &Context,
+        dir: Dir,
+        hosts: Vec<*mut u8>,
+        pieces: Vec<PieceSpec>,
+    ) -> Result<()> {
+        let cfg = self.config();
+        ctx.bind()?;
+        let mut scatter = cfg.scatter;
+        let mut kernel = None;
+        if scatter == ScatterMode::Kernel {
+            match kernels::copy_segments_function(ctx) {
+                Ok(f) => kernel = Some(Raw(f)),
+                // The kernels need a CUDA 13 driver; older drivers with the batch call
+                // (12.8+) use it instead, others copy piece by piece.
+                Err(_) if dt::memcpy_batch_available() => scatter = ScatterMode::MemcpyBatch,
+                Err(_) => {
+                    // Safety: guaranteed by the caller.
+                    return unsafe { self.piecewise(ctx, dir, &hosts, &pieces, &cfg) };
+                }
+            }
+        }
+        let params = match scatter {
+            ScatterMode::Kernel => PackParams::for_kernel(cfg.chunk_bytes),
+            ScatterMode::MemcpyBatch => PackParams::for_batch_memcpy(cfg.chunk_bytes),
+        };
+        let plan = plan::plan_batch(&pieces, &params);
+        let c = &self.shared.counters;
+        c.batched.fetch_add(1, Ordering::Relaxed);
+        c.batched_pieces
+            .fetch_add(pieces.len() as u64, Ordering::Relaxed);
+        let mut cfg2 = cfg.clone();
+        cfg2.scatter = scatter;
+        let hosts = hosts.into_iter().map(Raw).collect();
+        self.run(ctx, dir, hosts, pieces, plan, params, &cfg2, None, kernel)
+    }
+
+    /// The fallback of [`copy_many`](Self::copy_many) without kernels or batch copies.
+    ///
+    /// # Safety
+    /// As [`Engine::copy_many`].
+    unsafe fn piecewise(
+        &self,
+        ctx: &Context,
+        dir: Dir,
+        hosts: &[*mut u8],
+        pieces: &[PieceSpec],
+        cfg: &TransferConfig,
+    ) -> Result<()> {
+        for (h, p) in hosts.iter().zip(pieces) {
+            let r = Request {
+                dir,
+                host: *h,
+                len: p.len,
+                dev: p.dev,
+                on: None,
+                known: None,
+            };
+            ctx.bind()?;
+            // Safety: guaranteed by the caller.
+            unsafe { self.direct(&r, cfg)? };
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        ctx: &Context,
+        dir: Dir,
+        hosts: Vec<Raw<*mut u8>>,
+        pieces: Vec<PieceSpec>,
+        plan: Plan,
+        params: PackParams,
+        cfg: &TransferConfig,
+        on: Option<CUstream>,
+        kernel: Option<Raw<CUfunction>>,
+    ) -> Result<()> {
+        if plan.chunks.is_empty() {
+            return Ok(());
+        }
+        self.shared
+            .counters
+            .staged_bytes
+            .fetch_add(plan.total_bytes as u64, Ordering::Relaxed);
+        // Fork: lanes wait (on the device) for the work queued on `on` so far.
+        let fork = match on {
+            Some(s) => {
+                let e = driver::event_create(false)?;
+                if let Err(err) = driver::event_record(e, s) {
+                    // Safety: created above, used by nobody.
+                    let _ = unsafe { driver::event_destroy(e) };
+                    return Err(err);
+                }
+                Some(Raw(e))
+            }
+            None => None,
+        };
+        let sms = ctx.properties().multiprocessor_count.max(1);
+        let want = cfg.lanes.max(1).min(plan.chunks.len());
+        let job = Arc::new(Job {
+            dir,
+            host: hosts,
+            pieces,
+            plan,
+            params,
+            scatter: cfg.scatter,
+            kernel,
+            blocks: sms.saturating_mul(4),
+            ordinal: ctx.ordinal(),
+            fork,
+            kit_chunk: cfg.chunk_bytes,
+            next: AtomicUsize::new(0),
+            failed: AtomicBool::new(false),
+            error: Mutex::new(None),
+            lanes: Mutex::new(LaneState::default()),
+            lanes_cv: Condvar::new(),
+        });
+        {
+            let _guard = JobGuard(&job);
+            let helpers = self.ensure_workers(want - 1).min(want - 1);
+            if helpers > 0 {
+                let mut q = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+                for _ in 0..helpers {
+                    q.jobs.push_back(job.clone());
+                }
+                drop(q);
+                for _ in 0..helpers {
+                    self.shared.queue_cv.notify_one();
+                }
+            }
+            self.shared.lane(&job, true);
+            // `_guard` closes the job and waits for the helpers here.
+        }
+        if let Some(e) = job.fork {
+            if driver::ctx_set_current(self.shared.ctx.0).is_ok() {
+                // Safety: every lane that used the event has left (its wait was queued,
+                // which captures the event's state), so nothing uses it any more.
+                let _ = unsafe { driver::event_destroy(e.0) };
+            }
+        }
+        ctx.bind()?;
+        let err = job.error.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+fn worker(shared: Arc<Shared>) {
+    loop {
+        let job = {
+            let mut q = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+            loop {
+                if q.shutdown {
+                    return;
+                }
+                if let Some(j) = q.jobs.pop_front() {
+                    break j;
+                }
+                q = shared.queue_cv.wait(q).unwrap_or_else(|p| p.into_inner());
+            }
+        };
+        if driver::ctx_set_current(shared.ctx.0).is_ok() {
+            shared.lane(&job, false);
+        }
+    }
+}
+
+impl Shared {
+    /// Works on `job` as one lane. The caller's lane (`blocking`) waits for a kit when
+    /// the pool is at its limit; a worker's lane gives up instead.
+    fn lane(&self, job: &Job, blocking: bool) {
+        if !job.enter() {
+            return;
+        }
+        let _active = ActiveGuard(job);
+        if job.exhausted() {
+            return;
+        }
+        let chunk = job.kit_chunk;
+        let mut alloc = || Kit::new(self.ctx.0, chunk, self.scratch_bytes.clone());
+        let got = if blocking {
+            self.pool
+                .acquire(chunk, 2 * chunk, &mut alloc, &|| job.exhausted())
+        } else {
+            self.pool.try_acquire(chunk, 2 * chunk, &mut alloc)
+        };
+        let kit = match got {
+            Ok(Some(k)) => k,
+            Ok(None) => return,
+            Err(e) => {
+                if blocking {
+                    job.fail(e);
+                }
+                return;
+            }
+        };
+        let mut guard = KitGuard {
+            pool: &self.pool,
+            kit: Some(kit),
+        };
+        let Some(kit) = guard.kit.as_mut() else {
+            return;
+        };
+        let r = match job.dir {
+            Dir::HtoD => self.lane_htod(job, kit),
+            Dir::DtoH => self.lane_dtoh(job, kit),
+        }
+        .and_then(|_| driver::stream_synchronize(kit.stream));
+        if let Err(e) = r {
+            job.fail(e);
+        }
+        // `guard` synchronises the stream again (cheap) and returns or abandons the kit;
+        // then `_active` leaves the job.
+    }
+
+    fn lane_htod(&self, job: &Job, kit: &mut Kit) -> Result<()> {
+        if let Some(f) = job.fork {
+            driver::stream_wait_event(kit.stream, f.0)?;
+        }
+        let mut slot = 0;
+        let mut used = [false; 2];
+        while let Some(ci) = job.claim() {
+            if used[slot] {
+                driver::event_synchronize(kit.events[slot])?;
+            }
+            let stage = kit.host[slot];
+            match &job.plan.chunks[ci] {
+                Chunk::Direct {
+                    piece,
+                    piece_off,
+                    len,
+                } => {
+                    // Safety: the plan keeps `piece_off + len` within the piece, whose
+                    // host range is readable for the job's life; the staging buffer
+                    // holds `kit.chunk >= len` bytes and no DMA reads it now (its event
+                    // was synchronised).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(job.host_at(*piece, *piece_off), stage, *len);
+                        dt::memcpy_htod_async(
+                            job.pieces[*piece].dev + *piece_off as u64,
+                            stage,
+                            *len,
+                            kit.stream,
+                        )?;
+                    }
+                }
+                Chunk::Packed {
+                    segs,
+                    tiles,
+                    data_len,
+                } => {
+                    let segs = &job.plan.segs[segs.clone()];
+                    let p = &job.params;
+                    for s in segs {
+                        // Safety: as above; segments lie within the data region of the
+                        // staging buffer (planned for `p.chunk_bytes == kit.chunk`).
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                job.host_at(s.piece, s.piece_off),
+                                stage.add(p.data_offset + s.stage_off),
+                                s.len,
+                            );
+                        }
+                    }
+                    self.scatter_htod(job, kit, slot, segs, *tiles, *data_len)?;
+                }
+            }
+            driver::event_record(kit.events[slot], kit.stream)?;
+            used[slot] = true;
+            slot ^= 1;
+        }
+        Ok(())
+    }
+
+    /// Moves a packed staging buffer to the device and scatters its segments.
+    fn scatter_htod(
+        &self,
+        job: &Job,
+        kit: &mut Kit,
+        slot: usize,
+        segs: &[plan::Seg],
+        tiles: usize,
+        data_len: usize,
+    ) -> Result<()> {
+        let p = &job.params;
+        let stage = kit.host[slot];
+        match job.scatter {
+            ScatterMode::Kernel => {
+                let scratch = kit.scratch(slot)?;
+                let table_off = p.data_offset - tiles * plan::TABLE_ENTRY_BYTES;
+                // Safety: the table area `table_off..data_offset` lies in the staging
+                // buffer, is 8-byte aligned (page-aligned buffer, offsets multiples of
+                // 8) and no DMA uses the buffer now.
+                let table = unsafe {
+                    std::slice::from_raw_parts_mut(stage.add(table_off).cast::<TableEntry>(), tiles)
+                };
+                let n = plan::fill_table(segs, &job.pieces, p, scratch, Dir::HtoD, table);
+                self.counters.kernel_chunks.fetch_add(1, Ordering::Relaxed);
+                let kernel = job
+                    .kernel
+                    .ok_or_else(|| Error::invalid("scatter kernel not loaded"))?;
+                // Safety: table + data are `p.data_offset - table_off + data_len <=
+                // chunk` bytes of the staging buffer, copied to the same offsets of the
+                // scratch buffer (also `chunk` bytes); the kernel then copies each
+                // segment from scratch to its destination, device ranges validated by
+                // the caller of `copy_many`.
+                unsafe {
+                    dt::memcpy_htod_async(
+                        scratch + table_off as u64,
+                        stage.add(table_off),
+                        p.data_offset - table_off + data_len,
+                        kit.stream,
+                    )?;
+                    kernels::launch_copy_segments(
+                        kernel.0,
+                        scratch + table_off as u64,
+                        n as u32,
+                        job.blocks,
+                        kit.stream,
+                    )
+                }
+            }
+            ScatterMode::MemcpyBatch => {
+                let mut dsts = Vec::with_capacity(segs.len());
+                let mut srcs = Vec::with_capacity(segs.len());
+                let mut sizes = Vec::with_capacity(segs.len());
+                for s in segs {
+                    dsts.push(job.pieces[s.piece].dev + s.piece_off as u64);
+                    // Page-locked host memory: its host address is its unified address.
+                    srcs.push(stage as u64 + (p.data_offset + s.stage_off) as u64);
+                    sizes.push(s.len);
+                }
+                self.counters
+                    .memcpy_batch_chunks
+                    .fetch_add(1, Ordering::Relaxed);
+                // Safety: sources lie in the page-locked staging buffer, destinations
+                // are validated device ranges; the buffer is not reused before the
+                // slot's event (recorded after this call) completes.
+                unsafe {
+                    dt::memcpy_batch_async(
+                        &mut dsts,
+                        &mut srcs,
+                        &mut sizes,
+                        true,
+                        job.ordinal,
+                        kit.stream,
+                    )
+                }
+            }
+        }
+    }
+
+    fn lane_dtoh(&self, job: &Job, kit: &mut Kit) -> Result<()> {
+        if let Some(f) = job.fork {
+            driver::stream_wait_event(kit.stream, f.0)?;
+        }
+        let mut inflight: [Option<usize>; 2] = [None, None];
+        for (slot, entry) in inflight.iter_mut().enumerate() {
+            match job.claim() {
+                Some(ci) => {
+                    self.enqueue_dtoh(job, kit, ci, slot)?;
+                    *entry = Some(ci);
+                }
+                None => break,
+            }
+        }
+        let mut slot = 0;
+        while inflight.iter().any(Option::is_some) {
+            let Some(ci) = inflight[slot] else {
+                slot ^= 1;
+                continue;
+            };
+            driver::event_synchronize(kit.events[slot])?;
+            let stage = kit.host[slot];
+            match &job.plan.chunks[ci] {
+                Chunk::Direct {
+                    piece,
+                    piece_off,
+                    len,
+                } => {
+                    // Safety: the DMA into the staging buffer has completed (event);
+                    // the destination range lies within the piece, which is writable
+                    // and touched by no one else for the job's life (pieces do not
+                    // overlap; each byte belongs to exactly one chunk).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(stage, job.host_at(*piece, *piece_off), *len)
+                    };
+                }
+                Chunk::Packed { segs, .. } => {
+                    let p = &job.params;
+                    for s in &job.plan.segs[segs.clone()] {
+                        // Safety: as above, per segment.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                stage.add(p.data_offset + s.stage_off),
+                                job.host_at(s.piece, s.piece_off),
+                                s.len,
+                            )
+                        };
+                    }
+                }
+            }
+            inflight[slot] = None;
+            if let Some(next) = job.claim() {
+                self.enqueue_dtoh(job, kit, next, slot)?;
+                inflight[slot] = Some(next);
+            }
+            slot ^= 1;
+        }
+        Ok(())
+    }
+
+    /// Queues the device->host DMA (and, packed, the gather before it) of chunk `ci`
+    /// into staging buffer `slot`, then records the slot's event.
+    fn enqueue_dtoh(&self, job: &Job, kit: &mut Kit, ci: usize, slot: usize) -> Result<()> {
+        let stage = kit.host[slot];
+        match &job.plan.chunks[ci] {
+            Chunk::Direct {
+                piece,
+                piece_off,
+                len,
+            } => {
+                // Safety: the staging buffer holds `kit.chunk >= len` bytes and is not
+                // read by the CPU until the slot's event completes.
+                unsafe {
+                    dt::memcpy_dtoh_async(
+                        stage,
+                        job.pieces[*piece].dev + *piece_off as u64,
+                        *len,
+                        kit.stream,
+                    )?
+                };
+            }
+            Chunk::Packed {
+                segs,
+                tiles,
+                data_len,
+            } => {
+                let segs = &job.plan.segs[segs.clone()];
+                let p = &job.params;
+                match job.scatter {
+                    ScatterMode::Kernel => {
+                        let scratch = kit.scratch(slot)?;
+                        let table_off = p.data_offset - tiles * plan::TABLE_ENTRY_BYTES;
+                        // Safety: as in `scatter_htod`; the slot's previous DMA has
+                        // completed and its data was copied out.
+                        let table = unsafe {
+                            std::slice::from_raw_parts_mut(
+                                stage.add(table_off).cast::<TableEntry>(),
+                                *tiles,
+                            )
+                        };
+                        let n = plan::fill_table(segs, &job.pieces, p, scratch, Dir::DtoH, table);
+                        self.counters.kernel_chunks.fetch_add(1, Ordering::Relaxed);
+                        let kernel = job
+                            .kernel
+                            .ok_or_else(|| Error::invalid("scatter kernel not loaded"))?;
+                        // Safety: the table goes to the scratch buffer's table area, the
+                        // kernel gathers the validated device ranges into its data area,
+                        // and the data area comes back into the staging buffer's data
+                        // area (disjoint from the table area being read by the first
+                        // DMA, which precedes it in stream order anyway).
+                        unsafe {
+                            dt::memcpy_htod_async(
+                                scratch + table_off as u64,
+                                stage.add(table_off),
+                                p.data_offset - table_off,
+                                kit.stream,
+                            )?;
+                            kernels::launch_copy_segments(
+                                kernel.0,
+                                scratch + table_off as u64,
+                                n as u32,
+                                job.blocks,
+                                kit.stream,
+                            )?;
+                            dt::memcpy_dtoh_async(
+                                stage.add(p.data_offset),
+                                scratch + p.data_offset as u64,
+                                *data_len,
+                                kit.stream,
+                            )?;
+                        }
+                    }
+                    ScatterMode::MemcpyBatch => {
+                        let mut dsts = Vec::with_capacity(segs.len());
+                        let mut srcs = Vec::with_capacity(segs.len());
+                        let mut sizes = Vec::with_capacity(segs.len());
+                        for s in segs {
+                            dsts.push(stage as u64 + (p.data_offset + s.stage_off) as u64);
+                            srcs.push(job.pieces[s.piece].dev + s.piece_off as u64);
+                            sizes.push(s.len);
+                        }
+                        self.counters
+                            .memcpy_batch_chunks
+                            .fetch_add(1, Ordering::Relaxed);
+                        // Safety: destinations lie in the page-locked staging buffer,
+                        // not read by the CPU before the slot's event completes.
+                        unsafe {
+                            dt::memcpy_batch_async(
+                                &mut dsts,
+                                &mut srcs,
+                                &mut sizes,
+                                false,
+                                job.ordinal,
+                                kit.stream,
+                            )?
+                        };
+                    }
+                }
+            }
+        }
+        driver::event_record(kit.events[slot], kit.stream)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: usize = 1 << 20;
+
+    fn job_with_chunks(n: usize) -> Job {
+        let plan = plan::plan_single(n * 4096, 4096);
+        Job {
+            dir: Dir::HtoD,
+            host: vec![Raw(std::ptr::null_mut())],
+            pieces: vec![PieceSpec {
+                len: n * 4096,
+                dev: 0,
+            }],
+            plan,
+            params: PackParams::for_kernel(4096),
+            scatter: ScatterMode::Kernel,
+            kernel: None,
+            blocks: 1,
+            ordinal: 0,
+            fork: None,
+            kit_chunk: 4096,
+            next: AtomicUsize::new(0),
+            failed: AtomicBool::new(false),
+            error: Mutex::new(None),
+            lanes: Mutex::new(LaneState::default()),
+            lanes_cv: Condvar::new(),
+        }
+    }
+
+    /// The protocol that keeps the caller's memory alive: every chunk is claimed once,
+    /// the caller's close waits for every lane that entered, and no lane enters after.
+    #[test]
+    fn lanes_claim_each_chunk_once_and_close_waits_for_them() {
+        for round in 0..20 {
+            let job = Arc::new(job_with_chunks(500));
+            let claimed: Arc<Vec<AtomicUsize>> =
+                Arc::new((0..500).map(|_| AtomicUsize::new(0)).collect());
+            let inside = Arc::new(AtomicUsize::new(0));
+            let threads: Vec<_> = (0..8)
+                .map(|t| {
+                    let job = job.clone();
+                    let claimed = claimed.clone();
+                    let inside = inside.clone();
+                    std::thread::spawn(move || {
+                        // Late helpers (some start after the work is done) must not enter.
+                        if t % 3 == 2 {
+                            std::thread::sleep(std::time::Duration::from_millis(round % 3));
+                        }
+                        if !job.enter() {
+                            return;
+                        }
+                        let _g = ActiveGuard(&job);
+                        inside.fetch_add(1, Ordering::SeqCst);
+                        while let Some(i) = job.claim() {
+                            claimed[i].fetch_add(1, Ordering::SeqCst);
+                            std::thread::yield_now();
+                        }
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                    })
+                })
+                .collect();
+            // The caller works as a lane too, then closes and waits.
+            {
+                let _guard = JobGuard(&job);
+                assert!(job.enter());
+                let _g = ActiveGuard(&job);
+                while let Some(i) = job.claim() {
+                    claimed[i].fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            assert_eq!(
+                inside.load(Ordering::SeqCst),
+                0,
+                "a lane was still working after close"
+            );
+            assert!(!job.enter(), "no lane enters a closed job");
+            assert!(claimed.iter().all(|c| c.load(Ordering::SeqCst) == 1));
+            for t in threads {
+                t.join().unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn a_failed_job_stops_claiming_and_keeps_the_first_error() {
+        let job = job_with_chunks(10);
+        assert_eq!(job.claim(), Some(0));
+        job.fail(Error::invalid("first"));
+        job.fail(Error::invalid("second"));
+        assert_eq!(job.claim(), None);
+        assert!(job.exhausted());
+        let e = job.error.lock().unwrap().take().unwrap();
+        assert!(e.to_string().contains("first"));
+    }
+
+    #[test]
+    fn routes_follow_the_configuration() {
+        let cfg = TransferConfig::default();
+        let small = cfg.staging_min_bytes - 1;
+        let big = cfg.staging_min_bytes;
+        assert!(!needs_probe(&cfg, small));
+        assert!(needs_probe(&cfg, big));
+        assert_eq!(route(&cfg, small, HostMemoryKind::Pageable), Route::Direct);
+        assert_eq!(route(&cfg, big, HostMemoryKind::Pageable), Route::Staged);
+        assert_eq!(route(&cfg, big, HostMemoryKind::PageLocked), Route::Direct);
+        assert_eq!(route(&cfg, big, HostMemoryKind::OtherCuda), Route::Direct);
+
+        let reg = TransferConfig {
+            register_min_bytes: Some(256 * MIB),
+            ..TransferConfig::default()
+        };
+        assert!(needs_probe(&reg, 256 * MIB));
+        assert_eq!(
+            route(&reg, 256 * MIB, HostMemoryKind::Pageable),
+            Route::Registered
+        );
+        assert_eq!(
+            route(&reg, 255 * MIB, HostMemoryKind::Pageable),
+            Route::Staged
+        );
+        assert_eq!(
+            route(&reg, 256 * MIB, HostMemoryKind::PageLocked),
+            Route::Direct
+        );
+
+        for (mode, want) in [
+            (PageableMode::Driver, Route::Direct),
+            (PageableMode::Staged, Route::Staged),
+            (PageableMode::Registered, Route::Registered),
+        ] {
+            let c = TransferConfig {
+                pageable: mode,
+                ..TransferConfig::default()
+            };
+            assert_eq!(route(&c, 1, HostMemoryKind::Pageable), want, "{mode:?}");
+            assert_eq!(route(&c, 1, HostMemoryKind::PageLocked), Route::Direct);
+            assert_eq!(needs_probe(&c, 1), mode != PageableMode::Driver);
+        }
+    }
+}

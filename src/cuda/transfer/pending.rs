@@ -1,0 +1,818 @@
+//! Stream-ordered asynchronous copies, and why they are safe.
+//!
+//! An asynchronous copy returns before the DMA has run, so the host memory it reads or
+//! writes must stay valid — and, device->host, untouched — until the copy completes.
+//! devbuf offers two designs, both safe from safe code even when a handle is leaked
+//! with [`std::mem::forget`]:
+//!
+//! * **Ownership** ([`DeviceBuffer::copy_from_host_async`],
+//!   [`DeviceBuffer::copy_to_host_async`]): the host memory is *moved into* the
+//!   [`Pending`] and handed back by [`Pending::wait`]. Nothing else can reach it
+//!   meanwhile. Dropping the `Pending` waits for the copy first. Forgetting it leaks the
+//!   memory (never freed, so never reused while the DMA runs): a leak, not a
+//!   use-after-free. The memory types are those of [`HostSource`] / [`HostSink`],
+//!   whose bytes stay at the same address when the value moves (a `Vec`'s heap
+//!   buffer, not an array on the stack).
+//! * **Borrowing, scoped** ([`scope`]): like [`std::thread::scope`]. Copies issued
+//!   through a [`TransferScope`] may borrow host memory for the scope's lifetime
+//!   `'scope`, which outlives the closure; `scope` synchronises every stream the scope
+//!   used before it returns — also when the closure returns early or panics. The
+//!   borrow is tied to the scope, not to the [`ScopedPending`], so forgetting a
+//!   `ScopedPending` changes nothing: the memory stays borrowed until `scope` has
+//!   waited. [`ScopedPending::wait`] hands the borrow back early.
+//!
+//! Both keep every [`DeviceBuffer`] a copy uses alive until it completes.
+//!
+//! A failed synchronisation (a driver error) means the context is broken; the owned
+//! design then leaks the memory rather than free it; the scoped design returns the
+//! error after trying to synchronise the whole context (a broken context runs no
+//! further DMA).
+
+use std::marker::PhantomData;
+use std::sync::Mutex;
+
+use arrow_buffer::ArrowNativeType;
+
+use super::engine::Request;
+use super::plan::Dir;
+use crate::cuda::buffer::DeviceBuffer;
+use crate::cuda::driver::transfer as dt;
+use crate::cuda::host::HostBuffer;
+use crate::cuda::stream::{Event, EventFlags, Stream};
+use crate::error::{Error, Result, check_range};
+
+/// Host memory an asynchronous host->device copy can own while it runs.
+///
+/// # Safety
+///
+/// Implementors guarantee that [`host_bytes`](Self::host_bytes) returns the same
+/// address and length every time, for as long as the value lives, *even after the value
+/// is moved*, and that the memory is neither freed nor written through the value while
+/// it is not mutably borrowed. (Heap-backed buffers qualify; inline arrays do not, they
+/// move with the value.)
+///
+/// ```
+/// use devbuf::cuda::HostSource;
+/// fn bytes_of<T: HostSource>(t: &T) -> usize { t.host_bytes().len() }
+/// assert_eq!(bytes_of(&vec![1u32, 2, 3]), 12);
+/// assert_eq!(bytes_of(&bytes::Bytes::from_static(b"abc")), 3);
+/// ```
+pub unsafe trait HostSource: Send + 'static {
+    /// The bytes to copy.
+    fn host_bytes(&self) -> &[u8];
+}
+
+/// Host memory an asynchronous device->host copy can own and fill while it runs.
+///
+/// # Safety
+///
+/// As [`HostSource`]; [`host_bytes_mut`](Self::host_bytes_mut) returns the same range
+/// as `host_bytes`.
+///
+/// ```
+/// use devbuf::cuda::HostSink;
+/// let mut v = vec![0u16; 4];
+/// v.host_bytes_mut()[0] = 1;
+/// assert_eq!(v[0], 1);
+/// ```
+pub unsafe trait HostSink: HostSource {
+    /// The bytes to fill.
+    fn host_bytes_mut(&mut self) -> &mut [u8];
+}
+
+fn pod_bytes<T: ArrowNativeType>(v: &[T]) -> &[u8] {
+    crate::cuda::buffer::as_bytes(v)
+}
+
+fn pod_bytes_mut<T: ArrowNativeType>(v: &mut [T]) -> &mut [u8] {
+    // Safety: Arrow native types are plain-old-data without padding, and every bit
+    // pattern is a valid value; the byte view covers exactly the slice and borrows it
+    // mutably for the same lifetime.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+// Safety: a Vec's elements live in a heap buffer that does not move with the Vec and is
+// not reallocated through a shared or a slice borrow.
+unsafe impl<T: ArrowNativeType> HostSource for Vec<T> {
+    fn host_bytes(&self) -> &[u8] {
+        pod_bytes(self)
+    }
+}
+// Safety: as above; `as_mut_slice` never reallocates.
+unsafe impl<T: ArrowNativeType> HostSink for Vec<T> {
+    fn host_bytes_mut(&mut self) -> &mut [u8] {
+        pod_bytes_mut(self)
+    }
+}
+// Safety: a boxed slice's heap memory does not move with the box.
+unsafe impl<T: ArrowNativeType> HostSource for Box<[T]> {
+    fn host_bytes(&self) -> &[u8] {
+        pod_bytes(self)
+    }
+}
+// Safety: as above.
+unsafe impl<T: ArrowNativeType> HostSink for Box<[T]> {
+    fn host_bytes_mut(&mut self) -> &mut [u8] {
+        pod_bytes_mut(self)
+    }
+}
+// Safety: page-locked memory owned by the buffer, freed only on drop.
+unsafe impl HostSource for HostBuffer {
+    fn host_bytes(&self) -> &[u8] {
+        self
+    }
+}
+// Safety: as above.
+unsafe impl HostSink for HostBuffer {
+    fn host_bytes_mut(&mut self) -> &mut [u8] {
+        self
+    }
+}
+// Safety: `Bytes` points at shared, immutable heap (or static) memory kept alive by the
+// handle; moving the handle does not move the bytes.
+unsafe impl HostSource for bytes::Bytes {
+    fn host_bytes(&self) -> &[u8] {
+        self
+    }
+}
+// Safety: `BytesMut` owns a heap buffer that does not move with the handle and is not
+// reallocated through a slice borrow.
+unsafe impl HostSource for bytes::BytesMut {
+    fn host_bytes(&self) -> &[u8] {
+        self
+    }
+}
+// Safety: as above.
+unsafe impl HostSink for bytes::BytesMut {
+    fn host_bytes_mut(&mut self) -> &mut [u8] {
+        self
+    }
+}
+// Safety: an Arrow buffer points at immutable, reference-counted memory.
+unsafe impl HostSource for arrow_buffer::Buffer {
+    fn host_bytes(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+// Safety: a mutable Arrow buffer owns its allocation, which moves only when it grows.
+unsafe impl HostSource for arrow_buffer::MutableBuffer {
+    fn host_bytes(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+// Safety: as above; `as_slice_mut` does not grow the buffer.
+unsafe impl HostSink for arrow_buffer::MutableBuffer {
+    fn host_bytes_mut(&mut self) -> &mut [u8] {
+        self.as_slice_mut()
+    }
+}
+// Safety: static memory never moves or goes away.
+unsafe impl HostSource for &'static [u8] {
+    fn host_bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+/// An asynchronous copy queued on a stream, owning the host memory it uses.
+///
+/// Only owners whose bytes stay put when moved can be handed over; a borrowed slice or
+/// an array on the stack is refused at compile time:
+///
+/// ```compile_fail,E0277
+/// # use devbuf::cuda::{Context, Stream};
+/// # let ctx = Context::new(0)?;
+/// # let st = Stream::new(&ctx)?;
+/// # let dev = ctx.allocate(4)?;
+/// let p = dev.copy_to_host_async(0, [0u8; 4], &st)?; // error: [u8; 4] is not a HostSink
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+///
+/// ```compile_fail,E0277
+/// # use devbuf::cuda::{Context, Stream};
+/// # let ctx = Context::new(0)?;
+/// # let st = Stream::new(&ctx)?;
+/// # let dev = ctx.allocate(4)?;
+/// let mut out = vec![0u8; 4];
+/// let p = dev.copy_to_host_async(0, &mut out[..], &st)?; // error: a borrow is not owned
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+///
+/// [`wait`](Self::wait) blocks until the copy has completed and returns the host
+/// memory; [`event`](Self::event) lets other streams wait for the copy on the device
+/// ([`Stream::wait_event`]). Dropping a `Pending` waits too. See the module docs of
+/// `devbuf::cuda::transfer` for why this is safe even when it is forgotten.
+///
+/// ```no_run
+/// use devbuf::cuda::{Context, Stream};
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let dev = ctx.allocate(1 << 20)?;
+/// let mut src = ctx.allocate_host(1 << 20)?; // page-locked: a true asynchronous DMA
+/// src.fill(3);
+/// let up = dev.copy_from_host_async(0, src, &stream)?;
+/// // ... other work; the copy runs meanwhile ...
+/// let src = up.wait()?; // the memory comes back
+/// let down = dev.copy_to_host_async(0, vec![0u8; 1 << 20], &stream)?;
+/// assert!(down.wait()?.iter().all(|&b| b == 3));
+/// # drop(src);
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+#[must_use = "dropping a Pending waits for the copy; call wait() to get the memory back"]
+pub struct Pending<T> {
+    event: Event,
+    value: Option<T>,
+    keep: Vec<DeviceBuffer>,
+}
+
+impl<T> Pending<T> {
+    /// Blocks until the copy has completed and returns the host memory it owned.
+    ///
+    /// If the driver reports an error instead, the memory is leaked (never freed: the
+    /// DMA could not be confirmed finished) and the error returned.
+    ///
+    /// ```no_run
+    /// # use devbuf::cuda::{Context, Stream};
+    /// # let ctx = Context::new(0)?;
+    /// # let s = Stream::new(&ctx)?;
+    /// let dev = ctx.allocate_zeroed(8)?;
+    /// let v: Vec<u8> = dev.copy_to_host_async(0, vec![1u8; 8], &s)?.wait()?;
+    /// assert_eq!(v, [0u8; 8]);
+    /// # Ok::<(), devbuf::Error>(())
+    /// ```
+    pub fn wait(mut self) -> Result<T> {
+        let value = self.value.take();
+        match self.event.synchronize() {
+            Ok(()) => value.ok_or_else(|| Error::invalid("Pending already waited for")),
+            Err(e) => {
+                std::mem::forget(value);
+                std::mem::forget(std::mem::take(&mut self.keep));
+                Err(e)
+            }
+        }
+    }
+
+    /// Whether the copy has completed (does not block).
+    ///
+    /// ```no_run
+    /// # use devbuf::cuda::{Context, Stream};
+    /// # let ctx = Context::new(0)?;
+    /// # let s = Stream::new(&ctx)?;
+    /// # let dev = ctx.allocate(1 << 20)?;
+    /// let p = dev.copy_from_host_async(0, ctx.allocate_host(1 << 20)?, &s)?;
+    /// while !p.is_complete()? { /* do other work */ }
+    /// # Ok::<(), devbuf::Error>(())
+    /// ```
+    pub fn is_complete(&self) -> Result<bool> {
+        self.event.is_complete()
+    }
+
+    /// The event recorded after the copy on its stream: pass it to
+    /// [`Stream::wait_event`] to order work on another stream after the copy.
+    ///
+    /// ```no_run
+    /// # use devbuf::cuda::{Context, Stream};
+    /// # let ctx = Context::new(0)?;
+    /// # let (a, b) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// # let dev = ctx.allocate(4)?;
+    /// let p = dev.copy_from_host_async(0, vec![1u8, 2, 3, 4], &a)?;
+    /// b.wait_event(p.event())?; // work queued on b from now on runs after the copy
+    /// # Ok::<(), devbuf::Error>(())
+    /// ```
+    pub fn event(&self) -> &Event {
+        &self.event
+    }
+
+    /// Makes work queued on `stream` from now on wait for this copy (on the device; the
+    /// host does not block). Shorthand for `stream.wait_event(self.event())`.
+    ///
+    /// ```no_run
+    /// # use devbuf::cuda::{Context, Stream};
+    /// # let ctx = Context::new(0)?;
+    /// # let (a, b) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// # let (x, y) = (ctx.allocate(4)?, ctx.allocate(4)?);
+    /// let up = x.copy_from_host_async(0, vec![1u8, 2, 3, 4], &a)?;
+    /// up.chain(&b)?;
+    /// y.copy_from_device_async(0, &x, &b)?.wait()?; // ordered after the upload
+    /// # Ok::<(), devbuf::Error>(())
+    /// ```
+    pub fn chain(&self, stream: &Stream) -> Result<()> {
+        stream.wait_event(&self.event)
+    }
+}
+
+impl<T> Drop for Pending<T> {
+    fn drop(&mut self) {
+        if let Some(v) = self.value.take() {
+            if self.event.synchronize().is_err() {
+                std::mem::forget(v);
+                std::mem::forget(std::mem::take(&mut self.keep));
+            }
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Pending<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending")
+            .field("event", &self.event)
+            .field("waited", &self.value.is_none())
+            .finish()
+    }
+}
+
+fn check_stream(buf: &DeviceBuffer, stream: &Stream, what: &str) -> Result<()> {
+    if buf.context().same_as(stream.context()) {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "{what}: the stream belongs to another context (device {}) than the buffer (device {})",
+            stream.context().ordinal(),
+            buf.context().ordinal()
+        )))
+    }
+}
+
+/// Records `event` after a copy was (perhaps partly) queued with result `queued`; on
+/// any failure waits for the stream before the memory may go, and leaks it when even
+/// that fails.
+fn finish<T>(
+    event: Event,
+    stream: &Stream,
+    queued: Result<()>,
+    value: T,
+    keep: Vec<DeviceBuffer>,
+) -> Result<Pending<T>> {
+    match queued.and_then(|_| event.record(stream)) {
+        Ok(()) => Ok(Pending {
+            event,
+            value: Some(value),
+            keep,
+        }),
+        Err(e) => {
+            if stream.synchronize().is_err() {
+                std::mem::forget(value);
+                std::mem::forget(keep);
+            }
+            Err(e)
+        }
+    }
+}
+
+impl DeviceBuffer {
+    /// Queues a copy of all of `src` into this buffer at `position` on `stream`, and
+    /// returns at once with a [`Pending`] that owns `src` until the copy completes.
+    ///
+    /// From page-locked memory ([`HostBuffer`]) the DMA runs asynchronously. From
+    /// ordinary memory the bytes must pass through the CPU: small copies return once the
+    /// driver has staged them, large ones go through the staging lanes (ordered after the
+    /// work queued on `stream`) and have completed when the call returns.
+    ///
+    /// ```no_run
+    /// use devbuf::cuda::{Context, Stream};
+    /// let ctx = Context::new(0)?;
+    /// let s = Stream::new(&ctx)?;
+    /// let dev = ctx.allocate(4)?;
+    /// let p = dev.copy_from_host_async(0, vec![1u8, 2, 3, 4], &s)?;
+    /// let v = p.wait()?; // the Vec comes back
+    /// assert_eq!(v, [1, 2, 3, 4]);
+    /// # Ok::<(), devbuf::Error>(())
+    /// ```
+    pub fn copy_from_host_async<T: HostSource>(
+        &self,
+        position: usize,
+        src: T,
+        stream: &Stream,
+    ) -> Result<Pending<T>> {
+        self.check_writable("copy_from_host_async")?;
+        let (ptr, n) = {
+            let b = src.host_bytes();
+            (b.as_ptr() as *mut u8, b.len())
+        };
+        check_range("copy_from_host_async", position, n, self.len())?;
+        check_stream(self, stream, "copy_from_host_async")?;
+        let ctx = self.context();
+        let event = Event::new(ctx, EventFlags::default())?;
+        // Safety: `src` moves into the Pending, which keeps it — its bytes at the same
+        // address (HostSource contract) — until the copy has completed on `stream`;
+        // the device range was checked.
+        let queued = unsafe {
+            super::engine(ctx).copy(
+                ctx,
+                Request {
+                    dir: Dir::HtoD,
+                    host: ptr,
+                    len: n,
+                    dev: self.address() + position as u64,
+                    on: Some(stream.raw()),
+                    known: None,
+                },
+            )
+        };
+        finish(event, stream, queued, src, vec![self.clone()])
+    }
+
+    /// Queues a copy of `dst.len()` bytes starting at `position` into `dst` on
+    /// `stream`, and returns at once with a [`Pending`] that owns `dst` and hands it
+    /// back, filled, from [`Pending::wait`].
+    ///
+    /// Into page-locked memory the DMA runs asynchronously; into ordinary memory the
+    /// bytes must pass through the CPU, so the copy (ordered after the work queued on
+    /// `stream`) has completed when the call returns.
+    ///
+    /// ```no_run
+    /// use devbuf::cuda::{Context, Stream};
+    /// let ctx = Context::new(0)?;
+    /// let s = Stream::new(&ctx)?;
+    /// let dev = ctx.allocate_zeroed(1 << 20)?;
+    /// let host = ctx.allocate_host(1 << 20)?;
+    /// let p = dev.copy_to_host_async(0, host, &s)?;
+    /// let host = p.wait()?;
+    /// assert!(host.iter().all(|&b| b == 0));
+    /// # Ok::<(), devbuf::Error>(())
+    /// ```
+    pub fn copy_to_host_async<T: HostSink>(
+        &self,
+        position: usize,
+        mut dst: T,
+        stream: &Stream,
+    ) -> Result<Pending<T>> {
+        let (ptr, n) = {
+            let b = dst.host_bytes_mut();
+            (b.as_mut_ptr(), b.len())
+        };
+        check_range("copy_to_host_async", position, n, self.len())?;
+        check_stream(self, stream, "copy_to_host_async")?;
+        let ctx = self.context();
+        let event = Event::new(ctx, EventFlags::default())?;
+        // Safety: `dst` moves into the Pending, which owns it exclusively — its bytes
+        // at the same address (HostSink contract) — until the copy has completed.
+        let queued = unsafe {
+            super::engine(ctx).copy(
+                ctx,
+                Request {
+                    dir: Dir::DtoH,
+                    host: ptr,
+                    len: n,
+                    dev: self.address() + position as u64,
+                    on: Some(stream.raw()),
+                    known: None,
+                },
+            )
+        };
+        finish(event, stream, queued, dst, vec![self.clone()])
+    }
+
+    /// Queues a copy of all of `src` into this buffer at `position` on `stream` (a
+    /// stream of this buffer's context). `src` may be in another context or device (a
+    /// peer copy). Overlapping ranges of the same memory are copied as `memmove` does,
+    /// through a temporary buffer.
+    ///
+    /// ```no_run
+    /// use devbuf::cuda::{Context, DeviceBuffer, Stream};
+    /// let ctx = Context::new(0)?;
+    /// let s = Stream::new(&ctx)?;
+    /// let a = DeviceBuffer::from_host(&ctx, &[1, 2, 3, 4])?;
+    /// let b = ctx.allocate(4)?;
+    /// b.copy_from_device_async(0, &a, &s)?.wait()?;
+    /// assert_eq!(b.to_host_vec()?, [1, 2, 3, 4]);
+    /// # Ok::<(), devbuf::Error>(())
+    /// ```
+    pub fn copy_from_device_async(
+        &self,
+        position: usize,
+        src: &DeviceBuffer,
+        stream: &Stream,
+    ) -> Result<Pending<()>> {
+        self.check_writable("copy_from_device_async")?;
+        check_range("copy_from_device_async", position, src.len(), self.len())?;
+        check_stream(self, stream, "copy_from_device_async")?;
+        let ctx = self.context();
+        let event = Event::new(ctx, EventFlags::default())?;
+        let n = src.len();
+        let dst = self.address() + position as u64;
+        let mut keep = vec![self.clone(), src.clone()];
+        let queued = if n == 0 {
+            Ok(())
+        } else if ctx.same_as(src.context()) {
+            let s0 = src.address();
+            let overlap = dst < s0 + n as u64 && s0 < dst + n as u64;
+            ctx.bind()?;
+            if overlap && dst != s0 {
+                let tmp = ctx.allocate(n)?;
+                ctx.bind()?;
+                let r = dt::memcpy_dtod_async(tmp.address(), s0, n, stream.raw())
+                    .and_then(|_| dt::memcpy_dtod_async(dst, tmp.address(), n, stream.raw()));
+                keep.push(tmp);
+                r
+            } else if overlap {
+                Ok(())
+            } else {
+                dt::memcpy_dtod_async(dst, s0, n, stream.raw())
+            }
+        } else {
+            if ctx.ordinal() != src.context().ordinal() {
+                ctx.enable_peer_access(src.context())?;
+            }
+            ctx.bind()?;
+            dt::memcpy_peer_async(
+                dst,
+                ctx.inner.raw,
+                src.address(),
+                src.context().inner.raw,
+                n,
+                stream.raw(),
+            )
+        };
+        finish(event, stream, queued, (), keep)
+    }
+}
+
+/// Runs `f` with a [`TransferScope`] through which asynchronous copies may *borrow*
+/// host memory; returns after every stream the scope used has been synchronised (also
+/// when `f` fails or panics), so every borrow is free again.
+///
+/// The result is `f`'s, or the first synchronisation error.
+///
+/// The borrow checker enforces the waiting: memory lent to a scoped copy cannot be
+/// touched before `wait` hands it back or the scope ends, even if the
+/// [`ScopedPending`] is forgotten:
+///
+/// ```compile_fail,E0499
+/// # use devbuf::cuda::{self, Context, Stream};
+/// # let ctx = Context::new(0)?;
+/// # let st = Stream::new(&ctx)?;
+/// # let dev = ctx.allocate(4)?;
+/// let mut out = vec![0u8; 4];
+/// cuda::scope(|s| {
+///     std::mem::forget(s.copy_to_host(&dev, 0, &mut out, &st)?);
+///     out[0] = 1; // error: `out` is lent to the copy until the scope ends
+///     Ok(())
+/// })?;
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+///
+/// and memory that does not outlive the scope cannot be lent at all:
+///
+/// ```compile_fail,E0597
+/// # use devbuf::cuda::{self, Context, Stream};
+/// # let ctx = Context::new(0)?;
+/// # let st = Stream::new(&ctx)?;
+/// # let dev = ctx.allocate(4)?;
+/// cuda::scope(|s| {
+///     let mut local = vec![0u8; 4];
+///     let _p = s.copy_to_host(&dev, 0, &mut local, &st)?; // error: `local` dies first
+///     Ok(())
+/// })?;
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+///
+/// ```no_run
+/// use devbuf::cuda::{self, Context, Stream};
+/// let ctx = Context::new(0)?;
+/// let (a, b) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+/// let dev = ctx.allocate(1 << 20)?;
+/// let src = vec![9u8; 1 << 20];
+/// let mut back = vec![0u8; 1 << 20];
+/// cuda::scope(|s| {
+///     let up = s.copy_from_host(&dev, 0, &src, &a)?;
+///     up.chain(&b)?; // b waits for the upload on the device
+///     let down = s.copy_to_host(&dev, 0, &mut back, &b)?;
+///     let back = down.wait()?; // the borrow comes back early
+///     assert_eq!(back[0], 9);
+///     Ok(())
+/// })?;
+/// assert!(back.iter().all(|&x| x == 9));
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+pub fn scope<'env, F, R>(f: F) -> Result<R>
+where
+    F: for<'scope> FnOnce(&'scope TransferScope<'scope, 'env>) -> Result<R>,
+{
+    let s = TransferScope {
+        state: Mutex::new(ScopeState::default()),
+        _scope: PhantomData,
+        _env: PhantomData,
+    };
+    let mut guard = ScopeGuard {
+        scope: &s,
+        armed: true,
+    };
+    let r = f(&s);
+    guard.armed = false;
+    let synced = s.wait_all();
+    drop(guard);
+    match (r, synced) {
+        (Ok(v), Ok(())) => Ok(v),
+        (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+    }
+}
+
+#[derive(Default)]
+struct ScopeState {
+    streams: Vec<Stream>,
+    keep: Vec<DeviceBuffer>,
+}
+
+/// Synchronises the scope's streams if `f` unwinds.
+struct ScopeGuard<'a, 'scope, 'env> {
+    scope: &'a TransferScope<'scope, 'env>,
+    armed: bool,
+}
+impl Drop for ScopeGuard<'_, '_, '_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = self.scope.wait_all();
+        }
+    }
+}
+
+/// Issues asynchronous copies that borrow host memory for `'scope`; made by [`scope`],
+/// whose example shows it in use.
+pub struct TransferScope<'scope, 'env: 'scope> {
+    state: Mutex<ScopeState>,
+    _scope: PhantomData<&'scope mut &'scope ()>,
+    _env: PhantomData<&'env mut &'env ()>,
+}
+
+impl<'scope> TransferScope<'scope, '_> {
+    /// Remembers `stream` (to synchronise at the end) and `buf` (to keep alive) before
+    /// anything is queued.
+    fn register(&self, stream: &Stream, buf: &DeviceBuffer) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if !s.streams.iter().any(|x| x.raw() == stream.raw()) {
+            s.streams.push(stream.clone());
+        }
+        s.keep.push(buf.clone());
+    }
+
+    fn wait_all(&self) -> Result<()> {
+        let streams: Vec<Stream> = {
+            let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            s.streams.clone()
+        };
+        let mut first = None;
+        for st in &streams {
+            if let Err(e) = st.synchronize() {
+                // The context is broken; make sure nothing of it still runs.
+                let _ = st.context().synchronize();
+                first.get_or_insert(e);
+            }
+        }
+        match first {
+            None => Ok(()),
+            Some(e) => Err(e),
+        }
+    }
+
+    fn issue(
+        &'scope self,
+        dir: Dir,
+        buf: &DeviceBuffer,
+        position: usize,
+        (host, n): (*mut u8, usize),
+        stream: &Stream,
+        what: &'static str,
+    ) -> Result<Event> {
+        if dir == Dir::HtoD {
+            buf.check_writable(what)?;
+        }
+        check_range(what, position, n, buf.len())?;
+        check_stream(buf, stream, what)?;
+        let ctx = buf.context();
+        let event = Event::new(ctx, EventFlags::default())?;
+        self.register(stream, buf);
+        // Safety: the host range is borrowed for 'scope, and `scope` synchronises
+        // `stream` (registered above) before 'scope ends; the device range was checked.
+        unsafe {
+            super::engine(ctx).copy(
+                ctx,
+                Request {
+                    dir,
+                    host,
+                    len: n,
+                    dev: buf.address() + position as u64,
+                    on: Some(stream.raw()),
+                    known: None,
+                },
+            )?;
+        }
+        event.record(stream)?;
+        Ok(event)
+    }
+
+    /// Queues a copy of `src` into `dst` at `position` on `stream`; `src` stays
+    /// borrowed until [`ScopedPending::wait`] or the end of the scope.
+    ///
+    /// ```no_run
+    /// # use devbuf::cuda::{self, Context, Stream};
+    /// # let ctx = Context::new(0)?;
+    /// # let st = Stream::new(&ctx)?;
+    /// let dev = ctx.allocate(3)?;
+    /// let src = [1u8, 2, 3];
+    /// cuda::scope(|s| {
+    ///     s.copy_from_host(&dev, 0, &src, &st)?; // waited for when the scope ends
+    ///     Ok(())
+    /// })?;
+    /// assert_eq!(dev.to_host_vec()?, [1, 2, 3]);
+    /// # Ok::<(), devbuf::Error>(())
+    /// ```
+    pub fn copy_from_host(
+        &'scope self,
+        dst: &DeviceBuffer,
+        position: usize,
+        src: &'scope [u8],
+        stream: &Stream,
+    ) -> Result<ScopedPending<'scope, &'scope [u8]>> {
+        let event = self.issue(
+            Dir::HtoD,
+            dst,
+            position,
+            (src.as_ptr() as *mut u8, src.len()),
+            stream,
+            "copy_from_host (scoped)",
+        )?;
+        Ok(ScopedPending {
+            event,
+            value: src,
+            _scope: PhantomData,
+        })
+    }
+
+    /// Queues a copy of `dst.len()` bytes of `src` from `position` into `dst` on
+    /// `stream`; [`ScopedPending::wait`] hands `dst` back, filled.
+    ///
+    /// ```no_run
+    /// # use devbuf::cuda::{self, Context, Stream};
+    /// # let ctx = Context::new(0)?;
+    /// # let st = Stream::new(&ctx)?;
+    /// let dev = ctx.allocate_zeroed(3)?;
+    /// let mut out = [9u8; 3];
+    /// cuda::scope(|s| {
+    ///     let filled = s.copy_to_host(&dev, 0, &mut out, &st)?.wait()?;
+    ///     assert_eq!(filled, &[0, 0, 0]);
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), devbuf::Error>(())
+    /// ```
+    pub fn copy_to_host(
+        &'scope self,
+        src: &DeviceBuffer,
+        position: usize,
+        dst: &'scope mut [u8],
+        stream: &Stream,
+    ) -> Result<ScopedPending<'scope, &'scope mut [u8]>> {
+        let event = self.issue(
+            Dir::DtoH,
+            src,
+            position,
+            (dst.as_mut_ptr(), dst.len()),
+            stream,
+            "copy_to_host (scoped)",
+        )?;
+        Ok(ScopedPending {
+            event,
+            value: dst,
+            _scope: PhantomData,
+        })
+    }
+}
+
+/// A copy queued through a [`TransferScope`]. [`wait`](Self::wait) returns the borrowed
+/// host memory once the copy has completed; dropping or forgetting it leaves the wait to
+/// the end of the scope. See [`TransferScope::copy_to_host`] for an example.
+pub struct ScopedPending<'scope, T> {
+    event: Event,
+    value: T,
+    _scope: PhantomData<&'scope ()>,
+}
+
+impl<T> ScopedPending<'_, T> {
+    /// Blocks until the copy has completed and hands back the borrowed host memory.
+    pub fn wait(self) -> Result<T> {
+        self.event.synchronize()?;
+        Ok(self.value)
+    }
+
+    /// Whether the copy has completed (does not block).
+    pub fn is_complete(&self) -> Result<bool> {
+        self.event.is_complete()
+    }
+
+    /// The event recorded after the copy on its stream.
+    pub fn event(&self) -> &Event {
+        &self.event
+    }
+
+    /// Makes work queued on `stream` from now on wait for this copy (on the device).
+    pub fn chain(&self, stream: &Stream) -> Result<()> {
+        stream.wait_event(&self.event)
+    }
+}
+
+impl<T> std::fmt::Debug for ScopedPending<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScopedPending")
+            .field("event", &self.event)
+            .finish()
+    }
+}
