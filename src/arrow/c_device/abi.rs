@@ -301,11 +301,29 @@ impl ArrowDeviceArray {
     /// # Safety
     /// The array's buffers must be host memory readable by the CPU.
     pub unsafe fn from_cpu_array(array: ArrowArray) -> ArrowDeviceArray {
+        // Safety: guaranteed by the caller; CPU arrays have no event.
+        unsafe { ArrowDeviceArray::new(array, -1, ARROW_DEVICE_CPU, std::ptr::null_mut()) }
+    }
+
+    /// Assembles a device array from a C Data Interface array whose buffers live on
+    /// `device_type`/`device_id` (e.g. a child moved out of a device array), with an
+    /// optional event. The reserved words are zero.
+    ///
+    /// # Safety
+    /// The buffers must be memory of that device type, and `sync_event` null or a
+    /// pointer to a live event of the device type's kind (`CUevent` for CUDA) that
+    /// outlives the structure's release.
+    pub unsafe fn new(
+        array: ArrowArray,
+        device_id: i64,
+        device_type: ArrowDeviceType,
+        sync_event: *mut c_void,
+    ) -> ArrowDeviceArray {
         ArrowDeviceArray {
             array,
-            device_id: -1,
-            device_type: ARROW_DEVICE_CPU,
-            sync_event: std::ptr::null_mut(),
+            device_id,
+            device_type,
+            sync_event,
             reserved: [0; 3],
         }
     }
