@@ -898,6 +898,8 @@ impl CLib {
         // Safety: loading a library we just built; its initialisers do nothing.
         let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
         assert!(!handle.is_null(), "dlopen {}", lib.display());
+        // The loaded library stays mapped; the file is no longer needed.
+        let _ = std::fs::remove_dir_all(&dir);
         CLib { handle }
     }
 

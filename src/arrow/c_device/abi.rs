@@ -400,6 +400,16 @@ pub type StreamRelease = unsafe extern "C" fn(*mut ArrowDeviceArrayStream);
 /// source of [`ArrowDeviceArray`]s of one schema on one device type.
 ///
 /// Dropping a stream that is not released calls its release callback.
+///
+/// ```
+/// use std::sync::Arc;
+/// use arrow_schema::Schema;
+/// use devbuf::arrow::c_device::{export_host_stream, ARROW_DEVICE_CPU};
+/// let stream = export_host_stream(Arc::new(Schema::empty()), Vec::new());
+/// assert_eq!(stream.device_type(), ARROW_DEVICE_CPU);
+/// assert!(!stream.is_released());
+/// drop(stream); // released here
+/// ```
 #[repr(C)]
 #[derive(Debug)]
 pub struct ArrowDeviceArrayStream {

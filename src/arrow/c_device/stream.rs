@@ -326,6 +326,21 @@ where
 
 /// A [`DeviceRecordBatch`] as one struct array whose children are its columns
 /// (zero-copy), the form in which batches cross a device stream.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use arrow_array::{Int32Array, RecordBatch};
+/// use devbuf::arrow::{read_record_batch, serialize_record_batch};
+/// use devbuf::arrow::c_device::{batch_as_struct, export_device_stream};
+/// use devbuf::cuda::Context;
+/// let ctx = Context::new(0)?;
+/// let batch = RecordBatch::try_from_iter(vec![("x", Arc::new(Int32Array::from(vec![1, 2])) as _)])?;
+/// let on_device = read_record_batch(&serialize_record_batch(&batch, &ctx)?, batch.schema())?;
+/// let s = batch_as_struct(&on_device)?;
+/// assert_eq!(s.children()[0].buffers()[0].address(), on_device.columns()[0].buffers()[0].address());
+/// let _stream = export_device_stream(batch.schema(), vec![Ok(s)]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn batch_as_struct(batch: &DeviceRecordBatch) -> Result<DeviceArray> {
     DeviceArray::try_new(
         DataType::Struct(batch.schema().fields().clone()),
@@ -516,6 +531,24 @@ pub fn import_device_stream(stream: &mut ArrowDeviceArrayStream) -> Result<Devic
 }
 
 /// [`import_device_stream`], waiting on each batch's event on `stream`.
+///
+/// ```no_run
+/// # use std::sync::Arc;
+/// # use arrow_array::{Int32Array, RecordBatch, StructArray};
+/// # use devbuf::arrow::DeviceArray;
+/// use devbuf::arrow::c_device::{export_device_stream, import_device_stream_on};
+/// use devbuf::cuda::{Context, Stream};
+/// # let ctx = Context::new(0)?;
+/// # let batch = RecordBatch::try_from_iter(vec![("x", Arc::new(Int32Array::from(vec![1])) as _)])?;
+/// # let d = DeviceArray::from_host(&StructArray::from(batch.clone()), &ctx)?;
+/// let mut c_stream = export_device_stream(batch.schema(), vec![Ok(d)]);
+/// let mine = Stream::new(&ctx)?;
+/// for array in import_device_stream_on(&mut c_stream, &mine)? {
+///     let array = array?; // `mine` waits for its producer before later work
+///     println!("{} rows", array.len());
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn import_device_stream_on(
     stream: &mut ArrowDeviceArrayStream,
     wait_on: &Stream,
@@ -588,6 +621,24 @@ impl Iterator for HostStreamReader {
 
 /// Imports a CPU or CUDA_HOST `ArrowDeviceArrayStream` as record batches (see
 /// [`HostStreamReader`]); errors as for [`import_device_stream`].
+///
+/// ```
+/// use std::sync::Arc;
+/// use arrow_array::{RecordBatch, StringArray};
+/// use arrow_schema::{DataType, Field, Schema};
+/// use devbuf::Error;
+/// use devbuf::arrow::c_device::{export_host_stream, import_host_stream};
+/// let schema = Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8, true)]));
+/// let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(vec!["a"]))])?;
+/// let items = vec![Ok(batch.clone()), Err(Error::invalid("source failed"))];
+/// let mut stream = export_host_stream(schema, items);
+/// let mut reader = import_host_stream(&mut stream)?;
+/// assert_eq!(reader.next().unwrap()?, batch);
+/// let e = reader.next().unwrap().unwrap_err();
+/// assert!(e.to_string().contains("source failed"));
+/// assert!(reader.next().is_none());
+/// # Ok::<(), Error>(())
+/// ```
 pub fn import_host_stream(stream: &mut ArrowDeviceArrayStream) -> Result<HostStreamReader> {
     Ok(HostStreamReader {
         inner: Consumer::open(
