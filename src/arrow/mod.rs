@@ -7,12 +7,15 @@
 //!   [`DeviceBuffer::to_arrow`](crate::cuda::DeviceBuffer::to_arrow)).
 //! * Device-resident arrays: [`DeviceArray`] (data type, length, nulls, offset, device
 //!   buffers, children, dictionary).
+//! * The Arrow C Device Data Interface ([`c_device`]): export and import
+//!   `ArrowDeviceArray` / `ArrowDeviceArrayStream` on CUDA, CUDA_HOST and CPU, zero-copy.
 //! * Arrow IPC record batches in device memory ([`serialize_record_batch`],
 //!   [`read_record_batch`] → [`DeviceRecordBatch`]) and, as the host fallback, in shared
 //!   host memory ([`serialize_record_batch_shared`], [`read_record_batch_host`]).
 //!
 //! Device memory is never wrapped in an `arrow_buffer::Buffer` (which derefs to `&[u8]`).
 
+pub mod c_device;
 mod device;
 mod host;
 pub mod ipc;

@@ -255,3 +255,119 @@ impl fmt::Debug for Event {
             .finish()
     }
 }
+
+// ---------------------------------------------------------------------------
+// Events that devbuf does not own (the Arrow C Device Data Interface hands them over
+// as `CUevent*`), and the legacy default stream.
+// ---------------------------------------------------------------------------
+
+impl Event {
+    /// The raw `CUevent`, for interop (devbuf keeps ownership; do not destroy it).
+    ///
+    /// ```no_run
+    /// use devbuf::cuda::{Context, Stream};
+    /// let ctx = Context::new(0)?;
+    /// let e = Stream::new(&ctx)?.record_event()?;
+    /// assert!(!e.as_raw().is_null());
+    /// # Ok::<(), devbuf::Error>(())
+    /// ```
+    pub fn as_raw(&self) -> *mut std::ffi::c_void {
+        self.raw.cast()
+    }
+}
+
+impl Stream {
+    /// Makes work queued on this stream from now on wait until the work captured by a
+    /// `CUevent` that devbuf does not own has completed (device side; the host does not
+    /// block). This is how a consumer honours another library's event.
+    ///
+    /// ```no_run
+    /// use devbuf::cuda::{Context, Stream};
+    /// let ctx = Context::new(0)?;
+    /// let (producer, consumer) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// let done = producer.record_event()?; // imagine this handle came from C
+    /// // Safety: `done` is a live event for the duration of the call.
+    /// unsafe { consumer.wait_raw_event(done.as_raw())? };
+    /// # Ok::<(), devbuf::Error>(())
+    /// ```
+    ///
+    /// # Safety
+    /// `event` must be a live `CUevent` handle (of any context or device) that is not
+    /// destroyed during the call.
+    pub unsafe fn wait_raw_event(&self, event: *mut std::ffi::c_void) -> Result<()> {
+        if event.is_null() {
+            return Err(Error::invalid("cannot wait on a null CUevent"));
+        }
+        self.inner.ctx.bind()?;
+        driver::stream_wait_event(self.inner.raw, event.cast())
+    }
+}
+
+impl Context {
+    /// Makes work queued from now on on this context's legacy default stream (devbuf's
+    /// synchronous copies and kernels) wait until `event` completes, on the device.
+    ///
+    /// ```no_run
+    /// use devbuf::cuda::{Context, Stream};
+    /// let ctx = Context::new(0)?;
+    /// let s = Stream::new(&ctx)?;
+    /// let done = s.record_event()?;
+    /// ctx.default_stream_wait_event(&done)?; // later synchronous copies see s's work
+    /// # Ok::<(), devbuf::Error>(())
+    /// ```
+    pub fn default_stream_wait_event(&self, event: &Event) -> Result<()> {
+        self.bind()?;
+        driver::stream_wait_event(std::ptr::null_mut(), event.raw)
+    }
+
+    /// Like [`default_stream_wait_event`](Self::default_stream_wait_event) for a raw
+    /// `CUevent` that devbuf does not own.
+    ///
+    /// # Safety
+    /// `event` must be a live `CUevent` handle that is not destroyed during the call.
+    pub unsafe fn default_stream_wait_raw_event(&self, event: *mut std::ffi::c_void) -> Result<()> {
+        if event.is_null() {
+            return Err(Error::invalid("cannot wait on a null CUevent"));
+        }
+        self.bind()?;
+        driver::stream_wait_event(std::ptr::null_mut(), event.cast())
+    }
+
+    /// Blocks the calling thread until the work captured by a raw `CUevent` that
+    /// devbuf does not own has completed.
+    ///
+    /// # Safety
+    /// `event` must be a live `CUevent` handle that is not destroyed during the call.
+    pub unsafe fn synchronize_raw_event(&self, event: *mut std::ffi::c_void) -> Result<()> {
+        if event.is_null() {
+            return Err(Error::invalid("cannot synchronize on a null CUevent"));
+        }
+        self.bind()?;
+        driver::event_synchronize(event.cast())
+    }
+
+    /// Whether `len` bytes at `ptr` are page-locked host memory known to the CUDA
+    /// driver (`cuMemHostAlloc`, `cuMemAllocHost`, `cuMemHostRegister`): the first and
+    /// the last byte are checked. `len == 0` is `true` (nothing to access).
+    ///
+    /// ```no_run
+    /// use devbuf::cuda::Context;
+    /// let ctx = Context::new(0)?;
+    /// let pinned = ctx.allocate_host(4096)?;
+    /// assert!(ctx.is_page_locked(pinned.as_ptr(), pinned.len())?);
+    /// let ordinary = vec![0u8; 4096];
+    /// assert!(!ctx.is_page_locked(ordinary.as_ptr(), ordinary.len())?);
+    /// # Ok::<(), devbuf::Error>(())
+    /// ```
+    pub fn is_page_locked(&self, ptr: *const u8, len: usize) -> Result<bool> {
+        if len == 0 {
+            return Ok(true);
+        }
+        self.bind()?;
+        let last = (ptr as usize)
+            .checked_add(len - 1)
+            .ok_or_else(|| Error::invalid("host range overflows the address space"))?;
+        Ok(driver::pointer_is_page_locked_host(ptr)?
+            && driver::pointer_is_page_locked_host(last as *const u8)?)
+    }
+}

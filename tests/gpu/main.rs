@@ -10,8 +10,11 @@
 
 #[path = "../common/batches.rs"]
 mod batches;
+#[path = "../common/c_device_corpus.rs"]
+mod corpus;
 #[macro_use]
 mod common;
+mod c_device;
 mod core;
 mod ipc;
 #[path = "../common/peer.rs"]

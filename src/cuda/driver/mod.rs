@@ -590,6 +590,28 @@ pub(crate) fn pointer_info(p: CUdeviceptr) -> Result<PointerInfo> {
     })
 }
 
+/// Whether the driver knows `p` as page-locked host memory (`cuMemHostAlloc`,
+/// `cuMemAllocHost` or `cuMemHostRegister`): `CU_POINTER_ATTRIBUTE_MEMORY_TYPE` is
+/// `CU_MEMORYTYPE_HOST`. Ordinary (pageable) memory is unknown to the driver, which
+/// answers `CUDA_ERROR_INVALID_VALUE`: that is `Ok(false)`, not an error.
+pub(crate) fn pointer_is_page_locked_host(p: *const u8) -> Result<bool> {
+    let mut mem_type: u32 = 0;
+    // Safety: the attribute is written into an unsigned int, as documented; the driver
+    // only looks the address up and never dereferences it.
+    let r = unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut mem_type as *mut u32).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            p as CUdeviceptr,
+        )
+    };
+    if r == sys::CUresult::CUDA_ERROR_INVALID_VALUE {
+        return Ok(false);
+    }
+    check(r, "cuPointerGetAttribute(MEMORY_TYPE)")?;
+    Ok(mem_type == sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32)
+}
+
 // ---------------------------------------------------------------------------
 // Modules and launches
 // ---------------------------------------------------------------------------
