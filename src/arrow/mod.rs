@@ -16,6 +16,8 @@
 mod device;
 mod host;
 pub mod ipc;
+pub mod tensor;
+mod tensor_device;
 
 pub use device::DeviceArray;
 pub use ipc::{
@@ -23,3 +25,5 @@ pub use ipc::{
     schema_to_bytes, serialize_record_batch, serialize_record_batch_shared,
     serialize_record_batch_to_vec,
 };
+pub use tensor::{FIXED_SHAPE_TENSOR, TensorArray, TensorType, arrow_data_type, element_type_of};
+pub use tensor_device::DeviceTensorArray;

@@ -13,6 +13,7 @@ use super::context::Context;
 use super::driver::{self, CUcontext, CUdeviceptr, CUfunction, CUmodule};
 use crate::error::{Error, Result};
 
+pub(crate) mod bits;
 pub mod ops;
 
 /// A PTX module compiled into the crate.
@@ -32,7 +33,10 @@ pub(crate) static COMPARE: PtxModule = PtxModule {
 /// The PTX sources shipped with the crate, by module name (for tests and tooling).
 #[doc(hidden)]
 pub fn shipped_ptx() -> Vec<(&'static str, &'static str)> {
-    vec![(COMPARE.name, COMPARE.ptx.trim_end_matches('\0'))]
+    vec![
+        (COMPARE.name, COMPARE.ptx.trim_end_matches('\0')),
+        (bits::BITS.name, bits::BITS.ptx.trim_end_matches('\0')),
+    ]
 }
 
 /// Loaded modules and looked-up functions of one context.
