@@ -13,12 +13,14 @@
 //!
 //! Device memory is never wrapped in an `arrow_buffer::Buffer` (which derefs to `&[u8]`).
 
+pub mod chunk_batch;
 mod device;
 mod host;
 pub mod ipc;
 pub mod tensor;
 mod tensor_device;
 
+pub use chunk_batch::{CHUNK_COLUMN, CHUNK_GRID_METADATA_KEY, ChunkBatch, ChunkGrid, coord_column};
 pub use device::DeviceArray;
 pub use ipc::{
     DeviceRecordBatch, read_record_batch, read_record_batch_host, schema_from_bytes,

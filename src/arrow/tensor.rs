@@ -695,7 +695,7 @@ fn fixed_list_parts<B>(data_type: ArrowType, len: usize, child: Parts<B>) -> Par
 }
 
 /// `count` elements of `element` in `values`, as an array of [`arrow_data_type`].
-fn element_parts<B>(element: ElementType, count: usize, values: B) -> Parts<B> {
+pub(crate) fn element_parts<B>(element: ElementType, count: usize, values: B) -> Parts<B> {
     let dt = arrow_data_type(element);
     match element {
         ElementType::Complex64 => {
