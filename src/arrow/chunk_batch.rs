@@ -18,7 +18,9 @@ use super::tensor_device::DeviceTensorArray;
 use crate::cuda::kernels::{bits, ops};
 use crate::cuda::{Context, DeviceBuffer};
 use crate::error::{Error, Result};
-use crate::zarr::{AxisSel, BufferPrototype, DataType, ElementType, NDBuffer, Scalar, host_ops};
+use crate::zarr::{
+    AxisSel, BufferPrototype, DataType, ElementType, NDBuffer, Order, Scalar, host_ops,
+};
 
 /// Name of the chunk data column.
 pub const CHUNK_COLUMN: &str = "chunk";
@@ -311,6 +313,9 @@ impl ChunkBatch {
         let storage = match prototype.context()? {
             None => build_host(&plan, &tensor_type, &coords, &items, &pattern, schema)?,
             Some(ctx) => {
+                for item in &mut items {
+                    item.nd = in_context(&item.nd, &ctx)?;
+                }
                 build_device(&ctx, &plan, &tensor_type, &coords, &items, &pattern, schema)?
             }
         };
@@ -806,6 +811,26 @@ fn write_host(
         )?;
     }
     Ok(())
+}
+
+/// `nd` in `ctx`: itself, or — for device memory of another context of the same device
+/// (a dedicated context) — a C-order copy moved with one device-to-device copy.
+fn in_context(nd: &NDBuffer, ctx: &Context) -> Result<NDBuffer> {
+    match nd.as_ndarray_like().memory.as_device() {
+        Some(d) if !d.context().same_as(ctx) => {
+            let dense = nd.copy()?;
+            let nbytes = dense.nbytes();
+            let like = dense.as_ndarray_like();
+            let src = like
+                .memory
+                .as_device()
+                .ok_or_else(|| Error::invalid("internal: a device copy on the host"))?;
+            let out = ctx.allocate(nbytes)?;
+            out.copy_from_device(0, &src.slice(like.offset, nbytes)?)?;
+            NDBuffer::from_memory(out, nd.shape(), nd.dtype(), Order::C)
+        }
+        _ => Ok(nd.clone()),
+    }
 }
 
 fn build_device(

@@ -580,11 +580,7 @@ pub(crate) fn prepare(nd: &NDBuffer, form: Form) -> Result<Prepared> {
     let mut values = like.memory.slice(start, nbytes)?;
     if element == ElementType::Bool {
         values = pack_bits(&values)?;
-    } else if nbytes > 0
-        && !values
-            .address()
-            .is_multiple_of(element_align(element) as u64)
-    {
+    } else if nbytes > 0 && values.address() % element_align(element) as u64 != 0 {
         values = aligned_copy(&values)?;
     }
     let tensor = match form {
@@ -1119,8 +1115,8 @@ impl NDBuffer {
         Ok(PrimitiveArray::<T>::from(data))
     }
 
-    /// The whole NDBuffer as one tensor (an `arrow.fixed_shape_tensor` array of length
-    /// 1) on the host: **zero-copy** when it is dense in any axis order (C, F, a
+    /// The whole NDBuffer as one tensor (an `arrow.fixed_shape_tensor` array of
+    /// length 1) on the host: **zero-copy** when it is dense in any axis order (C, F, a
     /// transposition), native-endian, aligned and not `bool` — the physical shape is
     /// then the memory order and the permutation restores the logical order; otherwise
     /// one copy into C order. Device memory is an error (use

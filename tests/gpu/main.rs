@@ -16,4 +16,5 @@ mod core;
 mod ipc;
 #[path = "../common/peer.rs"]
 mod peer;
+mod tensor;
 mod zarr;
