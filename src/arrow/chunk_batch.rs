@@ -378,6 +378,13 @@ impl ChunkBatch {
             coords,
             storage,
         };
+        if b.coords.len() != b.len() * b.ndim() {
+            return Err(Error::invalid(format!(
+                "the batch has {} coordinate rows and {} chunks",
+                b.coords.len() / b.ndim().max(1),
+                b.len()
+            )));
+        }
         if let Some(a) = &b.array_shape {
             for i in 0..b.len() {
                 chunk_extent(a, &b.chunk_shape, b.coords(i).unwrap_or_default())?;
@@ -435,7 +442,10 @@ impl ChunkBatch {
     /// The coordinates of chunk `i` (`None` past the end).
     pub fn coords(&self, i: usize) -> Option<&[u64]> {
         let nd = self.ndim();
-        (i < self.len()).then(|| &self.coords[i * nd..(i + 1) * nd])
+        if i >= self.len() {
+            return None;
+        }
+        self.coords.get(i * nd..(i + 1) * nd)
     }
 
     /// The host record batch (`None` on a device).

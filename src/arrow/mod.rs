@@ -10,6 +10,12 @@
 //! * Arrow IPC record batches in device memory ([`serialize_record_batch`],
 //!   [`read_record_batch`] → [`DeviceRecordBatch`]) and, as the host fallback, in shared
 //!   host memory ([`serialize_record_batch_shared`], [`read_record_batch_host`]).
+//! * zarr chunks ⇄ Arrow ([`tensor`], `docs/arrow.md`): an
+//!   [`NDBuffer`](crate::zarr::NDBuffer) becomes a flat array or an
+//!   `arrow.fixed_shape_tensor` column ([`TensorArray`], [`DeviceTensorArray`]) without
+//!   copying where the layout allows, on the host and on the device, and back.
+//! * [`ChunkBatch`]: many chunks of an array (coordinates + one tensor column) as one
+//!   record batch, in one host or device allocation.
 //!
 //! Device memory is never wrapped in an `arrow_buffer::Buffer` (which derefs to `&[u8]`).
 

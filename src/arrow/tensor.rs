@@ -439,7 +439,7 @@ impl TensorType {
         let es = self.element.size();
         let mut shape = vec![nrows];
         shape.extend(self.logical_shape());
-        let mut strides = vec![list * es];
+        let mut strides = vec![list.saturating_mul(es)];
         strides.extend(self.logical_strides());
         NDBuffer::from_parts(mem, DataType::native(self.element), &shape, &strides, 0)
     }
@@ -1055,7 +1055,11 @@ impl TensorArray {
         crate::error::check_range("tensor rows", first, n, self.len())?;
         let list = self.tensor_type.list_size()?;
         let loc = locate_tensor(&self.storage.to_data(), &self.tensor_type)?;
-        let mem = loc.sub(first * list, n * list)?.into_memory()?;
+        let span = |x: usize| {
+            x.checked_mul(list)
+                .ok_or_else(|| Error::invalid("tensor rows overflow"))
+        };
+        let mem = loc.sub(span(first)?, span(n)?)?.into_memory()?;
         self.tensor_type.rows_view(mem, n)
     }
 

@@ -105,7 +105,11 @@ impl DeviceTensorArray {
         crate::error::check_range("tensor rows", first, n, self.len())?;
         let list = self.tensor_type.list_size()?;
         let loc = locate_tensor(&self.storage, &self.tensor_type)?;
-        let mem = loc.sub(first * list, n * list)?.into_memory()?;
+        let span = |x: usize| {
+            x.checked_mul(list)
+                .ok_or_else(|| Error::invalid("tensor rows overflow"))
+        };
+        let mem = loc.sub(span(first)?, span(n)?)?.into_memory()?;
         self.tensor_type.rows_view(mem, n)
     }
 
