@@ -818,6 +818,22 @@ pub struct DeviceRecordBatch {
 }
 
 impl DeviceRecordBatch {
+    /// A batch of `columns` (checked against `schema` by the caller) whose buffers lie
+    /// in `message` (built by `ChunkBatch`, not read from IPC).
+    pub(crate) fn from_device_columns(
+        schema: SchemaRef,
+        num_rows: usize,
+        columns: Vec<DeviceArray>,
+        message: DeviceBuffer,
+    ) -> DeviceRecordBatch {
+        DeviceRecordBatch {
+            schema,
+            num_rows,
+            columns,
+            message,
+        }
+    }
+
     /// The schema.
     pub fn schema(&self) -> SchemaRef {
         self.schema.clone()

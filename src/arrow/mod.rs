@@ -12,17 +12,29 @@
 //! * Arrow IPC record batches in device memory ([`serialize_record_batch`],
 //!   [`read_record_batch`] → [`DeviceRecordBatch`]) and, as the host fallback, in shared
 //!   host memory ([`serialize_record_batch_shared`], [`read_record_batch_host`]).
+//! * zarr chunks ⇄ Arrow ([`tensor`], `docs/arrow.md`): an
+//!   [`NDBuffer`](crate::zarr::NDBuffer) becomes a flat array or an
+//!   `arrow.fixed_shape_tensor` column ([`TensorArray`], [`DeviceTensorArray`]) without
+//!   copying where the layout allows, on the host and on the device, and back.
+//! * [`ChunkBatch`]: many chunks of an array (coordinates + one tensor column) as one
+//!   record batch, in one host or device allocation.
 //!
 //! Device memory is never wrapped in an `arrow_buffer::Buffer` (which derefs to `&[u8]`).
 
 pub mod c_device;
+pub mod chunk_batch;
 mod device;
 mod host;
 pub mod ipc;
+pub mod tensor;
+mod tensor_device;
 
+pub use chunk_batch::{CHUNK_COLUMN, CHUNK_GRID_METADATA_KEY, ChunkBatch, ChunkGrid, coord_column};
 pub use device::DeviceArray;
 pub use ipc::{
     DeviceRecordBatch, read_record_batch, read_record_batch_host, schema_from_bytes,
     schema_to_bytes, serialize_record_batch, serialize_record_batch_shared,
     serialize_record_batch_to_vec,
 };
+pub use tensor::{FIXED_SHAPE_TENSOR, TensorArray, TensorType, arrow_data_type, element_type_of};
+pub use tensor_device::DeviceTensorArray;

@@ -19,5 +19,6 @@ mod core;
 mod ipc;
 #[path = "../common/peer.rs"]
 mod peer;
+mod tensor;
 mod zarr;
 mod transfer;

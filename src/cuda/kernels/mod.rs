@@ -13,6 +13,7 @@ use super::context::Context;
 use super::driver::{self, CUcontext, CUdeviceptr, CUfunction, CUmodule};
 use crate::error::{Error, Result};
 
+pub(crate) mod bits;
 pub mod ops;
 
 /// A PTX module compiled into the crate.
@@ -41,6 +42,7 @@ pub fn shipped_ptx() -> Vec<(&'static str, &'static str)> {
     vec![
         (COMPARE.name, COMPARE.ptx.trim_end_matches('\0')),
         (SCATTER.name, SCATTER.ptx.trim_end_matches('\0')),
+        (bits::BITS.name, bits::BITS.ptx.trim_end_matches('\0')),
     ]
 }
 

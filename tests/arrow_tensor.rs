@@ -1,0 +1,900 @@
+//! NDBuffer ⇄ Arrow on the host: every element type and byte order, every shape class
+//! (0-d, zero-length axes, 1-d, n-d) and layout (C, F, transposed, strided, offset,
+//! misaligned), flat / tensor / rows forms, zero-copy by address, round trips, the
+//! `arrow.fixed_shape_tensor` permutation checked index by index against the spec's
+//! definition, metadata interoperability with arrow-rs, and errors.
+//!
+//! Values are compared as bytes (NaN payloads and signed zeros must match), against an
+//! oracle computed without the code under test: the NDBuffer's own C-order bytes and
+//! Arrow's own buffers read through arrow-rs.
+
+use std::sync::Arc;
+
+use arrow_array::{
+    Array, ArrayRef, BooleanArray, FixedSizeListArray, Float16Array, Float32Array, Int32Array,
+    StringArray, UInt8Array,
+};
+use arrow_data::ArrayData;
+use arrow_schema::extension::{
+    EXTENSION_TYPE_METADATA_KEY, EXTENSION_TYPE_NAME_KEY, ExtensionType, FixedShapeTensor,
+};
+use arrow_schema::{DataType as ArrowType, Field};
+use devbuf::arrow::{
+    FIXED_SHAPE_TENSOR, TensorArray, TensorType, arrow_data_type, element_type_of,
+};
+use devbuf::zarr::{AxisSel, DataType, ElementType, Endianness, Memory, NDBuffer, Order, Slice};
+use rand::rngs::SmallRng;
+use rand::{Rng, RngCore, SeedableRng};
+
+// ------------------------------------------------------------------------------ helpers
+
+/// Random stored bytes for `n` elements of `dtype` (booleans 0 or 1).
+fn random_bytes(rng: &mut SmallRng, n: usize, dtype: DataType) -> Vec<u8> {
+    let mut v = vec![0u8; n * dtype.size()];
+    rng.fill_bytes(&mut v);
+    if dtype.element() == ElementType::Bool {
+        v.iter_mut().for_each(|b| *b &= 1);
+    }
+    v
+}
+
+/// The values of `nd` in C order, native byte order, as bytes (the oracle).
+fn c_bytes(nd: &NDBuffer) -> Vec<u8> {
+    nd.astype(DataType::native(nd.dtype().element()))
+        .unwrap()
+        .to_buffer()
+        .unwrap()
+        .to_bytes()
+        .unwrap()
+}
+
+/// The bytes of an Arrow array's elements (from its offset, `len` of them) read through
+/// arrow-rs alone; returns the bytes and the width of one element.
+fn arrow_bytes(data: &ArrayData) -> (Vec<u8>, usize) {
+    match data.data_type() {
+        ArrowType::Boolean => {
+            let a = BooleanArray::from(data.clone());
+            (a.values().iter().map(u8::from).collect(), 1)
+        }
+        ArrowType::FixedSizeList(_, k) => {
+            let k = *k as usize;
+            let (child, w) = arrow_bytes(&data.child_data()[0]);
+            let w = w * k;
+            (
+                child[data.offset() * w..(data.offset() + data.len()) * w].to_vec(),
+                w,
+            )
+        }
+        dt => {
+            let w = dt.primitive_width().unwrap();
+            let b = &data.buffers()[0];
+            (
+                b.as_slice()[data.offset() * w..(data.offset() + data.len()) * w].to_vec(),
+                w,
+            )
+        }
+    }
+}
+
+/// The address of the innermost values buffer.
+fn values_ptr(data: &ArrayData) -> u64 {
+    match data.data_type() {
+        ArrowType::FixedSizeList(_, _) => values_ptr(&data.child_data()[0]),
+        _ => data.buffers()[0].as_ptr() as u64,
+    }
+}
+
+/// The address of element `[0, .., 0]` of `nd`.
+fn first_ptr(nd: &NDBuffer) -> u64 {
+    let l = nd.as_ndarray_like();
+    l.memory.address() + l.offset as u64
+}
+
+fn c_index(idx: &[usize], shape: &[usize]) -> usize {
+    idx.iter().zip(shape).fold(0, |a, (&i, &n)| a * n + i)
+}
+
+/// Every index of `shape` in C order.
+fn indices(shape: &[usize]) -> Vec<Vec<usize>> {
+    let n: usize = shape.iter().product();
+    let mut out = Vec::with_capacity(n);
+    let mut idx = vec![0usize; shape.len()];
+    for _ in 0..n {
+        out.push(idx.clone());
+        for k in (0..shape.len()).rev() {
+            idx[k] += 1;
+            if idx[k] < shape[k] {
+                break;
+            }
+            idx[k] = 0;
+        }
+    }
+    out
+}
+
+/// Checks tensor storage against the spec's definition, element by element: tensor
+/// `row` is stored row-major in the physical `shape`, and logical index `l` is the
+/// physical index `p` with `p[permutation[i]] = l[i]`.
+fn check_tensor_storage(t: &TensorArray, row: usize, logical: &NDBuffer) {
+    let tt = t.tensor_type();
+    assert_eq!(tt.logical_shape(), logical.shape());
+    let perm: Vec<usize> = tt
+        .permutation()
+        .map(<[usize]>::to_vec)
+        .unwrap_or_else(|| (0..tt.ndim()).collect());
+    let (stored, w) = arrow_bytes(&t.storage().to_data());
+    let list: usize = tt.shape().iter().product();
+    let es = logical.dtype().size();
+    assert_eq!(w, list * es);
+    let want = c_bytes(logical);
+    for l in indices(logical.shape()) {
+        let mut p = vec![0usize; l.len()];
+        for (i, &li) in l.iter().enumerate() {
+            p[perm[i]] = li;
+        }
+        let at = row * list + c_index(&p, tt.shape());
+        let li = c_index(&l, logical.shape());
+        assert_eq!(
+            &stored[at * es..(at + 1) * es],
+            &want[li * es..(li + 1) * es],
+            "tensor {row}, logical index {l:?} (physical {p:?})"
+        );
+    }
+}
+
+const SHAPES: &[&[usize]] = &[
+    &[],
+    &[0],
+    &[7],
+    &[3, 0, 2],
+    &[3, 5],
+    &[2, 3, 4],
+    &[1, 4, 1],
+    &[2, 3, 2, 3],
+];
+
+/// Layouts of one logical array: how it sits in memory.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    C,
+    F,
+    /// A C array of the reversed-then-rotated shape, transposed back: dense, neither C
+    /// nor F for 3 or more axes.
+    Transposed,
+    /// Every other element of a larger array along each axis: not dense.
+    Strided,
+    /// A C array with its first row cut off: dense, at an offset.
+    Offset,
+}
+
+const KINDS: [Kind; 5] = [
+    Kind::C,
+    Kind::F,
+    Kind::Transposed,
+    Kind::Strided,
+    Kind::Offset,
+];
+
+fn make(rng: &mut SmallRng, shape: &[usize], dtype: DataType, kind: Kind) -> NDBuffer {
+    let n: usize = shape.iter().product();
+    match kind {
+        Kind::C | Kind::F => {
+            let order = if kind == Kind::C { Order::C } else { Order::F };
+            NDBuffer::from_memory(random_bytes(rng, n, dtype), shape, dtype, order).unwrap()
+        }
+        Kind::Transposed => {
+            // axes (1, 2, .., 0) of a C array of shape [s[k-1], s[0], .., s[k-2]]
+            let nd = shape.len();
+            if nd < 2 {
+                return make(rng, shape, dtype, Kind::C);
+            }
+            let mut base_shape = vec![shape[nd - 1]];
+            base_shape.extend(&shape[..nd - 1]);
+            let base =
+                NDBuffer::from_memory(random_bytes(rng, n, dtype), &base_shape, dtype, Order::C)
+                    .unwrap();
+            let axes: Vec<usize> = (1..nd).chain([0]).collect();
+            base.transpose(Some(&axes)).unwrap()
+        }
+        Kind::Strided => {
+            let big: Vec<usize> = shape.iter().map(|&d| 2 * d).collect();
+            let bn: usize = big.iter().product();
+            let base =
+                NDBuffer::from_memory(random_bytes(rng, bn, dtype), &big, dtype, Order::C).unwrap();
+            let sel: Vec<AxisSel> = shape.iter().map(|_| Slice::every(2).into()).collect();
+            base.get(&sel).unwrap()
+        }
+        Kind::Offset => {
+            if shape.is_empty() || shape[0] == 0 {
+                return make(rng, shape, dtype, Kind::C);
+            }
+            let mut big = shape.to_vec();
+            big[0] += 1;
+            let bn: usize = big.iter().product();
+            let base =
+                NDBuffer::from_memory(random_bytes(rng, bn, dtype), &big, dtype, Order::C).unwrap();
+            base.get(&[AxisSel::from(1..big[0])]).unwrap()
+        }
+    }
+}
+
+fn dtypes() -> Vec<DataType> {
+    let mut v = Vec::new();
+    for e in ElementType::ALL {
+        v.push(DataType::new(e, Endianness::Little));
+        if e.size() > 1 {
+            v.push(DataType::new(e, Endianness::Big));
+        }
+    }
+    v
+}
+
+fn rng(seed: u64) -> SmallRng {
+    SmallRng::seed_from_u64(seed)
+}
+
+fn aligned(nd: &NDBuffer) -> bool {
+    let a = match nd.dtype().element() {
+        ElementType::Complex64 => 4,
+        ElementType::Complex128 => 8,
+        e => e.size() as u64,
+    };
+    first_ptr(nd) % a == 0
+}
+
+// ------------------------------------------------------------------------------ flat
+
+#[test]
+fn flat_every_dtype_shape_and_layout() {
+    let mut rng = rng(1);
+    let mut zero_copies = 0;
+    for dtype in dtypes() {
+        for &shape in SHAPES {
+            for kind in KINDS {
+                let nd = make(&mut rng, shape, dtype, kind);
+                let ctx = format!("{dtype} {shape:?} {kind:?}");
+                let a = nd.to_arrow().unwrap();
+                assert_eq!(a.data_type(), &arrow_data_type(dtype.element()), "{ctx}");
+                assert_eq!(a.len(), nd.size(), "{ctx}");
+                assert_eq!(a.null_count(), 0, "{ctx}");
+                let (bytes, w) = arrow_bytes(&a.to_data());
+                assert_eq!(w, dtype.size(), "{ctx}");
+                assert_eq!(bytes, c_bytes(&nd), "{ctx}");
+                let zero_copy = nd.is_c_contiguous()
+                    && dtype.is_native()
+                    && dtype.element() != ElementType::Bool
+                    && aligned(&nd)
+                    && nd.size() > 0;
+                if zero_copy {
+                    assert_eq!(values_ptr(&a.to_data()), first_ptr(&nd), "{ctx}: zero-copy");
+                    zero_copies += 1;
+                } else if nd.size() > 0 && dtype.element() != ElementType::Bool {
+                    assert_ne!(values_ptr(&a.to_data()), first_ptr(&nd), "{ctx}: copied");
+                }
+                // And back, zero-copy from the Arrow buffer.
+                let back = NDBuffer::from_arrow(a.as_ref()).unwrap();
+                assert_eq!(back.shape(), &[nd.size()], "{ctx}");
+                assert_eq!(back.dtype(), DataType::native(dtype.element()), "{ctx}");
+                assert_eq!(c_bytes(&back), c_bytes(&nd), "{ctx}");
+                if dtype.element() != ElementType::Bool && nd.size() > 0 {
+                    assert_eq!(
+                        first_ptr(&back),
+                        values_ptr(&a.to_data()),
+                        "{ctx}: back zero-copy"
+                    );
+                }
+            }
+        }
+    }
+    assert!(zero_copies > 50, "{zero_copies}");
+}
+
+#[test]
+fn flat_zero_copy_round_trip_keeps_the_address() {
+    let a = ndarray::Array2::from_shape_fn((30, 7), |(i, j)| (i * 7 + j) as f32);
+    let ptr = a.as_ptr() as u64;
+    let nd = NDBuffer::from_ndarray(a);
+    let arrow = nd.to_arrow().unwrap();
+    let f = arrow.as_any().downcast_ref::<Float32Array>().unwrap();
+    assert_eq!(f.values().as_ptr() as u64, ptr);
+    assert_eq!(f.value(7 * 3 + 2), 23.0);
+    let back = NDBuffer::from_arrow(f).unwrap().reshape(&[30, 7]).unwrap();
+    assert_eq!(first_ptr(&back), ptr);
+    assert_eq!(back.to_ndarray::<f32>().unwrap()[[3, 2]], 23.0);
+    // Dropping the NDBuffer keeps the Arrow array alive, and the other way round.
+    drop(nd);
+    drop(back);
+    assert_eq!(f.value(209), 209.0);
+}
+
+#[test]
+fn typed_primitive_arrays() {
+    use arrow_array::types::{Float16Type, Int32Type, UInt64Type};
+    let nd = NDBuffer::from_ndarray(ndarray::arr1(&[
+        half::f16::from_f32(1.5),
+        half::f16::NEG_INFINITY,
+    ]));
+    let h = nd.to_primitive_array::<Float16Type>().unwrap();
+    assert_eq!(
+        h.values(),
+        &[half::f16::from_f32(1.5), half::f16::NEG_INFINITY]
+    );
+    assert!(nd.to_primitive_array::<Int32Type>().is_err());
+    let be = NDBuffer::from_memory(
+        vec![0, 0, 0, 0, 0, 0, 1, 2],
+        &[1],
+        DataType::big(ElementType::UInt64),
+        Order::C,
+    )
+    .unwrap();
+    assert_eq!(
+        be.to_primitive_array::<UInt64Type>().unwrap().values(),
+        &[0x0102]
+    );
+    // Float16 arrays come back as float16 NDBuffers.
+    let back = NDBuffer::from_arrow(&Float16Array::from(vec![half::f16::ONE])).unwrap();
+    assert_eq!(back.dtype(), DataType::FLOAT16);
+}
+
+#[test]
+fn misaligned_host_memory_is_copied_once() {
+    // 4 int32 values at byte offset 1 of a buffer: Arrow needs 4-byte alignment.
+    let raw: Vec<u8> = (0u8..17).collect();
+    let bytes = bytes::Bytes::from(raw);
+    let misaligned = bytes.slice(1..17);
+    let nd = NDBuffer::from_memory(misaligned.clone(), &[4], DataType::INT32, Order::C).unwrap();
+    assert_ne!(first_ptr(&nd) % 4, 0, "the test needs misaligned memory");
+    let a = nd.to_arrow().unwrap();
+    let i = a.as_any().downcast_ref::<Int32Array>().unwrap();
+    assert_eq!(i.values().as_ptr() as usize % 4, 0);
+    assert_eq!(i.value(0), i32::from_ne_bytes([1, 2, 3, 4]));
+    assert_eq!(i.value(3), i32::from_ne_bytes([13, 14, 15, 16]));
+    // The tensor forms too.
+    let t = nd.to_arrow_tensor().unwrap();
+    assert_eq!(c_bytes(&t.tensor(0).unwrap()), misaligned.to_vec());
+    let c =
+        NDBuffer::from_memory(bytes.slice(1..17), &[1], DataType::COMPLEX128, Order::C).unwrap();
+    let ca = c.to_arrow().unwrap();
+    assert_eq!(arrow_bytes(&ca.to_data()).0, misaligned.to_vec());
+}
+
+// ------------------------------------------------------------------------------ tensors
+
+#[test]
+fn tensor_every_dtype_shape_and_layout() {
+    let mut rng = rng(2);
+    for dtype in dtypes() {
+        for &shape in SHAPES {
+            for kind in KINDS {
+                let nd = make(&mut rng, shape, dtype, kind);
+                let ctx = format!("{dtype} {shape:?} {kind:?}");
+                let t = nd.to_arrow_tensor().unwrap();
+                assert_eq!(t.len(), 1, "{ctx}");
+                assert_eq!(t.tensor_type().element(), dtype.element(), "{ctx}");
+                assert_eq!(t.tensor_type().logical_shape(), shape, "{ctx}");
+                check_tensor_storage(&t, 0, &nd);
+                let dense = matches!(kind, Kind::C | Kind::F | Kind::Transposed | Kind::Offset);
+                if dense
+                    && dtype.is_native()
+                    && dtype.element() != ElementType::Bool
+                    && nd.size() > 0
+                    && aligned(&nd)
+                {
+                    assert_eq!(
+                        values_ptr(&t.storage().to_data()),
+                        first_ptr(&nd),
+                        "{ctx}: zero-copy"
+                    );
+                }
+                if kind == Kind::F
+                    && nd.size() > 0
+                    && nd.ndim() >= 2
+                    && nd.shape().iter().filter(|&&d| d > 1).count() >= 2
+                {
+                    let rev: Vec<usize> = (0..nd.ndim()).rev().collect();
+                    assert_eq!(t.tensor_type().permutation(), Some(&rev[..]), "{ctx}");
+                }
+                if matches!(kind, Kind::C | Kind::Strided | Kind::Offset) {
+                    assert_eq!(t.tensor_type().permutation(), None, "{ctx}");
+                }
+                // Back: the logical array, zero-copy from the Arrow buffer.
+                let back = t.tensor(0).unwrap();
+                assert_eq!(back.shape(), shape, "{ctx}");
+                assert_eq!(c_bytes(&back), c_bytes(&nd), "{ctx}");
+                if dtype.element() != ElementType::Bool && nd.size() > 0 {
+                    assert_eq!(
+                        first_ptr(&back),
+                        values_ptr(&t.storage().to_data()),
+                        "{ctx}"
+                    );
+                }
+                if dense && dtype.element() != ElementType::Bool && nd.size() > 0 {
+                    // Dense layouts survive: the view has the original element strides.
+                    let es = dtype.size();
+                    let s = |x: &NDBuffer| -> Vec<usize> {
+                        x.shape()
+                            .iter()
+                            .zip(x.strides())
+                            .map(|(&n, &st)| if n > 1 { st / es } else { 0 })
+                            .collect()
+                    };
+                    assert_eq!(s(&back), s(&nd), "{ctx}: strides");
+                }
+                // Through a field and back.
+                let field = t.field("x").unwrap();
+                let t2 = TensorArray::from_arrow(&field, t.storage()).unwrap();
+                assert_eq!(t2.tensor_type(), t.tensor_type(), "{ctx}");
+                assert_eq!(
+                    c_bytes(&t2.to_ndbuffer().unwrap().get(&[0.into()]).unwrap()),
+                    c_bytes(&nd),
+                    "{ctx}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn rows_every_dtype_shape_and_layout() {
+    let mut rng = rng(3);
+    for dtype in dtypes() {
+        for &shape in SHAPES.iter().filter(|s| !s.is_empty()) {
+            for kind in KINDS {
+                let nd = make(&mut rng, shape, dtype, kind);
+                let ctx = format!("{dtype} {shape:?} {kind:?}");
+                let t = nd.to_arrow_tensor_rows().unwrap();
+                assert_eq!(t.len(), shape[0], "{ctx}");
+                assert_eq!(t.tensor_type().logical_shape(), &shape[1..], "{ctx}");
+                for r in 0..shape[0] {
+                    let row = nd.get(&[r.into()]).unwrap();
+                    check_tensor_storage(&t, r, &row);
+                    assert_eq!(
+                        c_bytes(&t.tensor(r).unwrap()),
+                        c_bytes(&row),
+                        "{ctx} row {r}"
+                    );
+                }
+                assert_eq!(c_bytes(&t.to_ndbuffer().unwrap()), c_bytes(&nd), "{ctx}");
+                // Axis 0 outermost and dense: zero-copy.
+                let outer = matches!(kind, Kind::C | Kind::Offset)
+                    || (shape[0] == 1 && kind != Kind::Strided);
+                if outer
+                    && dtype.is_native()
+                    && dtype.element() != ElementType::Bool
+                    && nd.size() > 0
+                    && aligned(&nd)
+                {
+                    assert_eq!(
+                        values_ptr(&t.storage().to_data()),
+                        first_ptr(&nd),
+                        "{ctx}: zero-copy"
+                    );
+                }
+            }
+        }
+    }
+    let zero_d = NDBuffer::from_ndarray(ndarray::arr0(1u8));
+    assert!(
+        zero_d
+            .to_arrow_tensor_rows()
+            .unwrap_err()
+            .to_string()
+            .contains("0-dimensional")
+    );
+}
+
+#[test]
+fn f_order_is_reversed_physical_shape_with_permutation() {
+    // numpy: a = np.arange(24).reshape(2, 3, 4); f = np.asfortranarray(a)
+    let a = ndarray::Array::from_shape_vec((2, 3, 4), (0..24).collect::<Vec<i64>>()).unwrap();
+    let f = a.t().as_standard_layout().into_owned().reversed_axes(); // F-order copy of a
+    assert_eq!(f.strides(), &[1, 2, 6]);
+    let ptr = f.as_ptr() as u64;
+    let nd = NDBuffer::from_ndarray(f);
+    assert!(nd.is_f_contiguous());
+    let t = nd.to_arrow_tensor().unwrap();
+    let tt = t.tensor_type();
+    assert_eq!(tt.shape(), &[4, 3, 2]);
+    assert_eq!(tt.permutation(), Some(&[2, 1, 0][..]));
+    assert_eq!(tt.logical_shape(), vec![2, 3, 4]);
+    assert_eq!(tt.metadata(), r#"{"shape":[4,3,2],"permutation":[2,1,0]}"#);
+    assert_eq!(values_ptr(&t.storage().to_data()), ptr, "zero-copy");
+    // Physical row-major storage is a.T: element [k][j][i] = a[i][j][k].
+    let values = t
+        .storage()
+        .values()
+        .as_any()
+        .downcast_ref::<arrow_array::Int64Array>()
+        .unwrap()
+        .values()
+        .to_vec();
+    assert_eq!(&values[..6], &[0, 12, 4, 16, 8, 20]);
+    let back = t.tensor(0).unwrap();
+    assert_eq!(back.to_ndarray::<i64>().unwrap(), a.into_dyn());
+}
+
+#[test]
+fn a_transposition_that_is_not_an_involution() {
+    // Logical [2, 3, 4] stored with axis 2 outermost, then axis 0, then axis 1.
+    let base = ndarray::Array::from_shape_vec((4, 2, 3), (0..24).collect::<Vec<u16>>()).unwrap();
+    let view = base.view().permuted_axes([1, 2, 0]).to_owned(); // standard copy, only for values
+    let nd = NDBuffer::from_ndarray(base.clone())
+        .transpose(Some(&[1, 2, 0]))
+        .unwrap();
+    assert_eq!(nd.shape(), &[2, 3, 4]);
+    assert!(!nd.is_c_contiguous() && !nd.is_f_contiguous());
+    let t = nd.to_arrow_tensor().unwrap();
+    assert_eq!(t.tensor_type().shape(), &[4, 2, 3]);
+    // logical i -> physical permutation[i]: logical 0 (len 2) is physical 1, logical 1
+    // (len 3) physical 2, logical 2 (len 4) physical 0.
+    assert_eq!(t.tensor_type().permutation(), Some(&[1, 2, 0][..]));
+    assert_eq!(
+        values_ptr(&t.storage().to_data()),
+        first_ptr(&nd),
+        "zero-copy"
+    );
+    check_tensor_storage(&t, 0, &nd);
+    assert_eq!(
+        t.tensor(0).unwrap().to_ndarray::<u16>().unwrap(),
+        view.into_dyn()
+    );
+}
+
+#[test]
+fn bool_is_bit_packed() {
+    let mut rng = rng(4);
+    // 5 rows of 3 x 3: rows cross byte boundaries.
+    let bytes = random_bytes(&mut rng, 45, DataType::BOOL);
+    let nd = NDBuffer::from_memory(bytes.clone(), &[5, 3, 3], DataType::BOOL, Order::C).unwrap();
+    let flat = nd.to_arrow().unwrap();
+    let b = flat.as_any().downcast_ref::<BooleanArray>().unwrap();
+    assert_eq!(b.values().iter().map(u8::from).collect::<Vec<_>>(), bytes);
+    let rows = nd.to_arrow_tensor_rows().unwrap();
+    assert_eq!(rows.storage().value_type(), ArrowType::Boolean);
+    for r in 0..5 {
+        assert_eq!(c_bytes(&rows.tensor(r).unwrap()), bytes[r * 9..(r + 1) * 9]);
+    }
+    // Non-zero bytes are true; a sliced BooleanArray (bit offset 3) comes back right.
+    let odd =
+        NDBuffer::from_memory(vec![0u8, 7, 255, 0, 1], &[5], DataType::BOOL, Order::C).unwrap();
+    let ob = odd.to_arrow().unwrap();
+    assert_eq!(
+        ob.as_any()
+            .downcast_ref::<BooleanArray>()
+            .unwrap()
+            .iter()
+            .flatten()
+            .collect::<Vec<_>>(),
+        [false, true, true, false, true]
+    );
+    let long = BooleanArray::from((0..20).map(|i| i % 3 == 0).collect::<Vec<_>>());
+    let back = NDBuffer::from_arrow(&long.slice(3, 11)).unwrap();
+    assert_eq!(
+        c_bytes(&back),
+        (3..14).map(|i| u8::from(i % 3 == 0)).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn complex_is_a_fixed_size_list_of_two_floats() {
+    use num_complex::Complex32;
+    let v = vec![
+        Complex32::new(1.0, -2.0),
+        Complex32::new(f32::NAN, 0.5),
+        Complex32::new(-0.0, 3.0),
+    ];
+    let a = ndarray::Array::from_shape_vec((3, 1), v.clone()).unwrap();
+    let ptr = a.as_ptr() as u64;
+    let nd = NDBuffer::from_ndarray(a);
+    let flat = nd.to_arrow().unwrap();
+    let l = flat.as_any().downcast_ref::<FixedSizeListArray>().unwrap();
+    assert_eq!(l.value_length(), 2);
+    let floats = l.values().as_any().downcast_ref::<Float32Array>().unwrap();
+    assert_eq!(floats.values().as_ptr() as u64, ptr, "zero-copy");
+    assert_eq!(floats.value(0), 1.0);
+    assert_eq!(floats.value(1), -2.0);
+    assert!(floats.value(2).is_nan());
+    // Sliced (offset 1) and back.
+    let back = NDBuffer::from_arrow(&l.slice(1, 2)).unwrap();
+    assert_eq!(back.dtype(), DataType::COMPLEX64);
+    assert_eq!(first_ptr(&back), ptr + 8);
+    assert_eq!(
+        back.get(&[1.into()]).unwrap().as_scalar().unwrap(),
+        devbuf::zarr::Scalar::Complex64(v[2])
+    );
+    // A complex tensor is a list of complex lists.
+    let t = nd.to_arrow_tensor().unwrap();
+    let ArrowType::FixedSizeList(item, 3) = t.storage().data_type() else {
+        panic!("{}", t.storage().data_type())
+    };
+    assert_eq!(item.data_type(), &arrow_data_type(ElementType::Complex64));
+    assert_eq!(c_bytes(&t.tensor(0).unwrap()), c_bytes(&nd));
+}
+
+#[test]
+fn sliced_tensor_storage_is_read_at_its_offset() {
+    let nd = NDBuffer::from_ndarray(
+        ndarray::Array::from_shape_vec((6, 2, 2), (0..24).collect::<Vec<i32>>()).unwrap(),
+    );
+    let t = nd.to_arrow_tensor_rows().unwrap();
+    let field = t.field("t").unwrap();
+    let sliced = t.storage().slice(2, 3);
+    let s = TensorArray::from_arrow(&field, &sliced).unwrap();
+    assert_eq!(s.len(), 3);
+    assert_eq!(
+        s.tensor(0)
+            .unwrap()
+            .to_ndarray::<i32>()
+            .unwrap()
+            .into_raw_vec_and_offset()
+            .0,
+        vec![8, 9, 10, 11]
+    );
+    assert_eq!(first_ptr(&s.tensor(2).unwrap()), first_ptr(&nd) + 16 * 4);
+    assert!(s.tensor(3).is_err());
+    assert!(s.rows(2, 2).is_err());
+}
+
+#[test]
+fn big_endian_keeps_its_axis_order() {
+    // An F-order big-endian array: byte-swapped once, still F order (permutation).
+    let nd = NDBuffer::from_memory(
+        (0u8..24).collect::<Vec<_>>(),
+        &[2, 3],
+        DataType::big(ElementType::Int32),
+        Order::F,
+    )
+    .unwrap();
+    let t = nd.to_arrow_tensor().unwrap();
+    assert_eq!(t.tensor_type().permutation(), Some(&[1, 0][..]));
+    check_tensor_storage(&t, 0, &nd);
+    assert_eq!(t.tensor(0).unwrap().dtype(), DataType::INT32);
+}
+
+// ------------------------------------------------------------------------------ errors
+
+#[test]
+fn unsupported_arrow_input_is_an_error_naming_the_type() {
+    let e = NDBuffer::from_arrow(&StringArray::from(vec!["a"]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("Utf8"), "{e}");
+    let e = NDBuffer::from_arrow(&Int32Array::from(vec![Some(1), None]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("null"), "{e}");
+    let ints = FixedSizeListArray::try_new(
+        Arc::new(Field::new("item", ArrowType::Int32, false)),
+        2,
+        Arc::new(Int32Array::from(vec![1, 2])),
+        None,
+    )
+    .unwrap();
+    let e = NDBuffer::from_arrow(&ints).unwrap_err().to_string();
+    assert!(e.contains("FixedSizeList"), "{e}");
+    // Complex with a null in its floats.
+    let with_null = FixedSizeListArray::try_new(
+        Arc::new(Field::new("item", ArrowType::Float32, true)),
+        2,
+        Arc::new(Float32Array::from(vec![Some(1.0), None])),
+        None,
+    )
+    .unwrap();
+    assert!(
+        NDBuffer::from_arrow(&with_null)
+            .unwrap_err()
+            .to_string()
+            .contains("null")
+    );
+    assert!(element_type_of(&ArrowType::Date32).is_err());
+    // A tensor column that is not a FixedSizeList, or of another size.
+    let field = TensorType::new(ElementType::UInt8, &[2])
+        .field("t", false)
+        .unwrap();
+    let e = TensorArray::from_arrow(&field, &UInt8Array::from(vec![1, 2]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("FixedSizeListArray"), "{e}");
+}
+
+#[test]
+fn device_entry_points_refuse_host_memory_and_back() {
+    let nd = NDBuffer::from_ndarray(ndarray::arr1(&[1u8, 2]));
+    for e in [
+        nd.to_device_array().unwrap_err(),
+        nd.to_device_tensor().unwrap_err(),
+        nd.to_device_tensor_rows().unwrap_err(),
+    ] {
+        assert!(e.to_string().contains("host memory"), "{e}");
+    }
+}
+
+#[test]
+fn tensor_list_size_must_fit_i32() {
+    let t = TensorType::new(ElementType::UInt8, &[1 << 16, 1 << 16]);
+    assert!(
+        t.storage_type()
+            .unwrap_err()
+            .to_string()
+            .contains("FixedSizeList")
+    );
+    assert!(
+        TensorType::new(ElementType::UInt8, &[usize::MAX, 2])
+            .list_size()
+            .is_err()
+    );
+}
+
+// ------------------------------------------------------------------------------ metadata
+
+fn tagged(storage: ArrowType, md: &str) -> Field {
+    Field::new("t", storage, false).with_metadata(
+        [
+            (
+                EXTENSION_TYPE_NAME_KEY.to_string(),
+                FIXED_SHAPE_TENSOR.to_string(),
+            ),
+            (EXTENSION_TYPE_METADATA_KEY.to_string(), md.to_string()),
+        ]
+        .into_iter()
+        .collect::<std::collections::HashMap<_, _>>(),
+    )
+}
+
+#[test]
+fn metadata_follows_the_spec_and_reads_arrow_rs() {
+    let storage = TensorType::new(ElementType::Float32, &[4, 3, 2])
+        .storage_type()
+        .unwrap();
+    // The spec's example keys, pyarrow / Arrow C++ spelling.
+    let t = TensorType::from_field(&tagged(
+        storage.clone(),
+        r#"{"shape": [4, 3, 2], "permutation": [2, 0, 1], "dim_names": ["a", "b", "c"]}"#,
+    ))
+    .unwrap();
+    assert_eq!(t.permutation(), Some(&[2, 0, 1][..]));
+    assert_eq!(t.logical_shape(), vec![2, 4, 3]);
+    assert_eq!(t.dim_names().unwrap(), ["a", "b", "c"]);
+    assert_eq!(
+        t.metadata(),
+        r#"{"shape":[4,3,2],"permutation":[2,0,1],"dim_names":["a","b","c"]}"#
+    );
+    // arrow-rs 60 writes "permutations" and nulls: read both.
+    let theirs =
+        FixedShapeTensor::try_new(ArrowType::Float32, [4, 3, 2], None, Some(vec![2, 0, 1]))
+            .unwrap();
+    let md = theirs.serialize_metadata().unwrap();
+    assert!(md.contains("permutations"), "{md}");
+    let t = TensorType::from_field(&tagged(storage.clone(), &md)).unwrap();
+    assert_eq!(t.permutation(), Some(&[2, 0, 1][..]));
+    assert_eq!(t.logical_shape(), theirs.logical_shape());
+    // arrow-rs 60 cannot read the spec's key (why devbuf writes its own metadata).
+    assert!(
+        FixedShapeTensor::deserialize_metadata(Some(r#"{"shape":[4,3,2],"permutation":[2,0,1]}"#))
+            .is_err()
+    );
+    // Without a permutation, arrow-rs reads our field as its own extension type.
+    let ours = TensorType::new(ElementType::Float32, &[4, 3, 2])
+        .field("t", false)
+        .unwrap();
+    let as_theirs = ours.try_extension_type::<FixedShapeTensor>().unwrap();
+    assert_eq!(as_theirs.shape(), &[4, 3, 2]);
+    assert_eq!(as_theirs.value_type(), &ArrowType::Float32);
+}
+
+#[test]
+fn bad_metadata_is_an_error() {
+    let storage = TensorType::new(ElementType::Int8, &[2, 3])
+        .storage_type()
+        .unwrap();
+    for md in [
+        "",
+        "[1]",
+        "{}",
+        r#"{"shape": 6}"#,
+        r#"{"shape": [2, -3]}"#,
+        r#"{"shape": [2, 3.5]}"#,
+        r#"{"shape": [3, 3]}"#,
+        r#"{"shape": [2, 3], "permutation": [0, 0]}"#,
+        r#"{"shape": [2, 3], "permutation": [0]}"#,
+        r#"{"shape": [2, 3], "permutation": [0, 1], "permutations": [1, 0]}"#,
+        r#"{"shape": [2, 3], "dim_names": ["x"]}"#,
+        r#"{"shape": [2, 3], "dim_names": [1, 2]}"#,
+        r#"{"shape": [18446744073709551615, 2]}"#,
+    ] {
+        assert!(
+            TensorType::from_field(&tagged(storage.clone(), md)).is_err(),
+            "{md}"
+        );
+    }
+    // Unknown keys are ignored, nulls are absent values.
+    let t = TensorType::from_field(&tagged(
+        storage.clone(),
+        r#"{"shape":[2,3],"dim_names":null,"x":{"y":[1]}}"#,
+    ))
+    .unwrap();
+    assert_eq!(t, TensorType::new(ElementType::Int8, &[2, 3]));
+    // Not tagged, tagged as something else, wrong storage.
+    assert!(TensorType::from_field(&Field::new("t", storage.clone(), false)).is_err());
+    let other = tagged(storage, r#"{"shape":[2,3]}"#).with_metadata(
+        [(
+            EXTENSION_TYPE_NAME_KEY.to_string(),
+            "arrow.json".to_string(),
+        )]
+        .into_iter()
+        .collect::<std::collections::HashMap<_, _>>(),
+    );
+    assert!(TensorType::from_field(&other).is_err());
+    assert!(TensorType::from_field(&tagged(ArrowType::Int8, r#"{"shape":[]}"#)).is_err());
+}
+
+#[test]
+fn tensor_columns_survive_arrow_ipc() {
+    let nd = NDBuffer::from_memory(
+        (0u8..48).collect::<Vec<_>>(),
+        &[2, 3, 4],
+        DataType::UINT16,
+        Order::F,
+    )
+    .unwrap();
+    let t = nd.to_arrow_tensor().unwrap();
+    let schema = Arc::new(arrow_schema::Schema::new(vec![t.field("x").unwrap()]));
+    let batch = arrow_array::RecordBatch::try_new(
+        schema.clone(),
+        vec![Arc::new(t.storage().clone()) as ArrayRef],
+    )
+    .unwrap();
+    let bytes = devbuf::arrow::serialize_record_batch_to_vec(&batch).unwrap();
+    let read =
+        devbuf::arrow::read_record_batch_host(&arrow_buffer::Buffer::from_vec(bytes), schema)
+            .unwrap();
+    let back = TensorArray::from_arrow(read.schema().field(0), read.column(0).as_ref()).unwrap();
+    assert_eq!(back.tensor_type(), t.tensor_type());
+    assert_eq!(c_bytes(&back.tensor(0).unwrap()), c_bytes(&nd));
+}
+
+#[test]
+fn memory_from_arrow_is_the_arrow_buffer() {
+    let a = Int32Array::from(vec![5, 6, 7]);
+    let nd = NDBuffer::from_arrow(&a).unwrap();
+    let Memory::Host(b) = nd.as_ndarray_like().memory else {
+        panic!()
+    };
+    assert_eq!(b.as_ptr(), a.values().as_ptr() as *const u8);
+}
+
+#[test]
+fn random_round_trips() {
+    // Random shapes and selections of random arrays: flat, tensor and rows forms agree
+    // with the NDBuffer.
+    let mut rng = rng(5);
+    for _ in 0..300 {
+        let dtype = dtypes()[rng.random_range(0..dtypes().len())];
+        let nd_: usize = rng.random_range(0..5);
+        let shape: Vec<usize> = (0..nd_).map(|_| rng.random_range(0..5)).collect();
+        let order = if rng.random() { Order::C } else { Order::F };
+        let n: usize = shape.iter().product();
+        let base =
+            NDBuffer::from_memory(random_bytes(&mut rng, n, dtype), &shape, dtype, order).unwrap();
+        let sel: Vec<AxisSel> = shape
+            .iter()
+            .map(|&len| {
+                let a = rng.random_range(0..=len);
+                let b = rng.random_range(a..=len);
+                AxisSel::range_step(a..b, rng.random_range(1..3))
+            })
+            .collect();
+        let nd = base.get(&sel).unwrap();
+        let want = c_bytes(&nd);
+        assert_eq!(arrow_bytes(&nd.to_arrow().unwrap().to_data()).0, want);
+        let t = nd.to_arrow_tensor().unwrap();
+        check_tensor_storage(&t, 0, &nd);
+        assert_eq!(c_bytes(&t.tensor(0).unwrap()), want);
+        if nd.ndim() > 0 {
+            assert_eq!(
+                c_bytes(&nd.to_arrow_tensor_rows().unwrap().to_ndbuffer().unwrap()),
+                want
+            );
+        }
+    }
+}

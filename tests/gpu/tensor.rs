@@ -1,0 +1,479 @@
+//! NDBuffer ⇄ Arrow on the GPU: every device conversion against the host conversion of
+//! the same random data (exact, byte for byte), zero-copy claims by address and by the
+//! context's allocation counter, the bit-packing kernels at awkward sizes and bit
+//! offsets, and `ChunkBatch` on the device against the host.
+
+use arrow_array::{Array, BooleanArray};
+use arrow_data::ArrayData;
+use arrow_schema::DataType as ArrowType;
+use devbuf::arrow::{ChunkBatch, ChunkGrid, DeviceArray, DeviceTensorArray, TensorArray};
+use devbuf::cuda::{Context, DeviceBuffer};
+use devbuf::zarr::{
+    AxisSel, BufferPrototype, DataType, ElementType, Endianness, NDBuffer, Order, Scalar, Slice,
+};
+use rand::Rng;
+use rand::rngs::SmallRng;
+
+use crate::common::*;
+
+const HOST: BufferPrototype = BufferPrototype::Host;
+const DEV: BufferPrototype = BufferPrototype::Device(0);
+
+/// C-order native bytes of an NDBuffer (one copy to the host for device memory).
+fn c_bytes(nd: &NDBuffer) -> Vec<u8> {
+    nd.astype(DataType::native(nd.dtype().element()))
+        .unwrap()
+        .to_buffer()
+        .unwrap()
+        .to_bytes()
+        .unwrap()
+}
+
+/// The elements of a host Arrow array as bytes, read through arrow-rs alone.
+fn arrow_bytes(data: &ArrayData) -> Vec<u8> {
+    fn go(data: &ArrayData) -> (Vec<u8>, usize) {
+        match data.data_type() {
+            ArrowType::Boolean => (
+                BooleanArray::from(data.clone())
+                    .values()
+                    .iter()
+                    .map(u8::from)
+                    .collect(),
+                1,
+            ),
+            ArrowType::FixedSizeList(_, k) => {
+                let (child, w) = go(&data.child_data()[0]);
+                let w = w * *k as usize;
+                (
+                    child[data.offset() * w..(data.offset() + data.len()) * w].to_vec(),
+                    w,
+                )
+            }
+            dt => {
+                let w = dt.primitive_width().unwrap();
+                let b = &data.buffers()[0];
+                (
+                    b.as_slice()[data.offset() * w..(data.offset() + data.len()) * w].to_vec(),
+                    w,
+                )
+            }
+        }
+    }
+    go(data).0
+}
+
+/// The device address of the innermost values buffer of a device array.
+fn dev_values(a: &DeviceArray) -> &DeviceBuffer {
+    match a.children().first() {
+        Some(c) => dev_values(c),
+        None => &a.buffers()[0],
+    }
+}
+
+/// The address of element `[0, .., 0]`.
+fn first_addr(nd: &NDBuffer) -> u64 {
+    let l = nd.as_ndarray_like();
+    l.memory.address() + l.offset as u64
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    C,
+    F,
+    Transposed,
+    Strided,
+    Offset,
+}
+
+const KINDS: [Kind; 5] = [
+    Kind::C,
+    Kind::F,
+    Kind::Transposed,
+    Kind::Strided,
+    Kind::Offset,
+];
+const SHAPES: &[&[usize]] = &[
+    &[],
+    &[0],
+    &[1],
+    &[33],
+    &[3, 0, 2],
+    &[5, 7],
+    &[2, 3, 4],
+    &[3, 1, 4, 5],
+];
+
+fn random_values(rng: &mut SmallRng, n: usize, dtype: DataType) -> Vec<u8> {
+    let mut v = random_bytes(rng, n * dtype.size());
+    if dtype.element() == ElementType::Bool {
+        v.iter_mut().for_each(|b| *b &= 1);
+    }
+    v
+}
+
+/// The same array (same values, same layout) in host and in device memory; the device
+/// one's views are views of device memory.
+fn pair(
+    c: &Context,
+    rng: &mut SmallRng,
+    shape: &[usize],
+    dtype: DataType,
+    kind: Kind,
+) -> (NDBuffer, NDBuffer) {
+    let base_shape: Vec<usize> = match kind {
+        Kind::Strided => shape.iter().map(|&d| 2 * d).collect(),
+        Kind::Offset if !shape.is_empty() => {
+            let mut s = shape.to_vec();
+            s[0] += 1;
+            s
+        }
+        Kind::Transposed if shape.len() >= 2 => {
+            let nd = shape.len();
+            let mut s = vec![shape[nd - 1]];
+            s.extend(&shape[..nd - 1]);
+            s
+        }
+        _ => shape.to_vec(),
+    };
+    let n: usize = base_shape.iter().product();
+    let bytes = random_values(rng, n, dtype);
+    let order = if kind == Kind::F { Order::F } else { Order::C };
+    let h = NDBuffer::from_memory(bytes.clone(), &base_shape, dtype, order).unwrap();
+    let d = NDBuffer::from_memory(
+        DeviceBuffer::from_host(c, &bytes).unwrap(),
+        &base_shape,
+        dtype,
+        order,
+    )
+    .unwrap();
+    let view = |x: NDBuffer| -> NDBuffer {
+        match kind {
+            Kind::C | Kind::F => x,
+            Kind::Strided => {
+                let sel: Vec<AxisSel> = shape.iter().map(|_| Slice::every(2).into()).collect();
+                x.get(&sel).unwrap()
+            }
+            Kind::Offset if !shape.is_empty() => x.get(&[AxisSel::from(1..base_shape[0])]).unwrap(),
+            Kind::Transposed if shape.len() >= 2 => {
+                let axes: Vec<usize> = (1..shape.len()).chain([0]).collect();
+                x.transpose(Some(&axes)).unwrap()
+            }
+            _ => x,
+        }
+    };
+    let (h, d) = (view(h), view(d));
+    assert_eq!(h.shape(), shape);
+    assert_eq!(h.strides(), d.strides());
+    (h, d)
+}
+
+fn dtypes() -> Vec<DataType> {
+    let mut v = Vec::new();
+    for e in ElementType::ALL {
+        v.push(DataType::new(e, Endianness::Little));
+        if e.size() > 1 {
+            v.push(DataType::new(e, Endianness::Big));
+        }
+    }
+    v
+}
+
+fn aligned(nd: &NDBuffer) -> bool {
+    let a = match nd.dtype().element() {
+        ElementType::Complex64 => 4,
+        ElementType::Complex128 => 8,
+        e => e.size() as u64,
+    };
+    first_addr(nd) % a == 0
+}
+
+fn check_tensors(h: &TensorArray, d: &DeviceTensorArray, what: &str) {
+    assert_eq!(d.tensor_type(), h.tensor_type(), "{what}: tensor type");
+    assert_eq!(d.len(), h.len(), "{what}: length");
+    let back = d.to_host().unwrap();
+    assert_eq!(
+        arrow_bytes(&back.storage().to_data()),
+        arrow_bytes(&h.storage().to_data()),
+        "{what}: storage"
+    );
+    for i in 0..h.len() {
+        let (ht, dt) = (h.tensor(i).unwrap(), d.tensor(i).unwrap());
+        assert!(dt.is_device(), "{what}");
+        assert_eq!(dt.shape(), ht.shape(), "{what}: tensor {i}");
+        assert_eq!(c_bytes(&dt), c_bytes(&ht), "{what}: tensor {i}");
+        if h.tensor_type().element() != ElementType::Bool && dt.size() > 0 {
+            let list: usize = h.tensor_type().shape().iter().product();
+            let es = h.tensor_type().element().size();
+            assert_eq!(
+                first_addr(&dt),
+                dev_values(d.storage()).address() + (i * list * es) as u64,
+                "{what}: tensor {i} is a view of the storage"
+            );
+        }
+    }
+}
+
+gpu_test! {
+    fn tensor_device_flat_equals_host() {
+        // A context of its own, so that its allocation counter sees only this test.
+        let c = Context::new_dedicated(0).unwrap();
+        let mut rng = rng("tensor_device_flat_equals_host");
+        let mut zero_copies = 0;
+        for dtype in dtypes() {
+            for &shape in SHAPES {
+                for kind in KINDS {
+                    let (h, d) = pair(&c, &mut rng, shape, dtype, kind);
+                    let what = format!("{dtype} {shape:?} {kind:?}");
+                    let ha = h.to_arrow().unwrap();
+                    let before = c.bytes_allocated();
+                    let da = d.to_device_array().unwrap();
+                    assert_eq!(da.data_type(), ha.data_type(), "{what}");
+                    assert_eq!(da.len(), ha.len(), "{what}");
+                    assert_eq!(arrow_bytes(&da.to_host().unwrap().to_data()), arrow_bytes(&ha.to_data()), "{what}");
+                    let zero_copy = d.is_c_contiguous()
+                        && dtype.is_native()
+                        && dtype.element() != ElementType::Bool
+                        && aligned(&d)
+                        && d.size() > 0;
+                    if zero_copy {
+                        assert_eq!(dev_values(&da).address(), first_addr(&d), "{what}: zero-copy");
+                        assert_eq!(c.bytes_allocated(), before, "{what}: nothing allocated");
+                        zero_copies += 1;
+                    }
+                    // Back to a device NDBuffer: a view of the array's buffer.
+                    let back = NDBuffer::from_device_array(&da).unwrap();
+                    assert!(back.is_device());
+                    assert_eq!(c_bytes(&back), c_bytes(&h), "{what}");
+                    if dtype.element() != ElementType::Bool && d.size() > 0 {
+                        assert_eq!(first_addr(&back), dev_values(&da).address(), "{what}");
+                    }
+                    // The host array moved to the device reads back the same.
+                    let moved = DeviceArray::from_host(ha.as_ref(), &c).unwrap();
+                    assert_eq!(c_bytes(&NDBuffer::from_device_array(&moved).unwrap()), c_bytes(&h), "{what}");
+                }
+            }
+        }
+        assert!(zero_copies > 40, "{zero_copies}");
+    }
+
+    fn tensor_device_tensors_equal_host() {
+        let c = Context::new_dedicated(0).unwrap();
+        let mut rng = rng("tensor_device_tensors_equal_host");
+        for dtype in dtypes() {
+            for &shape in SHAPES {
+                for kind in KINDS {
+                    let (h, d) = pair(&c, &mut rng, shape, dtype, kind);
+                    let what = format!("{dtype} {shape:?} {kind:?}");
+                    let before = c.bytes_allocated();
+                    let dt = d.to_device_tensor().unwrap();
+                    let dense = kind != Kind::Strided;
+                    if dense && dtype.is_native() && dtype.element() != ElementType::Bool && d.size() > 0 && aligned(&d) {
+                        assert_eq!(dev_values(dt.storage()).address(), first_addr(&d), "{what}: zero-copy");
+                        assert_eq!(c.bytes_allocated(), before, "{what}: nothing allocated");
+                    }
+                    check_tensors(&h.to_arrow_tensor().unwrap(), &dt, &format!("{what} tensor"));
+                    if !shape.is_empty() {
+                        let dr = d.to_device_tensor_rows().unwrap();
+                        check_tensors(&h.to_arrow_tensor_rows().unwrap(), &dr, &format!("{what} rows"));
+                        assert_eq!(c_bytes(&dr.to_ndbuffer().unwrap()), c_bytes(&h), "{what}");
+                    }
+                    // Through the field: a device tensor column read back.
+                    let again = DeviceTensorArray::from_device(&dt.field("x").unwrap(), dt.storage()).unwrap();
+                    assert_eq!(c_bytes(&again.tensor(0).unwrap()), c_bytes(&h), "{what}");
+                }
+            }
+        }
+    }
+
+    fn tensor_zero_copy_large() {
+        // 64 MiB of float32 in 64 rows: every form is a view (nothing is allocated).
+        let c = Context::new_dedicated(0).unwrap();
+        let shape = [64usize, 512, 512];
+        let buf = c.allocate(64 * 512 * 512 * 4).unwrap();
+        let mut nd = NDBuffer::from_memory(buf, &shape, DataType::FLOAT32, Order::C).unwrap();
+        nd.fill(Scalar::from(1.5f32)).unwrap();
+        let base = first_addr(&nd);
+        let before = c.bytes_allocated();
+        let flat = nd.to_device_array().unwrap();
+        let rows = nd.to_device_tensor_rows().unwrap();
+        let f = nd.transpose(None).unwrap().to_device_tensor().unwrap();
+        assert_eq!(c.bytes_allocated(), before);
+        assert_eq!(dev_values(&flat).address(), base);
+        assert_eq!(dev_values(rows.storage()).address(), base);
+        assert_eq!(dev_values(f.storage()).address(), base);
+        assert_eq!(f.tensor_type().shape(), &shape);
+        assert_eq!(f.tensor_type().permutation(), Some(&[2, 1, 0][..]));
+        assert_eq!(first_addr(&rows.tensor(63).unwrap()), base + 63 * 512 * 512 * 4);
+        let t = f.tensor(0).unwrap();
+        assert_eq!(t.shape(), &[512, 512, 64]);
+        assert_eq!(first_addr(&t), base);
+        let back = NDBuffer::from_device_array(&flat).unwrap();
+        assert_eq!(first_addr(&back), base);
+        assert_eq!(c.bytes_allocated(), before);
+        assert!(t.all_equal(Some(Scalar::from(1.5f32)), false).unwrap());
+    }
+
+    fn tensor_bit_kernels_at_awkward_sizes() {
+        let c = ctx();
+        let mut rng = rng("tensor_bit_kernels_at_awkward_sizes");
+        for n in [0usize, 1, 7, 8, 9, 31, 32, 33, 63, 64, 65, 255, 1000, 4097, (1 << 20) + 3] {
+            let bytes: Vec<u8> = (0..n).map(|_| if rng.random_ratio(1, 3) { rng.random_range(1..=255) } else { 0 }).collect();
+            let h = NDBuffer::from_memory(bytes.clone(), &[n], DataType::BOOL, Order::C).unwrap();
+            let d = NDBuffer::from_memory(DeviceBuffer::from_host(&c, &bytes).unwrap(), &[n], DataType::BOOL, Order::C).unwrap();
+            let da = d.to_device_array().unwrap();
+            let ha = h.to_arrow().unwrap();
+            // The packed bitmap itself (bits past n are zero on the device).
+            let dbits = da.buffers()[0].to_host_vec().unwrap();
+            assert_eq!(dbits.len(), n.div_ceil(8), "n = {n}");
+            let want: Vec<u8> = (0..n.div_ceil(8))
+                .map(|k| (0..8).filter(|&j| k * 8 + j < n && bytes[k * 8 + j] != 0).fold(0u8, |b, j| b | 1 << j))
+                .collect();
+            assert_eq!(dbits, want, "n = {n}: packed bits");
+            assert_eq!(arrow_bytes(&da.to_host().unwrap().to_data()), arrow_bytes(&ha.to_data()), "n = {n}");
+            // Unpacking at every bit offset 0..17.
+            for off in 0..17usize.min(n + 1) {
+                let len = n - off;
+                let arr = DeviceArray::try_new(ArrowType::Boolean, len, 0, off, None, vec![da.buffers()[0].clone()], vec![], None).unwrap();
+                let back = NDBuffer::from_device_array(&arr).unwrap();
+                let want: Vec<u8> = bytes[off..].iter().map(|&b| u8::from(b != 0)).collect();
+                assert_eq!(c_bytes(&back), want, "n = {n}, offset {off}");
+            }
+        }
+    }
+
+    fn tensor_device_misaligned_is_copied() {
+        let c = ctx();
+        let data: Vec<u8> = (0u8..65).collect();
+        let buf = DeviceBuffer::from_host(&c, &data).unwrap();
+        let nd = NDBuffer::from_memory(buf.slice(1, 64).unwrap(), &[8], DataType::INT64, Order::C).unwrap();
+        let a = nd.to_device_array().unwrap();
+        assert_eq!(a.buffers()[0].address() % 8, 0);
+        assert_ne!(a.buffers()[0].address(), first_addr(&nd));
+        assert_eq!(a.buffers()[0].to_host_vec().unwrap(), &data[1..]);
+        let h = NDBuffer::from_memory(data[1..].to_vec(), &[8], DataType::INT64, Order::C).unwrap();
+        check_tensors(&h.to_arrow_tensor().unwrap(), &nd.to_device_tensor().unwrap(), "misaligned");
+    }
+
+    fn tensor_chunk_batch_device_equals_host() {
+        let c = ctx();
+        let mut rng = rng("tensor_chunk_batch_device_equals_host");
+        for dtype in dtypes() {
+            let shape = [9usize, 7, 5];
+            let chunk = [4usize, 3, 5];
+            let (h, d) = pair(&c, &mut rng, &shape, dtype, Kind::C);
+            let fill = Scalar::from_le_bytes(dtype.element(), &random_values(&mut rng, 1, DataType::native(dtype.element()))).unwrap();
+            let grid = ChunkGrid::new(&shape, &chunk, dtype).unwrap().with_fill_value(fill);
+            let g = grid.grid_shape();
+            let mut coords = Vec::new();
+            for i in 0..g[0] as u64 {
+                for j in 0..g[1] as u64 {
+                    if rng.random_ratio(4, 5) {
+                        coords.push(vec![i, j, 0]);
+                    }
+                }
+            }
+            let region = |cc: &[u64]| -> Vec<AxisSel> {
+                let e = grid.chunk_extent(cc).unwrap();
+                cc.iter().zip(&chunk).zip(&e).map(|((&x, &s), &n)| AxisSel::from(x as usize * s..x as usize * s + n)).collect()
+            };
+            // Device chunks in several layouts (views, F copies, C copies), one given on
+            // the host (moved to the device by from_chunks).
+            let dchunks: Vec<(Vec<u64>, NDBuffer)> = coords.iter().enumerate().map(|(k, cc)| {
+                let v = d.get(&region(cc)).unwrap();
+                let v = match k % 4 {
+                    0 => v,
+                    1 => v.copy_order(Order::F).unwrap(),
+                    2 => v.copy().unwrap(),
+                    _ => h.get(&region(cc)).unwrap(),
+                };
+                (cc.clone(), v)
+            }).collect();
+            let hchunks: Vec<(Vec<u64>, NDBuffer)> = coords.iter().map(|cc| (cc.clone(), h.get(&region(cc)).unwrap())).collect();
+            let db = ChunkBatch::from_chunks(&grid, dchunks, &DEV).unwrap();
+            let hb = ChunkBatch::from_chunks(&grid, hchunks, &HOST).unwrap();
+            assert!(db.is_device() && !hb.is_device());
+            let what = format!("{dtype}");
+            let drb = db.device_record_batch().unwrap();
+            assert_eq!(drb.schema(), hb.record_batch().unwrap().schema(), "{what}");
+            // One device allocation holds every column.
+            let msg = drb.message();
+            for col in drb.columns() {
+                for b in col.all_buffers() {
+                    assert!(b.address() >= msg.address() && b.address() + b.len() as u64 <= msg.address() + msg.len() as u64, "{what}: column outside the batch allocation");
+                }
+            }
+            // Device batch copied to the host equals the host batch.
+            let back = db.to_record_batch().unwrap();
+            let hrb = hb.record_batch().unwrap();
+            for (i, (x, y)) in back.columns().iter().zip(hrb.columns()).enumerate() {
+                assert_eq!(arrow_bytes(&x.to_data()), arrow_bytes(&y.to_data()), "{what}: column {i}");
+            }
+            for i in 0..hb.len() {
+                assert_eq!(db.coords(i), hb.coords(i));
+                let (dc, hc) = (db.chunk(i).unwrap(), hb.chunk(i).unwrap());
+                assert!(dc.is_device());
+                assert_eq!(dc.shape(), hc.shape());
+                assert_eq!(c_bytes(&dc), c_bytes(&hc), "{what}: chunk {i}");
+                assert_eq!(c_bytes(&dc), c_bytes(&h.get(&region(hb.coords(i).unwrap())).unwrap()), "{what}: chunk {i} vs the array");
+                assert_eq!(c_bytes(&db.chunk_padded(i).unwrap()), c_bytes(&hb.chunk_padded(i).unwrap()), "{what}: padded chunk {i}");
+                if dtype.element() != ElementType::Bool {
+                    let a = first_addr(&dc);
+                    assert!(a >= msg.address() && a < msg.address() + msg.len() as u64, "{what}: chunk {i} is a view of the batch");
+                }
+            }
+            // A device record batch read back as chunks.
+            let again = ChunkBatch::from_device_record_batch(drb.clone()).unwrap();
+            assert_eq!(again.len(), hb.len());
+            for i in 0..hb.len() {
+                assert_eq!(c_bytes(&again.chunk(i).unwrap()), c_bytes(&hb.chunk(i).unwrap()), "{what}: chunk {i}");
+            }
+            // Through Arrow IPC in device memory.
+            let schema = hrb.schema();
+            let msg = devbuf::arrow::serialize_record_batch(hrb, &c).unwrap();
+            let read = devbuf::arrow::read_record_batch(&msg, schema).unwrap();
+            let via_ipc = ChunkBatch::from_device_record_batch(read).unwrap();
+            for i in 0..hb.len() {
+                assert_eq!(c_bytes(&via_ipc.chunk(i).unwrap()), c_bytes(&hb.chunk(i).unwrap()), "{what}: IPC chunk {i}");
+            }
+        }
+    }
+
+    fn tensor_chunk_batch_moves_chunks_between_memories() {
+        // Chunks in a dedicated context of device 0 (not the prototype's primary
+        // context), for a device batch and for a host batch.
+        let c = Context::new_dedicated(0).unwrap();
+        let mut rng = rng("tensor_chunk_batch_moves_chunks_between_memories");
+        let (h, d) = pair(&c, &mut rng, &[6, 6], DataType::big(ElementType::Float32), Kind::F);
+        let grid = ChunkGrid::new(&[6, 6], &[4, 4], DataType::FLOAT32).unwrap();
+        let coords = [vec![0u64, 0], vec![0, 1], vec![1, 0], vec![1, 1]];
+        let chunks = |x: &NDBuffer| -> Vec<(Vec<u64>, NDBuffer)> {
+            coords.iter().map(|cc| {
+                let sel: Vec<AxisSel> = cc.iter().map(|&k| AxisSel::from(k as usize * 4..(k as usize * 4 + 4).min(6))).collect();
+                (cc.clone(), x.get(&sel).unwrap())
+            }).collect()
+        };
+        let want = ChunkBatch::from_chunks(&grid, chunks(&h), &HOST).unwrap();
+        for (b, device) in [
+            (ChunkBatch::from_chunks(&grid, chunks(&d), &DEV).unwrap(), true),
+            (ChunkBatch::from_chunks(&grid, chunks(&d), &HOST).unwrap(), false),
+        ] {
+            assert_eq!(b.is_device(), device);
+            for i in 0..4 {
+                assert_eq!(c_bytes(&b.chunk_padded(i).unwrap()), c_bytes(&want.chunk_padded(i).unwrap()), "chunk {i}");
+                assert_eq!(b.chunk(i).unwrap().shape(), want.chunk(i).unwrap().shape());
+            }
+        }
+    }
+
+    fn tensor_chunk_batch_device_zero_d_and_empty() {
+        let grid = ChunkGrid::new(&[], &[], DataType::FLOAT64).unwrap();
+        let nd = NDBuffer::create(&DEV, &[], DataType::FLOAT64, Order::C, Some(Scalar::from(2.5f64))).unwrap();
+        let b = ChunkBatch::from_chunks(&grid, [(Vec::<u64>::new(), &nd)], &DEV).unwrap();
+        assert_eq!(b.chunk(0).unwrap().as_scalar().unwrap(), Scalar::Float64(2.5));
+        assert_eq!(b.to_record_batch().unwrap().num_columns(), 1);
+        let grid = ChunkGrid::new(&[4, 4], &[2, 2], DataType::BOOL).unwrap();
+        let e = ChunkBatch::from_chunks(&grid, Vec::<(Vec<u64>, NDBuffer)>::new(), &DEV).unwrap();
+        assert!(e.is_device() && e.is_empty());
+        assert_eq!(e.to_record_batch().unwrap().num_rows(), 0);
+    }
+}
