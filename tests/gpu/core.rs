@@ -312,7 +312,7 @@ gpu_test! {
         let back = DeviceBuffer::from_slice(&c, &f16s).unwrap().to_vec::<F16>().unwrap();
         assert!(back.iter().zip(&f16s).all(|(a, b)| a.to_bits() == b.to_bits()));
         // Typed reads of a slice at an odd byte offset.
-        let s = d.slice(4 * 10 + 0, 4 * 5).unwrap();
+        let s = d.slice(4 * 10, 4 * 5).unwrap();
         assert_eq!(s.to_vec::<i32>().unwrap(), &i32s[10..15]);
         let odd = DeviceBuffer::from_slice(&c, &i32s).unwrap();
         let odd = odd.slice(1, 8).unwrap();
@@ -546,7 +546,7 @@ gpu_test! {
         let b = c.allocate(256).unwrap();
         let e = c.view(b.address() + 200, 100, ()).unwrap_err();
         assert!(matches!(e, Error::OutOfBounds { .. }), "{e}");
-        let host = vec![0u8; 64];
+        let host = [0u8; 64];
         assert!(c.view(host.as_ptr() as u64, 64, ()).is_err(), "host memory is not a device range");
         let h = c.allocate_host(64).unwrap();
         assert!(c.view(h.as_ptr() as u64, 64, ()).is_err(), "page-locked memory is not device memory");
