@@ -11,3 +11,4 @@
 #[macro_use]
 mod common;
 mod core;
+mod kernels;
