@@ -285,7 +285,7 @@ fn nearest_f16(t: &[(f64, u16)], x: f64) -> u16 {
 fn f16_conversions_round_to_nearest_even() {
     let t = f16_table();
     let mut r = rng("f16_conversions_round_to_nearest_even");
-    let mut check = |x: f64| {
+    let check = |x: f64| {
         let mut out = [0u8; 2];
         host::cast(&x.to_le_bytes(), ScalarKind::F64, &mut out, ScalarKind::F16).unwrap();
         assert_eq!(u16::from_le_bytes(out), nearest_f16(&t, x), "{x:e}");
@@ -333,9 +333,9 @@ fn fill_and_byteswap_match_reference() {
         let init = bytes(&mut r, w * 37);
         let mut v = init.clone();
         host::byteswap(&mut v, w).unwrap();
-        for i in 0..init.len() {
+        for (i, b) in v.iter().enumerate() {
             let (e, k) = (i / w, i % w);
-            assert_eq!(v[i], init[e * w + (w - 1 - k)]);
+            assert_eq!(*b, init[e * w + (w - 1 - k)]);
         }
     }
     assert!(host::fill(&mut [0u8; 5], &[1, 2]).is_err());
