@@ -393,7 +393,7 @@ gpu_test! {
             run_case(&c, &mut r, &case, 0);
         }
         // Every permutation of 4 axes: dst = src.transpose(perm), C order.
-        let mut perm = vec![0usize, 1, 2, 3];
+        let mut perm = [0usize, 1, 2, 3];
         for i in 0..24 {
             perm.shuffle(&mut r);
             let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
