@@ -32,6 +32,8 @@
 // remainder, and ranges that are not 16-byte aligned (but aligned to their components),
 // go element by element (still coalesced).
 
+#include <cuda_fp16.h>
+
 typedef unsigned char u8;
 typedef unsigned short u16;
 typedef unsigned int u32;
@@ -70,31 +72,15 @@ struct VU { u64 v; };
 struct VF { double v; };
 struct VC { double re, im; };
 
+// binary16 conversions: cuda_fp16.h's intrinsics are single PTX cvt instructions
+// (cvt.f32.f16, cvt.rn.f16.f64, cvt.rn.f16.s64, cvt.rn.f16.u64), each rounding once.
 __device__ __forceinline__ double h2d(u32 h)
 {
-    const u16 hs = (u16)h;
-    double d;
-    asm("cvt.f64.f16 %0, %1;" : "=d"(d) : "h"(hs));
-    return d;
+    return (double)__half2float(__ushort_as_half((unsigned short)h));
 }
-__device__ __forceinline__ u32 d2h(double x)
-{
-    u16 r;
-    asm("cvt.rn.f16.f64 %0, %1;" : "=h"(r) : "d"(x));
-    return r;
-}
-__device__ __forceinline__ u32 s2h(i64 x)
-{
-    u16 r;
-    asm("cvt.rn.f16.s64 %0, %1;" : "=h"(r) : "l"(x));
-    return r;
-}
-__device__ __forceinline__ u32 u2h(u64 x)
-{
-    u16 r;
-    asm("cvt.rn.f16.u64 %0, %1;" : "=h"(r) : "l"(x));
-    return r;
-}
+__device__ __forceinline__ u32 d2h(double x) { return __half_as_ushort(__double2half(x)); }
+__device__ __forceinline__ u32 s2h(i64 x) { return __half_as_ushort(__ll2half_rn(x)); }
+__device__ __forceinline__ u32 u2h(u64 x) { return __half_as_ushort(__ull2half_rn(x)); }
 
 __device__ __forceinline__ double bits_f64(u32 lo, u32 hi) { return __hiloint2double((int)hi, (int)lo); }
 __device__ __forceinline__ u64 word64(const Bits& b) { return ((u64)b.w[1] << 32) | b.w[0]; }
