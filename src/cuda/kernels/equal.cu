@@ -13,10 +13,12 @@
 //
 // Reduction: each thread accumulates a "differs" bit over 16-byte loads (four in flight
 // per iteration), leaves the loop as soon as it or any other block found a difference
-// (a flag in device memory, polled every 16 iterations), and each block adds one ticket
-// to a counter; the last block writes the answer (1 = all equal, 0 = not) to `result`
-// (mapped page-locked host memory) and resets the flag and counter to zero, so the
-// scratch words are ready for the next launch without a memset.
+// (a flag word in device memory, polled every 16 iterations), and each block adds one
+// ticket to a counter; the last block writes the answer (1 = all equal, 0 = not) to
+// `result` (mapped page-locked host memory) and resets the counter to zero. The flag
+// holds the launch's `epoch` (a number the host changes for every launch with these
+// scratch words) when a difference was seen, so it never needs resetting and no write
+// of an earlier launch can be taken for this one's.
 //
 // The parameter structs are mirrored in src/cuda/kernels/ops/device.rs.
 
@@ -31,8 +33,8 @@ struct EqualParams {
     u32 start;       // offset of the first byte in vector 0 (0..15)
     u32 end;         // one past the offset of the last byte in vector nvec-1 (1..16)
     u32 period;      // vector k is compared with table[k % period] (1..16)
-    u32 reserved;
-    u64 scratch;     // device address of { u32 differ; u32 blocks_done }, both 0 at launch
+    u32 epoch;       // this launch's mark (non-zero, differs from the previous launch's)
+    u64 scratch;     // device address of { u32 differ; u32 blocks_done }, blocks_done 0
     u64 result;      // device address of a u32 that receives 1 (all equal) or 0
     u32 table[64];   // expected vectors
     u32 mask[64];    // bits that take part in the comparison
@@ -42,12 +44,14 @@ static_assert(sizeof(EqualParams) == 560, "EqualParams layout is shared with Rus
 struct PredParams {
     u64 first;       // address of the first element (aligned to the element size)
     u64 nbytes;      // a multiple of the element size
-    u32 mode;        // see pred_* below
+    u32 mode;        // see PredMode below
     u32 elem;        // element size in bytes (1, 2, 4, 8, 8, 16 for the modes in order)
     u64 scratch;
     u64 result;
+    u32 epoch;
+    u32 reserved;
 };
-static_assert(sizeof(PredParams) == 40, "PredParams layout is shared with Rust");
+static_assert(sizeof(PredParams) == 48, "PredParams layout is shared with Rust");
 
 enum PredMode : u32 {
     PRED_NONZERO_BYTES = 0,  // bool: every byte non-zero
@@ -64,15 +68,15 @@ __device__ __forceinline__ bool vec_differs(uint4 a, uint4 e, uint4 m)
 }
 
 // Block-level end of a reduction: publishes this block's verdict and lets the last
-// block write the answer and reset the scratch words. Every thread of the block calls it.
-__device__ __forceinline__ void finish(bool diff, u64 scratch, u64 result)
+// block write the answer and reset the counter. Every thread of the block calls it.
+__device__ __forceinline__ void finish(bool diff, u64 scratch, u64 result, u32 epoch)
 {
     __shared__ int s_last;
     volatile u32* differ = (volatile u32*)scratch;
     u32* done = (u32*)scratch + 1;
     const int any = __syncthreads_or(diff ? 1 : 0);
     if (threadIdx.x == 0) {
-        if (any) *differ = 1;
+        if (any) *differ = epoch;
         __threadfence();
         const u32 ticket = atomicAdd(done, 1u);
         s_last = ticket == gridDim.x - 1;
@@ -80,17 +84,16 @@ __device__ __forceinline__ void finish(bool diff, u64 scratch, u64 result)
     __syncthreads();
     if (s_last && threadIdx.x == 0) {
         __threadfence();
-        const u32 d = *differ;
+        const bool d = *differ == epoch;
         *(volatile u32*)result = d ? 0u : 1u;
-        *differ = 0;
         *(volatile u32*)done = 0;
         __threadfence_system();
     }
 }
 
-__device__ __forceinline__ bool someone_differs(u64 scratch)
+__device__ __forceinline__ bool someone_differs(u64 scratch, u32 epoch)
 {
-    return *(volatile const u32*)scratch != 0;
+    return *(volatile const u32*)scratch == epoch;
 }
 
 // Compares bytes [lo, hi) of vector k with the tables in shared memory.
@@ -139,7 +142,7 @@ __device__ __forceinline__ void equal_body(const EqualParams& p)
         const uint4 e = s_tab[0];
         const uint4 m = s_msk[0];
         u32 iter = 0;
-        bool stop = diff || someone_differs(p.scratch);
+        bool stop = diff || someone_differs(p.scratch, p.epoch);
         for (; !stop && k + 3 * stride < k_end; k += 4 * stride) {
             const uint4 a = __ldg(v + k);
             const uint4 b = __ldg(v + k + stride);
@@ -147,7 +150,7 @@ __device__ __forceinline__ void equal_body(const EqualParams& p)
             const uint4 d = __ldg(v + k + 3 * stride);
             diff |= vec_differs(a, e, m) | vec_differs(b, e, m) | vec_differs(c, e, m) |
                     vec_differs(d, e, m);
-            stop = diff || ((++iter & 15) == 0 && someone_differs(p.scratch));
+            stop = diff || ((++iter & 15) == 0 && someone_differs(p.scratch, p.epoch));
         }
         for (; !stop && k < k_end; k += stride) {
             diff |= vec_differs(__ldg(v + k), e, m);
@@ -158,16 +161,16 @@ __device__ __forceinline__ void equal_body(const EqualParams& p)
         const u32 step = (u32)(stride % period);
         u32 phase = (u32)(k % period);
         u32 iter = 0;
-        bool stop = diff || someone_differs(p.scratch);
+        bool stop = diff || someone_differs(p.scratch, p.epoch);
         for (; !stop && k < k_end; k += stride) {
             diff |= vec_differs(__ldg(v + k), s_tab[phase], s_msk[phase]);
             phase += step;
             if (phase >= period) phase -= period;
-            stop = diff || ((++iter & 63) == 0 && someone_differs(p.scratch));
+            stop = diff || ((++iter & 63) == 0 && someone_differs(p.scratch, p.epoch));
         }
     }
-    if (diff) *(volatile u32*)p.scratch = 1;  // early exit for the other blocks
-    finish(diff, p.scratch, p.result);
+    if (diff) *(volatile u32*)p.scratch = p.epoch;  // early exit for the other blocks
+    finish(diff, p.scratch, p.result, p.epoch);
 }
 
 // Pattern width divides 16: every whole vector is compared with the same value.
@@ -264,19 +267,19 @@ extern "C" __global__ void __launch_bounds__(256, 8) devbuf_equal_pred(const Pre
     const uint4* v = (const uint4*)(p.first + head);
     u64 k = gtid;
     u32 iter = 0;
-    bool stop = diff || someone_differs(p.scratch);
+    bool stop = diff || someone_differs(p.scratch, p.epoch);
     for (; !stop && k + 3 * stride < nvec; k += 4 * stride) {
         const uint4 a = __ldg(v + k);
         const uint4 b = __ldg(v + k + stride);
         const uint4 c = __ldg(v + k + 2 * stride);
         const uint4 d = __ldg(v + k + 3 * stride);
         diff |= !(vec_holds(a, mode) & vec_holds(b, mode) & vec_holds(c, mode) & vec_holds(d, mode));
-        stop = diff || ((++iter & 15) == 0 && someone_differs(p.scratch));
+        stop = diff || ((++iter & 15) == 0 && someone_differs(p.scratch, p.epoch));
     }
     for (; !stop && k < nvec; k += stride) {
         diff |= !vec_holds(__ldg(v + k), mode);
         stop = diff;
     }
-    if (diff) *(volatile u32*)p.scratch = 1;
-    finish(diff, p.scratch, p.result);
+    if (diff) *(volatile u32*)p.scratch = p.epoch;
+    finish(diff, p.scratch, p.result, p.epoch);
 }

@@ -71,12 +71,16 @@ pub fn shipped_ptx() -> Vec<(&'static str, &'static str)> {
         .collect()
 }
 
-/// Scratch words of a device reduction: 8 bytes of device memory that are zero between
-/// launches (the kernel resets them) and a page-locked, device-mapped result word.
+/// Scratch words of a device reduction: 8 bytes of device memory (a flag, and a counter
+/// that is zero between launches: the kernel resets it) and a page-locked,
+/// device-mapped result word.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Scratch {
     /// Device address of `{ u32 flag; u32 counter; }`.
     pub device: CUdeviceptr,
+    /// The mark of the last launch that used these words (the flag holds a launch's
+    /// mark when it saw a difference).
+    pub epoch: u32,
     /// Host address of the result word.
     pub host: *mut u32,
     /// Device address of the same result word.

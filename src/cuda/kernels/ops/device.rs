@@ -39,7 +39,7 @@ struct EqualParams {
     start: u32,
     end: u32,
     period: u32,
-    reserved: u32,
+    epoch: u32,
     scratch: u64,
     result: u64,
     table: [u32; 64],
@@ -56,8 +56,10 @@ struct PredParams {
     elem: u32,
     scratch: u64,
     result: u64,
+    epoch: u32,
+    reserved: u32,
 }
-const _: () = assert!(std::mem::size_of::<PredParams>() == 40);
+const _: () = assert!(std::mem::size_of::<PredParams>() == 48);
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -895,6 +897,7 @@ fn take_scratch(ctx: &Context) -> Result<Scratch> {
     };
     let s = Scratch {
         device,
+        epoch: 0,
         host: host.cast(),
         host_device,
     };
@@ -923,7 +926,9 @@ pub(super) fn all_equal(
     if let EqualPlan::Known(answer) = plan {
         return Ok(answer);
     }
-    let scratch = take_scratch(ctx)?;
+    let mut scratch = take_scratch(ctx)?;
+    // A new mark for this launch (never 0, the flag's initial value).
+    scratch.epoch = scratch.epoch.wrapping_add(1).max(1);
     // Safety: the scratch's result word is page-locked host memory owned by the pool and
     // used by this thread only until it is returned.
     unsafe { std::ptr::write_volatile(scratch.host, u32::MAX) };
@@ -937,7 +942,7 @@ pub(super) fn all_equal(
                 start: t.start,
                 end: t.end,
                 period: t.period,
-                reserved: 0,
+                epoch: scratch.epoch,
                 scratch: scratch.device,
                 result: scratch.host_device,
                 table: t.table,
@@ -968,6 +973,8 @@ pub(super) fn all_equal(
                 elem: elem as u32,
                 scratch: scratch.device,
                 result: scratch.host_device,
+                epoch: scratch.epoch,
+                reserved: 0,
             };
             // Safety: `PredParams` mirrors the kernel's parameter; `first` is aligned to
             // the element size and holds `nbytes` bytes, a whole number of elements.
