@@ -198,6 +198,10 @@ int multiprocessors()
 bool launch(const Kernel* k, dim3 grid, dim3 block, void** params)
 {
     std::lock_guard<std::mutex> lock(g_launch);
+    static const bool trace = std::getenv("DEVBUF_EMU_TRACE") != nullptr;
+    if (trace)
+        std::fprintf(stderr, "emulator: launch %s grid %u block %u\n", k->name, grid.x * grid.y * grid.z,
+                     block.x * block.y * block.z);
     g_kernel = k;
     g_params = params;
     g_gridDim = grid;

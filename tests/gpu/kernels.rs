@@ -484,6 +484,32 @@ gpu_test! {
         }
     }
 
+    fn strided_general_with_64_bit_indices() {
+        let c = ctx();
+        // 2^31 + 3 one-byte elements read with stride 2 (the general kernel with 64-bit
+        // indices): 4 GiB + 2 GiB of device memory.
+        let n = (1usize << 31) + 3;
+        let need = 3 * n + (1 << 30);
+        let free = c.free_memory().unwrap();
+        if free < need {
+            println!("SKIPPED strided_general_with_64_bit_indices: needs {need} bytes free, the device has {free}");
+            return;
+        }
+        let pattern = [11u8, 22, 33];
+        let src = c.allocate((2 * n).div_ceil(3) * 3).unwrap();
+        ops::fill(&src, &pattern).unwrap();
+        let dst = c.allocate(n).unwrap();
+        ops::strided_copy(&src, 0, &[2], &dst, 0, &[1], &[n], 1).unwrap();
+        for start in [0usize, (1 << 31) - (1 << 19), n - (1 << 20)] {
+            let mut got = vec![0u8; 1 << 20];
+            dst.copy_to_host_into(start, &mut got).unwrap();
+            for (k, &b) in got.iter().enumerate() {
+                let i = start + k;
+                assert_eq!(b, pattern[(2 * i) % 3], "element {i}");
+            }
+        }
+    }
+
     fn strided_overlapping_source_and_destination() {
         let c = ctx();
         let mut r = rng("strided_overlapping_source_and_destination");

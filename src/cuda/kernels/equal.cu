@@ -4,7 +4,8 @@
 // fails when the PTX was built from another version of this source.
 //
 // Two kernels:
-// * devbuf_equal_pattern_*: every byte, masked, equals a repeating pattern. This covers
+// * devbuf_equal_pattern: every element, masked, equals a value of 1, 2, 4, 8 or 16
+//   bytes (so every 16-byte vector equals one precomputed vector). This covers
 //   bitwise comparison, integer and bool (canonical) comparison, and numeric float
 //   comparison against any non-NaN value: a non-zero float equals a value exactly when
 //   its bits do, and +-0 is handled by masking off the sign bits.
@@ -32,12 +33,12 @@ struct EqualParams {
     u64 nvec;        // vectors from base that hold bytes of the range (>= 1)
     u32 start;       // offset of the first byte in vector 0 (0..15)
     u32 end;         // one past the offset of the last byte in vector nvec-1 (1..16)
-    u32 period;      // vector k is compared with table[k % period] (1..16)
+    u32 period;      // always 1 (element sizes divide 16): every vector is table[0]
     u32 epoch;       // this launch's mark (non-zero, differs from the previous launch's)
     u64 scratch;     // device address of { u32 differ; u32 blocks_done }, blocks_done 0
     u64 result;      // device address of a u32 that receives 1 (all equal) or 0
-    u32 table[64];   // expected vectors
-    u32 mask[64];    // bits that take part in the comparison
+    u32 table[64];   // expected vector (table[0..4]; the rest unused)
+    u32 mask[64];    // bits that take part in the comparison (mask[0..4])
 };
 static_assert(sizeof(EqualParams) == 560, "EqualParams layout is shared with Rust");
 
@@ -96,19 +97,17 @@ __device__ __forceinline__ bool someone_differs(u64 scratch, u32 epoch)
     return *(volatile const u32*)scratch == epoch;
 }
 
-// Compares bytes [lo, hi) of vector k with the tables in shared memory.
+// Compares bytes [lo, hi) of vector k with the expected vector in shared memory.
 __device__ __forceinline__ bool partial_differs(const EqualParams& p, const u8* tab,
                                                 const u8* msk, u64 k, u32 lo, u32 hi)
 {
     const u8* v = (const u8*)(p.base + k * 16);
-    const u32 row = (u32)(k % p.period) * 16;
     bool d = false;
-    for (u32 j = lo; j < hi; ++j) d |= ((v[j] ^ tab[row + j]) & msk[row + j]) != 0;
+    for (u32 j = lo; j < hi; ++j) d |= ((v[j] ^ tab[j]) & msk[j]) != 0;
     return d;
 }
 
-template <bool SINGLE>
-__device__ __forceinline__ void equal_body(const EqualParams& p)
+extern "C" __global__ void __launch_bounds__(256) devbuf_equal_pattern(const EqualParams p)
 {
     __shared__ uint4 s_tab[16];
     __shared__ uint4 s_msk[16];
@@ -137,52 +136,26 @@ __device__ __forceinline__ void equal_body(const EqualParams& p)
     }
 
     const uint4* v = (const uint4*)p.base;
+    const uint4 e = s_tab[0];
+    const uint4 m = s_msk[0];
     u64 k = k_begin + gtid;
-    if (SINGLE) {
-        const uint4 e = s_tab[0];
-        const uint4 m = s_msk[0];
-        u32 iter = 0;
-        bool stop = diff || someone_differs(p.scratch, p.epoch);
-        for (; !stop && k + 3 * stride < k_end; k += 4 * stride) {
-            const uint4 a = __ldg(v + k);
-            const uint4 b = __ldg(v + k + stride);
-            const uint4 c = __ldg(v + k + 2 * stride);
-            const uint4 d = __ldg(v + k + 3 * stride);
-            diff |= vec_differs(a, e, m) | vec_differs(b, e, m) | vec_differs(c, e, m) |
-                    vec_differs(d, e, m);
-            stop = diff || ((++iter & 15) == 0 && someone_differs(p.scratch, p.epoch));
-        }
-        for (; !stop && k < k_end; k += stride) {
-            diff |= vec_differs(__ldg(v + k), e, m);
-            stop = diff;
-        }
-    } else {
-        const u32 period = p.period;
-        const u32 step = (u32)(stride % period);
-        u32 phase = (u32)(k % period);
-        u32 iter = 0;
-        bool stop = diff || someone_differs(p.scratch, p.epoch);
-        for (; !stop && k < k_end; k += stride) {
-            diff |= vec_differs(__ldg(v + k), s_tab[phase], s_msk[phase]);
-            phase += step;
-            if (phase >= period) phase -= period;
-            stop = diff || ((++iter & 63) == 0 && someone_differs(p.scratch, p.epoch));
-        }
+    u32 iter = 0;
+    bool stop = diff || someone_differs(p.scratch, p.epoch);
+    for (; !stop && k + 3 * stride < k_end; k += 4 * stride) {
+        const uint4 a = __ldg(v + k);
+        const uint4 b = __ldg(v + k + stride);
+        const uint4 c = __ldg(v + k + 2 * stride);
+        const uint4 d = __ldg(v + k + 3 * stride);
+        diff |= vec_differs(a, e, m) | vec_differs(b, e, m) | vec_differs(c, e, m) |
+                vec_differs(d, e, m);
+        stop = diff || ((++iter & 15) == 0 && someone_differs(p.scratch, p.epoch));
+    }
+    for (; !stop && k < k_end; k += stride) {
+        diff |= vec_differs(__ldg(v + k), e, m);
+        stop = diff;
     }
     if (diff) *(volatile u32*)p.scratch = p.epoch;  // early exit for the other blocks
     finish(diff, p.scratch, p.result, p.epoch);
-}
-
-// Pattern width divides 16: every whole vector is compared with the same value.
-extern "C" __global__ void __launch_bounds__(256) devbuf_equal_pattern_single(const EqualParams p)
-{
-    equal_body<true>(p);
-}
-
-// Any other width: whole vectors cycle through `period` table entries.
-extern "C" __global__ void __launch_bounds__(256) devbuf_equal_pattern_periodic(const EqualParams p)
-{
-    equal_body<false>(p);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -162,7 +162,10 @@ __device__ __forceinline__ void copy_shifted(uint4* vd, const uint4* va, u32 nlo
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256, 3) devbuf_strided_runs(const RunsParams p)
+// I: the type segments and runs are counted in (32-bit division is much cheaper in
+// registers than 64-bit).
+template <typename I>
+__device__ __forceinline__ void runs_body(const RunsParams& p)
 {
     const u32 lane = threadIdx.x & (RUN_THREADS - 1);
     const u64 warp = ((u64)blockIdx.x * blockDim.x + threadIdx.x) / RUN_THREADS;
@@ -171,13 +174,13 @@ extern "C" __global__ void __launch_bounds__(256, 3) devbuf_strided_runs(const R
     const u64 R = p.run_bytes;
 
     for (u64 t = warp; t < nseg; t += nwarps) {
-        u64 r = t / p.segs_per_run;
-        const u64 s = t - r * p.segs_per_run;
+        I r = (I)t / (I)p.segs_per_run;
+        const u64 s = (I)t - r * (I)p.segs_per_run;
         i64 so = 0, dof = 0;
         for (int d = (int)p.ndim - 1; d >= 0; --d) {
-            const u64 n = p.shape[d];
-            const u64 q = r / n;
-            const u64 i = r - q * n;
+            const I n = (I)p.shape[d];
+            const I q = r / n;
+            const I i = r - q * n;
             so += (i64)i * p.sstride[d];
             dof += (i64)i * p.dstride[d];
             r = q;
@@ -225,6 +228,12 @@ extern "C" __global__ void __launch_bounds__(256, 3) devbuf_strided_runs(const R
             }
         }
     }
+}
+
+// Segments are counted in 32 bits (the host checks nruns * segs_per_run < 2^32).
+extern "C" __global__ void __launch_bounds__(256, 3) devbuf_strided_runs(const RunsParams p)
+{
+    runs_body<u32>(p);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -653,18 +653,22 @@ fn run_plan(ctx: &Context, on: On<'_>, plan: &Plan, src_addr: u64, dst_addr: u64
             dstride: [0; MAX_DIMS - 1],
         };
         fill_axes(outer, &mut p.shape, &mut p.sstride, &mut p.dstride);
+        // Segments are counted in 32 bits: at least 512 bytes each, 2^32 of them would
+        // be 2 TiB; anything larger goes to the general kernel below.
         let warps = nruns * segs;
-        // Safety: see strided_copy.
-        return unsafe {
-            launch_struct(
-                ctx,
-                on,
-                &STRIDED,
-                c"devbuf_strided_runs",
-                warps.div_ceil(BLOCK as u64 / 32),
-                &mut p,
-            )
-        };
+        if warps <= u32::MAX as u64 {
+            // Safety: see strided_copy.
+            return unsafe {
+                launch_struct(
+                    ctx,
+                    on,
+                    &STRIDED,
+                    c"devbuf_strided_runs",
+                    warps.div_ceil(BLOCK as u64 / 32),
+                    &mut p,
+                )
+            };
+        }
     }
 
     // Transpose: the destination's contiguous axis is not the source's.
@@ -948,15 +952,21 @@ pub(super) fn all_equal(
                 table: t.table,
                 mask: t.mask,
             };
-            let name = if t.period == 1 {
-                c"devbuf_equal_pattern_single"
-            } else {
-                c"devbuf_equal_pattern_periodic"
-            };
-            // Safety: `EqualParams` mirrors the kernels' parameter; they read only the
+            // Element sizes divide 16, so every whole vector is the same (period 1).
+            debug_assert_eq!(t.period, 1);
+            // Safety: `EqualParams` mirrors the kernel's parameter; it reads only the
             // buffer's bytes (whole vectors within it, partial ones byte by byte) and
-            // write the scratch words.
-            unsafe { launch_struct(ctx, on, &EQUAL, name, blocks_for(t.nvec / 4), &mut p)? };
+            // writes the scratch words.
+            unsafe {
+                launch_struct(
+                    ctx,
+                    on,
+                    &EQUAL,
+                    c"devbuf_equal_pattern",
+                    blocks_for(t.nvec / 4),
+                    &mut p,
+                )?
+            };
         }
         EqualPlan::Pred { mode, elem } => {
             let mut first = buf.address();
