@@ -931,8 +931,15 @@ pub(super) fn all_equal(
         return Ok(answer);
     }
     let mut scratch = take_scratch(ctx)?;
-    // A new mark for this launch (never 0, the flag's initial value).
-    scratch.epoch = scratch.epoch.wrapping_add(1).max(1);
+    // A new mark for this launch, never 0 (the flag's initial value). When the marks
+    // wrap around, clear the flag so that a mark from 2^32 launches ago cannot match.
+    if scratch.epoch == u32::MAX {
+        ctx.bind()?;
+        driver::memset_d8(scratch.device, 0, 4)?;
+        driver::stream_synchronize(std::ptr::null_mut())?;
+        scratch.epoch = 0;
+    }
+    scratch.epoch += 1;
     // Safety: the scratch's result word is page-locked host memory owned by the pool and
     // used by this thread only until it is returned.
     unsafe { std::ptr::write_volatile(scratch.host, u32::MAX) };
