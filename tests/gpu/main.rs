@@ -22,3 +22,4 @@ mod peer;
 mod tensor;
 mod zarr;
 mod transfer;
+mod kernels;

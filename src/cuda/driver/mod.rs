@@ -60,12 +60,14 @@ const REQUIRED_SYMBOLS: &[&str] = &[
     "cuMemcpyHtoD_v2",
     "cuMemcpyDtoH_v2",
     "cuMemcpyDtoD_v2",
+    "cuMemcpyDtoDAsync_v2",
     "cuMemcpyPeer",
     "cuMemsetD8_v2",
     "cuModuleLoadData",
     "cuModuleGetFunction",
     "cuModuleUnload",
     "cuLaunchKernel",
+    "cuOccupancyMaxActiveBlocksPerMultiprocessor",
     "cuPointerGetAttribute",
     "cuStreamCreate",
     "cuStreamDestroy_v2",
@@ -494,6 +496,25 @@ pub(crate) fn memcpy_dtod(dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> Resul
     )
 }
 
+/// Device-to-device copy within the current context, queued on `stream` (null: the
+/// legacy default stream). Device memory only, as [`memcpy_dtod`].
+pub(crate) fn memcpy_dtod_async(
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    n: usize,
+    stream: CUstream,
+) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    // Safety: only device memory is accessed; the driver validates the pointers; the
+    // stream is live or null.
+    check(
+        unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, n, stream) },
+        "cuMemcpyDtoDAsync_v2",
+    )
+}
+
 /// Copy between two contexts (possibly two devices).
 pub(crate) fn memcpy_peer(
     dst: CUdeviceptr,
@@ -677,6 +698,29 @@ pub(crate) unsafe fn launch_kernel(
         },
         "cuLaunchKernel",
     )
+}
+
+/// How many blocks of `block_size` threads (and `dynamic_smem` bytes of dynamic shared
+/// memory) of `f` fit on one multiprocessor at once.
+pub(crate) fn occupancy_max_active_blocks(
+    f: CUfunction,
+    block_size: u32,
+    dynamic_smem: usize,
+) -> Result<u32> {
+    let mut n = 0i32;
+    // Safety: valid out pointer; `f` is a function of a loaded module.
+    check(
+        unsafe {
+            sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                &mut n,
+                f,
+                block_size as i32,
+                dynamic_smem,
+            )
+        },
+        "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+    )?;
+    Ok(n.max(0) as u32)
 }
 
 // ---------------------------------------------------------------------------

@@ -4,6 +4,9 @@
 //! each into PTX under `ptx/`, which is compiled into the crate and JIT-compiled by the
 //! driver on first use in each context (no CUDA toolkit needed at run time). Modules are
 //! loaded lazily, once per context, and cached with their functions.
+//!
+//! [`ops`] holds the public operations (fill, cast, strided copy, byte swap, all-equal)
+//! and their host twins.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, c_void};
@@ -36,31 +39,122 @@ pub(crate) static SCATTER: PtxModule = PtxModule {
     ptx: concat!(include_str!("ptx/scatter.ptx"), "\0"),
 };
 
+/// Fill with a repeating pattern (`fill.cu`).
+pub(crate) static FILL: PtxModule = PtxModule {
+    name: "fill",
+    ptx: concat!(include_str!("ptx/fill.ptx"), "\0"),
+};
+
+/// all_equal reductions (`equal.cu`).
+pub(crate) static EQUAL: PtxModule = PtxModule {
+    name: "equal",
+    ptx: concat!(include_str!("ptx/equal.ptx"), "\0"),
+};
+
+/// Elementwise casts between scalar kinds (`cast.cu`).
+pub(crate) static CAST: PtxModule = PtxModule {
+    name: "cast",
+    ptx: concat!(include_str!("ptx/cast.ptx"), "\0"),
+};
+
+/// Strided copies and transposes (`strided.cu`).
+pub(crate) static STRIDED: PtxModule = PtxModule {
+    name: "strided",
+    ptx: concat!(include_str!("ptx/strided.ptx"), "\0"),
+};
+
+/// In-place byte swaps (`byteswap.cu`).
+pub(crate) static BYTESWAP: PtxModule = PtxModule {
+    name: "byteswap",
+    ptx: concat!(include_str!("ptx/byteswap.ptx"), "\0"),
+};
+
 /// The PTX sources shipped with the crate, by module name (for tests and tooling).
 #[doc(hidden)]
 pub fn shipped_ptx() -> Vec<(&'static str, &'static str)> {
-    vec![
-        (COMPARE.name, COMPARE.ptx.trim_end_matches('\0')),
-        (SCATTER.name, SCATTER.ptx.trim_end_matches('\0')),
-        (bits::BITS.name, bits::BITS.ptx.trim_end_matches('\0')),
-    ]
+    [&COMPARE, &SCATTER, &bits::BITS, &FILL, &EQUAL, &CAST, &STRIDED, &BYTESWAP]
+        .iter()
+        .map(|m| (m.name, m.ptx.trim_end_matches('\0')))
+        .collect()
 }
+
+/// Scratch words of a device reduction: 8 bytes of device memory (a flag, and a counter
+/// that is zero between launches: the kernel resets it) and a page-locked,
+/// device-mapped result word.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Scratch {
+    /// Device address of `{ u32 flag; u32 counter; }`.
+    pub device: CUdeviceptr,
+    /// The mark of the last launch that used these words (the flag holds a launch's
+    /// mark when it saw a difference).
+    pub epoch: u32,
+    /// Host address of the result word.
+    pub host: *mut u32,
+    /// Device address of the same result word.
+    pub host_device: CUdeviceptr,
+}
+
+// Safety: the pointers are plain addresses of memory owned by the context's cache; they
+// are only dereferenced by the thread that took the scratch out of the pool.
+unsafe impl Send for Scratch {}
 
 /// Loaded modules and looked-up functions of one context.
 #[derive(Default)]
 pub(crate) struct KernelCache {
     modules: Mutex<HashMap<&'static str, CUmodule>>,
     functions: Mutex<HashMap<(&'static str, &'static CStr), CUfunction>>,
+    /// Every scratch allocated in this context, and those not in use now.
+    scratch_all: Mutex<Vec<Scratch>>,
+    scratch_free: Mutex<Vec<Scratch>>,
 }
 
 impl KernelCache {
-    /// Unloads every module (when the context goes away).
+    /// Takes a free scratch out of the pool.
+    pub(crate) fn take_scratch(&self) -> Option<Scratch> {
+        self.scratch_free
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+    }
+
+    /// Returns a scratch taken with [`take_scratch`](Self::take_scratch) (only when its
+    /// device words are known to be zero again).
+    pub(crate) fn put_scratch(&self, s: Scratch) {
+        self.scratch_free
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(s);
+    }
+
+    /// Records a newly allocated scratch, freed with the context.
+    pub(crate) fn register_scratch(&self, s: Scratch) {
+        self.scratch_all
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(s);
+    }
+
+    /// Unloads every module and frees the scratch words (when the context goes away).
     pub(crate) fn unload(&self, ctx: CUcontext) {
+        let scratch =
+            std::mem::take(&mut *self.scratch_all.lock().unwrap_or_else(|p| p.into_inner()));
+        self.scratch_free
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
         let mut modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
-        if modules.is_empty() {
+        if modules.is_empty() && scratch.is_empty() {
             return;
         }
         if driver::ctx_set_current(ctx).is_ok() {
+            for s in scratch {
+                // Safety: both allocations were made for this scratch in this context and
+                // the context's last owner is gone, so no kernel uses them any more.
+                unsafe {
+                    let _ = driver::mem_free(s.device);
+                    let _ = driver::mem_free_host(s.host.cast());
+                }
+            }
             for (_, m) in modules.drain() {
                 // Safety: the module was loaded in this context and no function of it is
                 // used after the context's last owner is gone.

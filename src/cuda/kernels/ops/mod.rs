@@ -1,0 +1,570 @@
+//! Elementwise and layout operations on device memory: fill, cast, strided copy
+//! (transpose, C <-> F reorder, strided get/set), byte swap and all-equal, each as a
+//! device kernel with no host round trip, plus [`host`] implementations over byte
+//! slices with the same semantics.
+//!
+//! Every op validates its arguments first and answers [`Error::InvalidArgument`],
+//! [`Error::OutOfBounds`] or [`Error::ReadOnly`] naming the sizes involved; zero-length
+//! inputs are no-ops. The plain functions run on the legacy default stream and have
+//! finished when they return; the `_on` variants queue the work on a [`Stream`] and
+//! return without waiting (except where a temporary buffer is needed, see each op).
+//!
+//! Values are native little-endian scalars of a [`ScalarKind`]. Buffers need no
+//! particular alignment: misaligned data is handled (at some cost) by byte-wise code or
+//! through an aligned temporary.
+//!
+//! ```no_run
+//! use devbuf::cuda::Context;
+//! use devbuf::cuda::kernels::ops::{self, EqualMode, ScalarKind};
+//!
+//! let ctx = Context::new(0)?;
+//! let a = ctx.allocate(4 * 1024)?;
+//! ops::fill(&a, &2.5f32.to_le_bytes())?;                          // 1024 x 2.5f32
+//! let b = ctx.allocate(8 * 1024)?;
+//! ops::cast(&a, ScalarKind::F32, &b, ScalarKind::F64)?;            // astype(float64)
+//! assert!(ops::all_equal(&b, ScalarKind::F64, &2.5f64.to_le_bytes(), EqualMode::Bitwise)?);
+//! // Transpose a 32 x 32 float32 matrix: dst[j, i] = a[i, j].
+//! let t = ctx.allocate(4 * 1024)?;
+//! ops::strided_copy(&a, 0, &[128, 4], &t, 0, &[4, 128], &[32, 32], 4)?;
+//! # Ok::<(), devbuf::Error>(())
+//! ```
+
+mod device;
+pub mod host;
+mod layout;
+
+use std::fmt;
+
+use super::super::{DeviceBuffer, Stream};
+use crate::error::{Error, Result};
+
+pub use layout::MAX_DIMS;
+
+/// The scalar types of zarr / numpy arrays that the ops understand.
+///
+/// Values are native little-endian; complex values are (real, imaginary) pairs of
+/// `f32` (`C64`) or `f64` (`C128`).
+///
+/// ```
+/// use devbuf::cuda::kernels::ops::ScalarKind;
+/// assert_eq!(ScalarKind::C128.size(), 16);
+/// assert_eq!(ScalarKind::C128.component_size(), 8);
+/// assert_eq!(ScalarKind::F16.name(), "float16");
+/// assert_eq!(ScalarKind::ALL.len(), 14);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum ScalarKind {
+    /// One byte, 0 or 1 (any non-zero byte reads as true).
+    Bool = 0,
+    /// `i8`.
+    I8 = 1,
+    /// `i16`.
+    I16 = 2,
+    /// `i32`.
+    I32 = 3,
+    /// `i64`.
+    I64 = 4,
+    /// `u8`.
+    U8 = 5,
+    /// `u16`.
+    U16 = 6,
+    /// `u32`.
+    U32 = 7,
+    /// `u64`.
+    U64 = 8,
+    /// IEEE binary16.
+    F16 = 9,
+    /// `f32`.
+    F32 = 10,
+    /// `f64`.
+    F64 = 11,
+    /// Complex of two `f32`.
+    C64 = 12,
+    /// Complex of two `f64`.
+    C128 = 13,
+}
+
+impl ScalarKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [ScalarKind; 14] = [
+        ScalarKind::Bool,
+        ScalarKind::I8,
+        ScalarKind::I16,
+        ScalarKind::I32,
+        ScalarKind::I64,
+        ScalarKind::U8,
+        ScalarKind::U16,
+        ScalarKind::U32,
+        ScalarKind::U64,
+        ScalarKind::F16,
+        ScalarKind::F32,
+        ScalarKind::F64,
+        ScalarKind::C64,
+        ScalarKind::C128,
+    ];
+
+    /// Bytes per element.
+    pub const fn size(self) -> usize {
+        use ScalarKind::*;
+        match self {
+            Bool | I8 | U8 => 1,
+            I16 | U16 | F16 => 2,
+            I32 | U32 | F32 => 4,
+            I64 | U64 | F64 | C64 => 8,
+            C128 => 16,
+        }
+    }
+
+    /// Bytes per component: the size, except for complex kinds (4 and 8). This is the
+    /// width to pass to [`byteswap`] and the natural alignment.
+    pub const fn component_size(self) -> usize {
+        match self {
+            ScalarKind::C64 => 4,
+            ScalarKind::C128 => 8,
+            k => k.size(),
+        }
+    }
+
+    /// Signed or unsigned integer (not bool).
+    pub const fn is_integer(self) -> bool {
+        use ScalarKind::*;
+        matches!(self, I8 | I16 | I32 | I64 | U8 | U16 | U32 | U64)
+    }
+
+    /// `F16`, `F32` or `F64`.
+    pub const fn is_float(self) -> bool {
+        matches!(self, ScalarKind::F16 | ScalarKind::F32 | ScalarKind::F64)
+    }
+
+    /// `C64` or `C128`.
+    pub const fn is_complex(self) -> bool {
+        matches!(self, ScalarKind::C64 | ScalarKind::C128)
+    }
+
+    /// numpy's name for the type (`"bool"`, `"int8"`, ..., `"complex128"`).
+    pub const fn name(self) -> &'static str {
+        use ScalarKind::*;
+        match self {
+            Bool => "bool",
+            I8 => "int8",
+            I16 => "int16",
+            I32 => "int32",
+            I64 => "int64",
+            U8 => "uint8",
+            U16 => "uint16",
+            U32 => "uint32",
+            U64 => "uint64",
+            F16 => "float16",
+            F32 => "float32",
+            F64 => "float64",
+            C64 => "complex64",
+            C128 => "complex128",
+        }
+    }
+
+    /// The short name used in kernel names (`"f32"`, `"c128"`, ...).
+    #[cfg(test)]
+    pub(crate) const fn short(self) -> &'static str {
+        use ScalarKind::*;
+        match self {
+            Bool => "bool",
+            I8 => "i8",
+            I16 => "i16",
+            I32 => "i32",
+            I64 => "i64",
+            U8 => "u8",
+            U16 => "u16",
+            U32 => "u32",
+            U64 => "u64",
+            F16 => "f16",
+            F32 => "f32",
+            F64 => "f64",
+            C64 => "c64",
+            C128 => "c128",
+        }
+    }
+}
+
+impl fmt::Display for ScalarKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How [`all_equal`] compares elements with the value.
+///
+/// ```
+/// use devbuf::cuda::kernels::ops::{host, EqualMode, ScalarKind};
+/// let nan = f64::NAN.to_le_bytes();
+/// let v = nan.repeat(3);
+/// assert!(host::all_equal(&v, ScalarKind::F64, &nan, EqualMode::Numeric { equal_nan: true })?);
+/// assert!(!host::all_equal(&v, ScalarKind::F64, &nan, EqualMode::Numeric { equal_nan: false })?);
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EqualMode {
+    /// Raw bytes: `-0.0 != 0.0`, and a NaN equals only the same NaN bits. zarr compares a
+    /// float fill value of 0.0 this way.
+    Bitwise,
+    /// Values, as numpy's `==`: `-0.0 == 0.0`; integers and bools by value (any non-zero
+    /// bool byte is true). With `equal_nan`, a NaN equals any NaN (a complex value is NaN
+    /// when either part is, as `numpy.isnan`); without it a NaN equals nothing.
+    Numeric {
+        /// NaN compares equal to NaN.
+        equal_nan: bool,
+    },
+}
+
+// ---------------------------------------------------------------------------------------
+// Argument checks shared by the host and device paths
+
+pub(crate) fn check_pattern(op: &str, len: usize, pattern: &[u8]) -> Result<()> {
+    if pattern.is_empty() || pattern.len() > 16 {
+        return Err(Error::invalid(format!(
+            "{op}: the element pattern has {} bytes; it must have 1 to 16",
+            pattern.len()
+        )));
+    }
+    if len % pattern.len() != 0 {
+        return Err(Error::invalid(format!(
+            "{op}: {len} bytes are not a whole number of {}-byte elements",
+            pattern.len()
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_cast(
+    src_len: usize,
+    src_kind: ScalarKind,
+    dst_len: usize,
+    dst_kind: ScalarKind,
+) -> Result<()> {
+    if src_len % src_kind.size() != 0 {
+        return Err(Error::invalid(format!(
+            "cast: the source's {src_len} bytes are not a whole number of {src_kind} elements ({} bytes)",
+            src_kind.size()
+        )));
+    }
+    if dst_len % dst_kind.size() != 0 {
+        return Err(Error::invalid(format!(
+            "cast: the destination's {dst_len} bytes are not a whole number of {dst_kind} elements ({} bytes)",
+            dst_kind.size()
+        )));
+    }
+    let (ns, nd) = (src_len / src_kind.size(), dst_len / dst_kind.size());
+    if ns != nd {
+        return Err(Error::invalid(format!(
+            "cast: the source holds {ns} {src_kind} elements but the destination has room for {nd} {dst_kind} elements"
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_byteswap(len: usize, width: usize) -> Result<()> {
+    if !matches!(width, 1 | 2 | 4 | 8) {
+        return Err(Error::invalid(format!(
+            "byteswap: width {width}; it must be 1, 2, 4 or 8 (swap complex values per component)"
+        )));
+    }
+    if len % width != 0 {
+        return Err(Error::invalid(format!(
+            "byteswap: {len} bytes are not a whole number of {width}-byte elements"
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_equal(len: usize, kind: ScalarKind, value: &[u8]) -> Result<()> {
+    if value.len() != kind.size() {
+        return Err(Error::invalid(format!(
+            "all_equal: the value has {} bytes; one {kind} element has {}",
+            value.len(),
+            kind.size()
+        )));
+    }
+    if len % kind.size() != 0 {
+        return Err(Error::invalid(format!(
+            "all_equal: {len} bytes are not a whole number of {kind} elements ({} bytes)",
+            kind.size()
+        )));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Device ops
+
+/// Repeats the element `pattern` (1 to 16 bytes, any width) over `dst`, whose length
+/// must be a multiple of the pattern's. Done on the device: 16-byte stores of a
+/// precomputed vector (widths 1, 2, 4, 8, 16) or of a short cycle of vectors (other
+/// widths). Returns when the fill has finished.
+///
+/// Errors: [`Error::InvalidArgument`] for a pattern of 0 or more than 16 bytes or a
+/// length that is not a multiple of it; [`Error::ReadOnly`] for a read-only buffer.
+///
+/// ```no_run
+/// use devbuf::cuda::Context;
+/// let ctx = Context::new(0)?;
+/// let buf = ctx.allocate(3 * 1000)?;
+/// devbuf::cuda::kernels::ops::fill(&buf, &[1, 2, 3])?;
+/// assert_eq!(&buf.to_host_vec()?[..6], &[1, 2, 3, 1, 2, 3]);
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+pub fn fill(dst: &DeviceBuffer, pattern: &[u8]) -> Result<()> {
+    device::fill(None, dst, pattern)
+}
+
+/// [`fill`] queued on `stream` (returns without waiting).
+pub fn fill_on(stream: &Stream, dst: &DeviceBuffer, pattern: &[u8]) -> Result<()> {
+    device::fill(Some(stream), dst, pattern)
+}
+
+/// Converts every element of `src` (kind `src_kind`) to `dst_kind` into `dst`, on the
+/// device: numpy's `astype(dst_kind, casting="unsafe")`. Both buffers must hold the same
+/// number of elements. Returns when the cast has finished.
+///
+/// Rules, identical on host ([`host::cast`]) and device:
+///
+/// * bool source: a non-zero byte is 1, zero is 0. bool destination: `x != 0` (NaN is
+///   true; a complex value is true when either part is non-zero).
+/// * integer -> integer: two's-complement wrap-around (C casts).
+/// * integer -> float, float -> float: round to nearest, ties to even, in one step
+///   (`f64 -> f16` does not go through `f32`; `i64 -> f32` does not go through `f64`);
+///   overflow gives ±inf. f16 values use IEEE binary16 (CUDA's `__half` conversions).
+///   NaN payloads are not preserved (the device makes canonical NaNs).
+/// * float -> integer: truncation toward zero for values in range. numpy leaves NaN,
+///   ±inf and out-of-range values implementation-defined; devbuf gives what numpy gives
+///   on x86-64, whose C casts compile to `cvttsd2si`: to `i64`, `i64::MIN`; to `i8`,
+///   `i16`, `i32`, `u8`, `u16`, the 32-bit conversion (`i32::MIN` when out of the i32
+///   range) wrapped to the width (so `300.0 -> u8` is 44, `-1.0 -> u8` is 255, NaN ->
+///   `i8` is 0); to `u32`, the 64-bit conversion wrapped (`-1.0` -> `u32::MAX`); to
+///   `u64`, values `>= 2^63` as `x - 2^63` with the top bit set (so `>= 2^64` and +inf
+///   give 0), all others through the signed 64-bit conversion (NaN and -inf give 2^63,
+///   `-1.0` gives `u64::MAX`).
+/// * complex -> real: the real part (numpy's `ComplexWarning` case), then as above.
+///   real -> complex: imaginary part +0.
+///
+/// The same kind on both sides is a plain copy. `src` and `dst` may overlap (the source
+/// is then copied first); a `src` in another context is first copied into `dst`'s.
+///
+/// Errors: [`Error::InvalidArgument`] when a length is not a whole number of elements or
+/// the counts differ; [`Error::ReadOnly`] for a read-only `dst`.
+///
+/// ```no_run
+/// use devbuf::cuda::{Context, DeviceBuffer};
+/// use devbuf::cuda::kernels::ops::{cast, ScalarKind};
+/// let ctx = Context::new(0)?;
+/// let src = DeviceBuffer::from_slice(&ctx, &[1.9f32, -1.9, 300.0])?;
+/// let dst = ctx.allocate(3)?;
+/// cast(&src, ScalarKind::F32, &dst, ScalarKind::U8)?;
+/// assert_eq!(dst.to_host_vec()?, vec![1, 255, 44]);
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+pub fn cast(
+    src: &DeviceBuffer,
+    src_kind: ScalarKind,
+    dst: &DeviceBuffer,
+    dst_kind: ScalarKind,
+) -> Result<()> {
+    device::cast(None, src, src_kind, dst, dst_kind)
+}
+
+/// [`cast`] queued on `stream`. Returns without waiting, unless a temporary buffer was
+/// needed (overlapping or misaligned buffers, or a source in another context), in which
+/// case it waits for the stream before freeing it.
+pub fn cast_on(
+    stream: &Stream,
+    src: &DeviceBuffer,
+    src_kind: ScalarKind,
+    dst: &DeviceBuffer,
+    dst_kind: ScalarKind,
+) -> Result<()> {
+    device::cast(Some(stream), src, src_kind, dst, dst_kind)
+}
+
+/// Copies `shape` elements of `elem_size` bytes between two strided layouts, on the
+/// device: element `i` (a multi-index) goes from byte `src_offset_bytes + Σ i_k *
+/// src_strides_bytes[k]` of `src` to byte `dst_offset_bytes + Σ i_k *
+/// dst_strides_bytes[k]` of `dst`. Returns when the copy has finished.
+///
+/// This is numpy's `dst_view[...] = src_view` for views given as (offset, strides,
+/// shape): strided get and set, transposes of any permutation (permute the source
+/// strides), C <-> F reorder, reversal (negative strides) and broadcasting reads
+/// (source stride 0). Up to [`MAX_DIMS`] (32) axes; a 0-d copy (empty shape) copies one
+/// element; a shape with a zero-length axis copies nothing.
+///
+/// Every byte touched on either side must lie within its buffer: the extents
+/// (`offset + Σ min(0, stride * (n - 1))` to `offset + Σ max(0, stride * (n - 1)) +
+/// elem_size`) are checked first, giving [`Error::OutOfBounds`] past the end and
+/// [`Error::InvalidArgument`] before the start. A destination stride of 0 on an axis
+/// longer than 1 is an error; other self-overlapping destinations leave unspecified
+/// results. Overlapping source and destination are fine (the source's extent is copied
+/// first). A `src` in another context is first copied into `dst`'s.
+///
+/// The layout is normalised (unit axes dropped, destination strides made positive,
+/// axes ordered by destination stride, contiguous axes merged) and then copied by:
+/// one `cuMemcpyDtoD` when contiguous; a run kernel (16-byte accesses, any relative
+/// alignment) when the innermost axis is contiguous on both sides; a tiled
+/// shared-memory transpose when the destination's and the source's contiguous axes
+/// differ; a general index-decoding kernel otherwise.
+///
+/// ```no_run
+/// use devbuf::cuda::{Context, DeviceBuffer};
+/// use devbuf::cuda::kernels::ops::strided_copy;
+/// let ctx = Context::new(0)?;
+/// // a 4 x 6 int32 matrix; take a[::2, 1:-1] (2 x 4) into a contiguous buffer.
+/// let a = DeviceBuffer::from_slice(&ctx, &(0..24).collect::<Vec<i32>>())?;
+/// let out = ctx.allocate(2 * 4 * 4)?;
+/// strided_copy(&a, 4, &[2 * 24, 4], &out, 0, &[16, 4], &[2, 4], 4)?;
+/// assert_eq!(out.to_vec::<i32>()?, vec![1, 2, 3, 4, 13, 14, 15, 16]);
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+#[allow(clippy::too_many_arguments)]
+pub fn strided_copy(
+    src: &DeviceBuffer,
+    src_offset_bytes: usize,
+    src_strides_bytes: &[isize],
+    dst: &DeviceBuffer,
+    dst_offset_bytes: usize,
+    dst_strides_bytes: &[isize],
+    shape: &[usize],
+    elem_size: usize,
+) -> Result<()> {
+    device::strided_copy(
+        None,
+        src,
+        src_offset_bytes,
+        src_strides_bytes,
+        dst,
+        dst_offset_bytes,
+        dst_strides_bytes,
+        shape,
+        elem_size,
+    )
+}
+
+/// [`strided_copy`] queued on `stream`. Returns without waiting, unless a temporary
+/// buffer was needed (overlapping source and destination, or a source in another
+/// context), in which case it waits for the stream before freeing it.
+#[allow(clippy::too_many_arguments)]
+pub fn strided_copy_on(
+    stream: &Stream,
+    src: &DeviceBuffer,
+    src_offset_bytes: usize,
+    src_strides_bytes: &[isize],
+    dst: &DeviceBuffer,
+    dst_offset_bytes: usize,
+    dst_strides_bytes: &[isize],
+    shape: &[usize],
+    elem_size: usize,
+) -> Result<()> {
+    device::strided_copy(
+        Some(stream),
+        src,
+        src_offset_bytes,
+        src_strides_bytes,
+        dst,
+        dst_offset_bytes,
+        dst_strides_bytes,
+        shape,
+        elem_size,
+    )
+}
+
+/// Reverses the bytes of every `width`-byte element of `buf` in place, on the device
+/// (`width` 1, 2, 4 or 8; 1 does nothing). For complex values pass the component width
+/// ([`ScalarKind::component_size`]). Returns when the swap has finished.
+///
+/// Errors: [`Error::InvalidArgument`] for another width or a length that is not a
+/// multiple of it; [`Error::ReadOnly`] for a read-only buffer.
+///
+/// ```no_run
+/// use devbuf::cuda::{Context, DeviceBuffer};
+/// let ctx = Context::new(0)?;
+/// let buf = DeviceBuffer::from_slice(&ctx, &[0x0102_0304u32])?;
+/// devbuf::cuda::kernels::ops::byteswap(&buf, 4)?;
+/// assert_eq!(buf.to_vec::<u32>()?, vec![0x0403_0201]);
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+pub fn byteswap(buf: &DeviceBuffer, width: usize) -> Result<()> {
+    device::byteswap(None, buf, width)
+}
+
+/// [`byteswap`] queued on `stream` (returns without waiting).
+pub fn byteswap_on(stream: &Stream, buf: &DeviceBuffer, width: usize) -> Result<()> {
+    device::byteswap(Some(stream), buf, width)
+}
+
+/// Whether every element of `buf` (kind `kind`) equals `value` (one native element of
+/// `kind.size()` bytes) under `mode` — a reduction on the device; nothing of `buf` is
+/// copied to the host. An empty buffer is all-equal (as `numpy.array_equal` of empty
+/// arrays).
+///
+/// The kernel stops early once any block has seen a difference, so a buffer that
+/// differs near its start answers quickly. See [`EqualMode`] for NaN and signed-zero
+/// rules.
+///
+/// Errors: [`Error::InvalidArgument`] when `value` is not one element or the length is
+/// not a whole number of elements.
+///
+/// ```no_run
+/// use devbuf::cuda::{Context, DeviceBuffer};
+/// use devbuf::cuda::kernels::ops::{all_equal, EqualMode, ScalarKind};
+/// let ctx = Context::new(0)?;
+/// let buf = DeviceBuffer::from_slice(&ctx, &[-0.0f64, 0.0])?;
+/// let zero = 0.0f64.to_le_bytes();
+/// assert!(!all_equal(&buf, ScalarKind::F64, &zero, EqualMode::Bitwise)?);
+/// assert!(all_equal(&buf, ScalarKind::F64, &zero, EqualMode::Numeric { equal_nan: false })?);
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+pub fn all_equal(
+    buf: &DeviceBuffer,
+    kind: ScalarKind,
+    value: &[u8],
+    mode: EqualMode,
+) -> Result<bool> {
+    device::all_equal(None, buf, kind, value, mode)
+}
+
+/// [`all_equal`] run on `stream`; it waits for the stream (the answer is needed on the
+/// host).
+pub fn all_equal_on(
+    stream: &Stream,
+    buf: &DeviceBuffer,
+    kind: ScalarKind,
+    value: &[u8],
+    mode: EqualMode,
+) -> Result<bool> {
+    device::all_equal(Some(stream), buf, kind, value, mode)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_table_is_consistent() {
+        for (i, k) in ScalarKind::ALL.iter().enumerate() {
+            assert_eq!(*k as u32, i as u32);
+            assert!(k.size().is_power_of_two() && k.size() <= 16);
+            assert_eq!(k.size() % k.component_size(), 0);
+            assert_eq!(k.to_string(), k.name());
+        }
+    }
+
+    #[test]
+    fn checks_name_the_sizes() {
+        let e = check_pattern("fill", 10, &[0; 3]).unwrap_err();
+        assert!(e.to_string().contains("10 bytes"), "{e}");
+        assert!(check_pattern("fill", 10, &[]).is_err());
+        assert!(check_pattern("fill", 17, &[0; 17]).is_err());
+        let e = check_cast(12, ScalarKind::F32, 16, ScalarKind::F64).unwrap_err();
+        assert!(e.to_string().contains("3 float32"), "{e}");
+        assert!(check_byteswap(8, 3).is_err());
+        assert!(check_byteswap(6, 4).is_err());
+        assert!(check_equal(8, ScalarKind::F64, &[0; 4]).is_err());
+        assert!(check_equal(12, ScalarKind::F64, &[0; 8]).is_err());
+    }
+}
