@@ -75,12 +75,16 @@ run_bench() {
     for ex in $(cat "$HERE/EXAMPLES"); do
         case "$ex" in bench_*) ;; *) continue ;; esac
         echo "-- $ex"
-        timeout 400 "$BIN/$ex" 2>&1 | tee "$LOGS/$ex.log"
+        local extra=()
+        [ "$ex" = bench_transfer ] && extra=(--csv "$LOGS/bench_transfer.csv")
+        timeout 400 "$BIN/$ex" "${extra[@]}" 2>&1 | tee "$LOGS/$ex.log"
     done
     if command -v python3 >/dev/null; then
         for section in $(ls "$HERE/scripts/peers" | sed -n 's/\.py$//p'); do
             echo "-- peers: $section"
-            PYTHONUNBUFFERED=1 timeout 400 python3 "$HERE/scripts/bench_peers.py" "$section" 2>&1 | tee "$LOGS/peers-$section.log"
+            local pextra=()
+            [ "$section" = transfer ] && pextra=(--csv "$LOGS/peers_transfer.csv")
+            PYTHONUNBUFFERED=1 timeout 400 python3 "$HERE/scripts/bench_peers.py" "$section" "${pextra[@]}" 2>&1 | tee "$LOGS/peers-$section.log"
         done
     fi
     SUMMARY+=("bench: done")
@@ -88,6 +92,17 @@ run_bench() {
 
 case "$MODE" in
     all) run_tests "$@"; run_examples; run_bench ;;
+    bench-only)
+        # One benchmark (bench_NAME) or one peer section (peers:NAME), for splitting long runs.
+        for what in "$@"; do
+            case "$what" in
+                peers:*) sec="${what#peers:}"; pextra=(); [ "$sec" = transfer ] && pextra=(--csv "$LOGS/peers_transfer.csv")
+                    PYTHONUNBUFFERED=1 timeout 400 python3 "$HERE/scripts/bench_peers.py" "$sec" "${pextra[@]}" 2>&1 | tee "$LOGS/peers-$sec.log" ;;
+                *) extra=(); [ "$what" = bench_transfer ] && extra=(--csv "$LOGS/bench_transfer.csv")
+                    timeout 400 "$BIN/$what" "${extra[@]}" 2>&1 | tee "$LOGS/$what.log" ;;
+            esac
+        done
+        SUMMARY+=("bench: $*") ;;
     tests) run_tests "$@" ;;
     sanitizer) run_sanitizer "$@" ;;
     bench) run_bench ;;
