@@ -276,27 +276,6 @@ fn mixed(op: &str) -> Error {
     ))
 }
 
-fn kind(t: ElementType) -> ops::ScalarKind {
-    use ElementType as E;
-    use ops::ScalarKind as K;
-    match t {
-        E::Bool => K::Bool,
-        E::Int8 => K::I8,
-        E::Int16 => K::I16,
-        E::Int32 => K::I32,
-        E::Int64 => K::I64,
-        E::UInt8 => K::U8,
-        E::UInt16 => K::U16,
-        E::UInt32 => K::U32,
-        E::UInt64 => K::U64,
-        E::Float16 => K::F16,
-        E::Float32 => K::F32,
-        E::Float64 => K::F64,
-        E::Complex64 => K::C64,
-        E::Complex128 => K::C128,
-    }
-}
-
 fn host_range<'a>(b: &'a [u8], offset: usize, len: usize, what: &'static str) -> Result<&'a [u8]> {
     let end = check_range(what, offset, len, b.len())?;
     Ok(&b[offset..end])
@@ -359,9 +338,9 @@ pub(crate) mod prim {
                 }
                 ops::cast(
                     &s.slice(src_offset, sl)?,
-                    kind(src_kind),
+                    host_ops::kind(src_kind),
                     &d.slice(dst_offset, dl)?,
-                    kind(dst_kind),
+                    host_ops::kind(dst_kind),
                 )
             }
             _ => Err(mixed("cast")),
@@ -451,7 +430,7 @@ pub(crate) mod prim {
                     EqualMode::Bitwise => ops::EqualMode::Bitwise,
                     EqualMode::Numeric { equal_nan } => ops::EqualMode::Numeric { equal_nan },
                 };
-                ops::all_equal(&d.slice(offset, len)?, kind(t), value, mode)
+                ops::all_equal(&d.slice(offset, len)?, host_ops::kind(t), value, mode)
             }
         }
     }

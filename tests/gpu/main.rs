@@ -17,9 +17,9 @@ mod common;
 mod c_device;
 mod core;
 mod ipc;
+mod kernels;
 #[path = "../common/peer.rs"]
 mod peer;
 mod tensor;
-mod zarr;
 mod transfer;
-mod kernels;
+mod zarr;

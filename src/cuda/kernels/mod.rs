@@ -72,10 +72,19 @@ pub(crate) static BYTESWAP: PtxModule = PtxModule {
 /// The PTX sources shipped with the crate, by module name (for tests and tooling).
 #[doc(hidden)]
 pub fn shipped_ptx() -> Vec<(&'static str, &'static str)> {
-    [&COMPARE, &SCATTER, &bits::BITS, &FILL, &EQUAL, &CAST, &STRIDED, &BYTESWAP]
-        .iter()
-        .map(|m| (m.name, m.ptx.trim_end_matches('\0')))
-        .collect()
+    [
+        &COMPARE,
+        &SCATTER,
+        &bits::BITS,
+        &FILL,
+        &EQUAL,
+        &CAST,
+        &STRIDED,
+        &BYTESWAP,
+    ]
+    .iter()
+    .map(|m| (m.name, m.ptx.trim_end_matches('\0')))
+    .collect()
 }
 
 /// Scratch words of a device reduction: 8 bytes of device memory (a flag, and a counter
