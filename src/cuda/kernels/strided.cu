@@ -139,18 +139,36 @@ __device__ __forceinline__ uint4 shift_words(uint4 a, uint4 b, u32 r)
                       __funnelshift_r(w[Q + 2], w[Q + 3], r), __funnelshift_r(w[Q + 3], w[Q + 4], r));
 }
 
+// The first `m` bytes (m < 16) of the aligned vector at `p`, read one byte at a time;
+// the other bytes are zero. Used where the whole vector may reach past the allocation.
+__device__ __forceinline__ uint4 load_prefix(const uint4* p, u32 m)
+{
+    const u8* b = (const u8*)p;
+    u64 lo = 0, hi = 0;   // no indexed array: it would live in local memory
+    for (u32 k = 0; k < m; ++k) {
+        const u64 v = __ldg(b + k);
+        if (k < 8) lo |= v << (8 * k);
+        else hi |= v << (8 * (k - 8));
+    }
+    return make_uint4((u32)lo, (u32)(lo >> 32), (u32)hi, (u32)(hi >> 32));
+}
+
 // Copies `nloc` (<= RUN_SEG_VECS) 16-byte vectors to aligned `vd` from `va + m` bytes,
 // where `va` is aligned and m = 4 * Q + r / 8 > 0. Vector j of the destination is made of
-// aligned source vectors j and j + 1; both hold bytes of the run, so neither load
-// leaves the run's pages.
+// aligned source vectors j and j + 1. Vector j + 1 is only needed for its first m bytes,
+// which belong to the run; when `safe_last` is set, the last vector's j + 1 may reach past
+// the end of the source allocation, so only those m bytes are read.
 template <int Q>
-__device__ __forceinline__ void copy_shifted(uint4* vd, const uint4* va, u32 nloc, u32 lane, u32 r)
+__device__ __forceinline__ void copy_shifted(uint4* vd, const uint4* va, u32 nloc, u32 lane, u32 r,
+                                             bool safe_last)
 {
+    // The vectors whose both source loads stay inside the run.
+    const u32 nfull = safe_last ? nloc - 1 : nloc;
     uint4 x[RUN_UNROLL], y[RUN_UNROLL];
 #pragma unroll
     for (int u = 0; u < RUN_UNROLL; ++u) {
         const u32 j = lane + u * RUN_THREADS;
-        if (j < nloc) {
+        if (j < nfull) {
             x[u] = __ldg(va + j);
             y[u] = __ldg(va + j + 1);
         }
@@ -158,7 +176,11 @@ __device__ __forceinline__ void copy_shifted(uint4* vd, const uint4* va, u32 nlo
 #pragma unroll
     for (int u = 0; u < RUN_UNROLL; ++u) {
         const u32 j = lane + u * RUN_THREADS;
-        if (j < nloc) vd[j] = shift_words<Q>(x[u], y[u], r);
+        if (j < nfull) vd[j] = shift_words<Q>(x[u], y[u], r);
+    }
+    if (safe_last && lane == (nfull & (RUN_THREADS - 1))) {
+        const u32 m = 4 * Q + r / 8;
+        vd[nfull] = shift_words<Q>(__ldg(va + nfull), load_prefix(va + nfull + 1, m), r);
     }
 }
 
@@ -220,11 +242,15 @@ __device__ __forceinline__ void runs_body(const RunsParams& p)
             }
         } else {
             const u32 r = (m & 3) * 8;
+            // The aligned vector after the run's last whole vector holds m needed bytes
+            // and 16 - m more; those reach past the run when the tail is shorter, and the
+            // run may end its allocation: read only the needed bytes there.
+            const bool safe_last = first + nloc == nvec && (u64)(16 - m) > R - tail;
             switch (m >> 2) {
-            case 0: copy_shifted<0>(vd, va, nloc, lane, r); break;
-            case 1: copy_shifted<1>(vd, va, nloc, lane, r); break;
-            case 2: copy_shifted<2>(vd, va, nloc, lane, r); break;
-            default: copy_shifted<3>(vd, va, nloc, lane, r); break;
+            case 0: copy_shifted<0>(vd, va, nloc, lane, r, safe_last); break;
+            case 1: copy_shifted<1>(vd, va, nloc, lane, r, safe_last); break;
+            case 2: copy_shifted<2>(vd, va, nloc, lane, r, safe_last); break;
+            default: copy_shifted<3>(vd, va, nloc, lane, r, safe_last); break;
             }
         }
     }
