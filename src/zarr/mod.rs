@@ -37,6 +37,8 @@ mod memory;
 mod ndbuffer;
 mod prototype;
 mod store;
+#[cfg(feature = "zarrs")]
+pub mod zarrs;
 
 pub use buffer::Buffer;
 pub use dtype::{DataType, Element, ElementType, Endianness, Scalar, promote_types};
