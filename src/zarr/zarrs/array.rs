@@ -940,7 +940,7 @@ impl ZarrArray {
         if out.is_empty() {
             return Ok(());
         }
-        let what = format!("reading {start:?}+{shape:?} of");
+        let what = format!("reading {} of", fmt_box(start, shape));
         guard(&what, || {
             let subset = ArraySubset::new_with_start_shape(start.to_vec(), shape.to_vec())
                 .map_err(|e| Error::invalid(format!("{what} {}: {e}", self.location)))?;
@@ -973,7 +973,7 @@ impl ZarrArray {
         if bytes.is_empty() {
             return Ok(());
         }
-        let what = format!("writing {start:?}+{shape:?} of");
+        let what = format!("writing {} of", fmt_box(start, shape));
         guard(&what, || {
             let subset = ArraySubset::new_with_start_shape(start.to_vec(), shape.to_vec())
                 .map_err(|e| Error::invalid(format!("{what} {}: {e}", self.location)))?;
@@ -1095,6 +1095,16 @@ impl ZarrArray {
             },
         )
     }
+}
+
+/// `[a..b, c..d]` for messages.
+fn fmt_box(start: &[u64], shape: &[u64]) -> String {
+    let axes: Vec<String> = start
+        .iter()
+        .zip(shape)
+        .map(|(&s, &n)| format!("{s}..{}", s + n))
+        .collect();
+    format!("[{}]", axes.join(", "))
 }
 
 /// Bytes spanned by consecutive pieces.
