@@ -17,3 +17,5 @@ mod ipc;
 #[path = "../common/peer.rs"]
 mod peer;
 mod zarr;
+#[cfg(feature = "zarrs")]
+mod zarrs;

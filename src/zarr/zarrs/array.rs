@@ -521,6 +521,13 @@ impl ZarrArray {
         self.staging.held_bytes()
     }
 
+    /// How many page-locked staging buffers this array has allocated so far (a
+    /// diagnostic: repeated device reads of similar size reuse the same two buffers, so
+    /// this stays at 2).
+    pub fn staging_allocations(&self) -> usize {
+        self.staging.allocations()
+    }
+
     /// Frees the page-locked staging buffers (the next device transfer allocates again).
     pub fn release_staging(&self) {
         self.staging.release();

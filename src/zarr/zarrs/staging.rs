@@ -3,6 +3,7 @@
 //! overlaps decoding (or encoding) on the host with the DMA copy of the other buffer.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rayon::prelude::*;
 
@@ -160,6 +161,7 @@ pub(crate) fn split_for<'a, 'p>(
 #[derive(Default)]
 pub(crate) struct Staging {
     bufs: Mutex<Vec<HostBuffer>>,
+    allocations: AtomicUsize,
 }
 
 impl Staging {
@@ -182,6 +184,7 @@ impl Staging {
         let size = len.max(MIN_STAGING).next_power_of_two();
         while out.len() < n {
             out.push(ctx.allocate_host(size)?);
+            self.allocations.fetch_add(1, Ordering::Relaxed);
         }
         Ok(out)
     }
@@ -198,6 +201,11 @@ impl Staging {
     pub(crate) fn held_bytes(&self) -> usize {
         let pool = self.bufs.lock().unwrap_or_else(|p| p.into_inner());
         pool.iter().map(|b| b.len()).sum()
+    }
+
+    /// How many page-locked buffers were allocated so far.
+    pub(crate) fn allocations(&self) -> usize {
+        self.allocations.load(Ordering::Relaxed)
     }
 
     /// Frees the pooled buffers.
