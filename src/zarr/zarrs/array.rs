@@ -22,7 +22,7 @@ use rayon::prelude::*;
 use unsafe_cell_slice::UnsafeCellSlice;
 
 use super::metadata::ZarrMetadata;
-use super::staging::{self, Piece, Staging};
+use super::staging::{self, Lanes, Piece, Staging};
 use super::storage::StoreAdapter;
 use crate::cuda::{Context, DeviceBuffer};
 use crate::error::{Error, Result};
@@ -843,24 +843,13 @@ impl ZarrArray {
         );
         let src = device_bytes(&v)?;
         let ctx = src.context().clone();
-        let groups = staging::batches(&pieces, self.batch_bytes);
-        let lens: Vec<usize> = groups.iter().map(|g| span(&pieces[g.clone()])).collect();
-        self.staging.pipeline(
-            &ctx,
-            &lens,
-            |k, buf| {
-                let first = &pieces[groups[k].start];
-                src.copy_to_host_into(first.offset, buf)
-            },
-            |k, buf| {
-                // Sequential: slabs of one batch may share chunks.
-                let base = pieces[groups[k].start].offset;
-                for p in &pieces[groups[k].clone()] {
-                    let at = p.offset - base;
-                    self.encode_from(&p.start, &p.shape, &buf[at..at + p.len])?;
-                }
-                Ok(())
-            },
+        // Sequential within a batch: slabs of one batch may share chunks.
+        self.stage_writes(
+            &self.staging.lanes(&ctx),
+            &pieces,
+            self.batch_bytes,
+            false,
+            |g, buf| src.copy_to_host_into(pieces[g.start].offset, buf),
         )
     }
 
@@ -1040,19 +1029,68 @@ impl ZarrArray {
         cap: usize,
     ) -> Result<DeviceBuffer> {
         let dev = ctx.allocate(total)?;
+        self.stage_reads(&self.staging.lanes(ctx), pieces, cap, |offset, buf| {
+            dev.copy_from_host(offset, buf)
+        })?;
+        Ok(dev)
+    }
+
+    /// Decodes `pieces` (consecutive ranges of a result) batch by batch through
+    /// `lanes` (batches of at most `cap` bytes, pieces of a batch decoded in parallel)
+    /// and hands each batch to `deliver(offset in the result, bytes)`.
+    fn stage_reads<L, D>(&self, lanes: &L, pieces: &[Piece], cap: usize, deliver: D) -> Result<()>
+    where
+        L: Lanes,
+        D: Fn(usize, &[u8]) -> Result<()> + Sync,
+    {
         let groups = staging::batches(pieces, cap);
         let lens: Vec<usize> = groups.iter().map(|g| span(&pieces[g.clone()])).collect();
-        self.staging.pipeline(
-            ctx,
+        lanes.pipeline(
             &lens,
             |k, buf| {
                 staging::for_each_piece(buf, &pieces[groups[k].clone()], |p, out| {
                     self.decode_into(&p.start, &p.shape, out)
                 })
             },
-            |k, buf| dev.copy_from_host(pieces[groups[k].start].offset, buf),
-        )?;
-        Ok(dev)
+            |k, buf| deliver(pieces[groups[k].start].offset, buf),
+        )
+    }
+
+    /// Encodes `pieces` batch by batch through `lanes`: `fetch(piece indices, buf)`
+    /// fills a batch with those pieces' bytes (consecutive), which are then encoded into
+    /// the array — in parallel when `parallel` (pieces in distinct chunks), else in
+    /// order — while the next batch is fetched.
+    fn stage_writes<L, F>(
+        &self,
+        lanes: &L,
+        pieces: &[Piece],
+        cap: usize,
+        parallel: bool,
+        fetch: F,
+    ) -> Result<()>
+    where
+        L: Lanes,
+        F: Fn(Range<usize>, &mut [u8]) -> Result<()> + Sync,
+    {
+        let groups = staging::batches(pieces, cap);
+        let lens: Vec<usize> = groups.iter().map(|g| span(&pieces[g.clone()])).collect();
+        lanes.pipeline(
+            &lens,
+            |k, buf| fetch(groups[k].clone(), buf),
+            |k, buf| {
+                let g = &pieces[groups[k].clone()];
+                let base = g.first().map(|p| p.offset).unwrap_or(0);
+                let one = |p: &Piece| {
+                    let at = p.offset - base;
+                    self.encode_from(&p.start, &p.shape, &buf[at..at + p.len])
+                };
+                if parallel {
+                    g.par_iter().try_for_each(one)
+                } else {
+                    g.iter().try_for_each(one)
+                }
+            },
+        )
     }
 
     /// Writes prepared device values into their chunk boxes: copied to page-locked
@@ -1083,24 +1121,9 @@ impl ZarrArray {
             .max()
             .unwrap_or(0)
             .max(self.batch_bytes);
-        let groups = staging::batches(&pieces, cap);
-        let lens: Vec<usize> = groups.iter().map(|g| span(&pieces[g.clone()])).collect();
-        self.staging.pipeline(
-            &ctx,
-            &lens,
-            |k, buf| {
-                let g = groups[k].clone();
-                copy_runs(&srcs[g.clone()], &pieces[g], buf)
-            },
-            |k, buf| {
-                let g = groups[k].clone();
-                let base = pieces[g.start].offset;
-                pieces[g].par_iter().try_for_each(|p| {
-                    let at = p.offset - base;
-                    self.encode_from(&p.start, &p.shape, &buf[at..at + p.len])
-                })
-            },
-        )
+        self.stage_writes(&self.staging.lanes(&ctx), &pieces, cap, true, |g, buf| {
+            copy_runs(&srcs[g.clone()], &pieces[g], buf)
+        })
     }
 }
 
@@ -1132,29 +1155,55 @@ fn device_bytes(v: &NDBuffer) -> Result<DeviceBuffer> {
 /// buffers that follow each other in one allocation.
 fn copy_runs(srcs: &[DeviceBuffer], pieces: &[Piece], buf: &mut [u8]) -> Result<()> {
     let base = pieces.first().map(|p| p.offset).unwrap_or(0);
-    let mut i = 0;
-    while i < srcs.len() {
-        let first = &srcs[i];
-        let mut j = i + 1;
-        let mut end = first.address() + first.len() as u64;
-        while j < srcs.len() {
-            let s = &srcs[j];
-            let same_alloc = s.context().ordinal() == first.context().ordinal()
-                && s.parent().address() == first.parent().address();
-            if !same_alloc || s.address() != end || s.is_empty() {
-                break;
-            }
-            end += s.len() as u64;
-            j += 1;
-        }
-        let len: usize = srcs[i..j].iter().map(|s| s.len()).sum();
-        let at = pieces[i].offset - base;
+    let spans: Vec<Span> = srcs
+        .iter()
+        .map(|s| Span {
+            device: s.context().ordinal(),
+            allocation: s.parent().address(),
+            address: s.address(),
+            len: s.len(),
+        })
+        .collect();
+    for run in runs(&spans) {
+        let first = &srcs[run.start];
+        let len: usize = spans[run.clone()].iter().map(|s| s.len).sum();
+        let at = pieces[run.start].offset - base;
         first
             .parent()
             .copy_to_host_into(first.offset_in_parent(), &mut buf[at..at + len])?;
-        i = j;
     }
     Ok(())
+}
+
+/// Where a device buffer is: device, allocation base address, its address and length.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    device: usize,
+    allocation: u64,
+    address: u64,
+    len: usize,
+}
+
+/// Index ranges of consecutive spans that follow each other in one allocation.
+fn runs(spans: &[Span]) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < spans.len() {
+        let first = spans[i];
+        let mut end = first.address + first.len as u64;
+        let mut j = i + 1;
+        while j < spans.len() {
+            let s = spans[j];
+            if s.device != first.device || s.allocation != first.allocation || s.address != end {
+                break;
+            }
+            end += s.len as u64;
+            j += 1;
+        }
+        out.push(i..j);
+        i = j;
+    }
+    out
 }
 
 /// zarrs' node path and devbuf's description of `path` in a store.
@@ -1166,4 +1215,228 @@ fn node_path(path: &str) -> Result<(String, String)> {
         )));
     }
     Ok((format!("/{p}"), format!("store:/{p}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::sync::Mutex;
+
+    use rand::rngs::SmallRng;
+    use rand::{Rng, RngCore, SeedableRng};
+
+    use super::staging::VecLanes;
+    use super::*;
+
+    fn fixture(name: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/zarr")
+            .join(name)
+    }
+
+    fn host_bytes(nd: &NDBuffer) -> Vec<u8> {
+        nd.to_buffer().unwrap().to_bytes().unwrap()
+    }
+
+    fn random_ranges(rng: &mut SmallRng, shape: &[u64]) -> Vec<Range<u64>> {
+        shape
+            .iter()
+            .map(|&n| {
+                let s = rng.random_range(0..=n);
+                s..rng.random_range(s..=n)
+            })
+            .collect()
+    }
+
+    /// The device read path's batching (slabs, batches, parallel pieces, two
+    /// alternating lanes) run with host vectors as lanes and as the "device": the
+    /// result equals a direct host read for every batch size.
+    #[test]
+    fn staged_reads_equal_direct_reads() {
+        let mut rng = SmallRng::seed_from_u64(11);
+        for name in [
+            "v3_float32_sharded.zarr",
+            "v2_float64_F.zarr",
+            "v3_int16_blosc.zarr",
+            "v3_float64_nanfill_1d.zarr",
+            "v3_int32_0d.zarr",
+            "v2_complex128_C.zarr",
+            "v3_bool.zarr",
+        ] {
+            let a = ZarrArray::open(fixture(name)).unwrap();
+            let elem = a.elem();
+            for cap in [1usize, 16, 64, 200, 4096] {
+                let mut boxes: Vec<Vec<Range<u64>>> =
+                    vec![a.metadata().shape.iter().map(|&n| 0..n).collect()];
+                for _ in 0..6 {
+                    boxes.push(random_ranges(&mut rng, &a.metadata().shape));
+                }
+                for ranges in boxes {
+                    let (start, shape) = a.check_ranges(&ranges).unwrap();
+                    let total = checked_bytes(&shape, elem).unwrap();
+                    let pieces = staging::slabs(&start, &shape, &a.meta.chunk_shape, elem, cap);
+                    let out = Mutex::new(vec![0x55u8; total]);
+                    a.stage_reads(&VecLanes, &pieces, cap.max(elem), |off, b| {
+                        out.lock().unwrap()[off..off + b.len()].copy_from_slice(b);
+                        Ok(())
+                    })
+                    .unwrap();
+                    let want = host_bytes(&a.read_subset(&ranges, &HOST_PROTO).unwrap());
+                    assert!(
+                        out.into_inner().unwrap() == want,
+                        "{name} cap {cap} box {ranges:?}"
+                    );
+                }
+                // Whole chunks, in batches (a batch holds at least the largest chunk).
+                let grid = a.metadata().grid_shape.clone();
+                let n: u64 = grid.iter().product();
+                let indices: Vec<Vec<u64>> = (0..n)
+                    .map(|mut lin| {
+                        let mut idx = vec![0u64; grid.len()];
+                        for ax in (0..grid.len()).rev() {
+                            idx[ax] = lin % grid[ax];
+                            lin /= grid[ax];
+                        }
+                        idx
+                    })
+                    .collect();
+                let mut pieces = Vec::new();
+                let mut offset = 0;
+                for idx in &indices {
+                    let (start, shape) = a.chunk_box(idx).unwrap();
+                    let len = checked_bytes(&shape, elem).unwrap();
+                    pieces.push(Piece {
+                        start,
+                        shape,
+                        offset,
+                        len,
+                    });
+                    offset += len;
+                }
+                let big = pieces.iter().map(|p| p.len).max().unwrap_or(0).max(cap);
+                let out = Mutex::new(vec![0x55u8; offset]);
+                a.stage_reads(&VecLanes, &pieces, big, |off, b| {
+                    out.lock().unwrap()[off..off + b.len()].copy_from_slice(b);
+                    Ok(())
+                })
+                .unwrap();
+                let out = out.into_inner().unwrap();
+                for (p, idx) in pieces.iter().zip(&indices) {
+                    let want = host_bytes(&a.read_chunk(idx, &HOST_PROTO).unwrap());
+                    assert!(
+                        out[p.offset..p.offset + p.len] == want[..],
+                        "{name} cap {cap} chunk {idx:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The device write path's batching with host vectors: slabs written in order
+    /// (partial chunks read-modify-write), chunks written in parallel.
+    #[test]
+    fn staged_writes_round_trip() {
+        let dir = std::env::temp_dir().join(format!("devbuf-staged-writes-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut rng = SmallRng::seed_from_u64(12);
+        for (k, cap) in [4usize, 40, 400, 1 << 20].into_iter().enumerate() {
+            let spec = ArraySpec::new(&[23, 17], &[4, 5], DataType::INT32)
+                .with_compressor(Compressor::Zstd { level: 1 });
+            let a = ZarrArray::create(dir.join(format!("a{k}")), &spec).unwrap();
+            // A box, in slabs.
+            let (start, shape) = a.check_ranges(&[3..22, 2..16]).unwrap();
+            let mut data = vec![0u8; checked_bytes(&shape, 4).unwrap()];
+            rng.fill_bytes(&mut data);
+            let pieces = staging::slabs(&start, &shape, &a.meta.chunk_shape, 4, cap);
+            a.stage_writes(&VecLanes, &pieces, cap.max(4), false, |g, buf| {
+                let off = pieces[g.start].offset;
+                buf.copy_from_slice(&data[off..off + buf.len()]);
+                Ok(())
+            })
+            .unwrap();
+            let back = host_bytes(&a.read_subset(&[3..22, 2..16], &HOST_PROTO).unwrap());
+            assert!(back == data, "cap {cap}: box");
+            // Every chunk, in parallel batches.
+            let grid = a.metadata().grid_shape.clone();
+            let mut pieces = Vec::new();
+            let mut offset = 0;
+            for i in 0..grid[0] {
+                for j in 0..grid[1] {
+                    let (start, shape) = a.chunk_box(&[i, j]).unwrap();
+                    let len = checked_bytes(&shape, 4).unwrap();
+                    pieces.push(Piece {
+                        start,
+                        shape,
+                        offset,
+                        len,
+                    });
+                    offset += len;
+                }
+            }
+            let mut data = vec![0u8; offset];
+            rng.fill_bytes(&mut data);
+            let big = pieces.iter().map(|p| p.len).max().unwrap().max(cap);
+            a.stage_writes(&VecLanes, &pieces, big, true, |g, buf| {
+                let off = pieces[g.start].offset;
+                buf.copy_from_slice(&data[off..off + buf.len()]);
+                Ok(())
+            })
+            .unwrap();
+            for p in &pieces {
+                let r: Vec<Range<u64>> = p
+                    .start
+                    .iter()
+                    .zip(&p.shape)
+                    .map(|(&s, &n)| s..s + n)
+                    .collect();
+                let back = host_bytes(&a.read_subset(&r, &HOST_PROTO).unwrap());
+                assert!(
+                    back[..] == data[p.offset..p.offset + p.len],
+                    "cap {cap}: chunk {r:?}"
+                );
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn staged_errors_stop_the_pipeline() {
+        let a = ZarrArray::open(fixture("v3_float32_none.zarr")).unwrap();
+        let pieces = staging::slabs(&[0, 0, 0], &[6, 5, 4], &a.meta.chunk_shape, 4, 16);
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        let e = a
+            .stage_reads(&VecLanes, &pieces, 16, |_, _| {
+                if calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 2 {
+                    Err(Error::invalid("copy failed"))
+                } else {
+                    Ok(())
+                }
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("copy failed"));
+        assert!(calls.load(std::sync::atomic::Ordering::SeqCst) <= 3);
+    }
+
+    #[test]
+    fn runs_merge_adjacent_slices_of_one_allocation() {
+        let s = |device, allocation, address, len| Span {
+            device,
+            allocation,
+            address,
+            len,
+        };
+        let spans = [
+            s(0, 1000, 1000, 16),
+            s(0, 1000, 1016, 8), // follows: same run
+            s(0, 1000, 1040, 8), // gap: new run
+            s(0, 2000, 1048, 8), // adjacent address, other allocation: new run
+            s(1, 2000, 1056, 8), // other device: new run
+            s(1, 2000, 1064, 0), // empty, adjacent: joins
+            s(1, 2000, 1064, 4), // joins
+        ];
+        assert_eq!(runs(&spans), vec![0..2, 2..3, 3..4, 4..7]);
+        assert!(runs(&[]).is_empty());
+    }
+
+    const HOST_PROTO: BufferPrototype = BufferPrototype::Host;
 }

@@ -149,7 +149,8 @@ pub(crate) fn split_for<'a, 'p>(
     let mut rest = buf;
     let mut out = Vec::with_capacity(pieces.len());
     for p in pieces {
-        let (head, tail) = std::mem::take(&mut rest).split_at_mut(p.len.min(rest.len()));
+        let n = p.len.min(rest.len());
+        let (head, tail) = std::mem::take(&mut rest).split_at_mut(n);
         out.push((p, head));
         rest = tail;
     }
@@ -213,18 +214,33 @@ impl Staging {
         self.bufs.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
-    /// Runs `lens.len()` batches through page-locked buffers of `ctx`: `produce(k, buf)`
-    /// fills batch `k` (exactly `lens[k]` bytes) and `consume(k, buf)` takes it away.
-    /// With two or more batches, two buffers alternate and `consume(k)` runs at the same
-    /// time as `produce(k + 1)` (rayon `join`), so a blocking DMA copy overlaps host
-    /// decoding or encoding. The first error stops the pipeline and is returned.
-    pub(crate) fn pipeline<P, C>(
-        &self,
-        ctx: &Context,
-        lens: &[usize],
-        produce: P,
-        consume: C,
-    ) -> Result<()>
+    /// This pool's buffers, for `ctx`'s device, as [`Lanes`].
+    pub(crate) fn lanes<'a>(&'a self, ctx: &'a Context) -> PinnedLanes<'a> {
+        PinnedLanes { staging: self, ctx }
+    }
+}
+
+/// Where batches are staged: two buffers that alternate (see [`Lanes::pipeline`]).
+pub(crate) trait Lanes: Sync {
+    /// Runs `lens.len()` batches: `produce(k, buf)` fills batch `k` (exactly `lens[k]`
+    /// bytes) and `consume(k, buf)` takes it away. With two or more batches, two buffers
+    /// alternate and `consume(k)` runs at the same time as `produce(k + 1)` (rayon
+    /// `join`), so a blocking DMA copy overlaps host decoding or encoding. The first
+    /// error stops the pipeline and is returned.
+    fn pipeline<P, C>(&self, lens: &[usize], produce: P, consume: C) -> Result<()>
+    where
+        P: Fn(usize, &mut [u8]) -> Result<()> + Sync,
+        C: Fn(usize, &[u8]) -> Result<()> + Sync;
+}
+
+/// The page-locked buffers of a [`Staging`] pool for one device.
+pub(crate) struct PinnedLanes<'a> {
+    staging: &'a Staging,
+    ctx: &'a Context,
+}
+
+impl Lanes for PinnedLanes<'_> {
+    fn pipeline<P, C>(&self, lens: &[usize], produce: P, consume: C) -> Result<()>
     where
         P: Fn(usize, &mut [u8]) -> Result<()> + Sync,
         C: Fn(usize, &[u8]) -> Result<()> + Sync,
@@ -234,19 +250,47 @@ impl Staging {
             return Ok(());
         }
         let cap = lens.iter().copied().max().unwrap_or(0);
-        let mut bufs = self.take(ctx, cap, LANES.min(n))?;
+        let mut bufs = self.staging.take(self.ctx, cap, LANES.min(n))?;
         let result = run(&mut bufs, lens, &produce, &consume);
-        self.give(bufs);
+        self.staging.give(bufs);
         result
     }
 }
 
-fn run<P, C>(bufs: &mut [HostBuffer], lens: &[usize], produce: &P, consume: &C) -> Result<()>
+/// Ordinary host vectors as lanes: the same pipeline without a device, so the batch
+/// logic of device reads and writes is tested on every machine.
+#[cfg(test)]
+pub(crate) struct VecLanes;
+
+#[cfg(test)]
+impl Lanes for VecLanes {
+    fn pipeline<P, C>(&self, lens: &[usize], produce: P, consume: C) -> Result<()>
+    where
+        P: Fn(usize, &mut [u8]) -> Result<()> + Sync,
+        C: Fn(usize, &[u8]) -> Result<()> + Sync,
+    {
+        let cap = lens.iter().copied().max().unwrap_or(0);
+        let mut bufs = vec![vec![0xEEu8; cap]; LANES.min(lens.len())];
+        if lens.is_empty() {
+            return Ok(());
+        }
+        run(&mut bufs, lens, &produce, &consume)
+    }
+}
+
+fn run<B, P, C>(bufs: &mut [B], lens: &[usize], produce: &P, consume: &C) -> Result<()>
 where
+    B: std::ops::DerefMut<Target = [u8]> + Send,
     P: Fn(usize, &mut [u8]) -> Result<()> + Sync,
     C: Fn(usize, &[u8]) -> Result<()> + Sync,
 {
     let n = lens.len();
+    if n == 0 {
+        return Ok(());
+    }
+    if bufs.is_empty() {
+        return Err(Error::invalid("staging pipeline without a buffer"));
+    }
     if bufs.len() == 1 || n == 1 {
         let buf = bufs
             .first_mut()
