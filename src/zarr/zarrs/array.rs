@@ -36,7 +36,7 @@ type Storage = dyn ReadableWritableStorageTraits;
 /// Default bytes per staging batch (see [`ZarrArray::set_batch_bytes`]).
 pub const DEFAULT_BATCH_BYTES: usize = 8 << 20;
 
-/// A zarr array (format 2 or 3) opened with the [`zarrs`](::zarrs) crate, read into and
+/// A zarr array (format 2 or 3) opened with the [`zarrs`] crate, read into and
 /// written from [`NDBuffer`]s of any [`BufferPrototype`].
 ///
 /// * **Reads** ([`read_chunk`](Self::read_chunk), [`read_chunks`](Self::read_chunks),

@@ -1,5 +1,5 @@
 //! Real zarr stores (feature `zarrs`): zarr v2 and v3 arrays on disk or in a devbuf
-//! [`Store`](crate::zarr::Store), read with the [`zarrs`](::zarrs) crate into
+//! [`Store`](crate::zarr::Store), read with the [`zarrs`] crate into
 //! [`NDBuffer`](crate::zarr::NDBuffer)s on the host or a GPU, and written back.
 //!
 //! * [`ZarrArray`]: open ([`open`](ZarrArray::open) a directory,
