@@ -63,7 +63,8 @@ def json_fill(v):
 fixtures = []
 
 
-def write(name, arr_fn, full, fmt, order="C", fill=None, compressor="none", sharded=False, missing=()):
+def write(name, arr_fn, full, fmt, order="C", fill=None, compressor="none", sharded=False, missing=(),
+          stored_byteorder=None):
     path = os.path.join(OUT, name + ".zarr")
     arr = arr_fn(path)
     # Write every chunk except the missing ones, chunk by chunk.
@@ -88,11 +89,13 @@ def write(name, arr_fn, full, fmt, order="C", fill=None, compressor="none", shar
         "shape": list(full.shape),
         "chunks": list(chunks),
         "dtype": str(np.dtype(full.dtype).newbyteorder("=")) if full.dtype.kind != "b" else "bool",
-        "stored_byteorder": "big" if full.dtype.byteorder == ">" else "little",
+        "stored_byteorder": stored_byteorder or ("big" if full.dtype.byteorder == ">" else "little"),
         "order": order,
         "fill_value": json_fill(fill),
         "compressor": compressor,
         "sharded": sharded,
+        # With sharding, `chunks` are the inner chunks and `shards` the stored chunks.
+        "shards": list(arr.shards) if sharded else None,
         "missing_chunks": [list(m) for m in missing],
     })
 
@@ -160,8 +163,9 @@ def main():
         write(f"v3_{dtype}_bigendian", lambda p, d=dtype: zarr.create_array(
             store=p, shape=shape, chunks=chunks, dtype=d, fill_value=0,
             serializer=BytesCodec(endian="big"), compressors=None, zarr_format=3),
-            full, 3, fill=0, compressor="none")
-    # Sharding (v3): 2 x 2 shards of 4 x 4 inner chunks, zstd inside, one shard missing.
+            full, 3, fill=0, compressor="none", stored_byteorder="big")
+    # Sharding (v3): 2 x 2 shards of 8 x 8 holding 4 x 4 inner chunks, zstd inside, one
+    # inner chunk (index (1, 0) of the inner chunk grid) never written.
     for dtype in ("float32", "uint8", "float64"):
         full = data_for(dtype, (16, 16))
         write(f"v3_{dtype}_sharded", lambda p, d=dtype: zarr.create_array(

@@ -16,6 +16,10 @@
 //! and the GPU tests check that both give identical results. `docs/zarr.md` has the
 //! method-by-method correspondence and the design notes.
 //!
+//! With the cargo feature `zarrs`, the submodule `zarrs` opens real zarr v2/v3 arrays
+//! (on disk or in a [`Store`]) with the `zarrs` crate and reads and writes them as
+//! `NDBuffer`s on the host or a GPU (`docs/zarr.md`, "Real zarr stores").
+//!
 //! ```
 //! use devbuf::zarr::{BufferPrototype, DataType, NDBuffer, Order, Scalar};
 //! let proto = BufferPrototype::Host; // BufferPrototype::Device(0) on a GPU
@@ -37,6 +41,8 @@ mod memory;
 mod ndbuffer;
 mod prototype;
 mod store;
+#[cfg(feature = "zarrs")]
+pub mod zarrs;
 
 pub use buffer::Buffer;
 pub use dtype::{DataType, Element, ElementType, Endianness, Scalar, promote_types};

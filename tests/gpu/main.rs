@@ -23,3 +23,5 @@ mod peer;
 mod tensor;
 mod transfer;
 mod zarr;
+#[cfg(feature = "zarrs")]
+mod zarrs;

@@ -1,0 +1,140 @@
+//! Read a real zarr array (written by zarr-python) chunk by chunk onto the GPU, or into
+//! host memory on a machine without one, and print its shape, data type and sum.
+//!
+//! ```text
+//! cargo run --release --features zarrs --example zarrs_read [PATH.zarr]
+//! ```
+//!
+//! `PATH.zarr` defaults to the bundled fixture `tests/fixtures/zarr/v3_float32_sharded.zarr`;
+//! when it cannot be found (a GPU bundle run outside a checkout) the example writes a
+//! small array of its own and reads that. Built without the `zarrs` feature it only says
+//! how to build it.
+
+#[cfg(not(feature = "zarrs"))]
+fn main() {
+    println!("zarrs_read: built without the `zarrs` feature; run it with --features zarrs");
+}
+
+#[cfg(feature = "zarrs")]
+fn main() -> devbuf::Result<()> {
+    use std::path::PathBuf;
+    use std::time::Instant;
+
+    use devbuf::cuda;
+    use devbuf::zarr::zarrs::{ArraySpec, Compressor, ZarrArray};
+    use devbuf::zarr::{BufferPrototype, DataType, NDBuffer};
+
+    let default = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/zarr/v3_float32_sharded.zarr");
+    let local = PathBuf::from("tests/fixtures/zarr/v3_float32_sharded.zarr");
+    let path = match std::env::args().nth(1) {
+        Some(p) => PathBuf::from(p),
+        None if default.is_dir() => default,
+        None if local.is_dir() => local,
+        None => {
+            // No checkout around: make a 512 x 512 float32 array, 64 x 64 chunks, zstd.
+            let dir =
+                std::env::temp_dir().join(format!("devbuf-zarrs-read-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let spec = ArraySpec::new(&[512, 512], &[64, 64], DataType::FLOAT32)
+                .with_compressor(Compressor::Zstd { level: 3 });
+            let a = ZarrArray::create(&dir, &spec)?;
+            let values =
+                ndarray::Array2::from_shape_fn((512, 512), |(i, j)| (i * 512 + j) as f32 * 0.5);
+            a.write_subset(&[0, 0], &NDBuffer::from_ndarray(values))?;
+            println!(
+                "(fixture not found: wrote a demo array to {})",
+                dir.display()
+            );
+            dir
+        }
+    };
+
+    let array = ZarrArray::open(&path)?;
+    let m = array.metadata();
+    println!("{}", path.display());
+    println!(
+        "  zarr v{}, shape {:?}, stored as {} in {:?} order, read as {}",
+        m.zarr_format,
+        m.shape,
+        m.stored_dtype,
+        m.order,
+        array.dtype()
+    );
+    println!(
+        "  chunks {:?} (grid {:?}){}, codecs {:?}, fill value {}",
+        m.chunk_shape,
+        m.grid_shape,
+        m.subchunk_shape
+            .as_ref()
+            .map(|s| format!(" of inner chunks {s:?}"))
+            .unwrap_or_default(),
+        m.codecs,
+        m.fill_value
+    );
+
+    let proto = if cuda::is_available() {
+        BufferPrototype::Device(0)
+    } else {
+        println!(
+            "  no GPU ({}): reading into host memory",
+            cuda::unavailable_reason().unwrap_or_default()
+        );
+        BufferPrototype::Host
+    };
+
+    // Every chunk, in one call: decoded on the host in parallel, moved to the device in
+    // batches through page-locked staging (one copy per batch).
+    let grid = &m.grid_shape;
+    let n: u64 = grid.iter().product();
+    let indices: Vec<Vec<u64>> = (0..n)
+        .map(|mut lin| {
+            let mut idx = vec![0u64; grid.len()];
+            for axis in (0..grid.len()).rev() {
+                idx[axis] = lin % grid[axis];
+                lin /= grid[axis];
+            }
+            idx
+        })
+        .collect();
+    let t = Instant::now();
+    let chunks = array.read_chunks(&indices, &proto)?;
+    if let BufferPrototype::Device(o) = proto {
+        cuda::Context::new(o)?.synchronize()?;
+    }
+    let took = t.elapsed();
+    let bytes: usize = chunks.iter().map(|c| c.nbytes()).sum();
+    println!(
+        "  read {} chunks, {} bytes, into {proto} in {:.2} ms",
+        chunks.len(),
+        bytes,
+        took.as_secs_f64() * 1e3
+    );
+
+    // The sum, in float64 (the chunks come back to the host for it).
+    let mut sum = 0.0f64;
+    let mut count = 0usize;
+    for c in &chunks {
+        let f = c
+            .astype(DataType::FLOAT64)?
+            .to_prototype(&BufferPrototype::Host)?;
+        let v = f.to_ndarray::<f64>()?;
+        sum += v.iter().filter(|x| x.is_finite()).sum::<f64>();
+        count += v.len();
+    }
+    println!("  {count} elements, sum of the finite ones (real parts) {sum:.6}");
+
+    // The same array in one read, as a check.
+    let whole = array.read_all(&proto)?;
+    println!(
+        "  read_all: shape {:?}, {} on {}",
+        whole.shape(),
+        whole.dtype(),
+        if whole.is_device() {
+            "the device"
+        } else {
+            "the host"
+        }
+    );
+    Ok(())
+}

@@ -1,0 +1,55 @@
+//! Real zarr stores (feature `zarrs`): zarr v2 and v3 arrays on disk or in a devbuf
+//! [`Store`](crate::zarr::Store), read with the [`zarrs`] crate into
+//! [`NDBuffer`](crate::zarr::NDBuffer)s on the host or a GPU, and written back.
+//!
+//! * [`ZarrArray`]: open ([`open`](ZarrArray::open) a directory,
+//!   [`open_store`](ZarrArray::open_store) a devbuf store), create
+//!   ([`create`](ZarrArray::create) from an [`ArraySpec`]), read a chunk, many chunks, a
+//!   box or a numpy-style selection into any [`BufferPrototype`](crate::zarr::BufferPrototype),
+//!   write a chunk, many chunks or a box from host or device arrays.
+//! * [`ZarrMetadata`]: shape, chunk shape and grid, inner chunks of shards, stored data
+//!   type (element type + byte order), fill value as a [`Scalar`](crate::zarr::Scalar),
+//!   stored order, codecs.
+//! * [`StoreAdapter`]: a devbuf store as `zarrs` storage.
+//!
+//! **What reads return.** Always native-endian, C-contiguous arrays of the stored element
+//! type: big-endian chunks are swapped and zarr v2 `order: "F"` chunks transposed while
+//! decoding (by `zarrs`' `bytes` and `transpose` codecs), so the values are those numpy
+//! and zarr-python return. Missing chunks read as the fill value.
+//!
+//! **Where the work happens.** Codecs (blosc, gzip, zstd, crc32c, sharding, transpose,
+//! bytes) run on the host, in parallel over chunks. Host reads decode straight into the
+//! result. Device reads decode into page-locked staging buffers owned by the array, a
+//! batch at a time, and copy each batch to the device in one transfer while the next
+//! batch is decoded; device writes run the same pipeline backwards. See `docs/zarr.md`,
+//! "Real zarr stores".
+//!
+//! ```
+//! use devbuf::zarr::zarrs::ZarrArray;
+//! use devbuf::zarr::{BufferPrototype, default_buffer_prototype};
+//!
+//! let a = ZarrArray::open("tests/fixtures/zarr/v3_float32_sharded.zarr")?;
+//! let m = a.metadata();
+//! println!("{:?} {} in chunks of {:?}", m.shape, a.dtype(), m.chunk_shape);
+//! // default_buffer_prototype() is a GPU after enable_gpu(); here the host.
+//! let proto = default_buffer_prototype();
+//! let grid = &m.grid_shape;
+//! let indices: Vec<[u64; 2]> = (0..grid[0]).flat_map(|i| (0..grid[1]).map(move |j| [i, j])).collect();
+//! let chunks = a.read_chunks(&indices, &proto)?;
+//! let mut sum = 0.0f64;
+//! for c in &chunks {
+//!     sum += c.to_ndarray::<f32>()?.iter().map(|&v| v as f64).sum::<f64>();
+//! }
+//! assert_eq!(chunks.len(), 4);
+//! # let _ = (sum, BufferPrototype::Host);
+//! # Ok::<(), devbuf::Error>(())
+//! ```
+
+mod array;
+mod metadata;
+mod staging;
+mod storage;
+
+pub use array::{ArraySpec, Compressor, DEFAULT_BATCH_BYTES, ZarrArray};
+pub use metadata::ZarrMetadata;
+pub use storage::StoreAdapter;

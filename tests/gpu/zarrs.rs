@@ -1,0 +1,362 @@
+//! Real zarr stores on the GPU (feature `zarrs`): reading into a device prototype gives
+//! exactly the bytes of a host read (arrays made here for every element type, byte
+//! order, compressor and sharding, with batches small enough to force many staging
+//! rounds; plus the zarr-python fixtures when tests/fixtures/zarr is reachable);
+//! device chunks are consecutive slices of one allocation; staging buffers are reused;
+//! writing from device memory round-trips; a device memory store holds zarr arrays.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use devbuf::zarr::zarrs::{ArraySpec, Compressor, ZarrArray};
+use devbuf::zarr::{
+    AxisSel, BufferPrototype, DataType, DeviceMemoryStore, ElementType, Endianness, NDBuffer,
+    Order, Slice,
+};
+use rand::Rng;
+use rand::rngs::SmallRng;
+
+use crate::common::*;
+
+const HOST: BufferPrototype = BufferPrototype::Host;
+const DEV: BufferPrototype = BufferPrototype::Device(0);
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "devbuf-gpu-zarrs-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The zarr-python fixtures: next to the sources, or under the working directory (the
+/// bundle runs from a checkout), or where DEVBUF_ZARR_FIXTURES points.
+fn fixtures_dir() -> Option<PathBuf> {
+    let candidates = [
+        std::env::var_os("DEVBUF_ZARR_FIXTURES").map(PathBuf::from),
+        Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/zarr")),
+        Some(PathBuf::from("tests/fixtures/zarr")),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .find(|p| p.join("manifest.json").is_file())
+}
+
+fn bytes_of(nd: &NDBuffer) -> Vec<u8> {
+    nd.to_buffer().unwrap().to_bytes().unwrap()
+}
+
+/// Device and host reads agree exactly (shape, dtype, layout, bytes).
+fn assert_same(dev: &NDBuffer, host: &NDBuffer, what: &str) {
+    assert!(dev.is_device(), "{what}: expected device memory");
+    assert!(host.is_host(), "{what}: expected host memory");
+    assert_eq!(dev.shape(), host.shape(), "{what}: shape");
+    assert_eq!(dev.dtype(), host.dtype(), "{what}: dtype");
+    assert!(dev.is_c_contiguous() && dev.dtype().is_native(), "{what}");
+    assert!(
+        bytes_of(dev) == bytes_of(host),
+        "{what}: device bytes differ from host"
+    );
+}
+
+fn grid_indices(grid: &[u64]) -> Vec<Vec<u64>> {
+    let n: u64 = grid.iter().product();
+    (0..n)
+        .map(|mut lin| {
+            let mut idx = vec![0u64; grid.len()];
+            for a in (0..grid.len()).rev() {
+                idx[a] = lin % grid[a];
+                lin /= grid[a];
+            }
+            idx
+        })
+        .collect()
+}
+
+/// Random native element bytes (bools 0/1), never all zero.
+fn random_elements(rng: &mut SmallRng, element: ElementType, n: usize) -> Vec<u8> {
+    let mut v = random_bytes(rng, n * element.size());
+    if element == ElementType::Bool {
+        v.iter_mut().for_each(|b| *b &= 1);
+    }
+    v
+}
+
+fn host_nd(bytes: Vec<u8>, shape: &[u64], element: ElementType) -> NDBuffer {
+    let shape: Vec<usize> = shape.iter().map(|&s| s as usize).collect();
+    NDBuffer::from_memory(bytes, &shape, DataType::native(element), Order::C).unwrap()
+}
+
+/// Checks every read path of `a` on the device against the host.
+fn check_reads(a: &ZarrArray, rng: &mut SmallRng, what: &str) {
+    let m = a.metadata().clone();
+    assert_same(
+        &a.read_all(&DEV).unwrap(),
+        &a.read_all(&HOST).unwrap(),
+        what,
+    );
+
+    let indices = grid_indices(&m.grid_shape);
+    let dev = a.read_chunks(&indices, &DEV).unwrap();
+    let host = a.read_chunks(&indices, &HOST).unwrap();
+    // One allocation, consecutive slices (zero-copy views of it), in order.
+    let base = dev.first().map(|d| d.as_ndarray_like().memory.address());
+    let mut expect = base.unwrap_or(0);
+    for ((d, h), idx) in dev.iter().zip(&host).zip(&indices) {
+        assert_same(d, h, &format!("{what} chunk {idx:?}"));
+        let mem = d.as_ndarray_like().memory;
+        assert_eq!(
+            mem.address(),
+            expect,
+            "{what} chunk {idx:?}: not consecutive"
+        );
+        assert_eq!(
+            mem.as_device().unwrap().parent().address(),
+            dev[0]
+                .as_ndarray_like()
+                .memory
+                .as_device()
+                .unwrap()
+                .parent()
+                .address(),
+            "{what}: chunks in one allocation"
+        );
+        expect += d.nbytes() as u64;
+    }
+    if let Some(idx) = indices.last() {
+        assert_same(
+            &a.read_chunk(idx, &DEV).unwrap(),
+            &a.read_chunk(idx, &HOST).unwrap(),
+            what,
+        );
+    }
+
+    for _ in 0..8 {
+        let ranges: Vec<_> = m
+            .shape
+            .iter()
+            .map(|&n| {
+                let s = rng.random_range(0..=n);
+                s..rng.random_range(s..=n)
+            })
+            .collect();
+        assert_same(
+            &a.read_subset(&ranges, &DEV).unwrap(),
+            &a.read_subset(&ranges, &HOST).unwrap(),
+            &format!("{what} box {ranges:?}"),
+        );
+    }
+    if m.shape.len() >= 2 && m.shape[0] > 1 {
+        let sel = [Slice::new(Some(1), None, 2).into(), AxisSel::Index(-1)];
+        let d = a.read(&sel, &DEV).unwrap();
+        let h = a.read(&sel, &HOST).unwrap();
+        assert_same(
+            &d.copy().unwrap(),
+            &h.copy().unwrap(),
+            &format!("{what} stepped"),
+        );
+    }
+}
+
+gpu_test! {
+    fn zarrs_device_reads_equal_host_for_every_dtype_and_codec() {
+        let mut rng = rng("zarrs_device_reads_equal_host_for_every_dtype_and_codec");
+        let dir = TempDir::new("dtypes");
+        let compressors = [
+            Compressor::None,
+            Compressor::Zstd { level: 3 },
+            Compressor::Gzip { level: 5 },
+            Compressor::Blosc { level: 5 },
+        ];
+        for (k, element) in ElementType::ALL.into_iter().enumerate() {
+            for (j, bo) in [Endianness::Little, Endianness::Big].into_iter().enumerate() {
+                let sharded = (k + j) % 3 == 0;
+                let dtype = DataType::new(element, bo);
+                let shape = [67u64, 45, 3];
+                let spec = if sharded {
+                    ArraySpec::new(&shape, &[32, 16, 3], dtype).with_subchunks(&[8, 8, 3])
+                } else {
+                    ArraySpec::new(&shape, &[16, 10, 2], dtype)
+                }
+                .with_compressor(compressors[(k + j) % 4]);
+                let what = format!("{dtype} sharded={sharded}");
+                let path = dir.0.join(format!("{element}-{bo}"));
+                let a = ZarrArray::create(&path, &spec).unwrap();
+                let n: u64 = shape.iter().product();
+                a.write_subset(&[0, 0, 0], &host_nd(random_elements(&mut rng, element, n as usize), &shape, element))
+                    .unwrap();
+                // Leave a chunk missing: the fill value on both sides.
+                let fill = NDBuffer::create(
+                    &HOST,
+                    &a.chunk_ranges(&[1, 1, 0]).unwrap().iter().map(|r| (r.end - r.start) as usize).collect::<Vec<_>>(),
+                    DataType::native(element),
+                    Order::C,
+                    None,
+                )
+                .unwrap();
+                a.write_chunk(&[1, 1, 0], &fill).unwrap();
+                // Small batches: many staging rounds, slabs smaller than a chunk row.
+                let a = ZarrArray::open(&path).unwrap().with_batch_bytes(4096);
+                check_reads(&a, &mut rng, &what);
+                let a = a.with_batch_bytes(64 << 10);
+                check_reads(&a, &mut rng, &what);
+            }
+        }
+    }
+
+    fn zarrs_device_reads_of_zarr_python_fixtures_equal_host() {
+        let Some(dir) = fixtures_dir() else {
+            println!("SKIPPED zarrs_device_reads_of_zarr_python_fixtures_equal_host: tests/fixtures/zarr not found (run from the repository root or set DEVBUF_ZARR_FIXTURES)");
+            eprintln!("SKIPPED zarrs_device_reads_of_zarr_python_fixtures_equal_host: tests/fixtures/zarr not found");
+            return;
+        };
+        let mut rng = rng("zarrs_device_reads_of_zarr_python_fixtures_equal_host");
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "zarr"))
+            .collect();
+        names.sort();
+        assert_eq!(names.len(), 71);
+        for path in names {
+            let what = path.file_name().unwrap().to_string_lossy().to_string();
+            let a = ZarrArray::open(&path).unwrap();
+            check_reads(&a, &mut rng, &what);
+            // The expected bytes, from the device.
+            let expected = std::fs::read(dir.join("expected").join(what.replace(".zarr", ".bin"))).unwrap();
+            assert!(bytes_of(&a.read_all(&DEV).unwrap()) == expected, "{what}");
+        }
+    }
+
+    fn zarrs_staging_buffers_are_reused() {
+        let dir = TempDir::new("reuse");
+        let mut rng = rng("zarrs_staging_buffers_are_reused");
+        let shape = [256u64, 256];
+        let a = ZarrArray::create(
+            dir.0.join("a"),
+            &ArraySpec::new(&shape, &[64, 64], DataType::FLOAT32).with_compressor(Compressor::Zstd { level: 1 }),
+        )
+        .unwrap()
+        .with_batch_bytes(64 << 10);
+        a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, ElementType::Float32, 65536), &shape, ElementType::Float32))
+            .unwrap();
+        assert_eq!(a.staging_allocations(), 0);
+        let first = a.read_all(&DEV).unwrap(); // 256 KiB in 4 batches: two buffers
+        assert_eq!(a.staging_allocations(), 2);
+        assert!(a.staging_bytes() >= 2 * (64 << 10));
+        for _ in 0..5 {
+            let again = a.read_all(&DEV).unwrap();
+            assert!(bytes_of(&again) == bytes_of(&first));
+            let chunks = a.read_chunks(&grid_indices(&[4, 4]), &DEV).unwrap();
+            assert_eq!(chunks.len(), 16);
+        }
+        assert_eq!(a.staging_allocations(), 2, "no page-locked allocation per call");
+        a.release_staging();
+        assert_eq!(a.staging_bytes(), 0);
+    }
+
+    fn zarrs_writes_from_device_round_trip() {
+        let dir = TempDir::new("write");
+        let mut rng = rng("zarrs_writes_from_device_round_trip");
+        for (k, element) in ElementType::ALL.into_iter().enumerate() {
+            let bo = if k % 2 == 0 { Endianness::Little } else { Endianness::Big };
+            let shape = [37u64, 29];
+            let spec = ArraySpec::new(&shape, &[8, 8], DataType::new(element, bo))
+                .with_compressor(if k % 3 == 0 { Compressor::Blosc { level: 5 } } else { Compressor::Zstd { level: 3 } });
+            let a = ZarrArray::create(dir.0.join(format!("{element}")), &spec).unwrap().with_batch_bytes(4096);
+            let n: u64 = shape.iter().product();
+            let mut model = random_elements(&mut rng, element, n as usize);
+            // Whole array from the device (slabs smaller than a chunk row).
+            let v = host_nd(model.clone(), &shape, element).to_prototype(&DEV).unwrap();
+            a.write_subset(&[0, 0], &v).unwrap();
+            assert!(bytes_of(&a.read_all(&HOST).unwrap()) == model, "{element}: whole");
+
+            // Chunks from another array's device read (consecutive slices of one
+            // allocation: copied back in few copies) into this one.
+            let b = ZarrArray::create(dir.0.join(format!("{element}-src")), &spec).unwrap();
+            model = random_elements(&mut rng, element, n as usize);
+            b.write_subset(&[0, 0], &host_nd(model.clone(), &shape, element)).unwrap();
+            let indices = grid_indices(&a.metadata().grid_shape);
+            let chunks = b.read_chunks(&indices, &DEV).unwrap();
+            a.write_chunks(&indices, &chunks).unwrap();
+            assert!(bytes_of(&a.read_all(&HOST).unwrap()) == model, "{element}: chunks");
+
+            // A device box in F order and big-endian (converted on the device).
+            let boxed = a.read_subset(&[3..20, 5..29], &DEV).unwrap();
+            let flipped = boxed
+                .copy_order(Order::F)
+                .unwrap()
+                .astype(DataType::new(element, if element.size() > 1 { Endianness::Big } else { Endianness::Little }))
+                .unwrap();
+            assert!(flipped.is_device());
+            a.write_subset(&[0, 0], &flipped).unwrap();
+            let back = a.read_subset(&[0..17, 0..24], &HOST).unwrap();
+            assert!(bytes_of(&back) == bytes_of(&boxed.to_prototype(&HOST).unwrap()), "{element}: box");
+        }
+    }
+
+    fn zarrs_arrays_in_a_device_memory_store() {
+        let mut rng = rng("zarrs_arrays_in_a_device_memory_store");
+        let store = Arc::new(DeviceMemoryStore::new(0).unwrap());
+        let shape = [40u64, 33];
+        let spec = ArraySpec::new(&shape, &[16, 16], DataType::INT64)
+            .with_subchunks(&[8, 8])
+            .with_compressor(Compressor::Gzip { level: 3 });
+        let a = ZarrArray::create_in_store(store.clone(), "grp/a", &spec).unwrap();
+        let data = random_elements(&mut rng, ElementType::Int64, 40 * 33);
+        a.write_subset(&[0, 0], &host_nd(data.clone(), &shape, ElementType::Int64)).unwrap();
+        let b = ZarrArray::open_store(store, "grp/a").unwrap();
+        assert!(bytes_of(&b.read_all(&HOST).unwrap()) == data);
+        assert_same(&b.read_all(&DEV).unwrap(), &b.read_all(&HOST).unwrap(), "device store");
+    }
+
+    fn zarrs_device_read_throughput_report() {
+        // 64 MiB of float32 in 1 MiB zstd chunks: host read vs device read.
+        let dir = TempDir::new("bench");
+        let mut rng = rng("zarrs_device_read_throughput_report");
+        let shape = [4096u64, 4096];
+        let a = ZarrArray::create(
+            dir.0.join("a"),
+            &ArraySpec::new(&shape, &[512, 512], DataType::FLOAT32).with_compressor(Compressor::Zstd { level: 1 }),
+        )
+        .unwrap();
+        // Compressible but not constant data.
+        let mut v = vec![0u8; 4096 * 4096 * 4];
+        for (i, c) in v.chunks_mut(4).enumerate() {
+            c.copy_from_slice(&((i % 1000) as f32 + rng.random_range(0..4) as f32).to_le_bytes());
+        }
+        a.write_subset(&[0, 0], &host_nd(v, &shape, ElementType::Float32)).unwrap();
+        let mb = 64.0 * 1.048576;
+        let _ = a.read_all(&DEV).unwrap(); // warm up (staging, context)
+        for proto in [HOST, DEV] {
+            let t = std::time::Instant::now();
+            let r = a.read_all(&proto).unwrap();
+            if proto.is_device() {
+                ctx().synchronize().unwrap();
+            }
+            let s = t.elapsed().as_secs_f64();
+            println!("zarrs read_all 64 MiB zstd to {proto}: {:.1} ms, {:.0} MB/s", s * 1e3, mb / s);
+            let t = std::time::Instant::now();
+            let chunks = a.read_chunks(&grid_indices(&[8, 8]), &proto).unwrap();
+            let s = t.elapsed().as_secs_f64();
+            println!("zarrs read_chunks 64 x 1 MiB zstd to {proto}: {:.1} ms, {:.0} MB/s", s * 1e3, mb / s);
+            drop((r, chunks));
+        }
+    }
+}

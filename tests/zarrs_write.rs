@@ -1,0 +1,731 @@
+//! Writing zarr arrays through `devbuf::zarr::zarrs` and reading them back: every
+//! element type in both byte orders and with every compressor, sharded and not, zarr
+//! v2 arrays (F order, big-endian) written in place, devbuf stores through the store
+//! adapter, zarr-python reading what devbuf wrote (when python3 and zarr are
+//! installed), and clear errors for bad input.
+//!
+//! Run with `cargo test --features zarrs`.
+#![cfg(feature = "zarrs")]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use devbuf::Error;
+use devbuf::zarr::zarrs::{ArraySpec, Compressor, ZarrArray};
+use devbuf::zarr::{
+    AxisSel, BufferPrototype, DataType, ElementType, Endianness, MemoryStore, NDBuffer, Order,
+    Scalar, Store,
+};
+use rand::rngs::SmallRng;
+use rand::{Rng, RngCore, SeedableRng};
+
+const HOST: BufferPrototype = BufferPrototype::Host;
+
+/// A temporary directory removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "devbuf-zarrs-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/zarr")
+        .join(name)
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+/// Random native-endian element bytes (bools 0 or 1).
+fn random_bytes(rng: &mut SmallRng, element: ElementType, n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n * element.size()];
+    rng.fill_bytes(&mut v);
+    if element == ElementType::Bool {
+        v.iter_mut().for_each(|b| *b &= 1);
+    }
+    v
+}
+
+fn nd(bytes: Vec<u8>, shape: &[u64], element: ElementType) -> NDBuffer {
+    let shape: Vec<usize> = shape.iter().map(|&s| s as usize).collect();
+    NDBuffer::from_memory(bytes, &shape, DataType::native(element), Order::C).unwrap()
+}
+
+fn bytes_of(nd: &NDBuffer) -> Vec<u8> {
+    nd.to_buffer().unwrap().to_bytes().unwrap()
+}
+
+/// The C-order bytes of a box of a C-order array (elem-byte elements).
+fn sub_box(all: &[u8], full: &[u64], elem: usize, start: &[u64], shape: &[u64]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for_each_box(full, elem, start, shape, |off| {
+        out.extend_from_slice(&all[off..off + elem])
+    });
+    out
+}
+
+fn put_box(all: &mut [u8], full: &[u64], elem: usize, start: &[u64], shape: &[u64], v: &[u8]) {
+    let mut i = 0;
+    for_each_box(full, elem, start, shape, |off| {
+        all[off..off + elem].copy_from_slice(&v[i..i + elem]);
+        i += elem;
+    });
+}
+
+fn for_each_box(full: &[u64], elem: usize, start: &[u64], shape: &[u64], mut f: impl FnMut(usize)) {
+    let nd = shape.len();
+    let mut strides = vec![elem as u64; nd];
+    for a in (0..nd.saturating_sub(1)).rev() {
+        strides[a] = strides[a + 1] * full[a + 1];
+    }
+    let n: u64 = shape.iter().product();
+    for lin in 0..n {
+        let mut rem = lin;
+        let mut off = 0;
+        for a in (0..nd).rev() {
+            off += (start[a] + rem % shape[a]) * strides[a];
+            rem /= shape[a];
+        }
+        f(off as usize);
+    }
+}
+
+fn grid_indices(grid: &[u64]) -> Vec<Vec<u64>> {
+    let n: u64 = grid.iter().product();
+    (0..n)
+        .map(|mut lin| {
+            let mut idx = vec![0u64; grid.len()];
+            for a in (0..grid.len()).rev() {
+                idx[a] = lin % grid[a];
+                lin /= grid[a];
+            }
+            idx
+        })
+        .collect()
+}
+
+/// Writes the whole array, then chunk by chunk (values in other byte orders and
+/// layouts), then random boxes, checking the whole array against a model each time.
+fn round_trip(a: &ZarrArray, rng: &mut SmallRng, what: &str) -> Vec<u8> {
+    let m = a.metadata().clone();
+    let element = m.stored_dtype.element();
+    let elem = element.size();
+    let n: u64 = m.shape.iter().product();
+
+    // 1. Whole array.
+    let mut model = random_bytes(rng, element, n as usize);
+    a.write_subset(
+        &vec![0; m.shape.len()],
+        &nd(model.clone(), &m.shape, element),
+    )
+    .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        bytes_of(&a.read_all(&HOST).unwrap()) == model,
+        "{what}: whole"
+    );
+
+    // 2. Every chunk, as big-endian or F-order values (converted on write).
+    let indices = grid_indices(&m.grid_shape);
+    let mut values = Vec::new();
+    for (k, idx) in indices.iter().enumerate() {
+        let r = a.chunk_ranges(idx).unwrap();
+        let start: Vec<u64> = r.iter().map(|r| r.start).collect();
+        let shape: Vec<u64> = r.iter().map(|r| r.end - r.start).collect();
+        let count: u64 = shape.iter().product();
+        let bytes = random_bytes(rng, element, count as usize);
+        put_box(&mut model, &m.shape, elem, &start, &shape, &bytes);
+        let v = nd(bytes, &shape, element);
+        let v = match k % 3 {
+            0 => v.astype(DataType::big(element)).unwrap(),
+            1 => v.copy_order(Order::F).unwrap(),
+            _ => v,
+        };
+        values.push(v);
+    }
+    a.write_chunks(&indices, &values)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        bytes_of(&a.read_all(&HOST).unwrap()) == model,
+        "{what}: chunks"
+    );
+
+    // 3. Random boxes (partial chunks: read, modify, write).
+    for _ in 0..6 {
+        let mut start = Vec::new();
+        let mut shape = Vec::new();
+        for &s in &m.shape {
+            let b = rng.random_range(0..s);
+            let e = rng.random_range(b..=s);
+            start.push(b);
+            shape.push(e - b);
+        }
+        let count: u64 = shape.iter().product();
+        let bytes = random_bytes(rng, element, count as usize);
+        put_box(&mut model, &m.shape, elem, &start, &shape, &bytes);
+        a.write_subset(&start, &nd(bytes, &shape, element))
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let ranges: Vec<_> = start.iter().zip(&shape).map(|(&s, &n)| s..s + n).collect();
+        assert!(
+            bytes_of(&a.read_subset(&ranges, &HOST).unwrap())
+                == sub_box(&model, &m.shape, elem, &start, &shape),
+            "{what}: box {ranges:?}"
+        );
+    }
+    assert!(
+        bytes_of(&a.read_all(&HOST).unwrap()) == model,
+        "{what}: boxes"
+    );
+    model
+}
+
+#[test]
+fn every_dtype_byte_order_and_compressor_round_trips() {
+    let dir = TempDir::new("dtypes");
+    let mut rng = SmallRng::seed_from_u64(0xd7e5);
+    let compressors = [
+        Compressor::None,
+        Compressor::Zstd { level: 3 },
+        Compressor::Gzip { level: 5 },
+        Compressor::Blosc { level: 5 },
+    ];
+    let mut k = 0;
+    for element in ElementType::ALL {
+        let orders: &[Endianness] = if element.size() > 1 {
+            &[Endianness::Little, Endianness::Big]
+        } else {
+            &[Endianness::Little]
+        };
+        for &bo in orders {
+            for sharded in [false, true] {
+                let compressor = compressors[k % compressors.len()];
+                k += 1;
+                let dtype = DataType::new(element, bo);
+                let name = format!("{element}_{bo}_{sharded}_{compressor:?}");
+                let spec = if sharded {
+                    ArraySpec::new(&[13, 10], &[8, 6], dtype).with_subchunks(&[4, 3])
+                } else {
+                    ArraySpec::new(&[13, 10], &[4, 3], dtype)
+                }
+                .with_compressor(compressor);
+                let path = dir.join(&name);
+                let a = ZarrArray::create(&path, &spec).unwrap_or_else(|e| panic!("{name}: {e}"));
+                // Reopened, the metadata says what was asked for.
+                let m = ZarrArray::open(&path).unwrap().metadata().clone();
+                assert_eq!(m.zarr_format, 3);
+                assert_eq!(m.stored_dtype, dtype, "{name}");
+                assert_eq!(m.subchunk_shape.is_some(), sharded, "{name}");
+                round_trip(&a, &mut rng, &name);
+                // A fresh handle reads what the first wrote.
+                let again = ZarrArray::open(&path).unwrap();
+                assert!(
+                    bytes_of(&again.read_all(&HOST).unwrap())
+                        == bytes_of(&a.read_all(&HOST).unwrap()),
+                    "{name}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn zarr_v2_arrays_are_written_in_place() {
+    // F order, big-endian and blosc v2 fixtures copied and overwritten.
+    let dir = TempDir::new("v2");
+    let mut rng = SmallRng::seed_from_u64(0x2222);
+    for name in [
+        "v2_float32_F.zarr",
+        "v2_complex64_F.zarr",
+        "v2_bool_F.zarr",
+        "v2_uint16_bigendian.zarr",
+        "v2_complex64_bigendian.zarr",
+        "v2_int16_gzip.zarr",
+    ] {
+        let path = dir.join(name);
+        copy_dir(&fixture(name), &path);
+        let a = ZarrArray::open(&path).unwrap();
+        assert_eq!(a.metadata().zarr_format, 2);
+        let model = round_trip(&a, &mut rng, name);
+        assert!(
+            bytes_of(&ZarrArray::open(&path).unwrap().read_all(&HOST).unwrap()) == model,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn chunks_equal_to_the_fill_value_are_not_stored() {
+    let dir = TempDir::new("fill");
+    let spec = ArraySpec::new(&[4, 4], &[2, 2], DataType::FLOAT64)
+        .with_fill_value(Scalar::from(2.5f64))
+        .with_compressor(Compressor::Zstd { level: 1 });
+    let a = ZarrArray::create(dir.join("a"), &spec).unwrap();
+    let mut ones = NDBuffer::create(&HOST, &[2, 2], DataType::FLOAT64, Order::C, None).unwrap();
+    ones.fill(Scalar::from(1.0f64)).unwrap();
+    a.write_chunk(&[0, 1], &ones).unwrap();
+    assert!(a.chunk_is_stored(&[0, 1]).unwrap());
+    let fill = NDBuffer::create(
+        &HOST,
+        &[2, 2],
+        DataType::FLOAT64,
+        Order::C,
+        Some(Scalar::from(2.5f64)),
+    )
+    .unwrap();
+    a.write_chunk(&[0, 1], &fill).unwrap();
+    assert!(
+        !a.chunk_is_stored(&[0, 1]).unwrap(),
+        "a fill-valued chunk is erased"
+    );
+    assert!(
+        a.read_all(&HOST)
+            .unwrap()
+            .all_equal(Some(Scalar::from(2.5f64)), true)
+            .unwrap()
+    );
+}
+
+#[test]
+fn devbuf_stores_hold_zarr_arrays() {
+    let store = Arc::new(MemoryStore::new());
+    let mut rng = SmallRng::seed_from_u64(7);
+    for (path, sharded) in [("", false), ("group/inner/arr", true)] {
+        let spec = ArraySpec::new(&[9, 7], &[4, 4], DataType::INT32)
+            .with_compressor(Compressor::Blosc { level: 3 });
+        let spec = if sharded {
+            ArraySpec::new(&[9, 7], &[4, 4], DataType::INT32).with_subchunks(&[2, 2])
+        } else {
+            spec
+        };
+        let a = ZarrArray::create_in_store(store.clone(), path, &spec).unwrap();
+        assert!(a.location().starts_with("store:/"));
+        let model = round_trip(&a, &mut rng, path);
+        let b = ZarrArray::open_store(store.clone(), path).unwrap();
+        assert!(bytes_of(&b.read_all(&HOST).unwrap()) == model);
+        assert!(ZarrArray::create_in_store(store.clone(), path, &spec).is_err());
+    }
+    let keys = store.list().unwrap();
+    assert!(keys.contains(&"zarr.json".to_string()), "{keys:?}");
+    assert!(
+        keys.contains(&"group/inner/arr/zarr.json".to_string()),
+        "{keys:?}"
+    );
+    assert!(
+        keys.contains(&"group/inner/arr/c/0/0".to_string()),
+        "{keys:?}"
+    );
+
+    // Read-only: reads work, writes are refused with an error.
+    let ro: Arc<dyn Store> = Arc::new(store.with_read_only(true));
+    let a = ZarrArray::open_store(ro, "group/inner/arr").unwrap();
+    a.read_all(&HOST).unwrap();
+    let v = nd(vec![0u8; 4], &[1, 1], ElementType::Int32);
+    let e = a.write_subset(&[0, 0], &v).unwrap_err();
+    assert!(e.to_string().contains("read only"), "{e}");
+}
+
+#[test]
+fn fixtures_in_a_memory_store_read_like_on_disk() {
+    // Copy a sharded fixture's files into a MemoryStore: partial reads of shard
+    // indexes go through the adapter's byte ranges.
+    for name in [
+        "v3_float64_sharded.zarr",
+        "v2_complex64_F.zarr",
+        "v3_int32_0d.zarr",
+    ] {
+        let store = Arc::new(MemoryStore::new());
+        let root = fixture(name);
+        let mut stack = vec![root.clone()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else {
+                    let key = p
+                        .strip_prefix(&root)
+                        .unwrap()
+                        .to_str()
+                        .unwrap()
+                        .replace('\\', "/");
+                    let key = format!("x/{key}");
+                    store
+                        .set(
+                            &key,
+                            &devbuf::zarr::Buffer::from_bytes(std::fs::read(&p).unwrap()),
+                        )
+                        .unwrap();
+                }
+            }
+        }
+        let disk = ZarrArray::open(&root).unwrap();
+        let mem = ZarrArray::open_store(store, "/x/").unwrap();
+        assert_eq!(disk.metadata(), mem.metadata(), "{name}");
+        assert!(
+            bytes_of(&disk.read_all(&HOST).unwrap()) == bytes_of(&mem.read_all(&HOST).unwrap()),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn reads_from_many_threads_agree() {
+    let a = ZarrArray::open(fixture("v3_float32_sharded.zarr")).unwrap();
+    let whole = bytes_of(&a.read_all(&HOST).unwrap());
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                for _ in 0..10 {
+                    assert!(bytes_of(&a.read_all(&HOST).unwrap()) == whole);
+                }
+            });
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------- errors
+
+fn err_text(r: Result<impl std::fmt::Debug, Error>) -> String {
+    r.expect_err("expected an error").to_string()
+}
+
+#[test]
+fn opening_bad_paths_and_bad_metadata_is_an_error() {
+    let t = err_text(ZarrArray::open(fixture("no_such_array.zarr")));
+    assert!(
+        t.contains("no zarr array") && t.contains("not a directory"),
+        "{t}"
+    );
+    let t = err_text(ZarrArray::open(fixture("manifest.json")));
+    assert!(t.contains("not a directory"), "{t}");
+
+    let dir = TempDir::new("badmeta");
+    let empty = dir.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let t = err_text(ZarrArray::open(&empty));
+    assert!(t.contains("neither zarr.json"), "{t}");
+
+    let garbage = dir.join("garbage");
+    std::fs::create_dir_all(&garbage).unwrap();
+    std::fs::write(garbage.join("zarr.json"), b"{ not json").unwrap();
+    let t = err_text(ZarrArray::open(&garbage));
+    assert!(t.contains("zarr.json"), "{t}");
+
+    let strings = dir.join("strings");
+    std::fs::create_dir_all(&strings).unwrap();
+    std::fs::write(
+        strings.join("zarr.json"),
+        br#"{"zarr_format":3,"node_type":"array","shape":[4],"data_type":"string",
+            "chunk_grid":{"name":"regular","configuration":{"chunk_shape":[2]}},
+            "chunk_key_encoding":{"name":"default","configuration":{"separator":"/"}},
+            "fill_value":"","codecs":[{"name":"vlen-utf8"}],"attributes":{}}"#,
+    )
+    .unwrap();
+    let t = err_text(ZarrArray::open(&strings));
+    assert!(t.contains("data type \"string\" is not supported"), "{t}");
+
+    let unknown_codec = dir.join("codec");
+    std::fs::create_dir_all(&unknown_codec).unwrap();
+    std::fs::write(
+        unknown_codec.join("zarr.json"),
+        br#"{"zarr_format":3,"node_type":"array","shape":[4],"data_type":"int8",
+            "chunk_grid":{"name":"regular","configuration":{"chunk_shape":[2]}},
+            "chunk_key_encoding":{"name":"default","configuration":{"separator":"/"}},
+            "fill_value":0,"codecs":[{"name":"bytes"},{"name":"no_such_codec"}],"attributes":{}}"#,
+    )
+    .unwrap();
+    let t = err_text(ZarrArray::open(&unknown_codec));
+    assert!(t.contains("cannot open the zarr array"), "{t}");
+
+    let t = err_text(ZarrArray::open_store(
+        Arc::new(MemoryStore::new()),
+        "a/../b",
+    ));
+    assert!(t.contains("invalid array path"), "{t}");
+    let t = err_text(ZarrArray::open_store(Arc::new(MemoryStore::new()), "a"));
+    assert!(t.contains("no zarr array at store:/a"), "{t}");
+}
+
+#[test]
+fn bad_selections_are_errors_that_say_what_is_valid() {
+    let a = ZarrArray::open(fixture("v3_float32.zarr")).unwrap(); // 10 x 7, chunks 4 x 3
+    let t = err_text(a.read_chunk(&[3, 0], &HOST));
+    assert!(t.contains("[3, 0]") && t.contains("[3, 3]"), "{t}");
+    let t = err_text(a.read_chunk(&[0], &HOST));
+    assert!(t.contains("2 indices"), "{t}");
+    let t = err_text(a.read_chunks(&[[0u64, 0], [0, 9]], &HOST));
+    assert!(t.contains("[0, 9]"), "{t}");
+    let t = err_text(a.read_subset(&[0..11, 0..7], &HOST));
+    assert!(t.contains("axis 0") && t.contains("size 10"), "{t}");
+    #[allow(clippy::reversed_empty_ranges)]
+    let t = err_text(a.read_subset(&[5..2, 0..7], &HOST));
+    assert!(t.contains("5..2"), "{t}");
+    #[allow(clippy::single_range_in_vec_init)] // one range: one axis, deliberately
+    let one_axis = [0..1u64];
+    let t = err_text(a.read_subset(&one_axis, &HOST));
+    assert!(t.contains("2 dimension(s)"), "{t}");
+    let t = err_text(a.read(&[0.into(), 0.into(), 0.into()], &HOST));
+    assert!(t.contains("too many indices"), "{t}");
+    let t = err_text(a.read(&[AxisSel::Index(-11)], &HOST));
+    assert!(t.contains("out of bounds"), "{t}");
+    let t = err_text(a.chunk_is_stored(&[0, 3]));
+    assert!(t.contains("out of range"), "{t}");
+}
+
+#[test]
+fn bad_writes_are_errors() {
+    let dir = TempDir::new("badwrite");
+    let a = ZarrArray::create(
+        dir.join("a"),
+        &ArraySpec::new(&[6, 5], &[4, 4], DataType::INT16),
+    )
+    .unwrap();
+    let v = nd(vec![0u8; 8], &[2, 2], ElementType::Int16);
+    let wrong_type = nd(vec![0u8; 16], &[2, 2], ElementType::Int32);
+    let t = err_text(a.write_subset(&[0, 0], &wrong_type));
+    assert!(
+        t.contains("data type mismatch") && t.contains("int16") && t.contains("int32"),
+        "{t}"
+    );
+    let t = err_text(a.write_subset(&[5, 0], &v));
+    assert!(t.contains("out of bounds for axis 0"), "{t}");
+    let t = err_text(a.write_subset(&[0], &v));
+    assert!(t.contains("2 dimension(s)"), "{t}");
+    let t = err_text(a.write_chunk(&[0, 0], &v));
+    assert!(t.contains("[2, 2]") && t.contains("[4, 4]"), "{t}");
+    let edge = nd(vec![0u8; 2 * 4 * 2], &[2, 4], ElementType::Int16); // chunk (1, 0) is 2 x 4
+    a.write_chunk(&[1, 0], &edge).unwrap();
+    let t = err_text(a.write_chunk(&[2, 0], &edge));
+    assert!(t.contains("out of range"), "{t}");
+    let t = err_text(a.write_chunks(&[[1u64, 0], [1, 0]], &[edge.clone(), edge.clone()]));
+    assert!(t.contains("more than once"), "{t}");
+    let t = err_text(a.write_chunks(&[[1u64, 0]], &[]));
+    assert!(t.contains("1 chunk indices but 0 values"), "{t}");
+    // Nothing above wrote anything but the one valid chunk.
+    assert!(a.chunk_is_stored(&[1, 0]).is_ok());
+    assert!(!a.chunk_is_stored(&[0, 0]).unwrap());
+}
+
+#[test]
+fn bad_specs_are_errors() {
+    let dir = TempDir::new("badspec");
+    let t = DataType::FLOAT32;
+    for (spec, want) in [
+        (ArraySpec::new(&[4, 4], &[2], t), "dimension(s)"),
+        (ArraySpec::new(&[4, 4], &[2, 0], t), "zero extent"),
+        (
+            ArraySpec::new(&[4, 4], &[4, 4], t).with_subchunks(&[3, 2]),
+            "divide",
+        ),
+        (
+            ArraySpec::new(&[4], &[2], t).with_compressor(Compressor::Gzip { level: 10 }),
+            "gzip level 10",
+        ),
+        (
+            ArraySpec::new(&[4], &[2], t).with_compressor(Compressor::Blosc { level: 12 }),
+            "blosc level 12",
+        ),
+    ] {
+        let msg = err_text(ZarrArray::create(dir.join("x"), &spec));
+        assert!(msg.contains(want), "{msg}");
+    }
+    ZarrArray::create(dir.join("y"), &ArraySpec::new(&[4], &[2], t)).unwrap();
+    let msg = err_text(ZarrArray::create(
+        dir.join("y"),
+        &ArraySpec::new(&[4], &[2], t),
+    ));
+    assert!(msg.contains("already exists"), "{msg}");
+}
+
+#[test]
+fn corrupt_chunks_are_errors_not_panics() {
+    let dir = TempDir::new("corrupt");
+    for (name, chunk) in [
+        ("v3_float32_zstd.zarr", "c/0/0/0"),
+        ("v2_int16_blosc.zarr", "0.0.0"),
+        ("v3_int16_gzip.zarr", "c/1/1/0"),
+        ("v3_uint8_sharded.zarr", "c/0/0"),
+        ("v3_float32_none.zarr", "c/0/0/0"),
+    ] {
+        let path = dir.join(name);
+        copy_dir(&fixture(name), &path);
+        let file = path.join(chunk);
+        let len = std::fs::metadata(&file).unwrap().len() as usize;
+        std::fs::write(&file, vec![0xA5u8; len / 2 + 1]).unwrap();
+        let a = ZarrArray::open(&path).unwrap();
+        let e = a.read_all(&HOST).unwrap_err();
+        println!("{name}: {e}");
+        assert!(
+            matches!(
+                e,
+                Error::Malformed(_) | Error::InvalidArgument(_) | Error::Io { .. }
+            ),
+            "{name}: {e:?}"
+        );
+        assert!(
+            e.to_string().contains(path.to_str().unwrap()),
+            "{name}: {e}"
+        );
+        // Other chunks still read.
+        let last: Vec<u64> = a.metadata().grid_shape.iter().map(|&g| g - 1).collect();
+        a.read_chunk(&last, &HOST).unwrap();
+    }
+}
+
+#[test]
+fn device_prototypes_without_a_gpu_are_errors() {
+    if devbuf::cuda::is_available() {
+        println!("skipped: a GPU is present (tests/gpu/zarrs.rs covers device reads)");
+        return;
+    }
+    let a = ZarrArray::open(fixture("v3_int8.zarr")).unwrap();
+    let e = a.read_all(&BufferPrototype::Device(0)).unwrap_err();
+    assert!(e.is_cuda_unavailable(), "{e}");
+    let e = a
+        .read_chunks(&[[0u64, 0]], &BufferPrototype::Device(0))
+        .unwrap_err();
+    assert!(e.is_cuda_unavailable(), "{e}");
+    assert_eq!(a.staging_bytes(), 0);
+}
+
+// ------------------------------------------------------------ zarr-python reads devbuf
+
+fn python_with_zarr() -> Result<(), String> {
+    match std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import zarr, numpy; assert int(zarr.__version__.split('.')[0]) >= 3",
+        ])
+        .output()
+    {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(format!(
+            "python3 has no zarr>=3: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+        Err(e) => Err(format!("no python3: {e}")),
+    }
+}
+
+#[test]
+fn zarr_python_reads_what_devbuf_writes() {
+    if let Err(why) = python_with_zarr() {
+        println!("skipped: {why}");
+        return;
+    }
+    let dir = TempDir::new("python");
+    let mut rng = SmallRng::seed_from_u64(0x9e7);
+    let mut cases = Vec::new();
+    let compressors = [
+        Compressor::Zstd { level: 3 },
+        Compressor::Gzip { level: 5 },
+        Compressor::Blosc { level: 5 },
+        Compressor::None,
+    ];
+    for (k, element) in ElementType::ALL.into_iter().enumerate() {
+        let bo = if k % 2 == 0 {
+            Endianness::Little
+        } else {
+            Endianness::Big
+        };
+        let dtype = DataType::new(element, bo);
+        let spec = if k % 3 == 0 {
+            ArraySpec::new(&[9, 8], &[6, 4], dtype).with_subchunks(&[3, 2])
+        } else {
+            ArraySpec::new(&[9, 8], &[4, 3], dtype)
+        }
+        .with_compressor(compressors[k % compressors.len()])
+        .with_fill_value(Scalar::from(1u8));
+        let name = format!("{element}.zarr");
+        let a = ZarrArray::create(dir.join(&name), &spec).unwrap();
+        round_trip(&a, &mut rng, &name);
+        // Chunk (0, 0) all fill value: erased, so Python must fill it in.
+        let r = a.chunk_ranges(&[0, 0]).unwrap();
+        let shape: Vec<usize> = r.iter().map(|r| (r.end - r.start) as usize).collect();
+        let fill = NDBuffer::create(
+            &HOST,
+            &shape,
+            DataType::native(element),
+            Order::C,
+            Some(Scalar::from(1u8)),
+        )
+        .unwrap();
+        a.write_chunk(&[0, 0], &fill).unwrap();
+        assert!(!a.chunk_is_stored(&[0, 0]).unwrap(), "{name}");
+        let whole = bytes_of(&a.read_all(&HOST).unwrap());
+        std::fs::write(dir.join(&format!("{element}.bin")), &whole).unwrap();
+        cases.push((name, element.name().to_string()));
+    }
+    // A zarr v2 array (F order, big-endian) rewritten by devbuf.
+    for name in ["v2_float64_F.zarr", "v2_uint16_bigendian.zarr"] {
+        copy_dir(&fixture(name), &dir.join(name));
+        let a = ZarrArray::open(dir.join(name)).unwrap();
+        round_trip(&a, &mut rng, name);
+        let whole = bytes_of(&a.read_all(&HOST).unwrap());
+        let stem = name.trim_end_matches(".zarr");
+        std::fs::write(dir.join(&format!("{stem}.bin")), &whole).unwrap();
+        cases.push((name.to_string(), a.dtype().element().name().to_string()));
+    }
+    let list: Vec<String> = cases
+        .iter()
+        .map(|(n, t)| format!("(\"{n}\", \"{t}\")"))
+        .collect();
+    let script = format!(
+        r#"
+import sys, numpy as np, zarr
+root = sys.argv[1]
+bad = []
+for name, dt in [{cases}]:
+    a = zarr.open_array(root + "/" + name, mode="r")
+    got = np.ascontiguousarray(a[...]).astype(np.dtype(dt).newbyteorder("="))
+    want = np.fromfile(root + "/" + name[:-5] + ".bin", dtype=np.dtype(dt))
+    if got.tobytes() != want.tobytes():
+        bad.append(name)
+print("checked", len([{cases}]), "arrays; mismatched:", bad)
+sys.exit(1 if bad else 0)
+"#,
+        cases = list.join(", ")
+    );
+    let out = std::process::Command::new("python3")
+        .args(["-c", &script, dir.0.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "zarr-python disagrees: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
