@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the GPU bundle: release binaries with `--features cuda-tests`, stripped, plus
+# Builds the GPU bundle: release binaries with `--features cuda-tests,zarrs`, stripped, plus
 # run.sh and the peer benchmark scripts, in one folder (default .gpu/) that can be
 # carried to any x86-64 Linux machine with an NVIDIA driver. cudarc loads libcuda at run
 # time, so no CUDA toolkit is needed to build it.
@@ -15,16 +15,18 @@ EXAMPLES="$(ls examples/*.rs | xargs -n1 basename | sed 's/\.rs$//' | tr '\n' ' 
 
 echo "building the GPU test binary and examples (release, --features cuda-tests)..."
 LOG="$(mktemp)"
-cargo test --release --features cuda-tests --test gpu --no-run 2>&1 | tee "$LOG" >&2
+cargo test --release --features cuda-tests,zarrs --test gpu --no-run 2>&1 | tee "$LOG" >&2
 TEST_BIN="$(grep -oE 'Executable tests/gpu/main.rs \(([^)]+)\)' "$LOG" | sed -E 's/.*\((.*)\)/\1/' | tail -1)"
 rm -f "$LOG"
 if [ -z "$TEST_BIN" ] || [ ! -x "$TEST_BIN" ]; then
     echo "could not find the GPU test binary" >&2
     exit 1
 fi
-cargo build --release --features cuda-tests --examples >&2
+cargo build --release --features cuda-tests,zarrs --examples >&2
 
 rm -rf "$OUT"
+FINAL="$OUT"
+OUT="$(mktemp -d)/bundle"
 mkdir -p "$OUT/bin" "$OUT/scripts"
 cp "$TEST_BIN" "$OUT/bin/gpu-tests"
 for ex in $EXAMPLES; do
@@ -33,8 +35,27 @@ done
 strip "$OUT"/bin/*
 cp scripts/run-gpu.sh "$OUT/run.sh"
 cp -r scripts/bench_peers.py scripts/peers "$OUT/scripts/"
-git rev-parse --short HEAD > "$OUT/COMMIT" 2>/dev/null || echo unknown > "$OUT/COMMIT"
+mkdir -p "$OUT/fixtures"
+cp -r tests/fixtures/zarr "$OUT/fixtures/zarr"
+{ git rev-parse --short HEAD; git diff --quiet HEAD || echo "-dirty-$(date +%s)"; } | tr -d "\n" > "$OUT/COMMIT" 2>/dev/null || echo unknown > "$OUT/COMMIT"
 echo "$EXAMPLES" > "$OUT/EXAMPLES"
-du -sh "$OUT" >&2
 ls -la "$OUT/bin" >&2
-echo "bundle ready in $OUT (commit $(cat "$OUT/COMMIT"))"
+# The binaries embed the kernels' PTX and compress well: carry one archive (the device
+# tool carries at most 64 MiB) and a launcher that unpacks it once per commit.
+mkdir -p "$FINAL"
+tar -C "$OUT" -cf - . | xz -T0 -6 > "$FINAL/bundle.tar.xz"
+cp "$OUT/COMMIT" "$FINAL/COMMIT"
+cat > "$FINAL/run.sh" <<'LAUNCH'
+#!/usr/bin/env bash
+# Unpacks the bundle (once per commit) and runs its run.sh with the same arguments.
+HERE="$(cd "$(dirname "$0")" && pwd)"
+DEST="${DEVBUF_BUNDLE_DIR:-/tmp/devbuf-bundle}"
+if [ "$(cat "$DEST/COMMIT" 2>/dev/null)" != "$(cat "$HERE/COMMIT")" ]; then
+    rm -rf "$DEST" && mkdir -p "$DEST" && xz -dc "$HERE/bundle.tar.xz" | tar -C "$DEST" -xf - || exit 1
+fi
+exec bash "$DEST/run.sh" "$@"
+LAUNCH
+chmod +x "$FINAL/run.sh"
+rm -rf "$(dirname "$OUT")"
+du -sh "$FINAL" >&2
+echo "bundle ready in $FINAL (commit $(cat "$FINAL/COMMIT")); run: bash $FINAL/run.sh [all|tests|sanitizer|bench|examples]"

@@ -12,6 +12,7 @@ mkdir -p "$LOGS"
 MODE="${1:-all}"
 shift || true
 BIN="$HERE/bin"
+export DEVBUF_ZARR_FIXTURES="$HERE/fixtures/zarr"
 SUMMARY=()
 DEVICE="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 || echo 'no nvidia-smi')"
 NGPU="$(nvidia-smi -L 2>/dev/null | wc -l)"
