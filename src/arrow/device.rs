@@ -11,7 +11,7 @@ use std::fmt;
 
 use arrow_array::{Array, ArrayRef, make_array};
 use arrow_buffer::Buffer;
-use arrow_data::{ArrayData, ArrayDataBuilder, BufferSpec, layout};
+use arrow_data::{ArrayData, ArrayDataBuilder, BufferSpec, DataTypeLayout, layout};
 use arrow_schema::{DataType, UnionMode};
 
 use crate::cuda::{Context, DeviceBuffer};
@@ -58,6 +58,18 @@ fn mul_add(a: usize, b: usize, c: usize, what: &str) -> Result<usize> {
         .ok_or_else(|| bad(format!("{what}: size overflows")))
 }
 
+/// `arrow_data::layout`, except that a negative `FixedSizeBinary` width (for which it
+/// panics) is an error.
+pub(crate) fn layout_of(dt: &DataType) -> Result<DataTypeLayout> {
+    match dt {
+        DataType::FixedSizeBinary(n) if *n < 0 => Err(bad(format!(
+            "{dt}: the width {n} is negative (valid: 0 or more bytes)"
+        ))),
+        DataType::Dictionary(key, _) => layout_of(key),
+        _ => Ok(layout(dt)),
+    }
+}
+
 /// Number of child arrays the type has (not counting dictionary values).
 fn expected_children(dt: &DataType) -> usize {
     match dt {
@@ -101,7 +113,7 @@ impl<B: ByteLen> Parts<B> {
             .offset
             .checked_add(self.len)
             .ok_or_else(|| bad(format!("{what}: offset {} overflows", self.offset)))?;
-        let l = layout(dt);
+        let l = layout_of(dt)?;
         if self.null_count > self.len {
             return Err(bad(format!(
                 "{what}: null count {} exceeds the length",
@@ -269,6 +281,22 @@ impl Parts<Buffer> {
         if let Some(d) = self.dictionary {
             children.push(d.into_array_data()?);
         }
+        // arrow-rs views fixed-width buffers as typed slices with an assertion (a panic)
+        // that the length is a whole number of elements; a buffer from an IPC message may
+        // be longer than needed by a few bytes. Drop the partial element at the end
+        // (`validate` checked that the whole elements cover `offset + len`).
+        let spec = layout_of(&self.data_type)?;
+        let buffers = self
+            .buffers
+            .into_iter()
+            .zip(spec.buffers.iter().map(Some).chain(std::iter::repeat(None)))
+            .map(|(b, spec)| match spec {
+                Some(BufferSpec::FixedWidth { byte_width, .. }) if b.len() % byte_width != 0 => {
+                    b.slice_with_length(0, b.len() - b.len() % byte_width)
+                }
+                _ => b,
+            })
+            .collect::<Vec<_>>();
         let b = ArrayDataBuilder::new(self.data_type)
             .len(self.len)
             .offset(self.offset)
@@ -278,7 +306,7 @@ impl Parts<Buffer> {
             } else {
                 None
             })
-            .buffers(self.buffers)
+            .buffers(buffers)
             .child_data(children)
             .align_buffers(true);
         Ok(b.build()?)

@@ -29,7 +29,7 @@ use arrow_ipc::writer::{
 use arrow_ipc::{MessageHeader, MetadataVersion};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, UnionMode};
 
-use super::device::{ByteLen, DeviceArray, Parts};
+use super::device::{ByteLen, DeviceArray, Parts, layout_of};
 use crate::cuda::{Context, DeviceBuffer, DeviceBufferWriter};
 use crate::error::{Error, Result};
 use crate::ipc::SharedMemory;
@@ -512,7 +512,7 @@ impl<S: Source> Decoder<'_, S> {
 
     /// An empty array of type `dt` over zero-length buffers.
     fn empty(&self, dt: &DataType) -> Result<Parts<S::Buf>> {
-        let l = arrow_data::layout(dt);
+        let l = layout_of(dt)?;
         let buffers = (0..l.buffers.len())
             .map(|_| self.src.slice(0, 0))
             .collect::<Result<Vec<_>>>()?;
