@@ -400,3 +400,45 @@ fn writes_to_views_and_clones_do_not_leak() {
         [1, 3, 3, 3]
     );
 }
+
+/// Steps far larger than the axis select its first element (numpy), and must not
+/// overflow the byte stride (`stride * step`): that was an arithmetic-overflow panic.
+#[test]
+fn huge_steps_select_one_element() {
+    use devbuf::zarr::AxisSel;
+    let a = ndarray::Array::from_shape_vec((3, 4), (0..12).map(|v| v as i64).collect()).unwrap();
+    let nd = NDBuffer::from_ndarray(a);
+    for (s0, s1) in [
+        (
+            AxisSel::range_step(1..3, usize::MAX),
+            AxisSel::range_step(1..4, usize::MAX),
+        ),
+        (
+            Slice::new(Some(1), None, isize::MAX).into(),
+            Slice::new(Some(1), None, isize::MAX).into(),
+        ),
+        (
+            AxisSel::range_step(1..3, usize::MAX / 2 + 1),
+            AxisSel::range_step(1..4, 1 << 61),
+        ),
+    ] {
+        let sel = [s0, s1];
+        let v = nd.get(&sel).unwrap();
+        assert_eq!(v.shape(), &[1, 1]);
+        assert_eq!(v.as_scalar().unwrap(), Scalar::Int64(5));
+        assert_eq!(v.copy().unwrap().as_scalar().unwrap(), Scalar::Int64(5));
+        assert_eq!(
+            v.to_ndarray::<i64>().unwrap().into_raw_vec_and_offset().0,
+            vec![5]
+        );
+        assert!(v.all_equal(Some(Scalar::Int64(5)), false).unwrap());
+        let at = |n: &NDBuffer| n.get(&[1.into(), 1.into()]).unwrap().as_scalar().unwrap();
+        let mut w = nd.clone();
+        w.set_scalar(&sel, Scalar::Int64(-1)).unwrap();
+        assert_eq!(at(&w), Scalar::Int64(-1));
+        let mut u = nd.clone();
+        u.set(&sel, &w.get(&[1.into(), 1.into()]).unwrap()).unwrap();
+        assert_eq!(at(&u), Scalar::Int64(-1));
+        assert_eq!(at(&nd), Scalar::Int64(5));
+    }
+}

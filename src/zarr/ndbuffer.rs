@@ -740,7 +740,10 @@ impl NDBuffer {
                         layout.offset += start * s;
                     }
                     layout.shape.push(count);
-                    layout.strides.push(s * step);
+                    // With two or more elements `s * step` lies inside the memory; with
+                    // fewer the stride is never used, and a step far beyond the axis
+                    // would overflow it.
+                    layout.strides.push(if count > 1 { s * step } else { s });
                 }
             }
         }
