@@ -442,3 +442,28 @@ fn huge_steps_select_one_element() {
         assert_eq!(at(&nd), Scalar::Int64(5));
     }
 }
+
+/// Sizes that no allocator can satisfy are errors that name the size, not a
+/// capacity-overflow panic or an abort.
+#[test]
+fn impossible_host_allocations_are_errors() {
+    for shape in [
+        vec![1usize << 62],
+        vec![isize::MAX as usize + 1],
+        vec![1 << 40, 1 << 21],
+    ] {
+        let e = NDBuffer::create(&P, &shape, DataType::UINT8, Order::C, None).unwrap_err();
+        assert!(e.to_string().contains("bytes"), "{e}");
+        assert!(NDBuffer::empty(&P, &shape, DataType::UINT8, Order::F).is_err());
+        assert!(
+            NDBuffer::create(
+                &P,
+                &shape,
+                DataType::UINT8,
+                Order::C,
+                Some(Scalar::from(3u8))
+            )
+            .is_err()
+        );
+    }
+}
