@@ -467,3 +467,26 @@ fn impossible_host_allocations_are_errors() {
         );
     }
 }
+
+/// `a..=b` whose end would be `usize::MAX` (the "to the end" marker of
+/// `AxisSel::Range`) is still a range past the end: an error, not the whole axis.
+#[test]
+fn inclusive_ranges_near_usize_max_are_out_of_bounds() {
+    use devbuf::zarr::AxisSel;
+    let nd = NDBuffer::create(&P, &[4], DataType::UINT8, Order::C, None).unwrap();
+    for sel in [
+        AxisSel::from(0..=usize::MAX - 1),
+        AxisSel::from(0..=usize::MAX),
+        AxisSel::from(..=usize::MAX - 1),
+        AxisSel::from(..=usize::MAX),
+    ] {
+        let e = nd.get(&[sel]).unwrap_err().to_string();
+        assert!(
+            e.contains("out of bounds for axis 0 with size 4"),
+            "{sel:?}: {e}"
+        );
+    }
+    assert_eq!(nd.get(&[(1..=3).into()]).unwrap().shape(), &[3]);
+    assert_eq!(nd.get(&[(..=3).into()]).unwrap().shape(), &[4]);
+    assert_eq!(nd.get(&[(2..).into()]).unwrap().shape(), &[2]);
+}
