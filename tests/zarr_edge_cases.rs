@@ -589,4 +589,16 @@ fn views_are_limited_to_isize_max_bytes() {
     let big = NDBuffer::from_parts(m, DataType::UINT8, &[1 << 62], &[0], 0).unwrap();
     assert!(big.astype(DataType::COMPLEX128).is_err()); // 2^66 bytes
     assert!(big.astype(DataType::INT16).is_err()); // 2^63 bytes
+    // Printing shows the first values without walking 2^62 elements.
+    assert_eq!(
+        big.to_string(),
+        format!(
+            "<NDBuffer shape=({},) dtype=uint8 host [{}, ...]>",
+            1u64 << 62,
+            ["0"; 16].join(", ")
+        )
+    );
+    let b =
+        NDBuffer::from_parts(vec![1u8], DataType::BOOL, &[1 << 40, 1 << 20], &[0, 0], 0).unwrap();
+    assert!(b.to_string().ends_with("[True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, ...]>"));
 }

@@ -399,7 +399,10 @@ impl NDBuffer {
         }
         if T::ELEMENT_TYPE == ElementType::Bool {
             let mut ok = true;
-            self.for_each_offset(|off| ok &= bytes[off] <= 1);
+            self.for_each_offset(|off| {
+                ok = bytes[off] <= 1;
+                ok
+            });
             if !ok {
                 return Err(Error::invalid(
                     "as_array_view::<bool>: the data holds bytes other than 0 and 1",
@@ -1042,8 +1045,9 @@ impl NDBuffer {
         Ok(())
     }
 
-    /// Calls `f` with the byte offset of every element, in C order.
-    fn for_each_offset(&self, mut f: impl FnMut(usize)) {
+    /// Calls `f` with the byte offset of every element, in C order, until it returns
+    /// `false`.
+    fn for_each_offset(&self, mut f: impl FnMut(usize) -> bool) {
         if self.size() == 0 {
             return;
         }
@@ -1056,7 +1060,9 @@ impl NDBuffer {
                     .zip(&self.layout.strides)
                     .map(|(i, s)| i * s)
                     .sum::<usize>();
-            f(off);
+            if !f(off) {
+                return;
+            }
             let mut k = nd;
             loop {
                 if k == 0 {
@@ -1147,13 +1153,14 @@ impl fmt::Display for NDBuffer {
             self.for_each_offset(|off| {
                 if vals.len() == 16 {
                     more = true;
-                    return;
+                    return false;
                 }
                 let mut b = bytes[off..off + es].to_vec();
                 if self.dtype.needs_swap() {
                     host_ops::swap_in_place(&mut b, self.dtype.element().swap_width());
                 }
                 vals.push(host_ops::read_scalar(self.dtype.element(), &b).to_string());
+                true
             });
             write!(
                 f,
