@@ -191,10 +191,8 @@ pub(crate) fn strided_copy(
             for _ in 0..inner {
                 let (su, du) = (s as usize, d as usize);
                 dst[du..du + elem].copy_from_slice(&src[su..su + elem]);
-                // Past the last element these may leave the buffer (and, for a stride
-                // that is never used, the `isize` range); they are not read then.
-                s = s.wrapping_add(si);
-                d = d.wrapping_add(di);
+                s += si;
+                d += di;
             }
         }
         // Odometer over the outer axes.
