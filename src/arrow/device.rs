@@ -12,7 +12,7 @@ use std::fmt;
 use arrow_array::{Array, ArrayRef, make_array};
 use arrow_buffer::Buffer;
 use arrow_data::{ArrayData, ArrayDataBuilder, BufferSpec, DataTypeLayout, layout};
-use arrow_schema::{DataType, UnionMode};
+use arrow_schema::{DataType, Field, UnionMode};
 
 use crate::cuda::{Context, DeviceBuffer};
 use crate::error::{Error, Result};
@@ -70,34 +70,19 @@ pub(crate) fn layout_of(dt: &DataType) -> Result<DataTypeLayout> {
     }
 }
 
-/// Number of child arrays the type has (not counting dictionary values).
-fn expected_children(dt: &DataType) -> usize {
-    match dt {
-        DataType::List(_)
-        | DataType::LargeList(_)
-        | DataType::ListView(_)
-        | DataType::LargeListView(_)
-        | DataType::FixedSizeList(_, _)
-        | DataType::Map(_, _) => 1,
-        DataType::Struct(f) => f.len(),
-        DataType::Union(f, _) => f.len(),
-        DataType::RunEndEncoded(_, _) => 2,
-        _ => 0,
-    }
-}
-
-/// The data types the children must have.
-fn child_types(dt: &DataType) -> Vec<DataType> {
+/// The child fields of a nested type, in the order of its child arrays (not counting
+/// dictionary values); none for other types.
+pub(crate) fn child_fields(dt: &DataType) -> Vec<Field> {
     match dt {
         DataType::List(f)
         | DataType::LargeList(f)
         | DataType::ListView(f)
         | DataType::LargeListView(f)
         | DataType::FixedSizeList(f, _)
-        | DataType::Map(f, _) => vec![f.data_type().clone()],
-        DataType::Struct(fs) => fs.iter().map(|f| f.data_type().clone()).collect(),
-        DataType::Union(fs, _) => fs.iter().map(|(_, f)| f.data_type().clone()).collect(),
-        DataType::RunEndEncoded(r, v) => vec![r.data_type().clone(), v.data_type().clone()],
+        | DataType::Map(f, _) => vec![f.as_ref().clone()],
+        DataType::Struct(fs) => fs.iter().map(|f| f.as_ref().clone()).collect(),
+        DataType::Union(fs, _) => fs.iter().map(|(_, f)| f.as_ref().clone()).collect(),
+        DataType::RunEndEncoded(r, v) => vec![r.as_ref().clone(), v.as_ref().clone()],
         _ => vec![],
     }
 }
@@ -190,15 +175,20 @@ impl<B: ByteLen> Parts<B> {
                 )));
             }
         }
-        let want = child_types(dt);
-        if self.children.len() != expected_children(dt) {
+        let want = child_fields(dt);
+        if self.children.len() != want.len() {
             return Err(bad(format!(
                 "{what}: {} child arrays, the type has {}",
                 self.children.len(),
-                expected_children(dt)
+                want.len()
             )));
         }
-        for (i, (c, t)) in self.children.iter().zip(&want).enumerate() {
+        for (i, (c, t)) in self
+            .children
+            .iter()
+            .zip(want.iter().map(Field::data_type))
+            .enumerate()
+        {
             if &c.data_type != t {
                 return Err(bad(format!(
                     "{what}: child {i} is {}, the type says {t}",
