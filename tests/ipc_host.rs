@@ -500,7 +500,11 @@ fn mem_handle_parser_names_what_is_wrong() {
         IpcHandle::from_bytes(b"garbage"),
         "not a devbuf buffer handle",
     );
-    assert_malformed(IpcMemHandle::from_hex("xyz"), "odd number");
+    assert_malformed(IpcMemHandle::from_hex("abc"), "odd number");
+    assert_malformed(
+        IpcMemHandle::from_hex("xyz"),
+        "'x' at byte 0 is not a hexadecimal",
+    );
     assert_malformed(IpcMemHandle::from_hex("zz"), "not a hexadecimal digit");
 }
 
