@@ -32,6 +32,12 @@
 //!   when the last clone or slice of that buffer drops.
 //! * Zero-length memory exports as the empty handle; opening it gives an empty buffer
 //!   without a system call.
+//! * **Write first, then share.** A consumer receives an [`arrow_buffer::Buffer`], whose
+//!   bytes Rust and Arrow treat as immutable. Finish writing through the
+//!   [`SharedMemory`] before you hand out a handle, and do not write the shared range
+//!   while any consumer may hold it open: such writes race with the consumer's reads
+//!   (it may see torn or stale values), and a consumer in the same process would hold
+//!   a `&[u8]` that changes under it, which Rust's aliasing rules do not allow.
 //!
 //! # Byte layout of a `HostIpcHandle` (version 1, 64 bytes, little-endian)
 //!
@@ -90,7 +96,8 @@ impl Drop for Mapping {
 /// Host memory that other processes can map read-only: see the [module docs](self).
 ///
 /// It derefs to `[u8]` (zero-filled at first); the exporter writes through
-/// `DerefMut`, and consumers see the writes (it is the same memory).
+/// `DerefMut`, and consumers see the writes (it is the same memory). Write before
+/// exporting: see "write first, then share" in the [module docs](self).
 ///
 /// ```
 /// use devbuf::ipc::{HostIpcHandle, SharedMemory};
