@@ -381,7 +381,12 @@ impl NDBuffer {
             return ArrayViewD::from_shape(IxDyn(&shape), &[][..])
                 .map_err(|e| Error::invalid(format!("internal: ndarray view: {e}")));
         }
-        let base = bytes.as_ptr() as usize + self.layout.offset;
+        // An invariant of every NDBuffer, checked again here (it is cheap) because the
+        // unsafe view below relies on it.
+        self.layout.check_fits(bytes.len(), es)?;
+        // In bounds: the view is not empty, so its first element lies inside `bytes`.
+        let first = bytes[self.layout.offset..].as_ptr();
+        let base = first as usize;
         // Strides that are stepped along (others, of axes of length 1, may be anything,
         // even beyond `isize`; they become 0).
         let strides = self.layout.istrides();
@@ -410,8 +415,8 @@ impl NDBuffer {
             }
         }
         let strides: Vec<usize> = strides.iter().map(|&s| s as usize / es).collect();
-        // Safety: `check_fits` (an invariant of every NDBuffer) keeps every element of
-        // the view inside `bytes`, and `checked_size` keeps the element count within
+        // Safety: `check_fits` (checked above) keeps every element of the view inside
+        // `bytes` (and `first` is derived from `bytes`, keeping its provenance), and `checked_size` keeps the element count within
         // `isize::MAX`; the pointer and strides are aligned for `T`, and the strides
         // are non-negative (`istrides` is `0..=isize::MAX` here: a stepped stride lies
         // inside the memory); every bit pattern is a valid `T` (bool checked above);
@@ -420,7 +425,7 @@ impl NDBuffer {
         unsafe {
             Ok(ArrayViewD::from_shape_ptr(
                 IxDyn(&shape).strides(IxDyn(&strides)),
-                base as *const T,
+                first.cast::<T>(),
             ))
         }
     }
