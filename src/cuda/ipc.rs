@@ -378,10 +378,11 @@ impl IpcMemHandle {
     /// handle, with the slice of the allocation to open: `offset` bytes from the
     /// allocation's start, `len` bytes long.
     ///
-    /// The device is unknown until [`with_device_uuid`](Self::with_device_uuid) sets it;
-    /// then [`Context::open_ipc`] opens it on any context (CUDA checks the device) and
-    /// [`open`](Self::open) uses device 0. `len == 0` gives the empty handle. The range
-    /// is checked against the allocation's real size when the handle is opened.
+    /// The handle records no device until [`with_device_uuid`](Self::with_device_uuid)
+    /// sets one; while it records none, [`Context::open_ipc`] opens it on any context
+    /// (CUDA checks the device) and [`open`](Self::open) uses device 0. `len == 0`
+    /// gives the empty handle (`offset` is then ignored). The range is checked against
+    /// the allocation's real size when the handle is opened.
     ///
     /// ```
     /// use devbuf::cuda::IpcMemHandle;
