@@ -987,3 +987,38 @@ fn reader_never_panics_on_corrupted_exotic_messages() {
         assert!(r.is_ok(), "iteration {it}: the reader panicked");
     }
 }
+
+/// A handle that names a descriptor of something other than a memory file — here a
+/// FIFO without a writer, which a plain open() waits on forever — is an error at once.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_handle_naming_a_fifo_does_not_block() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = std::env::temp_dir().join(format!("devbuf-fifo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("fifo");
+    let _ = std::fs::remove_file(&path);
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // Safety: a NUL-terminated path and a mode.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    // Our own read end (non-blocking so that opening it does not wait for a writer).
+    let fifo = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&path)
+        .unwrap();
+    let h =
+        HostIpcHandle::from_parts(std::process::id(), fifo.as_raw_fd(), 7, 100, 0, 100).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(h.open().map(|b| b.len()));
+    });
+    let r = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("opening a handle that names a FIFO blocked");
+    let e = r.unwrap_err().to_string();
+    assert!(e.contains("not the shared memory"), "{e}");
+    drop(fifo);
+    let _ = std::fs::remove_dir_all(&dir);
+}
