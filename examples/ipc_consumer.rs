@@ -20,6 +20,11 @@ use devbuf::ipc::IpcHandle;
 
 fn unhex(s: &str) -> Result<Vec<u8>, String> {
     let s = s.trim();
+    // (Slicing the text two bytes at a time below would panic inside a multi-byte
+    // character.)
+    if !s.is_ascii() {
+        return Err("hexadecimal text holds a character that is not a hex digit".into());
+    }
     if s.len() % 2 != 0 {
         return Err("odd number of hex digits".into());
     }

@@ -32,6 +32,12 @@
 //!   when the last clone or slice of that buffer drops.
 //! * Zero-length memory exports as the empty handle; opening it gives an empty buffer
 //!   without a system call.
+//! * **Write first, then share.** A consumer receives an [`arrow_buffer::Buffer`], whose
+//!   bytes Rust and Arrow treat as immutable. Finish writing through the
+//!   [`SharedMemory`] before you hand out a handle, and do not write the shared range
+//!   while any consumer may hold it open: such writes race with the consumer's reads
+//!   (it may see torn or stale values), and a consumer in the same process would hold
+//!   a `&[u8]` that changes under it, which Rust's aliasing rules do not allow.
 //!
 //! # Byte layout of a `HostIpcHandle` (version 1, 64 bytes, little-endian)
 //!
@@ -90,7 +96,8 @@ impl Drop for Mapping {
 /// Host memory that other processes can map read-only: see the [module docs](self).
 ///
 /// It derefs to `[u8]` (zero-filled at first); the exporter writes through
-/// `DerefMut`, and consumers see the writes (it is the same memory).
+/// `DerefMut`, and consumers see the writes (it is the same memory). Write before
+/// exporting: see "write first, then share" in the [module docs](self).
 ///
 /// ```
 /// use devbuf::ipc::{HostIpcHandle, SharedMemory};
@@ -455,6 +462,7 @@ mod sys {
     use std::ffi::CString;
     use std::fs::File;
     use std::os::fd::{AsRawFd, FromRawFd};
+    use std::os::unix::fs::OpenOptionsExt;
     use std::ptr::NonNull;
 
     use super::HostIpcHandle;
@@ -525,7 +533,7 @@ mod sys {
     pub(super) fn open_read_only(h: &HostIpcHandle) -> Result<(NonNull<u8>, usize)> {
         const OP: &str = "opening host shared memory";
         let path = format!("/proc/{}/fd/{}", h.pid, h.fd);
-        let file = File::open(&path).map_err(|e| Error::Io {
+        let io_err = |e: std::io::Error| Error::Io {
             op: OP,
             message: match e.kind() {
                 std::io::ErrorKind::NotFound => format!(
@@ -539,23 +547,34 @@ mod sys {
                 ),
                 _ => format!("{path}: {e}"),
             },
-        })?;
+        };
+        // The descriptor must name the memory file of the handle (the exporter may have
+        // closed it and reused the number, and a forged handle may name anything):
+        // checked before opening, so that nothing else is opened (opening a FIFO
+        // without a writer would wait forever), and again on what was opened.
+        let expected = format!("/memfd:{} (deleted)", name_of(h.tag));
+        let not_ours = |target: &str| Error::Io {
+            op: OP,
+            message: format!(
+                "{path} is {target:?}, not the shared memory the handle names ({expected:?}): \
+                 the exporter has dropped it"
+            ),
+        };
+        let before = std::fs::read_link(&path).map_err(io_err)?;
+        if before.as_os_str() != expected.as_str() {
+            return Err(not_ours(&before.to_string_lossy()));
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+            .map_err(io_err)?;
         let fd = file.as_raw_fd();
-        // Check that the descriptor still names the memory file of the handle (the
-        // exporter may have closed it and reused the number).
-        let own = format!("/proc/self/fd/{fd}");
-        let target = std::fs::read_link(&own)
+        let target = std::fs::read_link(format!("/proc/self/fd/{fd}"))
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let expected = format!("/memfd:{} (deleted)", name_of(h.tag));
         if target != expected {
-            return Err(Error::Io {
-                op: OP,
-                message: format!(
-                    "{path} is {target:?}, not the shared memory the handle names ({expected:?}): \
-                     the exporter has dropped it"
-                ),
-            });
+            return Err(not_ours(&target));
         }
         let size = file
             .metadata()

@@ -182,28 +182,36 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 /// Parses hexadecimal (either case; surrounding whitespace ignored).
 pub(crate) fn from_hex(text: &str, what: &'static str) -> Result<Vec<u8>> {
     let t = text.trim();
-    if t.len() % 2 != 0 {
-        return Err(Error::Malformed(format!(
-            "{what}: hexadecimal text has an odd number of digits ({})",
-            t.len()
-        )));
-    }
-    let digit = |c: u8, i: usize| -> Result<u8> {
+    let digit = |(i, c): (usize, u8)| -> Result<u8> {
         match c {
             b'0'..=b'9' => Ok(c - b'0'),
             b'a'..=b'f' => Ok(c - b'a' + 10),
             b'A'..=b'F' => Ok(c - b'A' + 10),
-            _ => Err(Error::Malformed(format!(
-                "{what}: character {:?} at position {i} is not a hexadecimal digit",
-                c as char
-            ))),
+            _ => {
+                // Name the whole character, not one byte of a multi-byte one.
+                let ch = t.get(i..).and_then(|rest| rest.chars().next());
+                Err(Error::Malformed(format!(
+                    "{what}: {} at byte {i} is not a hexadecimal digit (0-9, a-f, A-F)",
+                    match ch {
+                        Some(ch) => format!("character {ch:?}"),
+                        None => format!("byte {c:#04x}"),
+                    }
+                )))
+            }
         }
     };
-    t.as_bytes()
-        .chunks(2)
+    let nibbles = t
+        .bytes()
         .enumerate()
-        .map(|(i, p)| Ok(digit(p[0], 2 * i)? << 4 | digit(p[1], 2 * i + 1)?))
-        .collect()
+        .map(digit)
+        .collect::<Result<Vec<u8>>>()?;
+    if nibbles.len() % 2 != 0 {
+        return Err(Error::Malformed(format!(
+            "{what}: hexadecimal text has an odd number of digits ({})",
+            nibbles.len()
+        )));
+    }
+    Ok(nibbles.chunks_exact(2).map(|p| p[0] << 4 | p[1]).collect())
 }
 
 /// A token that identifies this process (not only its pid, which another process in
@@ -244,7 +252,10 @@ mod tests {
         assert_eq!(from_hex(" 0aFf\n", "x").unwrap(), vec![10, 255]);
         assert!(from_hex("abc", "x").is_err());
         assert!(from_hex("zz", "x").is_err());
-        assert!(from_hex("é0", "x").is_err());
+        let e = from_hex("é0", "x").unwrap_err().to_string();
+        assert!(e.contains("character 'é' at byte 0"), "{e}");
+        let e = from_hex("00zz", "x").unwrap_err().to_string();
+        assert!(e.contains("character 'z' at byte 2"), "{e}");
     }
 
     #[test]

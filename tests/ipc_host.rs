@@ -500,7 +500,11 @@ fn mem_handle_parser_names_what_is_wrong() {
         IpcHandle::from_bytes(b"garbage"),
         "not a devbuf buffer handle",
     );
-    assert_malformed(IpcMemHandle::from_hex("xyz"), "odd number");
+    assert_malformed(IpcMemHandle::from_hex("abc"), "odd number");
+    assert_malformed(
+        IpcMemHandle::from_hex("xyz"),
+        "'x' at byte 0 is not a hexadecimal",
+    );
     assert_malformed(IpcMemHandle::from_hex("zz"), "not a hexadecimal digit");
 }
 
@@ -896,4 +900,125 @@ proptest! {
         let b = mixed_batch(1, 3);
         let _ = read_record_batch_host(&Buffer::from_vec(bytes), b.schema());
     }
+}
+
+/// A message whose buffer lengths are not whole numbers of elements (legal: a writer
+/// may pad) is read, not a panic: arrow-rs asserts whole elements when it views a
+/// fixed-width buffer as typed values.
+#[test]
+fn buffers_with_a_partial_trailing_element_are_read() {
+    let b = RecordBatch::try_from_iter([(
+        "s",
+        Arc::new(StringArray::from(vec!["ab", "c"])) as ArrayRef,
+    )])
+    .unwrap();
+    let mut bytes = serialize_record_batch_to_vec(&b).unwrap();
+    // The offsets buffer is the flatbuffer struct {offset: 0i64, length: 12i64}
+    // (three i32 offsets); make it 13 bytes long.
+    let entry: Vec<u8> = [0i64.to_le_bytes(), 12i64.to_le_bytes()].concat();
+    let at = bytes
+        .windows(16)
+        .position(|w| w == entry.as_slice())
+        .expect("the offsets buffer entry");
+    bytes[at + 8] = 13;
+    let back = read_record_batch_host(&Buffer::from_vec(bytes), b.schema()).unwrap();
+    assert_eq!(back, b);
+}
+
+/// A schema with a negative `FixedSizeBinary` width is an error (arrow-rs's layout
+/// function panics on it), wherever the type sits.
+#[test]
+fn negative_fixed_size_binary_width_is_an_error() {
+    let b = mixed_batch(1, 4);
+    let msg = Buffer::from_vec(serialize_record_batch_to_vec(&b).unwrap());
+    let bad = DataType::FixedSizeBinary(-1);
+    for col in 0..b.num_columns() {
+        let mut fields = b.schema().fields().to_vec();
+        fields[col] = Arc::new(Field::new("w", bad.clone(), true));
+        let e = read_record_batch_host(&msg, Arc::new(Schema::new(fields))).unwrap_err();
+        assert!(!e.to_string().is_empty());
+    }
+    // The values of an all-null dictionary column (no dictionary batch is written).
+    let all_null: DictionaryArray<Int32Type> = vec![None::<&str>; 3].into_iter().collect();
+    let b = RecordBatch::try_from_iter([("d", Arc::new(all_null) as ArrayRef)]).unwrap();
+    let msg = Buffer::from_vec(serialize_record_batch_to_vec(&b).unwrap());
+    let dt = DataType::Dictionary(Box::new(DataType::Int32), Box::new(bad));
+    let schema = Arc::new(Schema::new(vec![Field::new("d", dt, true)]));
+    let e = read_record_batch_host(&msg, schema).unwrap_err();
+    assert!(e.to_string().contains("negative"), "{e}");
+}
+
+/// Deterministic corruption of messages with every exotic column kind (views, unions,
+/// run-end encoding, maps, nested dictionaries) and of a sliced one: each read is a
+/// clean error or a batch that passed full validation, never a panic.
+#[test]
+fn reader_never_panics_on_corrupted_exotic_messages() {
+    let base = exotic_batch();
+    let inputs = [
+        serialize_record_batch_to_vec(&base).unwrap(),
+        serialize_record_batch_to_vec(&base.slice(1, 3)).unwrap(),
+    ];
+    let schema = base.schema();
+    let mut rng = Rng::new(7);
+    for it in 0..1500 {
+        let mut b = inputs[it % inputs.len()].clone();
+        let n = b.len();
+        for _ in 0..1 + rng.below(3) {
+            let p = rng.below(n as u64) as usize;
+            match rng.below(4) {
+                0 => b[p] ^= 1 << rng.below(8),
+                1 => b[p] = rng.next() as u8,
+                2 => {
+                    // A small or extreme length/offset in an aligned 64-bit field.
+                    let q = (p & !7).min(n - 8);
+                    let v = [0u64, 1, 7, 9, 63, 65, 1 << 31, u64::MAX][rng.below(8) as usize];
+                    b[q..q + 8].copy_from_slice(&v.to_le_bytes());
+                }
+                _ => {
+                    let q = (p & !3).min(n - 4);
+                    let v = rng.below(40) as i32 - 5;
+                    b[q..q + 4].copy_from_slice(&v.to_le_bytes());
+                }
+            }
+        }
+        let r = std::panic::catch_unwind(|| {
+            read_record_batch_host(&Buffer::from_vec(b.clone()), schema.clone())
+        });
+        assert!(r.is_ok(), "iteration {it}: the reader panicked");
+    }
+}
+
+/// A handle that names a descriptor of something other than a memory file — here a
+/// FIFO without a writer, which a plain open() waits on forever — is an error at once.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_handle_naming_a_fifo_does_not_block() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = std::env::temp_dir().join(format!("devbuf-fifo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("fifo");
+    let _ = std::fs::remove_file(&path);
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // Safety: a NUL-terminated path and a mode.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    // Our own read end (non-blocking so that opening it does not wait for a writer).
+    let fifo = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&path)
+        .unwrap();
+    let h =
+        HostIpcHandle::from_parts(std::process::id(), fifo.as_raw_fd(), 7, 100, 0, 100).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(h.open().map(|b| b.len()));
+    });
+    let r = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("opening a handle that names a FIFO blocked");
+    let e = r.unwrap_err().to_string();
+    assert!(e.contains("not the shared memory"), "{e}");
+    drop(fifo);
+    let _ = std::fs::remove_dir_all(&dir);
 }

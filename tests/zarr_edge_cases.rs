@@ -400,3 +400,205 @@ fn writes_to_views_and_clones_do_not_leak() {
         [1, 3, 3, 3]
     );
 }
+
+/// Steps far larger than the axis select its first element (numpy), and must not
+/// overflow the byte stride (`stride * step`): that was an arithmetic-overflow panic.
+#[test]
+fn huge_steps_select_one_element() {
+    use devbuf::zarr::AxisSel;
+    let a = ndarray::Array::from_shape_vec((3, 4), (0..12).map(|v| v as i64).collect()).unwrap();
+    let nd = NDBuffer::from_ndarray(a);
+    for (s0, s1) in [
+        (
+            AxisSel::range_step(1..3, usize::MAX),
+            AxisSel::range_step(1..4, usize::MAX),
+        ),
+        (
+            Slice::new(Some(1), None, isize::MAX).into(),
+            Slice::new(Some(1), None, isize::MAX).into(),
+        ),
+        (
+            AxisSel::range_step(1..3, usize::MAX / 2 + 1),
+            AxisSel::range_step(1..4, 1 << 61),
+        ),
+    ] {
+        let sel = [s0, s1];
+        let v = nd.get(&sel).unwrap();
+        assert_eq!(v.shape(), &[1, 1]);
+        assert_eq!(v.as_scalar().unwrap(), Scalar::Int64(5));
+        assert_eq!(v.copy().unwrap().as_scalar().unwrap(), Scalar::Int64(5));
+        assert_eq!(
+            v.to_ndarray::<i64>().unwrap().into_raw_vec_and_offset().0,
+            vec![5]
+        );
+        assert!(v.all_equal(Some(Scalar::Int64(5)), false).unwrap());
+        let at = |n: &NDBuffer| n.get(&[1.into(), 1.into()]).unwrap().as_scalar().unwrap();
+        let mut w = nd.clone();
+        w.set_scalar(&sel, Scalar::Int64(-1)).unwrap();
+        assert_eq!(at(&w), Scalar::Int64(-1));
+        let mut u = nd.clone();
+        u.set(&sel, &w.get(&[1.into(), 1.into()]).unwrap()).unwrap();
+        assert_eq!(at(&u), Scalar::Int64(-1));
+        assert_eq!(at(&nd), Scalar::Int64(5));
+    }
+}
+
+/// Sizes that no allocator can satisfy are errors that name the size, not a
+/// capacity-overflow panic or an abort.
+#[test]
+fn impossible_host_allocations_are_errors() {
+    for shape in [
+        vec![1usize << 62],
+        vec![isize::MAX as usize + 1],
+        vec![1 << 40, 1 << 21],
+    ] {
+        let e = NDBuffer::create(&P, &shape, DataType::UINT8, Order::C, None).unwrap_err();
+        assert!(e.to_string().contains("bytes"), "{e}");
+        assert!(NDBuffer::empty(&P, &shape, DataType::UINT8, Order::F).is_err());
+        assert!(
+            NDBuffer::create(
+                &P,
+                &shape,
+                DataType::UINT8,
+                Order::C,
+                Some(Scalar::from(3u8))
+            )
+            .is_err()
+        );
+    }
+}
+
+/// `a..=b` whose end would be `usize::MAX` (the "to the end" marker of
+/// `AxisSel::Range`) is still a range past the end: an error, not the whole axis.
+#[test]
+fn inclusive_ranges_near_usize_max_are_out_of_bounds() {
+    use devbuf::zarr::AxisSel;
+    let nd = NDBuffer::create(&P, &[4], DataType::UINT8, Order::C, None).unwrap();
+    for sel in [
+        AxisSel::from(0..=usize::MAX - 1),
+        AxisSel::from(0..=usize::MAX),
+        AxisSel::from(..=usize::MAX - 1),
+        AxisSel::from(..=usize::MAX),
+    ] {
+        let e = nd.get(&[sel]).unwrap_err().to_string();
+        assert!(
+            e.contains("out of bounds for axis 0 with size 4"),
+            "{sel:?}: {e}"
+        );
+    }
+    assert_eq!(nd.get(&[(1..=3).into()]).unwrap().shape(), &[3]);
+    assert_eq!(nd.get(&[(..=3).into()]).unwrap().shape(), &[4]);
+    assert_eq!(nd.get(&[(2..).into()]).unwrap().shape(), &[2]);
+}
+
+/// `from_parts` accepts any stride for an axis of length 1 and for an empty view
+/// (numpy does too): such strides are never stepped along, and must not overflow
+/// offsets or reach the copy loops (they did: arithmetic-overflow panics).
+#[test]
+fn unused_strides_may_be_anything() {
+    use devbuf::zarr::AxisSel;
+    let bytes: Vec<u8> = (0u8..12).collect();
+    // Three rows of one u32, a row stride of 4 and a column stride beyond isize.
+    for unused in [isize::MAX as usize, usize::MAX, 7] {
+        let nd = NDBuffer::from_parts(bytes.clone(), DataType::UINT32, &[3, 1], &[4, unused], 0)
+            .unwrap();
+        let want: Vec<u32> = (0..3)
+            .map(|i| u32::from_le_bytes([4 * i, 4 * i + 1, 4 * i + 2, 4 * i + 3]))
+            .collect();
+        assert_eq!(
+            nd.copy()
+                .unwrap()
+                .to_ndarray::<u32>()
+                .unwrap()
+                .into_raw_vec_and_offset()
+                .0,
+            want
+        );
+        assert_eq!(
+            nd.to_ndarray::<u32>()
+                .unwrap()
+                .iter()
+                .copied()
+                .collect::<Vec<_>>(),
+            want
+        );
+        assert_eq!(
+            nd.astype(DataType::INT64)
+                .unwrap()
+                .get(&[2.into(), 0.into()])
+                .unwrap()
+                .as_scalar()
+                .unwrap(),
+            Scalar::Int64(want[2] as i64)
+        );
+        let mut w = nd.clone();
+        w.set(
+            &[AxisSel::Full],
+            &nd.transpose(None).unwrap().transpose(None).unwrap(),
+        )
+        .unwrap();
+        w.set_scalar(&[1.into()], Scalar::from(9u32)).unwrap();
+        assert_eq!(
+            w.get(&[1.into(), 0.into()]).unwrap().as_scalar().unwrap(),
+            Scalar::UInt32(9)
+        );
+        // A zero-copy view: the unused stride is not handed to ndarray (it would be
+        // negative there: undefined behaviour in release builds, a panic in debug).
+        let v = nd.as_array_view::<u32>().unwrap();
+        assert_eq!(v.iter().copied().collect::<Vec<_>>(), want);
+        assert!(nd.all_equal(Some(Scalar::from(0u32)), false).is_ok());
+        assert!(
+            nd.to_string()
+                .starts_with("<NDBuffer shape=(3, 1) dtype=uint32")
+        );
+    }
+    // An empty view with huge strides: selections and copies stay empty.
+    let e =
+        NDBuffer::from_parts(bytes, DataType::UINT32, &[5, 0], &[usize::MAX - 1, 4], 7).unwrap();
+    for sel in [
+        vec![AxisSel::Index(3)],
+        vec![AxisSel::range_step(1..5, 2)],
+        vec![],
+    ] {
+        let v = e.get(&sel).unwrap();
+        assert_eq!(v.size(), 0);
+        assert_eq!(v.copy().unwrap().size(), 0);
+        assert!(v.to_ndarray::<u32>().unwrap().is_empty());
+    }
+    let mut m = e.clone();
+    m.set(
+        &[AxisSel::Index(4)],
+        &NDBuffer::from_ndarray(ndarray::Array1::<u32>::zeros(0)),
+    )
+    .unwrap();
+    m.fill(Scalar::from(1u32)).unwrap();
+}
+
+/// NDBuffers hold at most `isize::MAX` bytes (what Rust allocations, slices and
+/// ndarray views allow), so views of broadcast memory that claim more are refused,
+/// and a cast to a wider type that would need more is an error, not an overflow.
+#[test]
+fn views_are_limited_to_isize_max_bytes() {
+    let m = vec![0u8; 16];
+    let e = NDBuffer::from_parts(m.clone(), DataType::UINT8, &[1 << 63], &[0], 0).unwrap_err();
+    assert!(
+        e.to_string().contains("more bytes than fit in memory"),
+        "{e}"
+    );
+    assert!(NDBuffer::from_parts(m.clone(), DataType::UINT16, &[1 << 62], &[0], 0).is_err());
+    let big = NDBuffer::from_parts(m, DataType::UINT8, &[1 << 62], &[0], 0).unwrap();
+    assert!(big.astype(DataType::COMPLEX128).is_err()); // 2^66 bytes
+    assert!(big.astype(DataType::INT16).is_err()); // 2^63 bytes
+    // Printing shows the first values without walking 2^62 elements.
+    assert_eq!(
+        big.to_string(),
+        format!(
+            "<NDBuffer shape=({},) dtype=uint8 host [{}, ...]>",
+            1u64 << 62,
+            ["0"; 16].join(", ")
+        )
+    );
+    let b =
+        NDBuffer::from_parts(vec![1u8], DataType::BOOL, &[1 << 40, 1 << 20], &[0, 0], 0).unwrap();
+    assert!(b.to_string().ends_with("[True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, ...]>"));
+}

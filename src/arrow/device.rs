@@ -11,8 +11,8 @@ use std::fmt;
 
 use arrow_array::{Array, ArrayRef, make_array};
 use arrow_buffer::Buffer;
-use arrow_data::{ArrayData, ArrayDataBuilder, BufferSpec, layout};
-use arrow_schema::{DataType, UnionMode};
+use arrow_data::{ArrayData, ArrayDataBuilder, BufferSpec, DataTypeLayout, layout};
+use arrow_schema::{DataType, Field, UnionMode};
 
 use crate::cuda::{Context, DeviceBuffer};
 use crate::error::{Error, Result};
@@ -58,34 +58,31 @@ fn mul_add(a: usize, b: usize, c: usize, what: &str) -> Result<usize> {
         .ok_or_else(|| bad(format!("{what}: size overflows")))
 }
 
-/// Number of child arrays the type has (not counting dictionary values).
-fn expected_children(dt: &DataType) -> usize {
+/// `arrow_data::layout`, except that a negative `FixedSizeBinary` width (for which it
+/// panics) is an error.
+pub(crate) fn layout_of(dt: &DataType) -> Result<DataTypeLayout> {
     match dt {
-        DataType::List(_)
-        | DataType::LargeList(_)
-        | DataType::ListView(_)
-        | DataType::LargeListView(_)
-        | DataType::FixedSizeList(_, _)
-        | DataType::Map(_, _) => 1,
-        DataType::Struct(f) => f.len(),
-        DataType::Union(f, _) => f.len(),
-        DataType::RunEndEncoded(_, _) => 2,
-        _ => 0,
+        DataType::FixedSizeBinary(n) if *n < 0 => Err(bad(format!(
+            "{dt}: the width {n} is negative (valid: 0 or more bytes)"
+        ))),
+        DataType::Dictionary(key, _) => layout_of(key),
+        _ => Ok(layout(dt)),
     }
 }
 
-/// The data types the children must have.
-fn child_types(dt: &DataType) -> Vec<DataType> {
+/// The child fields of a nested type, in the order of its child arrays (not counting
+/// dictionary values); none for other types.
+pub(crate) fn child_fields(dt: &DataType) -> Vec<Field> {
     match dt {
         DataType::List(f)
         | DataType::LargeList(f)
         | DataType::ListView(f)
         | DataType::LargeListView(f)
         | DataType::FixedSizeList(f, _)
-        | DataType::Map(f, _) => vec![f.data_type().clone()],
-        DataType::Struct(fs) => fs.iter().map(|f| f.data_type().clone()).collect(),
-        DataType::Union(fs, _) => fs.iter().map(|(_, f)| f.data_type().clone()).collect(),
-        DataType::RunEndEncoded(r, v) => vec![r.data_type().clone(), v.data_type().clone()],
+        | DataType::Map(f, _) => vec![f.as_ref().clone()],
+        DataType::Struct(fs) => fs.iter().map(|f| f.as_ref().clone()).collect(),
+        DataType::Union(fs, _) => fs.iter().map(|(_, f)| f.as_ref().clone()).collect(),
+        DataType::RunEndEncoded(r, v) => vec![r.as_ref().clone(), v.as_ref().clone()],
         _ => vec![],
     }
 }
@@ -101,7 +98,7 @@ impl<B: ByteLen> Parts<B> {
             .offset
             .checked_add(self.len)
             .ok_or_else(|| bad(format!("{what}: offset {} overflows", self.offset)))?;
-        let l = layout(dt);
+        let l = layout_of(dt)?;
         if self.null_count > self.len {
             return Err(bad(format!(
                 "{what}: null count {} exceeds the length",
@@ -178,15 +175,20 @@ impl<B: ByteLen> Parts<B> {
                 )));
             }
         }
-        let want = child_types(dt);
-        if self.children.len() != expected_children(dt) {
+        let want = child_fields(dt);
+        if self.children.len() != want.len() {
             return Err(bad(format!(
                 "{what}: {} child arrays, the type has {}",
                 self.children.len(),
-                expected_children(dt)
+                want.len()
             )));
         }
-        for (i, (c, t)) in self.children.iter().zip(&want).enumerate() {
+        for (i, (c, t)) in self
+            .children
+            .iter()
+            .zip(want.iter().map(Field::data_type))
+            .enumerate()
+        {
             if &c.data_type != t {
                 return Err(bad(format!(
                     "{what}: child {i} is {}, the type says {t}",
@@ -269,6 +271,22 @@ impl Parts<Buffer> {
         if let Some(d) = self.dictionary {
             children.push(d.into_array_data()?);
         }
+        // arrow-rs views fixed-width buffers as typed slices with an assertion (a panic)
+        // that the length is a whole number of elements; a buffer from an IPC message may
+        // be longer than needed by a few bytes. Drop the partial element at the end
+        // (`validate` checked that the whole elements cover `offset + len`).
+        let spec = layout_of(&self.data_type)?;
+        let buffers = self
+            .buffers
+            .into_iter()
+            .zip(spec.buffers.iter().map(Some).chain(std::iter::repeat(None)))
+            .map(|(b, spec)| match spec {
+                Some(BufferSpec::FixedWidth { byte_width, .. }) if b.len() % byte_width != 0 => {
+                    b.slice_with_length(0, b.len() - b.len() % byte_width)
+                }
+                _ => b,
+            })
+            .collect::<Vec<_>>();
         let b = ArrayDataBuilder::new(self.data_type)
             .len(self.len)
             .offset(self.offset)
@@ -278,7 +296,7 @@ impl Parts<Buffer> {
             } else {
                 None
             })
-            .buffers(self.buffers)
+            .buffers(buffers)
             .child_data(children)
             .align_buffers(true);
         Ok(b.build()?)

@@ -29,7 +29,7 @@ use arrow_ipc::writer::{
 use arrow_ipc::{MessageHeader, MetadataVersion};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, UnionMode};
 
-use super::device::{ByteLen, DeviceArray, Parts};
+use super::device::{ByteLen, DeviceArray, Parts, child_fields, layout_of};
 use crate::cuda::{Context, DeviceBuffer, DeviceBufferWriter};
 use crate::error::{Error, Result};
 use crate::ipc::SharedMemory;
@@ -180,6 +180,15 @@ pub fn serialize_record_batch_to_vec(batch: &RecordBatch) -> Result<Vec<u8>> {
 /// The schema as an Arrow IPC `Schema` message (continuation marker, length,
 /// flatbuffer), for handing it to the reading side.
 pub fn schema_to_bytes(schema: &Schema) -> Result<Vec<u8>> {
+    let (ed, options) = schema_message(schema)?;
+    let mut v = Vec::new();
+    write_message(&mut v, ed, &options)?;
+    Ok(v)
+}
+
+/// The schema's IPC `Schema` message (flatbuffer only), as a writer encodes it (with
+/// its dictionary ids), and the options it was encoded with.
+fn schema_message(schema: &Schema) -> Result<(EncodedData, IpcWriteOptions)> {
     let options = write_options()?;
     let mut tracker = DictionaryTracker::new(false);
     let ed = IpcDataGenerator::default().schema_to_bytes_with_dictionary_tracker(
@@ -187,9 +196,7 @@ pub fn schema_to_bytes(schema: &Schema) -> Result<Vec<u8>> {
         &mut tracker,
         &options,
     );
-    let mut v = Vec::new();
-    write_message(&mut v, ed, &options)?;
-    Ok(v)
+    Ok((ed, options))
 }
 
 /// Parses [`schema_to_bytes`]'s output.
@@ -250,13 +257,7 @@ pub(crate) struct Parsed<B> {
 /// The schema with the dictionary ids a writer of it assigns (arrow-ipc's own
 /// assignment, obtained by encoding and decoding the schema).
 fn schema_with_dict_ids(schema: &Schema) -> Result<Schema> {
-    let options = write_options()?;
-    let mut tracker = DictionaryTracker::new(false);
-    let ed = IpcDataGenerator::default().schema_to_bytes_with_dictionary_tracker(
-        schema,
-        &mut tracker,
-        &options,
-    );
+    let (ed, _) = schema_message(schema)?;
     let msg = arrow_ipc::root_as_message(&ed.ipc_message)
         .map_err(|e| Error::Arrow(format!("re-reading the schema: {e}")))?;
     let fb = msg
@@ -269,22 +270,6 @@ fn schema_with_dict_ids(schema: &Schema) -> Result<Schema> {
 fn dict_id(f: &Field) -> Result<i64> {
     f.dict_id()
         .ok_or_else(|| Error::Arrow(format!("field {:?} has no dictionary id", f.name())))
-}
-
-/// The child fields of a nested type (both sides of the schema pair walk together).
-fn child_fields(dt: &DataType) -> Vec<Field> {
-    match dt {
-        DataType::List(f)
-        | DataType::LargeList(f)
-        | DataType::ListView(f)
-        | DataType::LargeListView(f)
-        | DataType::FixedSizeList(f, _)
-        | DataType::Map(f, _) => vec![f.as_ref().clone()],
-        DataType::Struct(fs) => fs.iter().map(|f| f.as_ref().clone()).collect(),
-        DataType::Union(fs, _) => fs.iter().map(|(_, f)| f.as_ref().clone()).collect(),
-        DataType::RunEndEncoded(r, v) => vec![r.as_ref().clone(), v.as_ref().clone()],
-        _ => vec![],
-    }
 }
 
 /// Collects, for every dictionary field in `(user, ids)`, its id and value types.
@@ -512,7 +497,7 @@ impl<S: Source> Decoder<'_, S> {
 
     /// An empty array of type `dt` over zero-length buffers.
     fn empty(&self, dt: &DataType) -> Result<Parts<S::Buf>> {
-        let l = arrow_data::layout(dt);
+        let l = layout_of(dt)?;
         let buffers = (0..l.buffers.len())
             .map(|_| self.src.slice(0, 0))
             .collect::<Result<Vec<_>>>()?;

@@ -324,9 +324,11 @@ impl DeviceBuffer {
         let dst_addr = self.address() + position as u64;
         if self.context().same_as(src.context()) {
             self.context().bind()?;
-            let overlap = Arc::ptr_eq(&self.alloc, &src.alloc)
-                && dst_addr < src.address() + n as u64
-                && src.address() < dst_addr + n as u64;
+            // One context has one address space: overlapping addresses are the same
+            // memory, also when two views (e.g. `Context::view`s of foreign memory)
+            // reach it through different allocations.
+            let overlap =
+                dst_addr < src.address() + n as u64 && src.address() < dst_addr + n as u64;
             if overlap && dst_addr != src.address() {
                 // cuMemcpyDtoD is undefined on overlapping ranges: go through a temporary.
                 let tmp = self.context().allocate(n)?;
@@ -425,14 +427,7 @@ impl DeviceBuffer {
 
     /// The contents as lowercase hexadecimal (copies to the host).
     pub fn hex(&self) -> Result<String> {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        let v = self.to_host_vec()?;
-        let mut s = String::with_capacity(v.len() * 2);
-        for b in v {
-            s.push(DIGITS[(b >> 4) as usize] as char);
-            s.push(DIGITS[(b & 15) as usize] as char);
-        }
-        Ok(s)
+        Ok(crate::wire::hex(&self.to_host_vec()?))
     }
 }
 

@@ -238,15 +238,14 @@ impl Context {
         let dev = check_ordinal(ordinal)?;
         let raw = driver::ctx_create(dev)?;
         // cuCtxCreate pushed the new context; restore the thread's previous one.
-        driver::ctx_pop_current()?;
-        match Context::from_parts(ordinal, dev, raw, false) {
-            Ok(c) => Ok(c),
-            Err(e) => {
-                // Safety: `raw` was just created and is not shared with anyone.
-                let _ = unsafe { driver::ctx_destroy(raw) };
-                Err(e)
-            }
+        let made =
+            driver::ctx_pop_current().and_then(|_| Context::from_parts(ordinal, dev, raw, false));
+        if made.is_err() {
+            // Safety: `raw` was just created and is not shared with anyone (a failed
+            // pop included: nothing else refers to it).
+            let _ = unsafe { driver::ctx_destroy(raw) };
         }
+        made
     }
 
     fn from_parts(ordinal: usize, dev: CUdevice, raw: CUcontext, primary: bool) -> Result<Context> {

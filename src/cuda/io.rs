@@ -19,6 +19,18 @@ fn io_err(kind: io::ErrorKind, e: Error) -> io::Error {
     io::Error::new(kind, e)
 }
 
+/// The [`Error`] an `io::Error` of this module wraps (any other becomes [`Error::Io`]).
+fn from_io(e: io::Error) -> Error {
+    let text = e.to_string();
+    match e.into_inner().map(|inner| inner.downcast::<Error>()) {
+        Some(Ok(inner)) => *inner,
+        _ => Error::Io {
+            op: "flushing a DeviceBufferWriter",
+            message: text,
+        },
+    }
+}
+
 /// The position a `seek` lands on in a stream of `len` bytes, or an error for a
 /// position before the start or (when `allow_past_end` is false) after the end.
 fn seek_target(pos: u64, len: u64, to: SeekFrom, allow_past_end: bool) -> io::Result<u64> {
@@ -106,10 +118,13 @@ impl DeviceBufferReader {
     }
 
     /// The next `min(n, remaining)` bytes as a zero-copy slice of the buffer (empty at
-    /// the end), and advances past them.
+    /// or past the end), and advances past them.
     pub fn read_buffer(&mut self, n: usize) -> Result<DeviceBuffer> {
         let n = n.min(self.remaining());
-        let s = self.buf.slice(self.pos as usize, n)?;
+        // After a seek past the end the position lies beyond the buffer: read nothing
+        // there, as `read` does (the empty slice sits at the end).
+        let start = self.pos.min(self.buf.len() as u64) as usize;
+        let s = self.buf.slice(start, n)?;
         self.pos += n as u64;
         Ok(s)
     }
@@ -304,11 +319,10 @@ impl DeviceBufferWriter {
         &self.inner.target
     }
 
-    /// Flushes and gives the buffer back.
+    /// Flushes and gives the buffer back. A failed flush is the error of the copy
+    /// that failed (e.g. [`Error::Driver`]).
     pub fn into_inner(mut self) -> Result<DeviceBuffer> {
-        self.inner
-            .flush_staging()
-            .map_err(|e| Error::invalid(format!("flushing the staged bytes failed: {e}")))?;
+        self.inner.flush_staging().map_err(from_io)?;
         Ok(self.inner.target.clone())
     }
 }
@@ -451,6 +465,14 @@ mod tests {
         assert!(w.seek(SeekFrom::Start(u64::MAX)).is_err());
         w.flush_staging().unwrap();
         assert_eq!(&w.target.data[..7], &[1, 1, 2, 2, 2, 3, 0]);
+    }
+
+    #[test]
+    fn io_errors_give_back_the_devbuf_error() {
+        let e = Error::out_of_bounds("x", 1, 2, 3);
+        assert_eq!(from_io(io_err(io::ErrorKind::Other, e.clone())), e);
+        let other = from_io(io::Error::other("disk on fire"));
+        assert!(matches!(&other, Error::Io { message, .. } if message == "disk on fire"));
     }
 
     #[test]

@@ -100,6 +100,63 @@ fn device_id(ctx: &Context) -> DeviceId {
     }
 }
 
+/// The `FLAG_DEVICE_KNOWN` bit for `dev`.
+fn device_flag(dev: Option<DeviceId>) -> u32 {
+    if dev.is_some() { FLAG_DEVICE_KNOWN } else { 0 }
+}
+
+/// Writes the fields both handle layouts end with: device UUID and ordinal (zero when
+/// unknown), exporting process id and token.
+fn write_origin(w: &mut wire::Writer, dev: Option<DeviceId>, pid: u32, token: u64) {
+    let dev = dev.unwrap_or(DeviceId {
+        uuid: [0; 16],
+        ordinal: 0,
+    });
+    w.bytes(&dev.uuid).u32(dev.ordinal).u32(pid).u64(token);
+}
+
+/// Reads what [`write_origin`] wrote; a device recorded while the `flags` say it is
+/// unknown is malformed.
+fn read_origin(
+    r: &mut wire::Reader<'_>,
+    flags: u32,
+    what: &str,
+) -> Result<(Option<DeviceId>, u32, u64)> {
+    let uuid = r.array::<16>()?;
+    let ordinal = r.u32()?;
+    let pid = r.u32()?;
+    let token = r.u64()?;
+    let device = if flags & FLAG_DEVICE_KNOWN != 0 {
+        Some(DeviceId { uuid, ordinal })
+    } else if uuid != [0; 16] || ordinal != 0 {
+        return Err(Error::Malformed(format!(
+            "{what} records a device but its 'device known' flag is clear"
+        )));
+    } else {
+        None
+    };
+    Ok((device, pid, token))
+}
+
+/// The ordinal in this process of the device a handle records (found by UUID), or
+/// device 0 when it records none.
+fn local_ordinal(dev: Option<DeviceId>) -> Result<usize> {
+    match dev {
+        Some(d) => ordinal_of(&d.uuid),
+        None => Ok(0),
+    }
+}
+
+/// Adds the device (when known) to a handle's `Debug` output.
+fn debug_device(d: &mut fmt::DebugStruct<'_, '_>, dev: Option<DeviceId>) {
+    if let Some(dev) = dev {
+        d.field(
+            "device",
+            &format_args!("GPU-{} (ordinal {})", format_uuid(&dev.uuid), dev.ordinal),
+        );
+    }
+}
+
 /// Adds an explanation to a driver error (keeping CUDA's name and code).
 fn explain(e: Error, why: impl fmt::Display) -> Error {
     match e {
@@ -321,10 +378,11 @@ impl IpcMemHandle {
     /// handle, with the slice of the allocation to open: `offset` bytes from the
     /// allocation's start, `len` bytes long.
     ///
-    /// The device is unknown until [`with_device_uuid`](Self::with_device_uuid) sets it;
-    /// then [`Context::open_ipc`] opens it on any context (CUDA checks the device) and
-    /// [`open`](Self::open) uses device 0. `len == 0` gives the empty handle. The range
-    /// is checked against the allocation's real size when the handle is opened.
+    /// The handle records no device until [`with_device_uuid`](Self::with_device_uuid)
+    /// sets one; while it records none, [`Context::open_ipc`] opens it on any context
+    /// (CUDA checks the device) and [`open`](Self::open) uses device 0. `len == 0`
+    /// gives the empty handle (`offset` is then ignored). The range is checked against
+    /// the allocation's real size when the handle is opened.
     ///
     /// ```
     /// use devbuf::cuda::IpcMemHandle;
@@ -443,17 +501,10 @@ impl IpcMemHandle {
     /// Serializes into the fixed layout described in the [module docs](self)
     /// ([`ENCODED_LEN`](Self::ENCODED_LEN) bytes).
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut flags = 0;
-        if self.device.is_some() {
-            flags |= FLAG_DEVICE_KNOWN;
-        }
+        let mut flags = device_flag(self.device);
         if self.read_only {
             flags |= FLAG_READ_ONLY;
         }
-        let dev = self.device.unwrap_or(DeviceId {
-            uuid: [0; 16],
-            ordinal: 0,
-        });
         let mut w = wire::Writer::default();
         w.bytes(MEM_MAGIC)
             .u16(VERSION)
@@ -462,11 +513,8 @@ impl IpcMemHandle {
             .bytes(&self.raw)
             .u64(self.offset)
             .u64(self.len)
-            .u64(self.alloc_size)
-            .bytes(&dev.uuid)
-            .u32(dev.ordinal)
-            .u32(self.pid)
-            .u64(self.token);
+            .u64(self.alloc_size);
+        write_origin(&mut w, self.device, self.pid, self.token);
         w.finish_with_checksum()
     }
 
@@ -492,19 +540,7 @@ impl IpcMemHandle {
         let offset = r.u64()?;
         let len = r.u64()?;
         let alloc_size = r.u64()?;
-        let uuid = r.array::<16>()?;
-        let ordinal = r.u32()?;
-        let pid = r.u32()?;
-        let token = r.u64()?;
-        let device = if flags & FLAG_DEVICE_KNOWN != 0 {
-            Some(DeviceId { uuid, ordinal })
-        } else if uuid != [0; 16] || ordinal != 0 {
-            return Err(Error::Malformed(format!(
-                "{MEM_WHAT} records a device but its 'device known' flag is clear"
-            )));
-        } else {
-            None
-        };
+        let (device, pid, token) = read_origin(&mut r, flags, MEM_WHAT)?;
         let h = IpcMemHandle {
             raw,
             offset,
@@ -584,11 +620,7 @@ impl IpcMemHandle {
     /// Opens the handle on the device it belongs to (found by UUID among this process's
     /// devices; device 0 when the handle does not record one). See [`Context::open_ipc`].
     pub fn open(&self) -> Result<DeviceBuffer> {
-        let ordinal = match &self.device {
-            Some(d) => ordinal_of(&d.uuid)?,
-            None => 0,
-        };
-        Context::new(ordinal)?.open_ipc(self)
+        Context::new(local_ordinal(self.device)?)?.open_ipc(self)
     }
 }
 
@@ -599,12 +631,7 @@ impl fmt::Debug for IpcMemHandle {
         if self.alloc_size != 0 {
             d.field("allocation_size", &self.alloc_size);
         }
-        if let Some(dev) = &self.device {
-            d.field(
-                "device",
-                &format_args!("GPU-{} (ordinal {})", format_uuid(&dev.uuid), dev.ordinal),
-            );
-        }
+        debug_device(&mut d, self.device);
         d.field("read_only", &self.read_only)
             .field("exporter_pid", &self.pid)
             .field("raw", &format_args!("{}", wire::hex(&self.raw[..8])))
@@ -960,27 +987,17 @@ impl IpcEventHandle {
 
     /// Serializes into the fixed layout described in the [module docs](self).
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut flags = 0;
-        if self.device.is_some() {
-            flags |= FLAG_DEVICE_KNOWN;
-        }
+        let mut flags = device_flag(self.device);
         if self.blocking_sync {
             flags |= FLAG_BLOCKING_SYNC;
         }
-        let dev = self.device.unwrap_or(DeviceId {
-            uuid: [0; 16],
-            ordinal: 0,
-        });
         let mut w = wire::Writer::default();
         w.bytes(EVENT_MAGIC)
             .u16(VERSION)
             .u16(EVENT_SIZE as u16)
             .u32(flags)
-            .bytes(&self.raw)
-            .bytes(&dev.uuid)
-            .u32(dev.ordinal)
-            .u32(self.pid)
-            .u64(self.token);
+            .bytes(&self.raw);
+        write_origin(&mut w, self.device, self.pid, self.token);
         w.finish_with_checksum()
     }
 
@@ -1001,19 +1018,7 @@ impl IpcEventHandle {
             )));
         }
         let raw = r.array::<RAW>()?;
-        let uuid = r.array::<16>()?;
-        let ordinal = r.u32()?;
-        let pid = r.u32()?;
-        let token = r.u64()?;
-        let device = if flags & FLAG_DEVICE_KNOWN != 0 {
-            Some(DeviceId { uuid, ordinal })
-        } else if uuid != [0; 16] || ordinal != 0 {
-            return Err(Error::Malformed(format!(
-                "{EVENT_WHAT} records a device but its 'device known' flag is clear"
-            )));
-        } else {
-            None
-        };
+        let (device, pid, token) = read_origin(&mut r, flags, EVENT_WHAT)?;
         if raw == [0; RAW] {
             return Err(Error::Malformed(format!(
                 "{EVENT_WHAT} has an all-zero CUDA handle"
@@ -1041,23 +1046,14 @@ impl IpcEventHandle {
     /// Opens the handle on the device it belongs to (found by UUID; device 0 when
     /// unknown). See [`Context::open_ipc_event`].
     pub fn open(&self) -> Result<Event> {
-        let ordinal = match &self.device {
-            Some(d) => ordinal_of(&d.uuid)?,
-            None => 0,
-        };
-        Context::new(ordinal)?.open_ipc_event(self)
+        Context::new(local_ordinal(self.device)?)?.open_ipc_event(self)
     }
 }
 
 impl fmt::Debug for IpcEventHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("IpcEventHandle");
-        if let Some(dev) = &self.device {
-            d.field(
-                "device",
-                &format_args!("GPU-{} (ordinal {})", format_uuid(&dev.uuid), dev.ordinal),
-            );
-        }
+        debug_device(&mut d, self.device);
         d.field("exporter_pid", &self.pid)
             .field("raw", &format_args!("{}", wire::hex(&self.raw[..8])))
             .finish()

@@ -174,7 +174,6 @@ impl Event {
     }
 
     /// Wraps an event handle devbuf now owns (e.g. opened from an IPC handle).
-    #[allow(dead_code)]
     ///
     /// # Safety
     /// `raw` must be a live event of `ctx` that nothing else destroys.
@@ -196,7 +195,7 @@ impl Event {
         self.flags
     }
 
-    #[allow(dead_code)]
+    /// The raw `CUevent` (devbuf keeps ownership).
     pub(crate) fn raw(&self) -> CUevent {
         self.raw
     }

@@ -167,18 +167,12 @@ impl Buffer {
             return Ok(());
         }
         if !self.mem.is_exclusive() {
-            let place = self.mem.place();
-            let fresh = place.alloc(self.len(), false)?;
-            self.mem = match (fresh, &self.mem) {
-                (Memory::Host(_), Memory::Host(b)) => Memory::from(b.to_vec()),
-                (Memory::Device(d), Memory::Device(src)) => {
+            self.mem = match &self.mem {
+                Memory::Host(b) => Memory::from(b.to_vec()),
+                Memory::Device(src) => {
+                    let d = src.context().allocate(src.len())?;
                     d.copy_from_device(0, src)?;
                     Memory::Device(d)
-                }
-                _ => {
-                    return Err(Error::invalid(
-                        "internal: copy-on-write changed memory kind",
-                    ));
                 }
             };
         }
@@ -227,7 +221,12 @@ impl Buffer {
         })?;
         match place {
             Place::Host => {
-                let mut out = Vec::with_capacity(total);
+                let mut out = Vec::new();
+                out.try_reserve_exact(total).map_err(|_| {
+                    Error::invalid(format!(
+                        "cannot allocate {total} bytes of host memory for the combined buffer"
+                    ))
+                })?;
                 for b in parts {
                     match &b.mem {
                         Memory::Host(h) => out.extend_from_slice(h),

@@ -435,7 +435,12 @@ impl DataType {
         }
         let mut rc = rest.chars();
         let kind = rc.next().ok_or_else(bad)?;
-        let size: usize = rc.as_str().parse().map_err(|_| bad())?;
+        let digits = rc.as_str();
+        // Digits only: `usize`'s parser would also take a sign ("f+4").
+        if !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        let size: usize = digits.parse().map_err(|_| bad())?;
         let element = ElementType::from_code(kind, size).ok_or_else(bad)?;
         Ok(DataType::new(element, endianness))
     }
@@ -796,6 +801,9 @@ mod tests {
         assert!(e.contains("unknown dtype \"f3\""), "{e}");
         assert!(DataType::parse("").is_err());
         assert!(DataType::parse(">").is_err());
+        for bad in ["f+4", "<i-1", "u 2", "c+16", "f٤"] {
+            assert!(DataType::parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

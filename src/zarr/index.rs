@@ -226,10 +226,17 @@ impl From<Range<usize>> for AxisSel {
     }
 }
 
+/// The exclusive end of `..=b`. `usize::MAX` means "the axis length" in
+/// [`AxisSel::Range`], so an end that would be `usize::MAX` (or overflow) becomes
+/// `usize::MAX - 1`: still past the end of every axis, and an error as it should be.
+fn inclusive_end(b: usize) -> usize {
+    b.saturating_add(1).min(usize::MAX - 1)
+}
+
 impl From<RangeInclusive<usize>> for AxisSel {
     fn from(r: RangeInclusive<usize>) -> AxisSel {
         let (a, b) = r.into_inner();
-        AxisSel::range_step(a..b.saturating_add(1), 1)
+        AxisSel::range_step(a..inclusive_end(b), 1)
     }
 }
 
@@ -247,7 +254,7 @@ impl From<RangeTo<usize>> for AxisSel {
 
 impl From<RangeToInclusive<usize>> for AxisSel {
     fn from(r: RangeToInclusive<usize>) -> AxisSel {
-        AxisSel::range_step(0..r.end.saturating_add(1), 1)
+        AxisSel::range_step(0..inclusive_end(r.end), 1)
     }
 }
 

@@ -48,7 +48,8 @@ pub(crate) struct Layout {
     pub offset: usize,
 }
 
-/// Number of elements of `shape`, or an error when it overflows.
+/// Number of elements of `shape` and their size in bytes, or an error when the bytes
+/// exceed `isize::MAX` (the most any allocation, slice or `ndarray` view can hold).
 pub(crate) fn checked_size(shape: &[usize], elem: usize) -> Result<(usize, usize)> {
     let mut n: usize = 1;
     for &d in shape {
@@ -58,11 +59,16 @@ pub(crate) fn checked_size(shape: &[usize], elem: usize) -> Result<(usize, usize
             ))
         })?;
     }
-    let bytes = n.checked_mul(elem).ok_or_else(|| {
-        Error::invalid(format!(
-            "shape {shape:?} of {elem}-byte elements needs more bytes than fit in memory"
-        ))
-    })?;
+    let bytes = n
+        .checked_mul(elem)
+        .filter(|&b| b <= isize::MAX as usize)
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "shape {shape:?} of {elem}-byte elements needs more bytes than fit in memory \
+                 (at most {} bytes)",
+                isize::MAX
+            ))
+        })?;
     Ok((n, bytes))
 }
 
@@ -160,9 +166,17 @@ impl Layout {
         Layout::compact(&self.shape, elem, &self.k_perm())
     }
 
-    /// Byte strides as `isize` (what the copy kernels take).
+    /// Byte strides as `isize` (what the copy kernels take). The stride of an axis of
+    /// length 1, and every stride of an empty view, is never stepped along and may be
+    /// anything (even beyond `isize`, as [`NDBuffer::from_parts`](super::NDBuffer::from_parts)
+    /// accepts): those are given as 0.
     pub fn istrides(&self) -> Vec<isize> {
-        self.strides.iter().map(|&s| s as isize).collect()
+        let empty = self.size() == 0;
+        self.shape
+            .iter()
+            .zip(&self.strides)
+            .map(|(&n, &s)| if empty || n <= 1 { 0 } else { s as isize })
+            .collect()
     }
 
     /// Checks that the view fits in `len` bytes of memory.

@@ -203,6 +203,32 @@ impl From<arrow_buffer::Buffer> for Memory {
     }
 }
 
+/// `n` zero bytes of host memory, or an error when the allocator cannot provide them
+/// (`vec![0; n]` panics or aborts the process instead). Zeroed by the allocator
+/// (`calloc`), so untouched pages cost nothing.
+pub(crate) fn zeroed_vec(n: usize) -> Result<Vec<u8>> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let too_big = || {
+        Error::invalid(format!(
+            "cannot allocate {n} bytes of host memory (out of memory or more than the \
+             address space allows; at most {} bytes can be asked for)",
+            isize::MAX
+        ))
+    };
+    let layout = std::alloc::Layout::array::<u8>(n).map_err(|_| too_big())?;
+    // Safety: `layout` has a non-zero size (n > 0).
+    let p = unsafe { std::alloc::alloc_zeroed(layout) };
+    if p.is_null() {
+        return Err(too_big());
+    }
+    // Safety: `p` comes from the global allocator with the layout of `n` bytes of
+    // alignment 1 (what a `Vec<u8>` of capacity `n` uses), and all `n` bytes are
+    // initialised (zero); the vector takes ownership of the allocation.
+    Ok(unsafe { Vec::from_raw_parts(p, n, n) })
+}
+
 /// Where memory lives: the host, or one device context.
 #[derive(Clone, Debug)]
 pub(crate) enum Place {
@@ -223,7 +249,7 @@ impl Place {
     /// uninitialised on the device unless `zeroed`.
     pub(crate) fn alloc(&self, n: usize, zeroed: bool) -> Result<Memory> {
         Ok(match self {
-            Place::Host => Memory::Host(Bytes::from(vec![0u8; n])),
+            Place::Host => Memory::Host(Bytes::from(zeroed_vec(n)?)),
             Place::Device(ctx) => Memory::Device(if zeroed {
                 ctx.allocate_zeroed(n)?
             } else {

@@ -381,13 +381,19 @@ impl NDBuffer {
             return ArrayViewD::from_shape(IxDyn(&shape), &[][..])
                 .map_err(|e| Error::invalid(format!("internal: ndarray view: {e}")));
         }
-        let base = bytes.as_ptr() as usize + self.layout.offset;
+        // An invariant of every NDBuffer, checked again here (it is cheap) because the
+        // unsafe view below relies on it.
+        self.layout.check_fits(bytes.len(), es)?;
+        // In bounds: the view is not empty, so its first element lies inside `bytes`.
+        let first = bytes[self.layout.offset..].as_ptr();
+        let base = first as usize;
+        // Strides that are stepped along (others, of axes of length 1, may be anything,
+        // even beyond `isize`; they become 0).
+        let strides = self.layout.istrides();
         if base % align != 0
-            || self
-                .layout
-                .strides
+            || strides
                 .iter()
-                .any(|s| s % es != 0 || s % align != 0)
+                .any(|&s| s as usize % es != 0 || s as usize % align != 0)
         {
             return Err(Error::invalid(format!(
                 "as_array_view: the data at {base:#x} with byte strides {:?} is not aligned \
@@ -398,23 +404,28 @@ impl NDBuffer {
         }
         if T::ELEMENT_TYPE == ElementType::Bool {
             let mut ok = true;
-            self.for_each_offset(|off| ok &= bytes[off] <= 1);
+            self.for_each_offset(|off| {
+                ok = bytes[off] <= 1;
+                ok
+            });
             if !ok {
                 return Err(Error::invalid(
                     "as_array_view::<bool>: the data holds bytes other than 0 and 1",
                 ));
             }
         }
-        let strides: Vec<usize> = self.layout.strides.iter().map(|s| s / es).collect();
-        // Safety: `check_fits` (an invariant of every NDBuffer) keeps every element of
-        // the view inside `bytes`; the pointer and strides are aligned for `T` and the
-        // strides are non-negative; every bit pattern is a valid `T` (bool checked
-        // above); `Bytes` is immutable and borrowed through `&self` for the view's
-        // lifetime, so nothing writes it meanwhile.
+        let strides: Vec<usize> = strides.iter().map(|&s| s as usize / es).collect();
+        // Safety: `check_fits` (checked above) keeps every element of the view inside
+        // `bytes` (and `first` is derived from `bytes`, keeping its provenance), and `checked_size` keeps the element count within
+        // `isize::MAX`; the pointer and strides are aligned for `T`, and the strides
+        // are non-negative (`istrides` is `0..=isize::MAX` here: a stepped stride lies
+        // inside the memory); every bit pattern is a valid `T` (bool checked above);
+        // `Bytes` is immutable and borrowed through `&self` for the view's lifetime, so
+        // nothing writes it meanwhile.
         unsafe {
             Ok(ArrayViewD::from_shape_ptr(
                 IxDyn(&shape).strides(IxDyn(&strides)),
-                base as *const T,
+                first.cast::<T>(),
             ))
         }
     }
@@ -495,7 +506,8 @@ impl NDBuffer {
         if dtype == self.dtype {
             return Ok(self.clone());
         }
-        let n = self.size();
+        // The result may need more bytes than this array (a wider type).
+        let (n, nbytes) = checked_size(&self.layout.shape, dtype.size())?;
         if dtype.element() == self.dtype.element() {
             // Only the byte order changes.
             let mut out = self.copy_k()?;
@@ -509,7 +521,7 @@ impl NDBuffer {
         let src = self.to_dense_le()?;
         let layout = src.layout.k_compact(dtype.size());
         let place = self.mem.place();
-        let mut mem = place.alloc(n * dtype.size(), false)?;
+        let mut mem = place.alloc(nbytes, false)?;
         let from = src.dtype.element();
         mem.write(|mut m| {
             prim::cast(
@@ -522,7 +534,7 @@ impl NDBuffer {
                 n,
             )?;
             if dtype.needs_swap() {
-                prim::byteswap(&mut m, 0, n * dtype.size(), dtype.element().swap_width())?;
+                prim::byteswap(&mut m, 0, nbytes, dtype.element().swap_width())?;
             }
             Ok(())
         })?;
@@ -732,15 +744,23 @@ impl NDBuffer {
             strides: Vec::new(),
             offset: self.layout.offset,
         };
+        // For a non-empty array every element of the view lies inside the memory
+        // (`check_fits`), so these products and sums cannot overflow. An empty array may
+        // carry any strides (numpy allows that, and so does `from_parts`): there they
+        // wrap, and the view, empty too, gets offset 0 below.
         for (r, &s) in sel.iter().zip(&self.layout.strides) {
             match *r {
-                Resolved::Index(i) => layout.offset += i * s,
+                Resolved::Index(i) => layout.offset = layout.offset.wrapping_add(i.wrapping_mul(s)),
                 Resolved::Range { start, count, step } => {
                     if count > 0 {
-                        layout.offset += start * s;
+                        layout.offset = layout.offset.wrapping_add(start.wrapping_mul(s));
                     }
                     layout.shape.push(count);
-                    layout.strides.push(s * step);
+                    // With fewer than two elements the stride is never used, and a step
+                    // far beyond the axis would overflow it.
+                    layout
+                        .strides
+                        .push(if count > 1 { s.wrapping_mul(step) } else { s });
                 }
             }
         }
@@ -1030,8 +1050,9 @@ impl NDBuffer {
         Ok(())
     }
 
-    /// Calls `f` with the byte offset of every element, in C order.
-    fn for_each_offset(&self, mut f: impl FnMut(usize)) {
+    /// Calls `f` with the byte offset of every element, in C order, until it returns
+    /// `false`.
+    fn for_each_offset(&self, mut f: impl FnMut(usize) -> bool) {
         if self.size() == 0 {
             return;
         }
@@ -1044,7 +1065,9 @@ impl NDBuffer {
                     .zip(&self.layout.strides)
                     .map(|(i, s)| i * s)
                     .sum::<usize>();
-            f(off);
+            if !f(off) {
+                return;
+            }
             let mut k = nd;
             loop {
                 if k == 0 {
@@ -1088,7 +1111,8 @@ fn broadcast_strides(value: &Layout, target: &[usize]) -> Result<Vec<isize>> {
         }
         let j = i - lead;
         if vs[j] == n {
-            out[i] = vt[j] as isize;
+            // An axis of length 1 is never stepped along (its stride may be anything).
+            out[i] = if n <= 1 { 0 } else { vt[j] as isize };
         } else if vs[j] == 1 {
             out[i] = 0;
         } else {
@@ -1134,13 +1158,14 @@ impl fmt::Display for NDBuffer {
             self.for_each_offset(|off| {
                 if vals.len() == 16 {
                     more = true;
-                    return;
+                    return false;
                 }
                 let mut b = bytes[off..off + es].to_vec();
                 if self.dtype.needs_swap() {
                     host_ops::swap_in_place(&mut b, self.dtype.element().swap_width());
                 }
                 vals.push(host_ops::read_scalar(self.dtype.element(), &b).to_string());
+                true
             });
             write!(
                 f,

@@ -204,6 +204,51 @@ impl Map {
     }
 }
 
+/// The [`Store`] methods both memory stores share (everything but `set`): they read
+/// and delete through `self.map`, and name the store `$name` in errors.
+macro_rules! map_store_methods {
+    ($name:literal) => {
+        fn get(
+            &self,
+            key: &str,
+            prototype: &BufferPrototype,
+            byte_range: Option<ByteRequest>,
+        ) -> Result<Option<Buffer>> {
+            self.map.get(key, prototype, byte_range)
+        }
+
+        fn delete(&self, key: &str) -> Result<()> {
+            check_writable(self.read_only, concat!($name, ".delete"))?;
+            self.map.write().remove(key);
+            Ok(())
+        }
+
+        fn exists(&self, key: &str) -> Result<bool> {
+            Ok(self.map.read().contains_key(key))
+        }
+
+        fn list(&self) -> Result<Vec<String>> {
+            Ok(self.map.read().keys().cloned().collect())
+        }
+
+        fn list_prefix(&self, prefix: &str) -> Result<Vec<String>> {
+            Ok(self.map.list_prefix(prefix))
+        }
+
+        fn list_dir(&self, prefix: &str) -> Result<Vec<String>> {
+            Ok(self.map.list_dir(prefix))
+        }
+
+        fn read_only(&self) -> bool {
+            self.read_only
+        }
+
+        fn getsize(&self, key: &str) -> Result<Option<usize>> {
+            Ok(self.map.read().get(key).map(Buffer::len))
+        }
+    };
+}
+
 fn check_writable(read_only: bool, what: &str) -> Result<()> {
     if read_only {
         Err(Error::ReadOnly(format!(
@@ -262,50 +307,13 @@ impl std::fmt::Debug for MemoryStore {
 }
 
 impl Store for MemoryStore {
-    fn get(
-        &self,
-        key: &str,
-        prototype: &BufferPrototype,
-        byte_range: Option<ByteRequest>,
-    ) -> Result<Option<Buffer>> {
-        self.map.get(key, prototype, byte_range)
-    }
+    map_store_methods!("MemoryStore");
 
     fn set(&self, key: &str, value: &Buffer) -> Result<()> {
         check_writable(self.read_only, "MemoryStore.set")?;
         let v = value.to_prototype(&BufferPrototype::Host)?;
         self.map.write().insert(key.to_string(), v);
         Ok(())
-    }
-
-    fn delete(&self, key: &str) -> Result<()> {
-        check_writable(self.read_only, "MemoryStore.delete")?;
-        self.map.write().remove(key);
-        Ok(())
-    }
-
-    fn exists(&self, key: &str) -> Result<bool> {
-        Ok(self.map.read().contains_key(key))
-    }
-
-    fn list(&self) -> Result<Vec<String>> {
-        Ok(self.map.read().keys().cloned().collect())
-    }
-
-    fn list_prefix(&self, prefix: &str) -> Result<Vec<String>> {
-        Ok(self.map.list_prefix(prefix))
-    }
-
-    fn list_dir(&self, prefix: &str) -> Result<Vec<String>> {
-        Ok(self.map.list_dir(prefix))
-    }
-
-    fn read_only(&self) -> bool {
-        self.read_only
-    }
-
-    fn getsize(&self, key: &str) -> Result<Option<usize>> {
-        Ok(self.map.read().get(key).map(Buffer::len))
     }
 }
 
@@ -388,14 +396,7 @@ impl std::fmt::Debug for DeviceMemoryStore {
 }
 
 impl Store for DeviceMemoryStore {
-    fn get(
-        &self,
-        key: &str,
-        prototype: &BufferPrototype,
-        byte_range: Option<ByteRequest>,
-    ) -> Result<Option<Buffer>> {
-        self.map.get(key, prototype, byte_range)
-    }
+    map_store_methods!("DeviceMemoryStore");
 
     fn set(&self, key: &str, value: &Buffer) -> Result<()> {
         check_writable(self.read_only, "DeviceMemoryStore.set")?;
@@ -412,35 +413,5 @@ impl Store for DeviceMemoryStore {
             .write()
             .insert(key.to_string(), Buffer::from_array_like(mem));
         Ok(())
-    }
-
-    fn delete(&self, key: &str) -> Result<()> {
-        check_writable(self.read_only, "DeviceMemoryStore.delete")?;
-        self.map.write().remove(key);
-        Ok(())
-    }
-
-    fn exists(&self, key: &str) -> Result<bool> {
-        Ok(self.map.read().contains_key(key))
-    }
-
-    fn list(&self) -> Result<Vec<String>> {
-        Ok(self.map.read().keys().cloned().collect())
-    }
-
-    fn list_prefix(&self, prefix: &str) -> Result<Vec<String>> {
-        Ok(self.map.list_prefix(prefix))
-    }
-
-    fn list_dir(&self, prefix: &str) -> Result<Vec<String>> {
-        Ok(self.map.list_dir(prefix))
-    }
-
-    fn read_only(&self) -> bool {
-        self.read_only
-    }
-
-    fn getsize(&self, key: &str) -> Result<Option<usize>> {
-        Ok(self.map.read().get(key).map(Buffer::len))
     }
 }

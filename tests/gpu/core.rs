@@ -621,3 +621,24 @@ gpu_test! {
         assert!(ms >= 0.0);
     }
 }
+
+gpu_test! {
+    /// Copies between two views of the same memory that devbuf sees as different
+    /// allocations (`Context::view`) overlap like any other: memmove semantics.
+    fn overlapping_copies_between_distinct_views_are_memmove() {
+        let c = ctx();
+        let host: Vec<u8> = (0u8..64).collect();
+        let a = DeviceBuffer::from_host(&c, &host).unwrap();
+        let front = c.view(a.address(), 32, a.clone()).unwrap();
+        a.slice(8, 32).unwrap().copy_from_device(0, &front).unwrap();
+        let mut want = host.clone();
+        want.copy_within(0..32, 8);
+        assert_eq!(a.to_host_vec().unwrap(), want);
+        // And backwards.
+        let back = c.view(a.address() + 8, 32, a.clone()).unwrap();
+        a.slice(2, 32).unwrap().copy_from_device(0, &back).unwrap();
+        want.copy_within(8..40, 2);
+        assert_eq!(a.to_host_vec().unwrap(), want);
+        assert_eq!(a.slice(0, 3).unwrap().hex().unwrap(), hex_of(&want[..3]));
+    }
+}

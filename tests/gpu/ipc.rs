@@ -567,6 +567,10 @@ gpu_test! {
         assert_eq!(r.read_buffer(10).unwrap().len(), 0);
         r.seek(SeekFrom::Start(200_000)).unwrap();
         assert_eq!(r.read(&mut [0u8; 4]).unwrap(), 0);
+        // Past the end, read_buffer is empty too (it was an out-of-bounds error).
+        let past = r.read_buffer(10).unwrap();
+        assert_eq!((past.len(), past.address()), (0, buf.address() + 100_003));
+        assert_eq!(r.position(), 200_000);
         assert!(r.seek(SeekFrom::Current(-300_000)).is_err());
         r.seek(SeekFrom::Start(0)).unwrap();
         let mut all = Vec::new();
