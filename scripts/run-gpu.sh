@@ -20,7 +20,8 @@ echo "devbuf GPU bundle $(cat "$HERE/COMMIT") on: $DEVICE x$NGPU"
 
 run_tests() {
     echo "== GPU tests"
-    "$BIN/gpu-tests" --test-threads=4 "$@" 2>&1 | tee "$LOGS/gpu-tests.log"
+    # A hung test must not eat the whole lease: the suite takes well under a minute.
+    timeout -k 10 "${DEVBUF_TEST_TIMEOUT:-240}" "$BIN/gpu-tests" --test-threads=4 "$@" 2>&1 | tee "$LOGS/gpu-tests.log"
     local line
     line="$(grep -E '^test result:' "$LOGS/gpu-tests.log" | tail -1)"
     SUMMARY+=("tests: ${line#test result: }")
@@ -35,7 +36,7 @@ run_sanitizer() {
         SUMMARY+=("sanitizer: compute-sanitizer not found")
         return
     fi
-    "$cs" --tool memcheck --leak-check no --report-api-errors no --error-exitcode 99 --target-processes all \
+    timeout -k 10 "${DEVBUF_SANITIZER_TIMEOUT:-300}" "$cs" --tool memcheck --leak-check no --report-api-errors no --error-exitcode 99 --target-processes all \
         "$BIN/gpu-tests" --test-threads=1 --skip one_gib "$@" > "$LOGS/sanitizer.log" 2>&1
     local rc=$?
     tail -5 "$LOGS/sanitizer.log"

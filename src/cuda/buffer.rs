@@ -267,13 +267,14 @@ impl DeviceBuffer {
         check_range("copy_to_host", position, nbytes, self.len)?;
         let mut h = HostBuffer::alloc_uninit(self.context(), nbytes)?;
         if nbytes > 0 {
-            // Page-locked destination: one DMA (no staging, no driver query).
-            super::transfer::dtoh(
-                self.context(),
-                &mut h,
-                self.address() + position as u64,
-                true,
-            )?;
+            // Page-locked destination: one DMA (no staging, no driver query). Through a raw
+            // pointer: the memory is not initialised yet, so no `&mut [u8]` may cover it.
+            self.context().bind()?;
+            // Safety: `h` owns `nbytes` writable page-locked bytes; the source range was
+            // checked above. The synchronous copy has written every byte when it returns.
+            unsafe {
+                driver::memcpy_dtoh(h.as_mut_ptr(), self.address() + position as u64, nbytes)?
+            };
         }
         Ok(h)
     }

@@ -341,16 +341,20 @@ gpu_test! {
         let src = DeviceBuffer::from_host(&c, &data(seed, n)).unwrap();
         let dst = c.allocate_zeroed(n).unwrap();
         let stream = Stream::new(&c).unwrap();
+        let done = Event::new(&c, EventFlags { interprocess: true, ..Default::default() }).unwrap();
+        // Export before the stream is held: while it is, other tests' device-wide
+        // synchronising calls (cuMemFree, cuIpcCloseMemHandle) stall, and one of them may
+        // hold the IPC registry that exporting needs.
+        let eh = done.export_ipc().unwrap();
+        let dst_handle = dst.export_ipc().unwrap().to_hex();
+        assert_eq!(IpcEventHandle::from_bytes(&eh.to_bytes()).unwrap(), eh);
         let gate = StreamGate::block(&stream).unwrap();
         copy_on_stream(&stream, &dst, &src).unwrap();
-        let done = Event::new(&c, EventFlags { interprocess: true, ..Default::default() }).unwrap();
         done.record(&stream).unwrap();
-        let eh = done.export_ipc().unwrap();
-        assert_eq!(IpcEventHandle::from_bytes(&eh.to_bytes()).unwrap(), eh);
         let mut p = spawn("event_consumer", &[
             ("SEED", seed.to_string()),
             ("N", n.to_string()),
-            ("HANDLE", dst.export_ipc().unwrap().to_hex()),
+            ("HANDLE", dst_handle),
             ("EVENT", eh.to_hex()),
         ]);
         assert_eq!(p.expect("pending"), "true true");
