@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arrow_array::{Array, ArrayRef, Int32Array, RecordBatch, StringArray, StructArray};
 use arrow_schema::{DataType, Field, Schema};
@@ -210,6 +210,10 @@ gpu_test! {
         assert_eq!(imported.buffers()[1].len(), total, "values sized by the last offset");
     }
 
+}
+
+// These hold a stream with a blocked host function: they run alone (see common.rs).
+gpu_test_exclusive! {
     /// The consumer's stream waits for the producer's event on the device: the import
     /// returns while the producer's stream is still blocked, the consumer's work does
     /// not run until the producer's does, and then it sees the produced values.
@@ -236,9 +240,11 @@ gpu_test! {
             flag.store(true, Ordering::SeqCst);
             g2.open();
         });
-        let t = Instant::now();
         let imported = import_device_array_on(&mut c_array, &schema, &consumer).unwrap();
-        assert!(t.elapsed() < Duration::from_secs(2), "the import blocked the host: {:?}", t.elapsed());
+        assert!(
+            !opened_by_watchdog.load(Ordering::SeqCst),
+            "the import blocked the host until the watchdog opened the gate"
+        );
         let out = c.allocate_zeroed(n * 4).unwrap();
         copy_on_stream(&consumer, &out, &imported.buffers()[0]).unwrap();
         std::thread::sleep(Duration::from_millis(100));
@@ -266,14 +272,16 @@ gpu_test! {
         let d = DeviceArray::try_new(DataType::Int64, vals.len(), 0, 0, None, vec![dst], vec![], None).unwrap();
         let (mut c_array, schema) = export_device_array(&d, SyncEvent::Stream(&producer)).unwrap();
         let imported = import_device_array(&mut c_array, &schema).unwrap();
-        let g2 = gate.clone();
+        let opened = Arc::new(AtomicBool::new(false));
+        let (g2, flag) = (gate.clone(), opened.clone());
         let opener = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(300));
+            flag.store(true, Ordering::SeqCst);
             g2.open();
         });
-        let t = Instant::now();
         let back = imported.to_host().unwrap();
-        assert!(t.elapsed() >= Duration::from_millis(250), "to_host did not wait for the producer: {:?}", t.elapsed());
+        // Causal, not timed: the copy could only finish after the gate opened.
+        assert!(opened.load(Ordering::SeqCst), "to_host did not wait for the producer");
         let back = back.as_any().downcast_ref::<arrow_array::Int64Array>().unwrap();
         assert_eq!(back.values().as_ref(), &vals[..]);
         opener.join().unwrap();
@@ -296,20 +304,25 @@ gpu_test! {
         copy_on_stream(&producer, &v_dst, &v_src).unwrap();
         let d = DeviceArray::try_new(DataType::Utf8, 5000, 0, 0, None, vec![o_dst, v_dst], vec![], None).unwrap();
         let (mut c_array, schema) = export_device_array(&d, SyncEvent::Stream(&producer)).unwrap();
-        let g2 = gate.clone();
+        let opened = Arc::new(AtomicBool::new(false));
+        let (g2, flag) = (gate.clone(), opened.clone());
         let opener = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(300));
+            flag.store(true, Ordering::SeqCst);
             g2.open();
         });
-        let t = Instant::now();
         let imported = import_device_array_on(&mut c_array, &schema, &consumer).unwrap();
-        assert!(t.elapsed() >= Duration::from_millis(250), "the offset read did not wait: {:?}", t.elapsed());
+        // Causal, not timed: the offset read could only finish after the gate opened.
+        assert!(opened.load(Ordering::SeqCst), "the offset read did not wait for the producer");
         assert_eq!(imported.buffers()[1].len(), v.len(), "values sized by the real last offset");
         consumer.synchronize().unwrap();
         assert_eq!(imported.to_host().unwrap().as_ref(), &words as &dyn Array);
         opener.join().unwrap();
     }
 
+}
+
+gpu_test! {
     /// Releases: once per structure whether imported or dropped; moved-out children on
     /// their own; the event and buffers stay valid until then.
     fn cuda_release_exactly_once() {

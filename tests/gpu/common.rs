@@ -7,6 +7,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
 
 /// Declares GPU tests: each runs with `--features cuda-tests` and is ignored otherwise.
+/// They run in parallel with each other (they share [`shared`]).
 macro_rules! gpu_test {
     ($($(#[$m:meta])* fn $name:ident() $body:block)*) => {
         $(
@@ -16,9 +17,45 @@ macro_rules! gpu_test {
                 not(feature = "cuda-tests"),
                 ignore = "GPU test: run with --features cuda-tests on a machine with a GPU"
             )]
-            fn $name() $body
+            fn $name() {
+                let _shared = crate::common::shared();
+                $body
+            }
         )*
     };
+}
+
+/// Declares GPU tests that must run alone ([`exclusive`]): tests that hold a stream with
+/// a blocked host function (`StreamGate`). While such a stream is held, device-wide
+/// synchronising calls of other tests (`cuMemFree`, `cuModuleLoadData`, ...) wait for it,
+/// possibly while holding a lock the holder needs to let the stream go.
+macro_rules! gpu_test_exclusive {
+    ($($(#[$m:meta])* fn $name:ident() $body:block)*) => {
+        $(
+            $(#[$m])*
+            #[test]
+            #[cfg_attr(
+                not(feature = "cuda-tests"),
+                ignore = "GPU test: run with --features cuda-tests on a machine with a GPU"
+            )]
+            fn $name() {
+                let _alone = crate::common::exclusive();
+                $body
+            }
+        )*
+    };
+}
+
+static RUN_LOCK: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Held by every ordinary GPU test.
+pub fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
+    RUN_LOCK.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Held by tests that must run alone.
+pub fn exclusive() -> std::sync::RwLockWriteGuard<'static, ()> {
+    RUN_LOCK.write().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The primary context of device 0.

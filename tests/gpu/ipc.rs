@@ -333,6 +333,10 @@ gpu_test! {
         p.finish();
     }
 
+}
+
+// Holds a stream with a blocked host function: runs alone (see common.rs).
+gpu_test_exclusive! {
     /// The consumer's stream waits, on the device, for the producer's copy recorded
     /// by an IPC event; then it sees the data.
     fn ipc_event_wait_is_device_side() {
@@ -370,6 +374,9 @@ gpu_test! {
         let e = c.open_ipc_event(&eh).unwrap_err().to_string();
         assert!(e.contains("exported by this process"), "{e}");
     }
+}
+
+gpu_test! {
 
     /// Bad handles give clear errors in the consumer, and leave nothing mapped.
     fn ipc_bad_handles_are_clear_errors() {
