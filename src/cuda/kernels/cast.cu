@@ -285,6 +285,63 @@ __device__ __forceinline__ void store_elem(u8* p, const Bits& b)
     }
 }
 
+// Loads the first B (1, 2, 4, 8 or 16) bytes at `p` (aligned to B) into words.
+template <int B>
+__device__ __forceinline__ void load_words(const u8* p, u32 (&w)[4])
+{
+    w[0] = w[1] = w[2] = w[3] = 0;
+    if constexpr (B == 1) w[0] = __ldg(p);
+    else if constexpr (B == 2) w[0] = __ldg((const unsigned short*)p);
+    else if constexpr (B == 4) w[0] = __ldg((const u32*)p);
+    else if constexpr (B == 8) {
+        const uint2 x = __ldg((const uint2*)p);
+        w[0] = x.x;
+        w[1] = x.y;
+    } else {
+        const uint4 x = __ldg((const uint4*)p);
+        w[0] = x.x;
+        w[1] = x.y;
+        w[2] = x.z;
+        w[3] = x.w;
+    }
+}
+
+// Widening casts (destination elements larger than source ones): each chunk is one
+// 16-byte store and a 16 * SS / DS-byte load, so both the loads and the stores of a warp
+// cover one contiguous range (every sector fully used), and four chunks per thread keep
+// enough loads in flight. Returns the number of elements done.
+template <int SK, int DK>
+__device__ __forceinline__ u64 cast_widening(const u8* __restrict__ src, u8* __restrict__ dst, u64 n,
+                                             u64 gtid, u64 stride)
+{
+    constexpr int SS = KindInfo<SK>::SIZE;
+    constexpr int DS = KindInfo<DK>::SIZE;
+    constexpr int E = 16 / DS;          // elements per chunk
+    constexpr int LB = E * SS;          // bytes loaded per chunk (< 16)
+    constexpr int U = 4;
+    const u64 nchunk = n / E;
+    uint4* vd = (uint4*)dst;
+    for (u64 c = gtid; c < nchunk; c += U * stride) {
+        u32 in[U][4];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const u64 cu = c + u * stride;
+            if (cu < nchunk) load_words<LB>(src + cu * LB, in[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const u64 cu = c + u * stride;
+            if (cu < nchunk) {
+                u32 out[4] = {0, 0, 0, 0};
+#pragma unroll
+                for (int i = 0; i < E; ++i) insert<DS>(out, i, convert<SK, DK>(extract<SS>(in[u], i)));
+                vd[cu] = make_uint4(out[0], out[1], out[2], out[3]);
+            }
+        }
+    }
+    return nchunk * E;
+}
+
 template <int SK, int DK>
 __device__ __forceinline__ void cast_body(const u8* __restrict__ src, u8* __restrict__ dst, u64 n)
 {
@@ -301,7 +358,9 @@ __device__ __forceinline__ void cast_body(const u8* __restrict__ src, u8* __rest
     const u64 stride = (u64)gridDim.x * blockDim.x;
 
     u64 done = 0;
-    if ((((u64)src | (u64)dst) & 15) == 0) {
+    if constexpr (DS > SS) {
+        if ((((u64)src | (u64)dst) & 15) == 0) done = cast_widening<SK, DK>(src, dst, n, gtid, stride);
+    } else if ((((u64)src | (u64)dst) & 15) == 0) {
         const u64 nchunk = n / E;
         const uint4* vs = (const uint4*)src;
         uint4* vd = (uint4*)dst;
