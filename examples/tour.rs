@@ -1,126 +1,346 @@
-//! A tour of devbuf: allocate, fill, slice, copy, convert to Arrow.
+//! The devbuf pipeline, end to end:
 //!
 //! ```text
-//! cargo run --release --example tour
+//! cargo run --release --features zarrs --example tour
 //! ```
 //!
-//! On a machine with a GPU it runs on device 0 and prints what happened; without one it
-//! says so and runs the host-side parts.
+//! 1. opens a zarr array written by zarr-python (the bundled fixture) and a larger one
+//!    it writes itself (64 MiB of float32, zstd);
+//! 2. loads every chunk onto the GPU (decoded on the host, moved in page-locked batches) —
+//!    or into host memory when there is no GPU;
+//! 3. turns the chunks into one Arrow record batch (chunk coordinates plus an
+//!    `arrow.fixed_shape_tensor` column) without leaving the device, and hands the tensor
+//!    column through the Arrow C Device Data Interface (zero-copy, checked by address);
+//! 4. shares the batch with a consumer process through an IPC handle (device memory, or
+//!    shared host memory), and the consumer verifies every chunk bit for bit against the
+//!    source array it reads itself;
+//! 5. prints a short report.
+//!
+//! Runs in well under a minute on a 2-core machine without a GPU.
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Instant;
 
-use arrow_array::types::Float32Type;
-use devbuf::cuda::{self, Context, DeviceBuffer};
+use devbuf::arrow::c_device::{
+    SyncEvent, export_device_array, export_host_array, import_device_array, import_host_array,
+};
+use devbuf::arrow::{
+    CHUNK_COLUMN, ChunkBatch, ChunkGrid, read_record_batch, read_record_batch_host,
+    schema_from_bytes, schema_to_bytes, serialize_device_record_batch,
+    serialize_record_batch_shared,
+};
+use devbuf::cuda::{self, Context};
+use devbuf::ipc::IpcHandle;
+use devbuf::zarr::zarrs::{ArraySpec, Compressor, ZarrArray};
+use devbuf::zarr::{BufferPrototype, DataType, ElementType, NDBuffer};
 
-fn values(n: usize) -> Vec<f32> {
-    // Deterministic, non-trivial data.
-    (0..n)
-        .map(|i| ((i % 10_007) as f32 * 0.37).sin() * 100.0)
-        .collect()
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn main() -> devbuf::Result<()> {
-    let n = 16 << 20; // 16 Mi float32 = 64 MiB
-    let host = values(n);
-    let host_sum: f64 = host.iter().map(|&x| x as f64).sum();
-
-    if !cuda::is_available() {
-        println!(
-            "devbuf tour: no GPU here ({}).",
-            cuda::unavailable_reason().unwrap_or_default()
-        );
-        println!("running the host-side parts:");
-        let t = Instant::now();
-        let ptr = host.as_ptr();
-        let buffer = arrow_buffer::Buffer::from_vec(host);
-        let array = arrow_array::PrimitiveArray::<Float32Type>::new(buffer.into(), None);
-        let sum: f64 = array.values().iter().map(|&x| x as f64).sum();
-        println!(
-            "  {} float32 values -> Arrow without a copy (same address: {}), sum {:.3} (expected {:.3}) in {:?}",
-            array.len(),
-            array.values().as_ptr() == ptr,
-            sum,
-            host_sum,
-            t.elapsed()
-        );
-        let tail = array.slice(n - 4, 4);
-        println!(
-            "  zero-copy slice of the last 4 values: {:?}",
-            tail.values()
-        );
-        return Ok(());
+fn unhex(s: &str) -> Res<Vec<u8>> {
+    if !s.is_ascii() || s.len() % 2 != 0 {
+        return Err("bad hex text".into());
     }
+    Ok((0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16))
+        .collect::<Result<_, _>>()?)
+}
 
-    let ctx = Context::new(0)?;
-    let p = ctx.properties();
+fn fixture() -> PathBuf {
+    let rel = Path::new("tests/fixtures/zarr/v3_float32_sharded.zarr");
+    let in_repo = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+    if in_repo.exists() {
+        in_repo
+    } else {
+        rel.to_path_buf()
+    }
+}
+
+fn mb(n: usize) -> f64 {
+    n as f64 / (1 << 20) as f64
+}
+
+/// Every chunk coordinate of an array's grid, in C order.
+fn all_chunks(grid_shape: &[u64]) -> Vec<Vec<u64>> {
+    let mut out = vec![vec![]];
+    for &n in grid_shape {
+        out = out
+            .into_iter()
+            .flat_map(|p| (0..n).map(move |i| [p.clone(), vec![i]].concat()))
+            .collect();
+    }
+    out
+}
+
+/// Writes a deterministic 4096 x 4096 float32 array (64 MiB) with zstd into `dir`.
+fn make_big_array(dir: &Path) -> Res<ZarrArray> {
+    let (rows, cols, chunk) = (4096usize, 4096usize, 512usize);
+    let spec = ArraySpec::new(
+        &[rows as u64, cols as u64],
+        &[chunk as u64, chunk as u64],
+        DataType::native(ElementType::Float32),
+    )
+    .with_compressor(Compressor::Zstd { level: 1 });
+    let array = ZarrArray::create(dir, &spec)?;
+    let values: Vec<f32> = (0..rows * cols)
+        .map(|i| ((i % 65_521) as f32 * 0.25).sin() * 1000.0)
+        .collect();
+    let nd = NDBuffer::from_ndarray(ndarray::ArrayD::from_shape_vec(vec![rows, cols], values)?);
+    array.write_subset(&[0, 0], &nd)?;
+    Ok(array)
+}
+
+struct Report {
+    name: String,
+    chunks: usize,
+    bytes: usize,
+    load_s: f64,
+    arrow_s: f64,
+    share_verify_s: f64,
+    zero_copy: bool,
+}
+
+fn run_one(
+    name: &str,
+    array: &ZarrArray,
+    prototype: &BufferPrototype,
+    ctx: Option<&Context>,
+) -> Res<Report> {
+    let meta = array.metadata().clone();
     println!(
-        "devbuf tour on device 0: {} (sm_{}{}, {} GiB, {} SMs), driver CUDA {:?}",
-        p.name,
-        p.compute_capability.0,
-        p.compute_capability.1,
-        p.total_memory >> 30,
-        p.multiprocessor_count,
-        cuda::driver_version()?
+        "\n== {name}: zarr v{}, shape {:?}, chunks {:?}, {} ({}), codecs {:?}",
+        meta.zarr_format, meta.shape, meta.chunk_shape, meta.stored_dtype, meta.order, meta.codecs
     );
+    let coords = all_chunks(&meta.grid_shape);
 
+    // 1. Load every chunk into the prototype's memory.
     let t = Instant::now();
-    let d = DeviceBuffer::from_slice(&ctx, &host)?;
-    ctx.synchronize()?;
-    let secs = t.elapsed().as_secs_f64();
+    let chunks = array.read_chunks(&coords, prototype)?;
+    if let Some(c) = ctx {
+        c.synchronize()?;
+    }
+    let load_s = t.elapsed().as_secs_f64();
+    let bytes: usize = chunks.iter().map(|c| c.nbytes()).sum();
     println!(
-        "1. copied {} MiB host -> device in {:.2} ms ({:.1} GB/s); device memory in use: {} MiB",
-        d.len() >> 20,
-        secs * 1e3,
-        d.len() as f64 / secs / 1e9,
-        ctx.bytes_allocated() >> 20
+        "  loaded {} chunks, {:.1} MiB, into {} in {:.1} ms ({:.2} GB/s)",
+        chunks.len(),
+        mb(bytes),
+        if ctx.is_some() {
+            "GPU memory"
+        } else {
+            "host memory"
+        },
+        load_s * 1e3,
+        bytes as f64 / load_s / 1e9
     );
 
-    let scratch = ctx.allocate(4096)?;
-    scratch.fill(0xAB)?;
-    println!(
-        "2. allocated 4 KiB and filled it on the device: first bytes {}",
-        &scratch.slice(0, 8)?.hex()?
-    );
-
-    let half = d.slice(d.len() / 2, d.len() / 2)?;
-    println!(
-        "3. zero-copy slice of the second half: address {:#x} = parent {:#x} + {} (offset in parent {})",
-        half.address(),
-        d.address(),
-        d.len() / 2,
-        half.offset_in_parent()
-    );
-
-    let copy = ctx.allocate(half.len())?;
+    // 2. One Arrow record batch: coordinates + a fixed_shape_tensor column.
     let t = Instant::now();
-    copy.copy_from_device(0, &half)?;
-    ctx.synchronize()?;
-    let secs = t.elapsed().as_secs_f64();
+    let shape: Vec<usize> = meta.shape.iter().map(|&x| x as usize).collect();
+    let chunk_shape: Vec<usize> = meta.chunk_shape.iter().map(|&x| x as usize).collect();
+    let grid =
+        ChunkGrid::new(&shape, &chunk_shape, array.dtype())?.with_fill_value(meta.fill_value);
+    let batch = ChunkBatch::from_chunks(
+        &grid,
+        coords.iter().map(|c| c.as_slice()).zip(chunks.iter()),
+        prototype,
+    )?;
+    // Hand the tensor column to an in-process Arrow consumer through the C Device Data
+    // Interface: the consumer's buffers must be the producer's (zero-copy).
+    let zero_copy = if let Some(d) = batch.device_record_batch() {
+        let col = d.column_by_name(CHUNK_COLUMN).ok_or("no chunk column")?;
+        let (mut c_array, schema) = export_device_array(col, SyncEvent::DefaultStream)?;
+        let imported = import_device_array(&mut c_array, &schema)?;
+        let a: Vec<u64> = col.all_buffers().iter().map(|b| b.address()).collect();
+        let b: Vec<u64> = imported.all_buffers().iter().map(|b| b.address()).collect();
+        a == b
+    } else {
+        let rb = batch.record_batch().ok_or("no host batch")?;
+        let col = rb.column_by_name(CHUNK_COLUMN).ok_or("no chunk column")?;
+        let (mut c_array, schema) = export_host_array(col.as_ref())?;
+        let imported = import_host_array(&mut c_array, &schema)?;
+        imported.to_data().child_data()[0].buffers()[0].as_ptr()
+            == col.to_data().child_data()[0].buffers()[0].as_ptr()
+    };
+    let arrow_s = t.elapsed().as_secs_f64();
     println!(
-        "4. device -> device copy of {} MiB in {:.3} ms; equal on the device (no host copy): {}",
-        copy.len() >> 20,
-        secs * 1e3,
-        copy.equals(&half)?
+        "  Arrow batch of {} rows ({} coordinate columns + tensor column) in {:.1} ms; \
+         C Device Data Interface round trip zero-copy: {zero_copy}",
+        batch.len(),
+        batch.ndim(),
+        arrow_s * 1e3
     );
 
+    // 3. Share it with a consumer process.
     let t = Instant::now();
-    let array = d.to_arrow::<Float32Type>()?;
-    let sum: f64 = array.values().iter().map(|&x| x as f64).sum();
-    println!(
-        "5. device -> page-locked host -> Arrow Float32Array of {} values in {:?} (one PCIe copy, none on the host); sum {:.3}, host sum {:.3}, equal: {}",
-        array.len(),
-        t.elapsed(),
-        sum,
-        host_sum,
-        array.values().as_ref() == host.as_slice()
-    );
-    let tail = half.slice(half.len() - 16, 16)?.to_vec::<f32>()?;
-    println!("6. last 4 values read back from the slice: {tail:?}");
+    let (handle, schema, _keep_device, _keep_host) = if let Some(d) = batch.device_record_batch() {
+        let message = serialize_device_record_batch(d)?;
+        let h = IpcHandle::Device(message.export_ipc()?);
+        (h, d.schema(), Some(message), None)
+    } else {
+        let rb = batch.to_record_batch()?;
+        let shm = serialize_record_batch_shared(&rb)?;
+        let h = IpcHandle::Host(shm.export_ipc()?);
+        (h, rb.schema(), None, Some(shm))
+    };
+    let exe = std::env::current_exe()?;
+    let status = Command::new(exe)
+        .arg("--consumer")
+        .arg(handle.to_hex())
+        .arg(hex(&schema_to_bytes(&schema)?))
+        .arg(array.location())
+        .status()?;
+    let share_verify_s = t.elapsed().as_secs_f64();
+    if !status.success() {
+        return Err(format!("the consumer failed: {status}").into());
+    }
+    Ok(Report {
+        name: name.to_string(),
+        chunks: chunks.len(),
+        bytes,
+        load_s,
+        arrow_s,
+        share_verify_s,
+        zero_copy,
+    })
+}
 
-    drop((d, half, copy, scratch));
+/// The consumer process: opens the handle, reads the batch, and compares every chunk with
+/// the source array (read here, on the host).
+fn consumer(handle_hex: &str, schema_hex: &str, source: &str) -> Res<()> {
+    let t = Instant::now();
+    let handle = IpcHandle::from_hex(handle_hex)?;
+    let schema = schema_from_bytes(&unhex(schema_hex)?)?;
+    let batch = match &handle {
+        IpcHandle::Device(h) => {
+            ChunkBatch::from_device_record_batch(read_record_batch(&h.open()?, schema)?)?
+        }
+        IpcHandle::Host(h) => {
+            ChunkBatch::from_record_batch(read_record_batch_host(&h.open()?, schema)?)?
+        }
+    };
+    let open_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let array = ZarrArray::open(source)?;
+    let mut checked = 0usize;
+    for i in 0..batch.len() {
+        let coords = batch.coords(i).ok_or("missing coordinates")?.to_vec();
+        let got = batch.chunk(i)?.to_buffer()?.to_bytes()?;
+        let want = array
+            .read_chunk(&coords, &BufferPrototype::Host)?
+            .to_buffer()?
+            .to_bytes()?;
+        if got != want {
+            return Err(format!("chunk {coords:?} differs from the source").into());
+        }
+        checked += got.len();
+    }
     println!(
-        "7. after dropping every buffer, device memory in use: {} bytes",
-        ctx.bytes_allocated()
+        "  consumer (pid {}): opened the {} handle and read {} chunks zero-copy in {:.2} ms; \
+         verified {:.1} MiB bit for bit against the zarr source in {:.1} ms",
+        std::process::id(),
+        if matches!(handle, IpcHandle::Device(_)) {
+            "GPU memory"
+        } else {
+            "shared host memory"
+        },
+        batch.len(),
+        open_s * 1e3,
+        mb(checked),
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    Ok(())
+}
+
+fn main() -> Res<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--consumer") {
+        let [_, h, s, src] = args.as_slice() else {
+            return Err("usage: tour --consumer HANDLE_HEX SCHEMA_HEX SOURCE".into());
+        };
+        return consumer(h, s, src);
+    }
+    let started = Instant::now();
+    let ctx = if cuda::is_available() {
+        Some(Context::new(0)?)
+    } else {
+        None
+    };
+    let prototype = match &ctx {
+        Some(c) => {
+            let p = c.properties();
+            println!(
+                "devbuf tour on {} (device 0, sm_{}{}, {} GiB), driver CUDA {:?}",
+                p.name,
+                p.compute_capability.0,
+                p.compute_capability.1,
+                p.total_memory >> 30,
+                cuda::driver_version()?
+            );
+            BufferPrototype::Device(0)
+        }
+        None => {
+            println!(
+                "devbuf tour on the host: no GPU here ({})",
+                cuda::unavailable_reason().unwrap_or_default()
+            );
+            BufferPrototype::Host
+        }
+    };
+    let mut reports = Vec::new();
+    let fixture = ZarrArray::open(fixture())?;
+    reports.push(run_one(
+        "zarr-python fixture",
+        &fixture,
+        &prototype,
+        ctx.as_ref(),
+    )?);
+    let dir = std::env::temp_dir().join(format!("devbuf-tour-{}", std::process::id()));
+    let t = Instant::now();
+    let big = make_big_array(&dir)?;
+    println!(
+        "\n(wrote a 64 MiB float32 zarr v3 array with zstd to {} in {:.0} ms)",
+        dir.display(),
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    let big_report = run_one("64 MiB float32, zstd", &big, &prototype, ctx.as_ref());
+    let _ = std::fs::remove_dir_all(&dir);
+    reports.push(big_report?);
+
+    println!(
+        "\n== report ({})",
+        if ctx.is_some() { "GPU" } else { "host" }
+    );
+    println!(
+        "| array | chunks | MiB | load ms | GB/s | to Arrow ms | C interface zero-copy | share + verify in another process ms |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for r in &reports {
+        println!(
+            "| {} | {} | {:.1} | {:.1} | {:.2} | {:.1} | {} | {:.0} |",
+            r.name,
+            r.chunks,
+            mb(r.bytes),
+            r.load_s * 1e3,
+            r.bytes as f64 / r.load_s / 1e9,
+            r.arrow_s * 1e3,
+            r.zero_copy,
+            r.share_verify_s * 1e3
+        );
+    }
+    if let Some(c) = &ctx {
+        println!(
+            "device memory still in use by devbuf: {} bytes",
+            c.bytes_allocated()
+        );
+    }
+    println!(
+        "total {:.2} s; every chunk verified by the consumer",
+        started.elapsed().as_secs_f64()
     );
     Ok(())
 }

@@ -26,6 +26,7 @@ pub mod chunk_batch;
 mod device;
 mod host;
 pub mod ipc;
+mod ipc_encode;
 pub mod tensor;
 mod tensor_device;
 
@@ -36,5 +37,8 @@ pub use ipc::{
     schema_to_bytes, serialize_record_batch, serialize_record_batch_shared,
     serialize_record_batch_to_vec,
 };
+pub use ipc_encode::serialize_device_record_batch;
+#[doc(hidden)]
+pub use ipc_encode::serialize_like_device;
 pub use tensor::{FIXED_SHAPE_TENSOR, TensorArray, TensorType, arrow_data_type, element_type_of};
 pub use tensor_device::DeviceTensorArray;

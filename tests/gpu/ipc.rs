@@ -684,3 +684,53 @@ gpu_test! {
         assert!(c.allocate(4096).unwrap().export_ipc().is_ok());
     }
 }
+
+gpu_test! {
+    /// A batch already on the device is serialized device to device; the message reads
+    /// back (zero-copy slices of the new message) to the same values, and a device
+    /// ChunkBatch survives the trip.
+    fn arrow_device_batches_serialize_on_the_device() {
+        use devbuf::arrow::{ChunkBatch, ChunkGrid, serialize_device_record_batch};
+        use devbuf::zarr::{BufferPrototype, DataType as ZType, ElementType, NDBuffer};
+        let c = ctx();
+        let n = 10_007usize;
+        let batch = RecordBatch::try_from_iter([
+            ("i", Arc::new(Int32Array::from_iter((0..n as i32).map(|i| (i % 3 != 0).then_some(i * 31)))) as _),
+            ("s", Arc::new(StringArray::from_iter((0..n).map(|i| (i % 5 != 2).then(|| format!("v{}", i * 7))))) as _),
+        ])
+        .unwrap();
+        let first = read_record_batch(&serialize_record_batch(&batch, &c).unwrap(), batch.schema()).unwrap();
+        let allocated = c.bytes_allocated();
+        let again = serialize_device_record_batch(&first).unwrap();
+        assert!(c.bytes_allocated() >= allocated + first.message().len() / 2);
+        let back = read_record_batch(&again, batch.schema()).unwrap();
+        for col in back.columns() {
+            for b in col.all_buffers() {
+                assert!(b.address() >= again.address() && b.address() + b.len() as u64 <= again.address() + again.len() as u64);
+            }
+        }
+        assert_eq!(back.to_host().unwrap(), batch);
+        // Chunks of a zarr-like array, on the device, through the device serializer.
+        let grid = ChunkGrid::new(&[10, 7], &[4, 3], ZType::native(ElementType::Float32)).unwrap();
+        let mut chunks = Vec::new();
+        for i in 0..3u64 {
+            for j in 0..3u64 {
+                let ext = grid.chunk_extent(&[i, j]).unwrap();
+                let vals: Vec<f32> = (0..ext.iter().product::<usize>()).map(|k| (i * 100 + j * 10) as f32 + k as f32 * 0.5).collect();
+                let nd = NDBuffer::from_ndarray(ndarray::ArrayD::from_shape_vec(ext.clone(), vals).unwrap());
+                chunks.push((vec![i, j], nd));
+            }
+        }
+        let host = ChunkBatch::from_chunks(&grid, chunks.iter().map(|(c, n)| (c.as_slice(), n)), &BufferPrototype::Host).unwrap();
+        let dev = ChunkBatch::from_chunks(&grid, chunks.iter().map(|(c, n)| (c.as_slice(), n)), &BufferPrototype::Device(0)).unwrap();
+        let d = dev.device_record_batch().unwrap();
+        let msg = serialize_device_record_batch(d).unwrap();
+        let read = ChunkBatch::from_device_record_batch(read_record_batch(&msg, d.schema()).unwrap()).unwrap();
+        assert_eq!(read.len(), host.len());
+        for k in 0..host.len() {
+            assert_eq!(read.coords(k), host.coords(k));
+            let (a, b) = (read.chunk(k).unwrap(), host.chunk(k).unwrap());
+            assert_eq!(a.to_ndarray::<f32>().unwrap(), b.to_ndarray::<f32>().unwrap(), "chunk {k}");
+        }
+    }
+}

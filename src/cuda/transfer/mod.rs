@@ -158,7 +158,7 @@ impl Default for TransferConfig {
             lanes: cpus.clamp(1, 16),
             chunk_bytes: 4 * MIB,
             min_chunk_bytes: 256 * KIB,
-            staging_min_bytes: MIB,
+            staging_min_bytes: 4 * MIB,
             register_min_bytes: None,
             max_pinned_bytes: 256 * MIB,
             direct: DirectMode::default(),
