@@ -284,6 +284,36 @@ fn importing_a_parent_whose_child_was_moved_out_is_an_error() {
     assert_eq!(c.live_since(), 0);
 }
 
+#[test]
+fn accessors_refuse_indices_out_of_range() {
+    // Regression: indices above i64::MAX were cast to negative i64 and passed the
+    // bounds check, reading before the pointer arrays (undefined behaviour in safe code).
+    let _g = serial();
+    let (_, structs) = corpus::others()
+        .into_iter()
+        .find(|(n, _)| *n == "struct")
+        .unwrap();
+    let (c_array, _schema) = export_host_array(structs.as_ref()).unwrap();
+    let a = c_array.array();
+    assert!(a.n_buffers() > 0 && a.n_children() > 0);
+    for i in [a.n_buffers() as usize, i64::MAX as usize + 1, usize::MAX - 5, usize::MAX] {
+        assert!(a.buffer(i).is_none(), "buffer({i})");
+    }
+    for i in [a.n_children() as usize, i64::MAX as usize + 1, usize::MAX] {
+        assert!(a.child(i).is_none(), "child({i})");
+    }
+    let mut parent = { c_array }.take_array();
+    assert!(parent.take_child(usize::MAX).is_none());
+    assert!(parent.take_child(i64::MAX as usize + 1).is_none());
+    // A foreign structure with negative counts: nothing is read.
+    let mut r = raw(1, 0, 0, vec![None, Some(i32_bytes(&[7]))], vec![], None);
+    r.n_buffers = -1;
+    r.n_children = -1;
+    let mut a = into_device(r, ARROW_DEVICE_CPU, -1).take_array();
+    assert!(a.buffer(0).is_none() && a.buffer(usize::MAX).is_none());
+    assert!(a.child(0).is_none() && a.take_child(usize::MAX).is_none());
+}
+
 // ---------------------------------------------------------------------------
 // A foreign producer written against the raw C layout, to feed malformed structures.
 // ---------------------------------------------------------------------------

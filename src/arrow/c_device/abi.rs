@@ -75,6 +75,12 @@ pub fn device_type_name(device_type: ArrowDeviceType) -> &'static str {
     }
 }
 
+/// Whether index `i` is below the C count `n` (an `int64_t` that a foreign producer may
+/// have set negative; `i` may exceed `i64::MAX`, so it is not cast).
+fn in_range(i: usize, n: i64) -> bool {
+    u64::try_from(n).is_ok_and(|n| (i as u64) < n)
+}
+
 /// The release callback of an [`ArrowArray`].
 pub type ArrowArrayRelease = unsafe extern "C" fn(*mut ArrowArray);
 
@@ -173,7 +179,7 @@ impl ArrowArray {
     /// The pointer `buffers[i]` (a device pointer for device arrays), or `None` when
     /// `i` is out of range or the structure is released.
     pub fn buffer(&self, i: usize) -> Option<*const c_void> {
-        if self.is_released() || self.buffers.is_null() || i as i64 >= self.n_buffers {
+        if self.is_released() || self.buffers.is_null() || !in_range(i, self.n_buffers) {
             return None;
         }
         // Safety: a live structure has `n_buffers` readable pointers at `buffers`.
@@ -182,7 +188,7 @@ impl ArrowArray {
 
     /// Child `i`, or `None` when out of range, null or the structure is released.
     pub fn child(&self, i: usize) -> Option<&ArrowArray> {
-        if self.is_released() || self.children.is_null() || i as i64 >= self.n_children {
+        if self.is_released() || self.children.is_null() || !in_range(i, self.n_children) {
             return None;
         }
         // Safety: a live structure has `n_children` readable child pointers, each to a
@@ -204,7 +210,7 @@ impl ArrowArray {
     /// is marked released. The parent must then be released (dropped) without being
     /// used as a whole again: importing it is an error.
     pub fn take_child(&mut self, i: usize) -> Option<ArrowArray> {
-        if self.is_released() || self.children.is_null() || i as i64 >= self.n_children {
+        if self.is_released() || self.children.is_null() || !in_range(i, self.n_children) {
             return None;
         }
         // Safety: a live structure has `n_children` child pointers, each null or to a
