@@ -22,7 +22,9 @@ use arrow_schema::{DataType as ArrowType, Field};
 use devbuf::arrow::{
     FIXED_SHAPE_TENSOR, TensorArray, TensorType, arrow_data_type, element_type_of,
 };
-use devbuf::zarr::{AxisSel, DataType, ElementType, Endianness, Memory, NDBuffer, Order, Slice};
+use devbuf::zarr::{
+    AxisSel, BufferPrototype, DataType, ElementType, Endianness, Memory, NDBuffer, Order, Slice,
+};
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
 
@@ -723,6 +725,24 @@ fn tensor_list_size_must_fit_i32() {
             .list_size()
             .is_err()
     );
+}
+
+#[test]
+fn rows_of_an_empty_array_with_huge_cells_are_an_error_not_a_panic() {
+    // Regression: the row size was an unchecked product (a panic in debug builds).
+    let nd = NDBuffer::create(
+        &BufferPrototype::Host,
+        &[0, 1 << 40, 1 << 40],
+        DataType::INT32,
+        Order::C,
+        None,
+    )
+    .unwrap();
+    let e = nd.to_arrow_tensor_rows().unwrap_err();
+    assert!(e.to_string().contains("overflows"), "{e}");
+    // The whole array is one tensor of zero elements: fine.
+    let t = nd.to_arrow_tensor().unwrap();
+    assert_eq!((t.len(), t.storage().value_length()), (1, 0));
 }
 
 // ------------------------------------------------------------------------------ metadata

@@ -560,9 +560,12 @@ pub(crate) fn prepare(nd: &NDBuffer, form: Form) -> Result<Prepared> {
             Form::Flat => nd.is_c_contiguous().then(|| (0..ndim).collect::<Vec<_>>()),
             Form::Tensor => dense_order(shape, strides, es),
             Form::Rows => {
-                let cell: usize = shape[1..].iter().product();
+                // Checked: with no rows the other axes may multiply past usize (the
+                // storage type then reports the overflow).
+                let cell = shape[1..].iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+                let row_bytes = cell.and_then(|c| c.checked_mul(es));
                 dense_order(&shape[1..], &strides[1..], es)
-                    .filter(|_| shape[0] <= 1 || cell == 0 || strides[0] == cell * es)
+                    .filter(|_| shape[0] <= 1 || cell == Some(0) || row_bytes == Some(strides[0]))
             }
         }
     };
