@@ -296,7 +296,12 @@ fn accessors_refuse_indices_out_of_range() {
     let (c_array, _schema) = export_host_array(structs.as_ref()).unwrap();
     let a = c_array.array();
     assert!(a.n_buffers() > 0 && a.n_children() > 0);
-    for i in [a.n_buffers() as usize, i64::MAX as usize + 1, usize::MAX - 5, usize::MAX] {
+    for i in [
+        a.n_buffers() as usize,
+        i64::MAX as usize + 1,
+        usize::MAX - 5,
+        usize::MAX,
+    ] {
         assert!(a.buffer(i).is_none(), "buffer({i})");
     }
     for i in [a.n_children() as usize, i64::MAX as usize + 1, usize::MAX] {
