@@ -2,6 +2,9 @@
 //! checked on host buffers: every message reads back to the same batch with the regular
 //! reader and with arrow-ipc's own.
 
+#[path = "common/c_device_corpus.rs"]
+mod corpus;
+
 use std::sync::Arc;
 
 use arrow_array::builder::{ListBuilder, StringBuilder};
@@ -11,7 +14,7 @@ use arrow_array::{
     types::Int32Type,
 };
 use arrow_buffer::Buffer;
-use arrow_schema::{DataType, Field};
+use arrow_schema::{DataType, Field, Schema};
 use devbuf::arrow::{read_record_batch_host, serialize_like_device};
 
 fn mixed(n: usize) -> RecordBatch {
@@ -121,4 +124,105 @@ fn dictionaries_and_slices_are_refused_with_a_reason() {
     let whole = mixed(5);
     assert!(serialize_like_device(&whole).unwrap().len() % 8 == 0);
     assert_eq!(whole.column(0).len(), 5);
+}
+
+/// Reads one encoded message with arrow-ipc's stream reader (after a schema message).
+fn read_with_arrow_ipc(batch: &RecordBatch, message: &[u8]) -> RecordBatch {
+    let mut stream = Vec::new();
+    {
+        let mut w = arrow_ipc::writer::StreamWriter::try_new(&mut stream, &batch.schema()).unwrap();
+        w.flush().unwrap();
+    }
+    stream.extend_from_slice(message);
+    let mut r =
+        arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(stream), None).unwrap();
+    r.next().unwrap().unwrap()
+}
+
+/// Whether the device serializer refuses the type (dictionaries, unions, run-end
+/// encoded and view types), anywhere in it.
+fn refused(dt: &DataType) -> bool {
+    match dt {
+        DataType::Dictionary(_, _)
+        | DataType::Union(_, _)
+        | DataType::RunEndEncoded(_, _)
+        | DataType::Utf8View
+        | DataType::BinaryView
+        | DataType::ListView(_)
+        | DataType::LargeListView(_) => true,
+        DataType::List(f)
+        | DataType::LargeList(f)
+        | DataType::FixedSizeList(f, _)
+        | DataType::Map(f, _) => refused(f.data_type()),
+        DataType::Struct(fs) => fs.iter().any(|f| refused(f.data_type())),
+        _ => false,
+    }
+}
+
+#[test]
+fn every_type_of_the_corpus_reads_back_or_is_refused_with_a_reason() {
+    let mut written = 0;
+    for (name, a) in corpus::all()
+        .into_iter()
+        .chain(corpus::views().into_iter().map(|(n, a)| (n.to_string(), a)))
+    {
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "c",
+            a.data_type().clone(),
+            true,
+        )]));
+        let batch = RecordBatch::try_new(schema, vec![a.clone()]).unwrap();
+        let result = serialize_like_device(&batch);
+        if refused(a.data_type()) {
+            let e = result.expect_err(&name).to_string();
+            assert!(e.contains("to_host"), "{name}: {e}");
+            continue;
+        }
+        let bytes = result.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(bytes.len() % 64, 0, "{name}: body and metadata are padded");
+        let meta_len = i32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize;
+        assert_eq!(
+            (8 + meta_len) % 64,
+            0,
+            "{name}: the body starts 64-byte aligned"
+        );
+        let back = read_record_batch_host(&Buffer::from(bytes.clone()), batch.schema()).unwrap();
+        assert_eq!(back, batch, "{name}: devbuf's reader");
+        assert_eq!(
+            read_with_arrow_ipc(&batch, &bytes),
+            batch,
+            "{name}: arrow-ipc's reader"
+        );
+        written += 1;
+    }
+    assert!(written > 40, "{written} types written");
+}
+
+#[test]
+fn refusals_name_the_real_reason() {
+    let cases: Vec<(&str, ArrayRef, &str)> = corpus::others()
+        .into_iter()
+        .chain(corpus::views())
+        .filter_map(|(name, a)| {
+            let why = match a.data_type() {
+                DataType::Union(_, _) => "union",
+                DataType::RunEndEncoded(_, _) => "run-end",
+                DataType::Utf8View | DataType::BinaryView => "variadic",
+                DataType::ListView(_) | DataType::LargeListView(_) => "list view",
+                DataType::Dictionary(_, _) => "dictionar",
+                _ => return None,
+            };
+            Some((name, a, why))
+        })
+        .collect();
+    assert!(
+        cases.len() >= 6,
+        "{} refused types in the corpus",
+        cases.len()
+    );
+    for (name, a, why) in cases {
+        let batch = RecordBatch::try_from_iter([("c", a)]).unwrap();
+        let e = serialize_like_device(&batch).unwrap_err().to_string();
+        assert!(e.contains(why) && e.contains("to_host"), "{name}: {e}");
+    }
 }

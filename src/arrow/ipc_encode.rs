@@ -59,14 +59,32 @@ fn walk<'a, B: ByteLen>(
         DataType::Dictionary(_, _) => {
             return Err(refuse(dt, "dictionaries need dictionary messages"));
         }
-        DataType::Union(_, _) | DataType::RunEndEncoded(_, _) => {
-            return Err(refuse(dt, "this layout differs between arrow-rs and IPC"));
+        DataType::Union(_, _) => {
+            return Err(refuse(
+                dt,
+                "union columns (no validity buffer in IPC v5) are not implemented by the \
+                 device serializer",
+            ));
         }
-        DataType::Utf8View
-        | DataType::BinaryView
-        | DataType::ListView(_)
-        | DataType::LargeListView(_) => {
-            return Err(refuse(dt, "view types need variadic buffer counts"));
+        DataType::RunEndEncoded(_, _) => {
+            return Err(refuse(
+                dt,
+                "run-end encoded columns (no validity buffer in IPC v5) are not implemented \
+                 by the device serializer",
+            ));
+        }
+        DataType::Utf8View | DataType::BinaryView => {
+            return Err(refuse(
+                dt,
+                "view types need the message's variadic buffer counts, which the device \
+                 serializer does not write",
+            ));
+        }
+        DataType::ListView(_) | DataType::LargeListView(_) => {
+            return Err(refuse(
+                dt,
+                "list view columns are not implemented by the device serializer",
+            ));
         }
         _ => {}
     }
@@ -154,8 +172,9 @@ pub(crate) fn plan<B: ByteLen>(num_rows: usize, columns: &[Parts<B>]) -> Result<
 ///
 /// The result reads back with [`read_record_batch`](super::read_record_batch) (zero-copy
 /// in another process after [`DeviceBuffer::export_ipc`]). Columns must not be sliced
-/// (Arrow IPC has no array offset), and dictionary, union, run-end-encoded and view
-/// columns are refused (they need host-side rewriting): use
+/// (Arrow IPC has no array offset), and dictionary (they need dictionary messages),
+/// union, run-end-encoded, list-view and view columns (not implemented here) are
+/// refused with an error that says which: use
 /// [`DeviceRecordBatch::to_host`] and [`serialize_record_batch`](super::serialize_record_batch)
 /// for those.
 ///
