@@ -173,6 +173,34 @@ fn dropping_an_export_releases_it_once() {
     }
 }
 
+/// Memory whose owner panics when dropped (an arrow-rs custom allocation).
+struct PanickingOwner(Vec<u32>);
+
+impl Drop for PanickingOwner {
+    fn drop(&mut self) {
+        panic!("the owner of an exported buffer panics in its destructor");
+    }
+}
+
+#[test]
+fn a_panicking_destructor_does_not_unwind_out_of_the_release_callback() {
+    // Regression: the release callback (`extern "C"`) dropped the exported buffers
+    // without catching panics, so a foreign owner's panicking destructor aborted the
+    // process instead of the release completing.
+    let _g = serial();
+    let owner = Arc::new(PanickingOwner(vec![1, 2, 3]));
+    let ptr = std::ptr::NonNull::new(owner.0.as_ptr() as *mut u8).unwrap();
+    // Safety: `owner` keeps the 12 bytes alive, and they are not mutated.
+    let buffer = unsafe { arrow_buffer::Buffer::from_custom_allocation(ptr, 12, owner) };
+    let a = Int32Array::new(arrow_buffer::ScalarBuffer::new(buffer, 0, 3), None);
+    let c = counts();
+    let (c_array, _schema) = export_host_array(&a).unwrap();
+    drop(a); // the export holds the last reference to the owner
+    drop(c_array); // calls the release callback; an unwind out of it would abort
+    assert_eq!(c.released_since(), 1);
+    assert_eq!(c.live_since(), 0);
+}
+
 #[test]
 fn importing_twice_or_a_released_array_is_an_error() {
     let _g = serial();

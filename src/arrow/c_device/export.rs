@@ -9,6 +9,7 @@
 
 use std::any::Any;
 use std::ffi::c_void;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use arrow_array::Array;
@@ -147,6 +148,10 @@ impl Node {
 }
 
 /// The release callback of every array devbuf exports.
+///
+/// # Safety
+/// `array` must be null or point at a structure made by [`Node::into_c`] (possibly
+/// moved), released or not.
 unsafe extern "C" fn release_exported(array: *mut ArrowArray) {
     if array.is_null() {
         return;
@@ -164,17 +169,22 @@ unsafe extern "C" fn release_exported(array: *mut ArrowArray) {
     // Safety: `private_data` was made by `Box::into_raw` in `Node::into_c` and is
     // reclaimed exactly once (it was nulled above).
     let private = unsafe { Box::from_raw(private) };
-    for &child in private.children.iter() {
-        // Safety: each child was made by `Box::into_raw` and is owned by this parent.
-        // Dropping the box releases the child unless the consumer moved it out (then
-        // its `release` is null here and only the box's memory is freed).
-        drop(unsafe { Box::from_raw(child) });
-    }
-    if !private.dictionary.is_null() {
-        // Safety: as for the children.
-        drop(unsafe { Box::from_raw(private.dictionary) });
-    }
-    drop(private);
+    // Dropping runs the destructors of whatever keeps the memory alive (arrow-rs
+    // buffers may have foreign owners): a panic there must not unwind into the C
+    // caller. What a panicking destructor leaves behind is leaked.
+    let _ = catch_unwind(AssertUnwindSafe(move || {
+        for &child in private.children.iter() {
+            // Safety: each child was made by `Box::into_raw` and is owned by this
+            // parent. Dropping the box releases the child unless the consumer moved it
+            // out (then its `release` is null here and only the box's memory is freed).
+            drop(unsafe { Box::from_raw(child) });
+        }
+        if !private.dictionary.is_null() {
+            // Safety: as for the children.
+            drop(unsafe { Box::from_raw(private.dictionary) });
+        }
+        drop(private);
+    }));
     count_release();
 }
 

@@ -69,6 +69,9 @@ unsafe fn private_of<'a>(stream: *mut ArrowDeviceArrayStream) -> Option<&'a mut 
     unsafe { (*stream).private_data.cast::<StreamPrivate>().as_mut() }
 }
 
+/// # Safety
+/// `stream` must be null or point at a stream made by [`make_stream`] (possibly moved),
+/// and `out` null or valid for writes.
 unsafe extern "C" fn stream_get_schema(
     stream: *mut ArrowDeviceArrayStream,
     out: *mut FFI_ArrowSchema,
@@ -97,6 +100,9 @@ unsafe extern "C" fn stream_get_schema(
     }
 }
 
+/// # Safety
+/// `stream` must be null or point at a stream made by [`make_stream`] (possibly moved),
+/// and `out` null or valid for writes.
 unsafe extern "C" fn stream_get_next(
     stream: *mut ArrowDeviceArrayStream,
     out: *mut ArrowDeviceArray,
@@ -130,6 +136,8 @@ unsafe extern "C" fn stream_get_next(
     code
 }
 
+/// # Safety
+/// `stream` must be null or point at a stream made by [`make_stream`] (possibly moved).
 unsafe extern "C" fn stream_get_last_error(stream: *mut ArrowDeviceArrayStream) -> *const c_char {
     // Safety: the consumer passes the stream this callback belongs to.
     match unsafe { private_of(stream) } {
@@ -141,6 +149,8 @@ unsafe extern "C" fn stream_get_last_error(stream: *mut ArrowDeviceArrayStream) 
     }
 }
 
+/// # Safety
+/// `stream` must be null or point at a stream made by [`make_stream`] (possibly moved).
 unsafe extern "C" fn stream_release(stream: *mut ArrowDeviceArrayStream) {
     if stream.is_null() {
         return;
