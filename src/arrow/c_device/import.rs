@@ -23,9 +23,9 @@ use super::abi::{
     ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA, ARROW_DEVICE_CUDA_HOST, ArrowArray, ArrowDeviceArray,
     ArrowDeviceType, device_type_name,
 };
-use super::types::{Side, base_buffer_count, check_type, child_types, has_offsets};
+use super::types::{Side, base_buffer_count, check_type, has_offsets};
 use crate::arrow::DeviceArray;
-use crate::arrow::device::{ByteLen, Parts};
+use crate::arrow::device::{ByteLen, Parts, child_fields};
 use crate::cuda::{Context, DeviceBuffer, Stream};
 use crate::error::{Error, Result};
 
@@ -337,7 +337,7 @@ unsafe fn walk<M: Memory>(
     let ptrs: Vec<*const c_void> = (0..n_buffers)
         .map(|i| unsafe { *a.buffers.add(i) })
         .collect();
-    let kids = child_types(dt);
+    let kids = child_fields(dt);
     if a.n_children != kids.len() as i64 {
         return Err(bad(
             path,
@@ -473,7 +473,7 @@ unsafe fn walk<M: Memory>(
 
     // Children and dictionary.
     let mut children = Vec::with_capacity(kids.len());
-    for (i, t) in kids.iter().enumerate() {
+    for (i, t) in kids.iter().map(|f| f.data_type()).enumerate() {
         // Safety: a valid structure has `n_children` readable child pointers.
         let cp = unsafe { *a.children.add(i) };
         let cpath = format!("{path}.children[{i}]");

@@ -69,6 +69,28 @@ unsafe fn private_of<'a>(stream: *mut ArrowDeviceArrayStream) -> Option<&'a mut 
     unsafe { (*stream).private_data.cast::<StreamPrivate>().as_mut() }
 }
 
+/// The private data of `stream` for the callback `call`, whose output structure `out`
+/// (a `what`) must not be null; otherwise the error code the callback returns.
+///
+/// # Safety
+/// As for [`private_of`].
+unsafe fn callback_state<'a, T>(
+    stream: *mut ArrowDeviceArrayStream,
+    out: *mut T,
+    call: &str,
+    what: &str,
+) -> std::result::Result<&'a mut StreamPrivate, c_int> {
+    // Safety: guaranteed by the caller.
+    let p = unsafe { private_of(stream) }.ok_or(libc::EINVAL)?;
+    if out.is_null() {
+        return Err(p.fail(
+            format!("{call}: the output {what} pointer is null"),
+            libc::EINVAL,
+        ));
+    }
+    Ok(p)
+}
+
 /// # Safety
 /// `stream` must be null or point at a stream made by [`make_stream`] (possibly moved),
 /// and `out` null or valid for writes.
@@ -77,15 +99,10 @@ unsafe extern "C" fn stream_get_schema(
     out: *mut FFI_ArrowSchema,
 ) -> c_int {
     // Safety: the consumer passes the stream this callback belongs to.
-    let Some(p) = (unsafe { private_of(stream) }) else {
-        return libc::EINVAL;
+    let p = match unsafe { callback_state(stream, out, "get_schema", "ArrowSchema") } {
+        Ok(p) => p,
+        Err(code) => return code,
     };
-    if out.is_null() {
-        return p.fail(
-            "get_schema: the output ArrowSchema pointer is null",
-            libc::EINVAL,
-        );
-    }
     match catch_unwind(AssertUnwindSafe(|| {
         FFI_ArrowSchema::try_from(p.schema.as_ref())
     })) {
@@ -108,15 +125,10 @@ unsafe extern "C" fn stream_get_next(
     out: *mut ArrowDeviceArray,
 ) -> c_int {
     // Safety: the consumer passes the stream this callback belongs to.
-    let Some(p) = (unsafe { private_of(stream) }) else {
-        return libc::EINVAL;
+    let p = match unsafe { callback_state(stream, out, "get_next", "ArrowDeviceArray") } {
+        Ok(p) => p,
+        Err(code) => return code,
     };
-    if out.is_null() {
-        return p.fail(
-            "get_next: the output ArrowDeviceArray pointer is null",
-            libc::EINVAL,
-        );
-    }
     let (result, code) = match catch_unwind(AssertUnwindSafe(|| (p.next)())) {
         Ok(None) => (ArrowDeviceArray::empty(), 0),
         Ok(Some(Ok(a))) => (a, 0),

@@ -1,5 +1,5 @@
 //! Which data types cross the interface, and the C Data Interface's view of each type:
-//! the number of buffers, the children.
+//! the number of buffers (the children are `arrow::device::child_fields`).
 
 use arrow_data::layout;
 use arrow_schema::DataType;
@@ -75,23 +75,6 @@ pub(super) fn check_type(dt: &DataType, side: Side) -> Result<()> {
             check_type(v, side)
         }
         _ => Ok(()),
-    }
-}
-
-/// The data types of the children the C structure has (dictionary values not
-/// counted).
-pub(super) fn child_types(dt: &DataType) -> Vec<DataType> {
-    match dt {
-        DataType::List(f)
-        | DataType::LargeList(f)
-        | DataType::ListView(f)
-        | DataType::LargeListView(f)
-        | DataType::FixedSizeList(f, _)
-        | DataType::Map(f, _) => vec![f.data_type().clone()],
-        DataType::Struct(fs) => fs.iter().map(|f| f.data_type().clone()).collect(),
-        DataType::Union(fs, _) => fs.iter().map(|(_, f)| f.data_type().clone()).collect(),
-        DataType::RunEndEncoded(r, v) => vec![r.data_type().clone(), v.data_type().clone()],
-        _ => vec![],
     }
 }
 
