@@ -728,55 +728,40 @@ pub(crate) trait ArrayView {
     fn to_memory(b: &Self::Buf) -> Memory;
 }
 
-impl ArrayView for ArrayData {
-    type Buf = Buffer;
-    fn view_type(&self) -> &ArrowType {
-        self.data_type()
-    }
-    fn view_len(&self) -> usize {
-        self.len()
-    }
-    fn view_nulls(&self) -> usize {
-        self.null_count()
-    }
-    fn view_offset(&self) -> usize {
-        self.offset()
-    }
-    fn view_buffer(&self, i: usize) -> Option<&Buffer> {
-        self.buffers().get(i)
-    }
-    fn view_child(&self, i: usize) -> Option<&ArrayData> {
-        self.child_data().get(i)
-    }
-    fn to_memory(b: &Buffer) -> Memory {
-        Memory::from(b.clone())
-    }
+/// [`ArrayView`] for an array type whose methods `data_type`, `len`, `null_count`,
+/// `offset` and `buffers` mean what they mean in arrow-rs, and whose child arrays are
+/// listed by the method `$children`.
+macro_rules! array_view {
+    ($array:ty, $buf:ty, $children:ident) => {
+        impl ArrayView for $array {
+            type Buf = $buf;
+            fn view_type(&self) -> &ArrowType {
+                self.data_type()
+            }
+            fn view_len(&self) -> usize {
+                self.len()
+            }
+            fn view_nulls(&self) -> usize {
+                self.null_count()
+            }
+            fn view_offset(&self) -> usize {
+                self.offset()
+            }
+            fn view_buffer(&self, i: usize) -> Option<&$buf> {
+                self.buffers().get(i)
+            }
+            fn view_child(&self, i: usize) -> Option<&$array> {
+                self.$children().get(i)
+            }
+            fn to_memory(b: &$buf) -> Memory {
+                Memory::from(b.clone())
+            }
+        }
+    };
 }
 
-impl ArrayView for DeviceArray {
-    type Buf = DeviceBuffer;
-    fn view_type(&self) -> &ArrowType {
-        self.data_type()
-    }
-    fn view_len(&self) -> usize {
-        self.len()
-    }
-    fn view_nulls(&self) -> usize {
-        self.null_count()
-    }
-    fn view_offset(&self) -> usize {
-        self.offset()
-    }
-    fn view_buffer(&self, i: usize) -> Option<&DeviceBuffer> {
-        self.buffers().get(i)
-    }
-    fn view_child(&self, i: usize) -> Option<&DeviceArray> {
-        self.children().get(i)
-    }
-    fn to_memory(b: &DeviceBuffer) -> Memory {
-        Memory::Device(b.clone())
-    }
-}
+array_view!(ArrayData, Buffer, child_data);
+array_view!(DeviceArray, DeviceBuffer, children);
 
 /// Where an array's values are: `count` elements from element (bit, for booleans)
 /// `start` of `buf`.
@@ -926,6 +911,38 @@ pub(crate) fn locate_tensor<A: ArrayView>(a: &A, t: &TensorType) -> Result<Locat
     inner.sub(first, n)
 }
 
+/// Tensors `first .. first + n` of tensor storage `storage` as one NDBuffer of shape
+/// `[n, *logical_shape]` (zero-copy but for booleans), host or device.
+pub(crate) fn tensor_rows<A: ArrayView>(
+    t: &TensorType,
+    storage: &A,
+    first: usize,
+    n: usize,
+) -> Result<NDBuffer> {
+    crate::error::check_range("tensor rows", first, n, storage.view_len())?;
+    let list = t.list_size()?;
+    let loc = locate_tensor(storage, t)?;
+    let span = |x: usize| {
+        x.checked_mul(list)
+            .ok_or_else(|| Error::invalid("tensor rows overflow"))
+    };
+    let mem = loc.sub(span(first)?, span(n)?)?.into_memory()?;
+    t.rows_view(mem, n)
+}
+
+/// A flat array (any offset, no nulls) as a 1-d NDBuffer (zero-copy but for booleans),
+/// host or device.
+pub(crate) fn flat_ndbuffer<A: ArrayView>(array: &A) -> Result<NDBuffer> {
+    let loc = locate(array)?;
+    let (element, count) = (loc.element, loc.count);
+    NDBuffer::from_memory(
+        loc.into_memory()?,
+        &[count],
+        DataType::native(element),
+        Order::C,
+    )
+}
+
 // ---------------------------------------------------------------------------------------
 // Host arrays
 // ---------------------------------------------------------------------------------------
@@ -1055,15 +1072,7 @@ impl TensorArray {
     /// Tensors `first .. first + n` as one NDBuffer of shape `[n, *logical_shape]`
     /// (zero-copy but for booleans).
     pub fn rows(&self, first: usize, n: usize) -> Result<NDBuffer> {
-        crate::error::check_range("tensor rows", first, n, self.len())?;
-        let list = self.tensor_type.list_size()?;
-        let loc = locate_tensor(&self.storage.to_data(), &self.tensor_type)?;
-        let span = |x: usize| {
-            x.checked_mul(list)
-                .ok_or_else(|| Error::invalid("tensor rows overflow"))
-        };
-        let mem = loc.sub(span(first)?, span(n)?)?.into_memory()?;
-        self.tensor_type.rows_view(mem, n)
+        tensor_rows(&self.tensor_type, &self.storage.to_data(), first, n)
     }
 
     /// All tensors as one NDBuffer of shape `[len, *logical_shape]` (zero-copy but for
@@ -1188,14 +1197,7 @@ impl NDBuffer {
     /// # Ok::<(), devbuf::Error>(())
     /// ```
     pub fn from_arrow(array: &dyn Array) -> Result<NDBuffer> {
-        let loc = locate(&array.to_data())?;
-        let (element, count) = (loc.element, loc.count);
-        NDBuffer::from_memory(
-            loc.into_memory()?,
-            &[count],
-            DataType::native(element),
-            Order::C,
-        )
+        flat_ndbuffer(&array.to_data())
     }
 }
 

@@ -5,10 +5,11 @@ use arrow_schema::Field;
 
 use super::device::DeviceArray;
 use super::tensor::{
-    Form, Prepared, TensorArray, TensorType, locate, locate_tensor, prepare, storage_parts,
+    Form, Prepared, TensorArray, TensorType, flat_ndbuffer, locate_tensor, prepare, storage_parts,
+    tensor_rows,
 };
 use crate::error::{Error, Result};
-use crate::zarr::{DataType, Memory, NDBuffer, Order};
+use crate::zarr::{Memory, NDBuffer};
 
 fn device_only(nd: &NDBuffer, what: &str, host_way: &str) -> Result<()> {
     if nd.is_host() {
@@ -102,15 +103,7 @@ impl DeviceTensorArray {
     /// Tensors `first .. first + n` as one device NDBuffer of shape
     /// `[n, *logical_shape]` (zero-copy but for booleans).
     pub fn rows(&self, first: usize, n: usize) -> Result<NDBuffer> {
-        crate::error::check_range("tensor rows", first, n, self.len())?;
-        let list = self.tensor_type.list_size()?;
-        let loc = locate_tensor(&self.storage, &self.tensor_type)?;
-        let span = |x: usize| {
-            x.checked_mul(list)
-                .ok_or_else(|| Error::invalid("tensor rows overflow"))
-        };
-        let mem = loc.sub(span(first)?, span(n)?)?.into_memory()?;
-        self.tensor_type.rows_view(mem, n)
+        tensor_rows(&self.tensor_type, &self.storage, first, n)
     }
 
     /// All tensors as one device NDBuffer of shape `[len, *logical_shape]`.
@@ -183,13 +176,6 @@ impl NDBuffer {
     /// slice of the array's buffer) except for `Boolean`, which is unpacked on the
     /// device. Nulls and unsupported types are errors naming the type.
     pub fn from_device_array(array: &DeviceArray) -> Result<NDBuffer> {
-        let loc = locate(array)?;
-        let (element, count) = (loc.element, loc.count);
-        NDBuffer::from_memory(
-            loc.into_memory()?,
-            &[count],
-            DataType::native(element),
-            Order::C,
-        )
+        flat_ndbuffer(array)
     }
 }
