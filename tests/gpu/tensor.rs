@@ -475,5 +475,11 @@ gpu_test! {
         let e = ChunkBatch::from_chunks(&grid, Vec::<(Vec<u64>, NDBuffer)>::new(), &DEV).unwrap();
         assert!(e.is_device() && e.is_empty());
         assert_eq!(e.to_record_batch().unwrap().num_rows(), 0);
+        // No rows of huge cells: an overflow error, not a panic (host and device).
+        for proto in [&HOST, &DEV] {
+            let nd = NDBuffer::create(proto, &[0, 1 << 40, 1 << 40], DataType::INT32, Order::C, None).unwrap();
+            let e = if nd.is_device() { nd.to_device_tensor_rows().map(|_| ()) } else { nd.to_arrow_tensor_rows().map(|_| ()) };
+            assert!(e.unwrap_err().to_string().contains("overflows"));
+        }
     }
 }
