@@ -806,6 +806,57 @@ fn batches() -> (Arc<Schema>, Vec<RecordBatch>) {
     (schema, parts)
 }
 
+/// Batches from an iterator that panics at `panic_at` (and, when `panic_on_drop`, in
+/// its destructor).
+struct PanickingBatches {
+    batches: std::vec::IntoIter<RecordBatch>,
+    next: usize,
+    panic_at: usize,
+    panic_on_drop: bool,
+}
+
+impl Iterator for PanickingBatches {
+    type Item = devbuf::Result<RecordBatch>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next += 1;
+        if self.next - 1 == self.panic_at {
+            panic!("the batch source panics");
+        }
+        self.batches.next().map(Ok)
+    }
+}
+
+impl Drop for PanickingBatches {
+    fn drop(&mut self) {
+        if self.panic_on_drop {
+            panic!("the batch source panics when dropped");
+        }
+    }
+}
+
+#[test]
+fn a_panicking_batch_source_is_an_eio_error_not_an_unwind_into_c() {
+    let _g = serial();
+    let (schema, parts) = batches();
+    for panic_on_drop in [false, true] {
+        let c = counts();
+        let source = PanickingBatches {
+            batches: parts.clone().into_iter(),
+            next: 0,
+            panic_at: 1,
+            panic_on_drop,
+        };
+        let mut stream = export_host_stream(schema.clone(), source);
+        let mut reader = import_host_stream(&mut stream).unwrap();
+        assert_eq!(reader.next().unwrap().unwrap(), parts[0]);
+        let e = reader.next().unwrap().unwrap_err().to_string();
+        assert!(e.contains("panicked") && e.contains("EIO"), "{e}");
+        assert!(reader.next().is_none(), "the first error ends the stream");
+        drop(reader); // releases the stream, dropping the source
+        assert_eq!(c.live_since(), 0, "panic_on_drop {panic_on_drop}");
+    }
+}
+
 #[test]
 fn host_stream_round_trip_and_release() {
     let _g = serial();
