@@ -23,7 +23,8 @@
 //!   buffers or arrow-rs buffers) until the consumer calls its release callback. The
 //!   callback releases the children and the dictionary that were not moved out; a child
 //!   moved out is released on its own. Each runs exactly once and marks its structure
-//!   released.
+//!   released. No callback lets a panic unwind into its C caller (a panicking
+//!   destructor is caught, a panicking stream source becomes an `EIO` error).
 //! * An import moves the structure out of the caller's (which is left released, so a
 //!   second import is an error, as the specification's "moving an array" says) and
 //!   calls the producer's release callback exactly once, when the last imported buffer
