@@ -30,7 +30,7 @@ OUT="$(mktemp -d)/bundle"
 mkdir -p "$OUT/bin" "$OUT/scripts"
 cp "$TEST_BIN" "$OUT/bin/gpu-tests"
 for ex in $EXAMPLES; do
-    cp "target/release/examples/$ex" "$OUT/bin/$ex"
+    cp "${CARGO_TARGET_DIR:-target}/release/examples/$ex" "$OUT/bin/$ex"
 done
 strip "$OUT"/bin/*
 cp scripts/run-gpu.sh "$OUT/run.sh"
