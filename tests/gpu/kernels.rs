@@ -555,6 +555,16 @@ gpu_test! {
         assert!(matches!(e, Error::ReadOnly(_)), "{e}");
         // 32 axes of length 1 are fine.
         ops::strided_copy(&a, 0, &[4; 32], &b, 0, &[4; 32], &[1; 32], 4).unwrap();
+        // 32 axes that do not merge with 12-byte elements need a 33rd axis for the
+        // element's units: an error on the device, aligned or not (a misaligned
+        // destination used to panic while splitting the units into bytes).
+        let d = c.allocate(400).unwrap();
+        for offset in [0usize, 1, 2] {
+            let e = ops::strided_copy(&a, 0, &[0; 32], &d, offset, &[12; 32], &[2; 32], 12)
+                .unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument(_)), "offset {offset}: {e}");
+            assert!(e.to_string().contains("33 axes"), "{e}");
+        }
     }
 
     // -----------------------------------------------------------------------------------
