@@ -603,6 +603,37 @@ fn corrupt_chunks_are_errors_not_panics() {
     }
 }
 
+/// Metadata may describe arrays far larger than memory: counting their chunks saturates
+/// (it overflowed), what fits reads, what does not is an error.
+#[test]
+fn huge_shapes_in_metadata_are_errors_not_panics() {
+    let dir = TempDir::new("huge");
+    let max = u64::MAX;
+    let path = dir.join("a");
+    std::fs::create_dir_all(&path).unwrap();
+    std::fs::write(
+        path.join("zarr.json"),
+        format!(
+            r#"{{"zarr_format":3,"node_type":"array","shape":[{max},{max}],"data_type":"int8",
+            "chunk_grid":{{"name":"regular","configuration":{{"chunk_shape":[1,1]}}}},
+            "chunk_key_encoding":{{"name":"default","configuration":{{"separator":"/"}}}},
+            "fill_value":3,"codecs":[{{"name":"bytes"}}],"attributes":{{}}}}"#
+        ),
+    )
+    .unwrap();
+    let a = ZarrArray::open(&path).unwrap();
+    let m = a.metadata();
+    assert_eq!(m.grid_shape, vec![max, max]);
+    assert_eq!(m.num_chunks(), max);
+    assert_eq!(m.nbytes(), max);
+    let last = a.read_chunk(&[max - 1, max - 1], &HOST).unwrap();
+    assert!(last.all_equal(Some(Scalar::from(3i8)), true).unwrap());
+    let end = a.read_subset(&[max - 3..max, max - 2..max], &HOST).unwrap();
+    assert_eq!(end.shape(), &[3, 2]);
+    let t = err_text(a.read_all(&HOST));
+    assert!(t.contains("too large"), "{t}");
+}
+
 #[test]
 fn device_prototypes_without_a_gpu_are_errors() {
     if devbuf::cuda::is_available() {
