@@ -355,6 +355,64 @@ fn devbuf_stores_hold_zarr_arrays() {
     assert!(e.to_string().contains("read only"), "{e}");
 }
 
+/// A caller's store whose `list_prefix` ignores the prefix (answers every key).
+struct LooseStore(MemoryStore);
+
+impl Store for LooseStore {
+    fn get(
+        &self,
+        key: &str,
+        prototype: &BufferPrototype,
+        byte_range: Option<devbuf::zarr::ByteRequest>,
+    ) -> devbuf::Result<Option<devbuf::zarr::Buffer>> {
+        self.0.get(key, prototype, byte_range)
+    }
+    fn set(&self, key: &str, value: &devbuf::zarr::Buffer) -> devbuf::Result<()> {
+        self.0.set(key, value)
+    }
+    fn delete(&self, key: &str) -> devbuf::Result<()> {
+        self.0.delete(key)
+    }
+    fn exists(&self, key: &str) -> devbuf::Result<bool> {
+        self.0.exists(key)
+    }
+    fn list(&self) -> devbuf::Result<Vec<String>> {
+        self.0.list()
+    }
+    fn list_prefix(&self, _prefix: &str) -> devbuf::Result<Vec<String>> {
+        self.0.list()
+    }
+    fn list_dir(&self, prefix: &str) -> devbuf::Result<Vec<String>> {
+        self.0.list_dir(prefix)
+    }
+    fn read_only(&self) -> bool {
+        false
+    }
+    fn getsize(&self, key: &str) -> devbuf::Result<Option<usize>> {
+        self.0.getsize(key)
+    }
+}
+
+#[test]
+fn store_adapter_lists_only_keys_under_the_prefix() {
+    use zarrs::storage::{ListableStorageTraits, StorePrefix};
+    let store = LooseStore(MemoryStore::new());
+    for k in ["b", "abc/x", "abc/d/y", "zz/é"] {
+        store
+            .set(k, &devbuf::zarr::Buffer::from_bytes(&b"1"[..]))
+            .unwrap();
+    }
+    let adapter = devbuf::zarr::zarrs::StoreAdapter::new(Arc::new(store));
+    // Keys outside the prefix (shorter ones included) are skipped, not sliced (a panic).
+    let listed = adapter
+        .list_dir(&StorePrefix::new("abc/").unwrap())
+        .unwrap();
+    let keys: Vec<&str> = listed.keys().iter().map(|k| k.as_str()).collect();
+    let dirs: Vec<&str> = listed.prefixes().iter().map(|p| p.as_str()).collect();
+    assert_eq!(keys, ["abc/x"]);
+    assert_eq!(dirs, ["abc/d/"]);
+}
+
 #[test]
 fn fixtures_in_a_memory_store_read_like_on_disk() {
     // Copy a sharded fixture's files into a MemoryStore: partial reads of shard
