@@ -18,6 +18,18 @@ use crate::error::{Error, Result};
 // ---------------------------------------------------------------------------------------
 // Parameter structs (layouts asserted on both sides)
 
+/// Asserts at compile time a parameter struct's size and every field's offset; the
+/// `.cu` source asserts the same numbers (`static_assert` with `offsetof`), so a field
+/// moved on one side only fails to build.
+macro_rules! assert_layout {
+    ($t:ty, $size:expr, $($f:ident = $off:expr),+ $(,)?) => {
+        const _: () = {
+            assert!(std::mem::size_of::<$t>() == $size);
+            $(assert!(std::mem::offset_of!($t, $f) == $off);)+
+        };
+    };
+}
+
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct FillParams {
@@ -29,7 +41,17 @@ struct FillParams {
     reserved: u32,
     table: [u32; 64],
 }
-const _: () = assert!(std::mem::size_of::<FillParams>() == 288);
+assert_layout!(
+    FillParams,
+    288,
+    base = 0,
+    nvec = 8,
+    start = 16,
+    end = 20,
+    period = 24,
+    reserved = 28,
+    table = 32
+);
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -45,7 +67,20 @@ struct EqualParams {
     table: [u32; 64],
     mask: [u32; 64],
 }
-const _: () = assert!(std::mem::size_of::<EqualParams>() == 560);
+assert_layout!(
+    EqualParams,
+    560,
+    base = 0,
+    nvec = 8,
+    start = 16,
+    end = 20,
+    period = 24,
+    epoch = 28,
+    scratch = 32,
+    result = 40,
+    table = 48,
+    mask = 304
+);
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -59,7 +94,18 @@ struct PredParams {
     epoch: u32,
     reserved: u32,
 }
-const _: () = assert!(std::mem::size_of::<PredParams>() == 48);
+assert_layout!(
+    PredParams,
+    48,
+    first = 0,
+    nbytes = 8,
+    mode = 16,
+    elem = 20,
+    scratch = 24,
+    result = 32,
+    epoch = 40,
+    reserved = 44
+);
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -73,7 +119,18 @@ struct GeneralParams {
     sstride: [i64; MAX_DIMS],
     dstride: [i64; MAX_DIMS],
 }
-const _: () = assert!(std::mem::size_of::<GeneralParams>() == 32 + 3 * 8 * MAX_DIMS);
+assert_layout!(
+    GeneralParams,
+    800,
+    src = 0,
+    dst = 8,
+    count = 16,
+    ndim = 24,
+    reserved = 28,
+    shape = 32,
+    sstride = 288,
+    dstride = 544
+);
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -89,7 +146,20 @@ struct RunsParams {
     sstride: [i64; MAX_DIMS - 1],
     dstride: [i64; MAX_DIMS - 1],
 }
-const _: () = assert!(std::mem::size_of::<RunsParams>() == 48 + 3 * 8 * (MAX_DIMS - 1));
+assert_layout!(
+    RunsParams,
+    792,
+    src = 0,
+    dst = 8,
+    run_bytes = 16,
+    nruns = 24,
+    segs_per_run = 32,
+    ndim = 40,
+    reserved = 44,
+    shape = 48,
+    sstride = 296,
+    dstride = 544
+);
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -111,7 +181,26 @@ struct TransposeParams {
     sstride: [i64; MAX_DIMS - 2],
     dstride: [i64; MAX_DIMS - 2],
 }
-const _: () = assert!(std::mem::size_of::<TransposeParams>() == 96 + 3 * 8 * (MAX_DIMS - 2));
+assert_layout!(
+    TransposeParams,
+    816,
+    src = 0,
+    dst = 8,
+    na = 16,
+    nb = 24,
+    sa = 32,
+    sb = 40,
+    da = 48,
+    db = 56,
+    tiles_a = 64,
+    tiles_b = 72,
+    ntiles = 80,
+    ndim = 88,
+    reserved = 92,
+    shape = 96,
+    sstride = 336,
+    dstride = 576
+);
 
 /// 16-byte vectors per warp segment of the run kernel (`RUN_SEG_VECS` in strided.cu).
 const RUN_SEG_VECS: u64 = 128;
