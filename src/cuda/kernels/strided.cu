@@ -28,7 +28,7 @@
 
 #include <stddef.h>
 
-// Field offsets, asserted with the same numbers by `assert_layout!` in ops/device.rs.
+// Field offsets, asserted with the same numbers by `kernel_params!` in ops/device.rs.
 #define FIELD_AT(T, f, off) static_assert(offsetof(T, f) == off, #T "." #f " must be at byte " #off)
 
 typedef unsigned char u8;

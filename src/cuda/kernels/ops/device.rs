@@ -18,189 +18,100 @@ use crate::error::{Error, Result};
 // ---------------------------------------------------------------------------------------
 // Parameter structs (layouts asserted on both sides)
 
-/// Asserts at compile time a parameter struct's size and every field's offset; the
-/// `.cu` source asserts the same numbers (`static_assert` with `offsetof`), so a field
-/// moved on one side only fails to build.
-macro_rules! assert_layout {
-    ($t:ty, $size:expr, $($f:ident = $off:expr),+ $(,)?) => {
+/// Declares a kernel parameter struct (`#[repr(C)]`, passed by value) and asserts at
+/// compile time its size and every field's offset; the `.cu` source asserts the same
+/// numbers (`static_assert` with `offsetof`), so a field moved on one side only fails to
+/// build.
+macro_rules! kernel_params {
+    ($name:ident, size $size:literal { $($f:ident: $t:ty = $off:literal),+ $(,)? }) => {
+        #[repr(C)]
+        #[derive(Clone, Copy)]
+        struct $name {
+            $($f: $t),+
+        }
         const _: () = {
-            assert!(std::mem::size_of::<$t>() == $size);
-            $(assert!(std::mem::offset_of!($t, $f) == $off);)+
+            assert!(std::mem::size_of::<$name>() == $size);
+            $(assert!(std::mem::offset_of!($name, $f) == $off);)+
         };
     };
 }
 
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct FillParams {
-    base: u64,
-    nvec: u64,
-    start: u32,
-    end: u32,
-    period: u32,
-    reserved: u32,
-    table: [u32; 64],
-}
-assert_layout!(
-    FillParams,
-    288,
-    base = 0,
-    nvec = 8,
-    start = 16,
-    end = 20,
-    period = 24,
-    reserved = 28,
-    table = 32
-);
+kernel_params!(FillParams, size 288 {
+    base: u64 = 0,
+    nvec: u64 = 8,
+    start: u32 = 16,
+    end: u32 = 20,
+    period: u32 = 24,
+    reserved: u32 = 28,
+    table: [u32; 64] = 32,
+});
 
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct EqualParams {
-    base: u64,
-    nvec: u64,
-    start: u32,
-    end: u32,
-    period: u32,
-    epoch: u32,
-    scratch: u64,
-    result: u64,
-    table: [u32; 64],
-    mask: [u32; 64],
-}
-assert_layout!(
-    EqualParams,
-    560,
-    base = 0,
-    nvec = 8,
-    start = 16,
-    end = 20,
-    period = 24,
-    epoch = 28,
-    scratch = 32,
-    result = 40,
-    table = 48,
-    mask = 304
-);
+kernel_params!(EqualParams, size 560 {
+    base: u64 = 0,
+    nvec: u64 = 8,
+    start: u32 = 16,
+    end: u32 = 20,
+    period: u32 = 24,
+    epoch: u32 = 28,
+    scratch: u64 = 32,
+    result: u64 = 40,
+    table: [u32; 64] = 48,
+    mask: [u32; 64] = 304,
+});
 
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct PredParams {
-    first: u64,
-    nbytes: u64,
-    mode: u32,
-    elem: u32,
-    scratch: u64,
-    result: u64,
-    epoch: u32,
-    reserved: u32,
-}
-assert_layout!(
-    PredParams,
-    48,
-    first = 0,
-    nbytes = 8,
-    mode = 16,
-    elem = 20,
-    scratch = 24,
-    result = 32,
-    epoch = 40,
-    reserved = 44
-);
+kernel_params!(PredParams, size 48 {
+    first: u64 = 0,
+    nbytes: u64 = 8,
+    mode: u32 = 16,
+    elem: u32 = 20,
+    scratch: u64 = 24,
+    result: u64 = 32,
+    epoch: u32 = 40,
+    reserved: u32 = 44,
+});
 
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct GeneralParams {
-    src: u64,
-    dst: u64,
-    count: u64,
-    ndim: u32,
-    reserved: u32,
-    shape: [u64; MAX_DIMS],
-    sstride: [i64; MAX_DIMS],
-    dstride: [i64; MAX_DIMS],
-}
-assert_layout!(
-    GeneralParams,
-    800,
-    src = 0,
-    dst = 8,
-    count = 16,
-    ndim = 24,
-    reserved = 28,
-    shape = 32,
-    sstride = 288,
-    dstride = 544
-);
+kernel_params!(GeneralParams, size 800 {
+    src: u64 = 0,
+    dst: u64 = 8,
+    count: u64 = 16,
+    ndim: u32 = 24,
+    reserved: u32 = 28,
+    shape: [u64; MAX_DIMS] = 32,
+    sstride: [i64; MAX_DIMS] = 288,
+    dstride: [i64; MAX_DIMS] = 544,
+});
 
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct RunsParams {
-    src: u64,
-    dst: u64,
-    run_bytes: u64,
-    nruns: u64,
-    segs_per_run: u64,
-    ndim: u32,
-    reserved: u32,
-    shape: [u64; MAX_DIMS - 1],
-    sstride: [i64; MAX_DIMS - 1],
-    dstride: [i64; MAX_DIMS - 1],
-}
-assert_layout!(
-    RunsParams,
-    792,
-    src = 0,
-    dst = 8,
-    run_bytes = 16,
-    nruns = 24,
-    segs_per_run = 32,
-    ndim = 40,
-    reserved = 44,
-    shape = 48,
-    sstride = 296,
-    dstride = 544
-);
+kernel_params!(RunsParams, size 792 {
+    src: u64 = 0,
+    dst: u64 = 8,
+    run_bytes: u64 = 16,
+    nruns: u64 = 24,
+    segs_per_run: u64 = 32,
+    ndim: u32 = 40,
+    reserved: u32 = 44,
+    shape: [u64; MAX_DIMS - 1] = 48,
+    sstride: [i64; MAX_DIMS - 1] = 296,
+    dstride: [i64; MAX_DIMS - 1] = 544,
+});
 
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct TransposeParams {
-    src: u64,
-    dst: u64,
-    na: u64,
-    nb: u64,
-    sa: i64,
-    sb: i64,
-    da: i64,
-    db: i64,
-    tiles_a: u64,
-    tiles_b: u64,
-    ntiles: u64,
-    ndim: u32,
-    reserved: u32,
-    shape: [u64; MAX_DIMS - 2],
-    sstride: [i64; MAX_DIMS - 2],
-    dstride: [i64; MAX_DIMS - 2],
-}
-assert_layout!(
-    TransposeParams,
-    816,
-    src = 0,
-    dst = 8,
-    na = 16,
-    nb = 24,
-    sa = 32,
-    sb = 40,
-    da = 48,
-    db = 56,
-    tiles_a = 64,
-    tiles_b = 72,
-    ntiles = 80,
-    ndim = 88,
-    reserved = 92,
-    shape = 96,
-    sstride = 336,
-    dstride = 576
-);
+kernel_params!(TransposeParams, size 816 {
+    src: u64 = 0,
+    dst: u64 = 8,
+    na: u64 = 16,
+    nb: u64 = 24,
+    sa: i64 = 32,
+    sb: i64 = 40,
+    da: i64 = 48,
+    db: i64 = 56,
+    tiles_a: u64 = 64,
+    tiles_b: u64 = 72,
+    ntiles: u64 = 80,
+    ndim: u32 = 88,
+    reserved: u32 = 92,
+    shape: [u64; MAX_DIMS - 2] = 96,
+    sstride: [i64; MAX_DIMS - 2] = 336,
+    dstride: [i64; MAX_DIMS - 2] = 576,
+});
 
 /// 16-byte vectors per warp segment of the run kernel (`RUN_SEG_VECS` in strided.cu).
 const RUN_SEG_VECS: u64 = 128;
