@@ -9,7 +9,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use devbuf::Error;
 use devbuf::zarr::zarrs::{ArraySpec, Compressor, ZarrArray};
@@ -20,34 +19,11 @@ use devbuf::zarr::{
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
 
+#[path = "common/zarrs.rs"]
+mod zarrs_common;
+use zarrs_common::{TempDir, grid_indices, put_box, sub_box};
+
 const HOST: BufferPrototype = BufferPrototype::Host;
-
-/// A temporary directory removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "devbuf-zarrs-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-
-    fn join(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -85,55 +61,6 @@ fn nd(bytes: Vec<u8>, shape: &[u64], element: ElementType) -> NDBuffer {
 
 fn bytes_of(nd: &NDBuffer) -> Vec<u8> {
     nd.to_buffer().unwrap().to_bytes().unwrap()
-}
-
-/// The C-order bytes of a box of a C-order array (elem-byte elements).
-fn sub_box(all: &[u8], full: &[u64], elem: usize, start: &[u64], shape: &[u64]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for_each_box(full, elem, start, shape, |off| {
-        out.extend_from_slice(&all[off..off + elem])
-    });
-    out
-}
-
-fn put_box(all: &mut [u8], full: &[u64], elem: usize, start: &[u64], shape: &[u64], v: &[u8]) {
-    let mut i = 0;
-    for_each_box(full, elem, start, shape, |off| {
-        all[off..off + elem].copy_from_slice(&v[i..i + elem]);
-        i += elem;
-    });
-}
-
-fn for_each_box(full: &[u64], elem: usize, start: &[u64], shape: &[u64], mut f: impl FnMut(usize)) {
-    let nd = shape.len();
-    let mut strides = vec![elem as u64; nd];
-    for a in (0..nd.saturating_sub(1)).rev() {
-        strides[a] = strides[a + 1] * full[a + 1];
-    }
-    let n: u64 = shape.iter().product();
-    for lin in 0..n {
-        let mut rem = lin;
-        let mut off = 0;
-        for a in (0..nd).rev() {
-            off += (start[a] + rem % shape[a]) * strides[a];
-            rem /= shape[a];
-        }
-        f(off as usize);
-    }
-}
-
-fn grid_indices(grid: &[u64]) -> Vec<Vec<u64>> {
-    let n: u64 = grid.iter().product();
-    (0..n)
-        .map(|mut lin| {
-            let mut idx = vec![0u64; grid.len()];
-            for a in (0..grid.len()).rev() {
-                idx[a] = lin % grid[a];
-                lin /= grid[a];
-            }
-            idx
-        })
-        .collect()
 }
 
 /// Writes the whole array, then chunk by chunk (values in other byte orders and

@@ -14,6 +14,10 @@ use rand::seq::SliceRandom;
 
 use crate::common::*;
 
+#[path = "../common/strides.rs"]
+mod strides;
+use strides::contiguous_strides;
+
 /// A device copy of `bytes`.
 fn upload(c: &Context, bytes: &[u8]) -> DeviceBuffer {
     DeviceBuffer::from_host(c, bytes).unwrap()
@@ -879,21 +883,6 @@ struct Case {
     elem: usize,
     src: View,
     dst: View,
-}
-
-fn contiguous_strides(shape: &[usize], elem: usize, fortran: bool) -> Vec<isize> {
-    let mut strides = vec![0isize; shape.len()];
-    let mut s = elem as isize;
-    let order: Vec<usize> = if fortran {
-        (0..shape.len()).collect()
-    } else {
-        (0..shape.len()).rev().collect()
-    };
-    for k in order {
-        strides[k] = s;
-        s *= shape[k].max(1) as isize;
-    }
-    strides
 }
 
 /// A view of `shape` (after permuting with `perm`) cut from a random parent array with
