@@ -611,6 +611,10 @@ pub(super) fn strided_copy(
     // Safety (all launches below): the parameter structs mirror the kernels'; every
     // address the kernels form is `base + Σ i_k * stride_k` for an index within `shape`,
     // which lies within the validated extents of `src` (or its staged copy) and `dst`.
+    // The run kernel also reads whole aligned 16-byte vectors of the source: up to 15
+    // bytes before a run (in the same aligned vector as its first byte, so within the
+    // allocation, whose start is at least 16-byte aligned; the values are discarded),
+    // never past a run's end (the last vector's bytes are read one by one there).
     run_plan(ctx, on, &plan, src_addr, dst_addr)?;
     drop(src_tmp);
     on.finish(ctx, must_wait)
@@ -963,7 +967,8 @@ pub(super) fn all_equal(
             debug_assert_eq!(t.period, 1);
             // Safety: `EqualParams` mirrors the kernel's parameter; it reads only the
             // buffer's bytes (whole vectors within it, partial ones byte by byte) and
-            // writes the scratch words.
+            // writes the scratch's device words and its mapped result word, both owned
+            // by this call until the scratch is returned.
             unsafe {
                 launch_struct(
                     ctx,
@@ -994,7 +999,9 @@ pub(super) fn all_equal(
                 reserved: 0,
             };
             // Safety: `PredParams` mirrors the kernel's parameter; `first` is aligned to
-            // the element size and holds `nbytes` bytes, a whole number of elements.
+            // the element size and holds `nbytes` bytes, a whole number of elements,
+            // read exactly (vectors in between, elements one by one at both ends); the
+            // kernel writes the scratch words as above.
             unsafe {
                 launch_struct(
                     ctx,
