@@ -7,6 +7,10 @@ use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, RngCore, SeedableRng};
 
+#[path = "common/strides.rs"]
+mod strides;
+use strides::contiguous_strides;
+
 fn rng(test: &str) -> SmallRng {
     let seed = std::env::var("DEVBUF_TEST_SEED")
         .ok()
@@ -51,21 +55,6 @@ fn reference_strided(
     }
 }
 
-fn contiguous(shape: &[usize], elem: usize, fortran: bool) -> Vec<isize> {
-    let mut st = vec![0isize; shape.len()];
-    let mut s = elem as isize;
-    let order: Vec<usize> = if fortran {
-        (0..shape.len()).collect()
-    } else {
-        (0..shape.len()).rev().collect()
-    };
-    for k in order {
-        st[k] = s;
-        s *= shape[k].max(1) as isize;
-    }
-    st
-}
-
 /// (offset, strides, buffer length) of a random view of `shape` into a parent array.
 fn view(
     r: &mut SmallRng,
@@ -89,7 +78,7 @@ fn view(
     let parent: Vec<usize> = (0..nd)
         .map(|k| used[k] + 1 + r.random_range(0..3))
         .collect();
-    let pst = contiguous(&parent, elem, r.random_bool(0.3));
+    let pst = contiguous_strides(&parent, elem, r.random_bool(0.3));
     let mut offset = r.random_range(0..5);
     let mut strides = vec![0isize; nd];
     for k in 0..nd {
@@ -117,7 +106,7 @@ fn strided_copy_matches_reference_on_random_layouts() {
             let mut perm: Vec<usize> = (0..nd).collect();
             perm.shuffle(&mut r);
             let pshape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
-            let pst = contiguous(&pshape, elem, false);
+            let pst = contiguous_strides(&pshape, elem, false);
             for (i, &p) in perm.iter().enumerate() {
                 ds[p] = pst[i];
             }

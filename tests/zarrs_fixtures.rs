@@ -17,6 +17,10 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 
+#[path = "common/zarrs.rs"]
+mod zarrs_common;
+use zarrs_common::{grid_indices, sub_box};
+
 // The expected files hold little-endian values: compare on little-endian hosts only.
 const _: () = assert!(cfg!(target_endian = "little"));
 
@@ -46,28 +50,6 @@ impl Fixture {
     fn expected_box(&self, start: &[u64], shape: &[u64]) -> Vec<u8> {
         sub_box(&self.expected, &self.shape, self.elem(), start, shape)
     }
-}
-
-/// C-order bytes of a box of a C-order array.
-fn sub_box(all: &[u8], full: &[u64], elem: usize, start: &[u64], shape: &[u64]) -> Vec<u8> {
-    let n: u64 = shape.iter().product();
-    let mut out = Vec::with_capacity(n as usize * elem);
-    let nd = shape.len();
-    let mut strides = vec![elem as u64; nd];
-    for a in (0..nd.saturating_sub(1)).rev() {
-        strides[a] = strides[a + 1] * full[a + 1];
-    }
-    for lin in 0..n {
-        let mut rem = lin;
-        let mut off = 0u64;
-        for a in (0..nd).rev() {
-            off += (start[a] + rem % shape[a]) * strides[a];
-            rem /= shape[a];
-        }
-        let off = off as usize;
-        out.extend_from_slice(&all[off..off + elem]);
-    }
-    out
 }
 
 fn load() -> Vec<Fixture> {
@@ -127,21 +109,6 @@ fn scalar_bits_eq(a: Scalar, b: Scalar) -> bool {
 
 fn host() -> BufferPrototype {
     BufferPrototype::Host
-}
-
-/// Every chunk index of a grid, C order.
-fn grid_indices(grid: &[u64]) -> Vec<Vec<u64>> {
-    let n: u64 = grid.iter().product();
-    (0..n)
-        .map(|mut lin| {
-            let mut idx = vec![0u64; grid.len()];
-            for a in (0..grid.len()).rev() {
-                idx[a] = lin % grid[a];
-                lin /= grid[a];
-            }
-            idx
-        })
-        .collect()
 }
 
 fn bytes_of(nd: &devbuf::zarr::NDBuffer) -> Vec<u8> {

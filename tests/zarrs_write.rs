@@ -9,7 +9,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use devbuf::Error;
 use devbuf::zarr::zarrs::{ArraySpec, Compressor, ZarrArray};
@@ -20,34 +19,11 @@ use devbuf::zarr::{
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
 
+#[path = "common/zarrs.rs"]
+mod zarrs_common;
+use zarrs_common::{TempDir, grid_indices, put_box, sub_box};
+
 const HOST: BufferPrototype = BufferPrototype::Host;
-
-/// A temporary directory removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "devbuf-zarrs-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-
-    fn join(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -85,55 +61,6 @@ fn nd(bytes: Vec<u8>, shape: &[u64], element: ElementType) -> NDBuffer {
 
 fn bytes_of(nd: &NDBuffer) -> Vec<u8> {
     nd.to_buffer().unwrap().to_bytes().unwrap()
-}
-
-/// The C-order bytes of a box of a C-order array (elem-byte elements).
-fn sub_box(all: &[u8], full: &[u64], elem: usize, start: &[u64], shape: &[u64]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for_each_box(full, elem, start, shape, |off| {
-        out.extend_from_slice(&all[off..off + elem])
-    });
-    out
-}
-
-fn put_box(all: &mut [u8], full: &[u64], elem: usize, start: &[u64], shape: &[u64], v: &[u8]) {
-    let mut i = 0;
-    for_each_box(full, elem, start, shape, |off| {
-        all[off..off + elem].copy_from_slice(&v[i..i + elem]);
-        i += elem;
-    });
-}
-
-fn for_each_box(full: &[u64], elem: usize, start: &[u64], shape: &[u64], mut f: impl FnMut(usize)) {
-    let nd = shape.len();
-    let mut strides = vec![elem as u64; nd];
-    for a in (0..nd.saturating_sub(1)).rev() {
-        strides[a] = strides[a + 1] * full[a + 1];
-    }
-    let n: u64 = shape.iter().product();
-    for lin in 0..n {
-        let mut rem = lin;
-        let mut off = 0;
-        for a in (0..nd).rev() {
-            off += (start[a] + rem % shape[a]) * strides[a];
-            rem /= shape[a];
-        }
-        f(off as usize);
-    }
-}
-
-fn grid_indices(grid: &[u64]) -> Vec<Vec<u64>> {
-    let n: u64 = grid.iter().product();
-    (0..n)
-        .map(|mut lin| {
-            let mut idx = vec![0u64; grid.len()];
-            for a in (0..grid.len()).rev() {
-                idx[a] = lin % grid[a];
-                lin /= grid[a];
-            }
-            idx
-        })
-        .collect()
 }
 
 /// Writes the whole array, then chunk by chunk (values in other byte orders and
@@ -353,6 +280,64 @@ fn devbuf_stores_hold_zarr_arrays() {
     let v = nd(vec![0u8; 4], &[1, 1], ElementType::Int32);
     let e = a.write_subset(&[0, 0], &v).unwrap_err();
     assert!(e.to_string().contains("read only"), "{e}");
+}
+
+/// A caller's store whose `list_prefix` ignores the prefix (answers every key).
+struct LooseStore(MemoryStore);
+
+impl Store for LooseStore {
+    fn get(
+        &self,
+        key: &str,
+        prototype: &BufferPrototype,
+        byte_range: Option<devbuf::zarr::ByteRequest>,
+    ) -> devbuf::Result<Option<devbuf::zarr::Buffer>> {
+        self.0.get(key, prototype, byte_range)
+    }
+    fn set(&self, key: &str, value: &devbuf::zarr::Buffer) -> devbuf::Result<()> {
+        self.0.set(key, value)
+    }
+    fn delete(&self, key: &str) -> devbuf::Result<()> {
+        self.0.delete(key)
+    }
+    fn exists(&self, key: &str) -> devbuf::Result<bool> {
+        self.0.exists(key)
+    }
+    fn list(&self) -> devbuf::Result<Vec<String>> {
+        self.0.list()
+    }
+    fn list_prefix(&self, _prefix: &str) -> devbuf::Result<Vec<String>> {
+        self.0.list()
+    }
+    fn list_dir(&self, prefix: &str) -> devbuf::Result<Vec<String>> {
+        self.0.list_dir(prefix)
+    }
+    fn read_only(&self) -> bool {
+        false
+    }
+    fn getsize(&self, key: &str) -> devbuf::Result<Option<usize>> {
+        self.0.getsize(key)
+    }
+}
+
+#[test]
+fn store_adapter_lists_only_keys_under_the_prefix() {
+    use zarrs::storage::{ListableStorageTraits, StorePrefix};
+    let store = LooseStore(MemoryStore::new());
+    for k in ["b", "abc/x", "abc/d/y", "zz/é"] {
+        store
+            .set(k, &devbuf::zarr::Buffer::from_bytes(&b"1"[..]))
+            .unwrap();
+    }
+    let adapter = devbuf::zarr::zarrs::StoreAdapter::new(Arc::new(store));
+    // Keys outside the prefix (shorter ones included) are skipped, not sliced (a panic).
+    let listed = adapter
+        .list_dir(&StorePrefix::new("abc/").unwrap())
+        .unwrap();
+    let keys: Vec<&str> = listed.keys().iter().map(|k| k.as_str()).collect();
+    let dirs: Vec<&str> = listed.prefixes().iter().map(|p| p.as_str()).collect();
+    assert_eq!(keys, ["abc/x"]);
+    assert_eq!(dirs, ["abc/d/"]);
 }
 
 #[test]
@@ -601,6 +586,37 @@ fn corrupt_chunks_are_errors_not_panics() {
         let last: Vec<u64> = a.metadata().grid_shape.iter().map(|&g| g - 1).collect();
         a.read_chunk(&last, &HOST).unwrap();
     }
+}
+
+/// Metadata may describe arrays far larger than memory: counting their chunks saturates
+/// (it overflowed), what fits reads, what does not is an error.
+#[test]
+fn huge_shapes_in_metadata_are_errors_not_panics() {
+    let dir = TempDir::new("huge");
+    let max = u64::MAX;
+    let path = dir.join("a");
+    std::fs::create_dir_all(&path).unwrap();
+    std::fs::write(
+        path.join("zarr.json"),
+        format!(
+            r#"{{"zarr_format":3,"node_type":"array","shape":[{max},{max}],"data_type":"int8",
+            "chunk_grid":{{"name":"regular","configuration":{{"chunk_shape":[1,1]}}}},
+            "chunk_key_encoding":{{"name":"default","configuration":{{"separator":"/"}}}},
+            "fill_value":3,"codecs":[{{"name":"bytes"}}],"attributes":{{}}}}"#
+        ),
+    )
+    .unwrap();
+    let a = ZarrArray::open(&path).unwrap();
+    let m = a.metadata();
+    assert_eq!(m.grid_shape, vec![max, max]);
+    assert_eq!(m.num_chunks(), max);
+    assert_eq!(m.nbytes(), max);
+    let last = a.read_chunk(&[max - 1, max - 1], &HOST).unwrap();
+    assert!(last.all_equal(Some(Scalar::from(3i8)), true).unwrap());
+    let end = a.read_subset(&[max - 3..max, max - 2..max], &HOST).unwrap();
+    assert_eq!(end.shape(), &[3, 2]);
+    let t = err_text(a.read_all(&HOST));
+    assert!(t.contains("too large"), "{t}");
 }
 
 #[test]

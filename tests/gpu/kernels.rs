@@ -14,6 +14,10 @@ use rand::seq::SliceRandom;
 
 use crate::common::*;
 
+#[path = "../common/strides.rs"]
+mod strides;
+use strides::contiguous_strides;
+
 /// A device copy of `bytes`.
 fn upload(c: &Context, bytes: &[u8]) -> DeviceBuffer {
     DeviceBuffer::from_host(c, bytes).unwrap()
@@ -555,6 +559,16 @@ gpu_test! {
         assert!(matches!(e, Error::ReadOnly(_)), "{e}");
         // 32 axes of length 1 are fine.
         ops::strided_copy(&a, 0, &[4; 32], &b, 0, &[4; 32], &[1; 32], 4).unwrap();
+        // 32 axes that do not merge with 12-byte elements need a 33rd axis for the
+        // element's units: an error on the device, aligned or not (a misaligned
+        // destination used to panic while splitting the units into bytes).
+        let d = c.allocate(400).unwrap();
+        for offset in [0usize, 1, 2] {
+            let e = ops::strided_copy(&a, 0, &[0; 32], &d, offset, &[12; 32], &[2; 32], 12)
+                .unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument(_)), "offset {offset}: {e}");
+            assert!(e.to_string().contains("33 axes"), "{e}");
+        }
     }
 
     // -----------------------------------------------------------------------------------
@@ -716,6 +730,93 @@ gpu_test! {
         }
     }
 
+    /// Operands that end exactly where their allocation ends, at every start alignment
+    /// (the other tests keep guard bytes after the operand). Under compute-sanitizer, or
+    /// the CPU emulator with exact-size allocations, any access past the end (a whole
+    /// 16-byte vector read for a partial one) is reported; here the values are checked.
+    fn ops_on_operands_that_end_their_allocation() {
+        let c = ctx();
+        let mut r = rng("ops_on_operands_that_end_their_allocation");
+        // A fresh allocation of `offset + len` bytes and its last `len` bytes.
+        let tail_of = |r: &mut SmallRng, offset: usize, init: &[u8]| {
+            let parent = upload(&c, &[random_bytes(r, offset), init.to_vec()].concat());
+            let slice = parent.slice(offset, init.len()).unwrap();
+            (parent, slice)
+        };
+        for offset in 0..17usize {
+            for len in [1usize, 2, 7, 8, 15, 16, 17, 24, 31, 32, 33, 48, 100, 1000, 4096 + 40] {
+                let init = random_bytes(&mut r, len);
+                for w in [1usize, 2, 3, 4, 8, 12, 16].into_iter().filter(|w| len % w == 0) {
+                    let pattern = random_bytes(&mut r, w);
+                    let (_p, s) = tail_of(&mut r, offset, &init);
+                    ops::fill(&s, &pattern).unwrap();
+                    assert!(s.to_host_vec().unwrap().chunks(w).all(|e| e == pattern), "fill {w} at {offset}+{len}");
+                }
+                for w in [2usize, 4, 8].into_iter().filter(|w| len % w == 0) {
+                    let (_p, s) = tail_of(&mut r, offset, &init);
+                    ops::byteswap(&s, w).unwrap();
+                    let mut want = init.clone();
+                    host::byteswap(&mut want, w).unwrap();
+                    assert!(s.to_host_vec().unwrap() == want, "byteswap {w} at {offset}+{len}");
+                }
+                for kind in ScalarKind::ALL.into_iter().filter(|k| len % k.size() == 0) {
+                    let n = len / kind.size();
+                    let data = values(&mut r, kind, n);
+                    let (_p, s) = tail_of(&mut r, offset, &data);
+                    // The pattern kernel (the first element) and the predicate kernel (NaN
+                    // with equal_nan, true for bools), on the data and on a buffer that
+                    // holds the value everywhere (so that every element is read).
+                    let first = data[..kind.size()].to_vec();
+                    let mut pred = vec![1u8; kind.size()];
+                    if kind.is_float() || kind.is_complex() {
+                        host::cast(&f64::NAN.to_le_bytes(), ScalarKind::F64, &mut pred, kind).unwrap();
+                    }
+                    let nan_ok = EqualMode::Numeric { equal_nan: true };
+                    for (value, mode) in [(&first, EqualMode::Bitwise), (&first, nan_ok), (&pred, nan_ok)] {
+                        let got = ops::all_equal(&s, kind, value, mode).unwrap();
+                        assert_eq!(got, host::all_equal(&data, kind, value, mode).unwrap(), "all_equal {kind} at {offset}+{len}");
+                        let (_q, u) = tail_of(&mut r, offset, &value.repeat(n));
+                        assert!(ops::all_equal(&u, kind, value, mode).unwrap(), "uniform {kind} {mode:?} at {offset}+{len}");
+                    }
+                    // Casts from and to this kind, both operands ending their allocations.
+                    for other in [ScalarKind::U8, ScalarKind::F64, ScalarKind::C128] {
+                        let dst_init = random_bytes(&mut r, n * other.size());
+                        let (_d, dst) = tail_of(&mut r, offset / 2, &dst_init);
+                        ops::cast(&s, kind, &dst, other).unwrap();
+                        let mut want = vec![0u8; n * other.size()];
+                        host::cast(&data, kind, &mut want, other).unwrap();
+                        same_values(other, &dst.to_host_vec().unwrap(), &want).unwrap_or_else(|m| panic!("cast {kind} -> {other} at {offset}+{len}: {m}"));
+                        let src_bytes = values(&mut r, other, n);
+                        let (_e, src) = tail_of(&mut r, offset / 3, &src_bytes);
+                        let (_f, back) = tail_of(&mut r, offset, &data);
+                        ops::cast(&src, other, &back, kind).unwrap();
+                        let mut want = vec![0u8; len];
+                        host::cast(&src_bytes, other, &mut want, kind).unwrap();
+                        same_values(kind, &back.to_host_vec().unwrap(), &want).unwrap_or_else(|m| panic!("cast {other} -> {kind} at {offset}+{len}: {m}"));
+                    }
+                }
+                // Byte comparison (DeviceBuffer::equals) of two allocation tails.
+                let (_a, a) = tail_of(&mut r, offset, &init);
+                let (_b, b) = tail_of(&mut r, (offset * 7) % 17, &init);
+                assert!(a.equals(&b).unwrap(), "equals at {offset}+{len}");
+            }
+        }
+        // Strided runs (rows of >= 512 bytes) whose last row ends both allocations, at
+        // every relative misalignment and tail length.
+        for k in 0..17usize {
+            for (elem, rows, cols) in [(1usize, 5usize, 600usize), (2, 3, 333), (4, 3, 150)] {
+                let n = cols - k.min(cols - 1);
+                let case = Case {
+                    shape: vec![rows, n],
+                    elem,
+                    src: View { offset: k * elem, strides: vec![(cols * elem) as isize, elem as isize], len: (rows - 1) * cols * elem + k * elem + n * elem },
+                    dst: View { offset: k, strides: vec![(n * elem) as isize, elem as isize], len: k + rows * n * elem },
+                };
+                run_case(&c, &mut r, &case, elem * 100 + k);
+            }
+        }
+    }
+
     fn all_equal_rejects_bad_arguments() {
         let c = ctx();
         let b = c.allocate(12).unwrap();
@@ -782,21 +883,6 @@ struct Case {
     elem: usize,
     src: View,
     dst: View,
-}
-
-fn contiguous_strides(shape: &[usize], elem: usize, fortran: bool) -> Vec<isize> {
-    let mut strides = vec![0isize; shape.len()];
-    let mut s = elem as isize;
-    let order: Vec<usize> = if fortran {
-        (0..shape.len()).collect()
-    } else {
-        (0..shape.len()).rev().collect()
-    };
-    for k in order {
-        strides[k] = s;
-        s *= shape[k].max(1) as isize;
-    }
-    strides
 }
 
 /// A view of `shape` (after permuting with `perm`) cut from a random parent array with

@@ -7,7 +7,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use devbuf::zarr::zarrs::{ArraySpec, Compressor, ZarrArray};
 use devbuf::zarr::{
@@ -19,30 +18,12 @@ use rand::rngs::SmallRng;
 
 use crate::common::*;
 
+#[path = "../common/zarrs.rs"]
+mod zarrs_common;
+use zarrs_common::{TempDir, grid_indices};
+
 const HOST: BufferPrototype = BufferPrototype::Host;
 const DEV: BufferPrototype = BufferPrototype::Device(0);
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "devbuf-gpu-zarrs-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// The zarr-python fixtures: next to the sources, or under the working directory (the
 /// bundle runs from a checkout), or where DEVBUF_ZARR_FIXTURES points.
@@ -73,20 +54,6 @@ fn assert_same(dev: &NDBuffer, host: &NDBuffer, what: &str) {
         bytes_of(dev) == bytes_of(host),
         "{what}: device bytes differ from host"
     );
-}
-
-fn grid_indices(grid: &[u64]) -> Vec<Vec<u64>> {
-    let n: u64 = grid.iter().product();
-    (0..n)
-        .map(|mut lin| {
-            let mut idx = vec![0u64; grid.len()];
-            for a in (0..grid.len()).rev() {
-                idx[a] = lin % grid[a];
-                lin /= grid[a];
-            }
-            idx
-        })
-        .collect()
 }
 
 /// Random native element bytes (bools 0/1), never all zero.

@@ -23,6 +23,11 @@
 //
 // The parameter structs are mirrored in src/cuda/kernels/ops/device.rs.
 
+#include <stddef.h>
+
+// Field offsets, asserted with the same numbers by `kernel_params!` in ops/device.rs.
+#define FIELD_AT(T, f, off) static_assert(offsetof(T, f) == off, #T "." #f " must be at byte " #off)
+
 typedef unsigned char u8;
 typedef unsigned short u16;
 typedef unsigned int u32;
@@ -41,6 +46,15 @@ struct EqualParams {
     u32 mask[64];    // bits that take part in the comparison (mask[0..4])
 };
 static_assert(sizeof(EqualParams) == 560, "EqualParams layout is shared with Rust");
+FIELD_AT(EqualParams, nvec, 8);
+FIELD_AT(EqualParams, start, 16);
+FIELD_AT(EqualParams, end, 20);
+FIELD_AT(EqualParams, period, 24);
+FIELD_AT(EqualParams, epoch, 28);
+FIELD_AT(EqualParams, scratch, 32);
+FIELD_AT(EqualParams, result, 40);
+FIELD_AT(EqualParams, table, 48);
+FIELD_AT(EqualParams, mask, 304);
 
 struct PredParams {
     u64 first;       // address of the first element (aligned to the element size)
@@ -53,6 +67,12 @@ struct PredParams {
     u32 reserved;
 };
 static_assert(sizeof(PredParams) == 48, "PredParams layout is shared with Rust");
+FIELD_AT(PredParams, nbytes, 8);
+FIELD_AT(PredParams, mode, 16);
+FIELD_AT(PredParams, elem, 20);
+FIELD_AT(PredParams, scratch, 24);
+FIELD_AT(PredParams, result, 32);
+FIELD_AT(PredParams, epoch, 40);
 
 enum PredMode : u32 {
     PRED_NONZERO_BYTES = 0,  // bool: every byte non-zero

@@ -12,6 +12,11 @@
 //
 // The parameter struct is mirrored by `FillParams` in src/cuda/kernels/ops/device.rs.
 
+#include <stddef.h>
+
+// Field offsets, asserted with the same numbers by `kernel_params!` in ops/device.rs.
+#define FIELD_AT(T, f, off) static_assert(offsetof(T, f) == off, #T "." #f " must be at byte " #off)
+
 typedef unsigned char u8;
 typedef unsigned int u32;
 typedef unsigned long long u64;
@@ -26,6 +31,11 @@ struct FillParams {
     u32 table[64];   // 16 vectors of 16 bytes
 };
 static_assert(sizeof(FillParams) == 288, "FillParams layout is shared with Rust");
+FIELD_AT(FillParams, nvec, 8);
+FIELD_AT(FillParams, start, 16);
+FIELD_AT(FillParams, end, 20);
+FIELD_AT(FillParams, period, 24);
+FIELD_AT(FillParams, table, 32);
 
 // Writes bytes [lo, hi) of vector k from the pattern table in shared memory.
 __device__ __forceinline__ void fill_partial(const FillParams& p, const u8* tab, u64 k,

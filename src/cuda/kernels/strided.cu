@@ -26,6 +26,11 @@
 // allocation per call). Strides are in bytes and may be negative for sources.
 // The parameter structs are mirrored in src/cuda/kernels/ops/device.rs.
 
+#include <stddef.h>
+
+// Field offsets, asserted with the same numbers by `kernel_params!` in ops/device.rs.
+#define FIELD_AT(T, f, off) static_assert(offsetof(T, f) == off, #T "." #f " must be at byte " #off)
+
 typedef unsigned char u8;
 typedef unsigned short u16;
 typedef unsigned int u32;
@@ -48,6 +53,12 @@ struct GeneralParams {
     i64 dstride[MAX_DIMS];
 };
 static_assert(sizeof(GeneralParams) == 32 + 3 * 8 * MAX_DIMS, "GeneralParams layout is shared with Rust");
+FIELD_AT(GeneralParams, dst, 8);
+FIELD_AT(GeneralParams, count, 16);
+FIELD_AT(GeneralParams, ndim, 24);
+FIELD_AT(GeneralParams, shape, 32);
+FIELD_AT(GeneralParams, sstride, 288);
+FIELD_AT(GeneralParams, dstride, 544);
 
 template <typename I>
 __device__ __forceinline__ void decode_general(const GeneralParams& p, I flat, i64& so, i64& dof)
@@ -121,7 +132,7 @@ struct RunsParams {
     u64 dst;
     u64 run_bytes;           // bytes per run (>= 1)
     u64 nruns;               // product of the outer shape
-    u64 segs_per_run;        // ceil((run_bytes / 16 + 1) / RUN_SEG_VECS)
+    u64 segs_per_run;        // max(1, ceil((run_bytes / 16) / RUN_SEG_VECS))
     u32 ndim;                // outer axes, 0..=31
     u32 reserved;
     u64 shape[MAX_DIMS - 1];
@@ -129,6 +140,14 @@ struct RunsParams {
     i64 dstride[MAX_DIMS - 1];
 };
 static_assert(sizeof(RunsParams) == 48 + 3 * 8 * (MAX_DIMS - 1), "RunsParams layout is shared with Rust");
+FIELD_AT(RunsParams, dst, 8);
+FIELD_AT(RunsParams, run_bytes, 16);
+FIELD_AT(RunsParams, nruns, 24);
+FIELD_AT(RunsParams, segs_per_run, 32);
+FIELD_AT(RunsParams, ndim, 40);
+FIELD_AT(RunsParams, shape, 48);
+FIELD_AT(RunsParams, sstride, 296);
+FIELD_AT(RunsParams, dstride, 544);
 
 // 16 bytes starting 4 * Q + r / 8 bytes into the 32 bytes a:b (r = 0, 8, 16 or 24).
 template <int Q>
@@ -285,6 +304,20 @@ struct TransposeParams {
     i64 dstride[MAX_DIMS - 2];
 };
 static_assert(sizeof(TransposeParams) == 96 + 3 * 8 * (MAX_DIMS - 2), "TransposeParams layout is shared with Rust");
+FIELD_AT(TransposeParams, dst, 8);
+FIELD_AT(TransposeParams, na, 16);
+FIELD_AT(TransposeParams, nb, 24);
+FIELD_AT(TransposeParams, sa, 32);
+FIELD_AT(TransposeParams, sb, 40);
+FIELD_AT(TransposeParams, da, 48);
+FIELD_AT(TransposeParams, db, 56);
+FIELD_AT(TransposeParams, tiles_a, 64);
+FIELD_AT(TransposeParams, tiles_b, 72);
+FIELD_AT(TransposeParams, ntiles, 80);
+FIELD_AT(TransposeParams, ndim, 88);
+FIELD_AT(TransposeParams, shape, 96);
+FIELD_AT(TransposeParams, sstride, 336);
+FIELD_AT(TransposeParams, dstride, 576);
 
 template <typename T>
 __device__ __forceinline__ void transpose_body(const TransposeParams& p)

@@ -931,15 +931,29 @@ impl ZarrArray {
         }
     }
 
+    /// Runs `f` on the array subset `start`/`shape` inside [`guard`]; `f` gets the
+    /// subset and the text that opens its error messages (`"<verb> [a..b, ...] of"`).
+    fn on_subset(
+        &self,
+        verb: &str,
+        start: &[u64],
+        shape: &[u64],
+        f: impl FnOnce(&ArraySubset, &str) -> Result<()>,
+    ) -> Result<()> {
+        let what = format!("{verb} {} of", fmt_box(start, shape));
+        guard(&what, || {
+            let subset = ArraySubset::new_with_start_shape(start.to_vec(), shape.to_vec())
+                .map_err(|e| Error::invalid(format!("{what} {}: {e}", self.location)))?;
+            f(&subset, &what)
+        })
+    }
+
     /// Decodes the box `start`/`shape` into `out` (C order, native; exactly its bytes).
     fn decode_into(&self, start: &[u64], shape: &[u64], out: &mut [u8]) -> Result<()> {
         if out.is_empty() {
             return Ok(());
         }
-        let what = format!("reading {} of", fmt_box(start, shape));
-        guard(&what, || {
-            let subset = ArraySubset::new_with_start_shape(start.to_vec(), shape.to_vec())
-                .map_err(|e| Error::invalid(format!("{what} {}: {e}", self.location)))?;
+        self.on_subset("reading", start, shape, |subset, what| {
             let dims = shape.to_vec();
             let whole = ArraySubset::new_with_shape(dims.clone());
             // Safety: `ArrayBytesFixedDisjointView::new` requires that no other view of
@@ -956,11 +970,11 @@ impl ZarrArray {
             .map_err(|e| Error::invalid(format!("{what} {}: {e}", self.location)))?;
             self.array
                 .retrieve_array_subset_into_opt(
-                    &subset,
+                    subset,
                     (&mut view).into(),
                     &CodecOptions::default(),
                 )
-                .map_err(|e| self.array_err(&what, e))
+                .map_err(|e| self.array_err(what, e))
         })
     }
 
@@ -969,17 +983,14 @@ impl ZarrArray {
         if bytes.is_empty() {
             return Ok(());
         }
-        let what = format!("writing {} of", fmt_box(start, shape));
-        guard(&what, || {
-            let subset = ArraySubset::new_with_start_shape(start.to_vec(), shape.to_vec())
-                .map_err(|e| Error::invalid(format!("{what} {}: {e}", self.location)))?;
+        self.on_subset("writing", start, shape, |subset, what| {
             self.array
                 .store_array_subset_opt(
-                    &subset,
+                    subset,
                     ArrayBytes::new_flen(Cow::Borrowed(bytes)),
                     &CodecOptions::default(),
                 )
-                .map_err(|e| self.array_err(&what, e))
+                .map_err(|e| self.array_err(what, e))
         })
     }
 

@@ -70,9 +70,12 @@ impl ZarrMetadata {
         self.shape.len()
     }
 
-    /// Number of chunks in the grid.
+    /// Number of chunks in the grid (saturating at `u64::MAX`: the metadata of a store
+    /// may describe more).
     pub fn num_chunks(&self) -> u64 {
-        self.grid_shape.iter().product()
+        self.grid_shape
+            .iter()
+            .fold(1u64, |a, &g| a.saturating_mul(g))
     }
 
     /// Bytes of the whole array as read (C order, native).

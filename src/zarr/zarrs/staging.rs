@@ -72,14 +72,17 @@ pub(crate) fn slabs(
     for _ in 0..outer_count {
         let mut a = lo;
         while a < hi {
+            // Saturating: a box may end near u64::MAX (array shapes come from metadata).
             let end = if c == 0 {
-                (a + rows).min(hi)
+                a.saturating_add(rows).min(hi)
             } else if rows >= c {
                 // Whole chunks: runs end on chunk boundaries.
-                ((a / c) * c + (rows / c) * c).min(hi)
+                ((a / c) * c).saturating_add((rows / c) * c).min(hi)
             } else {
                 // Within one chunk.
-                (a + rows).min((a / c + 1) * c).min(hi)
+                a.saturating_add(rows)
+                    .min((a / c + 1).saturating_mul(c))
+                    .min(hi)
             };
             let mut p_start = Vec::with_capacity(nd);
             let mut p_shape = Vec::with_capacity(nd);
@@ -411,6 +414,15 @@ mod tests {
         assert_eq!(slabs(&[], &[], &[], 8, 4).len(), 1); // 0-d: one element
         let p = slabs(&[0], &[3], &[1], 16, 1); // cap below one element
         assert_eq!(p.len(), 3);
+        // Boxes that end at u64::MAX (shapes from a store's metadata): no overflow
+        // past the last chunk boundary or the end of a run (this panicked).
+        let max = u64::MAX;
+        for (chunk, cap) in [(1000u64, 4usize), (3, 4), (0, 4), (max, 8)] {
+            let start = [max - 10];
+            let p = slabs(&start, &[10], &[chunk], 1, cap);
+            check_cover(&start, &[10], &p, 1);
+            assert!(p.iter().all(|p| p.len <= cap), "chunk {chunk}: {p:?}");
+        }
     }
 
     #[test]

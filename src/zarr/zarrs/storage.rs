@@ -199,7 +199,11 @@ impl ListableStorageTraits for StoreAdapter {
         let mut keys = Vec::new();
         let mut dirs = BTreeSet::new();
         for k in self.store.list_prefix(p).map_err(storage_err)? {
-            let rest = &k[p.len()..];
+            // A store of the caller's may answer loosely: keep the keys under `p` only
+            // (slicing off `p` unchecked panicked on a shorter or other key).
+            let Some(rest) = k.strip_prefix(p) else {
+                continue;
+            };
             match rest.split_once('/') {
                 Some((dir, _)) => {
                     dirs.insert(format!("{p}{dir}/"));

@@ -18,100 +18,100 @@ use crate::error::{Error, Result};
 // ---------------------------------------------------------------------------------------
 // Parameter structs (layouts asserted on both sides)
 
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct FillParams {
-    base: u64,
-    nvec: u64,
-    start: u32,
-    end: u32,
-    period: u32,
-    reserved: u32,
-    table: [u32; 64],
+/// Declares a kernel parameter struct (`#[repr(C)]`, passed by value) and asserts at
+/// compile time its size and every field's offset; the `.cu` source asserts the same
+/// numbers (`static_assert` with `offsetof`), so a field moved on one side only fails to
+/// build.
+macro_rules! kernel_params {
+    ($name:ident, size $size:literal { $($f:ident: $t:ty = $off:literal),+ $(,)? }) => {
+        #[repr(C)]
+        #[derive(Clone, Copy)]
+        struct $name {
+            $($f: $t),+
+        }
+        const _: () = {
+            assert!(std::mem::size_of::<$name>() == $size);
+            $(assert!(std::mem::offset_of!($name, $f) == $off);)+
+        };
+    };
 }
-const _: () = assert!(std::mem::size_of::<FillParams>() == 288);
 
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct EqualParams {
-    base: u64,
-    nvec: u64,
-    start: u32,
-    end: u32,
-    period: u32,
-    epoch: u32,
-    scratch: u64,
-    result: u64,
-    table: [u32; 64],
-    mask: [u32; 64],
-}
-const _: () = assert!(std::mem::size_of::<EqualParams>() == 560);
+kernel_params!(FillParams, size 288 {
+    base: u64 = 0,
+    nvec: u64 = 8,
+    start: u32 = 16,
+    end: u32 = 20,
+    period: u32 = 24,
+    reserved: u32 = 28,
+    table: [u32; 64] = 32,
+});
 
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct PredParams {
-    first: u64,
-    nbytes: u64,
-    mode: u32,
-    elem: u32,
-    scratch: u64,
-    result: u64,
-    epoch: u32,
-    reserved: u32,
-}
-const _: () = assert!(std::mem::size_of::<PredParams>() == 48);
+kernel_params!(EqualParams, size 560 {
+    base: u64 = 0,
+    nvec: u64 = 8,
+    start: u32 = 16,
+    end: u32 = 20,
+    period: u32 = 24,
+    epoch: u32 = 28,
+    scratch: u64 = 32,
+    result: u64 = 40,
+    table: [u32; 64] = 48,
+    mask: [u32; 64] = 304,
+});
 
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct GeneralParams {
-    src: u64,
-    dst: u64,
-    count: u64,
-    ndim: u32,
-    reserved: u32,
-    shape: [u64; MAX_DIMS],
-    sstride: [i64; MAX_DIMS],
-    dstride: [i64; MAX_DIMS],
-}
-const _: () = assert!(std::mem::size_of::<GeneralParams>() == 32 + 3 * 8 * MAX_DIMS);
+kernel_params!(PredParams, size 48 {
+    first: u64 = 0,
+    nbytes: u64 = 8,
+    mode: u32 = 16,
+    elem: u32 = 20,
+    scratch: u64 = 24,
+    result: u64 = 32,
+    epoch: u32 = 40,
+    reserved: u32 = 44,
+});
 
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct RunsParams {
-    src: u64,
-    dst: u64,
-    run_bytes: u64,
-    nruns: u64,
-    segs_per_run: u64,
-    ndim: u32,
-    reserved: u32,
-    shape: [u64; MAX_DIMS - 1],
-    sstride: [i64; MAX_DIMS - 1],
-    dstride: [i64; MAX_DIMS - 1],
-}
-const _: () = assert!(std::mem::size_of::<RunsParams>() == 48 + 3 * 8 * (MAX_DIMS - 1));
+kernel_params!(GeneralParams, size 800 {
+    src: u64 = 0,
+    dst: u64 = 8,
+    count: u64 = 16,
+    ndim: u32 = 24,
+    reserved: u32 = 28,
+    shape: [u64; MAX_DIMS] = 32,
+    sstride: [i64; MAX_DIMS] = 288,
+    dstride: [i64; MAX_DIMS] = 544,
+});
 
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct TransposeParams {
-    src: u64,
-    dst: u64,
-    na: u64,
-    nb: u64,
-    sa: i64,
-    sb: i64,
-    da: i64,
-    db: i64,
-    tiles_a: u64,
-    tiles_b: u64,
-    ntiles: u64,
-    ndim: u32,
-    reserved: u32,
-    shape: [u64; MAX_DIMS - 2],
-    sstride: [i64; MAX_DIMS - 2],
-    dstride: [i64; MAX_DIMS - 2],
-}
-const _: () = assert!(std::mem::size_of::<TransposeParams>() == 96 + 3 * 8 * (MAX_DIMS - 2));
+kernel_params!(RunsParams, size 792 {
+    src: u64 = 0,
+    dst: u64 = 8,
+    run_bytes: u64 = 16,
+    nruns: u64 = 24,
+    segs_per_run: u64 = 32,
+    ndim: u32 = 40,
+    reserved: u32 = 44,
+    shape: [u64; MAX_DIMS - 1] = 48,
+    sstride: [i64; MAX_DIMS - 1] = 296,
+    dstride: [i64; MAX_DIMS - 1] = 544,
+});
+
+kernel_params!(TransposeParams, size 816 {
+    src: u64 = 0,
+    dst: u64 = 8,
+    na: u64 = 16,
+    nb: u64 = 24,
+    sa: i64 = 32,
+    sb: i64 = 40,
+    da: i64 = 48,
+    db: i64 = 56,
+    tiles_a: u64 = 64,
+    tiles_b: u64 = 72,
+    ntiles: u64 = 80,
+    ndim: u32 = 88,
+    reserved: u32 = 92,
+    shape: [u64; MAX_DIMS - 2] = 96,
+    sstride: [i64; MAX_DIMS - 2] = 336,
+    dstride: [i64; MAX_DIMS - 2] = 576,
+});
 
 /// 16-byte vectors per warp segment of the run kernel (`RUN_SEG_VECS` in strided.cu).
 const RUN_SEG_VECS: u64 = 128;
@@ -611,6 +611,10 @@ pub(super) fn strided_copy(
     // Safety (all launches below): the parameter structs mirror the kernels'; every
     // address the kernels form is `base + Σ i_k * stride_k` for an index within `shape`,
     // which lies within the validated extents of `src` (or its staged copy) and `dst`.
+    // The run kernel also reads whole aligned 16-byte vectors of the source: up to 15
+    // bytes before a run (in the same aligned vector as its first byte, so within the
+    // allocation, whose start is at least 16-byte aligned; the values are discarded),
+    // never past a run's end (the last vector's bytes are read one by one there).
     run_plan(ctx, on, &plan, src_addr, dst_addr)?;
     drop(src_tmp);
     on.finish(ctx, must_wait)
@@ -963,7 +967,8 @@ pub(super) fn all_equal(
             debug_assert_eq!(t.period, 1);
             // Safety: `EqualParams` mirrors the kernel's parameter; it reads only the
             // buffer's bytes (whole vectors within it, partial ones byte by byte) and
-            // writes the scratch words.
+            // writes the scratch's device words and its mapped result word, both owned
+            // by this call until the scratch is returned.
             unsafe {
                 launch_struct(
                     ctx,
@@ -994,7 +999,9 @@ pub(super) fn all_equal(
                 reserved: 0,
             };
             // Safety: `PredParams` mirrors the kernel's parameter; `first` is aligned to
-            // the element size and holds `nbytes` bytes, a whole number of elements.
+            // the element size and holds `nbytes` bytes, a whole number of elements,
+            // read exactly (vectors in between, elements one by one at both ends); the
+            // kernel writes the scratch words as above.
             unsafe {
                 launch_struct(
                     ctx,

@@ -37,8 +37,11 @@ pub(crate) struct Plan {
     pub dst_base: u64,
     /// Bytes per element of `axes` (1, 2, 4, 8 or 16).
     pub unit: usize,
-    /// Axes, outermost first; `ndim` of them are used.
-    pub axes: [Axis; MAX_DIMS + 1],
+    /// Axes, outermost first; `ndim` of them are used. Room for the caller's
+    /// [`MAX_DIMS`] axes, the axis of units within an element that is not a power of two
+    /// up to 16 bytes, and the one more axis [`split_unit`](Self::split_unit) appends
+    /// before merging it.
+    pub axes: [Axis; MAX_DIMS + 2],
     pub ndim: usize,
     /// Source bytes touched: `src_lo..src_hi`.
     pub src_lo: u64,
@@ -217,7 +220,7 @@ pub(crate) fn plan(
     // arithmetic on strides and bases cannot overflow.
     let mut src_base = src_offset as i64;
     let mut dst_base = dst_offset as i64;
-    let mut axes = [Axis::default(); MAX_DIMS + 1];
+    let mut axes = [Axis::default(); MAX_DIMS + 2];
     let mut n_axes = 0usize;
     for k in 0..ndim {
         let n = shape[k] as u64;
@@ -361,5 +364,19 @@ mod tests {
         pl.split_unit(2);
         assert_eq!(pl.unit, 2);
         assert_eq!(pl.axes(), &[Axis { n: 16, s: 2, d: 2 }]);
+    }
+
+    #[test]
+    fn split_unit_with_every_axis_in_use() {
+        // 32 axes that do not merge, 12-byte elements (an axis of 3 four-byte units):
+        // 33 axes. Splitting into bytes appends a 34th before merging it back (this
+        // indexed past the axis array and panicked).
+        let mut pl = plan(400, 0, &[0; 32], 400, 1, &[12; 32], &[2; 32], 12)
+            .unwrap()
+            .unwrap();
+        assert_eq!((pl.ndim, pl.unit), (33, 4));
+        pl.split_unit(1);
+        assert_eq!((pl.ndim, pl.unit), (33, 1));
+        assert_eq!(pl.axes()[32], Axis { n: 12, s: 1, d: 1 });
     }
 }

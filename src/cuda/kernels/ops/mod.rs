@@ -219,6 +219,27 @@ pub enum EqualMode {
 // ---------------------------------------------------------------------------------------
 // Argument checks shared by the host and device paths
 
+/// Errors unless `len` bytes are a whole number of `size`-byte elements, named as `kind`
+/// elements when given; `whose` says whose bytes they are (`"the source's "` or `""`).
+fn check_whole(
+    op: &str,
+    whose: &str,
+    len: usize,
+    size: usize,
+    kind: Option<ScalarKind>,
+) -> Result<()> {
+    if len % size == 0 {
+        return Ok(());
+    }
+    let elements = match kind {
+        Some(k) => format!("{k} elements ({size} bytes)"),
+        None => format!("{size}-byte elements"),
+    };
+    Err(Error::invalid(format!(
+        "{op}: {whose}{len} bytes are not a whole number of {elements}"
+    )))
+}
+
 pub(crate) fn check_pattern(op: &str, len: usize, pattern: &[u8]) -> Result<()> {
     if pattern.is_empty() || pattern.len() > 16 {
         return Err(Error::invalid(format!(
@@ -226,13 +247,7 @@ pub(crate) fn check_pattern(op: &str, len: usize, pattern: &[u8]) -> Result<()> 
             pattern.len()
         )));
     }
-    if len % pattern.len() != 0 {
-        return Err(Error::invalid(format!(
-            "{op}: {len} bytes are not a whole number of {}-byte elements",
-            pattern.len()
-        )));
-    }
-    Ok(())
+    check_whole(op, "", len, pattern.len(), None)
 }
 
 pub(crate) fn check_cast(
@@ -241,18 +256,20 @@ pub(crate) fn check_cast(
     dst_len: usize,
     dst_kind: ScalarKind,
 ) -> Result<()> {
-    if src_len % src_kind.size() != 0 {
-        return Err(Error::invalid(format!(
-            "cast: the source's {src_len} bytes are not a whole number of {src_kind} elements ({} bytes)",
-            src_kind.size()
-        )));
-    }
-    if dst_len % dst_kind.size() != 0 {
-        return Err(Error::invalid(format!(
-            "cast: the destination's {dst_len} bytes are not a whole number of {dst_kind} elements ({} bytes)",
-            dst_kind.size()
-        )));
-    }
+    check_whole(
+        "cast",
+        "the source's ",
+        src_len,
+        src_kind.size(),
+        Some(src_kind),
+    )?;
+    check_whole(
+        "cast",
+        "the destination's ",
+        dst_len,
+        dst_kind.size(),
+        Some(dst_kind),
+    )?;
     let (ns, nd) = (src_len / src_kind.size(), dst_len / dst_kind.size());
     if ns != nd {
         return Err(Error::invalid(format!(
@@ -268,12 +285,7 @@ pub(crate) fn check_byteswap(len: usize, width: usize) -> Result<()> {
             "byteswap: width {width}; it must be 1, 2, 4 or 8 (swap complex values per component)"
         )));
     }
-    if len % width != 0 {
-        return Err(Error::invalid(format!(
-            "byteswap: {len} bytes are not a whole number of {width}-byte elements"
-        )));
-    }
-    Ok(())
+    check_whole("byteswap", "", len, width, None)
 }
 
 pub(crate) fn check_equal(len: usize, kind: ScalarKind, value: &[u8]) -> Result<()> {
@@ -284,13 +296,7 @@ pub(crate) fn check_equal(len: usize, kind: ScalarKind, value: &[u8]) -> Result<
             kind.size()
         )));
     }
-    if len % kind.size() != 0 {
-        return Err(Error::invalid(format!(
-            "all_equal: {len} bytes are not a whole number of {kind} elements ({} bytes)",
-            kind.size()
-        )));
-    }
-    Ok(())
+    check_whole("all_equal", "", len, kind.size(), Some(kind))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -562,6 +568,19 @@ mod tests {
         assert!(check_pattern("fill", 17, &[0; 17]).is_err());
         let e = check_cast(12, ScalarKind::F32, 16, ScalarKind::F64).unwrap_err();
         assert!(e.to_string().contains("3 float32"), "{e}");
+        let e = check_cast(12, ScalarKind::F32, 20, ScalarKind::F64).unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "the destination's 20 bytes are not a whole number of float64 elements (8 bytes)"
+            ),
+            "{e}"
+        );
+        let e = check_byteswap(6, 4).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("6 bytes are not a whole number of 4-byte elements"),
+            "{e}"
+        );
         assert!(check_byteswap(8, 3).is_err());
         assert!(check_byteswap(6, 4).is_err());
         assert!(check_equal(8, ScalarKind::F64, &[0; 4]).is_err());
