@@ -499,22 +499,14 @@ impl Engine {
     pub(crate) fn warm_up(&self) -> Result<()> {
         let cfg = self.config();
         self.ensure_workers(cfg.lanes.saturating_sub(1));
-        let mut kits = Vec::new();
         let shared = &self.shared;
         let mut alloc = || Kit::new(shared.ctx.0, cfg.chunk_bytes, shared.scratch_bytes.clone());
-        for _ in 0..cfg.lanes {
-            match shared
-                .pool
-                .try_acquire(cfg.chunk_bytes, 2 * cfg.chunk_bytes, &mut alloc)?
-            {
-                Some(k) => kits.push(k),
-                None => break,
-            }
-        }
-        for k in kits {
-            shared.pool.release(k);
-        }
-        Ok(())
+        // On an allocation error the kits made so far go back to the pool first (they
+        // used to be dropped while the pool still counted them as held and in use).
+        shared
+            .pool
+            .prefill(cfg.lanes, cfg.chunk_bytes, 2 * cfg.chunk_bytes, &mut alloc)
+            .map(|_| ())
     }
 
     // -- direct copies ------------------------------------------------------
