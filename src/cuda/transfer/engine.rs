@@ -23,6 +23,7 @@
 //! path; the DMA engines only see staging buffers, which belong to the pool.
 
 use std::collections::VecDeque;
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 use std::thread::JoinHandle;
@@ -1016,9 +1017,13 @@ impl Shared {
                 let table_off = p.data_offset - tiles * plan::TABLE_ENTRY_BYTES;
                 // Safety: the table area `table_off..data_offset` lies in the staging
                 // buffer, is 8-byte aligned (page-aligned buffer, offsets multiples of
-                // 8) and no DMA uses the buffer now.
+                // 8) and no DMA uses the buffer now. `MaybeUninit`: the page-locked
+                // memory may never have been written.
                 let table = unsafe {
-                    std::slice::from_raw_parts_mut(stage.add(table_off).cast::<TableEntry>(), tiles)
+                    std::slice::from_raw_parts_mut(
+                        stage.add(table_off).cast::<MaybeUninit<TableEntry>>(),
+                        tiles,
+                    )
                 };
                 let n = plan::fill_table(segs, &job.pieces, p, scratch, Dir::HtoD, table);
                 self.counters.kernel_chunks.fetch_add(1, Ordering::Relaxed);
@@ -1172,7 +1177,7 @@ impl Shared {
                         // completed and its data was copied out.
                         let table = unsafe {
                             std::slice::from_raw_parts_mut(
-                                stage.add(table_off).cast::<TableEntry>(),
+                                stage.add(table_off).cast::<MaybeUninit<TableEntry>>(),
                                 *tiles,
                             )
                         };
