@@ -174,8 +174,6 @@ pub(crate) struct Job {
     blocks: u32,
     /// Device ordinal (location hints of batch copies).
     ordinal: usize,
-    /// Lanes wait for this event (recorded on the caller's stream) before any DMA.
-    fork: Option<Raw<CUevent>>,
     /// Staging buffer size of the kits this job uses.
     kit_chunk: usize,
     next: AtomicUsize,
@@ -807,19 +805,13 @@ impl Engine {
             .counters
             .staged_bytes
             .fetch_add(plan.total_bytes as u64, Ordering::Relaxed);
-        // Fork: lanes wait (on the device) for the work queued on `on` so far.
-        let fork = match on {
-            Some(s) => {
-                let e = driver::event_create(false)?;
-                if let Err(err) = driver::event_record(e, s) {
-                    // Safety: created above, used by nobody.
-                    let _ = unsafe { driver::event_destroy(e) };
-                    return Err(err);
-                }
-                Some(Raw(e))
-            }
-            None => None,
-        };
+        // Ordered after the work queued on `on` so far: the caller waits for it on the
+        // host before any lane starts. A blocking-sync event sleeps; lanes waiting on the
+        // device instead would spin in their event synchronisations (up to `lanes`
+        // threads at 100% CPU) for as long as that earlier work runs.
+        if let Some(s) = on {
+            wait_for_stream_work(s)?;
+        }
         let sms = ctx.properties().multiprocessor_count.max(1);
         let want = cfg.lanes.max(1).min(plan.chunks.len());
         let job = Arc::new(Job {
@@ -832,7 +824,6 @@ impl Engine {
             kernel,
             blocks: sms.saturating_mul(4),
             ordinal: ctx.ordinal(),
-            fork,
             kit_chunk: cfg.chunk_bytes,
             next: AtomicUsize::new(0),
             failed: AtomicBool::new(false),
@@ -856,13 +847,6 @@ impl Engine {
             self.shared.lane(&job, true);
             // `_guard` closes the job and waits for the helpers here.
         }
-        if let Some(e) = job.fork {
-            if driver::ctx_set_current(self.shared.ctx.0).is_ok() {
-                // Safety: every lane that used the event has left (its wait was queued,
-                // which captures the event's state), so nothing uses it any more.
-                let _ = unsafe { driver::event_destroy(e.0) };
-            }
-        }
         ctx.bind()?;
         let err = job.error.lock().unwrap_or_else(|p| p.into_inner()).take();
         match err {
@@ -870,6 +854,16 @@ impl Engine {
             None => Ok(()),
         }
     }
+}
+
+/// Blocks (sleeping, not spinning) until the work queued on `stream` so far has
+/// completed. The current context must be the stream's.
+fn wait_for_stream_work(stream: CUstream) -> Result<()> {
+    let e = driver::event_create_flags(driver::EVENT_BLOCKING_SYNC | driver::EVENT_DISABLE_TIMING)?;
+    let r = driver::event_record(e, stream).and_then(|_| driver::event_synchronize(e));
+    // Safety: created above; the synchronisation (or its failure) leaves no use of it.
+    let _ = unsafe { driver::event_destroy(e) };
+    r
 }
 
 fn worker(shared: Arc<Shared>) {
@@ -941,9 +935,6 @@ impl Shared {
     }
 
     fn lane_htod(&self, job: &Job, kit: &mut Kit) -> Result<()> {
-        if let Some(f) = job.fork {
-            driver::stream_wait_event(kit.stream, f.0)?;
-        }
         let mut slot = 0;
         let mut used = [false; 2];
         while let Some(ci) = job.claim() {
@@ -1082,9 +1073,6 @@ impl Shared {
     }
 
     fn lane_dtoh(&self, job: &Job, kit: &mut Kit) -> Result<()> {
-        if let Some(f) = job.fork {
-            driver::stream_wait_event(kit.stream, f.0)?;
-        }
         let mut inflight: [Option<usize>; 2] = [None, None];
         for (slot, entry) in inflight.iter_mut().enumerate() {
             match job.claim() {
@@ -1266,7 +1254,6 @@ mod tests {
             kernel: None,
             blocks: 1,
             ordinal: 0,
-            fork: None,
             kit_chunk: 4096,
             next: AtomicUsize::new(0),
             failed: AtomicBool::new(false),
