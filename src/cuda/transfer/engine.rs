@@ -281,6 +281,70 @@ impl Drop for KitGuard<'_> {
 }
 
 // ---------------------------------------------------------------------------
+// Registrations
+// ---------------------------------------------------------------------------
+
+/// Host page ranges the engine has registered (`cuMemHostRegister`) for copies in
+/// progress, in the whole process (registrations are portable: every context sees them).
+///
+/// While a range is registered the driver reports its pages as page-locked, so another
+/// thread's copy of the same memory (two uploads of one shared `&[u8]`) would take the
+/// direct route: a DMA straight from pages that the registering copy unregisters when
+/// it is done — possibly while that DMA still runs. So a copy that would go direct but
+/// overlaps a live registration is staged instead (the CPU reads the memory, right for
+/// any memory), and two registrations never overlap (the second copy stages). The
+/// entry is made before registering and removed after unregistering, so every moment
+/// the driver sees the pages pinned by the engine is covered. (What remains is a copy
+/// that checked just before another thread claimed *and* registered an overlapping
+/// range — registering takes milliseconds — and whose DMA then outlasted that other
+/// copy's whole DMA.)
+#[derive(Default)]
+pub(crate) struct Registrations {
+    live: AtomicUsize,
+    ranges: Mutex<Vec<(usize, usize)>>,
+}
+
+impl Registrations {
+    pub(crate) const fn new() -> Registrations {
+        Registrations {
+            live: AtomicUsize::new(0),
+            ranges: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Records `a..b` as registered, unless it overlaps a live registration.
+    pub(crate) fn claim(&self, a: usize, b: usize) -> bool {
+        let mut r = self.ranges.lock().unwrap_or_else(|p| p.into_inner());
+        if r.iter().any(|&(x, y)| x < b && a < y) {
+            return false;
+        }
+        r.push((a, b));
+        self.live.fetch_add(1, Ordering::SeqCst);
+        true
+    }
+
+    /// Forgets `a..b` (after it was unregistered).
+    pub(crate) fn release(&self, a: usize, b: usize) {
+        let mut r = self.ranges.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = r.iter().position(|&x| x == (a, b)) {
+            r.swap_remove(i);
+            self.live.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether `a..b` overlaps a live registration (one atomic load when none is live).
+    pub(crate) fn overlaps(&self, a: usize, b: usize) -> bool {
+        if self.live.load(Ordering::SeqCst) == 0 {
+            return false;
+        }
+        let r = self.ranges.lock().unwrap_or_else(|p| p.into_inner());
+        r.iter().any(|&(x, y)| x < b && a < y)
+    }
+}
+
+static REGISTRATIONS: Registrations = Registrations::new();
+
+// ---------------------------------------------------------------------------
 // Engine
 // ---------------------------------------------------------------------------
 
@@ -615,7 +679,7 @@ impl Engine {
         };
         match route(&cfg, r.len, kind) {
             // Safety (all arms): guaranteed by the caller.
-            Route::Direct => unsafe { self.direct(&r, &cfg) },
+            Route::Direct => unsafe { self.direct_unless_registered(ctx, &r, &cfg) },
             Route::Staged => self.staged_single(ctx, &r, &cfg),
             Route::Registered => match unsafe { self.registered(&r, &cfg) } {
                 Ok(true) => Ok(()),
@@ -623,6 +687,25 @@ impl Engine {
                 Err(e) => Err(e),
             },
         }
+    }
+
+    /// [`Engine::direct`], unless the host range overlaps pages another copy has
+    /// registered for the moment ([`Registrations`]): then staged.
+    ///
+    /// # Safety
+    /// As [`Engine::copy`].
+    unsafe fn direct_unless_registered(
+        &self,
+        ctx: &Context,
+        r: &Request,
+        cfg: &TransferConfig,
+    ) -> Result<()> {
+        let start = r.host as usize;
+        if REGISTRATIONS.overlaps(start, start.saturating_add(r.len)) {
+            return self.staged_single(ctx, r, cfg);
+        }
+        // Safety: guaranteed by the caller.
+        unsafe { self.direct(r, cfg) }
     }
 
     /// Registers the caller's whole pages, copies them with one DMA (the partial pages
@@ -640,20 +723,27 @@ impl Engine {
             return Ok(false);
         }
         let reg = a as *mut u8;
+        // Another copy has (some of) these pages registered: stage instead (see
+        // `Registrations`).
+        if !REGISTRATIONS.claim(a, b) {
+            return Ok(false);
+        }
         // Safety: `a..b` lies within the caller's range, which stays mapped for the
         // whole call; it is unregistered before we return (guard below).
         if unsafe { dt::mem_host_register(reg, b - a) }.is_err() {
+            REGISTRATIONS.release(a, b);
             return Ok(false);
         }
-        struct Unregister(*mut u8);
+        struct Unregister(usize, usize);
         impl Drop for Unregister {
             fn drop(&mut self) {
                 // Safety: registered above; the copies using it were synchronised (or
                 // the stream failed, after which no DMA runs in this context).
-                let _ = unsafe { dt::mem_host_unregister(self.0) };
+                let _ = unsafe { dt::mem_host_unregister(self.0 as *mut u8) };
+                REGISTRATIONS.release(self.0, self.1);
             }
         }
-        let _unregister = Unregister(reg);
+        let _unregister = Unregister(a, b);
         self.shared
             .counters
             .registered
@@ -780,7 +870,7 @@ impl Engine {
             };
             ctx.bind()?;
             // Safety: guaranteed by the caller.
-            unsafe { self.direct(&r, cfg)? };
+            unsafe { self.direct_unless_registered(ctx, &r, cfg)? };
         }
         Ok(())
     }
@@ -1327,6 +1417,30 @@ mod tests {
         assert!(job.exhausted());
         let e = job.error.lock().unwrap().take().unwrap();
         assert!(e.to_string().contains("first"));
+    }
+
+    #[test]
+    fn registrations_never_overlap_and_are_seen_by_other_copies() {
+        let r = Registrations::new();
+        assert!(!r.overlaps(0, usize::MAX), "nothing live");
+        assert!(r.claim(4096, 3 * 4096));
+        // A second registration of any overlapping page is refused (it stages).
+        assert!(!r.claim(0, 4096 + 1));
+        assert!(!r.claim(2 * 4096, 4 * 4096));
+        assert!(r.claim(3 * 4096, 4 * 4096), "adjacent pages are fine");
+        // A copy overlapping a live registration is seen (it stages).
+        assert!(r.overlaps(3 * 4096 - 1, 3 * 4096));
+        assert!(r.overlaps(0, 10 * 4096));
+        assert!(!r.overlaps(0, 4096), "ends where the registration starts");
+        assert!(!r.overlaps(4 * 4096, 5 * 4096));
+        r.release(4096, 3 * 4096);
+        assert!(!r.overlaps(4096, 3 * 4096));
+        assert!(r.claim(0, 3 * 4096), "free again after release");
+        r.release(0, 3 * 4096);
+        r.release(3 * 4096, 4 * 4096);
+        r.release(3 * 4096, 4 * 4096); // unknown range: ignored
+        assert_eq!(r.live.load(Ordering::SeqCst), 0);
+        assert!(!r.overlaps(0, usize::MAX));
     }
 
     #[test]
