@@ -45,11 +45,21 @@ use crate::error::{Error, Result, check_range};
 ///
 /// # Safety
 ///
-/// Implementors guarantee that [`host_bytes`](Self::host_bytes) returns the same
-/// address and length every time, for as long as the value lives, *even after the value
-/// is moved*, and that the memory is neither freed nor written through the value while
-/// it is not mutably borrowed. (Heap-backed buffers qualify; inline arrays do not, they
-/// move with the value.)
+/// devbuf calls [`host_bytes`](Self::host_bytes) once, keeps the pointer, moves the
+/// value into a [`Pending`] and lets the DMA (or the staging threads) read the range
+/// until the copy has completed — or forever, if the `Pending` is forgotten. So from the
+/// moment `host_bytes` returns, for as long as the value lives (moved or not, on any
+/// thread), implementors guarantee that the returned range
+///
+/// * stays allocated and at the same address: moving the value does not move the
+///   bytes, and no *other* handle (a clone, a parent, a shared owner) can free or
+///   reallocate them — only dropping this value may end the allocation's life;
+/// * is written by nobody: not through the value, not through any other handle or
+///   alias (the bytes are immutable, or this value owns them exclusively).
+///
+/// Heap-backed owners qualify (`Vec`, `Box<[T]>`, reference-counted immutable buffers);
+/// inline arrays do not (they move with the value), nor does a handle whose bytes
+/// another handle may still mutate.
 ///
 /// ```
 /// use devbuf::cuda::HostSource;
@@ -66,8 +76,11 @@ pub unsafe trait HostSource: Send + 'static {
 ///
 /// # Safety
 ///
-/// As [`HostSource`]; [`host_bytes_mut`](Self::host_bytes_mut) returns the same range
-/// as `host_bytes`.
+/// As [`HostSource`] for the range [`host_bytes_mut`](Self::host_bytes_mut) returns
+/// (devbuf calls it once, then the DMA writes the range until the copy completes),
+/// and, more strictly: nothing but that DMA reads or writes the range meanwhile — no
+/// other handle or alias of the bytes exists that could reach them (this value owns
+/// them exclusively).
 ///
 /// ```
 /// use devbuf::cuda::HostSink;
