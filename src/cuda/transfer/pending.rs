@@ -211,9 +211,39 @@ unsafe impl HostSource for &'static [u8] {
 /// ```
 ///
 /// [`wait`](Self::wait) blocks until the copy has completed and returns the host
-/// memory; [`event`](Self::event) lets other streams wait for the copy on the device
-/// ([`Stream::wait_event`]). Dropping a `Pending` waits too. See the module docs of
-/// `devbuf::cuda::transfer` for why this is safe even when it is forgotten.
+/// memory; [`chain`](Self::chain) makes other streams wait for the copy on the device.
+/// Dropping a `Pending` waits too. See the module docs of `devbuf::cuda::transfer` for
+/// why this is safe even when it is forgotten.
+///
+/// The event that marks the copy's completion stays private: an [`Event`] can be
+/// recorded again ([`Event::record`]), after which waiting for it would no longer wait
+/// for the copy and `wait` would hand back memory the DMA still uses. So there is no
+/// `event()` accessor:
+///
+/// ```compile_fail,E0599
+/// # use devbuf::cuda::{Context, Stream};
+/// # let ctx = Context::new(0)?;
+/// # let (st, idle) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+/// # let dev = ctx.allocate(4)?;
+/// let p = dev.copy_to_host_async(0, ctx.allocate_host(4)?, &st)?;
+/// p.event().record(&idle)?; // error: no `event` method; `p.wait()` must wait for the copy
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+///
+/// Borrowed memory that is not `'static` cannot be handed over either (use [`scope`]
+/// to lend it):
+///
+/// ```compile_fail,E0597
+/// # use devbuf::cuda::{Context, Stream};
+/// # let ctx = Context::new(0)?;
+/// # let st = Stream::new(&ctx)?;
+/// # let dev = ctx.allocate(4)?;
+/// let src = vec![1u8; 4];
+/// let p = dev.copy_from_host_async(0, &src[..], &st)?; // error: `src` is not 'static
+/// drop(src);
+/// # p.wait()?;
+/// # Ok::<(), devbuf::Error>(())
+/// ```
 ///
 /// ```no_run
 /// use devbuf::cuda::{Context, Stream};
@@ -279,24 +309,9 @@ impl<T> Pending<T> {
         self.event.is_complete()
     }
 
-    /// The event recorded after the copy on its stream: pass it to
-    /// [`Stream::wait_event`] to order work on another stream after the copy.
-    ///
-    /// ```no_run
-    /// # use devbuf::cuda::{Context, Stream};
-    /// # let ctx = Context::new(0)?;
-    /// # let (a, b) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
-    /// # let dev = ctx.allocate(4)?;
-    /// let p = dev.copy_from_host_async(0, vec![1u8, 2, 3, 4], &a)?;
-    /// b.wait_event(p.event())?; // work queued on b from now on runs after the copy
-    /// # Ok::<(), devbuf::Error>(())
-    /// ```
-    pub fn event(&self) -> &Event {
-        &self.event
-    }
-
     /// Makes work queued on `stream` from now on wait for this copy (on the device; the
-    /// host does not block). Shorthand for `stream.wait_event(self.event())`.
+    /// host does not block). For an [`Event`] of your own that completes after the copy,
+    /// chain a stream and record one there (`p.chain(&b)?; let e = b.record_event()?;`).
     ///
     /// ```no_run
     /// # use devbuf::cuda::{Context, Stream};
@@ -811,12 +826,9 @@ impl<T> ScopedPending<'_, T> {
         self.event.is_complete()
     }
 
-    /// The event recorded after the copy on its stream.
-    pub fn event(&self) -> &Event {
-        &self.event
-    }
-
     /// Makes work queued on `stream` from now on wait for this copy (on the device).
+    /// As with [`Pending`], the completion event itself stays private (re-recording it
+    /// would let [`wait`](Self::wait) hand the borrow back while the DMA still runs).
     pub fn chain(&self, stream: &Stream) -> Result<()> {
         stream.wait_event(&self.event)
     }
