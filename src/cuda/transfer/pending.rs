@@ -579,6 +579,34 @@ impl DeviceBuffer {
 /// # Ok::<(), devbuf::Error>(())
 /// ```
 ///
+/// memory lent to a host->device copy cannot be written meanwhile:
+///
+/// ```compile_fail,E0502
+/// # use devbuf::cuda::{self, Context, Stream};
+/// # let ctx = Context::new(0)?;
+/// # let st = Stream::new(&ctx)?;
+/// # let dev = ctx.allocate(4)?;
+/// let mut src = vec![1u8; 4];
+/// cuda::scope(|s| {
+///     s.copy_from_host(&dev, 0, &src, &st)?;
+///     src[0] = 2; // error: `src` is lent (read-only) to the copy until the scope ends
+///     Ok(())
+/// })?;
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+///
+/// a pending copy cannot leave the scope (it would outlive the waiting):
+///
+/// ```compile_fail
+/// # use devbuf::cuda::{self, Context, Stream};
+/// # let ctx = Context::new(0)?;
+/// # let st = Stream::new(&ctx)?;
+/// # let dev = ctx.allocate(4)?;
+/// let mut out = vec![0u8; 4];
+/// let escaped = cuda::scope(|s| s.copy_to_host(&dev, 0, &mut out, &st))?; // error
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+///
 /// and memory that does not outlive the scope cannot be lent at all:
 ///
 /// ```compile_fail,E0597
