@@ -36,7 +36,7 @@ use arrow_buffer::ArrowNativeType;
 use super::engine::Request;
 use super::plan::Dir;
 use crate::cuda::buffer::DeviceBuffer;
-use crate::cuda::driver::transfer as dt;
+use crate::cuda::driver::{self, transfer as dt};
 use crate::cuda::host::HostBuffer;
 use crate::cuda::stream::{Event, EventFlags, Stream};
 use crate::error::{Error, Result, check_range};
@@ -528,14 +528,14 @@ impl DeviceBuffer {
             if overlap && dst != s0 {
                 let tmp = ctx.allocate(n)?;
                 ctx.bind()?;
-                let r = dt::memcpy_dtod_async(tmp.address(), s0, n, stream.raw())
-                    .and_then(|_| dt::memcpy_dtod_async(dst, tmp.address(), n, stream.raw()));
+                let r = driver::memcpy_dtod_async(tmp.address(), s0, n, stream.raw())
+                    .and_then(|_| driver::memcpy_dtod_async(dst, tmp.address(), n, stream.raw()));
                 keep.push(tmp);
                 r
             } else if overlap {
                 Ok(())
             } else {
-                dt::memcpy_dtod_async(dst, s0, n, stream.raw())
+                driver::memcpy_dtod_async(dst, s0, n, stream.raw())
             }
         } else {
             if ctx.ordinal() != src.context().ordinal() {
