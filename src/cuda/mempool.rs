@@ -11,10 +11,9 @@
 //! fails on it): such buffers report [`DeviceBuffer::is_pooled`], and IPC export
 //! refuses them with a clear error. [`Context::allocate`] stays `cuMemAlloc`.
 
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
-use super::buffer::{Allocation, DeviceBuffer, Origin};
+use super::buffer::{DeviceBuffer, Origin};
 use super::context::Context;
 use super::driver::transfer::{self as dt, CUmemoryPool, PoolAttr};
 use super::driver::{self, CUstream};
@@ -132,40 +131,20 @@ impl Context {
             }
         }
         if nbytes == 0 {
-            return Ok(DeviceBuffer::from_allocation(Arc::new(Allocation {
-                ctx: self.clone(),
-                ptr: 0,
-                size: 0,
-                origin: Origin::Empty,
-            })));
+            return Ok(self.empty_buffer());
         }
         let pool = self.inner.device_pool.get(self)?;
         self.bind()?;
         let raw: CUstream = stream.map_or(std::ptr::null_mut(), |s| s.raw());
-        let ptr = match dt::mem_alloc_from_pool_async(nbytes, pool, raw) {
-            Ok(p) => p,
-            Err(e) if driver::is_oom(&e) => {
-                let (free, total) = driver::mem_get_info().unwrap_or((0, self.total_memory()));
-                return Err(Error::OutOfMemory {
-                    device: self.ordinal(),
-                    requested: nbytes,
-                    free,
-                    total,
-                });
-            }
-            Err(e) => return Err(e),
-        };
-        self.inner
-            .bytes_allocated
-            .fetch_add(nbytes, Ordering::SeqCst);
-        Ok(DeviceBuffer::from_allocation(Arc::new(Allocation {
-            ctx: self.clone(),
+        let ptr = dt::mem_alloc_from_pool_async(nbytes, pool, raw)
+            .map_err(|e| self.allocation_error(nbytes, e))?;
+        Ok(self.counted_buffer(
             ptr,
-            size: nbytes,
-            origin: Origin::Pooled {
+            nbytes,
+            Origin::Pooled {
                 stream: stream.cloned(),
             },
-        })))
+        ))
     }
 
     /// Allocates `nbytes` from this context's stream-ordered memory pool: after the
