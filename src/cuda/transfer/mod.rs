@@ -132,7 +132,8 @@ pub struct TransferConfig {
     /// every lane two full buffers. Default 256 KiB. `4 KiB..=chunk_bytes`.
     pub min_chunk_bytes: usize,
     /// Copies of ordinary memory at least this long go through the staging lanes;
-    /// shorter ones through one driver call. Default 1 MiB.
+    /// shorter ones through one driver call. Default 4 MiB (the crossover measured on
+    /// an H200, see `docs/transfer.md`).
     pub staging_min_bytes: usize,
     /// Copies of ordinary memory at least this long register the caller's pages with
     /// `cuMemHostRegister` instead of staging (`None`: never). Default `None`:
@@ -277,8 +278,11 @@ impl Context {
     }
 
     /// Replaces the transfer engine's configuration (checked with
-    /// [`TransferConfig::validate`]). Transfers already running finish with the old one.
-    /// Lowering [`TransferConfig::max_pinned_bytes`] frees idle staging memory now.
+    /// [`TransferConfig::validate`]). Transfers already running finish with the old one,
+    /// except that one still waiting for a staging kit that no longer fits a lowered
+    /// [`TransferConfig::max_pinned_bytes`] fails with an error naming both sizes
+    /// (rather than wait for memory the bound will never allow). Lowering
+    /// `max_pinned_bytes` frees idle staging memory now.
     ///
     /// Errors: an invalid configuration, or [`ScatterMode::MemcpyBatch`] on a driver
     /// without `cuMemcpyBatchAsync`.
