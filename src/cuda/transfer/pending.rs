@@ -360,6 +360,34 @@ fn check_stream(buf: &DeviceBuffer, stream: &Stream, what: &str) -> Result<()> {
     }
 }
 
+/// Validates a copy of the `n` host bytes at `host` to (`HtoD`) or from (`DtoH`) `buf`
+/// at `position`, queued on `stream`, and makes the event to record after it: the
+/// request for the engine and that event. Nothing is queued yet.
+fn prepare(
+    buf: &DeviceBuffer,
+    dir: Dir,
+    position: usize,
+    (host, n): (*mut u8, usize),
+    stream: &Stream,
+    what: &'static str,
+) -> Result<(Event, Request)> {
+    if dir == Dir::HtoD {
+        buf.check_writable(what)?;
+    }
+    check_range(what, position, n, buf.len())?;
+    check_stream(buf, stream, what)?;
+    let event = Event::new(buf.context(), EventFlags::default())?;
+    let request = Request {
+        dir,
+        host,
+        len: n,
+        dev: buf.address() + position as u64,
+        on: Some(stream.raw()),
+        known: None,
+    };
+    Ok((event, request))
+}
+
 /// Records `event` after a copy was (perhaps partly) queued with result `queued`; on
 /// any failure waits for the stream before the memory may go, and leaks it when even
 /// that fails.
@@ -411,31 +439,21 @@ impl DeviceBuffer {
         src: T,
         stream: &Stream,
     ) -> Result<Pending<T>> {
-        self.check_writable("copy_from_host_async")?;
-        let (ptr, n) = {
-            let b = src.host_bytes();
-            (b.as_ptr() as *mut u8, b.len())
-        };
-        check_range("copy_from_host_async", position, n, self.len())?;
-        check_stream(self, stream, "copy_from_host_async")?;
+        let b = src.host_bytes();
+        let host = (b.as_ptr() as *mut u8, b.len());
+        let (event, request) = prepare(
+            self,
+            Dir::HtoD,
+            position,
+            host,
+            stream,
+            "copy_from_host_async",
+        )?;
         let ctx = self.context();
-        let event = Event::new(ctx, EventFlags::default())?;
         // Safety: `src` moves into the Pending, which keeps it — its bytes at the same
-        // address (HostSource contract) — until the copy has completed on `stream`;
-        // the device range was checked.
-        let queued = unsafe {
-            super::engine(ctx).copy(
-                ctx,
-                Request {
-                    dir: Dir::HtoD,
-                    host: ptr,
-                    len: n,
-                    dev: self.address() + position as u64,
-                    on: Some(stream.raw()),
-                    known: None,
-                },
-            )
-        };
+        // address and unwritten (HostSource contract) — until the copy has completed on
+        // `stream`, or forever; the device range was checked by `prepare`.
+        let queued = unsafe { super::engine(ctx).copy(ctx, request) };
         finish(event, stream, queued, src, vec![self.clone()])
     }
 
@@ -464,29 +482,21 @@ impl DeviceBuffer {
         mut dst: T,
         stream: &Stream,
     ) -> Result<Pending<T>> {
-        let (ptr, n) = {
-            let b = dst.host_bytes_mut();
-            (b.as_mut_ptr(), b.len())
-        };
-        check_range("copy_to_host_async", position, n, self.len())?;
-        check_stream(self, stream, "copy_to_host_async")?;
+        let b = dst.host_bytes_mut();
+        let host = (b.as_mut_ptr(), b.len());
+        let (event, request) = prepare(
+            self,
+            Dir::DtoH,
+            position,
+            host,
+            stream,
+            "copy_to_host_async",
+        )?;
         let ctx = self.context();
-        let event = Event::new(ctx, EventFlags::default())?;
         // Safety: `dst` moves into the Pending, which owns it exclusively — its bytes
-        // at the same address (HostSink contract) — until the copy has completed.
-        let queued = unsafe {
-            super::engine(ctx).copy(
-                ctx,
-                Request {
-                    dir: Dir::DtoH,
-                    host: ptr,
-                    len: n,
-                    dev: self.address() + position as u64,
-                    on: Some(stream.raw()),
-                    known: None,
-                },
-            )
-        };
+        // at the same address, reached by nothing else (HostSink contract) — until the
+        // copy has completed, or forever; the device range was checked by `prepare`.
+        let queued = unsafe { super::engine(ctx).copy(ctx, request) };
         finish(event, stream, queued, dst, vec![self.clone()])
     }
 
@@ -725,33 +735,17 @@ impl<'scope> TransferScope<'scope, '_> {
         dir: Dir,
         buf: &DeviceBuffer,
         position: usize,
-        (host, n): (*mut u8, usize),
+        host: (*mut u8, usize),
         stream: &Stream,
         what: &'static str,
     ) -> Result<Event> {
-        if dir == Dir::HtoD {
-            buf.check_writable(what)?;
-        }
-        check_range(what, position, n, buf.len())?;
-        check_stream(buf, stream, what)?;
-        let ctx = buf.context();
-        let event = Event::new(ctx, EventFlags::default())?;
+        let (event, request) = prepare(buf, dir, position, host, stream, what)?;
         self.register(stream, buf);
+        let ctx = buf.context();
         // Safety: the host range is borrowed for 'scope, and `scope` synchronises
-        // `stream` (registered above) before 'scope ends; the device range was checked.
-        unsafe {
-            super::engine(ctx).copy(
-                ctx,
-                Request {
-                    dir,
-                    host,
-                    len: n,
-                    dev: buf.address() + position as u64,
-                    on: Some(stream.raw()),
-                    known: None,
-                },
-            )?;
-        }
+        // `stream` (registered above) before 'scope ends; the device range was checked
+        // by `prepare`.
+        unsafe { super::engine(ctx).copy(ctx, request)? };
         event.record(stream)?;
         Ok(event)
     }
