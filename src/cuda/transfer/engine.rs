@@ -1070,7 +1070,7 @@ impl Shared {
                             );
                         }
                     }
-                    self.scatter_htod(job, kit, slot, segs, *tiles, *data_len)?;
+                    self.move_packed(job, kit, slot, segs, *tiles, *data_len, Dir::HtoD)?;
                 }
             }
             driver::event_record(kit.events[slot], kit.stream)?;
@@ -1080,8 +1080,13 @@ impl Shared {
         Ok(())
     }
 
-    /// Moves a packed staging buffer to the device and scatters its segments.
-    fn scatter_htod(
+    /// Moves packed chunk `segs` between slot `slot`'s staging buffer and the pieces'
+    /// device ranges, queued on the kit's stream. Host->device the staging buffer
+    /// holds the packed data, which goes up and is scattered to the pieces;
+    /// device->host the pieces are gathered and come down into its data area. No DMA
+    /// or CPU copy uses the slot's buffers when this is called.
+    #[allow(clippy::too_many_arguments)]
+    fn move_packed(
         &self,
         job: &Job,
         kit: &mut Kit,
@@ -1089,11 +1094,15 @@ impl Shared {
         segs: &[plan::Seg],
         tiles: usize,
         data_len: usize,
+        dir: Dir,
     ) -> Result<()> {
         let p = &job.params;
         let stage = kit.host[slot];
         match job.scatter {
             ScatterMode::Kernel => {
+                let kernel = job
+                    .kernel
+                    .ok_or_else(|| Error::invalid("scatter kernel not loaded"))?;
                 let scratch = kit.scratch(slot)?;
                 let table_off = p.data_offset - tiles * plan::TABLE_ENTRY_BYTES;
                 // Safety: the table area `table_off..data_offset` lies in the staging
@@ -1106,21 +1115,27 @@ impl Shared {
                         tiles,
                     )
                 };
-                let n = plan::fill_table(segs, &job.pieces, p, scratch, Dir::HtoD, table);
+                let n = plan::fill_table(segs, &job.pieces, p, scratch, dir, table);
                 self.counters.kernel_chunks.fetch_add(1, Ordering::Relaxed);
-                let kernel = job
-                    .kernel
-                    .ok_or_else(|| Error::invalid("scatter kernel not loaded"))?;
-                // Safety: table + data are `p.data_offset - table_off + data_len <=
-                // chunk` bytes of the staging buffer, copied to the same offsets of the
-                // scratch buffer (also `chunk` bytes); the kernel then copies each
-                // segment from scratch to its destination, device ranges validated by
-                // the caller of `copy_many`.
+                // Host->device the data area goes up with the table; device->host only
+                // the table does.
+                let up = match dir {
+                    Dir::HtoD => p.data_offset - table_off + data_len,
+                    Dir::DtoH => p.data_offset - table_off,
+                };
+                // Safety: `table_off..table_off + up` (table, and host->device the data,
+                // `<= chunk` bytes) of the staging buffer goes to the same offsets of the
+                // scratch buffer (also `chunk` bytes); the kernel copies each segment
+                // between the scratch data area and its device range (validated by the
+                // caller of `copy_many`); device->host the data area then comes back
+                // into the staging buffer's data area, disjoint from the table area the
+                // first DMA reads (which precedes it in stream order anyway). The CPU
+                // touches the staging buffer again only after the slot's event.
                 unsafe {
                     dt::memcpy_htod_async(
                         scratch + table_off as u64,
                         stage.add(table_off),
-                        p.data_offset - table_off + data_len,
+                        up,
                         kit.stream,
                     )?;
                     kernels::launch_copy_segments(
@@ -1129,31 +1144,47 @@ impl Shared {
                         n as u32,
                         job.blocks,
                         kit.stream,
-                    )
+                    )?;
+                    if dir == Dir::DtoH {
+                        dt::memcpy_dtoh_async(
+                            stage.add(p.data_offset),
+                            scratch + p.data_offset as u64,
+                            data_len,
+                            kit.stream,
+                        )?;
+                    }
                 }
+                Ok(())
             }
             ScatterMode::MemcpyBatch => {
                 let mut dsts = Vec::with_capacity(segs.len());
                 let mut srcs = Vec::with_capacity(segs.len());
                 let mut sizes = Vec::with_capacity(segs.len());
                 for s in segs {
-                    dsts.push(job.pieces[s.piece].dev + s.piece_off as u64);
+                    let dev = job.pieces[s.piece].dev + s.piece_off as u64;
                     // Page-locked host memory: its host address is its unified address.
-                    srcs.push(stage as u64 + (p.data_offset + s.stage_off) as u64);
+                    let host = stage as u64 + (p.data_offset + s.stage_off) as u64;
+                    let (dst, src) = match dir {
+                        Dir::HtoD => (dev, host),
+                        Dir::DtoH => (host, dev),
+                    };
+                    dsts.push(dst);
+                    srcs.push(src);
                     sizes.push(s.len);
                 }
                 self.counters
                     .memcpy_batch_chunks
                     .fetch_add(1, Ordering::Relaxed);
-                // Safety: sources lie in the page-locked staging buffer, destinations
-                // are validated device ranges; the buffer is not reused before the
-                // slot's event (recorded after this call) completes.
+                // Safety: the host side of every entry lies in the page-locked staging
+                // buffer, the device side in a validated device range; the CPU touches
+                // the buffer again only after the slot's event (recorded after this
+                // call) completes.
                 unsafe {
                     dt::memcpy_batch_async(
                         &mut dsts,
                         &mut srcs,
                         &mut sizes,
-                        true,
+                        dir == Dir::HtoD,
                         job.ordinal,
                         kit.stream,
                     )
@@ -1246,77 +1277,7 @@ impl Shared {
                 data_len,
             } => {
                 let segs = &job.plan.segs[segs.clone()];
-                let p = &job.params;
-                match job.scatter {
-                    ScatterMode::Kernel => {
-                        let scratch = kit.scratch(slot)?;
-                        let table_off = p.data_offset - tiles * plan::TABLE_ENTRY_BYTES;
-                        // Safety: as in `scatter_htod`; the slot's previous DMA has
-                        // completed and its data was copied out.
-                        let table = unsafe {
-                            std::slice::from_raw_parts_mut(
-                                stage.add(table_off).cast::<MaybeUninit<TableEntry>>(),
-                                *tiles,
-                            )
-                        };
-                        let n = plan::fill_table(segs, &job.pieces, p, scratch, Dir::DtoH, table);
-                        self.counters.kernel_chunks.fetch_add(1, Ordering::Relaxed);
-                        let kernel = job
-                            .kernel
-                            .ok_or_else(|| Error::invalid("scatter kernel not loaded"))?;
-                        // Safety: the table goes to the scratch buffer's table area, the
-                        // kernel gathers the validated device ranges into its data area,
-                        // and the data area comes back into the staging buffer's data
-                        // area (disjoint from the table area being read by the first
-                        // DMA, which precedes it in stream order anyway).
-                        unsafe {
-                            dt::memcpy_htod_async(
-                                scratch + table_off as u64,
-                                stage.add(table_off),
-                                p.data_offset - table_off,
-                                kit.stream,
-                            )?;
-                            kernels::launch_copy_segments(
-                                kernel.0,
-                                scratch + table_off as u64,
-                                n as u32,
-                                job.blocks,
-                                kit.stream,
-                            )?;
-                            dt::memcpy_dtoh_async(
-                                stage.add(p.data_offset),
-                                scratch + p.data_offset as u64,
-                                *data_len,
-                                kit.stream,
-                            )?;
-                        }
-                    }
-                    ScatterMode::MemcpyBatch => {
-                        let mut dsts = Vec::with_capacity(segs.len());
-                        let mut srcs = Vec::with_capacity(segs.len());
-                        let mut sizes = Vec::with_capacity(segs.len());
-                        for s in segs {
-                            dsts.push(stage as u64 + (p.data_offset + s.stage_off) as u64);
-                            srcs.push(job.pieces[s.piece].dev + s.piece_off as u64);
-                            sizes.push(s.len);
-                        }
-                        self.counters
-                            .memcpy_batch_chunks
-                            .fetch_add(1, Ordering::Relaxed);
-                        // Safety: destinations lie in the page-locked staging buffer,
-                        // not read by the CPU before the slot's event completes.
-                        unsafe {
-                            dt::memcpy_batch_async(
-                                &mut dsts,
-                                &mut srcs,
-                                &mut sizes,
-                                false,
-                                job.ordinal,
-                                kit.stream,
-                            )?
-                        };
-                    }
-                }
+                self.move_packed(job, kit, slot, segs, *tiles, *data_len, Dir::DtoH)?;
             }
         }
         driver::event_record(kit.events[slot], kit.stream)
