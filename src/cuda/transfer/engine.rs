@@ -240,6 +240,51 @@ impl Job {
         // Safety: guaranteed by the caller; the piece's range is valid (job invariant).
         unsafe { self.host[piece].0.add(off) }
     }
+
+    /// The CPU's part of chunk `ci`: host->device it gathers the chunk's host bytes
+    /// into the staging buffer `stage` (a direct chunk at offset 0, packed segments at
+    /// their offsets in the data region); device->host it scatters them from `stage`
+    /// back to the host pieces.
+    ///
+    /// # Safety
+    /// `stage` must be a staging buffer of `self.kit_chunk` bytes that no DMA uses now
+    /// (device->host: whose DMA for this chunk has completed), and chunk `ci` must be
+    /// claimed by the calling lane (each host byte belongs to one chunk, so no other
+    /// lane touches the same host bytes).
+    unsafe fn stage_copy(&self, ci: usize, stage: *mut u8, dir: Dir) {
+        let one = |piece: usize, piece_off: usize, stage_off: usize, len: usize| {
+            // Safety: the plan keeps `piece_off + len` within the piece, whose host range
+            // is valid for the job's life (readable host->device; writable and touched by
+            // no one else device->host), and `stage_off + len` within the staging buffer
+            // (planned for `chunk_bytes == kit_chunk`); host and staging memory are
+            // distinct allocations.
+            unsafe {
+                let host = self.host_at(piece, piece_off);
+                let staged = stage.add(stage_off);
+                match dir {
+                    Dir::HtoD => std::ptr::copy_nonoverlapping(host, staged, len),
+                    Dir::DtoH => std::ptr::copy_nonoverlapping(staged, host, len),
+                }
+            }
+        };
+        match &self.plan.chunks[ci] {
+            Chunk::Direct {
+                piece,
+                piece_off,
+                len,
+            } => one(*piece, *piece_off, 0, *len),
+            Chunk::Packed { segs, .. } => {
+                for s in &self.plan.segs[segs.clone()] {
+                    one(
+                        s.piece,
+                        s.piece_off,
+                        self.params.data_offset + s.stage_off,
+                        s.len,
+                    );
+                }
+            }
+        }
+    }
 }
 
 /// Leaves the job when dropped (also while unwinding).
@@ -1032,18 +1077,19 @@ impl Shared {
                 driver::event_synchronize(kit.events[slot])?;
             }
             let stage = kit.host[slot];
+            // Safety: the staging buffer holds `kit.chunk` bytes and no DMA reads it now
+            // (its event was synchronised); chunk `ci` is ours.
+            unsafe { job.stage_copy(ci, stage, Dir::HtoD) };
             match &job.plan.chunks[ci] {
                 Chunk::Direct {
                     piece,
                     piece_off,
                     len,
                 } => {
-                    // Safety: the plan keeps `piece_off + len` within the piece, whose
-                    // host range is readable for the job's life; the staging buffer
-                    // holds `kit.chunk >= len` bytes and no DMA reads it now (its event
-                    // was synchronised).
+                    // Safety: the staging buffer now holds the chunk's `len <= kit.chunk`
+                    // bytes, and is not written again before the slot's event (recorded
+                    // after this DMA) completes; the device range was validated.
                     unsafe {
-                        std::ptr::copy_nonoverlapping(job.host_at(*piece, *piece_off), stage, *len);
                         dt::memcpy_htod_async(
                             job.pieces[*piece].dev + *piece_off as u64,
                             stage,
@@ -1058,18 +1104,6 @@ impl Shared {
                     data_len,
                 } => {
                     let segs = &job.plan.segs[segs.clone()];
-                    let p = &job.params;
-                    for s in segs {
-                        // Safety: as above; segments lie within the data region of the
-                        // staging buffer (planned for `p.chunk_bytes == kit.chunk`).
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(
-                                job.host_at(s.piece, s.piece_off),
-                                stage.add(p.data_offset + s.stage_off),
-                                s.len,
-                            );
-                        }
-                    }
                     self.move_packed(job, kit, slot, segs, *tiles, *data_len, Dir::HtoD)?;
                 }
             }
@@ -1211,35 +1245,10 @@ impl Shared {
                 continue;
             };
             driver::event_synchronize(kit.events[slot])?;
-            let stage = kit.host[slot];
-            match &job.plan.chunks[ci] {
-                Chunk::Direct {
-                    piece,
-                    piece_off,
-                    len,
-                } => {
-                    // Safety: the DMA into the staging buffer has completed (event);
-                    // the destination range lies within the piece, which is writable
-                    // and touched by no one else for the job's life (pieces do not
-                    // overlap; each byte belongs to exactly one chunk).
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(stage, job.host_at(*piece, *piece_off), *len)
-                    };
-                }
-                Chunk::Packed { segs, .. } => {
-                    let p = &job.params;
-                    for s in &job.plan.segs[segs.clone()] {
-                        // Safety: as above, per segment.
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(
-                                stage.add(p.data_offset + s.stage_off),
-                                job.host_at(s.piece, s.piece_off),
-                                s.len,
-                            )
-                        };
-                    }
-                }
-            }
+            // Safety: the chunk's DMA into the staging buffer has completed (event) and
+            // no other DMA uses the buffer until the next one is queued below; chunk
+            // `ci` is ours.
+            unsafe { job.stage_copy(ci, kit.host[slot], Dir::DtoH) };
             inflight[slot] = None;
             if let Some(next) = job.claim() {
                 self.enqueue_dtoh(job, kit, next, slot)?;
