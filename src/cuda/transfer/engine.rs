@@ -329,20 +329,22 @@ impl Drop for KitGuard<'_> {
 // Registrations
 // ---------------------------------------------------------------------------
 
-/// Host page ranges the engine has registered (`cuMemHostRegister`) for copies in
-/// progress, in the whole process (registrations are portable: every context sees them).
+/// Host ranges of the copies that have pages registered (`cuMemHostRegister`) by the
+/// engine right now, in the whole process (registrations are portable: every context
+/// sees them).
 ///
 /// While a range is registered the driver reports its pages as page-locked, so another
 /// thread's copy of the same memory (two uploads of one shared `&[u8]`) would take the
 /// direct route: a DMA straight from pages that the registering copy unregisters when
 /// it is done — possibly while that DMA still runs. So a copy that would go direct but
-/// overlaps a live registration is staged instead (the CPU reads the memory, right for
-/// any memory), and two registrations never overlap (the second copy stages). The
-/// entry is made before registering and removed after unregistering, so every moment
-/// the driver sees the pages pinned by the engine is covered. (What remains is a copy
-/// that checked just before another thread claimed *and* registered an overlapping
-/// range — registering takes milliseconds — and whose DMA then outlasted that other
-/// copy's whole DMA.)
+/// overlaps a live entry is staged instead (the CPU reads the memory, right for any
+/// memory), and two registered copies never overlap (the second one stages). An entry
+/// is the registering copy's whole byte range (its partial end pages, which the driver
+/// copies directly, included); it is made before registering and removed after
+/// unregistering, so every moment the driver sees pages pinned by the engine is
+/// covered. (What remains is a copy that checked just before another thread claimed
+/// *and* registered an overlapping range — registering takes milliseconds — and whose
+/// DMA then outlasted that other copy's whole DMA.)
 #[derive(Default)]
 pub(crate) struct Registrations {
     live: AtomicUsize,
@@ -768,27 +770,36 @@ impl Engine {
             return Ok(false);
         }
         let reg = a as *mut u8;
-        // Another copy has (some of) these pages registered: stage instead (see
-        // `Registrations`).
-        if !REGISTRATIONS.claim(a, b) {
+        // Claims the caller's whole byte range, not only the pages registered: the
+        // partial pages at either end are copied by the driver directly, and must not
+        // lie in pages another copy has registered (and will unregister). Any overlap
+        // with a live registration: stage instead (see `Registrations`).
+        if !REGISTRATIONS.claim(start, end) {
             return Ok(false);
         }
         // Safety: `a..b` lies within the caller's range, which stays mapped for the
         // whole call; it is unregistered before we return (guard below).
         if unsafe { dt::mem_host_register(reg, b - a) }.is_err() {
-            REGISTRATIONS.release(a, b);
+            REGISTRATIONS.release(start, end);
             return Ok(false);
         }
-        struct Unregister(usize, usize);
+        /// Unregisters the pages at `reg`, then releases the claim `claimed`.
+        struct Unregister {
+            reg: *mut u8,
+            claimed: (usize, usize),
+        }
         impl Drop for Unregister {
             fn drop(&mut self) {
                 // Safety: registered above; the copies using it were synchronised (or
                 // the stream failed, after which no DMA runs in this context).
-                let _ = unsafe { dt::mem_host_unregister(self.0 as *mut u8) };
-                REGISTRATIONS.release(self.0, self.1);
+                let _ = unsafe { dt::mem_host_unregister(self.reg) };
+                REGISTRATIONS.release(self.claimed.0, self.claimed.1);
             }
         }
-        let _unregister = Unregister(a, b);
+        let _unregister = Unregister {
+            reg,
+            claimed: (start, end),
+        };
         self.shared
             .counters
             .registered
