@@ -375,12 +375,7 @@ impl Context {
     /// full; the process carries on.
     pub fn allocate(&self, nbytes: usize) -> Result<DeviceBuffer> {
         if nbytes == 0 {
-            return Ok(DeviceBuffer::from_allocation(Arc::new(Allocation {
-                ctx: self.clone(),
-                ptr: 0,
-                size: 0,
-                origin: Origin::Empty,
-            })));
+            return Ok(self.empty_buffer());
         }
         self.bind()?;
         let mut first = driver::mem_alloc(nbytes);
@@ -388,28 +383,48 @@ impl Context {
             // Cached pool or staging memory was released: try once more.
             first = driver::mem_alloc(nbytes);
         }
-        let ptr = match first {
-            Ok(p) => p,
-            Err(e) if driver::is_oom(&e) => {
-                let (free, total) = driver::mem_get_info().unwrap_or((0, self.total_memory()));
-                return Err(Error::OutOfMemory {
-                    device: self.ordinal(),
-                    requested: nbytes,
-                    free,
-                    total,
-                });
-            }
-            Err(e) => return Err(e),
-        };
+        let ptr = first.map_err(|e| self.allocation_error(nbytes, e))?;
+        Ok(self.counted_buffer(ptr, nbytes, Origin::Owned))
+    }
+
+    /// A buffer of no bytes (nothing allocated).
+    pub(crate) fn empty_buffer(&self) -> DeviceBuffer {
+        DeviceBuffer::from_allocation(Arc::new(Allocation {
+            ctx: self.clone(),
+            ptr: 0,
+            size: 0,
+            origin: Origin::Empty,
+        }))
+    }
+
+    /// The error of a failed allocation of `nbytes`: the driver's out-of-memory error
+    /// becomes [`Error::OutOfMemory`] with the sizes the driver reports now (the
+    /// context must be current); anything else is returned as it is.
+    pub(crate) fn allocation_error(&self, nbytes: usize, e: Error) -> Error {
+        if !driver::is_oom(&e) {
+            return e;
+        }
+        let (free, total) = driver::mem_get_info().unwrap_or((0, self.total_memory()));
+        Error::OutOfMemory {
+            device: self.ordinal(),
+            requested: nbytes,
+            free,
+            total,
+        }
+    }
+
+    /// Wraps `nbytes > 0` just allocated at `ptr` (owned or pooled), counting them in
+    /// [`bytes_allocated`](Self::bytes_allocated) until the allocation drops.
+    pub(crate) fn counted_buffer(&self, ptr: u64, nbytes: usize, origin: Origin) -> DeviceBuffer {
         self.inner
             .bytes_allocated
             .fetch_add(nbytes, Ordering::SeqCst);
-        Ok(DeviceBuffer::from_allocation(Arc::new(Allocation {
+        DeviceBuffer::from_allocation(Arc::new(Allocation {
             ctx: self.clone(),
             ptr,
             size: nbytes,
-            origin: Origin::Owned,
-        })))
+            origin,
+        }))
     }
 
     /// Allocates `nbytes` of device memory set to zero.

@@ -1088,7 +1088,7 @@ pub mod testing {
     use std::sync::{Arc, Condvar, Mutex};
 
     use super::super::buffer::DeviceBuffer;
-    use super::super::driver::ipc as dipc;
+    use super::super::driver::{self, ipc as dipc};
     use super::super::stream::Stream;
     use crate::error::{Error, Result};
 
@@ -1115,7 +1115,7 @@ pub mod testing {
             return Err(Error::ReadOnly("copy_on_stream destination".into()));
         }
         stream.context().bind()?;
-        dipc::memcpy_dtod_async(dst.address(), src.address(), src.len(), stream.raw())
+        driver::memcpy_dtod_async(dst.address(), src.address(), src.len(), stream.raw())
     }
 
     type Gate = (Mutex<bool>, Condvar);

@@ -11,10 +11,9 @@
 //! fails on it): such buffers report [`DeviceBuffer::is_pooled`], and IPC export
 //! refuses them with a clear error. [`Context::allocate`] stays `cuMemAlloc`.
 
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
-use super::buffer::{Allocation, DeviceBuffer, Origin};
+use super::buffer::{DeviceBuffer, Origin};
 use super::context::Context;
 use super::driver::transfer::{self as dt, CUmemoryPool, PoolAttr};
 use super::driver::{self, CUstream};
@@ -29,47 +28,51 @@ unsafe impl Send for RawPool {}
 unsafe impl Sync for RawPool {}
 
 /// Where a context keeps its pool: created on first use, destroyed with the context.
+///
+/// A failed creation is not remembered: the error goes to the caller as it is (out of
+/// memory, a driver error, or no pool support) and the next pooled allocation tries
+/// again. (A transient failure used to disable pooled allocation in the context for
+/// good, reported as "unavailable" whatever it was.)
 #[derive(Default)]
-pub(crate) struct DevicePoolCell(OnceLock<std::result::Result<RawPool, String>>);
+pub(crate) struct DevicePoolCell {
+    pool: OnceLock<RawPool>,
+    /// Serialises creation, so that two first allocations make one pool.
+    creating: Mutex<()>,
+}
 
 impl DevicePoolCell {
     fn get(&self, ctx: &Context) -> Result<CUmemoryPool> {
-        let r = self.0.get_or_init(|| {
-            let make = || -> Result<RawPool> {
-                ctx.bind()?;
-                if !dt::memory_pools_supported(ctx.inner.device)? {
-                    return Err(Error::unavailable(format!(
-                        "device {} does not support stream-ordered memory pools \
-                         (CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 0); use Context::allocate",
-                        ctx.ordinal()
-                    )));
-                }
-                let pool = dt::mem_pool_create(ctx.ordinal())?;
-                // Keep freed memory cached for reuse (trim with Context::trim_device_pool).
-                if let Err(e) = dt::mem_pool_set_u64(
-                    pool,
-                    PoolAttr::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                    u64::MAX,
-                ) {
-                    // Safety: created above, used by nobody.
-                    let _ = unsafe { dt::mem_pool_destroy(pool) };
-                    return Err(e);
-                }
-                Ok(RawPool(pool))
-            };
-            make().map_err(|e| e.to_string())
-        });
-        match r {
-            Ok(p) => Ok(p.0),
-            Err(msg) => Err(Error::unavailable(msg)),
+        if let Some(p) = self.pool.get() {
+            return Ok(p.0);
         }
+        let _one = self.creating.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = self.pool.get() {
+            return Ok(p.0);
+        }
+        ctx.bind()?;
+        if !dt::memory_pools_supported(ctx.inner.device)? {
+            return Err(Error::unavailable(format!(
+                "device {} does not support stream-ordered memory pools \
+                 (CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 0); use Context::allocate",
+                ctx.ordinal()
+            )));
+        }
+        let pool = dt::mem_pool_create(ctx.ordinal())?;
+        // Keep freed memory cached for reuse (trim with Context::trim_device_pool).
+        if let Err(e) =
+            dt::mem_pool_set_u64(pool, PoolAttr::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, u64::MAX)
+        {
+            // Safety: created above, used by nobody.
+            let _ = unsafe { dt::mem_pool_destroy(pool) };
+            return Err(e);
+        }
+        // Only this thread sets the cell (under `creating`), and it was empty above.
+        let _ = self.pool.set(RawPool(pool));
+        Ok(pool)
     }
 
     fn get_if_created(&self) -> Option<CUmemoryPool> {
-        match self.0.get() {
-            Some(Ok(p)) => Some(p.0),
-            _ => None,
-        }
+        self.pool.get().map(|p| p.0)
     }
 
     /// Destroys the pool. Called by the context's drop with the context current; every
@@ -128,40 +131,20 @@ impl Context {
             }
         }
         if nbytes == 0 {
-            return Ok(DeviceBuffer::from_allocation(Arc::new(Allocation {
-                ctx: self.clone(),
-                ptr: 0,
-                size: 0,
-                origin: Origin::Empty,
-            })));
+            return Ok(self.empty_buffer());
         }
         let pool = self.inner.device_pool.get(self)?;
         self.bind()?;
         let raw: CUstream = stream.map_or(std::ptr::null_mut(), |s| s.raw());
-        let ptr = match dt::mem_alloc_from_pool_async(nbytes, pool, raw) {
-            Ok(p) => p,
-            Err(e) if driver::is_oom(&e) => {
-                let (free, total) = driver::mem_get_info().unwrap_or((0, self.total_memory()));
-                return Err(Error::OutOfMemory {
-                    device: self.ordinal(),
-                    requested: nbytes,
-                    free,
-                    total,
-                });
-            }
-            Err(e) => return Err(e),
-        };
-        self.inner
-            .bytes_allocated
-            .fetch_add(nbytes, Ordering::SeqCst);
-        Ok(DeviceBuffer::from_allocation(Arc::new(Allocation {
-            ctx: self.clone(),
+        let ptr = dt::mem_alloc_from_pool_async(nbytes, pool, raw)
+            .map_err(|e| self.allocation_error(nbytes, e))?;
+        Ok(self.counted_buffer(
             ptr,
-            size: nbytes,
-            origin: Origin::Pooled {
+            nbytes,
+            Origin::Pooled {
                 stream: stream.cloned(),
             },
-        })))
+        ))
     }
 
     /// Allocates `nbytes` from this context's stream-ordered memory pool: after the

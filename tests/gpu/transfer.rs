@@ -6,11 +6,14 @@
 //! them.
 
 use devbuf::Error;
+use devbuf::cuda::ipc::testing::StreamGate;
 use devbuf::cuda::{
     self, Context, DeviceBuffer, DirectMode, PageableMode, ScatterMode, Stream, TransferConfig,
 };
 use rand::Rng;
 use rand::rngs::SmallRng;
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
 
 use crate::common::*;
 
@@ -97,6 +100,17 @@ fn round_trip(ctx: &Context, dev: &DeviceBuffer, pos: usize, data: &[u8], what: 
         "{what}: wrote past the slice"
     );
     let _ = ctx;
+}
+
+/// CPU time (user + system) this process has used so far, in seconds (Linux: from
+/// `/proc/self/stat`, in clock ticks of 1/100 s).
+fn process_cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    // Fields after the command name (which may contain spaces) start at state (3rd).
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    ticks as f64 / 100.0
 }
 
 fn batch_available() -> bool {
@@ -789,5 +803,174 @@ gpu_test! {
         assert_eq!(s1.staged_copies, s0.staged_copies, "{s1:?}");
         assert_eq!(s1.direct_copies, s0.direct_copies + 2);
         assert_bytes(&back[7..n - 193], &data[100..n - 100], "page-locked slices");
+    }
+}
+
+gpu_test! {
+    fn chaining_a_stream_gives_an_event_after_the_copy() {
+        // Pending hands out no event of its own (re-recording it would break wait());
+        // chain a stream and record there instead.
+        let c = ctx();
+        let a = Stream::new(&c).unwrap();
+        let b = Stream::new(&c).unwrap();
+        let n = 64 * MIB;
+        let data = fast_random(n, 41);
+        let mut src = c.allocate_host(n).unwrap();
+        src.copy_from_slice(&data);
+        let dev = c.allocate(n).unwrap();
+        let up = dev.copy_from_host_async(0, src, &a).unwrap();
+        up.chain(&b).unwrap();
+        let e = b.record_event().unwrap();
+        e.synchronize().unwrap();
+        assert!(up.is_complete().unwrap(), "an event recorded after chain() completes after the copy");
+        assert_bytes(&dev.copy_to_host(0, n).unwrap(), &data, "chained event");
+        let src = up.wait().unwrap();
+        assert_bytes(&src, &data, "source handed back");
+    }
+
+    fn lowering_the_pool_bound_during_a_transfer_does_not_hang() {
+        // One kit fits the pool; one transfer holds it, a second waits for it, then the
+        // bound is lowered below that kit's size: the waiting transfer must not wait for
+        // memory the new bound never allows.
+        let c = Context::new_dedicated(0).unwrap();
+        let chunk = 16 * MIB;
+        c.set_transfer_config(TransferConfig {
+            lanes: 1,
+            chunk_bytes: chunk,
+            min_chunk_bytes: chunk,
+            staging_min_bytes: MIB,
+            max_pinned_bytes: 2 * chunk,
+            pageable: PageableMode::Staged,
+            ..TransferConfig::default()
+        })
+        .unwrap();
+        c.warm_up_transfers().unwrap();
+        let n = 512 * MIB;
+        let data = Arc::new(fast_random(n, 5));
+        let (tx, rx) = mpsc::channel();
+        let spawn_copy = |tx: mpsc::Sender<devbuf::Result<()>>| {
+            let (c, data) = (c.clone(), data.clone());
+            std::thread::spawn(move || {
+                let d = c.allocate(n).unwrap();
+                let _ = tx.send(d.copy_from_host(0, &data));
+            })
+        };
+        let t1 = spawn_copy(tx.clone());
+        std::thread::sleep(Duration::from_millis(10));
+        let t2 = spawn_copy(tx);
+        std::thread::sleep(Duration::from_millis(10));
+        c.set_transfer_config(TransferConfig {
+            chunk_bytes: 64 * KIB,
+            min_chunk_bytes: 64 * KIB,
+            max_pinned_bytes: 128 * KIB,
+            ..c.transfer_config()
+        })
+        .unwrap();
+        let results: Vec<devbuf::Result<()>> = (0..2)
+            .map(|_| {
+                rx.recv_timeout(Duration::from_secs(120))
+                    .expect("a transfer hung after the pool's bound was lowered")
+            })
+            .collect();
+        t1.join().unwrap();
+        t2.join().unwrap();
+        for r in &results {
+            if let Err(e) = r {
+                assert!(e.to_string().contains("max_pinned_bytes"), "{e}");
+            }
+        }
+        println!("results after lowering the bound: {results:?}");
+        assert!(results.iter().any(|r| r.is_ok()), "the transfer holding the kit finished");
+        // The engine works with the new configuration, within the new bound.
+        let d = c.allocate(3 * MIB).unwrap();
+        round_trip(&c, &d, 0, &data[..3 * MIB], "after lowering the bound");
+        let s = c.transfer_stats();
+        assert!(s.pinned_bytes <= s.pinned_limit_bytes, "{s:?}");
+        assert_eq!(s.pinned_in_use_bytes, 0, "{s:?}");
+    }
+
+    fn concurrent_uploads_of_one_slice_while_it_is_registered() {
+        // Threads that register the shared source for their copy, and threads whose
+        // copies of the same source probe it (and would see it page-locked while it is
+        // registered): every upload must carry the right bytes, and no copy may DMA
+        // from pages another copy unregisters.
+        let registering = Context::new_dedicated(0).unwrap();
+        registering
+            .set_transfer_config(TransferConfig {
+                pageable: PageableMode::Registered,
+                ..TransferConfig::default()
+            })
+            .unwrap();
+        let probing = Context::new_dedicated(0).unwrap();
+        probing
+            .set_transfer_config(TransferConfig {
+                staging_min_bytes: MIB,
+                ..TransferConfig::default()
+            })
+            .unwrap();
+        let n = 64 * MIB + 123;
+        let data = Arc::new(fast_random(n + 4096, 31));
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let c = if t % 2 == 0 { registering.clone() } else { probing.clone() };
+                let data = data.clone();
+                std::thread::spawn(move || {
+                    let d = c.allocate(n).unwrap();
+                    for round in 0..8 {
+                        // Whole source, and a part of it at an odd offset.
+                        let (off, len) = if round % 2 == 0 { (0, n) } else { (4096 + 5, n - 9000) };
+                        d.copy_from_host(0, &data[off..off + len]).unwrap();
+                        let got = d.copy_to_host(0, len).unwrap();
+                        assert_bytes(&got, &data[off..off + len], &format!("thread {t} round {round}"));
+                        d.fill(0).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(registering.transfer_stats().registered_copies > 0, "{:?}", registering.transfer_stats());
+    }
+}
+
+gpu_test_exclusive! {
+    fn staged_copy_after_queued_work_sleeps_instead_of_spinning() {
+        // A staged copy on a stream whose earlier work runs for a while waits for that
+        // work; the waiting must not keep the lanes spinning in event synchronisations.
+        let c = Context::new_dedicated(0).unwrap();
+        c.set_transfer_config(TransferConfig {
+            pageable: PageableMode::Staged,
+            ..small_chunks(4)
+        })
+        .unwrap();
+        c.warm_up_transfers().unwrap();
+        let s = Stream::new(&c).unwrap();
+        let n = 8 * MIB + 3;
+        let data = fast_random(n, 17);
+        let dev = DeviceBuffer::from_host(&c, &data).unwrap();
+        let hold = Duration::from_millis(500);
+        let gate = Arc::new(StreamGate::block(&s).unwrap());
+        let opener = {
+            let gate = gate.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(hold);
+                gate.open();
+            })
+        };
+        let cpu0 = process_cpu_seconds();
+        let t0 = Instant::now();
+        let got = dev.copy_to_host_async(0, vec![0u8; n], &s).unwrap().wait().unwrap();
+        let wall = t0.elapsed();
+        let cpu = process_cpu_seconds() - cpu0;
+        opener.join().unwrap();
+        drop(gate);
+        assert_bytes(&got, &data, "staged download after the gate");
+        assert!(wall >= hold - Duration::from_millis(100), "the copy ran before the stream's earlier work: {wall:?}");
+        println!("staged copy behind {hold:?} of queued work: {wall:?} wall, {cpu:.2} s CPU");
+        assert!(
+            cpu < 0.3,
+            "{cpu:.2} s of CPU in {wall:?} while waiting for the stream: the lanes spin"
+        );
     }
 }

@@ -107,24 +107,6 @@ pub(crate) fn pointer_ipc_capable(p: CUdeviceptr) -> Result<bool> {
     Ok(v != 0)
 }
 
-/// Stream-ordered device-to-device copy (`cuMemcpyDtoDAsync_v2`).
-pub(crate) fn memcpy_dtod_async(
-    dst: CUdeviceptr,
-    src: CUdeviceptr,
-    n: usize,
-    stream: CUstream,
-) -> Result<()> {
-    if n == 0 {
-        return Ok(());
-    }
-    // Safety: only device memory is accessed; the driver validates the pointers and
-    // the stream is live.
-    check(
-        unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, n, stream) },
-        "cuMemcpyDtoDAsync_v2",
-    )
-}
-
 /// The signature of a host function queued on a stream.
 pub(crate) type HostFn = unsafe extern "C" fn(*mut c_void);
 

@@ -86,7 +86,6 @@ const REQUIRED_SYMBOLS: &[&str] = &[
     "cuIpcCloseMemHandle",
     "cuIpcGetEventHandle",
     "cuIpcOpenEventHandle",
-    "cuMemcpyDtoDAsync_v2",
     "cuLaunchHostFunc",
 ];
 

@@ -1,5 +1,7 @@
-//! Driver calls of the transfer engine: stream-ordered copies, host memory registration
-//! and classification, batched copies, and the stream-ordered device memory pool.
+//! Driver calls of the transfer engine: stream-ordered copies between host and device
+//! and between contexts (device-to-device within a context: `memcpy_dtod_async` in the
+//! parent module, shared with IPC and the kernels), host memory registration and
+//! classification, batched copies, and the stream-ordered device memory pool.
 //!
 //! Same rules as the parent module: thin wrappers named after the driver call, every
 //! `CUresult` checked with [`check`], `unsafe` where the driver reads or writes host
@@ -21,7 +23,6 @@ pub(crate) use sys::CUmemoryPool;
 pub(crate) const REQUIRED_SYMBOLS: &[&str] = &[
     "cuMemcpyHtoDAsync_v2",
     "cuMemcpyDtoHAsync_v2",
-    "cuMemcpyDtoDAsync_v2",
     "cuMemcpyPeerAsync",
     "cuMemHostRegister_v2",
     "cuMemHostUnregister",
@@ -82,24 +83,6 @@ pub(crate) unsafe fn memcpy_dtoh_async(
     check(
         unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, n, stream) },
         "cuMemcpyDtoHAsync_v2",
-    )
-}
-
-/// Device-to-device copy queued on `stream` (device memory only: a bad range is a CUDA
-/// error, not undefined behaviour on the host).
-pub(crate) fn memcpy_dtod_async(
-    dst: CUdeviceptr,
-    src: CUdeviceptr,
-    n: usize,
-    stream: CUstream,
-) -> Result<()> {
-    if n == 0 {
-        return Ok(());
-    }
-    // Safety: only device memory is accessed; the driver validates the pointers.
-    check(
-        unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, n, stream) },
-        "cuMemcpyDtoDAsync_v2",
     )
 }
 

@@ -23,6 +23,7 @@
 //! path; the DMA engines only see staging buffers, which belong to the pool.
 
 use std::collections::VecDeque;
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 use std::thread::JoinHandle;
@@ -173,8 +174,6 @@ pub(crate) struct Job {
     blocks: u32,
     /// Device ordinal (location hints of batch copies).
     ordinal: usize,
-    /// Lanes wait for this event (recorded on the caller's stream) before any DMA.
-    fork: Option<Raw<CUevent>>,
     /// Staging buffer size of the kits this job uses.
     kit_chunk: usize,
     next: AtomicUsize,
@@ -241,6 +240,51 @@ impl Job {
         // Safety: guaranteed by the caller; the piece's range is valid (job invariant).
         unsafe { self.host[piece].0.add(off) }
     }
+
+    /// The CPU's part of chunk `ci`: host->device it gathers the chunk's host bytes
+    /// into the staging buffer `stage` (a direct chunk at offset 0, packed segments at
+    /// their offsets in the data region); device->host it scatters them from `stage`
+    /// back to the host pieces.
+    ///
+    /// # Safety
+    /// `stage` must be a staging buffer of `self.kit_chunk` bytes that no DMA uses now
+    /// (device->host: whose DMA for this chunk has completed), and chunk `ci` must be
+    /// claimed by the calling lane (each host byte belongs to one chunk, so no other
+    /// lane touches the same host bytes).
+    unsafe fn stage_copy(&self, ci: usize, stage: *mut u8, dir: Dir) {
+        let one = |piece: usize, piece_off: usize, stage_off: usize, len: usize| {
+            // Safety: the plan keeps `piece_off + len` within the piece, whose host range
+            // is valid for the job's life (readable host->device; writable and touched by
+            // no one else device->host), and `stage_off + len` within the staging buffer
+            // (planned for `chunk_bytes == kit_chunk`); host and staging memory are
+            // distinct allocations.
+            unsafe {
+                let host = self.host_at(piece, piece_off);
+                let staged = stage.add(stage_off);
+                match dir {
+                    Dir::HtoD => std::ptr::copy_nonoverlapping(host, staged, len),
+                    Dir::DtoH => std::ptr::copy_nonoverlapping(staged, host, len),
+                }
+            }
+        };
+        match &self.plan.chunks[ci] {
+            Chunk::Direct {
+                piece,
+                piece_off,
+                len,
+            } => one(*piece, *piece_off, 0, *len),
+            Chunk::Packed { segs, .. } => {
+                for s in &self.plan.segs[segs.clone()] {
+                    one(
+                        s.piece,
+                        s.piece_off,
+                        self.params.data_offset + s.stage_off,
+                        s.len,
+                    );
+                }
+            }
+        }
+    }
 }
 
 /// Leaves the job when dropped (also while unwinding).
@@ -280,6 +324,72 @@ impl Drop for KitGuard<'_> {
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// Registrations
+// ---------------------------------------------------------------------------
+
+/// Host ranges of the copies that have pages registered (`cuMemHostRegister`) by the
+/// engine right now, in the whole process (registrations are portable: every context
+/// sees them).
+///
+/// While a range is registered the driver reports its pages as page-locked, so another
+/// thread's copy of the same memory (two uploads of one shared `&[u8]`) would take the
+/// direct route: a DMA straight from pages that the registering copy unregisters when
+/// it is done — possibly while that DMA still runs. So a copy that would go direct but
+/// overlaps a live entry is staged instead (the CPU reads the memory, right for any
+/// memory), and two registered copies never overlap (the second one stages). An entry
+/// is the registering copy's whole byte range (its partial end pages, which the driver
+/// copies directly, included); it is made before registering and removed after
+/// unregistering, so every moment the driver sees pages pinned by the engine is
+/// covered. (What remains is a copy that checked just before another thread claimed
+/// *and* registered an overlapping range — registering takes milliseconds — and whose
+/// DMA then outlasted that other copy's whole DMA.)
+#[derive(Default)]
+pub(crate) struct Registrations {
+    live: AtomicUsize,
+    ranges: Mutex<Vec<(usize, usize)>>,
+}
+
+impl Registrations {
+    pub(crate) const fn new() -> Registrations {
+        Registrations {
+            live: AtomicUsize::new(0),
+            ranges: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Records `a..b` as registered, unless it overlaps a live registration.
+    pub(crate) fn claim(&self, a: usize, b: usize) -> bool {
+        let mut r = self.ranges.lock().unwrap_or_else(|p| p.into_inner());
+        if r.iter().any(|&(x, y)| x < b && a < y) {
+            return false;
+        }
+        r.push((a, b));
+        self.live.fetch_add(1, Ordering::SeqCst);
+        true
+    }
+
+    /// Forgets `a..b` (after it was unregistered).
+    pub(crate) fn release(&self, a: usize, b: usize) {
+        let mut r = self.ranges.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = r.iter().position(|&x| x == (a, b)) {
+            r.swap_remove(i);
+            self.live.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether `a..b` overlaps a live registration (one atomic load when none is live).
+    pub(crate) fn overlaps(&self, a: usize, b: usize) -> bool {
+        if self.live.load(Ordering::SeqCst) == 0 {
+            return false;
+        }
+        let r = self.ranges.lock().unwrap_or_else(|p| p.into_inner());
+        r.iter().any(|&(x, y)| x < b && a < y)
+    }
+}
+
+static REGISTRATIONS: Registrations = Registrations::new();
 
 // ---------------------------------------------------------------------------
 // Engine
@@ -499,22 +609,14 @@ impl Engine {
     pub(crate) fn warm_up(&self) -> Result<()> {
         let cfg = self.config();
         self.ensure_workers(cfg.lanes.saturating_sub(1));
-        let mut kits = Vec::new();
         let shared = &self.shared;
         let mut alloc = || Kit::new(shared.ctx.0, cfg.chunk_bytes, shared.scratch_bytes.clone());
-        for _ in 0..cfg.lanes {
-            match shared
-                .pool
-                .try_acquire(cfg.chunk_bytes, 2 * cfg.chunk_bytes, &mut alloc)?
-            {
-                Some(k) => kits.push(k),
-                None => break,
-            }
-        }
-        for k in kits {
-            shared.pool.release(k);
-        }
-        Ok(())
+        // On an allocation error the kits made so far go back to the pool first (they
+        // used to be dropped while the pool still counted them as held and in use).
+        shared
+            .pool
+            .prefill(cfg.lanes, cfg.chunk_bytes, 2 * cfg.chunk_bytes, &mut alloc)
+            .map(|_| ())
     }
 
     // -- direct copies ------------------------------------------------------
@@ -624,7 +726,7 @@ impl Engine {
         };
         match route(&cfg, r.len, kind) {
             // Safety (all arms): guaranteed by the caller.
-            Route::Direct => unsafe { self.direct(&r, &cfg) },
+            Route::Direct => unsafe { self.direct_unless_registered(ctx, &r, &cfg) },
             Route::Staged => self.staged_single(ctx, &r, &cfg),
             Route::Registered => match unsafe { self.registered(&r, &cfg) } {
                 Ok(true) => Ok(()),
@@ -632,6 +734,25 @@ impl Engine {
                 Err(e) => Err(e),
             },
         }
+    }
+
+    /// [`Engine::direct`], unless the host range overlaps pages another copy has
+    /// registered for the moment ([`Registrations`]): then staged.
+    ///
+    /// # Safety
+    /// As [`Engine::copy`].
+    unsafe fn direct_unless_registered(
+        &self,
+        ctx: &Context,
+        r: &Request,
+        cfg: &TransferConfig,
+    ) -> Result<()> {
+        let start = r.host as usize;
+        if REGISTRATIONS.overlaps(start, start.saturating_add(r.len)) {
+            return self.staged_single(ctx, r, cfg);
+        }
+        // Safety: guaranteed by the caller.
+        unsafe { self.direct(r, cfg) }
     }
 
     /// Registers the caller's whole pages, copies them with one DMA (the partial pages
@@ -649,20 +770,36 @@ impl Engine {
             return Ok(false);
         }
         let reg = a as *mut u8;
+        // Claims the caller's whole byte range, not only the pages registered: the
+        // partial pages at either end are copied by the driver directly, and must not
+        // lie in pages another copy has registered (and will unregister). Any overlap
+        // with a live registration: stage instead (see `Registrations`).
+        if !REGISTRATIONS.claim(start, end) {
+            return Ok(false);
+        }
         // Safety: `a..b` lies within the caller's range, which stays mapped for the
         // whole call; it is unregistered before we return (guard below).
         if unsafe { dt::mem_host_register(reg, b - a) }.is_err() {
+            REGISTRATIONS.release(start, end);
             return Ok(false);
         }
-        struct Unregister(*mut u8);
+        /// Unregisters the pages at `reg`, then releases the claim `claimed`.
+        struct Unregister {
+            reg: *mut u8,
+            claimed: (usize, usize),
+        }
         impl Drop for Unregister {
             fn drop(&mut self) {
                 // Safety: registered above; the copies using it were synchronised (or
                 // the stream failed, after which no DMA runs in this context).
-                let _ = unsafe { dt::mem_host_unregister(self.0) };
+                let _ = unsafe { dt::mem_host_unregister(self.reg) };
+                REGISTRATIONS.release(self.claimed.0, self.claimed.1);
             }
         }
-        let _unregister = Unregister(reg);
+        let _unregister = Unregister {
+            reg,
+            claimed: (start, end),
+        };
         self.shared
             .counters
             .registered
@@ -789,7 +926,7 @@ impl Engine {
             };
             ctx.bind()?;
             // Safety: guaranteed by the caller.
-            unsafe { self.direct(&r, cfg)? };
+            unsafe { self.direct_unless_registered(ctx, &r, cfg)? };
         }
         Ok(())
     }
@@ -814,19 +951,13 @@ impl Engine {
             .counters
             .staged_bytes
             .fetch_add(plan.total_bytes as u64, Ordering::Relaxed);
-        // Fork: lanes wait (on the device) for the work queued on `on` so far.
-        let fork = match on {
-            Some(s) => {
-                let e = driver::event_create(false)?;
-                if let Err(err) = driver::event_record(e, s) {
-                    // Safety: created above, used by nobody.
-                    let _ = unsafe { driver::event_destroy(e) };
-                    return Err(err);
-                }
-                Some(Raw(e))
-            }
-            None => None,
-        };
+        // Ordered after the work queued on `on` so far: the caller waits for it on the
+        // host before any lane starts. A blocking-sync event sleeps; lanes waiting on the
+        // device instead would spin in their event synchronisations (up to `lanes`
+        // threads at 100% CPU) for as long as that earlier work runs.
+        if let Some(s) = on {
+            wait_for_stream_work(s)?;
+        }
         let sms = ctx.properties().multiprocessor_count.max(1);
         let want = cfg.lanes.max(1).min(plan.chunks.len());
         let job = Arc::new(Job {
@@ -839,7 +970,6 @@ impl Engine {
             kernel,
             blocks: sms.saturating_mul(4),
             ordinal: ctx.ordinal(),
-            fork,
             kit_chunk: cfg.chunk_bytes,
             next: AtomicUsize::new(0),
             failed: AtomicBool::new(false),
@@ -863,13 +993,6 @@ impl Engine {
             self.shared.lane(&job, true);
             // `_guard` closes the job and waits for the helpers here.
         }
-        if let Some(e) = job.fork {
-            if driver::ctx_set_current(self.shared.ctx.0).is_ok() {
-                // Safety: every lane that used the event has left (its wait was queued,
-                // which captures the event's state), so nothing uses it any more.
-                let _ = unsafe { driver::event_destroy(e.0) };
-            }
-        }
         ctx.bind()?;
         let err = job.error.lock().unwrap_or_else(|p| p.into_inner()).take();
         match err {
@@ -877,6 +1000,16 @@ impl Engine {
             None => Ok(()),
         }
     }
+}
+
+/// Blocks (sleeping, not spinning) until the work queued on `stream` so far has
+/// completed. The current context must be the stream's.
+fn wait_for_stream_work(stream: CUstream) -> Result<()> {
+    let e = driver::event_create_flags(driver::EVENT_BLOCKING_SYNC | driver::EVENT_DISABLE_TIMING)?;
+    let r = driver::event_record(e, stream).and_then(|_| driver::event_synchronize(e));
+    // Safety: created above; the synchronisation (or its failure) leaves no use of it.
+    let _ = unsafe { driver::event_destroy(e) };
+    r
 }
 
 fn worker(shared: Arc<Shared>) {
@@ -948,9 +1081,6 @@ impl Shared {
     }
 
     fn lane_htod(&self, job: &Job, kit: &mut Kit) -> Result<()> {
-        if let Some(f) = job.fork {
-            driver::stream_wait_event(kit.stream, f.0)?;
-        }
         let mut slot = 0;
         let mut used = [false; 2];
         while let Some(ci) = job.claim() {
@@ -958,18 +1088,19 @@ impl Shared {
                 driver::event_synchronize(kit.events[slot])?;
             }
             let stage = kit.host[slot];
+            // Safety: the staging buffer holds `kit.chunk` bytes and no DMA reads it now
+            // (its event was synchronised); chunk `ci` is ours.
+            unsafe { job.stage_copy(ci, stage, Dir::HtoD) };
             match &job.plan.chunks[ci] {
                 Chunk::Direct {
                     piece,
                     piece_off,
                     len,
                 } => {
-                    // Safety: the plan keeps `piece_off + len` within the piece, whose
-                    // host range is readable for the job's life; the staging buffer
-                    // holds `kit.chunk >= len` bytes and no DMA reads it now (its event
-                    // was synchronised).
+                    // Safety: the staging buffer now holds the chunk's `len <= kit.chunk`
+                    // bytes, and is not written again before the slot's event (recorded
+                    // after this DMA) completes; the device range was validated.
                     unsafe {
-                        std::ptr::copy_nonoverlapping(job.host_at(*piece, *piece_off), stage, *len);
                         dt::memcpy_htod_async(
                             job.pieces[*piece].dev + *piece_off as u64,
                             stage,
@@ -984,19 +1115,7 @@ impl Shared {
                     data_len,
                 } => {
                     let segs = &job.plan.segs[segs.clone()];
-                    let p = &job.params;
-                    for s in segs {
-                        // Safety: as above; segments lie within the data region of the
-                        // staging buffer (planned for `p.chunk_bytes == kit.chunk`).
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(
-                                job.host_at(s.piece, s.piece_off),
-                                stage.add(p.data_offset + s.stage_off),
-                                s.len,
-                            );
-                        }
-                    }
-                    self.scatter_htod(job, kit, slot, segs, *tiles, *data_len)?;
+                    self.move_packed(job, kit, slot, segs, *tiles, *data_len, Dir::HtoD)?;
                 }
             }
             driver::event_record(kit.events[slot], kit.stream)?;
@@ -1006,8 +1125,13 @@ impl Shared {
         Ok(())
     }
 
-    /// Moves a packed staging buffer to the device and scatters its segments.
-    fn scatter_htod(
+    /// Moves packed chunk `segs` between slot `slot`'s staging buffer and the pieces'
+    /// device ranges, queued on the kit's stream. Host->device the staging buffer
+    /// holds the packed data, which goes up and is scattered to the pieces;
+    /// device->host the pieces are gathered and come down into its data area. No DMA
+    /// or CPU copy uses the slot's buffers when this is called.
+    #[allow(clippy::too_many_arguments)]
+    fn move_packed(
         &self,
         job: &Job,
         kit: &mut Kit,
@@ -1015,34 +1139,48 @@ impl Shared {
         segs: &[plan::Seg],
         tiles: usize,
         data_len: usize,
+        dir: Dir,
     ) -> Result<()> {
         let p = &job.params;
         let stage = kit.host[slot];
         match job.scatter {
             ScatterMode::Kernel => {
+                let kernel = job
+                    .kernel
+                    .ok_or_else(|| Error::invalid("scatter kernel not loaded"))?;
                 let scratch = kit.scratch(slot)?;
                 let table_off = p.data_offset - tiles * plan::TABLE_ENTRY_BYTES;
                 // Safety: the table area `table_off..data_offset` lies in the staging
                 // buffer, is 8-byte aligned (page-aligned buffer, offsets multiples of
-                // 8) and no DMA uses the buffer now.
+                // 8) and no DMA uses the buffer now. `MaybeUninit`: the page-locked
+                // memory may never have been written.
                 let table = unsafe {
-                    std::slice::from_raw_parts_mut(stage.add(table_off).cast::<TableEntry>(), tiles)
+                    std::slice::from_raw_parts_mut(
+                        stage.add(table_off).cast::<MaybeUninit<TableEntry>>(),
+                        tiles,
+                    )
                 };
-                let n = plan::fill_table(segs, &job.pieces, p, scratch, Dir::HtoD, table);
+                let n = plan::fill_table(segs, &job.pieces, p, scratch, dir, table);
                 self.counters.kernel_chunks.fetch_add(1, Ordering::Relaxed);
-                let kernel = job
-                    .kernel
-                    .ok_or_else(|| Error::invalid("scatter kernel not loaded"))?;
-                // Safety: table + data are `p.data_offset - table_off + data_len <=
-                // chunk` bytes of the staging buffer, copied to the same offsets of the
-                // scratch buffer (also `chunk` bytes); the kernel then copies each
-                // segment from scratch to its destination, device ranges validated by
-                // the caller of `copy_many`.
+                // Host->device the data area goes up with the table; device->host only
+                // the table does.
+                let up = match dir {
+                    Dir::HtoD => p.data_offset - table_off + data_len,
+                    Dir::DtoH => p.data_offset - table_off,
+                };
+                // Safety: `table_off..table_off + up` (table, and host->device the data,
+                // `<= chunk` bytes) of the staging buffer goes to the same offsets of the
+                // scratch buffer (also `chunk` bytes); the kernel copies each segment
+                // between the scratch data area and its device range (validated by the
+                // caller of `copy_many`); device->host the data area then comes back
+                // into the staging buffer's data area, disjoint from the table area the
+                // first DMA reads (which precedes it in stream order anyway). The CPU
+                // touches the staging buffer again only after the slot's event.
                 unsafe {
                     dt::memcpy_htod_async(
                         scratch + table_off as u64,
                         stage.add(table_off),
-                        p.data_offset - table_off + data_len,
+                        up,
                         kit.stream,
                     )?;
                     kernels::launch_copy_segments(
@@ -1051,31 +1189,47 @@ impl Shared {
                         n as u32,
                         job.blocks,
                         kit.stream,
-                    )
+                    )?;
+                    if dir == Dir::DtoH {
+                        dt::memcpy_dtoh_async(
+                            stage.add(p.data_offset),
+                            scratch + p.data_offset as u64,
+                            data_len,
+                            kit.stream,
+                        )?;
+                    }
                 }
+                Ok(())
             }
             ScatterMode::MemcpyBatch => {
                 let mut dsts = Vec::with_capacity(segs.len());
                 let mut srcs = Vec::with_capacity(segs.len());
                 let mut sizes = Vec::with_capacity(segs.len());
                 for s in segs {
-                    dsts.push(job.pieces[s.piece].dev + s.piece_off as u64);
+                    let dev = job.pieces[s.piece].dev + s.piece_off as u64;
                     // Page-locked host memory: its host address is its unified address.
-                    srcs.push(stage as u64 + (p.data_offset + s.stage_off) as u64);
+                    let host = stage as u64 + (p.data_offset + s.stage_off) as u64;
+                    let (dst, src) = match dir {
+                        Dir::HtoD => (dev, host),
+                        Dir::DtoH => (host, dev),
+                    };
+                    dsts.push(dst);
+                    srcs.push(src);
                     sizes.push(s.len);
                 }
                 self.counters
                     .memcpy_batch_chunks
                     .fetch_add(1, Ordering::Relaxed);
-                // Safety: sources lie in the page-locked staging buffer, destinations
-                // are validated device ranges; the buffer is not reused before the
-                // slot's event (recorded after this call) completes.
+                // Safety: the host side of every entry lies in the page-locked staging
+                // buffer, the device side in a validated device range; the CPU touches
+                // the buffer again only after the slot's event (recorded after this
+                // call) completes.
                 unsafe {
                     dt::memcpy_batch_async(
                         &mut dsts,
                         &mut srcs,
                         &mut sizes,
-                        true,
+                        dir == Dir::HtoD,
                         job.ordinal,
                         kit.stream,
                     )
@@ -1085,9 +1239,6 @@ impl Shared {
     }
 
     fn lane_dtoh(&self, job: &Job, kit: &mut Kit) -> Result<()> {
-        if let Some(f) = job.fork {
-            driver::stream_wait_event(kit.stream, f.0)?;
-        }
         let mut inflight: [Option<usize>; 2] = [None, None];
         for (slot, entry) in inflight.iter_mut().enumerate() {
             match job.claim() {
@@ -1105,35 +1256,10 @@ impl Shared {
                 continue;
             };
             driver::event_synchronize(kit.events[slot])?;
-            let stage = kit.host[slot];
-            match &job.plan.chunks[ci] {
-                Chunk::Direct {
-                    piece,
-                    piece_off,
-                    len,
-                } => {
-                    // Safety: the DMA into the staging buffer has completed (event);
-                    // the destination range lies within the piece, which is writable
-                    // and touched by no one else for the job's life (pieces do not
-                    // overlap; each byte belongs to exactly one chunk).
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(stage, job.host_at(*piece, *piece_off), *len)
-                    };
-                }
-                Chunk::Packed { segs, .. } => {
-                    let p = &job.params;
-                    for s in &job.plan.segs[segs.clone()] {
-                        // Safety: as above, per segment.
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(
-                                stage.add(p.data_offset + s.stage_off),
-                                job.host_at(s.piece, s.piece_off),
-                                s.len,
-                            )
-                        };
-                    }
-                }
-            }
+            // Safety: the chunk's DMA into the staging buffer has completed (event) and
+            // no other DMA uses the buffer until the next one is queued below; chunk
+            // `ci` is ours.
+            unsafe { job.stage_copy(ci, kit.host[slot], Dir::DtoH) };
             inflight[slot] = None;
             if let Some(next) = job.claim() {
                 self.enqueue_dtoh(job, kit, next, slot)?;
@@ -1171,77 +1297,7 @@ impl Shared {
                 data_len,
             } => {
                 let segs = &job.plan.segs[segs.clone()];
-                let p = &job.params;
-                match job.scatter {
-                    ScatterMode::Kernel => {
-                        let scratch = kit.scratch(slot)?;
-                        let table_off = p.data_offset - tiles * plan::TABLE_ENTRY_BYTES;
-                        // Safety: as in `scatter_htod`; the slot's previous DMA has
-                        // completed and its data was copied out.
-                        let table = unsafe {
-                            std::slice::from_raw_parts_mut(
-                                stage.add(table_off).cast::<TableEntry>(),
-                                *tiles,
-                            )
-                        };
-                        let n = plan::fill_table(segs, &job.pieces, p, scratch, Dir::DtoH, table);
-                        self.counters.kernel_chunks.fetch_add(1, Ordering::Relaxed);
-                        let kernel = job
-                            .kernel
-                            .ok_or_else(|| Error::invalid("scatter kernel not loaded"))?;
-                        // Safety: the table goes to the scratch buffer's table area, the
-                        // kernel gathers the validated device ranges into its data area,
-                        // and the data area comes back into the staging buffer's data
-                        // area (disjoint from the table area being read by the first
-                        // DMA, which precedes it in stream order anyway).
-                        unsafe {
-                            dt::memcpy_htod_async(
-                                scratch + table_off as u64,
-                                stage.add(table_off),
-                                p.data_offset - table_off,
-                                kit.stream,
-                            )?;
-                            kernels::launch_copy_segments(
-                                kernel.0,
-                                scratch + table_off as u64,
-                                n as u32,
-                                job.blocks,
-                                kit.stream,
-                            )?;
-                            dt::memcpy_dtoh_async(
-                                stage.add(p.data_offset),
-                                scratch + p.data_offset as u64,
-                                *data_len,
-                                kit.stream,
-                            )?;
-                        }
-                    }
-                    ScatterMode::MemcpyBatch => {
-                        let mut dsts = Vec::with_capacity(segs.len());
-                        let mut srcs = Vec::with_capacity(segs.len());
-                        let mut sizes = Vec::with_capacity(segs.len());
-                        for s in segs {
-                            dsts.push(stage as u64 + (p.data_offset + s.stage_off) as u64);
-                            srcs.push(job.pieces[s.piece].dev + s.piece_off as u64);
-                            sizes.push(s.len);
-                        }
-                        self.counters
-                            .memcpy_batch_chunks
-                            .fetch_add(1, Ordering::Relaxed);
-                        // Safety: destinations lie in the page-locked staging buffer,
-                        // not read by the CPU before the slot's event completes.
-                        unsafe {
-                            dt::memcpy_batch_async(
-                                &mut dsts,
-                                &mut srcs,
-                                &mut sizes,
-                                false,
-                                job.ordinal,
-                                kit.stream,
-                            )?
-                        };
-                    }
-                }
+                self.move_packed(job, kit, slot, segs, *tiles, *data_len, Dir::DtoH)?;
             }
         }
         driver::event_record(kit.events[slot], kit.stream)
@@ -1269,7 +1325,6 @@ mod tests {
             kernel: None,
             blocks: 1,
             ordinal: 0,
-            fork: None,
             kit_chunk: 4096,
             next: AtomicUsize::new(0),
             failed: AtomicBool::new(false),
@@ -1343,6 +1398,30 @@ mod tests {
         assert!(job.exhausted());
         let e = job.error.lock().unwrap().take().unwrap();
         assert!(e.to_string().contains("first"));
+    }
+
+    #[test]
+    fn registrations_never_overlap_and_are_seen_by_other_copies() {
+        let r = Registrations::new();
+        assert!(!r.overlaps(0, usize::MAX), "nothing live");
+        assert!(r.claim(4096, 3 * 4096));
+        // A second registration of any overlapping page is refused (it stages).
+        assert!(!r.claim(0, 4096 + 1));
+        assert!(!r.claim(2 * 4096, 4 * 4096));
+        assert!(r.claim(3 * 4096, 4 * 4096), "adjacent pages are fine");
+        // A copy overlapping a live registration is seen (it stages).
+        assert!(r.overlaps(3 * 4096 - 1, 3 * 4096));
+        assert!(r.overlaps(0, 10 * 4096));
+        assert!(!r.overlaps(0, 4096), "ends where the registration starts");
+        assert!(!r.overlaps(4 * 4096, 5 * 4096));
+        r.release(4096, 3 * 4096);
+        assert!(!r.overlaps(4096, 3 * 4096));
+        assert!(r.claim(0, 3 * 4096), "free again after release");
+        r.release(0, 3 * 4096);
+        r.release(3 * 4096, 4 * 4096);
+        r.release(3 * 4096, 4 * 4096); // unknown range: ignored
+        assert_eq!(r.live.load(Ordering::SeqCst), 0);
+        assert!(!r.overlaps(0, usize::MAX));
     }
 
     #[test]

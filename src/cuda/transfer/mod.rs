@@ -132,7 +132,8 @@ pub struct TransferConfig {
     /// every lane two full buffers. Default 256 KiB. `4 KiB..=chunk_bytes`.
     pub min_chunk_bytes: usize,
     /// Copies of ordinary memory at least this long go through the staging lanes;
-    /// shorter ones through one driver call. Default 1 MiB.
+    /// shorter ones through one driver call. Default 4 MiB (the crossover measured on
+    /// an H200, see `docs/transfer.md`).
     pub staging_min_bytes: usize,
     /// Copies of ordinary memory at least this long register the caller's pages with
     /// `cuMemHostRegister` instead of staging (`None`: never). Default `None`:
@@ -277,8 +278,11 @@ impl Context {
     }
 
     /// Replaces the transfer engine's configuration (checked with
-    /// [`TransferConfig::validate`]). Transfers already running finish with the old one.
-    /// Lowering [`TransferConfig::max_pinned_bytes`] frees idle staging memory now.
+    /// [`TransferConfig::validate`]). Transfers already running finish with the old one,
+    /// except that one still waiting for a staging kit that no longer fits a lowered
+    /// [`TransferConfig::max_pinned_bytes`] fails with an error naming both sizes
+    /// (rather than wait for memory the bound will never allow). Lowering
+    /// `max_pinned_bytes` frees idle staging memory now.
     ///
     /// Errors: an invalid configuration, or [`ScatterMode::MemcpyBatch`] on a driver
     /// without `cuMemcpyBatchAsync`.
@@ -421,15 +425,16 @@ pub(crate) fn dtoh(ctx: &Context, dst: &mut [u8], dev: u64, page_locked: bool) -
     }
 }
 
-/// Checks every piece of a batched copy; returns the context they share (`None` when
-/// no piece has bytes).
+/// Checks every piece of a batched copy; returns the context they share and the
+/// planner's view of the pieces (`None` when no piece has bytes).
 fn validate_pieces<'a>(
     what: &'static str,
     count: usize,
     piece: impl Fn(usize) -> (usize, &'a DeviceBuffer, usize),
     writes_device: bool,
-) -> Result<Option<(usize, Context)>> {
+) -> Result<Option<(Context, Vec<PieceSpec>)>> {
     let mut first: Option<(usize, Context)> = None;
+    let mut specs = Vec::with_capacity(count);
     for i in 0..count {
         let (len, buf, offset) = piece(i);
         let end = offset.checked_add(len);
@@ -448,6 +453,11 @@ fn validate_pieces<'a>(
                 buf.len()
             )));
         }
+        specs.push(PieceSpec {
+            len,
+            // In range: `offset + len <= buf.len()` was checked above.
+            dev: buf.address() + offset as u64,
+        });
         if len == 0 {
             continue;
         }
@@ -464,7 +474,7 @@ fn validate_pieces<'a>(
             Some(_) => {}
         }
     }
-    Ok(first)
+    Ok(first.map(|(_, ctx)| (ctx, specs)))
 }
 
 /// Copies many host pieces into device buffers in few DMA transfers: each
@@ -488,7 +498,7 @@ fn validate_pieces<'a>(
 /// # Ok::<(), devbuf::Error>(())
 /// ```
 pub fn copy_many_from_host(pieces: &[(&[u8], &DeviceBuffer, usize)]) -> Result<()> {
-    let Some((_, ctx)) = validate_pieces(
+    let Some((ctx, specs)) = validate_pieces(
         "copy_many_from_host",
         pieces.len(),
         |i| (pieces[i].0.len(), pieces[i].1, pieces[i].2),
@@ -498,13 +508,6 @@ pub fn copy_many_from_host(pieces: &[(&[u8], &DeviceBuffer, usize)]) -> Result<(
         return Ok(());
     };
     let hosts: Vec<*mut u8> = pieces.iter().map(|p| p.0.as_ptr() as *mut u8).collect();
-    let specs: Vec<PieceSpec> = pieces
-        .iter()
-        .map(|p| PieceSpec {
-            len: p.0.len(),
-            dev: p.1.address().wrapping_add(p.2 as u64),
-        })
-        .collect();
     // Safety: every source slice is borrowed (read-only) for the whole call, which is
     // synchronous; every device range was validated above and lies in `ctx`.
     unsafe { engine(&ctx).copy_many(&ctx, Dir::HtoD, hosts, specs) }
@@ -529,7 +532,7 @@ pub fn copy_many_from_host(pieces: &[(&[u8], &DeviceBuffer, usize)]) -> Result<(
 /// # Ok::<(), devbuf::Error>(())
 /// ```
 pub fn copy_many_to_host(pieces: &mut [(&mut [u8], &DeviceBuffer, usize)]) -> Result<()> {
-    let Some((_, ctx)) = validate_pieces(
+    let Some((ctx, specs)) = validate_pieces(
         "copy_many_to_host",
         pieces.len(),
         |i| (pieces[i].0.len(), pieces[i].1, pieces[i].2),
@@ -538,13 +541,6 @@ pub fn copy_many_to_host(pieces: &mut [(&mut [u8], &DeviceBuffer, usize)]) -> Re
     else {
         return Ok(());
     };
-    let specs: Vec<PieceSpec> = pieces
-        .iter()
-        .map(|p| PieceSpec {
-            len: p.0.len(),
-            dev: p.1.address().wrapping_add(p.2 as u64),
-        })
-        .collect();
     let hosts: Vec<*mut u8> = pieces.iter_mut().map(|p| p.0.as_mut_ptr()).collect();
     // Safety: every destination slice is borrowed mutably for the whole call (so the
     // slices do not overlap and nobody else touches them), which is synchronous; every

@@ -36,7 +36,7 @@ use arrow_buffer::ArrowNativeType;
 use super::engine::Request;
 use super::plan::Dir;
 use crate::cuda::buffer::DeviceBuffer;
-use crate::cuda::driver::transfer as dt;
+use crate::cuda::driver::{self, transfer as dt};
 use crate::cuda::host::HostBuffer;
 use crate::cuda::stream::{Event, EventFlags, Stream};
 use crate::error::{Error, Result, check_range};
@@ -45,11 +45,21 @@ use crate::error::{Error, Result, check_range};
 ///
 /// # Safety
 ///
-/// Implementors guarantee that [`host_bytes`](Self::host_bytes) returns the same
-/// address and length every time, for as long as the value lives, *even after the value
-/// is moved*, and that the memory is neither freed nor written through the value while
-/// it is not mutably borrowed. (Heap-backed buffers qualify; inline arrays do not, they
-/// move with the value.)
+/// devbuf calls [`host_bytes`](Self::host_bytes) once, keeps the pointer, moves the
+/// value into a [`Pending`] and lets the DMA (or the staging threads) read the range
+/// until the copy has completed — or forever, if the `Pending` is forgotten. So from the
+/// moment `host_bytes` returns, for as long as the value lives (moved or not, on any
+/// thread), implementors guarantee that the returned range
+///
+/// * stays allocated and at the same address: moving the value does not move the
+///   bytes, and no *other* handle (a clone, a parent, a shared owner) can free or
+///   reallocate them — only dropping this value may end the allocation's life;
+/// * is written by nobody: not through the value, not through any other handle or
+///   alias (the bytes are immutable, or this value owns them exclusively).
+///
+/// Heap-backed owners qualify (`Vec`, `Box<[T]>`, reference-counted immutable buffers);
+/// inline arrays do not (they move with the value), nor does a handle whose bytes
+/// another handle may still mutate.
 ///
 /// ```
 /// use devbuf::cuda::HostSource;
@@ -66,8 +76,11 @@ pub unsafe trait HostSource: Send + 'static {
 ///
 /// # Safety
 ///
-/// As [`HostSource`]; [`host_bytes_mut`](Self::host_bytes_mut) returns the same range
-/// as `host_bytes`.
+/// As [`HostSource`] for the range [`host_bytes_mut`](Self::host_bytes_mut) returns
+/// (devbuf calls it once, then the DMA writes the range until the copy completes),
+/// and, more strictly: nothing but that DMA reads or writes the range meanwhile — no
+/// other handle or alias of the bytes exists that could reach them (this value owns
+/// them exclusively).
 ///
 /// ```
 /// use devbuf::cuda::HostSink;
@@ -198,9 +211,39 @@ unsafe impl HostSource for &'static [u8] {
 /// ```
 ///
 /// [`wait`](Self::wait) blocks until the copy has completed and returns the host
-/// memory; [`event`](Self::event) lets other streams wait for the copy on the device
-/// ([`Stream::wait_event`]). Dropping a `Pending` waits too. See the module docs of
-/// `devbuf::cuda::transfer` for why this is safe even when it is forgotten.
+/// memory; [`chain`](Self::chain) makes other streams wait for the copy on the device.
+/// Dropping a `Pending` waits too. See the module docs of `devbuf::cuda::transfer` for
+/// why this is safe even when it is forgotten.
+///
+/// The event that marks the copy's completion stays private: an [`Event`] can be
+/// recorded again ([`Event::record`]), after which waiting for it would no longer wait
+/// for the copy and `wait` would hand back memory the DMA still uses. So there is no
+/// `event()` accessor:
+///
+/// ```compile_fail,E0599
+/// # use devbuf::cuda::{Context, Stream};
+/// # let ctx = Context::new(0)?;
+/// # let (st, idle) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+/// # let dev = ctx.allocate(4)?;
+/// let p = dev.copy_to_host_async(0, ctx.allocate_host(4)?, &st)?;
+/// p.event().record(&idle)?; // error: no `event` method; `p.wait()` must wait for the copy
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+///
+/// Borrowed memory that is not `'static` cannot be handed over either (use [`scope`]
+/// to lend it):
+///
+/// ```compile_fail,E0597
+/// # use devbuf::cuda::{Context, Stream};
+/// # let ctx = Context::new(0)?;
+/// # let st = Stream::new(&ctx)?;
+/// # let dev = ctx.allocate(4)?;
+/// let src = vec![1u8; 4];
+/// let p = dev.copy_from_host_async(0, &src[..], &st)?; // error: `src` is not 'static
+/// drop(src);
+/// # p.wait()?;
+/// # Ok::<(), devbuf::Error>(())
+/// ```
 ///
 /// ```no_run
 /// use devbuf::cuda::{Context, Stream};
@@ -266,24 +309,9 @@ impl<T> Pending<T> {
         self.event.is_complete()
     }
 
-    /// The event recorded after the copy on its stream: pass it to
-    /// [`Stream::wait_event`] to order work on another stream after the copy.
-    ///
-    /// ```no_run
-    /// # use devbuf::cuda::{Context, Stream};
-    /// # let ctx = Context::new(0)?;
-    /// # let (a, b) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
-    /// # let dev = ctx.allocate(4)?;
-    /// let p = dev.copy_from_host_async(0, vec![1u8, 2, 3, 4], &a)?;
-    /// b.wait_event(p.event())?; // work queued on b from now on runs after the copy
-    /// # Ok::<(), devbuf::Error>(())
-    /// ```
-    pub fn event(&self) -> &Event {
-        &self.event
-    }
-
     /// Makes work queued on `stream` from now on wait for this copy (on the device; the
-    /// host does not block). Shorthand for `stream.wait_event(self.event())`.
+    /// host does not block). For an [`Event`] of your own that completes after the copy,
+    /// chain a stream and record one there (`p.chain(&b)?; let e = b.record_event()?;`).
     ///
     /// ```no_run
     /// # use devbuf::cuda::{Context, Stream};
@@ -330,6 +358,34 @@ fn check_stream(buf: &DeviceBuffer, stream: &Stream, what: &str) -> Result<()> {
             buf.context().ordinal()
         )))
     }
+}
+
+/// Validates a copy of the `n` host bytes at `host` to (`HtoD`) or from (`DtoH`) `buf`
+/// at `position`, queued on `stream`, and makes the event to record after it: the
+/// request for the engine and that event. Nothing is queued yet.
+fn prepare(
+    buf: &DeviceBuffer,
+    dir: Dir,
+    position: usize,
+    (host, n): (*mut u8, usize),
+    stream: &Stream,
+    what: &'static str,
+) -> Result<(Event, Request)> {
+    if dir == Dir::HtoD {
+        buf.check_writable(what)?;
+    }
+    check_range(what, position, n, buf.len())?;
+    check_stream(buf, stream, what)?;
+    let event = Event::new(buf.context(), EventFlags::default())?;
+    let request = Request {
+        dir,
+        host,
+        len: n,
+        dev: buf.address() + position as u64,
+        on: Some(stream.raw()),
+        known: None,
+    };
+    Ok((event, request))
 }
 
 /// Records `event` after a copy was (perhaps partly) queued with result `queued`; on
@@ -383,31 +439,21 @@ impl DeviceBuffer {
         src: T,
         stream: &Stream,
     ) -> Result<Pending<T>> {
-        self.check_writable("copy_from_host_async")?;
-        let (ptr, n) = {
-            let b = src.host_bytes();
-            (b.as_ptr() as *mut u8, b.len())
-        };
-        check_range("copy_from_host_async", position, n, self.len())?;
-        check_stream(self, stream, "copy_from_host_async")?;
+        let b = src.host_bytes();
+        let host = (b.as_ptr() as *mut u8, b.len());
+        let (event, request) = prepare(
+            self,
+            Dir::HtoD,
+            position,
+            host,
+            stream,
+            "copy_from_host_async",
+        )?;
         let ctx = self.context();
-        let event = Event::new(ctx, EventFlags::default())?;
         // Safety: `src` moves into the Pending, which keeps it — its bytes at the same
-        // address (HostSource contract) — until the copy has completed on `stream`;
-        // the device range was checked.
-        let queued = unsafe {
-            super::engine(ctx).copy(
-                ctx,
-                Request {
-                    dir: Dir::HtoD,
-                    host: ptr,
-                    len: n,
-                    dev: self.address() + position as u64,
-                    on: Some(stream.raw()),
-                    known: None,
-                },
-            )
-        };
+        // address and unwritten (HostSource contract) — until the copy has completed on
+        // `stream`, or forever; the device range was checked by `prepare`.
+        let queued = unsafe { super::engine(ctx).copy(ctx, request) };
         finish(event, stream, queued, src, vec![self.clone()])
     }
 
@@ -436,29 +482,21 @@ impl DeviceBuffer {
         mut dst: T,
         stream: &Stream,
     ) -> Result<Pending<T>> {
-        let (ptr, n) = {
-            let b = dst.host_bytes_mut();
-            (b.as_mut_ptr(), b.len())
-        };
-        check_range("copy_to_host_async", position, n, self.len())?;
-        check_stream(self, stream, "copy_to_host_async")?;
+        let b = dst.host_bytes_mut();
+        let host = (b.as_mut_ptr(), b.len());
+        let (event, request) = prepare(
+            self,
+            Dir::DtoH,
+            position,
+            host,
+            stream,
+            "copy_to_host_async",
+        )?;
         let ctx = self.context();
-        let event = Event::new(ctx, EventFlags::default())?;
         // Safety: `dst` moves into the Pending, which owns it exclusively — its bytes
-        // at the same address (HostSink contract) — until the copy has completed.
-        let queued = unsafe {
-            super::engine(ctx).copy(
-                ctx,
-                Request {
-                    dir: Dir::DtoH,
-                    host: ptr,
-                    len: n,
-                    dev: self.address() + position as u64,
-                    on: Some(stream.raw()),
-                    known: None,
-                },
-            )
-        };
+        // at the same address, reached by nothing else (HostSink contract) — until the
+        // copy has completed, or forever; the device range was checked by `prepare`.
+        let queued = unsafe { super::engine(ctx).copy(ctx, request) };
         finish(event, stream, queued, dst, vec![self.clone()])
     }
 
@@ -500,14 +538,14 @@ impl DeviceBuffer {
             if overlap && dst != s0 {
                 let tmp = ctx.allocate(n)?;
                 ctx.bind()?;
-                let r = dt::memcpy_dtod_async(tmp.address(), s0, n, stream.raw())
-                    .and_then(|_| dt::memcpy_dtod_async(dst, tmp.address(), n, stream.raw()));
+                let r = driver::memcpy_dtod_async(tmp.address(), s0, n, stream.raw())
+                    .and_then(|_| driver::memcpy_dtod_async(dst, tmp.address(), n, stream.raw()));
                 keep.push(tmp);
                 r
             } else if overlap {
                 Ok(())
             } else {
-                dt::memcpy_dtod_async(dst, s0, n, stream.raw())
+                driver::memcpy_dtod_async(dst, s0, n, stream.raw())
             }
         } else {
             if ctx.ordinal() != src.context().ordinal() {
@@ -548,6 +586,34 @@ impl DeviceBuffer {
 ///     out[0] = 1; // error: `out` is lent to the copy until the scope ends
 ///     Ok(())
 /// })?;
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+///
+/// memory lent to a host->device copy cannot be written meanwhile:
+///
+/// ```compile_fail,E0502
+/// # use devbuf::cuda::{self, Context, Stream};
+/// # let ctx = Context::new(0)?;
+/// # let st = Stream::new(&ctx)?;
+/// # let dev = ctx.allocate(4)?;
+/// let mut src = vec![1u8; 4];
+/// cuda::scope(|s| {
+///     s.copy_from_host(&dev, 0, &src, &st)?;
+///     src[0] = 2; // error: `src` is lent (read-only) to the copy until the scope ends
+///     Ok(())
+/// })?;
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+///
+/// a pending copy cannot leave the scope (it would outlive the waiting):
+///
+/// ```compile_fail
+/// # use devbuf::cuda::{self, Context, Stream};
+/// # let ctx = Context::new(0)?;
+/// # let st = Stream::new(&ctx)?;
+/// # let dev = ctx.allocate(4)?;
+/// let mut out = vec![0u8; 4];
+/// let escaped = cuda::scope(|s| s.copy_to_host(&dev, 0, &mut out, &st))?; // error
 /// # Ok::<(), devbuf::Error>(())
 /// ```
 ///
@@ -669,33 +735,17 @@ impl<'scope> TransferScope<'scope, '_> {
         dir: Dir,
         buf: &DeviceBuffer,
         position: usize,
-        (host, n): (*mut u8, usize),
+        host: (*mut u8, usize),
         stream: &Stream,
         what: &'static str,
     ) -> Result<Event> {
-        if dir == Dir::HtoD {
-            buf.check_writable(what)?;
-        }
-        check_range(what, position, n, buf.len())?;
-        check_stream(buf, stream, what)?;
-        let ctx = buf.context();
-        let event = Event::new(ctx, EventFlags::default())?;
+        let (event, request) = prepare(buf, dir, position, host, stream, what)?;
         self.register(stream, buf);
+        let ctx = buf.context();
         // Safety: the host range is borrowed for 'scope, and `scope` synchronises
-        // `stream` (registered above) before 'scope ends; the device range was checked.
-        unsafe {
-            super::engine(ctx).copy(
-                ctx,
-                Request {
-                    dir,
-                    host,
-                    len: n,
-                    dev: buf.address() + position as u64,
-                    on: Some(stream.raw()),
-                    known: None,
-                },
-            )?;
-        }
+        // `stream` (registered above) before 'scope ends; the device range was checked
+        // by `prepare`.
+        unsafe { super::engine(ctx).copy(ctx, request)? };
         event.record(stream)?;
         Ok(event)
     }
@@ -798,12 +848,9 @@ impl<T> ScopedPending<'_, T> {
         self.event.is_complete()
     }
 
-    /// The event recorded after the copy on its stream.
-    pub fn event(&self) -> &Event {
-        &self.event
-    }
-
     /// Makes work queued on `stream` from now on wait for this copy (on the device).
+    /// As with [`Pending`], the completion event itself stays private (re-recording it
+    /// would let [`wait`](Self::wait) hand the borrow back while the DMA still runs).
     pub fn chain(&self, stream: &Stream) -> Result<()> {
         stream.wait_event(&self.event)
     }

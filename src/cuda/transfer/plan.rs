@@ -17,6 +17,7 @@
 //! 16-byte accesses. Kernel work is split into *tiles* of at most
 //! [`PackParams::tile_bytes`] so that one large segment spreads over many blocks.
 
+use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use crate::cuda::kernels::Segment as TableEntry;
@@ -264,13 +265,16 @@ pub(crate) enum Dir {
 /// entries. `scratch` is the device address of the device scratch buffer whose data
 /// region (at `p.data_offset`) mirrors the staging buffer's. Host->device the entries
 /// copy scratch -> destination; device->host source -> scratch.
+///
+/// `out` is `MaybeUninit` because it lies in page-locked staging memory that may never
+/// have been written; entries `0..n` are initialised on return.
 pub(crate) fn fill_table(
     segs: &[Seg],
     pieces: &[PieceSpec],
     p: &PackParams,
     scratch: u64,
     dir: Dir,
-    out: &mut [TableEntry],
+    out: &mut [MaybeUninit<TableEntry>],
 ) -> usize {
     let mut k = 0;
     let data = scratch + p.data_offset as u64;
@@ -284,11 +288,11 @@ pub(crate) fn fill_table(
                 Dir::HtoD => (dev + t as u64, stage + t as u64),
                 Dir::DtoH => (stage + t as u64, dev + t as u64),
             };
-            out[k] = TableEntry {
+            out[k].write(TableEntry {
                 dst,
                 src,
                 len: len as u64,
-            };
+            });
             k += 1;
             t += len;
         }
@@ -552,7 +556,7 @@ mod tests {
         };
         assert_eq!(*tiles, 2 + 1);
         let scratch = 0x9000_0000u64;
-        let mut table = vec![TableEntry::default(); *tiles];
+        let mut table = vec![MaybeUninit::<TableEntry>::uninit(); *tiles];
         let n = fill_table(
             &plan.segs[segs.clone()],
             &pieces,
@@ -562,6 +566,14 @@ mod tests {
             &mut table,
         );
         assert_eq!(n, 3);
+        let entries = |t: &[MaybeUninit<TableEntry>], n: usize| -> Vec<TableEntry> {
+            t[..n]
+                .iter()
+                // Safety: `fill_table` initialised entries `0..n` (its return value).
+                .map(|e| unsafe { e.assume_init() })
+                .collect()
+        };
+        let table = entries(&table, n);
         let data = scratch + p.data_offset as u64;
         assert_eq!(table[0].dst, 0x10_0003);
         assert_eq!(table[0].src, data + 3);
@@ -571,15 +583,17 @@ mod tests {
         assert_eq!(table[2].dst, 0x20_0000);
         assert_eq!(table[2].src % 16, 0);
         assert!(table[2].src >= table[1].src + table[1].len);
+        let mut raw = vec![MaybeUninit::<TableEntry>::uninit(); *tiles];
         let n = fill_table(
             &plan.segs[segs.clone()],
             &pieces,
             &p,
             scratch,
             Dir::DtoH,
-            &mut table,
+            &mut raw,
         );
         assert_eq!(n, 3);
+        let table = entries(&raw, n);
         assert_eq!(table[0].src, 0x10_0003);
         assert_eq!(table[0].dst, data + 3);
         assert!(p.data_offset >= p.max_tiles * TABLE_ENTRY_BYTES);

@@ -15,7 +15,7 @@
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Something the pool holds: an amount of page-locked memory cut for one chunk size.
 pub(crate) trait PoolItem {
@@ -191,6 +191,10 @@ impl<K: PoolItem> StagingPool<K> {
 
     /// Like [`try_acquire`](Self::try_acquire), but waits for a release while the pool
     /// is at its limit, until `give_up()` says the item is no longer needed.
+    ///
+    /// An item larger than the whole limit (possible when the limit was lowered while a
+    /// transfer planned with the old configuration was running) can never be had by
+    /// waiting: that is an error naming both sizes, unless `give_up()` already holds.
     pub fn acquire(
         &self,
         chunk: usize,
@@ -198,6 +202,7 @@ impl<K: PoolItem> StagingPool<K> {
         alloc: &mut dyn FnMut() -> Result<K>,
         give_up: &dyn Fn() -> bool,
     ) -> Result<Option<K>> {
+        let mut counted = false;
         loop {
             if let Some(k) = self.try_acquire(chunk, bytes, alloc)? {
                 return Ok(Some(k));
@@ -206,13 +211,57 @@ impl<K: PoolItem> StagingPool<K> {
                 return Ok(None);
             }
             let mut s = self.lock();
-            s.c.waits += 1;
+            if bytes > s.c.limit {
+                return Err(Error::invalid(format!(
+                    "a staging kit of {bytes} bytes (2 x chunk_bytes {chunk}) does not fit the \
+                     page-locked pool's bound of {} bytes (TransferConfig::max_pinned_bytes was \
+                     lowered while this transfer ran); retry the copy",
+                    s.c.limit
+                )));
+            }
+            if !counted {
+                s.c.waits += 1;
+                counted = true;
+            }
             // Re-checked after a release or every few milliseconds (`give_up` depends on
             // state this condition variable does not see).
             let (_s, _) = self
                 .released
                 .wait_timeout(s, Duration::from_millis(2))
                 .unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Makes sure up to `count` items for `chunk` are idle in the pool (allocating
+    /// within the limit), e.g. ahead of a first transfer. Returns how many items were
+    /// acquired and put back. On an allocation error the items acquired so far go back
+    /// to the pool (so the books stay right) before the error is returned.
+    pub fn prefill(
+        &self,
+        count: usize,
+        chunk: usize,
+        bytes: usize,
+        alloc: &mut dyn FnMut() -> Result<K>,
+    ) -> Result<usize> {
+        let mut got = Vec::new();
+        let mut failed = None;
+        while got.len() < count {
+            match self.try_acquire(chunk, bytes, alloc) {
+                Ok(Some(k)) => got.push(k),
+                Ok(None) => break,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        let n = got.len();
+        for k in got {
+            self.release(k);
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(n),
         }
     }
 
@@ -410,12 +459,77 @@ mod tests {
             let k = p2.acquire(10, 20, &mut mk, &|| false).unwrap().unwrap();
             p2.release(k);
         });
-        std::thread::sleep(Duration::from_millis(20));
+        // Long enough for many of the waiter's 2 ms polls: still one wait.
+        std::thread::sleep(Duration::from_millis(50));
         pool.release(a);
         t.join().unwrap();
         let c = pool.snapshot();
-        assert!(c.waits >= 1);
+        assert_eq!(c.waits, 1, "one acquisition waited (polls are not waits)");
         assert_eq!((c.held, c.in_use, c.allocations), (20, 0, 1));
+    }
+
+    #[test]
+    fn an_item_larger_than_a_lowered_limit_is_an_error_not_a_hang() {
+        // A transfer planned with a large chunk, then the limit is lowered below one kit:
+        // waiting could never succeed.
+        let live = Arc::new(AtomicUsize::new(0));
+        let pool = StagingPool::new(100);
+        let mut mk = maker(&live, 40);
+        pool.set_limit(60);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = Arc::new(pool);
+        let p2 = p.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(p2.acquire(40, 80, &mut mk, &|| false).map(|k| k.is_some()));
+        });
+        let r = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("acquire of an item larger than the limit must not wait forever");
+        let e = r.unwrap_err().to_string();
+        assert!(
+            e.contains("80") && e.contains("60") && e.contains("max_pinned_bytes"),
+            "{e}"
+        );
+        let c = p.snapshot();
+        assert_eq!((c.held, c.in_use, c.waits), (0, 0, 0));
+        // Already given up: no error.
+        let mut mk = maker(&live, 40);
+        assert!(p.acquire(40, 80, &mut mk, &|| true).unwrap().is_none());
+    }
+
+    #[test]
+    fn prefill_keeps_the_books_right_when_an_allocation_fails() {
+        let live = Arc::new(AtomicUsize::new(0));
+        let pool = StagingPool::new(1000);
+        let mut made = 0;
+        let live2 = live.clone();
+        let mut flaky = move || {
+            made += 1;
+            if made == 3 {
+                return Err(crate::Error::invalid("out of page-locked memory"));
+            }
+            live2.fetch_add(20, Ordering::SeqCst);
+            Ok(Fake {
+                bytes: 20,
+                chunk: 10,
+                live: live2.clone(),
+            })
+        };
+        let e = pool.prefill(5, 10, 20, &mut flaky).unwrap_err();
+        assert!(e.to_string().contains("page-locked"), "{e}");
+        let c = pool.snapshot();
+        assert_eq!(
+            (c.held, c.in_use, c.idle_items, c.allocations),
+            (40, 0, 2, 2),
+            "the two kits made before the failure are idle and counted once"
+        );
+        assert_eq!(live.load(Ordering::SeqCst), 40);
+        // Within the limit: stops at the bound without an error.
+        let pool = StagingPool::new(50);
+        let mut mk = maker(&live, 10);
+        assert_eq!(pool.prefill(5, 10, 20, &mut mk).unwrap(), 2);
+        let c = pool.snapshot();
+        assert_eq!((c.held, c.in_use, c.idle_items), (40, 0, 2));
     }
 
     #[test]
