@@ -5,10 +5,10 @@
 //!
 //! | module | what it is for |
 //! |---|---|
-//! | [`cuda`] | contexts, [`DeviceBuffer`](cuda::DeviceBuffer) (device memory with zero-copy slices and checked copies host↔device↔device), [`HostBuffer`](cuda::HostBuffer) (page-locked host memory) |
-//! | [`arrow`] | conversions into arrow-rs types without host copies |
+//! | [`cuda`] | contexts, [`DeviceBuffer`](cuda::DeviceBuffer) (device memory with zero-copy slices and checked copies host↔device↔device), [`HostBuffer`](cuda::HostBuffer) (page-locked host memory), the transfer engine (ordinary memory at page-locked speed, batched and async copies), IPC handles, streams, device kernels |
+//! | [`arrow`] | conversions into arrow-rs types without host copies, device-resident arrays and record batches, Arrow IPC in device memory, the Arrow C Device Data Interface, NDBuffer tensors, `ChunkBatch` |
 //! | [`ipc`] | sharing buffers between processes: device memory handles, and shared host memory where there is no GPU |
-//! | [`zarr`] | zarr's buffer layer (`Buffer`, `NDBuffer`, `BufferPrototype`, memory stores) on host or device |
+//! | [`zarr`] | zarr's buffer layer (`Buffer`, `NDBuffer`, `BufferPrototype`, memory stores) on host or device; with the `zarrs` feature, real zarr v2/v3 arrays |
 //! | [`error`] | the one [`Error`] type |
 //!
 //! The CUDA driver is loaded at run time: the crate builds without CUDA installed, and on
