@@ -10,40 +10,14 @@ mod corpus;
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use arrow_array::ffi::{FFI_ArrowArray, from_ffi, to_ffi};
 use arrow_array::{Array, ArrayRef, Int32Array, RecordBatch, StringArray, make_array};
 use arrow_schema::{DataType, Field, Schema};
 use devbuf::Error;
 use devbuf::arrow::c_device::*;
-
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The releases and live exports since `start`.
-struct Counts {
-    released: u64,
-    live: i64,
-}
-
-fn counts() -> Counts {
-    Counts {
-        released: release_count(),
-        live: live_exports(),
-    }
-}
-
-impl Counts {
-    fn released_since(&self) -> u64 {
-        release_count() - self.released
-    }
-    fn live_since(&self) -> i64 {
-        live_exports() - self.live
-    }
-}
+use corpus::{counts, serial};
 
 fn data_ptrs(a: &dyn Array) -> Vec<usize> {
     a.to_data()

@@ -15,6 +15,37 @@ use arrow_array::*;
 use arrow_buffer::{IntervalDayTime, IntervalMonthDayNano, OffsetBuffer, ScalarBuffer, i256};
 use arrow_schema::{DataType, Field, UnionFields};
 
+/// Serialises the tests that read the process-wide release counters.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The releases and live exports since `start`.
+pub struct Counts {
+    released: u64,
+    live: i64,
+}
+
+/// The counters now, to compare with later.
+pub fn counts() -> Counts {
+    Counts {
+        released: devbuf::arrow::c_device::release_count(),
+        live: devbuf::arrow::c_device::live_exports(),
+    }
+}
+
+impl Counts {
+    /// Release callbacks run since [`counts`].
+    pub fn released_since(&self) -> u64 {
+        devbuf::arrow::c_device::release_count() - self.released
+    }
+    /// Change in live exports since [`counts`].
+    pub fn live_since(&self) -> i64 {
+        devbuf::arrow::c_device::live_exports() - self.live
+    }
+}
+
 type F16 = <arrow_array::types::Float16Type as ArrowPrimitiveType>::Native;
 
 fn opt<T: Clone>(v: &[T], nulls_every: usize) -> Vec<Option<T>> {

@@ -7,13 +7,14 @@
 //! The release counters are process-wide: every test here takes one lock.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_array::{Array, ArrayRef, Int32Array, RecordBatch, StringArray, StructArray};
 use arrow_schema::{DataType, Field, Schema};
 use devbuf::Error;
 use devbuf::arrow::c_device::*;
+use crate::corpus::{counts, serial};
 use devbuf::arrow::{DeviceArray, read_record_batch, serialize_record_batch};
 use devbuf::cuda::ipc::testing::{StreamGate, copy_on_stream};
 use devbuf::cuda::{self, Context, DeviceBuffer, Stream};
@@ -22,32 +23,6 @@ use rand::Rng;
 
 use crate::common::*;
 use crate::corpus;
-
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-struct Counts {
-    released: u64,
-    live: i64,
-}
-
-fn counts() -> Counts {
-    Counts {
-        released: release_count(),
-        live: live_exports(),
-    }
-}
-
-impl Counts {
-    fn released_since(&self) -> u64 {
-        release_count() - self.released
-    }
-    fn live_since(&self) -> i64 {
-        live_exports() - self.live
-    }
-}
 
 /// The non-null buffer addresses of a C structure tree (buffers, children, dictionary).
 fn c_addrs(a: &ArrowArray, out: &mut Vec<u64>) {
