@@ -9,15 +9,15 @@
 mod corpus;
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arrow_array::ffi::{FFI_ArrowArray, from_ffi, to_ffi};
 use arrow_array::{Array, ArrayRef, Int32Array, RecordBatch, StringArray, make_array};
 use arrow_schema::{DataType, Field, Schema};
+use corpus::{counts, serial};
 use devbuf::Error;
 use devbuf::arrow::c_device::*;
-use corpus::{counts, serial};
 
 fn data_ptrs(a: &dyn Array) -> Vec<usize> {
     a.to_data()

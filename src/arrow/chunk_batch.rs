@@ -15,12 +15,11 @@ use super::device::{DeviceArray, Parts};
 use super::ipc::DeviceRecordBatch;
 use super::tensor::{TensorArray, TensorType};
 use super::tensor_device::DeviceTensorArray;
-use crate::cuda::kernels::{bits, ops};
-use crate::cuda::{Context, DeviceBuffer};
+use crate::cuda::Context;
+use crate::cuda::kernels::bits;
 use crate::error::{Error, Result};
-use crate::zarr::{
-    AxisSel, BufferPrototype, DataType, ElementType, NDBuffer, Order, Scalar, host_ops,
-};
+use crate::zarr::memory::{MemMut, prim};
+use crate::zarr::{AxisSel, BufferPrototype, DataType, ElementType, NDBuffer, Order, Scalar};
 
 /// Name of the chunk data column.
 pub const CHUNK_COLUMN: &str = "chunk";
@@ -741,8 +740,8 @@ fn build_host(
     if plan.element == ElementType::Bool {
         let mut staged = vec![0u8; bytes_len];
         for (i, item) in items.iter().enumerate() {
-            write_host(
-                &mut staged,
+            write_chunk(
+                &mut MemMut::Host(&mut staged),
                 i * plan.chunk_bytes,
                 item,
                 t.shape(),
@@ -761,7 +760,14 @@ fn build_host(
     } else {
         let data = &mut mem[plan.data_offset..plan.data_offset + bytes_len];
         for (i, item) in items.iter().enumerate() {
-            write_host(data, i * plan.chunk_bytes, item, t.shape(), es, pattern)?;
+            write_chunk(
+                &mut MemMut::Host(&mut *data),
+                i * plan.chunk_bytes,
+                item,
+                t.shape(),
+                es,
+                pattern,
+            )?;
         }
     }
     let all: Buffer = all.into();
@@ -779,9 +785,12 @@ fn build_host(
     Ok(Storage::Host { batch, tensors })
 }
 
-/// Writes one chunk into its slot (`chunk_shape`, C order) at byte `slot` of `dst`.
-fn write_host(
-    dst: &mut [u8],
+/// Writes one chunk into its slot (`chunk_shape`, C order) at byte `slot` of `dst`:
+/// padding with the fill pattern first when the chunk is an edge chunk, then one n-d copy
+/// (a single memcpy when the chunk is C-contiguous; the copy planners merge its axes).
+/// The same code for host and device memory, through the zarr layer's primitives.
+fn write_chunk(
+    dst: &mut MemMut<'_>,
     slot: usize,
     item: &Item,
     chunk_shape: &[usize],
@@ -790,27 +799,17 @@ fn write_host(
 ) -> Result<()> {
     let nd = &item.nd;
     let like = nd.as_ndarray_like();
-    let src = like
-        .memory
-        .as_host()
-        .ok_or_else(|| Error::invalid("internal: device chunk in a host batch"))?;
-    let chunk_bytes = chunk_shape.iter().product::<usize>() * es;
-    let end = crate::error::check_range("chunk slot", slot, chunk_bytes, dst.len())?;
-    if item.full && nd.is_c_contiguous() {
-        let off = if nd.size() == 0 { 0 } else { like.offset };
-        let from = src
-            .get(off..off + chunk_bytes)
-            .ok_or_else(|| Error::invalid("internal: chunk outside its memory"))?;
-        dst[slot..end].copy_from_slice(from);
-        return Ok(());
-    }
+    let chunk_bytes = chunk_shape
+        .iter()
+        .try_fold(es, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| Error::invalid("chunk size overflows"))?;
     if !item.full {
-        host_ops::fill(&mut dst[slot..end], pattern)?;
+        prim::fill(dst, slot, chunk_bytes, pattern)?;
     }
     if nd.size() > 0 {
         let src_strides: Vec<isize> = like.strides.iter().map(|&s| s as isize).collect();
-        host_ops::strided_copy(
-            src,
+        prim::strided_copy(
+            &like.memory.view(),
             like.offset,
             &src_strides,
             dst,
@@ -863,7 +862,14 @@ fn build_device(
         data.slice(0, bytes_len)?
     };
     for (i, item) in items.iter().enumerate() {
-        write_device(&staged, i * plan.chunk_bytes, item, t.shape(), es, pattern)?;
+        write_chunk(
+            &mut MemMut::Device(&staged),
+            i * plan.chunk_bytes,
+            item,
+            t.shape(),
+            es,
+            pattern,
+        )?;
     }
     if plan.element == ElementType::Bool {
         bits::pack_bits(&staged, &data)?;
@@ -879,45 +885,4 @@ fn build_device(
     let tensors = DeviceTensorArray::from_device(schema.field(plan.ndim), &columns[plan.ndim])?;
     let batch = DeviceRecordBatch::from_device_columns(schema, plan.rows, columns, all);
     Ok(Storage::Device { batch, tensors })
-}
-
-fn write_device(
-    dst: &DeviceBuffer,
-    slot: usize,
-    item: &Item,
-    chunk_shape: &[usize],
-    es: usize,
-    pattern: &[u8],
-) -> Result<()> {
-    let nd = &item.nd;
-    let like = nd.as_ndarray_like();
-    let src = like
-        .memory
-        .as_device()
-        .ok_or_else(|| Error::invalid("internal: host chunk in a device batch"))?;
-    let chunk_bytes = chunk_shape.iter().product::<usize>() * es;
-    let out = dst.slice(slot, chunk_bytes)?;
-    if chunk_bytes == 0 {
-        return Ok(());
-    }
-    if item.full && nd.is_c_contiguous() {
-        return out.copy_from_device(0, &src.slice(like.offset, chunk_bytes)?);
-    }
-    if !item.full {
-        ops::fill(&out, pattern)?;
-    }
-    if nd.size() > 0 {
-        let src_strides: Vec<isize> = like.strides.iter().map(|&s| s as isize).collect();
-        ops::strided_copy(
-            src,
-            like.offset,
-            &src_strides,
-            &out,
-            0,
-            &c_strides(chunk_shape, es),
-            nd.shape(),
-            es,
-        )?;
-    }
-    Ok(())
 }

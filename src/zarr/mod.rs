@@ -37,7 +37,7 @@ mod dtype;
 pub(crate) mod host_ops;
 mod index;
 mod layout;
-mod memory;
+pub(crate) mod memory;
 mod ndbuffer;
 mod prototype;
 mod store;

@@ -6,15 +6,15 @@
 //!
 //! The release counters are process-wide: every test here takes one lock.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::corpus::{counts, serial};
 use arrow_array::{Array, ArrayRef, Int32Array, RecordBatch, StringArray, StructArray};
 use arrow_schema::{DataType, Field, Schema};
 use devbuf::Error;
 use devbuf::arrow::c_device::*;
-use crate::corpus::{counts, serial};
 use devbuf::arrow::{DeviceArray, read_record_batch, serialize_record_batch};
 use devbuf::cuda::ipc::testing::{StreamGate, copy_on_stream};
 use devbuf::cuda::{self, Context, DeviceBuffer, Stream};
