@@ -418,11 +418,11 @@ impl DeviceBuffer {
             if self.address() == other.address() {
                 return Ok(true);
             }
-            kernels::bytes_equal(self.context(), self.address(), other.address(), self.len)
+            kernels::bytes_equal(self, other)
         } else {
             let tmp = self.context().allocate(other.len)?;
             tmp.copy_from_device(0, other)?;
-            kernels::bytes_equal(self.context(), self.address(), tmp.address(), self.len)
+            kernels::bytes_equal(self, &tmp)
         }
     }
 

@@ -99,3 +99,18 @@ pub fn random_bytes(rng: &mut SmallRng, n: usize) -> Vec<u8> {
 pub fn below(rng: &mut SmallRng, n: usize) -> usize {
     rng.random_range(0..n)
 }
+
+/// Fast deterministic pseudo-random bytes for large buffers (xorshift64*; never all
+/// zero), where `random_bytes` would be slow.
+pub fn fast_random(n: usize, seed: u64) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    let mut x = seed | 1;
+    for chunk in v.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let b = x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes();
+        chunk.copy_from_slice(&b[..chunk.len()]);
+    }
+    v
+}

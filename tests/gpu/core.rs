@@ -15,20 +15,6 @@ fn hex_of(v: &[u8]) -> String {
     v.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Fast pseudo-random fill for large buffers (xorshift; never all zero).
-fn big_random(n: usize, seed: u64) -> Vec<u8> {
-    let mut v = vec![0u8; n];
-    let mut x = seed | 1;
-    for chunk in v.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let b = x.to_le_bytes();
-        chunk.copy_from_slice(&b[..chunk.len()]);
-    }
-    v
-}
-
 fn assert_send_sync<T: Send + Sync>() {}
 
 gpu_test! {
@@ -449,7 +435,7 @@ gpu_test! {
     fn one_gib_round_trip() {
         let c = ctx();
         let n = 1usize << 30;
-        let data = big_random(n, 0x9E37_79B9_7F4A_7C15);
+        let data = fast_random(n, 0x9E37_79B9_7F4A_7C15);
         let t = std::time::Instant::now();
         let d = DeviceBuffer::from_host(&c, &data).unwrap();
         let h = d.copy_to_host(0, n).unwrap();
@@ -477,7 +463,7 @@ gpu_test! {
                 let c = c.clone();
                 s.spawn(move || {
                     for round in 0..10u64 {
-                        let data = big_random(per - t - 1, seed ^ round);
+                        let data = fast_random(per - t - 1, seed ^ round);
                         let mine = shared.slice(t * per, per - t - 1).unwrap();
                         mine.copy_from_host(0, &data).unwrap();
                         let own = DeviceBuffer::from_host(&c, &data).unwrap();
@@ -491,7 +477,7 @@ gpu_test! {
             }
         });
         for (t, &seed) in seeds.iter().enumerate() {
-            let expect = big_random(per - t - 1, seed ^ 9);
+            let expect = fast_random(per - t - 1, seed ^ 9);
             let got = shared.slice(t * per, per - t - 1).unwrap().to_host_vec().unwrap();
             assert!(got == expect, "thread {t}'s final data");
         }

@@ -20,20 +20,6 @@ use crate::common::*;
 const KIB: usize = 1024;
 const MIB: usize = 1024 * KIB;
 
-/// Fast pseudo-random bytes (xorshift64*, never all zero), for large buffers.
-fn fast_random(n: usize, seed: u64) -> Vec<u8> {
-    let mut v = vec![0u8; n];
-    let mut x = seed | 1;
-    for chunk in v.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let b = x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes();
-        chunk.copy_from_slice(&b[..chunk.len()]);
-    }
-    v
-}
-
 /// The first differing index, for readable failures of large comparisons.
 fn first_diff(a: &[u8], b: &[u8]) -> Option<usize> {
     if a.len() != b.len() {

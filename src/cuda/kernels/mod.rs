@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::ffi::{CStr, c_void};
 use std::sync::Mutex;
 
+use super::DeviceBuffer;
 use super::context::Context;
 use super::driver::{self, CUcontext, CUdeviceptr, CUfunction, CUmodule};
 use crate::error::{Error, Result};
@@ -186,27 +187,45 @@ pub(crate) fn function(
             return Ok(*f);
         }
     }
-    ctx.bind()?;
-    let m = {
-        let mut modules = cache.modules.lock().unwrap_or_else(|p| p.into_inner());
-        match modules.get(module.name) {
-            Some(m) => *m,
-            None => {
-                let m = driver::module_load_data(module.ptx.as_bytes()).map_err(|e| {
-                    let version = driver::init().map(|i| i.version).unwrap_or(0);
-                    if version < 13000 {
-                        Error::unavailable(format!(
-                            "devbuf's kernels (PTX ISA 9.0) need a driver for CUDA 13.0 or newer; \
-                             this driver supports CUDA {}.{} ({e})",
-                            version / 1000,
-                            (version % 1000) / 10
-                        ))
-                    } else {
-                        e
-                    }
-                })?;
-                modules.insert(module.name, m);
-                m
+    let loaded = cache
+        .modules
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(module.name)
+        .copied();
+    let m = match loaded {
+        Some(m) => m,
+        None => {
+            // Loaded without holding the cache's lock: module loads synchronise the
+            // device, and a stream held by another thread must not stall every other
+            // kernel lookup behind this one.
+            ctx.bind()?;
+            let m = driver::module_load_data(module.ptx.as_bytes()).map_err(|e| {
+                let version = driver::init().map(|i| i.version).unwrap_or(0);
+                if version < 13000 {
+                    Error::unavailable(format!(
+                        "devbuf's kernels (PTX ISA 9.0) need a driver for CUDA 13.0 or newer; \
+                         this driver supports CUDA {}.{} ({e})",
+                        version / 1000,
+                        (version % 1000) / 10
+                    ))
+                } else {
+                    e
+                }
+            })?;
+            let mut modules = cache.modules.lock().unwrap_or_else(|p| p.into_inner());
+            match modules.get(module.name) {
+                // Another thread loaded it meanwhile: keep theirs, drop ours.
+                Some(&theirs) => {
+                    drop(modules);
+                    // Safety: `m` was loaded just above and no function of it was looked up.
+                    let _ = unsafe { driver::module_unload(m) };
+                    theirs
+                }
+                None => {
+                    modules.insert(module.name, m);
+                    m
+                }
             }
         }
     };
@@ -230,8 +249,17 @@ pub(crate) fn grid_for(ctx: &Context, work: u64) -> u32 {
     blocks.min(sms * 8).min(u32::MAX as u64) as u32
 }
 
-/// Whether `n` bytes at `a` and `b` (device memory of `ctx`) are equal.
-pub(crate) fn bytes_equal(ctx: &Context, a: CUdeviceptr, b: CUdeviceptr, n: usize) -> Result<bool> {
+/// Whether `a` and `b` (same length, both in `a`'s context) hold the same bytes.
+pub(crate) fn bytes_equal(a: &DeviceBuffer, b: &DeviceBuffer) -> Result<bool> {
+    let ctx = a.context();
+    if a.len() != b.len() || !ctx.same_as(b.context()) {
+        return Err(Error::invalid(format!(
+            "bytes_equal: needs two buffers of one length in one context (got {} and {} bytes)",
+            a.len(),
+            b.len()
+        )));
+    }
+    let (a, b, n) = (a.address(), b.address(), a.len());
     let f = function(ctx, &COMPARE, c"devbuf_bytes_equal")?;
     let flag = ctx.allocate(4)?;
     ctx.bind()?;
@@ -248,6 +276,7 @@ pub(crate) fn bytes_equal(ctx: &Context, a: CUdeviceptr, b: CUdeviceptr, n: usiz
     ];
     let work = (n as u64).div_ceil(16);
     // Safety: the parameters match `devbuf_bytes_equal(const u8*, const u8*, u64, u32*)`;
+    // `a` and `b` are whole device buffers of `n` bytes in this context (checked above)
     // `a` and `b` are valid for `n` bytes (checked by the callers) and `flag` holds 4.
     unsafe {
         driver::launch_kernel(
