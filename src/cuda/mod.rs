@@ -40,6 +40,7 @@ pub use io::{DeviceBufferReader, DeviceBufferWriter};
 pub use ipc::{IpcEventHandle, IpcMemHandle};
 pub use mempool::DevicePoolStats;
 pub use stream::{Event, EventFlags, Stream};
+pub(crate) use transfer::UploadLane;
 pub use transfer::{
     DirectMode, HostSink, HostSource, PageableMode, Pending, ScatterMode, ScopedPending,
     TransferConfig, TransferScope, TransferStats, copy_many_from_host, copy_many_to_host, scope,

@@ -104,8 +104,27 @@ impl Kit {
                     e
                 }
             })?;
+            // Safety: `host[i]` was just allocated with `chunk` bytes and nothing else
+            // refers to it. Zeroed once so that lent buffers are always initialised
+            // (see `transfer::lane`, which hands them out as `&mut [u8]`).
+            unsafe { std::ptr::write_bytes(k.host[i], 0, chunk) };
         }
         Ok(k)
+    }
+
+    /// Page-locked buffer `slot` (0 or 1): its address; `chunk_bytes()` long, initialised.
+    pub(super) fn host_ptr(&self, slot: usize) -> *mut u8 {
+        self.host[slot & 1]
+    }
+
+    /// Completion event `slot` (0 or 1).
+    pub(super) fn event(&self, slot: usize) -> CUevent {
+        self.events[slot & 1]
+    }
+
+    /// The context the kit belongs to.
+    pub(super) fn context(&self) -> CUcontext {
+        self.ctx
     }
 
     /// Device scratch buffer `slot`, allocated on first use (packed chunks only).
@@ -1033,6 +1052,28 @@ fn worker(shared: Arc<Shared>) {
 }
 
 impl Shared {
+    /// A kit of `chunk`-byte buffers out of the pool, for a pipeline outside the engine
+    /// (`transfer::lane`): waits for a release while the pool is at its bound when
+    /// `wait`, else `Ok(None)`.
+    pub(super) fn lease_kit(&self, chunk: usize, wait: bool) -> Result<Option<Kit>> {
+        let mut alloc = || Kit::new(self.ctx.0, chunk, self.scratch_bytes.clone());
+        if wait {
+            self.pool.acquire(chunk, 2 * chunk, &mut alloc, &|| false)
+        } else {
+            self.pool.try_acquire(chunk, 2 * chunk, &mut alloc)
+        }
+    }
+
+    /// Gives a leased kit back: reused when `idle` (no DMA of it can be pending),
+    /// abandoned (leaked) otherwise.
+    pub(super) fn return_kit(&self, kit: Kit, idle: bool) {
+        if idle {
+            self.pool.release(kit);
+        } else {
+            self.pool.abandon(kit);
+        }
+    }
+
     /// Works on `job` as one lane. The caller's lane (`blocking`) waits for a kit when
     /// the pool is at its limit; a worker's lane gives up instead.
     fn lane(&self, job: &Job, blocking: bool) {

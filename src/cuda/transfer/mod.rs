@@ -20,6 +20,7 @@
 //! [`DeviceBuffer::copy_to_host_into`]: crate::cuda::DeviceBuffer::copy_to_host_into
 
 mod engine;
+mod lane;
 mod pending;
 mod plan;
 mod staging;
@@ -27,6 +28,7 @@ mod staging;
 use std::sync::atomic::Ordering;
 
 pub(crate) use engine::EngineCell;
+pub(crate) use lane::UploadLane;
 pub use pending::{HostSink, HostSource, Pending, ScopedPending, TransferScope, scope};
 
 use self::engine::{Engine, Request};

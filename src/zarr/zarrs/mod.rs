@@ -45,11 +45,33 @@
 //! # Ok::<(), devbuf::Error>(())
 //! ```
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use crate::error::{Error, Result};
+
 mod array;
 mod metadata;
+mod read;
 mod staging;
 mod storage;
 
 pub use array::{ArraySpec, Compressor, DEFAULT_BATCH_BYTES, ZarrArray};
 pub use metadata::ZarrMetadata;
+pub use read::{DEFAULT_SLOT_BYTES, Decoder, ReadOptions, ReadReport};
 pub use storage::StoreAdapter;
+
+/// Runs a `zarrs` call, turning a panic inside it into an error (devbuf never panics
+/// on bad input; `zarrs` may on malformed data it does not expect).
+pub(crate) fn guard<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_string());
+            Err(Error::Malformed(format!("{what}: zarrs panicked: {msg}")))
+        }
+    }
+}

@@ -5,8 +5,6 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use rayon::prelude::*;
-
 use crate::cuda::{Context, HostBuffer};
 use crate::error::{Error, Result};
 
@@ -139,23 +137,6 @@ pub(crate) fn batches(pieces: &[Piece], cap: usize) -> Vec<std::ops::Range<usize
     }
     if first < pieces.len() {
         out.push(first..pieces.len());
-    }
-    out
-}
-
-/// Splits `buf` into one disjoint mutable slice per piece of a batch (pieces are
-/// consecutive, so their slices follow each other from the first piece's offset).
-pub(crate) fn split_for<'a, 'p>(
-    buf: &'a mut [u8],
-    pieces: &'p [Piece],
-) -> Vec<(&'p Piece, &'a mut [u8])> {
-    let mut rest = buf;
-    let mut out = Vec::with_capacity(pieces.len());
-    for p in pieces {
-        let n = p.len.min(rest.len());
-        let (head, tail) = std::mem::take(&mut rest).split_at_mut(n);
-        out.push((p, head));
-        rest = tail;
     }
     out
 }
@@ -323,23 +304,6 @@ where
     Ok(())
 }
 
-/// Decodes (or encodes) the pieces of one batch in parallel, each into (from) its own
-/// slice of the batch buffer.
-pub(crate) fn for_each_piece<F>(buf: &mut [u8], pieces: &[Piece], f: F) -> Result<()>
-where
-    F: Fn(&Piece, &mut [u8]) -> Result<()> + Sync,
-{
-    let parts = split_for(buf, pieces);
-    if parts.len() == 1 {
-        let (p, b) = parts
-            .into_iter()
-            .next()
-            .ok_or_else(|| Error::invalid("empty batch"))?;
-        return f(p, b);
-    }
-    parts.into_par_iter().try_for_each(|(p, b)| f(p, b))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -443,13 +407,5 @@ mod tests {
         assert_eq!(batches(&pieces, 8), vec![0..2, 2..3, 3..4, 4..6]);
         assert_eq!(batches(&pieces, 100), vec![0..6]);
         assert!(batches(&[], 8).is_empty());
-        let parts_len: Vec<usize> = {
-            let mut buf = vec![0u8; 26];
-            split_for(&mut buf, &pieces)
-                .iter()
-                .map(|(_, b)| b.len())
-                .collect()
-        };
-        assert_eq!(parts_len, vec![4, 4, 4, 10, 2, 2]);
     }
 }

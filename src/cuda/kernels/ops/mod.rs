@@ -31,7 +31,7 @@
 
 mod device;
 pub mod host;
-mod layout;
+pub(crate) mod layout;
 
 use std::fmt;
 

@@ -1,0 +1,492 @@
+//! The read engine's own view of an array's codecs: the common chains (`transpose`?,
+//! `bytes`, one of `zstd` / `gzip` / `blosc` or none, `crc32c`?; and `sharding_indexed`
+//! over such a chain) decoded here, bounded by the chunk's expected size, straight into
+//! the caller's memory. Any other chain is decoded by `zarrs` (see `pipeline`).
+//!
+//! Bounded means: no decode ever writes or allocates more than the chunk's decoded
+//! size. A zstd frame that declares a larger content size is refused before decoding;
+//! a gzip stream or blosc buffer that would produce more is cut off and refused; an
+//! uncompressed chunk of the wrong length is refused.
+
+use std::cell::RefCell;
+use std::io::Read;
+
+use zarrs::array::{Array, ArrayMetadata};
+use zarrs::metadata::v3::MetadataV3;
+
+use crate::error::{Error, Result};
+use crate::zarr::Order;
+
+/// The bytes-to-bytes compressor of a chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Compression {
+    None,
+    Zstd,
+    Gzip,
+    Blosc,
+}
+
+impl Compression {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Zstd => "zstd",
+            Compression::Gzip => "gzip",
+            Compression::Blosc => "blosc",
+        }
+    }
+}
+
+/// A chain the engine decodes itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Chain {
+    /// Element order of the decoded bytes (F: a `transpose` reversing the axes).
+    pub order: Order,
+    /// The stored byte order differs from the host's: swap elements of this width.
+    pub swap: Option<usize>,
+    pub compression: Compression,
+    /// A `crc32c` checksum follows the compressed bytes.
+    pub crc32c: bool,
+}
+
+/// Where a shard keeps its index and how it is checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ShardIndex {
+    /// The index is at the end of the shard (else at the start).
+    pub at_end: bool,
+    /// The index is followed by its crc32c.
+    pub crc32c: bool,
+}
+
+impl ShardIndex {
+    /// Bytes of the index of a shard of `n` inner chunks.
+    pub(crate) fn len(&self, n: u64) -> Option<u64> {
+        n.checked_mul(16)?
+            .checked_add(if self.crc32c { 4 } else { 0 })
+    }
+}
+
+/// How the engine decodes an array's chunks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Codecs {
+    /// Every chunk with this chain.
+    Plain(Chain),
+    /// Every chunk is a shard of inner chunks of `inner_shape`, each with `chain`.
+    Sharded {
+        inner_shape: Vec<u64>,
+        chain: Chain,
+        index: ShardIndex,
+    },
+    /// Decoded by `zarrs` (the reason is reported).
+    Zarrs(String),
+}
+
+impl Codecs {
+    /// The codecs of `array`, as the engine will decode them.
+    pub(crate) fn of<T: ?Sized>(array: &Array<T>, elem_swap_width: usize) -> Codecs {
+        let codecs = match array.metadata() {
+            ArrayMetadata::V3(m) => m.codecs.clone(),
+            ArrayMetadata::V2(m) => match zarrs::convert::array_metadata_v2_to_v3(m) {
+                Ok(v3) => v3.codecs,
+                Err(e) => return Codecs::Zarrs(format!("zarr v2 metadata: {e}")),
+            },
+        };
+        if !array.storage_transformers().create_metadatas().is_empty() {
+            return Codecs::Zarrs("storage transformers".into());
+        }
+        let ndim = array.dimensionality();
+        if let [only] = codecs.as_slice()
+            && only.name() == "sharding_indexed"
+        {
+            return sharded(only, ndim, elem_swap_width)
+                .unwrap_or_else(|why| Codecs::Zarrs(format!("sharding_indexed: {why}")));
+        }
+        match chain(&codecs, ndim, elem_swap_width) {
+            Ok(c) => Codecs::Plain(c),
+            Err(why) => Codecs::Zarrs(why),
+        }
+    }
+
+    /// A short description for reports (`"zstd"`, `"sharded zstd"`, `"zarrs: ..."`).
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Codecs::Plain(c) => c.compression.name().to_string(),
+            Codecs::Sharded { chain, .. } => format!("sharded {}", chain.compression.name()),
+            Codecs::Zarrs(why) => format!("zarrs ({why})"),
+        }
+    }
+}
+
+fn config_str<'a>(c: &'a MetadataV3, key: &str) -> Option<&'a str> {
+    c.configuration()
+        .and_then(|m| m.get(key))
+        .and_then(|v| v.as_str())
+}
+
+/// Parses `[transpose?] bytes [zstd|gzip|blosc]? [crc32c]?`.
+fn chain(
+    codecs: &[MetadataV3],
+    ndim: usize,
+    swap_width: usize,
+) -> std::result::Result<Chain, String> {
+    let mut it = codecs.iter().peekable();
+    let mut order = Order::C;
+    if let Some(t) = it.peek()
+        && t.name() == "transpose"
+    {
+        let perm: Option<Vec<u64>> = t
+            .configuration()
+            .and_then(|c| c.get("order"))
+            .and_then(|o| o.as_array())
+            .map(|o| o.iter().filter_map(|v| v.as_u64()).collect());
+        let identity: Vec<u64> = (0..ndim as u64).collect();
+        let reversed: Vec<u64> = identity.iter().rev().copied().collect();
+        match perm {
+            Some(p) if p == identity => {}
+            Some(p) if p == reversed => order = Order::F,
+            _ => return Err("a transpose that is neither C nor F order".into()),
+        }
+        it.next();
+    }
+    let Some(bytes) = it.next() else {
+        return Err("no codecs".into());
+    };
+    if bytes.name() != "bytes" {
+        return Err(format!("array-to-bytes codec {:?}", bytes.name()));
+    }
+    let big = config_str(bytes, "endian") == Some("big");
+    let swap = (swap_width > 1 && big != cfg!(target_endian = "big")).then_some(swap_width);
+    let mut compression = Compression::None;
+    let mut crc32c = false;
+    for c in it {
+        if crc32c {
+            return Err(format!("codec {:?} after crc32c", c.name()));
+        }
+        let this = match c.name() {
+            "zstd" => Compression::Zstd,
+            "gzip" => Compression::Gzip,
+            "blosc" => Compression::Blosc,
+            "crc32c" => {
+                crc32c = true;
+                continue;
+            }
+            other => return Err(format!("codec {other:?}")),
+        };
+        if compression != Compression::None {
+            return Err("two compressors".into());
+        }
+        compression = this;
+    }
+    Ok(Chain {
+        order,
+        swap,
+        compression,
+        crc32c,
+    })
+}
+
+fn sharded(c: &MetadataV3, ndim: usize, swap_width: usize) -> std::result::Result<Codecs, String> {
+    let cfg = c.configuration().ok_or("no configuration")?;
+    let inner_shape: Vec<u64> = cfg
+        .get("chunk_shape")
+        .and_then(|v| v.as_array())
+        .map(|a| a.iter().filter_map(|v| v.as_u64()).collect())
+        .ok_or("no chunk_shape")?;
+    if inner_shape.len() != ndim || inner_shape.contains(&0) {
+        return Err(format!("inner chunk shape {inner_shape:?}"));
+    }
+    let parse = |key: &str| -> std::result::Result<Vec<MetadataV3>, String> {
+        let v = cfg.get(key).ok_or(format!("no {key}"))?;
+        serde_json::from_value(v.clone()).map_err(|e| format!("{key}: {e}"))
+    };
+    let chain = chain(&parse("codecs")?, ndim, swap_width)?;
+    let index_codecs = parse("index_codecs")?;
+    let crc = match index_codecs.as_slice() {
+        [b] if b.name() == "bytes" => false,
+        [b, c] if b.name() == "bytes" && c.name() == "crc32c" => true,
+        _ => return Err("index codecs other than bytes + crc32c".into()),
+    };
+    if index_codecs
+        .first()
+        .is_some_and(|b| config_str(b, "endian") == Some("big"))
+    {
+        return Err("a big-endian shard index".into());
+    }
+    let at_end = match cfg.get("index_location").and_then(|v| v.as_str()) {
+        None | Some("end") => true,
+        Some("start") => false,
+        Some(o) => return Err(format!("index_location {o:?}")),
+    };
+    Ok(Codecs::Sharded {
+        inner_shape,
+        chain,
+        index: ShardIndex {
+            at_end,
+            crc32c: crc,
+        },
+    })
+}
+
+thread_local! {
+    static ZSTD: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
+}
+
+/// Checks and strips a trailing crc32c.
+pub(crate) fn strip_crc32c<'a>(src: &'a [u8], what: &dyn Fn() -> String) -> Result<&'a [u8]> {
+    let Some(body_len) = src.len().checked_sub(4) else {
+        return Err(Error::Malformed(format!(
+            "{}: {} bytes cannot hold a crc32c checksum (4 bytes)",
+            what(),
+            src.len()
+        )));
+    };
+    let (body, tail) = src.split_at(body_len);
+    let want = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
+    let got = crc32c::crc32c(body);
+    if got != want {
+        return Err(Error::Malformed(format!(
+            "{}: crc32c checksum mismatch (stored {want:#010x}, computed {got:#010x})",
+            what()
+        )));
+    }
+    Ok(body)
+}
+
+/// Decodes the stored bytes `src` of one chunk into `dst`, which has exactly the
+/// chunk's decoded size. `what` names the chunk for errors.
+pub(crate) fn decode_into(
+    chain: &Chain,
+    src: &[u8],
+    dst: &mut [u8],
+    what: &dyn Fn() -> String,
+) -> Result<()> {
+    let body = if chain.crc32c {
+        strip_crc32c(src, what)?
+    } else {
+        src
+    };
+    let n = dst.len();
+    let wrong = |got: String| {
+        Error::Malformed(format!(
+            "{}: {} chunk decodes to {got}, the chunk holds exactly {n} bytes",
+            what(),
+            chain.compression.name()
+        ))
+    };
+    match chain.compression {
+        Compression::None => {
+            if body.len() != n {
+                return Err(wrong(format!("{} bytes", body.len())));
+            }
+            dst.copy_from_slice(body);
+        }
+        Compression::Zstd => {
+            match zstd::zstd_safe::get_frame_content_size(body) {
+                Ok(Some(declared)) if declared != n as u64 => {
+                    return Err(wrong(format!("{declared} bytes (declared by its frame)")));
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    return Err(Error::Malformed(format!(
+                        "{}: not a zstd frame ({} bytes)",
+                        what(),
+                        body.len()
+                    )));
+                }
+            }
+            let got = ZSTD.with(|cell| -> Result<usize> {
+                let mut slot = cell.borrow_mut();
+                if slot.is_none() {
+                    *slot = Some(zstd::bulk::Decompressor::new().map_err(|e| Error::Io {
+                        op: "creating a zstd decoder",
+                        message: e.to_string(),
+                    })?);
+                }
+                let d = slot
+                    .as_mut()
+                    .ok_or_else(|| Error::invalid("no zstd decoder"))?;
+                d.decompress_to_buffer(body, dst).map_err(|e| {
+                    Error::Malformed(format!(
+                        "{}: zstd: {e} (the chunk holds exactly {n} bytes)",
+                        what()
+                    ))
+                })
+            })?;
+            if got != n {
+                return Err(wrong(format!("{got} bytes")));
+            }
+        }
+        Compression::Gzip => {
+            let mut dec = flate2::read::GzDecoder::new(body);
+            let mut filled = 0;
+            while filled < n {
+                match dec.read(&mut dst[filled..]) {
+                    Ok(0) => return Err(wrong(format!("{filled} bytes"))),
+                    Ok(k) => filled += k,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(Error::Malformed(format!("{}: gzip: {e}", what()))),
+                }
+            }
+            let mut extra = [0u8; 1];
+            match dec.read(&mut extra) {
+                Ok(0) => {}
+                Ok(_) => return Err(wrong(format!("more than {n} bytes"))),
+                Err(e) => return Err(Error::Malformed(format!("{}: gzip: {e}", what()))),
+            }
+        }
+        Compression::Blosc => blosc_into(body, dst, what)?,
+    }
+    if let Some(w) = chain.swap {
+        crate::zarr::host_ops::swap_in_place(dst, w);
+    }
+    Ok(())
+}
+
+/// Blosc 1 buffer -> `dst`, after checking that its header agrees with its length and
+/// with `dst`'s.
+fn blosc_into(src: &[u8], dst: &mut [u8], what: &dyn Fn() -> String) -> Result<()> {
+    const HEADER: usize = 16;
+    if src.len() < HEADER {
+        return Err(Error::Malformed(format!(
+            "{}: {} bytes cannot hold a blosc header (16 bytes)",
+            what(),
+            src.len()
+        )));
+    }
+    let mut nbytes = 0usize;
+    // Safety: `src` is valid for `src.len()` bytes; blosc_cbuffer_validate reads at
+    // most the 16-byte header (checked above) and compares its sizes with `src.len()`.
+    let rc =
+        unsafe { blosc_src::blosc_cbuffer_validate(src.as_ptr().cast(), src.len(), &mut nbytes) };
+    if rc < 0 {
+        return Err(Error::Malformed(format!(
+            "{}: corrupt blosc header ({} stored bytes)",
+            what(),
+            src.len()
+        )));
+    }
+    if nbytes != dst.len() {
+        return Err(Error::Malformed(format!(
+            "{}: blosc chunk decodes to {nbytes} bytes (declared by its header), the chunk \
+             holds exactly {} bytes",
+            what(),
+            dst.len()
+        )));
+    }
+    if nbytes == 0 {
+        return Ok(());
+    }
+    // Safety: the header was validated against `src.len()` (its compressed size fits in
+    // `src`) and declares exactly `dst.len()` decoded bytes; blosc writes at most
+    // `dst.len()` bytes into `dst`, which is exclusively borrowed.
+    let got = unsafe {
+        blosc_src::blosc_decompress_ctx(src.as_ptr().cast(), dst.as_mut_ptr().cast(), dst.len(), 1)
+    };
+    if got < 0 || got as usize != dst.len() {
+        return Err(Error::Malformed(format!(
+            "{}: blosc decompression failed (code {got}; {} stored bytes, {} expected)",
+            what(),
+            src.len(),
+            dst.len()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plain(c: Compression) -> Chain {
+        Chain {
+            order: Order::C,
+            swap: None,
+            compression: c,
+            crc32c: false,
+        }
+    }
+
+    fn what() -> String {
+        "chunk c/0".into()
+    }
+
+    #[test]
+    fn zstd_bounded_by_the_chunk_size() {
+        let data: Vec<u8> = (0..10_000u32)
+            .flat_map(|i| (i % 251).to_le_bytes())
+            .collect();
+        let z = zstd::bulk::compress(&data, 1).unwrap();
+        let mut out = vec![0u8; data.len()];
+        decode_into(&plain(Compression::Zstd), &z, &mut out, &what).unwrap();
+        assert_eq!(out, data);
+        // One byte short: refused from the frame header, nothing decoded.
+        let mut short = vec![0u8; data.len() - 1];
+        let e = decode_into(&plain(Compression::Zstd), &z, &mut short, &what).unwrap_err();
+        assert!(e.to_string().contains("declared by its frame"), "{e}");
+        // A bomb: 1 GiB of zeros declared, a 4 KiB chunk: refused at once.
+        let bomb = {
+            let mut enc = zstd::stream::Encoder::new(Vec::new(), 19).unwrap();
+            enc.set_pledged_src_size(Some(1 << 30)).unwrap();
+            let zeros = vec![0u8; 1 << 20];
+            for _ in 0..1024 {
+                std::io::Write::write_all(&mut enc, &zeros).unwrap();
+            }
+            enc.finish().unwrap()
+        };
+        let mut small = vec![0u8; 4096];
+        let e = decode_into(&plain(Compression::Zstd), &bomb, &mut small, &what).unwrap_err();
+        assert!(e.to_string().contains("1073741824"), "{e}");
+        // Garbage.
+        let e = decode_into(&plain(Compression::Zstd), b"not zstd", &mut small, &what).unwrap_err();
+        assert!(e.to_string().contains("chunk c/0"), "{e}");
+    }
+
+    #[test]
+    fn gzip_bounded_by_the_chunk_size() {
+        use std::io::Write;
+        let data: Vec<u8> = (0..50_000u32).map(|i| (i * 7 % 13) as u8).collect();
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(1));
+        enc.write_all(&data).unwrap();
+        let gz = enc.finish().unwrap();
+        let mut out = vec![0u8; data.len()];
+        decode_into(&plain(Compression::Gzip), &gz, &mut out, &what).unwrap();
+        assert_eq!(out, data);
+        let mut short = vec![0u8; 1000];
+        let e = decode_into(&plain(Compression::Gzip), &gz, &mut short, &what).unwrap_err();
+        assert!(e.to_string().contains("more than 1000"), "{e}");
+        let mut long = vec![0u8; data.len() + 1];
+        let e = decode_into(&plain(Compression::Gzip), &gz, &mut long, &what).unwrap_err();
+        assert!(e.to_string().contains("50000 bytes"), "{e}");
+    }
+
+    #[test]
+    fn uncompressed_and_crc32c() {
+        let data = b"0123456789abcdef".to_vec();
+        let mut stored = data.clone();
+        stored.extend_from_slice(&crc32c::crc32c(&data).to_le_bytes());
+        let chain = Chain {
+            crc32c: true,
+            swap: Some(4),
+            ..plain(Compression::None)
+        };
+        let mut out = vec![0u8; 16];
+        decode_into(&chain, &stored, &mut out, &what).unwrap();
+        assert_eq!(&out[..4], b"3210");
+        stored[3] ^= 1;
+        let e = decode_into(&chain, &stored, &mut out, &what).unwrap_err();
+        assert!(e.to_string().contains("crc32c"), "{e}");
+        let e = decode_into(&plain(Compression::None), &data, &mut [0u8; 15], &what).unwrap_err();
+        assert!(e.to_string().contains("16 bytes"), "{e}");
+        assert!(decode_into(&chain, b"abc", &mut out, &what).is_err());
+    }
+
+    #[test]
+    fn blosc_header_checked() {
+        let mut out = vec![0u8; 64];
+        let e =
+            decode_into(&plain(Compression::Blosc), &[2, 1, 0, 4], &mut out, &what).unwrap_err();
+        assert!(e.to_string().contains("blosc header"), "{e}");
+        let junk = [0xffu8; 64];
+        assert!(decode_into(&plain(Compression::Blosc), &junk, &mut out, &what).is_err());
+    }
+}

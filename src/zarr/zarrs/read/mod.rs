@@ -1,0 +1,178 @@
+//! The read engine: a zarr selection -> the decode units it touches -> fetch and decode
+//! each unit once on worker threads (bounded by the chunk's size) -> place into host
+//! memory, or through page-locked staging slots of the context's one pool onto the
+//! device, where the placement runs as device copies.
+//!
+//! * `plan`: requests (boxes of the array, each at an output offset) -> units with
+//!   their placements;
+//! * `codec`: the chains the engine decodes itself, bounded;
+//! * `source`: an opened array as the engine sees it (decode grid, fetch, decode);
+//! * `pipeline`: the worker threads, host and device.
+
+mod codec;
+mod pipeline;
+mod plan;
+mod source;
+
+use std::sync::atomic::Ordering;
+
+pub(crate) use plan::Request;
+pub(crate) use source::Source;
+
+use crate::cuda::Context;
+use crate::error::{Error, Result};
+use crate::zarr::Memory;
+
+/// Default bytes of one staging slot of a device read (each worker has two; the
+/// context's page-locked pool bounds the total, see
+/// [`TransferConfig::max_pinned_bytes`](crate::cuda::TransferConfig::max_pinned_bytes)).
+pub const DEFAULT_SLOT_BYTES: usize = 4 << 20;
+
+/// Which decoder runs a read's chunks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Decoder {
+    /// The engine chooses (today: the CPU workers).
+    #[default]
+    Auto,
+    /// CPU worker threads.
+    Cpu,
+}
+
+/// How a read runs ([`ZarrArray::set_read_options`](super::ZarrArray::set_read_options)).
+///
+/// ```
+/// use devbuf::zarr::zarrs::{Decoder, ReadOptions};
+/// let o = ReadOptions { threads: Some(4), ..ReadOptions::default() };
+/// assert_eq!(o.decoder, Decoder::Auto);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReadOptions {
+    /// Which decoder runs the chunks.
+    pub decoder: Decoder,
+    /// CPU worker threads (`None`: one per core).
+    pub threads: Option<usize>,
+    /// Bytes of one staging slot of a device read (`DEFAULT_SLOT_BYTES`; a slot
+    /// always holds at least one decoded chunk). Each worker holds two slots, and the
+    /// context's page-locked pool bounds what all workers hold together: workers that
+    /// find the pool full do not join the read.
+    pub slot_bytes: usize,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        ReadOptions {
+            decoder: Decoder::Auto,
+            threads: None,
+            slot_bytes: DEFAULT_SLOT_BYTES,
+        }
+    }
+}
+
+/// What one read did: which decoder ran, on how many chunks, with how many workers.
+///
+/// ```
+/// use devbuf::zarr::zarrs::ZarrArray;
+/// use devbuf::zarr::BufferPrototype;
+/// let a = ZarrArray::open("tests/fixtures/zarr/v2_int16_zstd.zarr")?;
+/// let (_, report) = a.read_all_with_report(&BufferPrototype::Host)?;
+/// assert_eq!(report.decoder, "cpu");
+/// assert!(report.cpu_chunks > 0);
+/// println!("{report}");
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReadReport {
+    /// `"cpu"` (CPU workers decoded every chunk).
+    pub decoder: &'static str,
+    /// The codecs as the engine saw them (`"zstd"`, `"sharded zstd"`, or
+    /// `"zarrs (<why>)"` when zarrs' codecs decoded the chunks).
+    pub codecs: String,
+    /// Chunks (inner chunks of shards) decoded by the CPU workers.
+    pub cpu_chunks: u64,
+    /// Of those, chunks not stored (read as the fill value).
+    pub missing_chunks: u64,
+    /// Decoded bytes (whole chunks, before selection).
+    pub decoded_bytes: u64,
+    /// Worker threads that took part.
+    pub workers: usize,
+    /// Where the result went: `"host"` or `"device N"`.
+    pub target: String,
+}
+
+impl std::fmt::Display for ReadReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "decoder {} ({} codecs) -> {}: {} chunks on {} workers ({} missing), {} decoded bytes",
+            self.decoder,
+            self.codecs,
+            self.target,
+            self.cpu_chunks,
+            self.workers,
+            self.missing_chunks,
+            self.decoded_bytes
+        )
+    }
+}
+
+/// Reads `requests` (boxes at output offsets, `total` output bytes) from `src` into
+/// host memory (`ctx` `None`) or a new allocation of `ctx`.
+pub(crate) fn read(
+    src: &Source<'_>,
+    requests: &[Request],
+    total: usize,
+    ctx: Option<&Context>,
+    options: &ReadOptions,
+) -> Result<(Memory, ReadReport)> {
+    // Every unit places at least one element: more units than output elements means
+    // the plan is wrong (and bounds the plan's memory by the output's).
+    let max_units = (total / src.elem.max(1)).max(1);
+    let units = plan::plan(
+        requests,
+        &src.array.shape().to_vec(),
+        &src.cell_shape,
+        src.elem,
+        max_units,
+    )?;
+    let threads = options
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get()))
+        .max(1);
+    if threads > 1024 {
+        return Err(Error::invalid(format!(
+            "ReadOptions::threads is {threads}; at most 1024 worker threads are allowed"
+        )));
+    }
+    let counts = pipeline::Counts::default();
+    let (mem, target) = match ctx {
+        None => (
+            Memory::from(pipeline::read_host(src, &units, total, threads, &counts)?),
+            "host".to_string(),
+        ),
+        Some(ctx) => (
+            Memory::Device(pipeline::read_device(
+                src,
+                &units,
+                total,
+                ctx,
+                threads,
+                options.slot_bytes,
+                &counts,
+            )?),
+            format!("device {}", ctx.ordinal()),
+        ),
+    };
+    let report = ReadReport {
+        decoder: "cpu",
+        codecs: src.codecs.describe(),
+        cpu_chunks: counts.cpu_units.load(Ordering::Relaxed),
+        missing_chunks: counts.missing_units.load(Ordering::Relaxed),
+        decoded_bytes: counts.decoded_bytes.load(Ordering::Relaxed),
+        workers: counts.workers.load(Ordering::Relaxed),
+        target,
+    };
+    Ok((mem, report))
+}

@@ -1,0 +1,364 @@
+//! The streaming read pipeline: worker threads (one per core unless told otherwise)
+//! claim batches of decode units from one counter, fetch and decode each unit once, and
+//! place its selected parts into the output.
+//!
+//! * Host output: a unit that is the whole of one contiguous output region is decoded
+//!   straight into the output; others are decoded into the worker's scratch and copied
+//!   into place.
+//! * Device output: each worker holds an [`UploadLane`] of the context's page-locked
+//!   pool; it decodes a batch of units chunk-contiguous into one slot, the slot goes to
+//!   the device in one DMA, and the placement (strided-copy kernel, or one device copy
+//!   when contiguous) runs on the device from there, while the worker decodes the next
+//!   batch into the other slot. Backpressure is the two slots: a worker waits for its
+//!   older slot's DMA before refilling it.
+//!
+//! The first error stops every worker; the caller gets it and no output.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use super::plan::{Placement, Unit};
+use super::source::Source;
+use crate::cuda::kernels::ops::layout;
+use crate::cuda::kernels::ops::strided_copy_on;
+use crate::cuda::{Context, DeviceBuffer, UploadLane};
+use crate::error::{Error, Result};
+use crate::zarr::memory::zeroed_vec;
+
+/// Alignment of units within a staging slot (keeps the placement kernels' 16-byte
+/// accesses aligned).
+const ALIGN: usize = 256;
+
+/// What a pipeline run did.
+#[derive(Debug, Default)]
+pub(crate) struct Counts {
+    pub cpu_units: AtomicU64,
+    pub missing_units: AtomicU64,
+    pub decoded_bytes: AtomicU64,
+    pub workers: AtomicUsize,
+}
+
+/// Shared state of one run: the work counter and the first error.
+struct Run<'a> {
+    units: &'a [Unit],
+    batches: &'a [std::ops::Range<usize>],
+    next: AtomicUsize,
+    failed: AtomicBool,
+    error: Mutex<Option<Error>>,
+}
+
+impl Run<'_> {
+    fn claim(&self) -> Option<std::ops::Range<usize>> {
+        if self.failed.load(Ordering::Acquire) {
+            return None;
+        }
+        let b = self.next.fetch_add(1, Ordering::AcqRel);
+        self.batches.get(b).cloned()
+    }
+
+    fn fail(&self, e: Error) {
+        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(e);
+        }
+        self.failed.store(true, Ordering::Release);
+    }
+
+    fn finish(self) -> Result<()> {
+        match self.error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Runs `work` on `threads` scoped threads (the caller's thread is one of them).
+fn on_threads(threads: usize, run: &Run<'_>, work: &(dyn Fn(usize) -> Result<()> + Sync)) {
+    std::thread::scope(|s| {
+        for t in 1..threads {
+            let spawned = std::thread::Builder::new()
+                .name(format!("devbuf-read-{t}"))
+                .spawn_scoped(s, move || {
+                    if let Err(e) = work(t) {
+                        run.fail(e);
+                    }
+                });
+            if spawned.is_err() {
+                break; // fewer workers; the others take the work
+            }
+        }
+        if let Err(e) = work(0) {
+            run.fail(e);
+        }
+    });
+}
+
+/// The output memory of a host read, written by several workers at disjoint bytes.
+struct HostOut {
+    ptr: *mut u8,
+    len: usize,
+}
+// Safety: workers write disjoint byte ranges of the output (every output element
+// belongs to exactly one placement of one unit, and each unit is decoded by one
+// worker); the buffer outlives the scoped threads.
+unsafe impl Sync for HostOut {}
+
+/// Reads `units` (each `src.cell_bytes` decoded) into a new host buffer of `total`
+/// bytes.
+pub(crate) fn read_host(
+    src: &Source<'_>,
+    units: &[Unit],
+    total: usize,
+    threads: usize,
+    counts: &Counts,
+) -> Result<Vec<u8>> {
+    let mut out = zeroed_vec(total)?;
+    let batches = super::plan::batches(units.len(), 1, 1);
+    let run = Run {
+        units,
+        batches: &batches,
+        next: AtomicUsize::new(0),
+        failed: AtomicBool::new(false),
+        error: Mutex::new(None),
+    };
+    let host = HostOut {
+        ptr: out.as_mut_ptr(),
+        len: out.len(),
+    };
+    let threads = threads.clamp(1, batches.len().max(1));
+    counts.workers.store(threads, Ordering::Relaxed);
+    let whole_c = src.cell_strides == super::plan::c_strides(&src.cell_shape, src.elem);
+    on_threads(threads, &run, &|_| {
+        let mut scratch: Vec<u8> = Vec::new();
+        while let Some(b) = run.claim() {
+            for u in &run.units[b] {
+                // A unit that fills one contiguous region of the output, in C order:
+                // decoded in place.
+                if let [p] = u.placements.as_slice()
+                    && whole_c
+                    && p.shape == src.cell_shape
+                    && is_contiguous(&p.shape, &p.dst_strides, src.elem)
+                {
+                    let end = p
+                        .dst_offset
+                        .checked_add(src.cell_bytes)
+                        .filter(|&e| e <= host.len);
+                    let Some(_) = end else {
+                        return Err(Error::invalid("read plan: a unit lies past the output"));
+                    };
+                    // Safety: `dst_offset..end` lies within the output (checked) and no
+                    // other worker writes these bytes (see `HostOut`).
+                    let dst = unsafe {
+                        std::slice::from_raw_parts_mut(host.ptr.add(p.dst_offset), src.cell_bytes)
+                    };
+                    note(counts, src.decode(&u.cell, dst)?, src.cell_bytes);
+                    continue;
+                }
+                if scratch.is_empty() {
+                    scratch = zeroed_vec(src.cell_bytes)?;
+                }
+                note(counts, src.decode(&u.cell, &mut scratch)?, src.cell_bytes);
+                for p in &u.placements {
+                    place_host(src, &scratch, p, &host)?;
+                }
+            }
+        }
+        Ok(())
+    });
+    run.finish()?;
+    Ok(out)
+}
+
+fn note(counts: &Counts, stored: bool, bytes: usize) {
+    counts.cpu_units.fetch_add(1, Ordering::Relaxed);
+    counts
+        .decoded_bytes
+        .fetch_add(bytes as u64, Ordering::Relaxed);
+    if !stored {
+        counts.missing_units.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Whether a box of `shape` with byte `strides` covers one contiguous C-order run.
+pub(crate) fn is_contiguous(shape: &[u64], strides: &[isize], elem: usize) -> bool {
+    let mut want = elem as isize;
+    for (&n, &s) in shape.iter().zip(strides).rev() {
+        if n == 1 {
+            continue;
+        }
+        if s != want {
+            return false;
+        }
+        want = want.saturating_mul(n as isize);
+    }
+    true
+}
+
+/// Byte offset of `start` in a decoded unit.
+fn src_offset(src: &Source<'_>, start: &[u64]) -> usize {
+    start
+        .iter()
+        .zip(&src.cell_strides)
+        .map(|(&i, &s)| i as isize * s)
+        .sum::<isize>() as usize
+}
+
+/// Copies placement `p` of a decoded unit (`unit`, laid out as `src` says) into the
+/// host output.
+fn place_host(src: &Source<'_>, unit: &[u8], p: &Placement, out: &HostOut) -> Result<()> {
+    let shape: Vec<usize> = p.shape.iter().map(|&n| n as usize).collect();
+    let Some(plan) = layout::plan(
+        unit.len(),
+        src_offset(src, &p.start),
+        &src.cell_strides,
+        out.len,
+        p.dst_offset,
+        &p.dst_strides,
+        &shape,
+        src.elem,
+    )?
+    else {
+        return Ok(());
+    };
+    let unit_bytes = plan.unit;
+    let axes = plan.axes();
+    let (outer, run) = match axes.split_last() {
+        Some((last, rest)) if last.s == unit_bytes as i64 && last.d == unit_bytes as i64 => {
+            (rest, last.n as usize * unit_bytes)
+        }
+        _ => (axes, unit_bytes),
+    };
+    let mut index = vec![0u64; outer.len()];
+    let (mut so, mut dof) = (plan.src_base as i64, plan.dst_base as i64);
+    loop {
+        let (s, d) = (so as usize, dof as usize);
+        // Safety: `layout::plan` checked that every byte the copy touches lies within
+        // `unit` (source) and within the output's `len` bytes (destination); the
+        // destination bytes belong to this unit's placement alone (see `HostOut`).
+        unsafe {
+            std::ptr::copy_nonoverlapping(unit.as_ptr().add(s), out.ptr.add(d), run);
+        }
+        let mut k = outer.len();
+        loop {
+            if k == 0 {
+                return Ok(());
+            }
+            k -= 1;
+            let a = outer[k];
+            index[k] += 1;
+            so += a.s;
+            dof += a.d;
+            if index[k] < a.n {
+                break;
+            }
+            index[k] = 0;
+            so -= a.s * a.n as i64;
+            dof -= a.d * a.n as i64;
+        }
+    }
+}
+
+/// Bytes of one unit's place in a staging slot.
+fn aligned(n: usize) -> usize {
+    n.div_ceil(ALIGN).saturating_mul(ALIGN).max(ALIGN)
+}
+
+/// Staging slot size and units per slot for units of `cell_bytes`, aiming at
+/// `target` bytes per slot.
+pub(crate) fn slot_layout(cell_bytes: usize, target: usize) -> (usize, usize) {
+    let per = (target / aligned(cell_bytes)).max(1);
+    (per * aligned(cell_bytes), per)
+}
+
+/// Reads `units` into a new device allocation of `total` bytes on `ctx`, decoding on
+/// `threads` CPU workers through staging slots of about `slot_target` bytes.
+pub(crate) fn read_device(
+    src: &Source<'_>,
+    units: &[Unit],
+    total: usize,
+    ctx: &Context,
+    threads: usize,
+    slot_target: usize,
+    counts: &Counts,
+) -> Result<DeviceBuffer> {
+    let out = ctx.allocate(total)?;
+    if units.is_empty() {
+        return Ok(out);
+    }
+    let (slot_bytes, per) = slot_layout(src.cell_bytes, slot_target);
+    let batches = super::plan::batches(units.len(), 1, per);
+    let run = Run {
+        units,
+        batches: &batches,
+        next: AtomicUsize::new(0),
+        failed: AtomicBool::new(false),
+        error: Mutex::new(None),
+    };
+    let threads = threads.clamp(1, batches.len());
+    let stride = aligned(src.cell_bytes);
+    on_threads(threads, &run, &|t| {
+        // The first worker waits for a lane; the others join only when the pool has
+        // room (the bound on page-locked memory is the pool's).
+        let Some(mut lane) = UploadLane::new(ctx, slot_bytes, t == 0)? else {
+            return Ok(());
+        };
+        counts.workers.fetch_add(1, Ordering::Relaxed);
+        while let Some(b) = run.claim() {
+            let batch = &run.units[b];
+            {
+                let slot = lane.slot()?;
+                for (j, u) in batch.iter().enumerate() {
+                    let at = j * stride;
+                    note(
+                        counts,
+                        src.decode(&u.cell, &mut slot[at..at + src.cell_bytes])?,
+                        src.cell_bytes,
+                    );
+                }
+            }
+            let used = (batch.len() - 1) * stride + src.cell_bytes;
+            lane.submit(used, |stream, scratch| {
+                for (j, u) in batch.iter().enumerate() {
+                    for p in &u.placements {
+                        let shape: Vec<usize> = p.shape.iter().map(|&n| n as usize).collect();
+                        strided_copy_on(
+                            stream,
+                            scratch,
+                            j * stride + src_offset(src, &p.start),
+                            &src.cell_strides,
+                            &out,
+                            p.dst_offset,
+                            &p.dst_strides,
+                            &shape,
+                            src.elem,
+                        )?;
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        lane.finish()
+    });
+    run.finish()?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contiguity() {
+        assert!(is_contiguous(&[2, 3], &[12, 4], 4));
+        assert!(is_contiguous(&[1, 3], &[400, 4], 4));
+        assert!(!is_contiguous(&[2, 3], &[16, 4], 4));
+        assert!(is_contiguous(&[], &[], 4));
+    }
+
+    #[test]
+    fn slots_hold_whole_aligned_units() {
+        assert_eq!(slot_layout(1000, 4096), (4096, 4));
+        assert_eq!(slot_layout(10 << 20, 4 << 20), (10 << 20, 1));
+        assert_eq!(slot_layout(1, 0), (256, 1));
+    }
+}

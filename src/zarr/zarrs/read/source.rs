@@ -1,0 +1,342 @@
+//! [`Source`]: an opened array as the read engine sees it — the decode grid (chunks,
+//! or inner chunks of shards), the layout of a decoded unit, and how one unit's stored
+//! bytes are fetched and decoded (bounded) into the caller's memory.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use zarrs::array::{Array, ArrayBytes, ArrayError};
+use zarrs::storage::byte_range::ByteRange;
+use zarrs::storage::{ReadableWritableStorageTraits, StoreKey};
+
+use super::codec::{self, Chain, Codecs, ShardIndex};
+use super::plan::{c_strides, f_strides};
+use crate::error::{Error, Result};
+use crate::zarr::Order;
+
+type Storage = dyn ReadableWritableStorageTraits;
+
+/// A shard's index: `(offset, nbytes)` per inner chunk, C order; `None`: a missing shard.
+type Index = Option<Arc<Vec<(u64, u64)>>>;
+
+/// What a unit's stored bytes are.
+pub(crate) enum Stored {
+    /// Not stored: the unit reads as the fill value.
+    Missing,
+    /// Stored bytes, to decode with the chain.
+    Bytes(bytes::Bytes),
+}
+
+/// An array as the engine reads it.
+pub(crate) struct Source<'a> {
+    pub array: &'a Array<Storage>,
+    pub location: &'a str,
+    pub codecs: Codecs,
+    /// Bytes per element.
+    pub elem: usize,
+    /// The fill value's native bytes.
+    pub fill: Vec<u8>,
+    /// The array's (outer) chunk shape.
+    pub chunk_shape: Vec<u64>,
+    /// The decode grid's cell: the chunk, or the inner chunk of a shard.
+    pub cell_shape: Vec<u64>,
+    /// Bytes of one decoded cell.
+    pub cell_bytes: usize,
+    /// Byte strides of a decoded cell (C, or F for a reversing transpose).
+    pub cell_strides: Vec<isize>,
+    indexes: Mutex<HashMap<Vec<u64>, Index>>,
+}
+
+impl<'a> Source<'a> {
+    /// The engine's view of `array` (chunks of `chunk_shape`, elements of `elem`
+    /// bytes, swapped in `swap_width` units, fill value `fill`).
+    pub(crate) fn new(
+        array: &'a Array<Storage>,
+        location: &'a str,
+        chunk_shape: &[u64],
+        elem: usize,
+        swap_width: usize,
+        fill: Vec<u8>,
+    ) -> Result<Source<'a>> {
+        let codecs = Codecs::of(array, swap_width);
+        let (cell_shape, order) = match &codecs {
+            Codecs::Plain(c) => (chunk_shape.to_vec(), c.order),
+            Codecs::Sharded {
+                inner_shape, chain, ..
+            } => {
+                let divides = inner_shape
+                    .iter()
+                    .zip(chunk_shape)
+                    .all(|(&i, &c)| i > 0 && c % i == 0);
+                if !divides {
+                    return Err(Error::Malformed(format!(
+                        "zarr array at {location}: inner chunk shape {inner_shape:?} does not \
+                         divide the shard shape {chunk_shape:?}"
+                    )));
+                }
+                (inner_shape.clone(), chain.order)
+            }
+            Codecs::Zarrs(_) => (chunk_shape.to_vec(), Order::C),
+        };
+        let cell_bytes = cell_shape
+            .iter()
+            .try_fold(elem, |acc, &s| {
+                usize::try_from(s).ok().and_then(|s| acc.checked_mul(s))
+            })
+            .filter(|&n| n <= isize::MAX as usize)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "zarr array at {location}: a chunk of shape {cell_shape:?} with {elem}-byte \
+                     elements is too large to decode in memory"
+                ))
+            })?;
+        let cell_strides = match order {
+            Order::C => c_strides(&cell_shape, elem),
+            Order::F => f_strides(&cell_shape, elem),
+        };
+        Ok(Source {
+            array,
+            location,
+            codecs,
+            elem,
+            fill,
+            chunk_shape: chunk_shape.to_vec(),
+            cell_shape,
+            cell_bytes,
+            cell_strides,
+            indexes: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The chain the engine decodes a unit's stored bytes with (`None`: zarrs decodes).
+    pub(crate) fn chain(&self) -> Option<&Chain> {
+        match &self.codecs {
+            Codecs::Plain(c) | Codecs::Sharded { chain: c, .. } => Some(c),
+            Codecs::Zarrs(_) => None,
+        }
+    }
+
+    /// The store key of the chunk (shard) holding `cell`, and for a shard the inner
+    /// chunk's position in its index.
+    fn key_of(&self, cell: &[u64]) -> (Vec<u64>, Option<u64>) {
+        match &self.codecs {
+            Codecs::Sharded { inner_shape, .. } => {
+                let mut shard = Vec::with_capacity(cell.len());
+                let mut lin = 0u64;
+                for k in 0..cell.len() {
+                    let per = self.chunk_shape[k] / inner_shape[k];
+                    shard.push(cell[k] / per);
+                    lin = lin * per + cell[k] % per;
+                }
+                (shard, Some(lin))
+            }
+            _ => (cell.to_vec(), None),
+        }
+    }
+
+    /// Names a unit in errors: `chunk [i, j] (key c/i/j) of <location>`.
+    pub(crate) fn describe(&self, cell: &[u64]) -> String {
+        let (chunk, inner) = self.key_of(cell);
+        let key = self.array.chunk_key(&chunk);
+        match inner {
+            Some(i) => format!(
+                "inner chunk {i} of shard {chunk:?} (key {key}) of {}",
+                self.location
+            ),
+            None => format!("chunk {chunk:?} (key {key}) of {}", self.location),
+        }
+    }
+
+    fn storage_err(&self, what: &str, e: impl std::fmt::Display) -> Error {
+        Error::Io {
+            op: "reading a zarr store",
+            message: format!("{what}: {e}"),
+        }
+    }
+
+    /// The stored bytes of `cell` (engine-decoded chains only).
+    pub(crate) fn fetch(&self, cell: &[u64]) -> Result<Stored> {
+        let (chunk, inner) = self.key_of(cell);
+        let key: StoreKey = self.array.chunk_key(&chunk);
+        let storage = self.array.storage();
+        let Some(inner) = inner else {
+            return match storage.get(&key) {
+                Ok(Some(b)) => Ok(Stored::Bytes(b)),
+                Ok(None) => Ok(Stored::Missing),
+                Err(e) => Err(self.storage_err(&self.describe(cell), e)),
+            };
+        };
+        let Some(index) = self.index(&chunk, &key)? else {
+            return Ok(Stored::Missing);
+        };
+        let Some(&(offset, nbytes)) = index.get(inner as usize) else {
+            return Err(Error::Malformed(format!(
+                "{}: the shard index has {} entries",
+                self.describe(cell),
+                index.len()
+            )));
+        };
+        if offset == u64::MAX && nbytes == u64::MAX {
+            return Ok(Stored::Missing);
+        }
+        if offset.checked_add(nbytes).is_none() {
+            return Err(Error::Malformed(format!(
+                "{}: shard index entry (offset {offset}, {nbytes} bytes) overflows",
+                self.describe(cell)
+            )));
+        }
+        match storage.get_partial(&key, ByteRange::FromStart(offset, Some(nbytes))) {
+            Ok(Some(b)) if b.len() as u64 == nbytes => Ok(Stored::Bytes(b)),
+            Ok(Some(b)) => Err(Error::Malformed(format!(
+                "{}: the shard holds {} of the {nbytes} bytes its index names at offset {offset}",
+                self.describe(cell),
+                b.len()
+            ))),
+            Ok(None) => Ok(Stored::Missing),
+            Err(e) => Err(self.storage_err(&self.describe(cell), e)),
+        }
+    }
+
+    /// The index of shard `chunk` (read once, then cached for this read).
+    fn index(&self, chunk: &[u64], key: &StoreKey) -> Result<Index> {
+        if let Some(i) = self
+            .indexes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(chunk)
+        {
+            return Ok(i.clone());
+        }
+        let Codecs::Sharded {
+            inner_shape, index, ..
+        } = &self.codecs
+        else {
+            return Ok(None);
+        };
+        let n: u64 = inner_shape
+            .iter()
+            .zip(&self.chunk_shape)
+            .map(|(&i, &c)| c / i)
+            .product();
+        let got = self.read_index(chunk, key, n, index)?;
+        self.indexes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(chunk.to_vec(), got.clone());
+        Ok(got)
+    }
+
+    fn read_index(
+        &self,
+        chunk: &[u64],
+        key: &StoreKey,
+        n: u64,
+        spec: &ShardIndex,
+    ) -> Result<Index> {
+        let what = || format!("index of shard {chunk:?} (key {key}) of {}", self.location);
+        let len = spec
+            .len(n)
+            .filter(|&l| l <= isize::MAX as u64)
+            .ok_or_else(|| Error::Malformed(format!("{}: {n} inner chunks", what())))?;
+        let range = if spec.at_end {
+            ByteRange::Suffix(len)
+        } else {
+            ByteRange::FromStart(0, Some(len))
+        };
+        let bytes = match self.array.storage().get_partial(key, range) {
+            Ok(Some(b)) => b,
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(self.storage_err(&what(), e)),
+        };
+        if bytes.len() as u64 != len {
+            return Err(Error::Malformed(format!(
+                "{}: {} bytes, expected {len} ({n} inner chunks)",
+                what(),
+                bytes.len()
+            )));
+        }
+        let body = if spec.crc32c {
+            codec::strip_crc32c(&bytes, &what)?
+        } else {
+            &bytes[..]
+        };
+        let mut entries = Vec::new();
+        entries
+            .try_reserve_exact(n as usize)
+            .map_err(|_| Error::invalid(format!("{}: cannot hold {n} index entries", what())))?;
+        for e in body.chunks_exact(16) {
+            let off = u64::from_le_bytes(e[..8].try_into().unwrap_or([0; 8]));
+            let len = u64::from_le_bytes(e[8..].try_into().unwrap_or([0; 8]));
+            entries.push((off, len));
+        }
+        Ok(Some(Arc::new(entries)))
+    }
+
+    /// Decodes unit `cell` into `dst` (exactly [`cell_bytes`](Self::cell_bytes) long,
+    /// laid out with [`cell_strides`](Self::cell_strides)). Returns whether it was
+    /// stored (a missing unit is the fill value).
+    pub(crate) fn decode(&self, cell: &[u64], dst: &mut [u8]) -> Result<bool> {
+        if dst.len() != self.cell_bytes {
+            return Err(Error::invalid(format!(
+                "decode of {}: {} bytes given for a {}-byte chunk",
+                self.describe(cell),
+                dst.len(),
+                self.cell_bytes
+            )));
+        }
+        let Some(chain) = self.chain() else {
+            return self.decode_with_zarrs(cell, dst);
+        };
+        match self.fetch(cell)? {
+            Stored::Missing => {
+                self.fill_into(dst);
+                Ok(false)
+            }
+            Stored::Bytes(b) => {
+                codec::decode_into(chain, &b, dst, &|| self.describe(cell))?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// Fills `dst` with the fill value.
+    pub(crate) fn fill_into(&self, dst: &mut [u8]) {
+        if self.fill.iter().all(|&b| b == 0) {
+            dst.fill(0);
+        } else {
+            for e in dst.chunks_exact_mut(self.elem) {
+                e.copy_from_slice(&self.fill);
+            }
+        }
+    }
+
+    /// A chain the engine does not decode itself: `zarrs` decodes the whole chunk, and
+    /// its size is checked.
+    fn decode_with_zarrs(&self, cell: &[u64], dst: &mut [u8]) -> Result<bool> {
+        let what = self.describe(cell);
+        let stored = match self.array.storage().size_key(&self.array.chunk_key(cell)) {
+            Ok(s) => s.is_some(),
+            Err(e) => return Err(self.storage_err(&what, e)),
+        };
+        let bytes = super::super::guard(&format!("decoding {what}"), || {
+            self.array
+                .retrieve_chunk::<ArrayBytes<'static>>(cell)
+                .map_err(|e| match e {
+                    ArrayError::StorageError(s) => self.storage_err(&what, s),
+                    e => Error::Malformed(format!("{what}: {e}")),
+                })
+        })?;
+        let raw = bytes
+            .into_fixed()
+            .map_err(|e| Error::Malformed(format!("{what}: {e}")))?;
+        if raw.len() != dst.len() {
+            return Err(Error::Malformed(format!(
+                "{what}: decodes to {} bytes, the chunk holds exactly {}",
+                raw.len(),
+                dst.len()
+            )));
+        }
+        dst.copy_from_slice(&raw);
+        Ok(stored)
+    }
+}
