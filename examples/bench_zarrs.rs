@@ -1,14 +1,23 @@
-//! Throughput of reading (and writing) a zarr array through `devbuf::zarr::zarrs`:
-//! host reads (decode only) against device reads (decode into page-locked staging +
-//! one copy per batch, overlapped), for uncompressed and zstd chunks.
+//! Throughput of reading (and writing) zarr arrays through `devbuf::zarr::zarrs`, in
+//! GB/s of decoded bytes, page cache warm, median of `--repeat` runs after a warm-up.
 //!
 //! ```text
-//! cargo run --release --features zarrs --example bench_zarrs [MiB]
+//! cargo run --release --features zarrs --example bench_zarrs -- [--mib N] [--only a,b] [--repeat N]
+//! cargo run --release --features zarrs --example bench_zarrs -- --store PATH [--store PATH ...]
+//! cargo run --release --features zarrs --example bench_zarrs -- --manifest DIR/manifest.json
 //! ```
 //!
-//! `MiB` (default 256 with a GPU, 64 without) is the array size: float32, 1024 x 1024
-//! chunks (4 MiB), written to a temporary directory first. Prints the median of 5 runs
-//! after a warm-up. Built without the `zarrs` feature it only says how to build it.
+//! Without `--store`/`--manifest` it writes its own sweep first (float32, `--mib` MiB
+//! each, default 512 with a GPU and 32 without): chunk sizes 256 KiB, 1 MiB, 4 MiB and
+//! 16 MiB x codecs none, zstd-1, zstd-3, gzip-1, blosc-lz4 with shuffle, plus a sharded
+//! store (16 MiB shards of 64 KiB inner chunks, zstd-1). The data is a smooth field plus
+//! noise, quantised (zstd-1 compresses it about 1.4x). `--manifest` reads the stores that
+//! `scripts/peers/zarr.py write` made, so the peers (tensorstore, zarr-python, nvCOMP)
+//! are timed on the same files.
+//!
+//! Per store: host read; device read; device write (device -> a new store of the same
+//! codecs, own sweep only). The limits printed first are measured in the same run:
+//! page-locked host -> device copy (PCIe) and one core's zstd-1 decode rate.
 
 #[cfg(not(feature = "zarrs"))]
 fn main() {
@@ -16,123 +25,332 @@ fn main() {
 }
 
 #[cfg(feature = "zarrs")]
-fn main() -> devbuf::Result<()> {
+fn main() {
+    if let Err(e) = bench::main() {
+        eprintln!("bench_zarrs: error: {e}");
+        std::process::exit(1);
+    }
+}
+
+#[cfg(feature = "zarrs")]
+mod bench {
+    use std::path::{Path, PathBuf};
     use std::time::Instant;
 
     use devbuf::cuda::{self, Context};
-    use devbuf::zarr::zarrs::{ArraySpec, Compressor, ZarrArray};
+    use devbuf::zarr::zarrs::{ArraySpec, Compressor, ReadReport, ZarrArray};
     use devbuf::zarr::{BufferPrototype, DataType, NDBuffer};
 
-    let gpu = cuda::is_available();
-    let mib: u64 = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(if gpu { 256 } else { 64 });
-    let rows = (mib * 1024 * 1024 / 4 / 4096).max(1024);
-    let shape = [rows, 4096u64];
-    let bytes = (rows * 4096 * 4) as f64;
-    println!(
-        "bench_zarrs: float32 {shape:?} ({:.0} MiB) in 1024 x 1024 chunks, {} threads{}",
-        bytes / 1048576.0,
-        std::thread::available_parallelism().map_or(1, |n| n.get()),
-        if gpu {
-            format!(", device 0: {}", Context::new(0)?.device_name())
-        } else {
-            ", no GPU: host only".to_string()
-        }
-    );
-    let values = ndarray::Array2::from_shape_fn((rows as usize, 4096), |(i, j)| {
-        ((i * 4096 + j) % 100_003) as f32 * 0.25 + (j % 7) as f32
-    });
-    let value = NDBuffer::from_ndarray(values);
-    let dir = std::env::temp_dir().join(format!("devbuf-bench-zarrs-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    struct Args {
+        mib: u64,
+        only: Option<Vec<String>>,
+        repeat: usize,
+        stores: Vec<PathBuf>,
+        manifest: Option<PathBuf>,
+    }
 
-    let median = |mut v: Vec<f64>| {
+    fn args(gpu: bool) -> devbuf::Result<Args> {
+        let mut a = Args {
+            mib: if gpu { 512 } else { 32 },
+            only: None,
+            repeat: 5,
+            stores: Vec::new(),
+            manifest: None,
+        };
+        let mut it = std::env::args().skip(1);
+        let bad = |m: String| devbuf::Error::invalid(format!("bench_zarrs: {m}"));
+        while let Some(k) = it.next() {
+            let mut val = || it.next().ok_or_else(|| bad(format!("{k} needs a value")));
+            match k.as_str() {
+                "--mib" => a.mib = val()?.parse().map_err(|_| bad("--mib: a number".into()))?,
+                "--repeat" => {
+                    a.repeat = val()?
+                        .parse()
+                        .map_err(|_| bad("--repeat: a number".into()))?
+                }
+                "--only" => a.only = Some(val()?.split(',').map(str::to_string).collect()),
+                "--store" => a.stores.push(PathBuf::from(val()?)),
+                "--manifest" => a.manifest = Some(PathBuf::from(val()?)),
+                other => return Err(bad(format!("unknown argument {other:?}"))),
+            }
+        }
+        a.repeat = a.repeat.max(1);
+        Ok(a)
+    }
+
+    fn median(mut v: Vec<f64>) -> f64 {
         v.sort_by(|a, b| a.total_cmp(b));
         v[v.len() / 2]
-    };
-    let time = |f: &mut dyn FnMut() -> devbuf::Result<()>| -> devbuf::Result<f64> {
-        f()?; // warm-up
-        let mut t = Vec::new();
-        for _ in 0..5 {
+    }
+
+    /// Median seconds of `repeat` runs of `f` after one warm-up.
+    fn time(repeat: usize, f: &mut dyn FnMut() -> devbuf::Result<()>) -> devbuf::Result<f64> {
+        f()?;
+        let mut t = Vec::with_capacity(repeat);
+        for _ in 0..repeat {
             let s = Instant::now();
             f()?;
             t.push(s.elapsed().as_secs_f64());
         }
         Ok(median(t))
-    };
-    let report = |what: &str, secs: f64| {
-        println!(
-            "  {what:<42} {:>8.1} ms {:>8.2} GB/s",
-            secs * 1e3,
-            bytes / secs / 1e9
-        );
-    };
-
-    for (name, compressor) in [
-        ("none", Compressor::None),
-        ("zstd-1", Compressor::Zstd { level: 1 }),
-    ] {
-        let path = dir.join(name);
-        let spec =
-            ArraySpec::new(&shape, &[1024, 1024], DataType::FLOAT32).with_compressor(compressor);
-        let a = ZarrArray::create(&path, &spec)?;
-        let s = Instant::now();
-        a.write_subset(&[0, 0], &value)?;
-        let stored: u64 = std::fs::read_dir(path.join("c"))
-            .map(|d| d.count() as u64)
-            .unwrap_or(0);
-        println!(
-            "{name}: wrote from the host in {:.1} ms ({} chunk rows)",
-            s.elapsed().as_secs_f64() * 1e3,
-            stored
-        );
-        let grid = a.metadata().grid_shape.clone();
-        let chunks: Vec<[u64; 2]> = (0..grid[0])
-            .flat_map(|i| (0..grid[1]).map(move |j| [i, j]))
-            .collect();
-        let host = BufferPrototype::Host;
-        report(
-            "read_all -> host",
-            time(&mut || a.read_all(&host).map(drop))?,
-        );
-        report(
-            "read_chunks -> host",
-            time(&mut || a.read_chunks(&chunks, &host).map(drop))?,
-        );
-        if gpu {
-            let dev = BufferPrototype::Device(0);
-            let ctx = Context::new(0)?;
-            report(
-                "read_all -> device (8 MiB batches)",
-                time(&mut || {
-                    a.read_all(&dev)?;
-                    ctx.synchronize()
-                })?,
-            );
-            report(
-                "read_chunks -> device",
-                time(&mut || {
-                    a.read_chunks(&chunks, &dev)?;
-                    ctx.synchronize()
-                })?,
-            );
-            let on_dev = a.read_all(&dev)?;
-            report(
-                "write_subset <- device",
-                time(&mut || a.write_subset(&[0, 0], &on_dev))?,
-            );
-            let a = a.with_batch_bytes(32 << 20);
-            report(
-                "read_all -> device (32 MiB batches)",
-                time(&mut || {
-                    a.read_all(&dev)?;
-                    ctx.synchronize()
-                })?,
-            );
-        }
     }
-    let _ = std::fs::remove_dir_all(&dir);
-    Ok(())
+
+    /// A smooth field plus noise, quantised: compresses like measured data (zstd-1
+    /// about 1.4x), never all zeros.
+    pub(crate) fn field(rows: usize, cols: usize) -> NDBuffer {
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let values = ndarray::Array2::from_shape_fn((rows, cols), |(i, j)| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let noise = (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+            let smooth = ((i as f32) * 0.003).sin() * 40.0 + ((j as f32) * 0.002).cos() * 25.0;
+            ((smooth + noise * 8.0) * 4096.0).round() / 4096.0
+        });
+        NDBuffer::from_ndarray(values)
+    }
+
+    /// A store of the own sweep: name, chunk shape, compressor, inner chunk shape.
+    type Case = (String, [u64; 2], Compressor, Option<[u64; 2]>);
+
+    fn sweep() -> Vec<Case> {
+        let mut v = Vec::new();
+        let sizes: [(&str, [u64; 2]); 4] = [
+            ("256k", [256, 256]),
+            ("1m", [512, 512]),
+            ("4m", [1024, 1024]),
+            ("16m", [2048, 2048]),
+        ];
+        let codecs = [
+            ("none", Compressor::None),
+            ("zstd1", Compressor::Zstd { level: 1 }),
+            ("zstd3", Compressor::Zstd { level: 3 }),
+            ("gzip1", Compressor::Gzip { level: 1 }),
+            ("blosclz4", Compressor::Blosc { level: 5 }),
+        ];
+        for (c, comp) in codecs {
+            for (s, shape) in sizes {
+                v.push((format!("{c}-{s}"), shape, comp, None));
+            }
+        }
+        v.push((
+            "sharded-zstd1-64k".to_string(),
+            [2048, 2048],
+            Compressor::Zstd { level: 1 },
+            Some([128, 128]),
+        ));
+        v
+    }
+
+    /// GB/s of `bytes` in `secs`.
+    fn gbs(bytes: f64, secs: f64) -> f64 {
+        bytes / secs / 1e9
+    }
+
+    struct Row {
+        name: String,
+        ratio: f64,
+        host: f64,
+        device: f64,
+        write: Option<f64>,
+        report: ReadReport,
+    }
+
+    fn stored_bytes(dir: &Path) -> u64 {
+        let mut n = 0;
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    n += stored_bytes(&p);
+                } else if let Ok(m) = e.metadata() {
+                    n += m.len();
+                }
+            }
+        }
+        n
+    }
+
+    fn measure(
+        name: &str,
+        a: &ZarrArray,
+        path: &Path,
+        repeat: usize,
+        ctx: Option<&Context>,
+        write_spec: Option<(&ArraySpec, &Path)>,
+    ) -> devbuf::Result<Row> {
+        let bytes = a.metadata().nbytes() as f64;
+        let host = BufferPrototype::Host;
+        let host_s = time(repeat, &mut || a.read_all(&host).map(drop))?;
+        let (mut device_s, mut write_s) = (f64::NAN, None);
+        let report;
+        if let Some(ctx) = ctx {
+            let dev = BufferPrototype::Device(ctx.ordinal());
+            device_s = time(repeat, &mut || {
+                a.read_all(&dev)?;
+                ctx.synchronize()
+            })?;
+            let (on_dev, r) = a.read_all_with_report(&dev)?;
+            report = r;
+            if let Some((spec, dir)) = write_spec {
+                let _ = std::fs::remove_dir_all(dir);
+                let w = ZarrArray::create(dir, spec)?;
+                write_s = Some(time(repeat.min(3), &mut || {
+                    w.write_subset(&vec![0; spec.shape().len()], &on_dev)
+                })?);
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        } else {
+            report = a.read_all_with_report(&host)?.1;
+        }
+        let ratio = bytes / stored_bytes(path).max(1) as f64;
+        Ok(Row {
+            name: name.to_string(),
+            ratio,
+            host: gbs(bytes, host_s),
+            device: gbs(bytes, device_s),
+            write: write_s.map(|s| gbs(bytes, s)),
+            report,
+        })
+    }
+
+    fn print_row(r: &Row) {
+        let w = r.write.map_or("-".to_string(), |w| format!("{w:.2}"));
+        println!(
+            "| {:<18} | {:>5.2} | {:>8.2} | {:>10.2} | {:>9.2} | {:>8} | {} |",
+            r.name,
+            r.ratio,
+            r.host,
+            r.device,
+            r.device / r.host,
+            w,
+            r.report
+        );
+    }
+
+    /// The page-locked host -> device rate (PCIe) in this run.
+    fn pcie(ctx: &Context) -> devbuf::Result<f64> {
+        let n = 256 << 20;
+        let h = ctx.allocate_host(n)?;
+        let d = ctx.allocate(n)?;
+        let s = time(5, &mut || d.copy_from_host(0, &h))?;
+        Ok(gbs(n as f64, s))
+    }
+
+    /// One core's zstd-1 decode rate of this data (decoded GB/s).
+    fn zstd_core_rate() -> devbuf::Result<f64> {
+        let f = field(1024, 1024);
+        let raw = f.to_buffer()?.to_bytes()?;
+        let z = zstd::bulk::compress(&raw, 1).map_err(|e| devbuf::Error::invalid(e.to_string()))?;
+        let mut out = vec![0u8; raw.len()];
+        let mut d =
+            zstd::bulk::Decompressor::new().map_err(|e| devbuf::Error::invalid(e.to_string()))?;
+        let s = time(5, &mut || {
+            d.decompress_to_buffer(&z[..], &mut out[..])
+                .map(drop)
+                .map_err(|e| devbuf::Error::invalid(e.to_string()))
+        })?;
+        Ok(gbs(raw.len() as f64, s))
+    }
+
+    pub(crate) fn main() -> devbuf::Result<()> {
+        let gpu = cuda::is_available();
+        let a = args(gpu)?;
+        let ctx = if gpu { Some(Context::new(0)?) } else { None };
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        println!(
+            "bench_zarrs: {cores} cores, {}",
+            match &ctx {
+                Some(c) => format!("device 0: {}", c.device_name()),
+                None => "no GPU: host reads only".to_string(),
+            }
+        );
+        let core = zstd_core_rate()?;
+        print!(
+            "limits in this run: zstd-1 decode {core:.2} GB/s per core (x{cores} = {:.1})",
+            core * cores as f64
+        );
+        match &ctx {
+            Some(c) => println!(", page-locked host->device {:.1} GB/s", pcie(c)?),
+            None => println!(),
+        }
+        println!(
+            "\n| store | ratio | host GB/s | device GB/s | dev/host | write GB/s | read engine |"
+        );
+        println!("|---|---|---|---|---|---|---|");
+        let wanted = |n: &str| a.only.as_ref().is_none_or(|o| o.iter().any(|x| x == n));
+        if let Some(m) = &a.manifest {
+            let text = std::fs::read_to_string(m).map_err(|e| devbuf::Error::Io {
+                op: "reading the manifest",
+                message: format!("{}: {e}", m.display()),
+            })?;
+            let v: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| devbuf::Error::Malformed(format!("{}: {e}", m.display())))?;
+            let base = m.parent().unwrap_or(Path::new("."));
+            let stores = v
+                .get("stores")
+                .and_then(|s| s.as_array())
+                .cloned()
+                .unwrap_or_default();
+            for s in stores {
+                let name = s.get("name").and_then(|n| n.as_str()).unwrap_or("?");
+                let rel = s.get("path").and_then(|n| n.as_str()).unwrap_or(name);
+                if !wanted(name) {
+                    continue;
+                }
+                let path = base.join(rel);
+                match ZarrArray::open(&path)
+                    .and_then(|arr| measure(name, &arr, &path, a.repeat, ctx.as_ref(), None))
+                {
+                    Ok(r) => print_row(&r),
+                    Err(e) => println!("| {name} | error: {e} |"),
+                }
+            }
+            return Ok(());
+        }
+        if !a.stores.is_empty() {
+            for path in &a.stores {
+                let arr = ZarrArray::open(path)?;
+                print_row(&measure(
+                    &path.display().to_string(),
+                    &arr,
+                    path,
+                    a.repeat,
+                    ctx.as_ref(),
+                    None,
+                )?);
+            }
+            return Ok(());
+        }
+        let cols = 4096u64;
+        let rows = (a.mib * (1 << 20) / 4 / cols).max(2048);
+        let value = field(rows as usize, cols as usize);
+        let dir = std::env::temp_dir().join(format!("devbuf-bench-zarrs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for (name, chunk, comp, inner) in sweep() {
+            if !wanted(&name) {
+                continue;
+            }
+            let mut spec =
+                ArraySpec::new(&[rows, cols], &chunk, DataType::FLOAT32).with_compressor(comp);
+            if let Some(i) = inner {
+                spec = spec.with_subchunks(&i);
+            }
+            let path = dir.join(&name);
+            let arr = ZarrArray::create(&path, &spec)?;
+            arr.write_subset(&[0, 0], &value)?;
+            let out = dir.join(format!("{name}-written"));
+            print_row(&measure(
+                &name,
+                &arr,
+                &path,
+                a.repeat,
+                ctx.as_ref(),
+                Some((&spec, &out)),
+            )?);
+            let _ = std::fs::remove_dir_all(&path);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(())
+    }
 }

@@ -50,14 +50,25 @@ fn unhex(s: &str) -> Res<Vec<u8>> {
         .collect::<Result<_, _>>()?)
 }
 
+/// The sharded fixture: under `DEVBUF_ZARR_FIXTURES` (the GPU bundle sets it), next
+/// to the sources, or under the working directory.
 fn fixture() -> PathBuf {
-    let rel = Path::new("tests/fixtures/zarr/v3_float32_sharded.zarr");
-    let in_repo = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
-    if in_repo.exists() {
-        in_repo
-    } else {
-        rel.to_path_buf()
-    }
+    let name = "v3_float32_sharded.zarr";
+    let rel = Path::new("tests/fixtures/zarr").join(name);
+    let candidates = [
+        std::env::var_os("DEVBUF_ZARR_FIXTURES").map(|d| PathBuf::from(d).join(name)),
+        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join(&rel)),
+        std::env::current_exe().ok().and_then(|e| {
+            e.parent()?
+                .parent()
+                .map(|b| b.join("fixtures/zarr").join(name))
+        }),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .find(|p| p.is_dir())
+        .unwrap_or(rel)
 }
 
 fn mb(n: usize) -> f64 {
@@ -119,7 +130,7 @@ fn run_one(
 
     // 1. Load every chunk into the prototype's memory.
     let t = Instant::now();
-    let chunks = array.read_chunks(&coords, prototype)?;
+    let (chunks, read_report) = array.read_chunks_with_report(&coords, prototype)?;
     if let Some(c) = ctx {
         c.synchronize()?;
     }
@@ -137,6 +148,7 @@ fn run_one(
         load_s * 1e3,
         bytes as f64 / load_s / 1e9
     );
+    println!("  read engine: {read_report}");
 
     // 2. One Arrow record batch: coordinates + a fixed_shape_tensor column.
     let t = Instant::now();

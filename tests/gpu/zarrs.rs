@@ -8,7 +8,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use devbuf::zarr::zarrs::{ArraySpec, Compressor, ZarrArray};
+use devbuf::cuda::Context;
+use devbuf::zarr::zarrs::{ArraySpec, Compressor, ReadOptions, ZarrArray};
 use devbuf::zarr::{
     AxisSel, BufferPrototype, DataType, DeviceMemoryStore, ElementType, Endianness, NDBuffer,
     Order, Slice,
@@ -178,10 +179,12 @@ gpu_test! {
                 )
                 .unwrap();
                 a.write_chunk(&[1, 1, 0], &fill).unwrap();
-                // Small batches: many staging rounds, slabs smaller than a chunk row.
-                let a = ZarrArray::open(&path).unwrap().with_batch_bytes(4096);
+                // Small staging slots (one chunk each, many rounds per worker) and
+                // larger ones (many chunks per slot), on several workers.
+                let mut a = ZarrArray::open(&path).unwrap();
+                a.set_read_options(ReadOptions { threads: Some(3), slot_bytes: 4096, ..ReadOptions::default() }).unwrap();
                 check_reads(&a, &mut rng, &what);
-                let a = a.with_batch_bytes(64 << 10);
+                a.set_read_options(ReadOptions { threads: Some(5), slot_bytes: 64 << 10, ..ReadOptions::default() }).unwrap();
                 check_reads(&a, &mut rng, &what);
             }
         }
@@ -211,31 +214,30 @@ gpu_test! {
         }
     }
 
-    fn zarrs_staging_buffers_are_reused() {
+    fn zarrs_reads_stage_through_the_transfer_pool_within_its_bound() {
         let dir = TempDir::new("reuse");
-        let mut rng = rng("zarrs_staging_buffers_are_reused");
+        let mut rng = rng("zarrs_reads_stage_through_the_transfer_pool_within_its_bound");
         let shape = [256u64, 256];
         let a = ZarrArray::create(
             dir.0.join("a"),
             &ArraySpec::new(&shape, &[64, 64], DataType::FLOAT32).with_compressor(Compressor::Zstd { level: 1 }),
         )
-        .unwrap()
-        .with_batch_bytes(64 << 10);
+        .unwrap();
         a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, ElementType::Float32, 65536), &shape, ElementType::Float32))
             .unwrap();
-        assert_eq!(a.staging_allocations(), 0);
-        let first = a.read_all(&DEV).unwrap(); // 256 KiB in 4 batches: two buffers
-        assert_eq!(a.staging_allocations(), 2);
-        assert!(a.staging_bytes() >= 2 * (64 << 10));
+        let ctx = Context::new(0).unwrap();
+        let first = a.read_all(&DEV).unwrap();
         for _ in 0..5 {
             let again = a.read_all(&DEV).unwrap();
             assert!(bytes_of(&again) == bytes_of(&first));
             let chunks = a.read_chunks(&grid_indices(&[4, 4]), &DEV).unwrap();
             assert_eq!(chunks.len(), 16);
         }
-        assert_eq!(a.staging_allocations(), 2, "no page-locked allocation per call");
-        a.release_staging();
-        assert_eq!(a.staging_bytes(), 0);
+        // Reads no longer keep staging of their own: the context's pool holds it.
+        assert_eq!(a.staging_allocations(), 0);
+        let s = ctx.transfer_stats();
+        assert!(s.pinned_high_water_bytes <= s.pinned_limit_bytes, "{s:?}");
+        assert!(s.staging_reuses > 0, "kits are reused across reads: {s:?}");
     }
 
     fn zarrs_writes_from_device_round_trip() {
@@ -324,6 +326,59 @@ gpu_test! {
             let s = t.elapsed().as_secs_f64();
             println!("zarrs read_chunks 64 x 1 MiB zstd to {proto}: {:.1} ms, {:.0} MB/s", s * 1e3, mb / s);
             drop((r, chunks));
+        }
+    }
+}
+
+gpu_test_exclusive! {
+    /// A corrupt chunk, a chunk of the wrong size and a zstd bomb: every device read
+    /// path reports the chunk's key, returns nothing, and device memory and the
+    /// page-locked pool are back where they were.
+    fn zarrs_bad_chunks_fail_device_reads_and_free_everything() {
+        let dir = TempDir::new("bad");
+        let mut rng = rng("zarrs_bad_chunks_fail_device_reads_and_free_everything");
+        let shape = [128u64, 96];
+        let ctx = Context::new(0).unwrap();
+        for comp in [Compressor::None, Compressor::Zstd { level: 1 }, Compressor::Gzip { level: 1 }, Compressor::Blosc { level: 5 }] {
+            let path = dir.0.join(format!("{comp:?}").replace([' ', '{', '}', ':'], ""));
+            let a = ZarrArray::create(&path, &ArraySpec::new(&shape, &[32, 32], DataType::INT32).with_compressor(comp)).unwrap();
+            a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, ElementType::Int32, 128 * 96), &shape, ElementType::Int32)).unwrap();
+            let good = a.read_all(&DEV).unwrap();
+            drop(good);
+            ctx.synchronize().unwrap();
+            let before = ctx.bytes_allocated();
+            let pinned = ctx.transfer_stats().pinned_in_use_bytes;
+            let chunk = path.join("c").join("2").join("1");
+            let original = std::fs::read(&chunk).unwrap();
+            let mut bad_inputs = vec![original[..original.len() / 2].to_vec()];
+            let mut flipped = original.clone();
+            let mid = flipped.len() / 2;
+            flipped[mid] ^= 0x5a;
+            flipped[4] ^= 0x11;
+            bad_inputs.push(flipped);
+            bad_inputs.push(zstd::bulk::compress(&vec![0u8; 64 << 20], 3).unwrap());
+            for bad in bad_inputs {
+                std::fs::write(&chunk, &bad).unwrap();
+                let reads: Vec<Box<dyn Fn() -> devbuf::Result<()>>> = vec![
+                    Box::new(|| a.read_all(&DEV).map(drop)),
+                    Box::new(|| a.read_subset(&[40..100, 10..90], &DEV).map(drop)),
+                    Box::new(|| a.read_chunk(&[2, 1], &DEV).map(drop)),
+                    Box::new(|| a.read_chunks(&[[0u64, 0], [2, 1]], &DEV).map(drop)),
+                    Box::new(|| a.read(&[AxisSel::Index(70)], &DEV).map(drop)),
+                ];
+                for (k, read) in reads.iter().enumerate() {
+                    match read() {
+                        // Some corruptions of uncompressed or blosc chunks still decode
+                        // to the right size: then the values differ, but never the size.
+                        Ok(()) => assert!(matches!(comp, Compressor::None | Compressor::Blosc { .. }) && bad.len() == original.len(), "{comp:?} read {k} accepted a bad chunk"),
+                        Err(e) => assert!(e.to_string().contains("c/2/1"), "{comp:?} read {k}: {e}"),
+                    }
+                    ctx.synchronize().unwrap();
+                    assert_eq!(ctx.bytes_allocated(), before, "{comp:?} read {k}: device memory back to baseline");
+                    assert_eq!(ctx.transfer_stats().pinned_in_use_bytes, pinned, "{comp:?} read {k}: staging back");
+                }
+            }
+            std::fs::write(&chunk, &original).unwrap();
         }
     }
 }

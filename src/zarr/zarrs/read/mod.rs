@@ -47,7 +47,6 @@ pub enum Decoder {
 /// assert_eq!(o.decoder, Decoder::Auto);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct ReadOptions {
     /// Which decoder runs the chunks.
     pub decoder: Decoder,
