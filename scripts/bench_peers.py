@@ -3,7 +3,9 @@
 `scripts/peers/<section>.py` with the same Python and arguments.
 
 Sections are the files in scripts/peers/ (e.g. `ndbuffer`: cupy doing what
-examples/bench_kernels.rs does, for comparison on the same GPU).
+examples/bench_kernels.rs does, for comparison on the same GPU; `zarr`: tensorstore,
+zarr-python and nvCOMP reading the zarr stores of the read benchmark, with its own
+subcommands `list`, `write` and `read`).
 """
 import os
 import subprocess
