@@ -81,6 +81,8 @@ pub struct ZarrArray {
     staging: Staging,
     batch_bytes: usize,
     read_options: ReadOptions,
+    /// The directory of a filesystem store (chunk files are read directly).
+    root: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for ZarrArray {
@@ -302,7 +304,9 @@ impl ZarrArray {
             Arc::new(FilesystemStore::new(path).map_err(|e| {
                 Error::invalid(format!("cannot open {location} as a zarr store: {e}"))
             })?);
-        Self::open_storage(storage, "/", location)
+        let mut a = Self::open_storage(storage, "/", location)?;
+        a.root = Some(path.to_path_buf());
+        Ok(a)
     }
 
     /// Opens the zarr array at `path` (`""` for the root, else `"group/array"`) of a
@@ -350,6 +354,7 @@ impl ZarrArray {
             staging: Staging::default(),
             batch_bytes: DEFAULT_BATCH_BYTES,
             read_options: ReadOptions::default(),
+            root: None,
         })
     }
 
@@ -385,7 +390,9 @@ impl ZarrArray {
             Arc::new(FilesystemStore::new(path).map_err(|e| {
                 Error::invalid(format!("cannot open {location} as a zarr store: {e}"))
             })?);
-        Self::create_storage(storage, "/", location, spec)
+        let mut a = Self::create_storage(storage, "/", location, spec)?;
+        a.root = Some(path.to_path_buf());
+        Ok(a)
     }
 
     /// Creates a zarr v3 array described by `spec` at `path` of a devbuf [`Store`]
@@ -714,6 +721,7 @@ impl ZarrArray {
             self.elem(),
             self.meta.stored_dtype.element().swap_width(),
             fill,
+            self.root.clone(),
         )?;
         read::read(&src, requests, total, ctx.as_ref(), &self.read_options)
     }

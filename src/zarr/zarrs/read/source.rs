@@ -2,7 +2,12 @@
 //! or inner chunks of shards), the layout of a decoded unit, and how one unit's stored
 //! bytes are fetched and decoded (bounded) into the caller's memory.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use zarrs::array::{Array, ArrayBytes, ArrayError};
@@ -45,6 +50,15 @@ pub(crate) struct Source<'a> {
     /// Byte strides of a decoded cell (C, or F for a reversing transpose).
     pub cell_strides: Vec<isize>,
     indexes: Mutex<HashMap<Vec<u64>, Index>>,
+    /// The store's directory when it is a filesystem store: chunk files are then read
+    /// with one `read` into a reused per-thread buffer (or straight into the caller's
+    /// memory for uncompressed chunks) instead of a fresh allocation per chunk.
+    root: Option<PathBuf>,
+}
+
+thread_local! {
+    /// Each worker's buffer for stored bytes, reused across chunks and reads.
+    static STORED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 impl<'a> Source<'a> {
@@ -57,6 +71,7 @@ impl<'a> Source<'a> {
         elem: usize,
         swap_width: usize,
         fill: Vec<u8>,
+        root: Option<PathBuf>,
     ) -> Result<Source<'a>> {
         let codecs = Codecs::of(array, swap_width);
         let (cell_shape, order) = match &codecs {
@@ -105,6 +120,7 @@ impl<'a> Source<'a> {
             cell_bytes,
             cell_strides,
             indexes: Mutex::new(HashMap::new()),
+            root,
         })
     }
 
@@ -287,6 +303,9 @@ impl<'a> Source<'a> {
         let Some(chain) = self.chain() else {
             return self.decode_with_zarrs(cell, dst);
         };
+        if self.root.is_some() {
+            return self.decode_from_file(chain, cell, dst);
+        }
         match self.fetch(cell)? {
             Stored::Missing => {
                 self.fill_into(dst);
@@ -297,6 +316,117 @@ impl<'a> Source<'a> {
                 Ok(true)
             }
         }
+    }
+
+    /// The byte range of `cell` in its file (`None`: the whole file), or `Err(None)`
+    /// when the unit is not stored.
+    fn file_range(&self, cell: &[u64]) -> Result<(PathBuf, Option<(u64, u64)>)> {
+        let (chunk, inner) = self.key_of(cell);
+        let key: StoreKey = self.array.chunk_key(&chunk);
+        let root = self
+            .root
+            .as_ref()
+            .ok_or_else(|| Error::invalid("no store directory"))?;
+        let path = root.join(key.as_str());
+        let Some(inner) = inner else {
+            return Ok((path, None));
+        };
+        let Some(index) = self.index(&chunk, &key)? else {
+            return Ok((path, Some((u64::MAX, u64::MAX))));
+        };
+        let &(offset, nbytes) = index.get(inner as usize).ok_or_else(|| {
+            Error::Malformed(format!(
+                "{}: the shard index has {} entries",
+                self.describe(cell),
+                index.len()
+            ))
+        })?;
+        Ok((path, Some((offset, nbytes))))
+    }
+
+    /// Reads `cell`'s stored bytes from its file and decodes them into `dst`: an
+    /// uncompressed unit straight into `dst`, others through the thread's buffer.
+    fn decode_from_file(&self, chain: &codec::Chain, cell: &[u64], dst: &mut [u8]) -> Result<bool> {
+        let (path, range) = self.file_range(cell)?;
+        if range == Some((u64::MAX, u64::MAX)) {
+            self.fill_into(dst);
+            return Ok(false);
+        }
+        let what = || self.describe(cell);
+        let io =
+            |e: std::io::Error| self.storage_err(&format!("{} ({})", what(), path.display()), e);
+        // Non-blocking open: a FIFO in place of a chunk file must not hang the read.
+        let file = match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(&path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.fill_into(dst);
+                return Ok(false);
+            }
+            Err(e) => return Err(io(e)),
+        };
+        let meta = file.metadata().map_err(io)?;
+        if !meta.is_file() {
+            return Err(Error::invalid(format!(
+                "{}: {} is not a regular file",
+                what(),
+                path.display()
+            )));
+        }
+        let (offset, len) = match range {
+            None => (0, meta.len()),
+            Some((o, n)) => {
+                if o.checked_add(n).is_none_or(|end| end > meta.len()) {
+                    return Err(Error::Malformed(format!(
+                        "{}: the shard index names bytes {o}..{} of a {}-byte shard file",
+                        what(),
+                        o.saturating_add(n),
+                        meta.len()
+                    )));
+                }
+                (o, n)
+            }
+        };
+        let plain = chain.compression == codec::Compression::None && !chain.crc32c;
+        if plain {
+            if len != dst.len() as u64 {
+                return Err(Error::Malformed(format!(
+                    "{}: uncompressed chunk of {len} bytes, the chunk holds exactly {} bytes",
+                    what(),
+                    dst.len()
+                )));
+            }
+            read_exact_at(&file, dst, offset).map_err(io)?;
+            if let Some(w) = chain.swap {
+                crate::zarr::host_ops::swap_in_place(dst, w);
+            }
+            return Ok(true);
+        }
+        // Stored bytes of a compressed chunk are bounded by what can be held, not by
+        // the decoded size (incompressible data grows a little).
+        let n = usize::try_from(len)
+            .ok()
+            .filter(|&n| n <= isize::MAX as usize)
+            .ok_or_else(|| Error::invalid(format!("{}: a {len}-byte chunk file", what())))?;
+        STORED.with(|cell_buf| {
+            let mut buf = cell_buf.borrow_mut();
+            if buf.len() < n {
+                let more = n - buf.len();
+                buf.try_reserve(more).map_err(|_| {
+                    Error::invalid(format!(
+                        "{}: cannot allocate {n} bytes to read the chunk file",
+                        what()
+                    ))
+                })?;
+                buf.resize(n, 0);
+            }
+            read_exact_at(&file, &mut buf[..n], offset).map_err(io)?;
+            codec::decode_into(chain, &buf[..n], dst, &what)
+        })?;
+        Ok(true)
     }
 
     /// Fills `dst` with the fill value.
@@ -339,4 +469,14 @@ impl<'a> Source<'a> {
         dst.copy_from_slice(&raw);
         Ok(stored)
     }
+}
+
+/// Reads exactly `buf.len()` bytes at `offset` (a file that is shorter is an error).
+fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    if offset == 0 {
+        // Plain reads: the common case, and what works for every regular file.
+        let mut f = file;
+        return f.read_exact(buf);
+    }
+    file.read_exact_at(buf, offset)
 }

@@ -1,0 +1,225 @@
+//! The read engine on the host: chunk files that are not regular files are errors that
+//! name the path (a FIFO never blocks the read), wrong-size and bomb chunks are refused
+//! on every read path with the chunk's key, a chain the engine does not decode itself
+//! goes through zarrs (and says so), and reports count what ran.
+#![cfg(feature = "zarrs")]
+
+use std::sync::Arc;
+
+use devbuf::zarr::zarrs::{ArraySpec, Compressor, ReadOptions, ZarrArray};
+use devbuf::zarr::{AxisSel, BufferPrototype, DataType, MemoryStore, NDBuffer};
+
+#[path = "common/zarrs.rs"]
+mod zarrs_common;
+use zarrs_common::TempDir;
+
+const HOST: BufferPrototype = BufferPrototype::Host;
+
+fn values(n: usize) -> Vec<i32> {
+    let mut s = 0x1234_5678u32;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            s as i32
+        })
+        .collect()
+}
+
+fn make(dir: &TempDir, name: &str, comp: Compressor) -> ZarrArray {
+    let a = ZarrArray::create(
+        dir.join(name),
+        &ArraySpec::new(&[64, 48], &[16, 16], DataType::INT32).with_compressor(comp),
+    )
+    .unwrap();
+    let v = ndarray::Array2::from_shape_vec((64, 48), values(64 * 48)).unwrap();
+    a.write_subset(&[0, 0], &NDBuffer::from_ndarray(v)).unwrap();
+    a
+}
+
+/// Every read path, each expected to fail naming `key`.
+fn all_reads_fail(a: &ZarrArray, key: &str, want: &str) {
+    let reads: Vec<(&str, Box<dyn Fn() -> devbuf::Result<()>>)> = vec![
+        ("read_all", Box::new(|| a.read_all(&HOST).map(drop))),
+        (
+            "read_subset",
+            Box::new(|| a.read_subset(&[10..40, 5..40], &HOST).map(drop)),
+        ),
+        (
+            "read_chunk",
+            Box::new(|| a.read_chunk(&[2, 1], &HOST).map(drop)),
+        ),
+        (
+            "read_chunks",
+            Box::new(|| a.read_chunks(&[[0u64, 0], [2, 1]], &HOST).map(drop)),
+        ),
+        (
+            "read",
+            Box::new(|| a.read(&[AxisSel::Index(35)], &HOST).map(drop)),
+        ),
+    ];
+    for (name, r) in reads {
+        let e = r().expect_err(name).to_string();
+        assert!(e.contains(key), "{name}: {e}");
+        assert!(e.contains(want), "{name}: {e}");
+    }
+}
+
+#[test]
+fn odd_chunk_files_are_errors_not_hangs() {
+    let dir = TempDir::new("odd-files");
+    let a = make(&dir, "a", Compressor::Zstd { level: 1 });
+    let chunk = dir.join("a").join("c").join("2").join("1");
+    std::fs::remove_file(&chunk).unwrap();
+    // A FIFO: opening it without a writer would block a plain open forever.
+    let c = std::ffi::CString::new(chunk.to_str().unwrap()).unwrap();
+    // Safety: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    all_reads_fail(&a, "c/2/1", "not a regular file");
+    std::fs::remove_file(&chunk).unwrap();
+    // A directory, and a symbolic link to /dev/zero.
+    std::fs::create_dir(&chunk).unwrap();
+    all_reads_fail(&a, "c/2/1", "not a regular file");
+    std::fs::remove_dir(&chunk).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &chunk).unwrap();
+    all_reads_fail(&a, "c/2/1", "not a regular file");
+}
+
+#[test]
+fn wrong_size_and_bomb_chunks_are_refused_on_every_path() {
+    let dir = TempDir::new("bombs");
+    for (name, comp) in [
+        ("none", Compressor::None),
+        ("zstd", Compressor::Zstd { level: 1 }),
+        ("gzip", Compressor::Gzip { level: 1 }),
+        ("blosc", Compressor::Blosc { level: 5 }),
+    ] {
+        let a = make(&dir, name, comp);
+        let chunk = dir.join(name).join("c").join("2").join("1");
+        let original = std::fs::read(&chunk).unwrap();
+        // Truncated.
+        std::fs::write(&chunk, &original[..original.len() / 2]).unwrap();
+        all_reads_fail(&a, "c/2/1", "");
+        // A zstd frame of 1 GiB of zeros in a 1 KiB chunk: refused before decoding
+        // (the process would otherwise allocate and fill 1 GiB).
+        let bomb = {
+            let mut enc = zstd::stream::Encoder::new(Vec::new(), 3).unwrap();
+            enc.set_pledged_src_size(Some(1 << 30)).unwrap();
+            let zeros = vec![0u8; 1 << 20];
+            for _ in 0..1024 {
+                std::io::Write::write_all(&mut enc, &zeros).unwrap();
+            }
+            enc.finish().unwrap()
+        };
+        std::fs::write(&chunk, &bomb).unwrap();
+        all_reads_fail(&a, "c/2/1", "");
+        // A gzip bomb.
+        let gz = {
+            let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(9));
+            let zeros = vec![0u8; 1 << 20];
+            for _ in 0..256 {
+                std::io::Write::write_all(&mut enc, &zeros).unwrap();
+            }
+            enc.finish().unwrap()
+        };
+        std::fs::write(&chunk, &gz).unwrap();
+        all_reads_fail(&a, "c/2/1", "");
+        std::fs::write(&chunk, &original).unwrap();
+        assert!(a.read_all(&HOST).is_ok(), "{name}: restored");
+    }
+}
+
+#[test]
+fn reports_say_what_ran_and_stores_without_a_directory_work() {
+    let dir = TempDir::new("report");
+    let a = make(&dir, "a", Compressor::Zstd { level: 1 });
+    std::fs::remove_file(dir.join("a").join("c").join("0").join("0")).unwrap();
+    let (v, r) = a.read_all_with_report(&HOST).unwrap();
+    assert_eq!(v.shape(), &[64, 48]);
+    assert_eq!((r.decoder, r.codecs.as_str()), ("cpu", "zstd"));
+    assert_eq!((r.cpu_chunks, r.missing_chunks), (12, 1));
+    assert_eq!(r.decoded_bytes, 12 * 16 * 16 * 4);
+    let (_, r) = a.read_subset_with_report(&[0..16, 0..16], &HOST).unwrap();
+    assert_eq!(r.cpu_chunks, 1);
+    assert!(r.to_string().contains("decoder cpu"));
+
+    // The same array in a memory store (no files: the store's get).
+    let store = Arc::new(MemoryStore::new());
+    let m = ZarrArray::create_in_store(
+        store,
+        "x",
+        &ArraySpec::new(&[64, 48], &[16, 16], DataType::INT32)
+            .with_compressor(Compressor::Zstd { level: 1 }),
+    )
+    .unwrap();
+    m.write_subset(&[0, 0], &a.read_all(&HOST).unwrap())
+        .unwrap();
+    let want = a.read_all(&HOST).unwrap().to_ndarray::<i32>().unwrap();
+    assert_eq!(
+        m.read_all(&HOST).unwrap().to_ndarray::<i32>().unwrap(),
+        want
+    );
+    let mut f = ZarrArray::open(dir.join("a")).unwrap();
+    for threads in [1, 2, 7] {
+        f.set_read_options(ReadOptions {
+            threads: Some(threads),
+            ..ReadOptions::default()
+        })
+        .unwrap();
+        let (v, r) = f.read_all_with_report(&HOST).unwrap();
+        assert_eq!(v.to_ndarray::<i32>().unwrap(), want);
+        assert!(r.workers >= 1 && r.workers <= threads, "{r}");
+    }
+    assert!(
+        f.set_read_options(ReadOptions {
+            threads: Some(0),
+            ..ReadOptions::default()
+        })
+        .is_err()
+    );
+}
+
+/// A transpose that is neither C nor F order: zarrs decodes, the report says so, and
+/// the values are right.
+#[test]
+fn chains_the_engine_does_not_decode_go_through_zarrs() {
+    let dir = TempDir::new("zarrs-chain");
+    let path = dir.join("t");
+    std::fs::create_dir_all(&path).unwrap();
+    std::fs::write(
+        path.join("zarr.json"),
+        r#"{"zarr_format":3,"node_type":"array","shape":[4,3,2],"data_type":"int16",
+        "chunk_grid":{"name":"regular","configuration":{"chunk_shape":[4,3,2]}},
+        "chunk_key_encoding":{"name":"default","configuration":{"separator":"/"}},
+        "fill_value":0,"codecs":[{"name":"transpose","configuration":{"order":[1,0,2]}},
+        {"name":"bytes","configuration":{"endian":"little"}}]}"#,
+    )
+    .unwrap();
+    let a = ZarrArray::open(&path).unwrap();
+    let v: Vec<i16> = (0..24).collect();
+    a.write_subset(
+        &[0, 0, 0],
+        &NDBuffer::from_ndarray(ndarray::Array3::from_shape_vec((4, 3, 2), v.clone()).unwrap()),
+    )
+    .unwrap();
+    let (got, r) = a.read_all_with_report(&HOST).unwrap();
+    assert!(r.codecs.starts_with("zarrs"), "{r}");
+    assert_eq!(
+        got.to_ndarray::<i16>()
+            .unwrap()
+            .iter()
+            .copied()
+            .collect::<Vec<_>>(),
+        v
+    );
+    let s = a.read_subset(&[1..3, 0..3, 1..2], &HOST).unwrap();
+    assert_eq!(
+        s.to_ndarray::<i16>()
+            .unwrap()
+            .iter()
+            .copied()
+            .collect::<Vec<_>>(),
+        vec![7, 9, 11, 13, 15, 17]
+    );
+}
