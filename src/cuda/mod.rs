@@ -28,6 +28,7 @@ pub mod io;
 pub mod ipc;
 pub mod kernels;
 mod mempool;
+pub mod nvcomp;
 mod stream;
 mod transfer;
 

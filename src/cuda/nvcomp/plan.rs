@@ -1,0 +1,300 @@
+//! Host-side checks and layout of a batched call: ranges, limits, overlaps, which chunks
+//! must be staged for alignment, and where the tables, the temporary space and the
+//! staging area lie in one device workspace. No device work here.
+
+use std::ops::Range;
+
+use super::GpuCodec;
+use crate::error::{Error, Result};
+
+/// Which direction a batch goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Direction {
+    Compress,
+    Decompress,
+}
+
+impl Direction {
+    fn verb(self) -> &'static str {
+        match self {
+            Direction::Compress => "compression",
+            Direction::Decompress => "decompression",
+        }
+    }
+}
+
+/// Checks one batch's ranges against the buffers' lengths and nvCOMP's limits: as many
+/// outputs as inputs, every range ordered, non-empty and inside its buffer, chunk sizes
+/// within the codec's documented maximum, and no two output ranges overlapping.
+pub(crate) fn check_ranges(
+    dir: Direction,
+    codec: GpuCodec,
+    src_len: usize,
+    inputs: &[Range<usize>],
+    dst_len: usize,
+    outputs: &[Range<usize>],
+) -> Result<()> {
+    if inputs.len() != outputs.len() {
+        return Err(Error::invalid(format!(
+            "nvCOMP {codec} {}: {} input ranges but {} output ranges (one each per chunk)",
+            dir.verb(),
+            inputs.len(),
+            outputs.len()
+        )));
+    }
+    let (in_limit, in_what, out_limit, out_what) = match dir {
+        Direction::Decompress => (
+            codec.max_decompress_chunk_bytes(),
+            "compressed",
+            codec.max_decompress_chunk_bytes(),
+            "decompressed",
+        ),
+        Direction::Compress => (
+            codec.max_compress_chunk_bytes(),
+            "uncompressed",
+            usize::MAX,
+            "compressed",
+        ),
+    };
+    for (i, (r, o)) in inputs.iter().zip(outputs).enumerate() {
+        check_one(dir, codec, i, "input", r, src_len, "source")?;
+        check_one(dir, codec, i, "output", o, dst_len, "destination")?;
+        if r.len() > in_limit {
+            return Err(limit_error(dir, codec, i, in_what, r.len(), in_limit));
+        }
+        if o.len() > out_limit {
+            return Err(limit_error(dir, codec, i, out_what, o.len(), out_limit));
+        }
+    }
+    let outs: Vec<(u64, usize)> = outputs.iter().map(|o| (o.start as u64, o.len())).collect();
+    check_overlaps(&[], &outs)
+}
+
+fn check_one(
+    dir: Direction,
+    codec: GpuCodec,
+    i: usize,
+    what: &str,
+    r: &Range<usize>,
+    buf_len: usize,
+    buf: &str,
+) -> Result<()> {
+    if r.start > r.end {
+        return Err(Error::invalid(format!(
+            "nvCOMP {codec} {}: chunk {i}: {what} range {}..{} is reversed",
+            dir.verb(),
+            r.start,
+            r.end
+        )));
+    }
+    if r.end > buf_len {
+        return Err(Error::invalid(format!(
+            "nvCOMP {codec} {}: chunk {i}: {what} range {}..{} exceeds the {buf} buffer of {buf_len} bytes",
+            dir.verb(),
+            r.start,
+            r.end
+        )));
+    }
+    if r.is_empty() {
+        return Err(Error::invalid(format!(
+            "nvCOMP {codec} {}: chunk {i}: empty {what} range at {} (every chunk needs at least one byte in and out; leave empty chunks out of the batch)",
+            dir.verb(),
+            r.start
+        )));
+    }
+    Ok(())
+}
+
+fn limit_error(
+    dir: Direction,
+    codec: GpuCodec,
+    i: usize,
+    what: &str,
+    len: usize,
+    limit: usize,
+) -> Error {
+    Error::invalid(format!(
+        "nvCOMP {codec} {}: chunk {i}: {len} {what} bytes exceed nvCOMP's limit of {limit} bytes per chunk for {codec} {}",
+        dir.verb(),
+        dir.verb()
+    ))
+}
+
+/// Checks that no output overlaps another output or an input (absolute device
+/// addresses of one context; inputs may overlap each other). Sweeps the ranges in
+/// address order: O(n log n).
+pub(crate) fn check_overlaps(inputs: &[(u64, usize)], outputs: &[(u64, usize)]) -> Result<()> {
+    // (start, end, is_output, chunk index)
+    let mut all: Vec<(u64, u64, bool, usize)> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, &(a, n))| (a, a + n as u64, false, i))
+        .chain(
+            outputs
+                .iter()
+                .enumerate()
+                .map(|(i, &(a, n))| (a, a + n as u64, true, i)),
+        )
+        .filter(|r| r.1 > r.0)
+        .collect();
+    all.sort_unstable();
+    // The furthest-reaching output and input seen so far: (end, chunk).
+    let mut out_reach: Option<(u64, usize)> = None;
+    let mut in_reach: Option<(u64, usize)> = None;
+    for &(start, end, is_out, i) in &all {
+        if let Some((_, j)) = out_reach.filter(|&(e, _)| start < e) {
+            return Err(Error::invalid(if is_out {
+                format!("nvCOMP batch: the output ranges of chunks {j} and {i} overlap")
+            } else {
+                format!(
+                    "nvCOMP batch: the output range of chunk {j} overlaps the input of chunk {i}"
+                )
+            }));
+        }
+        if is_out {
+            if let Some((_, j)) = in_reach.filter(|&(e, _)| start < e) {
+                return Err(Error::invalid(format!(
+                    "nvCOMP batch: the output range of chunk {i} overlaps the input of chunk {j}"
+                )));
+            }
+        }
+        let reach = if is_out {
+            &mut out_reach
+        } else {
+            &mut in_reach
+        };
+        if reach.is_none_or(|(e, _)| end > e) {
+            *reach = Some((end, i));
+        }
+    }
+    Ok(())
+}
+
+/// Rounds `n` up to a multiple of `a` (a power of two or any positive number).
+pub(crate) fn round_up(n: usize, a: usize) -> usize {
+    n.div_ceil(a.max(1)) * a.max(1)
+}
+
+/// Chunks whose address does not meet nvCOMP's alignment and so go through the
+/// workspace's staging area: for each chunk its offset there (`None`: used in place),
+/// and the bytes the area needs. Each staged chunk takes `size(i)` bytes at an offset
+/// aligned to 256 bytes (more than any alignment nvCOMP asks for).
+pub(crate) fn staging(
+    addrs: &[u64],
+    align: usize,
+    size: impl Fn(usize) -> usize,
+) -> (Vec<Option<usize>>, usize) {
+    let mut total = 0usize;
+    let offsets = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, &a)| {
+            if align <= 1 || a % align as u64 == 0 {
+                None
+            } else {
+                let off = total;
+                total = round_up(total + size(i), STAGE_ALIGN);
+                Some(off)
+            }
+        })
+        .collect();
+    (offsets, total)
+}
+
+/// Alignment of everything placed in the workspace.
+pub(crate) const STAGE_ALIGN: usize = 256;
+
+/// Where the parts of a batch lie in the device workspace (byte offsets from its
+/// start) and in the page-locked mirror of its tables.
+///
+/// Tables, `n` entries each: input pointers, input sizes, output capacities, output
+/// pointers (8 bytes each), actual sizes (8), statuses (4). The host mirror holds the
+/// same `44 n` bytes: all are uploaded (actual sizes and statuses preset to sentinels, so
+/// a chunk nvCOMP did not report is visible), the last `12 n` downloaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Layout {
+    pub n: usize,
+    pub temp: usize,
+    pub staging: usize,
+    pub device_bytes: usize,
+}
+
+impl Layout {
+    pub(crate) fn new(n: usize, temp_bytes: usize, staging_bytes: usize) -> Layout {
+        let temp = round_up(Self::table_bytes(n), STAGE_ALIGN);
+        let staging = round_up(temp + temp_bytes, STAGE_ALIGN);
+        Layout {
+            n,
+            temp,
+            staging,
+            device_bytes: staging + staging_bytes,
+        }
+    }
+
+    /// Bytes of all tables (and of the host mirror).
+    pub(crate) fn table_bytes(n: usize) -> usize {
+        44 * n
+    }
+
+    pub(crate) fn in_ptrs(&self) -> usize {
+        0
+    }
+    pub(crate) fn in_bytes(&self) -> usize {
+        8 * self.n
+    }
+    pub(crate) fn out_capacity(&self) -> usize {
+        16 * self.n
+    }
+    pub(crate) fn out_ptrs(&self) -> usize {
+        24 * self.n
+    }
+    /// Start of the downloaded part: actual sizes, then statuses.
+    pub(crate) fn out_bytes(&self) -> usize {
+        32 * self.n
+    }
+    pub(crate) fn statuses(&self) -> usize {
+        40 * self.n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staging_picks_the_misaligned() {
+        let (offs, total) = staging(&[0, 3, 8, 13], 4, |i| [10, 20, 30, 300][i]);
+        assert_eq!(offs, vec![None, Some(0), None, Some(256)]);
+        assert_eq!(total, 256 + 512);
+        let (offs, total) = staging(&[1, 3], 1, |_| 5);
+        assert_eq!(offs, vec![None, None]);
+        assert_eq!(total, 0);
+    }
+
+    #[test]
+    fn layout_is_aligned_and_disjoint() {
+        let l = Layout::new(3, 1000, 512);
+        assert_eq!(l.statuses() + 4 * 3, Layout::table_bytes(3));
+        assert_eq!(l.temp, 256);
+        assert_eq!(l.staging, 1280);
+        assert_eq!(l.device_bytes, 1280 + 512);
+    }
+
+    #[test]
+    fn overlaps() {
+        assert!(check_overlaps(&[(0, 10), (5, 10)], &[(20, 5), (25, 5)]).is_ok());
+        let e = check_overlaps(&[], &[(20, 5), (24, 5)]).unwrap_err();
+        assert!(e.to_string().contains("chunks 0 and 1 overlap"), "{e}");
+        let e = check_overlaps(&[(0, 10)], &[(9, 5)]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("chunk 0 overlaps the input of chunk 0"),
+            "{e}"
+        );
+        let e = check_overlaps(&[(12, 1)], &[(9, 5)]).unwrap_err();
+        assert!(e.to_string().contains("overlaps the input"), "{e}");
+        // A long earlier output still reaches a later input.
+        let e = check_overlaps(&[(50, 1)], &[(0, 100), (200, 1)]).unwrap_err();
+        assert!(e.to_string().contains("overlaps"), "{e}");
+    }
+}
