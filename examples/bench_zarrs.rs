@@ -38,7 +38,7 @@ mod bench {
     use std::time::Instant;
 
     use devbuf::cuda::{self, Context};
-    use devbuf::zarr::zarrs::{ArraySpec, Compressor, ReadReport, ZarrArray};
+    use devbuf::zarr::zarrs::{ArraySpec, Compressor, Decoder, ReadOptions, ReadReport, ZarrArray};
     use devbuf::zarr::{BufferPrototype, DataType, NDBuffer};
 
     struct Args {
@@ -176,7 +176,8 @@ mod bench {
         name: String,
         ratio: f64,
         host: f64,
-        device: f64,
+        /// Device reads: CPU decode, GPU decode, Auto (both where nvCOMP can).
+        device: [f64; 3],
         write: Option<f64>,
         report: ReadReport,
     }
@@ -198,7 +199,7 @@ mod bench {
 
     fn measure(
         name: &str,
-        a: &ZarrArray,
+        a: &mut ZarrArray,
         path: &Path,
         repeat: usize,
         ctx: Option<&Context>,
@@ -207,14 +208,30 @@ mod bench {
         let bytes = a.metadata().nbytes() as f64;
         let host = BufferPrototype::Host;
         let host_s = time(repeat, &mut || a.read_all(&host).map(drop))?;
-        let (mut device_s, mut write_s) = (f64::NAN, None);
+        let mut device = [f64::NAN; 3];
+        let mut write_s = None;
         let report;
         if let Some(ctx) = ctx {
             let dev = BufferPrototype::Device(ctx.ordinal());
-            device_s = time(repeat, &mut || {
-                a.read_all(&dev)?;
-                ctx.synchronize()
-            })?;
+            for (k, decoder) in [Decoder::Cpu, Decoder::Gpu, Decoder::Auto]
+                .into_iter()
+                .enumerate()
+            {
+                a.set_read_options(ReadOptions {
+                    decoder,
+                    ..ReadOptions::default()
+                })?;
+                if decoder == Decoder::Gpu && a.read_all(&dev).is_err() {
+                    continue; // nvCOMP missing or the codec not for it: the report says why
+                }
+                device[k] = gbs(
+                    bytes,
+                    time(repeat, &mut || {
+                        a.read_all(&dev)?;
+                        ctx.synchronize()
+                    })?,
+                );
+            }
             let (on_dev, r) = a.read_all_with_report(&dev)?;
             report = r;
             if let Some((spec, dir)) = write_spec.filter(|_| WRITES.contains(&name)) {
@@ -233,7 +250,7 @@ mod bench {
             name: name.to_string(),
             ratio,
             host: gbs(bytes, host_s),
-            device: gbs(bytes, device_s),
+            device,
             write: write_s.map(|s| gbs(bytes, s)),
             report,
         })
@@ -241,13 +258,21 @@ mod bench {
 
     fn print_row(r: &Row) {
         let w = r.write.map_or("-".to_string(), |w| format!("{w:.2}"));
+        let best = r
+            .device
+            .iter()
+            .copied()
+            .filter(|x| !x.is_nan())
+            .fold(f64::NAN, f64::max);
         println!(
-            "| {:<18} | {:>5.2} | {:>8.2} | {:>10.2} | {:>9.2} | {:>8} | {} |",
+            "| {:<20} | {:>5.2} | {:>6.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>6.2} | {:>6} | {} |",
             r.name,
             r.ratio,
             r.host,
-            r.device,
-            r.device / r.host,
+            r.device[0],
+            r.device[1],
+            r.device[2],
+            best / r.host,
             w,
             r.report
         );
@@ -304,9 +329,9 @@ mod bench {
             None => println!(),
         }
         println!(
-            "\n| store | ratio | host GB/s | device GB/s | dev/host | write GB/s | read engine |"
+            "\n| store | ratio | host | dev cpu | dev gpu | dev auto | best/host | write | read engine (auto) |"
         );
-        println!("|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|");
         let wanted = |n: &str| a.only.as_ref().is_none_or(|o| o.iter().any(|x| x == n));
         if let Some(m) = &a.manifest {
             let text = std::fs::read_to_string(m).map_err(|e| devbuf::Error::Io {
@@ -328,9 +353,9 @@ mod bench {
                     continue;
                 }
                 let path = base.join(rel);
-                match ZarrArray::open(&path)
-                    .and_then(|arr| measure(name, &arr, &path, a.repeat, ctx.as_ref(), None))
-                {
+                match ZarrArray::open(&path).and_then(|mut arr| {
+                    measure(name, &mut arr, &path, a.repeat, ctx.as_ref(), None)
+                }) {
                     Ok(r) => print_row(&r),
                     Err(e) => println!("| {name} | error: {e} |"),
                 }
@@ -339,10 +364,10 @@ mod bench {
         }
         if !a.stores.is_empty() {
             for path in &a.stores {
-                let arr = ZarrArray::open(path)?;
+                let mut arr = ZarrArray::open(path)?;
                 print_row(&measure(
                     &path.display().to_string(),
-                    &arr,
+                    &mut arr,
                     path,
                     a.repeat,
                     ctx.as_ref(),
@@ -366,12 +391,12 @@ mod bench {
                 spec = spec.with_subchunks(&i);
             }
             let path = dir.join(&name);
-            let arr = ZarrArray::create(&path, &spec)?;
+            let mut arr = ZarrArray::create(&path, &spec)?;
             arr.write_subset(&[0, 0], &value)?;
             let out = dir.join(format!("{name}-written"));
             print_row(&measure(
                 &name,
-                &arr,
+                &mut arr,
                 &path,
                 a.repeat,
                 ctx.as_ref(),

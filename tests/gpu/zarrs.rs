@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use devbuf::cuda::Context;
-use devbuf::zarr::zarrs::{ArraySpec, Compressor, ReadOptions, ZarrArray};
+use devbuf::zarr::zarrs::{ArraySpec, Compressor, Decoder, ReadOptions, ZarrArray};
 use devbuf::zarr::{
     AxisSel, BufferPrototype, DataType, DeviceMemoryStore, ElementType, Endianness, NDBuffer,
     Order, Slice,
@@ -377,6 +377,114 @@ gpu_test_exclusive! {
                     assert_eq!(ctx.bytes_allocated(), before, "{comp:?} read {k}: device memory back to baseline");
                     assert_eq!(ctx.transfer_stats().pinned_in_use_bytes, pinned, "{comp:?} read {k}: staging back");
                 }
+            }
+            std::fs::write(&chunk, &original).unwrap();
+        }
+    }
+}
+
+/// Why nvCOMP tests cannot run here, printed as SKIPPED.
+fn nvcomp_missing(test: &str) -> bool {
+    match devbuf::cuda::nvcomp::unavailable_reason() {
+        Some(why) => {
+            println!("SKIPPED {test}: nvCOMP not available: {why}");
+            eprintln!("SKIPPED {test}: nvCOMP not available");
+            true
+        }
+        None => false,
+    }
+}
+
+gpu_test! {
+    /// nvCOMP alone and nvCOMP with CPU workers give exactly the host's bytes, for zstd
+    /// and gzip, plain and sharded, either byte order, with missing chunks, for every
+    /// kind of selection; the report counts the GPU's chunks.
+    fn zarrs_gpu_decoded_reads_equal_host() {
+        if nvcomp_missing("zarrs_gpu_decoded_reads_equal_host") {
+            return;
+        }
+        let mut rng = rng("zarrs_gpu_decoded_reads_equal_host");
+        let dir = TempDir::new("gpu-decode");
+        let mut k = 0;
+        for comp in [Compressor::Zstd { level: 1 }, Compressor::Gzip { level: 1 }] {
+            for (element, bo) in [(ElementType::Float32, Endianness::Little), (ElementType::Int16, Endianness::Big), (ElementType::Float64, Endianness::Little)] {
+                for sharded in [false, true] {
+                    k += 1;
+                    let dtype = DataType::new(element, bo);
+                    let shape = [150u64, 130];
+                    let spec = if sharded {
+                        ArraySpec::new(&shape, &[64, 64], dtype).with_subchunks(&[16, 32])
+                    } else {
+                        ArraySpec::new(&shape, &[40, 24], dtype)
+                    }
+                    .with_compressor(comp);
+                    let path = dir.0.join(format!("a{k}"));
+                    let a = ZarrArray::create(&path, &spec).unwrap();
+                    let n: u64 = shape.iter().product();
+                    a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, element, n as usize), &shape, element)).unwrap();
+                    // One chunk (shard) missing: fill value on the device.
+                    let missing = a.chunk_ranges(&[1, 1]).unwrap();
+                    let zeros = NDBuffer::create(&HOST, &missing.iter().map(|r| (r.end - r.start) as usize).collect::<Vec<_>>(), DataType::native(element), Order::C, None).unwrap();
+                    a.write_chunk(&[1, 1], &zeros).unwrap();
+                    let what = format!("{comp:?} {dtype} sharded={sharded}");
+                    for (decoder, threads, gpu_workers) in [(Decoder::Gpu, 2, None), (Decoder::Both, 6, Some(2)), (Decoder::Auto, 4, None)] {
+                        let mut a = ZarrArray::open(&path).unwrap();
+                        a.set_read_options(ReadOptions { decoder, threads: Some(threads), gpu_workers, slot_bytes: 16 << 10 }).unwrap();
+                        check_reads(&a, &mut rng, &format!("{what} {decoder:?}"));
+                        let (_, r) = a.read_all_with_report(&DEV).unwrap();
+                        assert!(r.gpu_chunks > 0, "{what} {decoder:?}: {r}");
+                        if decoder == Decoder::Gpu {
+                            assert_eq!(r.cpu_chunks, 0, "{what}: {r}");
+                        }
+                    }
+                }
+            }
+        }
+        // A codec nvCOMP cannot decode: Auto falls back and says why, Gpu is an error.
+        let path = dir.0.join("blosc");
+        let a = ZarrArray::create(&path, &ArraySpec::new(&[64, 64], &[16, 16], DataType::FLOAT32).with_compressor(Compressor::Blosc { level: 5 })).unwrap();
+        a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, ElementType::Float32, 4096), &[64, 64], ElementType::Float32)).unwrap();
+        let (_, r) = a.read_all_with_report(&DEV).unwrap();
+        assert!(r.gpu_note.contains("blosc"), "{r}");
+        let mut a = ZarrArray::open(&path).unwrap();
+        a.set_read_options(ReadOptions { decoder: Decoder::Gpu, ..ReadOptions::default() }).unwrap();
+        assert!(a.read_all(&DEV).unwrap_err().to_string().contains("blosc"));
+    }
+}
+
+gpu_test_exclusive! {
+    /// Corrupt chunks decoded by nvCOMP: an error naming the chunk's key, nothing
+    /// returned, device memory and staging back to where they were.
+    fn zarrs_gpu_decode_errors_name_the_chunk_and_free_everything() {
+        if nvcomp_missing("zarrs_gpu_decode_errors_name_the_chunk_and_free_everything") {
+            return;
+        }
+        let dir = TempDir::new("gpu-bad");
+        let mut rng = rng("zarrs_gpu_decode_errors_name_the_chunk_and_free_everything");
+        let ctx = Context::new(0).unwrap();
+        for comp in [Compressor::Zstd { level: 1 }, Compressor::Gzip { level: 1 }] {
+            let path = dir.0.join(format!("{comp:?}").replace([' ', '{', '}', ':'], ""));
+            let a = ZarrArray::create(&path, &ArraySpec::new(&[128, 96], &[32, 32], DataType::INT32).with_compressor(comp)).unwrap();
+            a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, ElementType::Int32, 128 * 96), &[128, 96], ElementType::Int32)).unwrap();
+            let mut a = ZarrArray::open(&path).unwrap();
+            a.set_read_options(ReadOptions { decoder: Decoder::Gpu, threads: Some(2), ..ReadOptions::default() }).unwrap();
+            drop(a.read_all(&DEV).unwrap());
+            ctx.synchronize().unwrap();
+            let before = ctx.bytes_allocated();
+            let pinned = ctx.transfer_stats().pinned_in_use_bytes;
+            let chunk = path.join("c").join("2").join("1");
+            let original = std::fs::read(&chunk).unwrap();
+            let mut garbage = original.clone();
+            for b in garbage.iter_mut().skip(20).step_by(7) {
+                *b ^= 0xa5;
+            }
+            for bad in [original[..original.len() / 2].to_vec(), garbage] {
+                std::fs::write(&chunk, &bad).unwrap();
+                let e = a.read_all(&DEV).unwrap_err().to_string();
+                assert!(e.contains("c/2/1"), "{comp:?}: {e}");
+                ctx.synchronize().unwrap();
+                assert_eq!(ctx.bytes_allocated(), before, "{comp:?}: device memory back");
+                assert_eq!(ctx.transfer_stats().pinned_in_use_bytes, pinned, "{comp:?}: staging back");
             }
             std::fs::write(&chunk, &original).unwrap();
         }

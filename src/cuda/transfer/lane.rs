@@ -70,6 +70,11 @@ impl UploadLane {
         }
     }
 
+    /// The lane's stream (placement work for a slot is queued on it).
+    pub(crate) fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
     fn kit(&self) -> Result<&Kit> {
         self.kit
             .as_ref()

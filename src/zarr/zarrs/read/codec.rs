@@ -252,6 +252,55 @@ pub(crate) fn strip_crc32c<'a>(src: &'a [u8], what: &dyn Fn() -> String) -> Resu
     Ok(body)
 }
 
+/// The raw deflate stream inside one gzip member (RFC 1952) that decodes to
+/// `expect` bytes: its byte range in `src`. Checks the header's magic, method and
+/// flags and the trailer's size field (the CRC-32 of the decoded data is not checked
+/// here: the GPU decodes the stream).
+pub(crate) fn gzip_deflate_range(
+    src: &[u8],
+    expect: usize,
+    what: &dyn Fn() -> String,
+) -> Result<std::ops::Range<usize>> {
+    let bad = |m: &str| Error::Malformed(format!("{}: gzip: {m}", what()));
+    if src.len() < 18 || src[0] != 0x1f || src[1] != 0x8b || src[2] != 8 {
+        return Err(bad("not a gzip member (bad magic, method or length)"));
+    }
+    let flags = src[3];
+    if flags & 0xe0 != 0 {
+        return Err(bad("reserved header flags set"));
+    }
+    let mut at = 10usize;
+    if flags & 0x04 != 0 {
+        let xlen = u16::from_le_bytes([src[at], src[at + 1]]) as usize;
+        at = at.saturating_add(2 + xlen);
+    }
+    for flag in [0x08u8, 0x10] {
+        if flags & flag != 0 {
+            let end = src
+                .get(at..)
+                .and_then(|r| r.iter().position(|&b| b == 0))
+                .ok_or_else(|| bad("unterminated header field"))?;
+            at += end + 1;
+        }
+    }
+    if flags & 0x02 != 0 {
+        at += 2;
+    }
+    let end = src.len() - 8;
+    if at > end {
+        return Err(bad("header runs past the trailer"));
+    }
+    let isize = u32::from_le_bytes([src[end + 4], src[end + 5], src[end + 6], src[end + 7]]);
+    if isize as u64 != (expect as u64 & 0xffff_ffff) {
+        return Err(Error::Malformed(format!(
+            "{}: gzip chunk decodes to {isize} bytes (its trailer), the chunk holds exactly \
+             {expect} bytes",
+            what()
+        )));
+    }
+    Ok(at..end)
+}
+
 /// Decodes the stored bytes `src` of one chunk into `dst`, which has exactly the
 /// chunk's decoded size. `what` names the chunk for errors.
 pub(crate) fn decode_into(
@@ -457,6 +506,35 @@ mod tests {
         let mut long = vec![0u8; data.len() + 1];
         let e = decode_into(&plain(Compression::Gzip), &gz, &mut long, &what).unwrap_err();
         assert!(e.to_string().contains("50000 bytes"), "{e}");
+    }
+
+    #[test]
+    fn gzip_members_yield_their_deflate_stream() {
+        use std::io::Write;
+        let data: Vec<u8> = (0..30_000u32).map(|i| (i % 97) as u8).collect();
+        let mut enc = flate2::GzBuilder::new()
+            .filename("chunk")
+            .comment("c")
+            .extra(vec![1, 2, 3])
+            .write(Vec::new(), flate2::Compression::new(1));
+        enc.write_all(&data).unwrap();
+        let gz = enc.finish().unwrap();
+        let r = gzip_deflate_range(&gz, data.len(), &what).unwrap();
+        let mut raw = Vec::new();
+        flate2::read::DeflateDecoder::new(&gz[r])
+            .read_to_end(&mut raw)
+            .unwrap();
+        assert_eq!(raw, data);
+        let e = gzip_deflate_range(&gz, data.len() + 1, &what).unwrap_err();
+        assert!(e.to_string().contains("30000"), "{e}");
+        assert!(gzip_deflate_range(&gz[..12], 1, &what).is_err());
+        let mut bad = gz.clone();
+        bad[3] = 0xff;
+        assert!(gzip_deflate_range(&bad, data.len(), &what).is_err());
+        let mut unterminated = gz[..10].to_vec();
+        unterminated[3] = 0x08;
+        unterminated.extend_from_slice(&[b'x'; 20]);
+        assert!(gzip_deflate_range(&unterminated, 1, &what).is_err());
     }
 
     #[test]

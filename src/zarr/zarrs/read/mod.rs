@@ -10,6 +10,7 @@
 //! * `pipeline`: the worker threads, host and device.
 
 mod codec;
+mod gpu;
 mod pipeline;
 mod plan;
 mod source;
@@ -29,14 +30,28 @@ use crate::zarr::Memory;
 pub const DEFAULT_SLOT_BYTES: usize = 4 << 20;
 
 /// Which decoder runs a read's chunks.
+///
+/// nvCOMP parallelises across chunks, the CPU workers across cores: measured on an H100
+/// (16 cores, 512 MiB of float32, zstd-1), nvCOMP decodes 64 KiB chunks at about 41
+/// GB/s, 4 MiB chunks at 34 and 16 MiB chunks at 15, while one core decodes about 0.75
+/// GB/s. Both kinds of worker claim chunks from one counter, so on a read with both the
+/// split follows their speed without a model to tune.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Decoder {
-    /// The engine chooses (today: the CPU workers).
+    /// Device reads of zstd or gzip chunks use both (as [`Both`](Self::Both)) when
+    /// nvCOMP is available, else the CPU workers; host reads use the CPU workers. The
+    /// report says which ran and why.
     #[default]
     Auto,
-    /// CPU worker threads.
+    /// CPU worker threads only.
     Cpu,
+    /// nvCOMP only (device reads of zstd or gzip chunks; otherwise an error that says
+    /// why).
+    Gpu,
+    /// CPU workers and GPU workers on the same read
+    /// ([`ReadOptions::gpu_workers`] of the threads feed nvCOMP).
+    Both,
 }
 
 /// How a read runs ([`ZarrArray::set_read_options`](super::ZarrArray::set_read_options)).
@@ -52,6 +67,10 @@ pub struct ReadOptions {
     pub decoder: Decoder,
     /// CPU worker threads (`None`: one per core).
     pub threads: Option<usize>,
+    /// Of the threads, how many feed nvCOMP in a read with both decoders (`None`: a
+    /// quarter, at least one). A GPU worker reads stored bytes and waits for the GPU;
+    /// the CPU workers decode.
+    pub gpu_workers: Option<usize>,
     /// Bytes of one staging slot of a device read (`DEFAULT_SLOT_BYTES`; a slot
     /// always holds at least one decoded chunk). Each worker holds two slots, and the
     /// context's page-locked pool bounds what all workers hold together: workers that
@@ -64,6 +83,7 @@ impl Default for ReadOptions {
         ReadOptions {
             decoder: Decoder::Auto,
             threads: None,
+            gpu_workers: None,
             slot_bytes: DEFAULT_SLOT_BYTES,
         }
     }
@@ -84,13 +104,19 @@ impl Default for ReadOptions {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReadReport {
-    /// `"cpu"` (CPU workers decoded every chunk).
+    /// `"cpu"`, `"gpu"` (nvCOMP decoded every chunk) or `"cpu+gpu"`.
     pub decoder: &'static str,
+    /// Why the GPU did not decode (for a read that could have used it), else empty.
+    pub gpu_note: String,
     /// The codecs as the engine saw them (`"zstd"`, `"sharded zstd"`, or
     /// `"zarrs (<why>)"` when zarrs' codecs decoded the chunks).
     pub codecs: String,
     /// Chunks (inner chunks of shards) decoded by the CPU workers.
     pub cpu_chunks: u64,
+    /// Chunks decoded by nvCOMP.
+    pub gpu_chunks: u64,
+    /// Workers that fed nvCOMP.
+    pub gpu_workers: usize,
     /// Of those, chunks not stored (read as the fill value).
     pub missing_chunks: u64,
     /// Decoded bytes (whole chunks, before selection).
@@ -105,15 +131,22 @@ impl std::fmt::Display for ReadReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "decoder {} ({} codecs) -> {}: {} chunks on {} workers ({} missing), {} decoded bytes",
+            "decoder {} ({} codecs) -> {}: {} chunks on {} CPU workers, {} chunks on {} GPU \
+             workers ({} missing), {} decoded bytes",
             self.decoder,
             self.codecs,
             self.target,
             self.cpu_chunks,
             self.workers,
+            self.gpu_chunks,
+            self.gpu_workers,
             self.missing_chunks,
             self.decoded_bytes
-        )
+        )?;
+        if !self.gpu_note.is_empty() {
+            write!(f, "; GPU not used: {}", self.gpu_note)?;
+        }
+        Ok(())
     }
 }
 
@@ -146,6 +179,7 @@ pub(crate) fn read(
         )));
     }
     let counts = pipeline::Counts::default();
+    let (gpu, gpu_note) = choose_gpu(src, ctx.is_some(), threads, options)?;
     let (mem, target) = match ctx {
         None => (
             Memory::from(pipeline::read_host(src, &units, total, threads, &counts)?),
@@ -159,19 +193,88 @@ pub(crate) fn read(
                 ctx,
                 threads,
                 options.slot_bytes,
+                gpu.as_ref(),
                 &counts,
             )?),
             format!("device {}", ctx.ordinal()),
         ),
     };
+    let (cpu_chunks, gpu_chunks) = (
+        counts.cpu_units.load(Ordering::Relaxed),
+        counts.gpu_units.load(Ordering::Relaxed),
+    );
     let report = ReadReport {
-        decoder: "cpu",
+        decoder: match (cpu_chunks > 0, gpu_chunks > 0) {
+            (true, true) => "cpu+gpu",
+            (false, true) => "gpu",
+            _ => "cpu",
+        },
+        gpu_note,
+        gpu_chunks,
+        gpu_workers: counts.gpu_workers.load(Ordering::Relaxed),
         codecs: src.codecs.describe(),
-        cpu_chunks: counts.cpu_units.load(Ordering::Relaxed),
+        cpu_chunks,
         missing_chunks: counts.missing_units.load(Ordering::Relaxed),
         decoded_bytes: counts.decoded_bytes.load(Ordering::Relaxed),
         workers: counts.workers.load(Ordering::Relaxed),
         target,
     };
     Ok((mem, report))
+}
+
+/// Whether (and how) nvCOMP decodes this read: the plan, or why not (empty when the
+/// read could not have used it anyway). An explicit `Gpu` or `Both` that cannot be
+/// honoured is an error saying why.
+fn choose_gpu(
+    src: &Source<'_>,
+    device: bool,
+    threads: usize,
+    options: &ReadOptions,
+) -> Result<(Option<pipeline::GpuPlan>, String)> {
+    let explicit = matches!(options.decoder, Decoder::Gpu | Decoder::Both);
+    if options.decoder == Decoder::Cpu {
+        return Ok((None, String::new()));
+    }
+    let why_not = (|| {
+        if !device {
+            return Err("the result is in host memory".to_string());
+        }
+        let chain = src.chain().ok_or_else(|| {
+            format!(
+                "the codecs are decoded by zarrs ({})",
+                src.codecs.describe()
+            )
+        })?;
+        let codec = gpu::gpu_codec(chain)?;
+        crate::cuda::nvcomp::library().map_err(|e| e.to_string())?;
+        Ok((*chain, codec))
+    })();
+    match why_not {
+        Ok((chain, codec)) => {
+            let workers = match options.decoder {
+                Decoder::Gpu => threads,
+                _ => options
+                    .gpu_workers
+                    .unwrap_or(threads / 4)
+                    .clamp(1, threads.max(1)),
+            };
+            Ok((
+                Some(pipeline::GpuPlan {
+                    chain,
+                    codec,
+                    workers,
+                }),
+                String::new(),
+            ))
+        }
+        Err(why) if explicit => Err(Error::invalid(format!(
+            "ReadOptions::decoder {:?}: the GPU cannot decode this read: {why}",
+            options.decoder
+        ))),
+        Err(why) if !device => {
+            let _ = why;
+            Ok((None, String::new()))
+        }
+        Err(why) => Ok((None, why)),
+    }
 }

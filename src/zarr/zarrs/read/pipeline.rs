@@ -17,10 +17,12 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
+use super::codec::Chain;
 use super::plan::{Placement, Unit};
 use super::source::Source;
 use crate::cuda::kernels::ops::layout;
 use crate::cuda::kernels::ops::strided_copy_on;
+use crate::cuda::nvcomp::GpuCodec;
 use crate::cuda::{Context, DeviceBuffer, UploadLane};
 use crate::error::{Error, Result};
 use crate::zarr::memory::zeroed_vec;
@@ -33,14 +35,16 @@ const ALIGN: usize = 256;
 #[derive(Debug, Default)]
 pub(crate) struct Counts {
     pub cpu_units: AtomicU64,
+    pub gpu_units: AtomicU64,
+    pub gpu_workers: AtomicUsize,
     pub missing_units: AtomicU64,
     pub decoded_bytes: AtomicU64,
     pub workers: AtomicUsize,
 }
 
 /// Shared state of one run: the work counter and the first error.
-struct Run<'a> {
-    units: &'a [Unit],
+pub(crate) struct Run<'a> {
+    pub units: &'a [Unit],
     batches: &'a [std::ops::Range<usize>],
     next: AtomicUsize,
     failed: AtomicBool,
@@ -54,6 +58,17 @@ impl Run<'_> {
         }
         let b = self.next.fetch_add(1, Ordering::AcqRel);
         self.batches.get(b).cloned()
+    }
+
+    /// Up to `k` consecutive batches at once: the units they hold.
+    pub(crate) fn claim_many(&self, k: usize) -> Option<std::ops::Range<usize>> {
+        if self.failed.load(Ordering::Acquire) {
+            return None;
+        }
+        let b = self.next.fetch_add(k.max(1), Ordering::AcqRel);
+        let first = self.batches.get(b)?;
+        let last = &self.batches[(b + k.max(1)).min(self.batches.len()) - 1];
+        Some(first.start..last.end)
     }
 
     fn fail(&self, e: Error) {
@@ -169,7 +184,7 @@ pub(crate) fn read_host(
     Ok(out)
 }
 
-fn note(counts: &Counts, stored: bool, bytes: usize) {
+pub(crate) fn note(counts: &Counts, stored: bool, bytes: usize) {
     counts.cpu_units.fetch_add(1, Ordering::Relaxed);
     counts
         .decoded_bytes
@@ -259,7 +274,7 @@ fn place_host(src: &Source<'_>, unit: &[u8], p: &Placement, out: &HostOut) -> Re
 }
 
 /// Bytes of one unit's place in a staging slot.
-fn aligned(n: usize) -> usize {
+pub(crate) fn aligned(n: usize) -> usize {
     n.div_ceil(ALIGN).saturating_mul(ALIGN).max(ALIGN)
 }
 
@@ -270,8 +285,47 @@ pub(crate) fn slot_layout(cell_bytes: usize, target: usize) -> (usize, usize) {
     (per * aligned(cell_bytes), per)
 }
 
+/// Queues the placements of `units`, decoded at multiples of `stride` in `scratch`,
+/// into `out` on `stream`.
+pub(crate) fn place_units(
+    src: &Source<'_>,
+    units: &[Unit],
+    stride: usize,
+    stream: &crate::cuda::Stream,
+    scratch: &DeviceBuffer,
+    out: &DeviceBuffer,
+) -> Result<()> {
+    for (j, u) in units.iter().enumerate() {
+        for p in &u.placements {
+            let shape: Vec<usize> = p.shape.iter().map(|&n| n as usize).collect();
+            strided_copy_on(
+                stream,
+                scratch,
+                j * stride + src_offset(src, &p.start),
+                &src.cell_strides,
+                out,
+                p.dst_offset,
+                &p.dst_strides,
+                &shape,
+                src.elem,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// GPU decoding of a device read: the chain, its nvCOMP codec, and how many of the
+/// workers decode on the GPU.
+pub(crate) struct GpuPlan {
+    pub chain: Chain,
+    pub codec: GpuCodec,
+    pub workers: usize,
+}
+
 /// Reads `units` into a new device allocation of `total` bytes on `ctx`, decoding on
-/// `threads` CPU workers through staging slots of about `slot_target` bytes.
+/// `threads` workers (the first `gpu.workers` of them through nvCOMP) through staging
+/// slots of about `slot_target` bytes.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn read_device(
     src: &Source<'_>,
     units: &[Unit],
@@ -279,6 +333,7 @@ pub(crate) fn read_device(
     ctx: &Context,
     threads: usize,
     slot_target: usize,
+    gpu: Option<&GpuPlan>,
     counts: &Counts,
 ) -> Result<DeviceBuffer> {
     let out = ctx.allocate(total)?;
@@ -294,12 +349,32 @@ pub(crate) fn read_device(
         failed: AtomicBool::new(false),
         error: Mutex::new(None),
     };
-    let threads = threads.clamp(1, batches.len());
+    let gpu_workers = gpu.map_or(0, |g| g.workers);
+    let threads = threads.clamp(1, batches.len().max(gpu_workers));
     let stride = aligned(src.cell_bytes);
+    // A GPU claim: as many batches as make one nvCOMP call's worth of units.
+    let claim_batches = super::gpu::units_per_claim(src.cell_bytes)
+        .div_ceil(per)
+        .max(1);
     on_threads(threads, &run, &|t| {
-        // The first worker waits for a lane; the others join only when the pool has
-        // room (the bound on page-locked memory is the pool's).
-        let Some(mut lane) = UploadLane::new(ctx, slot_bytes, t == 0)? else {
+        if let Some(g) = gpu.filter(|g| t < g.workers) {
+            // In a GPU-only read the first GPU worker waits for staging: someone must.
+            let wait = t == 0 && g.workers >= threads;
+            return super::gpu::worker(
+                src,
+                &g.chain,
+                g.codec,
+                &run,
+                &out,
+                ctx,
+                claim_batches,
+                wait,
+                counts,
+            );
+        }
+        // The first CPU worker waits for a lane (the bound on page-locked memory is the
+        // pool's); the others join only when the pool has room.
+        let Some(mut lane) = UploadLane::new(ctx, slot_bytes, t == gpu_workers)? else {
             return Ok(());
         };
         counts.workers.fetch_add(1, Ordering::Relaxed);
@@ -318,23 +393,7 @@ pub(crate) fn read_device(
             }
             let used = (batch.len() - 1) * stride + src.cell_bytes;
             lane.submit(used, |stream, scratch| {
-                for (j, u) in batch.iter().enumerate() {
-                    for p in &u.placements {
-                        let shape: Vec<usize> = p.shape.iter().map(|&n| n as usize).collect();
-                        strided_copy_on(
-                            stream,
-                            scratch,
-                            j * stride + src_offset(src, &p.start),
-                            &src.cell_strides,
-                            &out,
-                            p.dst_offset,
-                            &p.dst_strides,
-                            &shape,
-                            src.elem,
-                        )?;
-                    }
-                }
-                Ok(())
+                place_units(src, batch, stride, stream, scratch, &out)
             })?;
         }
         lane.finish()

@@ -32,6 +32,16 @@ pub(crate) enum Stored {
     Bytes(bytes::Bytes),
 }
 
+/// What [`Source::stored_into`] found.
+pub(crate) enum StoredLen {
+    /// Not stored: the unit reads as the fill value.
+    Missing,
+    /// This many stored bytes were read into the start of the buffer.
+    Fits(usize),
+    /// The stored bytes do not fit the buffer (this many).
+    TooLarge,
+}
+
 /// An array as the engine reads it.
 pub(crate) struct Source<'a> {
     pub array: &'a Array<Storage>,
@@ -347,49 +357,12 @@ impl<'a> Source<'a> {
     /// Reads `cell`'s stored bytes from its file and decodes them into `dst`: an
     /// uncompressed unit straight into `dst`, others through the thread's buffer.
     fn decode_from_file(&self, chain: &codec::Chain, cell: &[u64], dst: &mut [u8]) -> Result<bool> {
-        let (path, range) = self.file_range(cell)?;
-        if range == Some((u64::MAX, u64::MAX)) {
+        let Some((file, offset, len)) = self.open_stored(cell)? else {
             self.fill_into(dst);
             return Ok(false);
-        }
+        };
         let what = || self.describe(cell);
-        let io =
-            |e: std::io::Error| self.storage_err(&format!("{} ({})", what(), path.display()), e);
-        // Non-blocking open: a FIFO in place of a chunk file must not hang the read.
-        let file = match std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(&path)
-        {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                self.fill_into(dst);
-                return Ok(false);
-            }
-            Err(e) => return Err(io(e)),
-        };
-        let meta = file.metadata().map_err(io)?;
-        if !meta.is_file() {
-            return Err(Error::invalid(format!(
-                "{}: {} is not a regular file",
-                what(),
-                path.display()
-            )));
-        }
-        let (offset, len) = match range {
-            None => (0, meta.len()),
-            Some((o, n)) => {
-                if o.checked_add(n).is_none_or(|end| end > meta.len()) {
-                    return Err(Error::Malformed(format!(
-                        "{}: the shard index names bytes {o}..{} of a {}-byte shard file",
-                        what(),
-                        o.saturating_add(n),
-                        meta.len()
-                    )));
-                }
-                (o, n)
-            }
-        };
+        let io = |e: std::io::Error| self.storage_err(&what(), e);
         let plain = chain.compression == codec::Compression::None && !chain.crc32c;
         if plain {
             if len != dst.len() as u64 {
@@ -427,6 +400,75 @@ impl<'a> Source<'a> {
             codec::decode_into(chain, &buf[..n], dst, &what)
         })?;
         Ok(true)
+    }
+
+    /// Reads the stored bytes of `cell` into the start of `buf` when they fit (the GPU
+    /// decoders' input).
+    pub(crate) fn stored_into(&self, cell: &[u64], buf: &mut [u8]) -> Result<StoredLen> {
+        if self.root.is_none() {
+            return match self.fetch(cell)? {
+                Stored::Missing => Ok(StoredLen::Missing),
+                Stored::Bytes(b) if b.len() <= buf.len() => {
+                    buf[..b.len()].copy_from_slice(&b);
+                    Ok(StoredLen::Fits(b.len()))
+                }
+                Stored::Bytes(_) => Ok(StoredLen::TooLarge),
+            };
+        }
+        let Some((file, offset, len)) = self.open_stored(cell)? else {
+            return Ok(StoredLen::Missing);
+        };
+        if len > buf.len() as u64 {
+            return Ok(StoredLen::TooLarge);
+        }
+        let n = len as usize;
+        read_exact_at(&file, &mut buf[..n], offset)
+            .map_err(|e| self.storage_err(&self.describe(cell), e))?;
+        Ok(StoredLen::Fits(n))
+    }
+
+    /// Opens the file holding `cell`'s stored bytes: the file, their offset and
+    /// length, or `None` when the unit is not stored.
+    fn open_stored(&self, cell: &[u64]) -> Result<Option<(File, u64, u64)>> {
+        let (path, range) = self.file_range(cell)?;
+        if range == Some((u64::MAX, u64::MAX)) {
+            return Ok(None);
+        }
+        let what = || self.describe(cell);
+        let io =
+            |e: std::io::Error| self.storage_err(&format!("{} ({})", what(), path.display()), e);
+        // Non-blocking open: a FIFO in place of a chunk file must not hang the read.
+        let file = match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(&path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io(e)),
+        };
+        let meta = file.metadata().map_err(io)?;
+        if !meta.is_file() {
+            return Err(Error::invalid(format!(
+                "{}: {} is not a regular file",
+                what(),
+                path.display()
+            )));
+        }
+        match range {
+            None => Ok(Some((file, 0, meta.len()))),
+            Some((o, n)) => {
+                if o.checked_add(n).is_none_or(|end| end > meta.len()) {
+                    return Err(Error::Malformed(format!(
+                        "{}: the shard index names bytes {o}..{} of a {}-byte shard file",
+                        what(),
+                        o.saturating_add(n),
+                        meta.len()
+                    )));
+                }
+                Ok(Some((file, o, n)))
+            }
+        }
     }
 
     /// Fills `dst` with the fill value.
