@@ -22,7 +22,7 @@
 //!    it is set, nothing else is tried: a wrong setting is reported, not papered over
 //!    by another copy of the library.
 //! 2. `libnvcomp.so.6` through the dynamic linker (`LD_LIBRARY_PATH`, `ld.so.cache`).
-//! 3. The pip wheel `nvidia-libnvcomp-cu13` (or `-cu12`): `nvidia/libnvcomp/lib64/`
+//! 3. The pip wheel `nvidia-libnvcomp-cu13`: `nvidia/libnvcomp/lib64/`
 //!    under `$VIRTUAL_ENV` and `$CONDA_PREFIX` site-packages, every `$PYTHONPATH`
 //!    entry, `~/.local/lib/python3*/site-packages` and the system's
 //!    `/usr/{local/,}lib/python3*/{dist,site}-packages`; then `$CONDA_PREFIX/lib`.
@@ -77,6 +77,7 @@ mod batch;
 mod find;
 mod plan;
 mod sys;
+mod workspace;
 
 use std::fmt;
 use std::ops::Range;
