@@ -238,6 +238,15 @@ fn chunk_size_limits_name_the_limit() {
 }
 
 #[test]
+fn batches_move_between_threads() {
+    fn send<T: Send>() {}
+    send::<nvcomp::DecompressBatch>();
+    send::<nvcomp::CompressBatch>();
+    fn shared<T: Send + Sync>() {}
+    shared::<&'static Nvcomp>();
+}
+
+#[test]
 fn codec_names() {
     let names: Vec<String> = GpuCodec::ALL.iter().map(|c| c.to_string()).collect();
     assert_eq!(names, ["zstd", "lz4", "deflate", "gdeflate"]);

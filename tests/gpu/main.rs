@@ -18,6 +18,7 @@ mod c_device;
 mod core;
 mod ipc;
 mod kernels;
+mod nvcomp;
 #[path = "../common/peer.rs"]
 mod peer;
 mod tensor;

@@ -1,156 +1,29 @@
 //! [`DecompressBatch`] and [`CompressBatch`]: batched nvCOMP calls over device buffers.
 
 use std::ops::Range;
+use std::time::Duration;
 
 use super::plan::{self, Direction, Layout};
 use super::sys::{self, BatchArgs, Call, Status};
+use super::workspace::{SIZE_UNSET, STATUS_UNSET, Tables, Workspace};
 use super::{GpuCodec, Nvcomp, library};
-use crate::cuda::driver::{self, transfer};
-use crate::cuda::{Context, DeviceBuffer, HostBuffer, Stream};
+use crate::cuda::driver;
+use crate::cuda::kernels::Segment;
+use crate::cuda::{Context, DeviceBuffer, Stream};
 use crate::error::{Error, Result};
 
-/// Preset in the actual-size table: nvCOMP did not report this chunk.
-const SIZE_UNSET: u64 = u64::MAX;
-/// Preset in the status table: nvCOMP did not report this chunk.
-const STATUS_UNSET: Status = -1;
-
-/// Device workspace and its page-locked table mirror, grown as needed, freed on drop.
-struct Workspace {
-    ctx: Context,
-    device: Option<DeviceBuffer>,
-    host: Option<HostBuffer>,
-}
-
-impl Workspace {
-    fn new(ctx: &Context) -> Workspace {
-        Workspace {
-            ctx: ctx.clone(),
-            device: None,
-            host: None,
-        }
-    }
-
-    /// Makes room for `layout`; returns the device workspace's address. Old space is
-    /// freed first (every call waits for its work, so nothing still uses it).
-    fn ensure(&mut self, layout: &Layout) -> Result<u64> {
-        let dev = layout.device_bytes;
-        if self.device.as_ref().is_none_or(|d| d.len() < dev) {
-            self.device = None;
-            let grown = plan::round_up(dev + dev / 4, 1 << 16);
-            self.device = Some(self.ctx.allocate(grown)?);
-        }
-        let host = Layout::table_bytes(layout.n);
-        if self.host.as_ref().is_none_or(|h| h.len() < host) {
-            self.host = None;
-            let grown = plan::round_up(host + host / 4, 4096);
-            self.host = Some(self.ctx.allocate_host(grown)?);
-        }
-        Ok(self.device.as_ref().map_or(0, |d| d.address()))
-    }
-
-    /// Checks that the stream and buffers belong to this workspace's context.
-    fn check_context(&self, stream: &Stream, src: &DeviceBuffer, dst: &DeviceBuffer) -> Result<()> {
-        for (what, ctx) in [
-            ("stream", stream.context()),
-            ("source buffer", src.context()),
-            ("destination buffer", dst.context()),
-        ] {
-            if !ctx.same_as(&self.ctx) {
-                return Err(Error::invalid(format!(
-                    "nvCOMP batch: the {what} belongs to another context (device {}) than the batch (device {}); create the batch for that context",
-                    ctx.ordinal(),
-                    self.ctx.ordinal()
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    /// Fills the host tables for one batch: pointers (staged or in place), sizes, and
-    /// the sentinels of the reported sizes and statuses.
-    fn fill_tables(
-        &mut self,
-        l: &Layout,
-        in_ptrs: &[u64],
-        in_len: &[usize],
-        out_ptrs: &[u64],
-        out_cap: &[usize],
-    ) {
-        let Some(h) = self.host.as_mut() else { return };
-        let put = |h: &mut [u8], at: usize, i: usize, v: u64| {
-            h[at + 8 * i..at + 8 * i + 8].copy_from_slice(&v.to_ne_bytes());
-        };
-        for i in 0..l.n {
-            put(h, l.in_ptrs(), i, in_ptrs[i]);
-            put(h, l.in_bytes(), i, in_len[i] as u64);
-            put(h, l.out_capacity(), i, out_cap[i] as u64);
-            put(h, l.out_ptrs(), i, out_ptrs[i]);
-            put(h, l.out_bytes(), i, SIZE_UNSET);
-            let s = l.statuses() + 4 * i;
-            h[s..s + 4].copy_from_slice(&STATUS_UNSET.to_ne_bytes());
-        }
-    }
-
-    /// Reads back chunk `i`'s reported size and status from the host tables.
-    fn result(&self, l: &Layout, i: usize) -> (u64, Status) {
-        let Some(h) = self.host.as_ref() else {
-            return (SIZE_UNSET, STATUS_UNSET);
-        };
-        let s = l.out_bytes() + 8 * i;
-        let t = l.statuses() + 4 * i;
-        let size = u64::from_ne_bytes(h[s..s + 8].try_into().unwrap_or([0xff; 8]));
-        let status = Status::from_ne_bytes(h[t..t + 4].try_into().unwrap_or([0xff; 4]));
-        (size, status)
-    }
-
-    /// Queues the upload of all tables and, after `work`, the download of the reported
-    /// sizes and statuses; then waits for the stream whatever happened (the page-locked
-    /// tables and the workspace must outlive the queued copies).
-    fn run(
-        &mut self,
-        l: &Layout,
-        base: u64,
-        stream: &Stream,
-        work: impl FnOnce() -> Result<()>,
-    ) -> Result<()> {
-        let Some(h) = self.host.as_mut() else {
-            return Err(Error::invalid("nvCOMP batch: workspace not allocated"));
-        };
-        let host = h.as_mut_ptr();
-        let queued = (|| {
-            self.ctx.bind()?;
-            // Safety: the page-locked tables hold `table_bytes(n)` initialised bytes and
-            // are neither written nor freed until the stream has been synchronised
-            // below; the destination is the start of this batch's device workspace,
-            // at least that large (`ensure`).
-            unsafe {
-                transfer::memcpy_htod_async(base, host, Layout::table_bytes(l.n), stream.raw())?
-            };
-            work()?;
-            let back = l.out_bytes();
-            // Safety: as above: the last `12 n` bytes of the tables, written by the
-            // device into page-locked memory that nothing reads until the stream has
-            // been synchronised.
-            unsafe {
-                transfer::memcpy_dtoh_async(
-                    host.add(back),
-                    base + back as u64,
-                    Layout::table_bytes(l.n) - back,
-                    stream.raw(),
-                )
-            }
-        })();
-        let synced = self
-            .ctx
-            .bind()
-            .and_then(|_| driver::stream_synchronize(stream.raw()));
-        queued.and(synced)
-    }
-}
-
 /// Reusable state for batched decompression on one context: device tables of pointers
-/// and sizes, nvCOMP's temporary space, statuses, and a staging area for misaligned
-/// chunks. Grown as needed, freed on drop. One per thread (calls take `&mut self`).
+/// and sizes, nvCOMP's temporary space, statuses, and a scratch area that nvCOMP
+/// decodes into. Grown as needed, freed on drop. One per thread (calls take
+/// `&mut self`).
+///
+/// nvCOMP does not keep to the output sizes it is given: on the H100 its zstd decoder
+/// wrote past an output range too small for the chunk, and the LZ4 and deflate
+/// decoders wrote outside the ranges on damaged input. So by default every chunk is
+/// decoded into a slot of this state's scratch area, with room to spare after it, and
+/// copied into its output range by one kernel launch: the destination only ever
+/// receives writes inside the output ranges. [`set_in_place`](Self::set_in_place)
+/// skips the scratch area for data that is known to be intact.
 ///
 /// ```no_run
 /// use devbuf::cuda::nvcomp::{DecompressBatch, GpuCodec};
@@ -169,6 +42,7 @@ impl Workspace {
 /// ```
 pub struct DecompressBatch {
     ws: Workspace,
+    in_place: bool,
 }
 
 impl DecompressBatch {
@@ -178,6 +52,7 @@ impl DecompressBatch {
         library()?;
         Ok(DecompressBatch {
             ws: Workspace::new(ctx),
+            in_place: false,
         })
     }
 
@@ -186,22 +61,65 @@ impl DecompressBatch {
         &self.ws.ctx
     }
 
-    /// Bytes of device memory this state holds now (workspace, tables, temporary space).
+    /// Bytes of device memory this state holds now (tables, temporary space, staging
+    /// and scratch slots).
     pub fn device_bytes(&self) -> usize {
         self.ws.device.as_ref().map_or(0, |d| d.len())
+    }
+
+    /// Whether nvCOMP decodes straight into the destination (`true`) or into the
+    /// scratch area first (`false`, the default). In place saves the scratch memory
+    /// (about the decoded size of a batch) and one device-to-device copy of the decoded
+    /// bytes, but on damaged input, or input that decodes to more than its output
+    /// range, nvCOMP may write outside the output ranges: use it only for data known
+    /// to be intact (e.g. checksums verified).
+    ///
+    /// ```no_run
+    /// # let ctx = devbuf::cuda::Context::new(0)?;
+    /// let mut batch = devbuf::cuda::nvcomp::DecompressBatch::new(&ctx)?;
+    /// batch.set_in_place(true); // trusted data only
+    /// # Ok::<(), devbuf::Error>(())
+    /// ```
+    pub fn set_in_place(&mut self, in_place: bool) {
+        self.in_place = in_place;
+    }
+
+    /// Limits how long a call waits for its device work (default: 60 s). nvCOMP's zstd
+    /// decoder has been seen to loop on damaged input; after the limit such a call
+    /// returns [`Error::Malformed`] instead of blocking for good. The device work
+    /// cannot be stopped: its stream stays busy, and the memory it may touch (this
+    /// state's workspace, the call's source and destination allocations) is never
+    /// freed (see [`leaked_bytes`](Self::leaked_bytes)). `None` waits as long as it
+    /// takes.
+    ///
+    /// ```no_run
+    /// # let ctx = devbuf::cuda::Context::new(0)?;
+    /// let mut batch = devbuf::cuda::nvcomp::DecompressBatch::new(&ctx)?;
+    /// batch.set_timeout(Some(std::time::Duration::from_secs(5)));
+    /// # Ok::<(), devbuf::Error>(())
+    /// ```
+    pub fn set_timeout(&mut self, timeout: Option<Duration>) {
+        self.ws.timeout = timeout;
+    }
+
+    /// Device bytes of workspace given up after calls that timed out (the source and
+    /// destination buffers kept alive with them are not counted).
+    pub fn leaked_bytes(&self) -> usize {
+        self.ws.leaked
     }
 
     /// Queues one batched decompression on `stream`: chunk `i` is `src` bytes
     /// `inputs[i]` (device), decoded into `dst` bytes `outputs[i]` (device; the range's
     /// length is the exact expected decoded size). Waits for it, then checks every
     /// status and actual size: an error names the chunk index, the nvCOMP status, and
-    /// the expected vs actual size. Never writes outside `outputs[i]`.
+    /// the expected vs actual size. Never writes outside `outputs[i]` (unless
+    /// [`set_in_place`](Self::set_in_place) was asked for: see there).
     ///
     /// Checked before any device work: the ranges ([`check_decompress_ranges`]), that
     /// `stream`, `src` and `dst` belong to this batch's context, that `dst` is writable
-    /// and that no output overlaps an input. Ranges may start at any byte; chunks that
+    /// and that no output overlaps an input. Ranges may start at any byte; inputs that
     /// miss nvCOMP's alignment are staged (module docs). On error the contents of the
-    /// outputs are unspecified. An empty batch does nothing.
+    /// output ranges are unspecified. An empty batch does nothing.
     ///
     /// [`check_decompress_ranges`]: super::check_decompress_ranges
     pub fn decompress(
@@ -242,44 +160,65 @@ impl DecompressBatch {
         let out_len: Vec<usize> = outputs.iter().map(|r| r.len()).collect();
         plan::check_overlaps(&pairs(&in_addr, &in_len), &pairs(&out_addr, &out_len))?;
 
-        let max_out = out_len.iter().copied().max().unwrap_or(0);
-        let total_out: usize = out_len.iter().sum();
+        // In place: nvCOMP may write exactly the output ranges (misaligned ones staged).
+        // Scratch: every chunk gets a slot with room to spare, copied out afterwards.
+        let limit = codec.max_decompress_chunk_bytes();
+        let out_cap: Vec<usize> = if self.in_place {
+            out_len.clone()
+        } else {
+            out_len
+                .iter()
+                .map(|&k| (k + plan::slack(k)).min(limit).max(k))
+                .collect()
+        };
+        let (in_stage, in_total) = plan::staging(&in_addr, align.input, |i| in_len[i]);
+        let (out_stage, out_total) = if self.in_place {
+            plan::staging(&out_addr, align.output, |i| out_len[i])
+        } else {
+            plan::slots(n, |i| out_cap[i] + plan::slack(out_len[i]))
+        };
+        let max_cap = out_cap.iter().copied().max().unwrap_or(0);
+        let total_cap: usize = out_cap.iter().sum();
         self.ws.ctx.bind()?;
         let temp_bytes = api
-            .decompress_temp_size(n, max_out, total_out)
+            .decompress_temp_size(n, max_cap, total_cap)
             .map_err(|s| lib.call_error(api.call_name(Call::DecompressGetTempSize), s))?;
-        let (in_stage, in_total) = plan::staging(&in_addr, align.input, |i| in_len[i]);
-        let (out_stage, out_total) = plan::staging(&out_addr, align.output, |i| out_len[i]);
-        let layout = Layout::new(n, temp_bytes, in_total + out_total);
+        let k_in = in_stage.iter().flatten().count();
+        let k_out = out_stage.iter().flatten().count();
+        let layout = Layout::new(n, k_in, k_out, temp_bytes, in_total + out_total);
         let base = self.ws.ensure(&layout)?;
         let stage_in = base + layout.staging as u64;
         let stage_out = stage_in + in_total as u64;
         let eff_in = effective(&in_addr, &in_stage, stage_in);
         let eff_out = effective(&out_addr, &out_stage, stage_out);
-        self.ws
-            .fill_tables(&layout, &eff_in, &in_len, &eff_out, &out_len);
+        let segs_in = segments(&in_stage, &eff_in, &in_addr, &in_len);
+        let segs_out = segments(&out_stage, &out_addr, &eff_out, &out_len);
+        let tables = Tables {
+            in_ptrs: &eff_in,
+            in_len: &in_len,
+            out_ptrs: &eff_out,
+            out_cap: &out_cap,
+            segs_in: &segs_in,
+            segs_out: &segs_out,
+        };
+        self.ws.fill(&layout, &tables);
 
-        let s = stream.raw();
-        self.ws.run(&layout, base, stream, || {
-            for i in staged(&in_stage) {
-                driver::memcpy_dtod_async(eff_in[i], in_addr[i], in_len[i], s)?;
-            }
-            let args = args(&layout, base, temp_bytes, 0, stream);
-            // Safety: the tables were uploaded to `base` just before, on the same
-            // stream; every pointer in them lies inside `src`, `dst` (ranges checked
-            // above, the buffers outlive this call, which waits for the stream) or
-            // the workspace's staging area; the staged copies honour nvCOMP's
-            // alignment; each output holds its capacity; temp space of the queried
-            // size at a 256-byte-aligned offset. The context is current.
-            let st = unsafe { api.decompress_async(&args) };
-            if st != sys::SUCCESS {
-                return Err(lib.call_error(api.call_name(Call::DecompressAsync), st));
-            }
-            for i in staged(&out_stage) {
-                driver::memcpy_dtod_async(out_addr[i], eff_out[i], out_len[i], s)?;
-            }
-            Ok(())
-        })?;
+        let what = format!("nvCOMP {codec} decompression of {n} chunks");
+        self.ws
+            .run(&layout, base, stream, (&what, &[src, dst]), &tables, || {
+                let args = args(&layout, base, temp_bytes, 0, stream);
+                // Safety: the tables were uploaded to `base` before, on the same stream;
+                // every pointer in them lies inside `src`, `dst` (ranges checked above, the
+                // buffers outlive the call, which waits for the stream or leaks them) or a
+                // staging / scratch slot of the workspace holding the capacity given for
+                // it; staged inputs honour nvCOMP's alignment; temporary space of the
+                // queried size at a 256-byte-aligned offset. The context is current.
+                let st = unsafe { api.decompress_async(&args) };
+                if st != sys::SUCCESS {
+                    return Err(lib.call_error(api.call_name(Call::DecompressAsync), st));
+                }
+                Ok(())
+            })?;
 
         let failed: Vec<(usize, u64, Status)> = (0..n)
             .map(|i| (i, self.ws.result(&layout, i)))
@@ -339,6 +278,24 @@ impl CompressBatch {
     /// Bytes of device memory this state holds now.
     pub fn device_bytes(&self) -> usize {
         self.ws.device.as_ref().map_or(0, |d| d.len())
+    }
+
+    /// Limits how long a call waits for its device work (default: 60 s); see
+    /// [`DecompressBatch::set_timeout`].
+    ///
+    /// ```no_run
+    /// # let ctx = devbuf::cuda::Context::new(0)?;
+    /// let mut batch = devbuf::cuda::nvcomp::CompressBatch::new(&ctx)?;
+    /// batch.set_timeout(None); // wait as long as it takes
+    /// # Ok::<(), devbuf::Error>(())
+    /// ```
+    pub fn set_timeout(&mut self, timeout: Option<Duration>) {
+        self.ws.timeout = timeout;
+    }
+
+    /// Device bytes of workspace given up after calls that timed out.
+    pub fn leaked_bytes(&self) -> usize {
+        self.ws.leaked
     }
 
     /// Compresses chunk `i` = `src` bytes `inputs[i]` into `dst` bytes `outputs[i]`,
@@ -402,30 +359,37 @@ impl CompressBatch {
             .map_err(|s| lib.call_error(api.call_name(Call::CompressGetTempSize), s))?;
         let (in_stage, in_total) = plan::staging(&in_addr, align.input, |i| in_len[i]);
         let (out_stage, out_total) = plan::staging(&out_addr, align.output, |_| cap);
-        let layout = Layout::new(n, temp_bytes, in_total + out_total);
+        let k_in = in_stage.iter().flatten().count();
+        let layout = Layout::new(n, k_in, 0, temp_bytes, in_total + out_total);
         let base = self.ws.ensure(&layout)?;
         let stage_in = base + layout.staging as u64;
         let stage_out = stage_in + in_total as u64;
         let eff_in = effective(&in_addr, &in_stage, stage_in);
         let eff_out = effective(&out_addr, &out_stage, stage_out);
         let caps = vec![cap; n];
-        self.ws
-            .fill_tables(&layout, &eff_in, &in_len, &eff_out, &caps);
+        let segs_in = segments(&in_stage, &eff_in, &in_addr, &in_len);
+        let tables = Tables {
+            in_ptrs: &eff_in,
+            in_len: &in_len,
+            out_ptrs: &eff_out,
+            out_cap: &caps,
+            segs_in: &segs_in,
+            segs_out: &[],
+        };
+        self.ws.fill(&layout, &tables);
 
-        let s = stream.raw();
-        self.ws.run(&layout, base, stream, || {
-            for i in staged(&in_stage) {
-                driver::memcpy_dtod_async(eff_in[i], in_addr[i], in_len[i], s)?;
-            }
-            let args = args(&layout, base, temp_bytes, max_in, stream);
-            // Safety: as in `DecompressBatch::decompress`; every output (in place or
-            // staged) holds at least the max-output-chunk size for `max_in`.
-            let st = unsafe { api.compress_async(&args) };
-            if st != sys::SUCCESS {
-                return Err(lib.call_error(api.call_name(Call::CompressAsync), st));
-            }
-            Ok(())
-        })?;
+        let what = format!("nvCOMP {codec} compression of {n} chunks");
+        self.ws
+            .run(&layout, base, stream, (&what, &[src, dst]), &tables, || {
+                let args = args(&layout, base, temp_bytes, max_in, stream);
+                // Safety: as in `DecompressBatch::decompress`; every output (in place or
+                // staged) holds at least the max-output-chunk size for `max_in`.
+                let st = unsafe { api.compress_async(&args) };
+                if st != sys::SUCCESS {
+                    return Err(lib.call_error(api.call_name(Call::CompressAsync), st));
+                }
+                Ok(())
+            })?;
 
         let mut sizes = Vec::with_capacity(n);
         let mut failed = Vec::new();
@@ -447,19 +411,28 @@ impl CompressBatch {
             ));
         }
         if out_total > 0 {
-            // Staged outputs: copy the compressed bytes (now known) into place.
+            // Staged outputs (rare: compression outputs need 8-byte alignment at most):
+            // copy the compressed bytes, now that their sizes are known, into place.
             self.ws.ctx.bind()?;
+            let s = stream.raw();
             let copied = staged(&out_stage)
                 .try_for_each(|i| driver::memcpy_dtod_async(out_addr[i], eff_out[i], sizes[i], s));
-            let synced = self
-                .ws
-                .ctx
-                .bind()
-                .and_then(|_| driver::stream_synchronize(s));
-            copied.and(synced)?;
+            let waited = self.ws.wait(stream, &what, &[src, dst]);
+            copied.and(waited)?;
         }
         Ok(sizes)
     }
+}
+
+/// The copies for the chunks that have a slot: `len[i]` bytes from `from[i]` to `to[i]`.
+fn segments(stage: &[Option<usize>], to: &[u64], from: &[u64], len: &[usize]) -> Vec<Segment> {
+    staged(stage)
+        .map(|i| Segment {
+            dst: to[i],
+            src: from[i],
+            len: len[i] as u64,
+        })
+        .collect()
 }
 
 fn pairs(addr: &[u64], len: &[usize]) -> Vec<(u64, usize)> {
@@ -539,4 +512,44 @@ fn chunk_error(
         msg.push_str(&format!("; also chunks {}{ellipsis}", more.join(", ")));
     }
     Error::Malformed(msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The scratch plan of a decompression: each output gets a slot with its capacity
+    /// and a guard band inside the area, and one copy moves exactly its range out.
+    #[test]
+    fn scratch_slots_copy_exactly_the_outputs() {
+        let out_addr = [0x7000_0003u64, 0x7000_2000, 0x7001_0001];
+        let out_len = [100usize, 70_000, 1];
+        let cap: Vec<usize> = out_len.iter().map(|&k| k + plan::slack(k)).collect();
+        let (slots, total) = plan::slots(3, |i| cap[i] + plan::slack(out_len[i]));
+        let area = 0x9000_0000u64;
+        let eff = effective(&out_addr, &slots, area);
+        let segs = segments(&slots, &out_addr, &eff, &out_len);
+        assert_eq!(segs.len(), 3);
+        for i in 0..3 {
+            assert_eq!(
+                (segs[i].dst, segs[i].src, segs[i].len),
+                (out_addr[i], eff[i], out_len[i] as u64)
+            );
+            assert_eq!(eff[i] % plan::STAGE_ALIGN as u64, 0);
+            let end = eff[i] + (cap[i] + plan::slack(out_len[i])) as u64;
+            assert!(end <= area + total as u64);
+            if i + 1 < 3 {
+                assert!(end <= eff[i + 1], "slot {i} runs into the next");
+            }
+        }
+        // In place: only misaligned chunks are staged, and copied back.
+        let (stage, _) = plan::staging(&out_addr, 4, |i| out_len[i]);
+        let eff = effective(&out_addr, &stage, area);
+        assert_eq!(eff[1], out_addr[1]);
+        let segs = segments(&stage, &out_addr, &eff, &out_len);
+        assert_eq!(
+            segs.iter().map(|g| g.dst).collect::<Vec<_>>(),
+            [out_addr[0], out_addr[2]]
+        );
+    }
 }

@@ -22,7 +22,7 @@
 //!    it is set, nothing else is tried: a wrong setting is reported, not papered over
 //!    by another copy of the library.
 //! 2. `libnvcomp.so.6` through the dynamic linker (`LD_LIBRARY_PATH`, `ld.so.cache`).
-//! 3. The pip wheel `nvidia-libnvcomp-cu13` (or `-cu12`): `nvidia/libnvcomp/lib64/`
+//! 3. The pip wheel `nvidia-libnvcomp-cu13`: `nvidia/libnvcomp/lib64/`
 //!    under `$VIRTUAL_ENV` and `$CONDA_PREFIX` site-packages, every `$PYTHONPATH`
 //!    entry, `~/.local/lib/python3*/site-packages` and the system's
 //!    `/usr/{local/,}lib/python3*/{dist,site}-packages`; then `$CONDA_PREFIX/lib`.
@@ -47,9 +47,23 @@
 //! devbuf asks for nvCOMP's CUDA backend, which reports bad data through per-chunk
 //! statuses (the hardware decompression engine of newer GPUs, per the headers, has
 //! undefined behaviour on corrupt input). Every status and every decoded size is
-//! checked; an error names the chunk. nvCOMP's headers still warn that corrupt input
-//! *may* lead to out-of-bounds accesses on the device: data from untrusted sources
-//! should carry a checksum verified before or after decoding.
+//! checked; an error names the chunk. But nvCOMP does not keep to the output sizes it
+//! is given: on an H100 (nvCOMP 6.0.0) its zstd decoder wrote past an output range
+//! 100 bytes too small for the chunk, its LZ4 and deflate decoders wrote outside the
+//! output ranges on input with random bit flips, and its zstd decoder did not finish
+//! at all on such input. Hence, by default:
+//!
+//! * [`DecompressBatch`] decodes into slots of its own scratch area, telling nvCOMP it
+//!   may write `len + slack` bytes (slack: 1/16 of the chunk, at least 4 KiB) and
+//!   keeping as much again free after it, then copies each output range out with one
+//!   kernel launch. The destination only ever receives writes inside the output
+//!   ranges; writes past a slot's guard band, which nvCOMP does not rule out, could
+//!   still reach other device memory. [`DecompressBatch::set_in_place`] decodes
+//!   straight into the destination, for data known to be intact.
+//! * A call waits at most 60 s ([`DecompressBatch::set_timeout`]) and then returns an
+//!   error; memory the still-running decoder may touch is kept allocated for good.
+//!
+//! Data from untrusted sources should still carry a checksum verified before decoding.
 //!
 //! ```no_run
 //! use devbuf::cuda::nvcomp::{self, DecompressBatch, GpuCodec};
@@ -77,6 +91,7 @@ mod batch;
 mod find;
 mod plan;
 mod sys;
+mod workspace;
 
 use std::fmt;
 use std::ops::Range;

@@ -201,39 +201,78 @@ pub(crate) fn staging(
     (offsets, total)
 }
 
+/// Every output in a slot of the scratch area: `size(i)` bytes at a 256-byte-aligned
+/// offset. Returns the offsets and the bytes the slots need.
+pub(crate) fn slots(n: usize, size: impl Fn(usize) -> usize) -> (Vec<Option<usize>>, usize) {
+    let mut total = 0usize;
+    let offsets = (0..n)
+        .map(|i| {
+            let off = total;
+            total = round_up(total + size(i), STAGE_ALIGN);
+            Some(off)
+        })
+        .collect();
+    (offsets, total)
+}
+
+/// The room around a chunk of `len` decoded bytes in the scratch area: nvCOMP is told
+/// it may write `len + slack` bytes (so a chunk that decodes to a little more than
+/// expected is reported, not written past its end), and `slack` more bytes follow
+/// before the next slot (a guard band for writes past the capacity nvCOMP was given).
+pub(crate) fn slack(len: usize) -> usize {
+    (len / 16).max(4096)
+}
+
 /// Alignment of everything placed in the workspace.
 pub(crate) const STAGE_ALIGN: usize = 256;
+
+/// Bytes of one entry of the segment-copy kernel's table (`dst`, `src`, `len`: u64).
+pub(crate) const SEGMENT_BYTES: usize = 24;
 
 /// Where the parts of a batch lie in the device workspace (byte offsets from its
 /// start) and in the page-locked mirror of its tables.
 ///
-/// Tables, `n` entries each: input pointers, input sizes, output capacities, output
-/// pointers (8 bytes each), actual sizes (8), statuses (4). The host mirror holds the
-/// same `44 n` bytes: all are uploaded (actual sizes and statuses preset to sentinels, so
-/// a chunk nvCOMP did not report is visible), the last `12 n` downloaded.
+/// Tables: input pointers, input sizes, output capacities, output pointers (`n`
+/// entries of 8 bytes each), the copy-in and copy-out segment tables (`segs_in` and
+/// `segs_out` entries of [`SEGMENT_BYTES`]), then the actual sizes (`n` x 8) and
+/// statuses (`n` x 4). The host mirror holds the same bytes: all are uploaded in one
+/// copy (actual sizes and statuses preset to sentinels, so a chunk nvCOMP did not report
+/// is visible), and everything from the actual sizes on is downloaded in one copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Layout {
     pub n: usize,
+    pub segs_in: usize,
+    pub segs_out: usize,
     pub temp: usize,
     pub staging: usize,
     pub device_bytes: usize,
 }
 
 impl Layout {
-    pub(crate) fn new(n: usize, temp_bytes: usize, staging_bytes: usize) -> Layout {
-        let temp = round_up(Self::table_bytes(n), STAGE_ALIGN);
-        let staging = round_up(temp + temp_bytes, STAGE_ALIGN);
-        Layout {
+    pub(crate) fn new(
+        n: usize,
+        segs_in: usize,
+        segs_out: usize,
+        temp_bytes: usize,
+        staging_bytes: usize,
+    ) -> Layout {
+        let mut l = Layout {
             n,
-            temp,
-            staging,
-            device_bytes: staging + staging_bytes,
-        }
+            segs_in,
+            segs_out,
+            temp: 0,
+            staging: 0,
+            device_bytes: 0,
+        };
+        l.temp = round_up(l.table_bytes(), STAGE_ALIGN);
+        l.staging = round_up(l.temp + temp_bytes, STAGE_ALIGN);
+        l.device_bytes = l.staging + staging_bytes;
+        l
     }
 
     /// Bytes of all tables (and of the host mirror).
-    pub(crate) fn table_bytes(n: usize) -> usize {
-        44 * n
+    pub(crate) fn table_bytes(&self) -> usize {
+        44 * self.n + SEGMENT_BYTES * (self.segs_in + self.segs_out)
     }
 
     pub(crate) fn in_ptrs(&self) -> usize {
@@ -248,12 +287,18 @@ impl Layout {
     pub(crate) fn out_ptrs(&self) -> usize {
         24 * self.n
     }
-    /// Start of the downloaded part: actual sizes, then statuses.
-    pub(crate) fn out_bytes(&self) -> usize {
+    pub(crate) fn seg_in(&self) -> usize {
         32 * self.n
     }
+    pub(crate) fn seg_out(&self) -> usize {
+        self.seg_in() + SEGMENT_BYTES * self.segs_in
+    }
+    /// Start of the downloaded part: actual sizes, then statuses.
+    pub(crate) fn out_bytes(&self) -> usize {
+        self.seg_out() + SEGMENT_BYTES * self.segs_out
+    }
     pub(crate) fn statuses(&self) -> usize {
-        40 * self.n
+        self.out_bytes() + 8 * self.n
     }
 }
 
@@ -273,11 +318,39 @@ mod tests {
 
     #[test]
     fn layout_is_aligned_and_disjoint() {
-        let l = Layout::new(3, 1000, 512);
-        assert_eq!(l.statuses() + 4 * 3, Layout::table_bytes(3));
+        let l = Layout::new(3, 0, 0, 1000, 512);
+        assert_eq!(l.statuses() + 4 * 3, l.table_bytes());
         assert_eq!(l.temp, 256);
         assert_eq!(l.staging, 1280);
         assert_eq!(l.device_bytes, 1280 + 512);
+        let l = Layout::new(10, 2, 10, 0, 0);
+        let parts = [
+            (l.in_ptrs(), 80),
+            (l.in_bytes(), 80),
+            (l.out_capacity(), 80),
+            (l.out_ptrs(), 80),
+            (l.seg_in(), 48),
+            (l.seg_out(), 240),
+            (l.out_bytes(), 80),
+            (l.statuses(), 40),
+        ];
+        let mut at = 0;
+        for (off, len) in parts {
+            assert_eq!(off, at, "{parts:?}");
+            assert_eq!(off % 8, 0);
+            at += len;
+        }
+        assert_eq!(at, l.table_bytes());
+        assert!(l.temp >= at && l.temp % STAGE_ALIGN == 0);
+    }
+
+    #[test]
+    fn slots_hold_every_output_aligned() {
+        let (offs, total) = slots(3, |i| [10, 300, 1][i]);
+        assert_eq!(offs, vec![Some(0), Some(256), Some(768)]);
+        assert_eq!(total, 1024);
+        assert_eq!(slack(1000), 4096);
+        assert_eq!(slack(1 << 20), 1 << 16);
     }
 
     #[test]

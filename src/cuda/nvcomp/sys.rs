@@ -499,7 +499,15 @@ unsafe fn symbol<T: Copy>(lib: &libloading::Library, name: &str) -> Result<T, St
     // pointer, valid while `lib` stays loaded (`Api` keeps it).
     unsafe { lib.get::<T>(name.as_bytes()) }
         .map(|s| *s)
-        .map_err(|e| format!("lacks the symbol {name} ({e})"))
+        .map_err(|e| format!("lacks the symbol {name} ({})", chain(&e)))
+}
+
+/// A libloading error with its cause (the `dlerror` text sits in `source()`).
+fn chain(e: &libloading::Error) -> String {
+    match std::error::Error::source(e) {
+        Some(cause) => cause.to_string(),
+        None => e.to_string(),
+    }
 }
 
 macro_rules! codec_fns {
