@@ -38,9 +38,12 @@ fn make(dir: &TempDir, name: &str, comp: Compressor) -> ZarrArray {
     a
 }
 
+/// A named read of the array.
+type Read<'a> = (&'static str, Box<dyn Fn() -> devbuf::Result<()> + 'a>);
+
 /// Every read path, each expected to fail naming `key`.
 fn all_reads_fail(a: &ZarrArray, key: &str, want: &str) {
-    let reads: Vec<(&str, Box<dyn Fn() -> devbuf::Result<()>>)> = vec![
+    let reads: Vec<Read<'_>> = vec![
         ("read_all", Box::new(|| a.read_all(&HOST).map(drop))),
         (
             "read_subset",

@@ -142,7 +142,8 @@ pub struct TransferConfig {
     /// registering 1 GiB took 44 ms on the H200, longer than staging it.
     pub register_min_bytes: Option<usize>,
     /// Most page-locked staging memory the engine holds (idle and in use). Default
-    /// 256 MiB. At least `2 * chunk_bytes`.
+    /// 512 MiB (the zarr read engine stages through the same pool: 16 CPU decode workers x
+    /// 2 x 4 MiB plus two GPU decode workers x 2 x 65 MiB). At least `2 * chunk_bytes`.
     pub max_pinned_bytes: usize,
     /// How copies without staging are issued.
     pub direct: DirectMode,
@@ -163,7 +164,7 @@ impl Default for TransferConfig {
             min_chunk_bytes: 256 * KIB,
             staging_min_bytes: 4 * MIB,
             register_min_bytes: None,
-            max_pinned_bytes: 256 * MIB,
+            max_pinned_bytes: 512 * MIB,
             direct: DirectMode::default(),
             pageable: PageableMode::default(),
             scatter: ScatterMode::default(),

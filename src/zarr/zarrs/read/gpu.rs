@@ -21,7 +21,7 @@ use crate::cuda::{Context, DeviceBuffer, UploadLane};
 use crate::error::{Error, Result};
 
 /// Decoded bytes a GPU worker aims to decode per nvCOMP call.
-pub(crate) const GPU_CLAIM_BYTES: usize = 16 << 20;
+pub(crate) const GPU_CLAIM_BYTES: usize = 64 << 20;
 
 /// The nvCOMP codec for a chain, or why the GPU cannot decode it.
 pub(crate) fn gpu_codec(chain: &Chain) -> std::result::Result<GpuCodec, String> {
@@ -84,6 +84,148 @@ pub(crate) fn worker(
     lane.finish()
 }
 
+/// Threads that read one GPU call's stored bytes in parallel.
+const READERS: usize = 4;
+
+/// Where one unit's stored bytes went in the slot.
+enum Got {
+    Missing,
+    /// Too large for the slot, or not for nvCOMP (e.g. a zstd frame without a declared
+    /// size): decoded on the CPU.
+    Cpu,
+    /// `range` of the slot.
+    At(Range<usize>),
+}
+
+/// Reads the stored bytes of `units` into `slot`, packed at 16-byte offsets: for a
+/// filesystem store the files are opened first (to learn the sizes), then read by
+/// [`READERS`] threads; other stores are read one unit after another.
+fn read_stored(src: &Source<'_>, units: &[Unit], slot: &mut [u8]) -> Result<Vec<Got>> {
+    let mut got = Vec::with_capacity(units.len());
+    let mut at = 0usize;
+    if !src.has_files() {
+        for u in units {
+            match src.stored_into(&u.cell, &mut slot[at..])? {
+                StoredLen::Missing => got.push(Got::Missing),
+                StoredLen::TooLarge => got.push(Got::Cpu),
+                StoredLen::Fits(n) => {
+                    got.push(Got::At(at..at + n));
+                    at = (at + n).next_multiple_of(16).min(slot.len());
+                }
+            }
+        }
+        return Ok(got);
+    }
+    let mut reads = Vec::new();
+    for (j, u) in units.iter().enumerate() {
+        match src.open_stored(&u.cell)? {
+            None => got.push(Got::Missing),
+            Some((file, offset, len)) => {
+                let n = usize::try_from(len).unwrap_or(usize::MAX);
+                if n > slot.len() - at {
+                    got.push(Got::Cpu);
+                } else {
+                    got.push(Got::At(at..at + n));
+                    reads.push((j, file, offset, at..at + n));
+                    at = (at + n).next_multiple_of(16).min(slot.len());
+                }
+            }
+        }
+    }
+    // Disjoint slices of the slot, one per read, in order.
+    let mut parts: Vec<(usize, std::fs::File, u64, &mut [u8])> = Vec::with_capacity(reads.len());
+    let mut rest = &mut slot[..];
+    let mut consumed = 0usize;
+    for (j, file, offset, r) in reads {
+        let (_, tail) = std::mem::take(&mut rest).split_at_mut(r.start - consumed);
+        let (mine, tail) = tail.split_at_mut(r.len());
+        parts.push((j, file, offset, mine));
+        rest = tail;
+        consumed = r.end;
+    }
+    let per = parts.len().div_ceil(READERS).max(1);
+    let failed: std::sync::Mutex<Option<Error>> = std::sync::Mutex::new(None);
+    std::thread::scope(|sc| {
+        for group in parts.chunks_mut(per) {
+            let failed = &failed;
+            sc.spawn(move || {
+                for (j, file, offset, buf) in group.iter_mut() {
+                    if let Err(e) = super::source::read_exact_at(file, buf, *offset) {
+                        let e = src.storage_err(&src.describe(&units[*j].cell), e);
+                        failed
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get_or_insert(e);
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(got),
+    }
+}
+
+/// The byte range nvCOMP decodes of one unit's stored bytes `slot[r]`, after the
+/// host-side checks: crc32c, the gzip member's header and size, the zstd frame's
+/// declared size and completeness. `None`: decode this unit on the CPU instead (a
+/// valid encoding nvCOMP should not be given, e.g. several zstd frames).
+fn gpu_input(
+    src: &Source<'_>,
+    chain: &Chain,
+    slot: &[u8],
+    r: Range<usize>,
+    what: &dyn Fn() -> String,
+) -> Result<Option<Range<usize>>> {
+    let mut body = r.clone();
+    if chain.crc32c {
+        let inner = codec::strip_crc32c(&slot[body.clone()], what)?;
+        body = r.start..r.start + inner.len();
+    }
+    match chain.compression {
+        Compression::Gzip => {
+            let g = codec::gzip_deflate_range(&slot[body.clone()], src.cell_bytes, what)?;
+            Ok(Some(body.start + g.start..body.start + g.end))
+        }
+        Compression::Zstd => {
+            let frame = &slot[body.clone()];
+            match zstd::zstd_safe::get_frame_content_size(frame) {
+                Ok(Some(n)) if n == src.cell_bytes as u64 => {}
+                Ok(Some(n)) => {
+                    return Err(Error::Malformed(format!(
+                        "{}: zstd chunk decodes to {n} bytes (declared by its frame), the chunk \
+                         holds exactly {} bytes",
+                        what(),
+                        src.cell_bytes
+                    )));
+                }
+                // No declared size: the CPU decoder bounds it.
+                Ok(None) => return Ok(None),
+                Err(_) => {
+                    return Err(Error::Malformed(format!(
+                        "{}: not a zstd frame ({} bytes)",
+                        what(),
+                        frame.len()
+                    )));
+                }
+            }
+            match zstd::zstd_safe::find_frame_compressed_size(frame) {
+                Ok(n) if n == frame.len() => Ok(Some(body)),
+                // Several frames: valid zstd, decoded on the CPU.
+                Ok(_) => Ok(None),
+                Err(_) => Err(Error::Malformed(format!(
+                    "{}: truncated or corrupt zstd frame ({} bytes)",
+                    what(),
+                    frame.len()
+                ))),
+            }
+        }
+        _ => Err(Error::invalid("not a chain for nvCOMP")),
+    }
+}
+
 /// Decodes `units` (at most one claim's worth) with one nvCOMP call and places them.
 #[allow(clippy::too_many_arguments)]
 fn one_call(
@@ -104,30 +246,26 @@ fn one_call(
     let mut on_cpu = Vec::new();
     let used = {
         let slot = lane.slot()?;
-        let mut at = 0usize;
-        for (j, u) in units.iter().enumerate() {
-            let what = || src.describe(&u.cell);
-            match src.stored_into(&u.cell, &mut slot[at..])? {
-                StoredLen::Missing => fills.push(j),
-                StoredLen::TooLarge => on_cpu.push(j),
-                StoredLen::Fits(n) => {
-                    let mut body = at..at + n;
-                    if chain.crc32c {
-                        let inner = codec::strip_crc32c(&slot[body.clone()], &what)?;
-                        body = at..at + inner.len();
+        let got = read_stored(src, units, slot)?;
+        let mut used = 0;
+        for (j, g) in got.into_iter().enumerate() {
+            let what = || src.describe(&units[j].cell);
+            match g {
+                Got::Missing => fills.push(j),
+                Got::Cpu => on_cpu.push(j),
+                Got::At(r) => {
+                    used = used.max(r.end);
+                    match gpu_input(src, chain, slot, r, &what)? {
+                        Some(input) => {
+                            inputs.push(input);
+                            outputs.push(j * stride..j * stride + src.cell_bytes);
+                        }
+                        None => on_cpu.push(j),
                     }
-                    if chain.compression == Compression::Gzip {
-                        let r =
-                            codec::gzip_deflate_range(&slot[body.clone()], src.cell_bytes, &what)?;
-                        body = at + r.start..at + r.end;
-                    }
-                    inputs.push(body);
-                    outputs.push(j * stride..j * stride + src.cell_bytes);
-                    at = (at + n).next_multiple_of(16);
                 }
             }
         }
-        at
+        used
     };
     // Units decoded on the CPU go straight to their place in the decoded scratch;
     // the stream is idle first so no earlier placement still reads that scratch.

@@ -67,8 +67,8 @@ pub struct ReadOptions {
     pub decoder: Decoder,
     /// CPU worker threads (`None`: one per core).
     pub threads: Option<usize>,
-    /// Of the threads, how many feed nvCOMP in a read with both decoders (`None`: a
-    /// quarter, at least one). A GPU worker reads stored bytes and waits for the GPU;
+    /// Of the threads, how many feed nvCOMP in a read with both decoders (`None`: an
+    /// eighth, at least one). A GPU worker reads stored bytes and waits for the GPU;
     /// the CPU workers decode.
     pub gpu_workers: Option<usize>,
     /// Bytes of one staging slot of a device read (`DEFAULT_SLOT_BYTES`; a slot
@@ -164,7 +164,7 @@ pub(crate) fn read(
     let max_units = (total / src.elem.max(1)).max(1);
     let units = plan::plan(
         requests,
-        &src.array.shape().to_vec(),
+        src.array.shape(),
         &src.cell_shape,
         src.elem,
         max_units,
@@ -255,7 +255,7 @@ fn choose_gpu(
                 Decoder::Gpu => threads,
                 _ => options
                     .gpu_workers
-                    .unwrap_or(threads / 4)
+                    .unwrap_or(threads / 8)
                     .clamp(1, threads.max(1)),
             };
             Ok((
@@ -267,14 +267,12 @@ fn choose_gpu(
                 String::new(),
             ))
         }
+        // Host reads decode on the CPU whatever the option (the note says why).
+        Err(why) if !device => Ok((None, why)),
         Err(why) if explicit => Err(Error::invalid(format!(
             "ReadOptions::decoder {:?}: the GPU cannot decode this read: {why}",
             options.decoder
         ))),
-        Err(why) if !device => {
-            let _ = why;
-            Ok((None, String::new()))
-        }
         Err(why) => Ok((None, why)),
     }
 }

@@ -173,7 +173,7 @@ impl<'a> Source<'a> {
         }
     }
 
-    fn storage_err(&self, what: &str, e: impl std::fmt::Display) -> Error {
+    pub(crate) fn storage_err(&self, what: &str, e: impl std::fmt::Display) -> Error {
         Error::Io {
             op: "reading a zarr store",
             message: format!("{what}: {e}"),
@@ -405,6 +405,15 @@ impl<'a> Source<'a> {
     /// Reads the stored bytes of `cell` into the start of `buf` when they fit (the GPU
     /// decoders' input).
     pub(crate) fn stored_into(&self, cell: &[u64], buf: &mut [u8]) -> Result<StoredLen> {
+        self.stored_into_with(cell, buf)
+    }
+
+    /// Whether chunk files are read directly (a filesystem store).
+    pub(crate) fn has_files(&self) -> bool {
+        self.root.is_some()
+    }
+
+    fn stored_into_with(&self, cell: &[u64], buf: &mut [u8]) -> Result<StoredLen> {
         if self.root.is_none() {
             return match self.fetch(cell)? {
                 Stored::Missing => Ok(StoredLen::Missing),
@@ -429,7 +438,7 @@ impl<'a> Source<'a> {
 
     /// Opens the file holding `cell`'s stored bytes: the file, their offset and
     /// length, or `None` when the unit is not stored.
-    fn open_stored(&self, cell: &[u64]) -> Result<Option<(File, u64, u64)>> {
+    pub(crate) fn open_stored(&self, cell: &[u64]) -> Result<Option<(File, u64, u64)>> {
         let (path, range) = self.file_range(cell)?;
         if range == Some((u64::MAX, u64::MAX)) {
             return Ok(None);
@@ -514,7 +523,7 @@ impl<'a> Source<'a> {
 }
 
 /// Reads exactly `buf.len()` bytes at `offset` (a file that is shorter is an error).
-fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+pub(crate) fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
     if offset == 0 {
         // Plain reads: the common case, and what works for every regular file.
         let mut f = file;
