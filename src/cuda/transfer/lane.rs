@@ -135,6 +135,73 @@ impl UploadLane {
         placed
     }
 
+    /// The other direction: lets `gather(stream, scratch)` queue device work that fills
+    /// the current slot's scratch buffer, then one DMA of its first `used` bytes into
+    /// the slot, records the slot's event and moves to the other slot. Returns the slot
+    /// to read with [`downloaded`](Self::downloaded) once the CPU needs it.
+    pub(crate) fn download(
+        &mut self,
+        used: usize,
+        gather: impl FnOnce(&Stream, &DeviceBuffer) -> Result<()>,
+    ) -> Result<usize> {
+        if used > self.bytes {
+            return Err(Error::invalid(format!(
+                "upload lane: {used} bytes asked of a slot of {} bytes",
+                self.bytes
+            )));
+        }
+        let slot = self.slot;
+        let (event, ptr, ctx) = {
+            let kit = self.kit()?;
+            (kit.event(slot), kit.host_ptr(slot), kit.context())
+        };
+        if self.queued[slot] {
+            // The CPU is done with this slot's previous contents (it asked for them
+            // with `downloaded`, or never will); the stream orders the rest.
+            driver::ctx_set_current(ctx)?;
+            driver::event_synchronize(event)?;
+            self.queued[slot] = false;
+        }
+        driver::ctx_set_current(ctx)?;
+        let gathered = gather(&self.stream, &self.scratch[slot]);
+        if gathered.is_ok() {
+            // Safety: `ptr` is the kit's page-locked slot, valid for `bytes >= used`
+            // bytes; the CPU does not touch it until `downloaded(slot)` has waited for
+            // the event recorded below; the scratch buffer is `bytes` long and lives
+            // with the lane.
+            unsafe {
+                driver::transfer::memcpy_dtoh_async(
+                    ptr,
+                    self.scratch[slot].address(),
+                    used,
+                    self.stream.raw(),
+                )?
+            };
+        }
+        driver::event_record(event, self.stream.raw())?;
+        self.queued[slot] = true;
+        self.slot ^= 1;
+        gathered.map(|_| slot)
+    }
+
+    /// Slot `slot` after the download queued into it finished, for the CPU to read (and
+    /// to use as it likes until the lane queues into that slot again).
+    pub(crate) fn downloaded(&mut self, slot: usize) -> Result<&mut [u8]> {
+        let slot = slot & 1;
+        let (event, ptr, ctx) = {
+            let kit = self.kit()?;
+            (kit.event(slot), kit.host_ptr(slot), kit.context())
+        };
+        if self.queued[slot] {
+            driver::ctx_set_current(ctx)?;
+            driver::event_synchronize(event)?;
+            self.queued[slot] = false;
+        }
+        // Safety: as in `slot()`: the kit's initialised page-locked buffer, no DMA
+        // pending on it (its event completed), exclusively borrowed through `self`.
+        Ok(unsafe { std::slice::from_raw_parts_mut(ptr, self.bytes) })
+    }
+
     /// Waits for everything queued on the lane.
     pub(crate) fn finish(&mut self) -> Result<()> {
         self.stream.synchronize()

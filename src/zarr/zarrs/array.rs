@@ -22,7 +22,6 @@ use rayon::prelude::*;
 use super::guard;
 use super::metadata::ZarrMetadata;
 use super::read::{self, ReadOptions, ReadReport, Request, Source};
-use super::staging::{self, Lanes, Piece, Staging};
 use super::storage::StoreAdapter;
 use crate::cuda::DeviceBuffer;
 use crate::error::{Error, Result};
@@ -33,9 +32,6 @@ use crate::zarr::{
 
 type Storage = dyn ReadableWritableStorageTraits;
 
-/// Default bytes per staging batch (see [`ZarrArray::set_batch_bytes`]).
-pub const DEFAULT_BATCH_BYTES: usize = 8 << 20;
-
 /// A zarr array (format 2 or 3) opened with the [`zarrs`] crate, read into and
 /// written from [`NDBuffer`]s of any [`BufferPrototype`].
 ///
@@ -43,18 +39,18 @@ pub const DEFAULT_BATCH_BYTES: usize = 8 << 20;
 ///   [`read_subset`](Self::read_subset), [`read`](Self::read), [`read_all`](Self::read_all))
 ///   return native-endian, C-contiguous arrays whatever the stored byte order and
 ///   order (numpy's values, as zarr-python returns them); missing chunks read as the
-///   fill value. Chunks are fetched and decoded on the host by `zarrs`' codecs, in
-///   parallel (rayon). For a host prototype they are decoded straight into the result's
-///   memory. For a device prototype they are decoded into a page-locked staging buffer,
-///   one *batch* (several chunks, or a slab of a subset) at a time, and each batch goes
-///   to the device in one copy while the next batch is decoded into a second buffer.
-///   The two staging buffers belong to the array and are reused by later calls.
+///   fill value. Every read goes through the read engine (`docs/zarr.md`, "The read
+///   engine"): one worker per core fetches and decodes each chunk it touches exactly
+///   once (on the CPU, or batched through nvCOMP on the GPU), and places it into host
+///   memory or — through page-locked slots of the context's transfer pool — onto the
+///   device, where the placement runs as device copies. [`ReadOptions`] tunes it, and
+///   the `*_with_report` reads say what ran.
 /// * **Writes** ([`write_chunk`](Self::write_chunk), [`write_chunks`](Self::write_chunks),
 ///   [`write_subset`](Self::write_subset)) take host or device arrays of the array's
-///   element type (either byte order, any layout); device data comes back through the
-///   same page-locked buffers in batches, and is encoded on the host. Chunks equal to
-///   the fill value everywhere are not stored (an existing one is erased), as
-///   zarr-python does by default.
+///   element type (either byte order, any layout). Device data is gathered per chunk on
+///   the device, brought back through the same pool's slots, and encoded by one worker
+///   per core, each chunk once. Chunks equal to the fill value everywhere are not
+///   stored (an existing one is erased), as zarr-python does by default.
 ///
 /// A `ZarrArray` is `Send + Sync`; reads may run from several threads at once. As with
 /// `zarrs`, concurrent writes that touch the same chunk race (one of them is lost).
@@ -78,8 +74,6 @@ pub struct ZarrArray {
     array: Array<Storage>,
     meta: ZarrMetadata,
     location: String,
-    staging: Staging,
-    batch_bytes: usize,
     read_options: ReadOptions,
     /// The directory of a filesystem store (chunk files are read directly).
     root: Option<std::path::PathBuf>,
@@ -90,7 +84,7 @@ impl std::fmt::Debug for ZarrArray {
         f.debug_struct("ZarrArray")
             .field("location", &self.location)
             .field("metadata", &self.meta)
-            .field("batch_bytes", &self.batch_bytes)
+            .field("read_options", &self.read_options)
             .finish()
     }
 }
@@ -351,8 +345,6 @@ impl ZarrArray {
             array,
             meta,
             location,
-            staging: Staging::default(),
-            batch_bytes: DEFAULT_BATCH_BYTES,
             read_options: ReadOptions::default(),
             root: None,
         })
@@ -485,45 +477,6 @@ impl ZarrArray {
     /// Where the array is: its directory, or `store:<path>` for a devbuf store.
     pub fn location(&self) -> &str {
         &self.location
-    }
-
-    /// Bytes per staging batch for device transfers.
-    pub fn batch_bytes(&self) -> usize {
-        self.batch_bytes
-    }
-
-    /// Sets the bytes per staging batch (at least 4 KiB; default
-    /// [`DEFAULT_BATCH_BYTES`]). Each device read or write moves its data in batches of
-    /// about this size through two page-locked buffers; a batch of whole chunks grows to
-    /// hold the largest chunk. Larger batches mean fewer copies; a subset read whose
-    /// chunk rows exceed a batch decodes those chunks once per slab.
-    pub fn set_batch_bytes(&mut self, bytes: usize) {
-        self.batch_bytes = bytes.max(4096);
-        self.staging.release();
-    }
-
-    /// [`set_batch_bytes`](Self::set_batch_bytes), by value.
-    pub fn with_batch_bytes(mut self, bytes: usize) -> ZarrArray {
-        self.set_batch_bytes(bytes);
-        self
-    }
-
-    /// Bytes of page-locked staging memory this array keeps for reuse (0 until it has
-    /// moved data to or from a device).
-    pub fn staging_bytes(&self) -> usize {
-        self.staging.held_bytes()
-    }
-
-    /// How many page-locked staging buffers this array has allocated so far (a
-    /// diagnostic: repeated device reads of similar size reuse the same two buffers, so
-    /// this stays at 2).
-    pub fn staging_allocations(&self) -> usize {
-        self.staging.allocations()
-    }
-
-    /// Frees the page-locked staging buffers (the next device transfer allocates again).
-    pub fn release_staging(&self) {
-        self.staging.release();
     }
 
     /// The box of chunk `indices` clipped to the array: `start..end` per axis.
@@ -836,10 +789,20 @@ impl ZarrArray {
         }
         host.par_iter()
             .try_for_each(|(start, shape, v)| self.encode_host(start, shape, v))?;
-        if !device.is_empty() {
-            self.download_chunks(&device)?;
+        if device.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        let mut requests = Vec::with_capacity(device.len());
+        let mut bufs = Vec::with_capacity(device.len());
+        for (start, shape, v) in device {
+            requests.push(Request {
+                start,
+                shape,
+                offset: 0,
+            });
+            bufs.push(device_bytes(&v)?);
+        }
+        self.write_device(&requests, &bufs)
     }
 
     /// Writes `value` into the box that starts at `start` (per axis) and has `value`'s
@@ -880,23 +843,40 @@ impl ZarrArray {
         if !v.is_device() {
             return self.encode_host(&start, &shape, &v);
         }
-        let elem = self.elem();
-        let pieces = staging::slabs(
-            &start,
-            &shape,
-            &self.meta.chunk_shape,
-            elem,
-            self.batch_bytes,
-        );
-        let src = device_bytes(&v)?;
-        let ctx = src.context().clone();
-        // Sequential within a batch: slabs of one batch may share chunks.
-        self.stage_writes(
-            &self.staging.lanes(&ctx),
-            &pieces,
-            self.batch_bytes,
-            false,
-            |g, buf| src.copy_to_host_into(pieces[g.start].offset, buf),
+        let request = Request {
+            start,
+            shape,
+            offset: 0,
+        };
+        self.write_device(std::slice::from_ref(&request), &[device_bytes(&v)?])
+    }
+
+    /// Writes device values (C-order native) into the boxes of `requests` through the
+    /// device write engine (`write.rs`).
+    fn write_device(&self, requests: &[Request], values: &[DeviceBuffer]) -> Result<()> {
+        let Some(ctx) = values.first().map(|v| v.context().clone()) else {
+            return Ok(());
+        };
+        let fill = self.meta.fill_value.to_bytes_as(self.dtype());
+        let target = super::write::Target {
+            array: &self.array,
+            location: &self.location,
+            shape: &self.meta.shape,
+            chunk_shape: &self.meta.chunk_shape,
+            elem: self.elem(),
+            fill: &fill,
+        };
+        let threads = self
+            .read_options
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get()));
+        super::write::write_device(
+            &target,
+            requests,
+            values,
+            &ctx,
+            threads,
+            self.read_options.slot_bytes,
         )
     }
 
@@ -1077,76 +1057,6 @@ impl ZarrArray {
         };
         if v.is_c_contiguous() { Ok(v) } else { v.copy() }
     }
-
-    /// Encodes `pieces` batch by batch through `lanes`: `fetch(piece indices, buf)`
-    /// fills a batch with those pieces' bytes (consecutive), which are then encoded into
-    /// the array — in parallel when `parallel` (pieces in distinct chunks), else in
-    /// order — while the next batch is fetched.
-    fn stage_writes<L, F>(
-        &self,
-        lanes: &L,
-        pieces: &[Piece],
-        cap: usize,
-        parallel: bool,
-        fetch: F,
-    ) -> Result<()>
-    where
-        L: Lanes,
-        F: Fn(Range<usize>, &mut [u8]) -> Result<()> + Sync,
-    {
-        let groups = staging::batches(pieces, cap);
-        let lens: Vec<usize> = groups.iter().map(|g| span(&pieces[g.clone()])).collect();
-        lanes.pipeline(
-            &lens,
-            |k, buf| fetch(groups[k].clone(), buf),
-            |k, buf| {
-                let g = &pieces[groups[k].clone()];
-                let base = g.first().map(|p| p.offset).unwrap_or(0);
-                let one = |p: &Piece| {
-                    let at = p.offset - base;
-                    self.encode_from(&p.start, &p.shape, &buf[at..at + p.len])
-                };
-                if parallel {
-                    g.par_iter().try_for_each(one)
-                } else {
-                    g.iter().try_for_each(one)
-                }
-            },
-        )
-    }
-
-    /// Writes prepared device values into their chunk boxes: copied to page-locked
-    /// batches (adjacent slices of one allocation in one copy), encoded in parallel.
-    fn download_chunks(&self, values: &[(Vec<u64>, Vec<u64>, NDBuffer)]) -> Result<()> {
-        let srcs: Vec<DeviceBuffer> = values
-            .iter()
-            .map(|(_, _, v)| device_bytes(v))
-            .collect::<Result<_>>()?;
-        let ctx = srcs
-            .first()
-            .map(|d| d.context().clone())
-            .ok_or_else(|| Error::invalid("no device values"))?;
-        let mut pieces = Vec::with_capacity(values.len());
-        let mut offset = 0usize;
-        for ((start, shape, _), src) in values.iter().zip(&srcs) {
-            pieces.push(Piece {
-                start: start.clone(),
-                shape: shape.clone(),
-                offset,
-                len: src.len(),
-            });
-            offset += src.len();
-        }
-        let cap = pieces
-            .iter()
-            .map(|p| p.len)
-            .max()
-            .unwrap_or(0)
-            .max(self.batch_bytes);
-        self.stage_writes(&self.staging.lanes(&ctx), &pieces, cap, true, |g, buf| {
-            copy_runs(&srcs[g.clone()], &pieces[g], buf)
-        })
-    }
 }
 
 /// `[a..b, c..d]` for messages.
@@ -1159,11 +1069,6 @@ fn fmt_box(start: &[u64], shape: &[u64]) -> String {
     format!("[{}]", axes.join(", "))
 }
 
-/// Bytes spanned by consecutive pieces.
-fn span(pieces: &[Piece]) -> usize {
-    pieces.iter().map(|p| p.len).sum()
-}
-
 /// The device bytes of a prepared (C-contiguous) device value.
 fn device_bytes(v: &NDBuffer) -> Result<DeviceBuffer> {
     let buf = v.to_buffer()?;
@@ -1171,61 +1076,6 @@ fn device_bytes(v: &NDBuffer) -> Result<DeviceBuffer> {
         Memory::Device(d) => Ok(d.clone()),
         Memory::Host(_) => Err(Error::invalid("expected a device value")),
     }
-}
-
-/// Copies device buffers into their consecutive places in `buf`, one copy per run of
-/// buffers that follow each other in one allocation.
-fn copy_runs(srcs: &[DeviceBuffer], pieces: &[Piece], buf: &mut [u8]) -> Result<()> {
-    let base = pieces.first().map(|p| p.offset).unwrap_or(0);
-    let spans: Vec<Span> = srcs
-        .iter()
-        .map(|s| Span {
-            device: s.context().ordinal(),
-            allocation: s.parent().address(),
-            address: s.address(),
-            len: s.len(),
-        })
-        .collect();
-    for run in runs(&spans) {
-        let first = &srcs[run.start];
-        let len: usize = spans[run.clone()].iter().map(|s| s.len).sum();
-        let at = pieces[run.start].offset - base;
-        first
-            .parent()
-            .copy_to_host_into(first.offset_in_parent(), &mut buf[at..at + len])?;
-    }
-    Ok(())
-}
-
-/// Where a device buffer is: device, allocation base address, its address and length.
-#[derive(Clone, Copy, Debug)]
-struct Span {
-    device: usize,
-    allocation: u64,
-    address: u64,
-    len: usize,
-}
-
-/// Index ranges of consecutive spans that follow each other in one allocation.
-fn runs(spans: &[Span]) -> Vec<Range<usize>> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < spans.len() {
-        let first = spans[i];
-        let mut end = first.address + first.len as u64;
-        let mut j = i + 1;
-        while j < spans.len() {
-            let s = spans[j];
-            if s.device != first.device || s.allocation != first.allocation || s.address != end {
-                break;
-            }
-            end += s.len as u64;
-            j += 1;
-        }
-        out.push(i..j);
-        i = j;
-    }
-    out
 }
 
 /// zarrs' node path and devbuf's description of `path` in a store.
@@ -1244,9 +1094,8 @@ mod tests {
     use std::path::PathBuf;
 
     use rand::rngs::SmallRng;
-    use rand::{Rng, RngCore, SeedableRng};
+    use rand::{Rng, SeedableRng};
 
-    use super::staging::VecLanes;
     use super::*;
 
     fn fixture(name: &str) -> PathBuf {
@@ -1333,94 +1182,6 @@ mod tests {
             }
         }
         assert!(checked > 100, "only {checked} boxes checked");
-    }
-
-    /// The device write path's batching with host vectors: slabs written in order
-    /// (partial chunks read-modify-write), chunks written in parallel.
-    #[test]
-    fn staged_writes_round_trip() {
-        let dir = std::env::temp_dir().join(format!("devbuf-staged-writes-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let mut rng = SmallRng::seed_from_u64(12);
-        for (k, cap) in [4usize, 40, 400, 1 << 20].into_iter().enumerate() {
-            let spec = ArraySpec::new(&[23, 17], &[4, 5], DataType::INT32)
-                .with_compressor(Compressor::Zstd { level: 1 });
-            let a = ZarrArray::create(dir.join(format!("a{k}")), &spec).unwrap();
-            // A box, in slabs.
-            let (start, shape) = a.check_ranges(&[3..22, 2..16]).unwrap();
-            let mut data = vec![0u8; checked_bytes(&shape, 4).unwrap()];
-            rng.fill_bytes(&mut data);
-            let pieces = staging::slabs(&start, &shape, &a.meta.chunk_shape, 4, cap);
-            a.stage_writes(&VecLanes, &pieces, cap.max(4), false, |g, buf| {
-                let off = pieces[g.start].offset;
-                buf.copy_from_slice(&data[off..off + buf.len()]);
-                Ok(())
-            })
-            .unwrap();
-            let back = host_bytes(&a.read_subset(&[3..22, 2..16], &HOST_PROTO).unwrap());
-            assert!(back == data, "cap {cap}: box");
-            // Every chunk, in parallel batches.
-            let grid = a.metadata().grid_shape.clone();
-            let mut pieces = Vec::new();
-            let mut offset = 0;
-            for i in 0..grid[0] {
-                for j in 0..grid[1] {
-                    let (start, shape) = a.chunk_box(&[i, j]).unwrap();
-                    let len = checked_bytes(&shape, 4).unwrap();
-                    pieces.push(Piece {
-                        start,
-                        shape,
-                        offset,
-                        len,
-                    });
-                    offset += len;
-                }
-            }
-            let mut data = vec![0u8; offset];
-            rng.fill_bytes(&mut data);
-            let big = pieces.iter().map(|p| p.len).max().unwrap().max(cap);
-            a.stage_writes(&VecLanes, &pieces, big, true, |g, buf| {
-                let off = pieces[g.start].offset;
-                buf.copy_from_slice(&data[off..off + buf.len()]);
-                Ok(())
-            })
-            .unwrap();
-            for p in &pieces {
-                let r: Vec<Range<u64>> = p
-                    .start
-                    .iter()
-                    .zip(&p.shape)
-                    .map(|(&s, &n)| s..s + n)
-                    .collect();
-                let back = host_bytes(&a.read_subset(&r, &HOST_PROTO).unwrap());
-                assert!(
-                    back[..] == data[p.offset..p.offset + p.len],
-                    "cap {cap}: chunk {r:?}"
-                );
-            }
-        }
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn runs_merge_adjacent_slices_of_one_allocation() {
-        let s = |device, allocation, address, len| Span {
-            device,
-            allocation,
-            address,
-            len,
-        };
-        let spans = [
-            s(0, 1000, 1000, 16),
-            s(0, 1000, 1016, 8), // follows: same run
-            s(0, 1000, 1040, 8), // gap: new run
-            s(0, 2000, 1048, 8), // adjacent address, other allocation: new run
-            s(1, 2000, 1056, 8), // other device: new run
-            s(1, 2000, 1064, 0), // empty, adjacent: joins
-            s(1, 2000, 1064, 4), // joins
-        ];
-        assert_eq!(runs(&spans), vec![0..2, 2..3, 3..4, 4..7]);
-        assert!(runs(&[]).is_empty());
     }
 
     const HOST_PROTO: BufferPrototype = BufferPrototype::Host;

@@ -52,10 +52,10 @@ use crate::error::{Error, Result};
 mod array;
 mod metadata;
 mod read;
-mod staging;
 mod storage;
+mod write;
 
-pub use array::{ArraySpec, Compressor, DEFAULT_BATCH_BYTES, ZarrArray};
+pub use array::{ArraySpec, Compressor, ZarrArray};
 pub use metadata::ZarrMetadata;
 pub use read::{DEFAULT_SLOT_BYTES, Decoder, ReadOptions, ReadReport};
 pub use storage::StoreAdapter;

@@ -11,8 +11,8 @@
 
 mod codec;
 mod gpu;
-mod pipeline;
-mod plan;
+pub(crate) mod pipeline;
+pub(crate) mod plan;
 mod source;
 
 use std::sync::atomic::Ordering;

@@ -21,6 +21,8 @@ pub(crate) struct Request {
 /// destination's byte strides `dst_strides`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Placement {
+    /// The request this placement serves (its index in the plan's requests).
+    pub req: usize,
     pub start: Vec<u64>,
     pub shape: Vec<u64>,
     pub dst_offset: usize,
@@ -73,7 +75,7 @@ pub(crate) fn plan(
         )));
     }
     let mut units: BTreeMap<Vec<u64>, Vec<Placement>> = BTreeMap::new();
-    for r in requests {
+    for (req, r) in requests.iter().enumerate() {
         if r.start.len() != nd || r.shape.len() != nd {
             return Err(Error::invalid(format!(
                 "box {:?}+{:?} does not have {nd} axes",
@@ -102,12 +104,13 @@ pub(crate) fn plan(
             for k in 0..nd {
                 let c0 = cell[k] * cell_shape[k];
                 let a = r.start[k].max(c0);
-                let b = (r.start[k] + r.shape[k]).min(c0 + cell_shape[k]);
+                let b = (r.start[k] + r.shape[k]).min(c0.saturating_add(cell_shape[k]));
                 start.push(a - c0);
                 shape.push(b - a);
                 dst += (a - r.start[k]) as isize * strides[k];
             }
             units.entry(cell.clone()).or_default().push(Placement {
+                req,
                 start,
                 shape,
                 dst_offset: dst as usize,
