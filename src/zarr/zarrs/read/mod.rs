@@ -11,6 +11,7 @@
 
 mod codec;
 mod gpu;
+mod hostmem;
 pub(crate) mod pipeline;
 pub(crate) mod plan;
 mod source;
@@ -182,7 +183,7 @@ pub(crate) fn read(
     let (gpu, gpu_note) = choose_gpu(src, ctx.is_some(), threads, options)?;
     let (mem, target) = match ctx {
         None => (
-            Memory::from(pipeline::read_host(src, &units, total, threads, &counts)?),
+            Memory::Host(pipeline::read_host(src, &units, total, threads, &counts)?),
             "host".to_string(),
         ),
         Some(ctx) => (

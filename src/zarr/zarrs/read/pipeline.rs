@@ -126,8 +126,8 @@ pub(crate) fn read_host(
     total: usize,
     threads: usize,
     counts: &Counts,
-) -> Result<Vec<u8>> {
-    let mut out = zeroed_vec(total)?;
+) -> Result<bytes::Bytes> {
+    let mut out = super::hostmem::HostResult::new(total)?;
     let batches = super::plan::batches(units.len(), 1, 1);
     let run = Run {
         units,
@@ -136,10 +136,8 @@ pub(crate) fn read_host(
         failed: AtomicBool::new(false),
         error: Mutex::new(None),
     };
-    let host = HostOut {
-        ptr: out.as_mut_ptr(),
-        len: out.len(),
-    };
+    let (ptr, len) = out.raw();
+    let host = HostOut { ptr, len };
     let threads = threads.clamp(1, batches.len().max(1));
     counts.workers.store(threads, Ordering::Relaxed);
     let whole_c = src.cell_strides == super::plan::c_strides(&src.cell_shape, src.elem);
@@ -181,7 +179,7 @@ pub(crate) fn read_host(
         Ok(())
     });
     run.finish()?;
-    Ok(out)
+    Ok(out.into_bytes())
 }
 
 pub(crate) fn note(counts: &Counts, stored: bool, bytes: usize) {
