@@ -1,29 +1,23 @@
 //! [`ZarrArray`]: a zarr v2/v3 array opened with `zarrs`, read into and written from
 //! [`NDBuffer`]s on the host or a device.
 
-use std::borrow::Cow;
 use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
-use ::zarrs::array::codec::{
-    BloscCodec, BloscCompressionLevel, BloscCompressor, BloscShuffleMode, BytesCodec, GzipCodec,
-    ZstdCodec,
-};
+use ::zarrs::array::codec::BytesCodec;
 use ::zarrs::array::{
-    Array, ArrayBuilder, ArrayBytes, ArrayError, ArrayMetadataOptions, ArraySubset,
-    BytesToBytesCodecTraits, CodecOptions, FillValue,
+    Array, ArrayBuilder, ArrayError, ArrayMetadataOptions, ArraySubset, FillValue,
 };
 use ::zarrs::filesystem::FilesystemStore;
 use ::zarrs::metadata::Endianness as ZEndianness;
 use ::zarrs::storage::{ReadableStorageTraits, ReadableWritableStorageTraits, StoreKey};
-use rayon::prelude::*;
 
 use super::guard;
 use super::metadata::ZarrMetadata;
 use super::read::{self, ReadOptions, ReadReport, Request, Source};
+use super::spec::ArraySpec;
 use super::storage::StoreAdapter;
-use crate::cuda::DeviceBuffer;
 use crate::error::{Error, Result};
 use crate::zarr::index::{Resolved, resolve};
 use crate::zarr::{
@@ -71,10 +65,10 @@ type Storage = dyn ReadableWritableStorageTraits;
 /// # Ok::<(), devbuf::Error>(())
 /// ```
 pub struct ZarrArray {
-    array: Array<Storage>,
-    meta: ZarrMetadata,
-    location: String,
-    read_options: ReadOptions,
+    pub(super) array: Array<Storage>,
+    pub(super) meta: ZarrMetadata,
+    pub(super) location: String,
+    pub(super) read_options: ReadOptions,
     /// The directory of a filesystem store (chunk files are read directly).
     root: Option<std::path::PathBuf>,
 }
@@ -86,164 +80,6 @@ impl std::fmt::Debug for ZarrArray {
             .field("metadata", &self.meta)
             .field("read_options", &self.read_options)
             .finish()
-    }
-}
-
-/// A compressor for [`ArraySpec`] (a zarr v3 bytes-to-bytes codec).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Compressor {
-    /// No compression.
-    #[default]
-    None,
-    /// `zstd` at this level (zarr-python's default is 0; 1..=22 as zstd defines).
-    Zstd {
-        /// Compression level.
-        level: i32,
-    },
-    /// `gzip` at this level (0..=9).
-    Gzip {
-        /// Compression level.
-        level: u32,
-    },
-    /// `blosc` with lz4 and byte shuffle at this level (0..=9).
-    Blosc {
-        /// Compression level.
-        level: u8,
-    },
-}
-
-/// What [`ZarrArray::create`] makes: a zarr v3 array with a regular chunk grid, the
-/// `bytes` codec in the data type's byte order, an optional compressor and optional
-/// sharding.
-///
-/// ```
-/// use devbuf::zarr::zarrs::{ArraySpec, Compressor};
-/// use devbuf::zarr::{DataType, Scalar};
-/// let spec = ArraySpec::new(&[100, 100], &[10, 10], DataType::FLOAT32)
-///     .with_fill_value(Scalar::from(f32::NAN))
-///     .with_compressor(Compressor::Zstd { level: 3 });
-/// assert_eq!(spec.shape(), &[100, 100]);
-/// ```
-#[derive(Clone, Debug, PartialEq)]
-pub struct ArraySpec {
-    shape: Vec<u64>,
-    chunk_shape: Vec<u64>,
-    dtype: DataType,
-    fill_value: Option<Scalar>,
-    compressor: Compressor,
-    subchunk_shape: Option<Vec<u64>>,
-}
-
-impl ArraySpec {
-    /// An array of `shape` in chunks of `chunk_shape`, of `dtype` (big-endian data
-    /// types are stored big-endian), fill value zero, uncompressed, not sharded.
-    pub fn new(shape: &[u64], chunk_shape: &[u64], dtype: DataType) -> ArraySpec {
-        ArraySpec {
-            shape: shape.to_vec(),
-            chunk_shape: chunk_shape.to_vec(),
-            dtype,
-            fill_value: None,
-            compressor: Compressor::None,
-            subchunk_shape: None,
-        }
-    }
-
-    /// The fill value (converted to the data type as numpy's unsafe cast does).
-    pub fn with_fill_value(mut self, fill_value: Scalar) -> ArraySpec {
-        self.fill_value = Some(fill_value);
-        self
-    }
-
-    /// The compressor of each chunk (of each inner chunk when sharded).
-    pub fn with_compressor(mut self, compressor: Compressor) -> ArraySpec {
-        self.compressor = compressor;
-        self
-    }
-
-    /// Shards the array: each chunk (shard) holds inner chunks of this shape, which
-    /// must divide the chunk shape.
-    pub fn with_subchunks(mut self, subchunk_shape: &[u64]) -> ArraySpec {
-        self.subchunk_shape = Some(subchunk_shape.to_vec());
-        self
-    }
-
-    /// The array shape.
-    pub fn shape(&self) -> &[u64] {
-        &self.shape
-    }
-
-    fn validate(&self) -> Result<()> {
-        let n = self.shape.len();
-        if self.chunk_shape.len() != n {
-            return Err(Error::invalid(format!(
-                "chunk shape {:?} has {} dimension(s), the array shape {:?} has {n}",
-                self.chunk_shape,
-                self.chunk_shape.len(),
-                self.shape
-            )));
-        }
-        if self.chunk_shape.contains(&0) {
-            return Err(Error::invalid(format!(
-                "chunk shape {:?} has a zero extent (every chunk extent must be at least 1)",
-                self.chunk_shape
-            )));
-        }
-        if let Some(sub) = &self.subchunk_shape {
-            let divides = sub.len() == n
-                && sub
-                    .iter()
-                    .zip(&self.chunk_shape)
-                    .all(|(&s, &c)| s > 0 && c % s == 0);
-            if !divides {
-                return Err(Error::invalid(format!(
-                    "subchunk shape {sub:?} must have {n} non-zero extents that divide the chunk \
-                     shape {:?}",
-                    self.chunk_shape
-                )));
-            }
-        }
-        match self.compressor {
-            Compressor::Gzip { level } if level > 9 => Err(Error::invalid(format!(
-                "gzip level {level} is out of range (0..=9)"
-            ))),
-            Compressor::Blosc { level } if level > 9 => Err(Error::invalid(format!(
-                "blosc level {level} is out of range (0..=9)"
-            ))),
-            Compressor::Zstd { level } if !(-131072..=22).contains(&level) => Err(Error::invalid(
-                format!("zstd level {level} is out of range (-131072..=22)"),
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    fn compressors(&self) -> Result<Vec<Arc<dyn BytesToBytesCodecTraits>>> {
-        Ok(match self.compressor {
-            Compressor::None => vec![],
-            Compressor::Zstd { level } => vec![Arc::new(ZstdCodec::new(level, false))],
-            Compressor::Gzip { level } => vec![Arc::new(
-                GzipCodec::new(level).map_err(|e| Error::invalid(format!("gzip: {e}")))?,
-            )],
-            Compressor::Blosc { level } => {
-                let clevel = BloscCompressionLevel::try_from(level)
-                    .map_err(|e| Error::invalid(format!("blosc level {level}: {e}")))?;
-                let shuffle = if self.dtype.size() > 1 {
-                    BloscShuffleMode::Shuffle
-                } else {
-                    BloscShuffleMode::NoShuffle
-                };
-                vec![Arc::new(
-                    BloscCodec::new(
-                        BloscCompressor::LZ4,
-                        clevel,
-                        None,
-                        shuffle,
-                        Some(self.dtype.size()),
-                    )
-                    .map_err(|e| Error::invalid(format!("blosc: {e}")))?,
-                )]
-            }
-        })
     }
 }
 
@@ -733,160 +569,13 @@ impl ZarrArray {
         self.read_subset(&ranges, prototype)
     }
 
-    // ------------------------------------------------------------------ writing
-
-    /// Writes `value` into the box of chunk `indices` clipped to the array (its shape
-    /// must be that box's shape; see [`chunk_ranges`](Self::chunk_ranges)). `value` may
-    /// be on the host or a device, of the array's element type in either byte order,
-    /// in any layout.
-    pub fn write_chunk(&self, indices: &[u64], value: &NDBuffer) -> Result<()> {
-        self.write_chunks(&[indices], std::slice::from_ref(value))
-    }
-
-    /// Writes many chunks: `values[i]` into the clipped box of `chunks[i]`. Each chunk
-    /// may be listed once. Host values are encoded in parallel; device values come back
-    /// through page-locked memory in batches (values that are consecutive slices of one
-    /// device allocation, as [`read_chunks`](Self::read_chunks) returns them, in one
-    /// copy per batch), encoded in parallel while the next batch is copied.
-    ///
-    /// ```
-    /// use devbuf::zarr::zarrs::{ArraySpec, ZarrArray};
-    /// use devbuf::zarr::{BufferPrototype, DataType, MemoryStore, Order, Scalar};
-    /// let a = ZarrArray::create_in_store(std::sync::Arc::new(MemoryStore::new()), "",
-    ///     &ArraySpec::new(&[5], &[2], DataType::INT8))?;
-    /// let one = BufferPrototype::Host.nd_create(&[2], DataType::INT8, Order::C, Some(Scalar::from(1i8)))?;
-    /// let edge = BufferPrototype::Host.nd_create(&[1], DataType::INT8, Order::C, Some(Scalar::from(2i8)))?;
-    /// a.write_chunks(&[[0u64], [2]], &[one, edge])?;
-    /// let v = a.read_all(&BufferPrototype::Host)?.to_ndarray::<i8>()?;
-    /// assert_eq!(v.as_slice().unwrap(), &[1, 1, 0, 0, 2]);
-    /// # Ok::<(), devbuf::Error>(())
-    /// ```
-    pub fn write_chunks<I: AsRef<[u64]>>(&self, chunks: &[I], values: &[NDBuffer]) -> Result<()> {
-        if chunks.len() != values.len() {
-            return Err(Error::invalid(format!(
-                "write_chunks: {} chunk indices but {} values",
-                chunks.len(),
-                values.len()
-            )));
-        }
-        let mut seen = std::collections::HashSet::new();
-        let mut host = Vec::new();
-        let mut device = Vec::new();
-        for (c, v) in chunks.iter().zip(values) {
-            let idx = c.as_ref();
-            if !seen.insert(idx.to_vec()) {
-                return Err(Error::invalid(format!(
-                    "write_chunks: chunk {idx:?} is listed more than once"
-                )));
-            }
-            let (start, shape) = self.chunk_box(idx)?;
-            let v = self.prepare(v, &shape, &format!("chunk {idx:?}"))?;
-            if v.is_device() {
-                device.push((start, shape, v));
-            } else {
-                host.push((start, shape, v));
-            }
-        }
-        host.par_iter()
-            .try_for_each(|(start, shape, v)| self.encode_host(start, shape, v))?;
-        if device.is_empty() {
-            return Ok(());
-        }
-        let mut requests = Vec::with_capacity(device.len());
-        let mut bufs = Vec::with_capacity(device.len());
-        for (start, shape, v) in device {
-            requests.push(Request {
-                start,
-                shape,
-                offset: 0,
-            });
-            bufs.push(device_bytes(&v)?);
-        }
-        self.write_device(&requests, &bufs)
-    }
-
-    /// Writes `value` into the box that starts at `start` (per axis) and has `value`'s
-    /// shape, which must lie within the array. `value` may be on the host or a device,
-    /// of the array's element type in either byte order, in any layout. Chunks the box
-    /// covers partly are read, updated and rewritten.
-    ///
-    /// ```
-    /// use devbuf::zarr::zarrs::{ArraySpec, ZarrArray};
-    /// use devbuf::zarr::{BufferPrototype, DataType, MemoryStore, NDBuffer};
-    /// let a = ZarrArray::create_in_store(std::sync::Arc::new(MemoryStore::new()), "",
-    ///     &ArraySpec::new(&[4, 4], &[2, 2], DataType::FLOAT32))?;
-    /// a.write_subset(&[1, 1], &NDBuffer::from_ndarray(ndarray::arr2(&[[1.0f32, 2.0], [3.0, 4.0]])))?;
-    /// let v = a.read_subset(&[1..3, 1..3], &BufferPrototype::Host)?.to_ndarray::<f32>()?;
-    /// assert_eq!(v.as_slice().unwrap(), &[1.0, 2.0, 3.0, 4.0]);
-    /// // Wrong element type: an error, no conversion.
-    /// assert!(a.write_subset(&[0, 0], &NDBuffer::from_ndarray(ndarray::arr1(&[1i32]))).is_err());
-    /// # Ok::<(), devbuf::Error>(())
-    /// ```
-    pub fn write_subset(&self, start: &[u64], value: &NDBuffer) -> Result<()> {
-        if start.len() != self.meta.ndim() {
-            return Err(Error::invalid(format!(
-                "write_subset: start {start:?} has {} coordinate(s), the array has {} \
-                 dimension(s) (shape {:?})",
-                start.len(),
-                self.meta.ndim(),
-                self.meta.shape
-            )));
-        }
-        let shape: Vec<u64> = value.shape().iter().map(|&s| s as u64).collect();
-        let ranges: Vec<Range<u64>> = start
-            .iter()
-            .zip(&shape)
-            .map(|(&s, &n)| s..s.saturating_add(n))
-            .collect();
-        let (start, shape) = self.check_ranges(&ranges)?;
-        let v = self.prepare(value, &shape, "write_subset")?;
-        if !v.is_device() {
-            return self.encode_host(&start, &shape, &v);
-        }
-        let request = Request {
-            start,
-            shape,
-            offset: 0,
-        };
-        self.write_device(std::slice::from_ref(&request), &[device_bytes(&v)?])
-    }
-
-    /// Writes device values (C-order native) into the boxes of `requests` through the
-    /// device write engine (`write.rs`).
-    fn write_device(&self, requests: &[Request], values: &[DeviceBuffer]) -> Result<()> {
-        let Some(ctx) = values.first().map(|v| v.context().clone()) else {
-            return Ok(());
-        };
-        let fill = self.meta.fill_value.to_bytes_as(self.dtype());
-        let target = super::write::Target {
-            array: &self.array,
-            location: &self.location,
-            shape: &self.meta.shape,
-            chunk_shape: &self.meta.chunk_shape,
-            elem: self.elem(),
-            fill: &fill,
-        };
-        let threads = self
-            .read_options
-            .threads
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get()));
-        super::write::write_device(
-            &target,
-            requests,
-            values,
-            &ctx,
-            threads,
-            self.read_options.slot_bytes,
-        )
-    }
-
     // ------------------------------------------------------------------ internals
 
-    fn elem(&self) -> usize {
+    pub(super) fn elem(&self) -> usize {
         self.meta.stored_dtype.size()
     }
 
-    fn check_chunk(&self, indices: &[u64]) -> Result<()> {
+    pub(super) fn check_chunk(&self, indices: &[u64]) -> Result<()> {
         let grid = &self.meta.grid_shape;
         if indices.len() != grid.len() || indices.iter().zip(grid).any(|(&i, &g)| i >= g) {
             return Err(Error::invalid(format!(
@@ -900,7 +589,7 @@ impl ZarrArray {
     }
 
     /// The clipped box of a chunk.
-    fn chunk_box(&self, indices: &[u64]) -> Result<(Vec<u64>, Vec<u64>)> {
+    pub(super) fn chunk_box(&self, indices: &[u64]) -> Result<(Vec<u64>, Vec<u64>)> {
         self.check_chunk(indices)?;
         let mut start = Vec::with_capacity(indices.len());
         let mut shape = Vec::with_capacity(indices.len());
@@ -916,7 +605,7 @@ impl ZarrArray {
         Ok((start, shape))
     }
 
-    fn check_ranges(&self, ranges: &[Range<u64>]) -> Result<(Vec<u64>, Vec<u64>)> {
+    pub(super) fn check_ranges(&self, ranges: &[Range<u64>]) -> Result<(Vec<u64>, Vec<u64>)> {
         let shape = &self.meta.shape;
         if ranges.len() != shape.len() {
             return Err(Error::invalid(format!(
@@ -943,11 +632,11 @@ impl ZarrArray {
     }
 
     /// `mem` (C-order, native bytes of `shape`) as an NDBuffer.
-    fn wrap(&self, mem: Memory, shape: &[u64]) -> Result<NDBuffer> {
+    pub(super) fn wrap(&self, mem: Memory, shape: &[u64]) -> Result<NDBuffer> {
         NDBuffer::from_memory(mem, &shape_usize(shape)?, self.dtype(), Order::C)
     }
 
-    fn array_err(&self, what: &str, e: ArrayError) -> Error {
+    pub(super) fn array_err(&self, what: &str, e: ArrayError) -> Error {
         match e {
             ArrayError::StorageError(s) => Error::Io {
                 op: "zarr store access",
@@ -960,7 +649,7 @@ impl ZarrArray {
 
     /// Runs `f` on the array subset `start`/`shape` inside [`guard`]; `f` gets the
     /// subset and the text that opens its error messages (`"<verb> [a..b, ...] of"`).
-    fn on_subset(
+    pub(super) fn on_subset(
         &self,
         verb: &str,
         start: &[u64],
@@ -1001,61 +690,10 @@ impl ZarrArray {
                 .retrieve_array_subset_into_opt(
                     subset,
                     (&mut view).into(),
-                    &CodecOptions::default(),
+                    &::zarrs::array::CodecOptions::default(),
                 )
                 .map_err(|e| self.array_err(what, e))
         })
-    }
-
-    /// Encodes C-order native bytes of the box `start`/`shape` into the array.
-    fn encode_from(&self, start: &[u64], shape: &[u64], bytes: &[u8]) -> Result<()> {
-        if bytes.is_empty() {
-            return Ok(());
-        }
-        self.on_subset("writing", start, shape, |subset, what| {
-            self.array
-                .store_array_subset_opt(
-                    subset,
-                    ArrayBytes::new_flen(Cow::Borrowed(bytes)),
-                    &CodecOptions::default(),
-                )
-                .map_err(|e| self.array_err(what, e))
-        })
-    }
-
-    /// A host value (already prepared: native, C-contiguous) into the box.
-    fn encode_host(&self, start: &[u64], shape: &[u64], v: &NDBuffer) -> Result<()> {
-        let bytes = v.to_buffer()?.to_host()?;
-        self.encode_from(start, shape, &bytes)
-    }
-
-    /// Checks a value against the box it is written to, and brings it to native byte
-    /// order and C order (on its own side: host or device).
-    fn prepare(&self, value: &NDBuffer, shape: &[u64], what: &str) -> Result<NDBuffer> {
-        let element = self.meta.stored_dtype.element();
-        if value.dtype().element() != element {
-            return Err(Error::invalid(format!(
-                "{what}: data type mismatch: the array at {} holds {element}, the value is {} \
-                 (convert it with NDBuffer::astype first)",
-                self.location,
-                value.dtype()
-            )));
-        }
-        let vshape: Vec<u64> = value.shape().iter().map(|&s| s as u64).collect();
-        if vshape != shape {
-            return Err(Error::invalid(format!(
-                "{what}: the value has shape {vshape:?}, the destination box of {} has shape \
-                 {shape:?}",
-                self.location
-            )));
-        }
-        let native = DataType::native(element);
-        let v = if value.dtype() != native {
-            value.astype(native)?
-        } else {
-            value.clone()
-        };
-        if v.is_c_contiguous() { Ok(v) } else { v.copy() }
     }
 }
 
@@ -1067,15 +705,6 @@ fn fmt_box(start: &[u64], shape: &[u64]) -> String {
         .map(|(&s, &n)| format!("{s}..{}", s + n))
         .collect();
     format!("[{}]", axes.join(", "))
-}
-
-/// The device bytes of a prepared (C-contiguous) device value.
-fn device_bytes(v: &NDBuffer) -> Result<DeviceBuffer> {
-    let buf = v.to_buffer()?;
-    match buf.as_array_like() {
-        Memory::Device(d) => Ok(d.clone()),
-        Memory::Host(_) => Err(Error::invalid("expected a device value")),
-    }
 }
 
 /// zarrs' node path and devbuf's description of `path` in a store.
@@ -1090,99 +719,5 @@ fn node_path(path: &str) -> Result<(String, String)> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::path::PathBuf;
-
-    use rand::rngs::SmallRng;
-    use rand::{Rng, SeedableRng};
-
-    use super::*;
-
-    fn fixture(name: &str) -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/zarr")
-            .join(name)
-    }
-
-    fn host_bytes(nd: &NDBuffer) -> Vec<u8> {
-        nd.to_buffer().unwrap().to_bytes().unwrap()
-    }
-
-    fn random_ranges(rng: &mut SmallRng, shape: &[u64]) -> Vec<Range<u64>> {
-        shape
-            .iter()
-            .map(|&n| {
-                let s = rng.random_range(0..=n);
-                s..rng.random_range(s..=n)
-            })
-            .collect()
-    }
-
-    /// The read engine (every thread count, every kind of box, whole chunks, repeated
-    /// chunks) gives exactly what zarrs' own subset decoding gives, on every fixture.
-    #[test]
-    fn engine_reads_equal_zarrs_reads() {
-        let mut rng = SmallRng::seed_from_u64(11);
-        let dir = fixture("");
-        let mut names: Vec<String> = std::fs::read_dir(&dir)
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(".zarr"))
-            .collect();
-        names.sort();
-        let mut checked = 0;
-        for name in names {
-            let Ok(mut a) = ZarrArray::open(fixture(&name)) else {
-                continue;
-            };
-            let elem = a.elem();
-            for threads in [1usize, 3] {
-                a.set_read_options(ReadOptions {
-                    threads: Some(threads),
-                    ..ReadOptions::default()
-                })
-                .unwrap();
-                let mut boxes: Vec<Vec<Range<u64>>> =
-                    vec![a.metadata().shape.iter().map(|&n| 0..n).collect()];
-                for _ in 0..6 {
-                    boxes.push(random_ranges(&mut rng, &a.metadata().shape));
-                }
-                for ranges in boxes {
-                    let (start, shape) = a.check_ranges(&ranges).unwrap();
-                    let mut want = vec![0x55u8; checked_bytes(&shape, elem).unwrap()];
-                    a.decode_into(&start, &shape, &mut want).unwrap();
-                    let got = host_bytes(&a.read_subset(&ranges, &HOST_PROTO).unwrap());
-                    assert!(got == want, "{name} threads {threads} box {ranges:?}");
-                    checked += 1;
-                }
-                // Whole chunks, one of them twice.
-                let grid = a.metadata().grid_shape.clone();
-                let n: u64 = grid.iter().product::<u64>().min(50);
-                let mut indices: Vec<Vec<u64>> = (0..n)
-                    .map(|mut lin| {
-                        let mut idx = vec![0u64; grid.len()];
-                        for ax in (0..grid.len()).rev() {
-                            idx[ax] = lin % grid[ax];
-                            lin /= grid[ax];
-                        }
-                        idx
-                    })
-                    .collect();
-                if let Some(first) = indices.first().cloned() {
-                    indices.push(first);
-                }
-                let chunks = a.read_chunks(&indices, &HOST_PROTO).unwrap();
-                for (idx, c) in indices.iter().zip(&chunks) {
-                    let (start, shape) = a.chunk_box(idx).unwrap();
-                    let mut want = vec![0u8; checked_bytes(&shape, elem).unwrap()];
-                    a.decode_into(&start, &shape, &mut want).unwrap();
-                    assert!(host_bytes(c) == want, "{name} chunk {idx:?}");
-                }
-            }
-        }
-        assert!(checked > 100, "only {checked} boxes checked");
-    }
-
-    const HOST_PROTO: BufferPrototype = BufferPrototype::Host;
-}
+#[path = "array_tests.rs"]
+mod tests;

@@ -50,14 +50,17 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use crate::error::{Error, Result};
 
 mod array;
+mod array_write;
 mod metadata;
 mod read;
+mod spec;
 mod storage;
 mod write;
 
-pub use array::{ArraySpec, Compressor, ZarrArray};
+pub use array::ZarrArray;
 pub use metadata::ZarrMetadata;
 pub use read::{DEFAULT_SLOT_BYTES, Decoder, ReadOptions, ReadReport};
+pub use spec::{ArraySpec, Compressor};
 pub use storage::StoreAdapter;
 
 /// Runs a `zarrs` call, turning a panic inside it into an error (devbuf never panics

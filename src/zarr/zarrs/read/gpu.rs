@@ -211,6 +211,10 @@ fn gpu_input(
                     )));
                 }
             }
+            // A frame with a content checksum: nvCOMP would not verify it; the CPU does.
+            if frame.len() > 4 && frame[4] & 0x04 != 0 {
+                return Ok(None);
+            }
             match zstd::zstd_safe::find_frame_compressed_size(frame) {
                 Ok(n) if n == frame.len() => Ok(Some(body)),
                 // Several frames: valid zstd, decoded on the CPU.
@@ -244,6 +248,7 @@ fn one_call(
     let mut outputs: Vec<Range<usize>> = Vec::with_capacity(units.len());
     let mut fills = Vec::new();
     let mut on_cpu = Vec::new();
+    let t0 = std::time::Instant::now();
     let used = {
         let slot = lane.slot()?;
         let got = read_stored(src, units, slot)?;
@@ -277,6 +282,7 @@ fn one_call(
             decoded.copy_from_host(j * stride, &host)?;
         }
     }
+    let t1 = std::time::Instant::now();
     lane.submit(used, |stream, staged| {
         for &j in &fills {
             fill_on(
@@ -293,6 +299,13 @@ fn one_call(
         }
         place_units(src, units, stride, stream, decoded, out)
     })?;
+    let us = |d: std::time::Duration| d.as_micros().min(u64::MAX as u128) as u64;
+    counts
+        .gpu_read_us
+        .fetch_add(us(t1 - t0), std::sync::atomic::Ordering::Relaxed);
+    counts
+        .gpu_decode_us
+        .fetch_add(us(t1.elapsed()), std::sync::atomic::Ordering::Relaxed);
     for j in 0..units.len() {
         let missing = fills.contains(&j);
         let cpu = on_cpu.contains(&j);

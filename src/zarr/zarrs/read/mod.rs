@@ -40,15 +40,18 @@ pub const DEFAULT_SLOT_BYTES: usize = 4 << 20;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Decoder {
-    /// Device reads of zstd or gzip chunks use both (as [`Both`](Self::Both)) when
-    /// nvCOMP is available, else the CPU workers; host reads use the CPU workers. The
-    /// report says which ran and why.
+    /// Device reads of zstd chunks use both (as [`Both`](Self::Both)) when nvCOMP is
+    /// available, else the CPU workers; host reads use the CPU workers. The report says
+    /// which ran and why. (gzip chunks go to the GPU only when asked for: nvCOMP does
+    /// not check the gzip trailer's CRC-32.)
     #[default]
     Auto,
     /// CPU worker threads only.
     Cpu,
     /// nvCOMP only (device reads of zstd or gzip chunks; otherwise an error that says
-    /// why).
+    /// why). zstd frames are checked on the host first (declared size, complete frame;
+    /// frames with a content checksum are decoded on the CPU, which verifies it); gzip
+    /// members have their header and size checked, but not their CRC-32.
     Gpu,
     /// CPU workers and GPU workers on the same read
     /// ([`ReadOptions::gpu_workers`] of the threads feed nvCOMP).
@@ -118,6 +121,10 @@ pub struct ReadReport {
     pub gpu_chunks: u64,
     /// Workers that fed nvCOMP.
     pub gpu_workers: usize,
+    /// Microseconds the GPU workers spent reading stored bytes (summed over workers).
+    pub gpu_read_us: u64,
+    /// Microseconds the GPU workers spent in nvCOMP calls and their placement (summed).
+    pub gpu_decode_us: u64,
     /// Of those, chunks not stored (read as the fill value).
     pub missing_chunks: u64,
     /// Decoded bytes (whole chunks, before selection).
@@ -144,6 +151,14 @@ impl std::fmt::Display for ReadReport {
             self.missing_chunks,
             self.decoded_bytes
         )?;
+        if self.gpu_workers > 0 {
+            write!(
+                f,
+                "; GPU workers read for {:.1} ms and decoded for {:.1} ms",
+                self.gpu_read_us as f64 / 1e3,
+                self.gpu_decode_us as f64 / 1e3
+            )?;
+        }
         if !self.gpu_note.is_empty() {
             write!(f, "; GPU not used: {}", self.gpu_note)?;
         }
@@ -213,6 +228,8 @@ pub(crate) fn read(
         gpu_note,
         gpu_chunks,
         gpu_workers: counts.gpu_workers.load(Ordering::Relaxed),
+        gpu_read_us: counts.gpu_read_us.load(Ordering::Relaxed),
+        gpu_decode_us: counts.gpu_decode_us.load(Ordering::Relaxed),
         codecs: src.codecs.describe(),
         cpu_chunks,
         missing_chunks: counts.missing_units.load(Ordering::Relaxed),
@@ -247,6 +264,14 @@ fn choose_gpu(
             )
         })?;
         let codec = gpu::gpu_codec(chain)?;
+        if codec == crate::cuda::nvcomp::GpuCodec::Deflate && !explicit {
+            return Err(
+                "gzip chunks are decoded on the GPU only when asked for (Decoder::Gpu or \
+                 Both): nvCOMP does not check the gzip trailer's CRC-32, so a corrupt chunk \
+                 could decode to wrong values unnoticed"
+                    .to_string(),
+            );
+        }
         crate::cuda::nvcomp::library().map_err(|e| e.to_string())?;
         Ok((*chain, codec))
     })();

@@ -37,6 +37,10 @@ pub(crate) struct Counts {
     pub cpu_units: AtomicU64,
     pub gpu_units: AtomicU64,
     pub gpu_workers: AtomicUsize,
+    /// Microseconds GPU workers spent reading stored bytes, and in nvCOMP calls with
+    /// their placement (summed over workers).
+    pub gpu_read_us: AtomicU64,
+    pub gpu_decode_us: AtomicU64,
     pub missing_units: AtomicU64,
     pub decoded_bytes: AtomicU64,
     pub workers: AtomicUsize,
