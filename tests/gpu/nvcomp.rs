@@ -301,7 +301,10 @@ gpu_test! {
             let mut variants = Vec::new();
             let mut bad = case.src.clone();
             corrupt(codec, &mut bad[case.inputs[3].clone()]);
-            variants.push(("damaged block header", 3, bad, case.inputs.clone(), case.outputs.clone(), true));
+            // Measured on an H100 with nvCOMP 6.0: LZ4 with a damaged block header and zstd
+            // truncated to half can decode "successfully" (docs/nvcomp.md). What devbuf
+            // guarantees then: no write outside the outputs, other chunks intact.
+            variants.push(("damaged block header", 3, bad, case.inputs.clone(), case.outputs.clone(), codec != GpuCodec::Lz4));
             if codec == GpuCodec::Zstd {
                 let mut bad = case.src.clone();
                 bad[case.inputs[4].start..case.inputs[4].start + 4].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
@@ -309,7 +312,7 @@ gpu_test! {
             }
             let mut ins = case.inputs.clone();
             ins[5].end = ins[5].start + ins[5].len() / 2;
-            variants.push(("truncated to half", 5, case.src.clone(), ins, case.outputs.clone(), true));
+            variants.push(("truncated to half", 5, case.src.clone(), ins, case.outputs.clone(), codec != GpuCodec::Zstd));
             let mut outs = case.outputs.clone();
             outs[2].end -= 100;
             variants.push(("decodes past its output", 2, case.src.clone(), case.inputs.clone(), outs, true));

@@ -40,18 +40,22 @@ pub const DEFAULT_SLOT_BYTES: usize = 4 << 20;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Decoder {
-    /// Device reads of zstd chunks use both (as [`Both`](Self::Both)) when nvCOMP is
-    /// available, else the CPU workers; host reads use the CPU workers. The report says
-    /// which ran and why. (gzip chunks go to the GPU only when asked for: nvCOMP does
-    /// not check the gzip trailer's CRC-32.)
+    /// The CPU workers, plus GPU workers (as [`Both`](Self::Both)) on device reads of
+    /// zstd or gzip chunks up to 4 MiB that carry a crc32c checksum (verified on the
+    /// host before nvCOMP sees them), when nvCOMP is available. Unprotected chunks go to
+    /// the GPU only when asked for: nvCOMP checks less than the CPU decoders. Host
+    /// reads use the CPU workers. The report says which ran and why.
     #[default]
     Auto,
     /// CPU worker threads only.
     Cpu,
     /// nvCOMP only (device reads of zstd or gzip chunks; otherwise an error that says
-    /// why). zstd frames are checked on the host first (declared size, complete frame;
-    /// frames with a content checksum are decoded on the CPU, which verifies it); gzip
-    /// members have their header and size checked, but not their CRC-32.
+    /// why). zstd frames are checked on the host first (declared size, complete frame
+    /// with intact block headers; frames with a content checksum are decoded on the CPU,
+    /// which verifies it); gzip members have their header and size checked, not their
+    /// CRC-32. Damage inside compressed data that these checks cannot see may decode to
+    /// wrong values unnoticed (nvCOMP reports success for some damaged input): use it
+    /// for trusted stores, or stores whose chunks carry crc32c.
     Gpu,
     /// CPU workers and GPU workers on the same read
     /// ([`ReadOptions::gpu_workers`] of the threads feed nvCOMP).
@@ -264,13 +268,21 @@ fn choose_gpu(
             )
         })?;
         let codec = gpu::gpu_codec(chain)?;
-        if codec == crate::cuda::nvcomp::GpuCodec::Deflate && !explicit {
+        if !explicit && !chain.crc32c {
             return Err(
-                "gzip chunks are decoded on the GPU only when asked for (Decoder::Gpu or \
-                 Both): nvCOMP does not check the gzip trailer's CRC-32, so a corrupt chunk \
-                 could decode to wrong values unnoticed"
+                "the chunks carry no crc32c checksum: nvCOMP checks less than the CPU decoders \
+                 (damage inside compressed data can decode to wrong values unnoticed, and \
+                 gzip's CRC-32 is not checked), so the GPU decodes unprotected chunks only when \
+                 asked for (Decoder::Gpu or Both)"
                     .to_string(),
             );
+        }
+        if !explicit && src.cell_bytes > 4 << 20 {
+            return Err(format!(
+                "chunks of {} MiB: nvCOMP decodes one chunk per thread block, so chunks larger \
+                 than 4 MiB decode faster on the CPU workers (measured)",
+                src.cell_bytes >> 20
+            ));
         }
         crate::cuda::nvcomp::library().map_err(|e| e.to_string())?;
         Ok((*chain, codec))
