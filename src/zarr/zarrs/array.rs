@@ -15,7 +15,6 @@ use ::zarrs::array::{
     Array, ArrayBuilder, ArrayBytes, ArrayBytesFixedDisjointView, ArrayError, ArrayMetadataOptions,
     ArraySubset, BytesToBytesCodecTraits, CodecOptions, FillValue,
 };
-use ::zarrs::filesystem::FilesystemStore;
 use ::zarrs::metadata::Endianness as ZEndianness;
 use ::zarrs::storage::{ReadableStorageTraits, ReadableWritableStorageTraits, StoreKey};
 use rayon::prelude::*;
@@ -313,10 +312,7 @@ impl ZarrArray {
                 "no zarr array at {location}: not a directory"
             )));
         }
-        let storage: Arc<Storage> =
-            Arc::new(FilesystemStore::new(path).map_err(|e| {
-                Error::invalid(format!("cannot open {location} as a zarr store: {e}"))
-            })?);
+        let storage: Arc<Storage> = super::fs_store::checked_filesystem_store(path)?;
         Self::open_storage(storage, "/", location)
     }
 
@@ -395,10 +391,7 @@ impl ZarrArray {
             op: "creating a zarr array directory",
             message: format!("{location}: {e}"),
         })?;
-        let storage: Arc<Storage> =
-            Arc::new(FilesystemStore::new(path).map_err(|e| {
-                Error::invalid(format!("cannot open {location} as a zarr store: {e}"))
-            })?);
+        let storage: Arc<Storage> = super::fs_store::checked_filesystem_store(path)?;
         Self::create_storage(storage, "/", location, spec)
     }
 

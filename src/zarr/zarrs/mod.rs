@@ -46,10 +46,13 @@
 //! ```
 
 mod array;
+mod fs_store;
 mod metadata;
 mod staging;
 mod storage;
+mod validate;
 
 pub use array::{ArraySpec, Compressor, DEFAULT_BATCH_BYTES, ZarrArray};
 pub use metadata::ZarrMetadata;
 pub use storage::StoreAdapter;
+pub use validate::{MAX_CHUNK_BYTES, MAX_METADATA_BYTES, MAX_RANK, MAX_SHARDING_DEPTH};
