@@ -121,7 +121,7 @@ impl ZarrMetadata {
         }
         let element = element_type(&v3.data_type).ok_or_else(|| {
             Error::invalid(format!(
-                "zarr array at {location}: data type {:?} is not supported (devbuf reads bool, \
+                "zarr array at {location}: {:?} is an unsupported data type (devbuf reads bool, \
                  int8..int64, uint8..uint64, float16, float32, float64, complex64, complex128)",
                 v3.data_type.name()
             ))

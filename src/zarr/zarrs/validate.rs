@@ -238,7 +238,7 @@ fn check_v2(doc: &Value, d: &Doc) -> Result<()> {
                 d.unsupported(
                     "dtype",
                     format_args!(
-                        "{}: unsupported data type (devbuf reads {SUPPORTED_TYPES})",
+                        "{} is an unsupported data type (devbuf reads {SUPPORTED_TYPES})",
                         short(&Value::String(s.clone()))
                     ),
                 )
@@ -248,8 +248,8 @@ fn check_v2(doc: &Value, d: &Doc) -> Result<()> {
             return Err(d.unsupported(
                 "dtype",
                 format_args!(
-                    "{}: unsupported data type (structured data types are not read; devbuf \
-                     reads {SUPPORTED_TYPES})",
+                    "{} is an unsupported data type (structured data types are not read; \
+                     devbuf reads {SUPPORTED_TYPES})",
                     short(v)
                 ),
             ));
@@ -299,7 +299,7 @@ fn v3_element(v: Option<&Value>, d: &Doc) -> Result<ElementType> {
             d.unsupported(
                 "data_type",
                 format_args!(
-                    "{}: unsupported data type (devbuf reads {SUPPORTED_TYPES})",
+                    "{} is an unsupported data type (devbuf reads {SUPPORTED_TYPES})",
                     short(&Value::String(name.to_string()))
                 ),
             )
@@ -713,7 +713,8 @@ mod tests {
             .unwrap();
         let e = preflight(&adapter, "/b", "m").unwrap_err();
         assert!(
-            e.to_string().contains("\"<U10\": unsupported data type"),
+            e.to_string()
+                .contains("dtype \"<U10\" is an unsupported data type"),
             "{e}"
         );
     }
