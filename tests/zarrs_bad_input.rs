@@ -356,3 +356,14 @@ fn a_missing_path_says_so() {
     let e = ZarrArray::open("/nonexistent/devbuf/x.zarr").unwrap_err();
     assert!(e.to_string().contains("does not exist"), "{e}");
 }
+
+#[test]
+#[ignore = "needs validate::preflight called in ZarrArray::open_storage (array.rs): zarrs 0.23 \
+            reaches unwrap_unchecked (undefined behaviour) opening this document"]
+fn a_zero_axis_f_order_v2_array_is_refused_before_zarrs_parses_it() {
+    let doc = r#"{"zarr_format":2,"shape":[],"chunks":[],"dtype":"<f4","compressor":null,
+                  "fill_value":0,"order":"F","filters":null}"#;
+    let e = open_and_read(store_with(".zarray", doc)).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    assert!(e.to_string().contains("zero axes"), "{e}");
+}

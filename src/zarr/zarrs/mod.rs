@@ -55,4 +55,7 @@ mod validate;
 pub use array::{ArraySpec, Compressor, DEFAULT_BATCH_BYTES, ZarrArray};
 pub use metadata::ZarrMetadata;
 pub use storage::StoreAdapter;
-pub use validate::{MAX_CHUNK_BYTES, MAX_METADATA_BYTES, MAX_RANK, MAX_SHARDING_DEPTH};
+pub use validate::{
+    MAX_CHUNK_BYTES, MAX_CODECS, MAX_METADATA_BYTES, MAX_RANK, MAX_SHARD_PRODUCT,
+    MAX_SHARDING_DEPTH,
+};

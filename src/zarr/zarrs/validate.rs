@@ -36,6 +36,18 @@ pub const MAX_METADATA_BYTES: u64 = 16 << 20;
 /// Sharding codecs nested in each other beyond this depth are refused.
 pub const MAX_SHARDING_DEPTH: usize = 4;
 
+/// The most a shard's bytes times its number of inner chunks may be: 2^56. `zarrs`
+/// bounds the encoded size of a shard by that product (its inner codecs' bound for the
+/// whole shard, once per inner chunk), which must not overflow 64 bits, codec overheads
+/// included. Nested sharding multiplies by the inner chunks of each level, counted over
+/// the whole shard. (A 1 GiB shard of 4 KiB inner chunks is 2^48.)
+pub const MAX_SHARD_PRODUCT: u64 = 1 << 56;
+
+/// The most codecs one codec list (an array's, a shard's inner or index codecs, zarr
+/// v2's filters) may hold. Real arrays use one to four; `zarrs` sums size bounds along
+/// the list, which overflows for hundreds of compressors.
+pub const MAX_CODECS: usize = 16;
+
 /// The element types devbuf reads, for messages.
 const SUPPORTED_TYPES: &str = "bool, int8..int64, uint8..uint64, float16, float32, float64, \
                                complex64, complex128";
@@ -216,7 +228,18 @@ fn check_v3(doc: &Value, d: &Doc) -> Result<()> {
     )?;
     check_layout(&shape, &chunk, field, element.size() as u64, d)?;
     if let Some(codecs) = obj.get("codecs") {
-        check_codecs(codecs, &chunk, element.size() as u64, "codecs", 0, d)?;
+        // (The chunk's bytes fit MAX_CHUNK_BYTES: checked above.)
+        let bytes = nonzero_bytes(&chunk, element.size() as u64).unwrap_or(u64::MAX);
+        check_codecs(
+            codecs,
+            &chunk,
+            &chunk,
+            bytes,
+            element.size() as u64,
+            "codecs",
+            0,
+            d,
+        )?;
     }
     Ok(())
 }
@@ -232,6 +255,15 @@ fn check_v2(doc: &Value, d: &Doc) -> Result<()> {
     }
     let shape = extents(obj.get("shape"), "shape", d)?;
     check_rank(&shape, "shape", d)?;
+    if shape.is_empty() && obj.get("order").and_then(Value::as_str) == Some("F") {
+        // zarrs 0.23 builds the transpose of an F-order array with `unwrap_unchecked`,
+        // which is undefined behaviour for zero axes (its permutation is empty).
+        return Err(d.unsupported(
+            "order",
+            "\"F\" of an array of zero axes: not supported (zarrs cannot open it; \
+             write order \"C\", which a 0-d array is too)",
+        ));
+    }
     let size = match obj.get("dtype") {
         Some(Value::String(s)) => DataType::parse(s)
             .map_err(|_| {
@@ -266,7 +298,19 @@ fn check_v2(doc: &Value, d: &Doc) -> Result<()> {
         None => return Err(d.malformed("dtype", "is missing")),
     };
     let chunk = extents(obj.get("chunks"), "chunks", d)?;
-    check_layout(&shape, &chunk, "chunks", size as u64, d)
+    check_layout(&shape, &chunk, "chunks", size as u64, d)?;
+    if let Some(Value::Array(filters)) = obj.get("filters") {
+        if filters.len() > MAX_CODECS {
+            return Err(d.unsupported(
+                "filters",
+                format_args!(
+                    "has {} filters: not supported (valid: at most MAX_CODECS = {MAX_CODECS})",
+                    filters.len()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The element type of a v3 `data_type` (a name, or an object with a `name`).
@@ -423,9 +467,15 @@ fn check_chunk(chunk: &[u64], rank: usize, field: &str, elem: u64, d: &Doc) -> R
 
 /// Checks the `sharding_indexed` codecs of a codec list applied to chunks of `chunk`
 /// (recursively for sharding nested in the inner codecs).
+///
+/// `outer` is the outermost shard's shape and `product` the shard's bytes times the
+/// inner chunks of the levels above ([`MAX_SHARD_PRODUCT`]).
+#[allow(clippy::too_many_arguments)]
 fn check_codecs(
     codecs: &Value,
     chunk: &[u64],
+    outer: &[u64],
+    product: u64,
     elem: u64,
     field: &str,
     depth: usize,
@@ -437,6 +487,15 @@ fn check_codecs(
             format_args!("is {}, expected an array of codecs", short(codecs)),
         )
     })?;
+    if list.len() > MAX_CODECS {
+        return Err(d.unsupported(
+            field,
+            format_args!(
+                "has {} codecs: not supported (valid: at most MAX_CODECS = {MAX_CODECS})",
+                list.len()
+            ),
+        ));
+    }
     for (i, codec) in list.iter().enumerate() {
         let name = match codec {
             Value::String(s) => s.as_str(),
@@ -489,10 +548,40 @@ fn check_codecs(
                 ),
             ));
         }
+        // The inner chunks of this level, counted over the whole (outermost) shard.
+        let over_outer: Vec<u64> = outer.iter().zip(&inner).map(|(o, i)| o / i).collect();
+        let product = nonzero_bytes(&over_outer, product)
+            .filter(|&p| p <= MAX_SHARD_PRODUCT)
+            .ok_or_else(|| {
+                d.unsupported(
+                    &inner_field,
+                    format_args!(
+                        "{} makes {} inner chunks per shard of {}: the shard's bytes times                          its inner chunks exceed MAX_SHARD_PRODUCT = 2^56 (zarrs bounds a                          shard's encoded size by that product)",
+                        fmt_axes(&inner),
+                        fmt_axes(&over_outer),
+                        fmt_axes(outer)
+                    ),
+                )
+            })?;
+        if let Some(index_codecs) = cfg.and_then(|c| c.get("index_codecs")) {
+            // The index is a small fixed shape: only the list's length matters here.
+            check_codecs(
+                index_codecs,
+                &[],
+                &[],
+                product,
+                elem,
+                &format!("{here}.configuration.index_codecs"),
+                MAX_SHARDING_DEPTH,
+                d,
+            )?;
+        }
         if let Some(inner_codecs) = cfg.and_then(|c| c.get("codecs")) {
             check_codecs(
                 inner_codecs,
                 &inner,
+                outer,
+                product,
                 elem,
                 &format!("{here}.configuration.codecs"),
                 depth + 1,
@@ -647,9 +736,48 @@ mod tests {
             assert!(e.to_string().contains("unsupported data type"), "{e}");
             assert!(e.to_string().contains(".zarray field dtype"), "{e}");
         }
+        let mut zero_d = doc(json!("<f8"), json!([]));
+        zero_d["shape"] = json!([]);
+        check_document(&zero_d, 2, "x").unwrap();
+        zero_d["order"] = json!("F");
+        let e = check_document(&zero_d, 2, "x").unwrap_err();
+        assert!(e.to_string().contains("zero axes"), "{e}");
         let e = check_document(&doc(json!("<f8"), json!([u64::MAX, 2])), 2, "x").unwrap_err();
         assert!(matches!(e, Error::Malformed(_)), "{e}");
         assert!(e.to_string().contains(".zarray field chunks"), "{e}");
+    }
+
+    #[test]
+    fn shards_of_many_inner_chunks_are_bounded() {
+        let sharded = |shard: Value, inner: Value| {
+            let mut d = v3(json!([16, 16]), shard, "float32");
+            d["codecs"] = json!([{"name": "sharding_indexed", "configuration": {
+                "chunk_shape": inner, "codecs": [{"name": "bytes"}], "index_codecs": [{"name": "bytes"}]}}]);
+            d
+        };
+        // 2^37 bytes in 2^31 inner chunks: zarrs's bound, 2^68, would overflow.
+        let e = err3(&sharded(json!([1u64 << 32, 8]), json!([4, 4])));
+        assert!(e.to_string().contains("MAX_SHARD_PRODUCT"), "{e}");
+        // 1 GiB of 4 KiB inner chunks: fine.
+        check_document(&sharded(json!([1 << 14, 1 << 14]), json!([32, 32])), 3, "x").unwrap();
+    }
+
+    #[test]
+    fn codec_lists_are_bounded() {
+        let mut d = v3(json!([4]), json!([2]), "uint8");
+        let gzip = json!({"name": "gzip", "configuration": {"level": 1}});
+        let mut codecs = vec![json!({"name": "bytes"})];
+        codecs.extend(std::iter::repeat_n(gzip.clone(), MAX_CODECS - 1));
+        d["codecs"] = json!(codecs);
+        check_document(&d, 3, "x").unwrap();
+        codecs.push(gzip);
+        d["codecs"] = json!(codecs);
+        let e = err3(&d);
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+        assert!(
+            e.to_string().contains("has 17 codecs") && e.to_string().contains("MAX_CODECS = 16"),
+            "{e}"
+        );
     }
 
     #[test]
