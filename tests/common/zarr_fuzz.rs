@@ -156,29 +156,50 @@ pub fn read_checked(
     findings: &Findings,
     input: &dyn Fn() -> String,
 ) -> Result<&'static str, String> {
+    let zero = vec![0; a.metadata().shape.len()];
+    read_chunk_checked(a, &zero, findings, input)
+}
+
+/// The shape of chunk `index` of `a`, clipped at the array's edge.
+pub fn clipped_chunk(a: &ZarrArray, index: &[u64]) -> Vec<usize> {
+    let m = a.metadata();
+    m.chunk_shape
+        .iter()
+        .zip(&m.shape)
+        .zip(index)
+        .map(|((&c, &s), &i)| c.min(s.saturating_sub(i.saturating_mul(c))) as usize)
+        .collect()
+}
+
+/// [`read_checked`] of chunk `index` (which should be in the grid).
+pub fn read_chunk_checked(
+    a: &ZarrArray,
+    index: &[u64],
+    findings: &Findings,
+    input: &dyn Fn() -> String,
+) -> Result<&'static str, String> {
     let m = a.metadata();
     let elem = m.dtype().size() as u64;
     let ndim = m.shape.len();
-    if m.chunk_shape.len() != ndim || m.grid_shape.len() != ndim {
+    if m.chunk_shape.len() != ndim || m.grid_shape.len() != ndim || index.len() != ndim {
         return Err(format!("metadata of inconsistent ranks: {m:?}"));
     }
     let mut what = "opened";
-    let empty_grid = m.grid_shape.contains(&0);
+    let in_grid = index.iter().zip(&m.grid_shape).all(|(i, g)| i < g);
     if bytes_of(&m.chunk_shape, elem).is_some_and(|b| b <= READ_LIMIT) {
-        let want: Vec<usize> = m
-            .chunk_shape
-            .iter()
-            .zip(&m.shape)
-            .map(|(&c, &s)| c.min(s) as usize)
-            .collect();
-        match a.read_chunk(&vec![0; ndim], &BufferPrototype::Host) {
+        let want = clipped_chunk(a, index);
+        match a.read_chunk(index, &BufferPrototype::Host) {
             Ok(nd) => {
-                if empty_grid {
-                    return Err(format!("read chunk 0 of an empty grid: {:?}", nd.shape()));
+                if !in_grid {
+                    return Err(format!(
+                        "read chunk {index:?} outside the grid {:?}: {:?}",
+                        m.grid_shape,
+                        nd.shape()
+                    ));
                 }
                 if nd.shape() != want.as_slice() || nd.dtype() != m.dtype() {
                     return Err(format!(
-                        "read_chunk(0) returned {:?} {}, expected {want:?} {}",
+                        "read_chunk({index:?}) returned {:?} {}, expected {want:?} {}",
                         nd.shape(),
                         nd.dtype(),
                         m.dtype()
