@@ -152,6 +152,7 @@ impl fmt::Display for Clean<'_> {
 /// `[a, b, c]` of a shape or index, with at most [`MAX_LISTED_AXES`] entries shown
 /// (`[a, b, ..., z] (N axes)` beyond): messages about arrays of thousands of axes stay
 /// short.
+#[cfg_attr(not(feature = "zarrs"), allow(dead_code))]
 pub(crate) fn fmt_axes<T: fmt::Display>(v: &[T]) -> String {
     use fmt::Write;
     let mut s = String::from("[");
@@ -178,6 +179,7 @@ pub(crate) fn fmt_axes<T: fmt::Display>(v: &[T]) -> String {
 }
 
 /// Axes [`fmt_axes`] lists before eliding.
+#[cfg_attr(not(feature = "zarrs"), allow(dead_code))]
 pub(crate) const MAX_LISTED_AXES: usize = 8;
 
 impl Error {
@@ -237,6 +239,7 @@ impl Error {
 
     /// The message without the kind's prefix (the whole `Display` for errors without a
     /// free-form message): for wrapping an error's cause in an error of another kind.
+    #[cfg_attr(not(feature = "zarrs"), allow(dead_code))]
     pub(crate) fn detail(&self) -> String {
         match self {
             Error::InvalidArgument(m)
