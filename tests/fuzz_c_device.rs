@@ -84,16 +84,16 @@ fn mutation() -> impl Strategy<Value = Mutation> {
     let v = proptest::sample::select(&VALUES[..]);
     let c = proptest::sample::select(&COUNTS[..]);
     prop_oneof![
-        3 => (node.clone(), v.clone()).prop_map(|(n, v)| Mutation::Length(n, v)),
-        2 => (node.clone(), v.clone()).prop_map(|(n, v)| Mutation::Offset(n, v)),
-        2 => (node.clone(), v).prop_map(|(n, v)| Mutation::NullCount(n, v)),
-        2 => (node.clone(), c.clone()).prop_map(|(n, v)| Mutation::NBuffers(n, v)),
-        2 => (node.clone(), any::<usize>()).prop_map(|(n, i)| Mutation::NullBuffer(n, i)),
-        1 => node.clone().prop_map(Mutation::NullBuffers),
-        2 => (node.clone(), c).prop_map(|(n, v)| Mutation::NChildren(n, v)),
-        2 => (node.clone(), any::<usize>()).prop_map(|(n, i)| Mutation::NullChild(n, i)),
-        1 => node.clone().prop_map(Mutation::NullChildren),
-        1 => node.clone().prop_map(Mutation::NullDictionary),
+        3 => (node, v.clone()).prop_map(|(n, v)| Mutation::Length(n, v)),
+        2 => (node, v.clone()).prop_map(|(n, v)| Mutation::Offset(n, v)),
+        2 => (node, v).prop_map(|(n, v)| Mutation::NullCount(n, v)),
+        2 => (node, c.clone()).prop_map(|(n, v)| Mutation::NBuffers(n, v)),
+        2 => (node, any::<usize>()).prop_map(|(n, i)| Mutation::NullBuffer(n, i)),
+        1 => node.prop_map(Mutation::NullBuffers),
+        2 => (node, c).prop_map(|(n, v)| Mutation::NChildren(n, v)),
+        2 => (node, any::<usize>()).prop_map(|(n, i)| Mutation::NullChild(n, i)),
+        1 => node.prop_map(Mutation::NullChildren),
+        1 => node.prop_map(Mutation::NullDictionary),
         1 => node.prop_map(Mutation::ReleasedChild),
     ]
 }

@@ -12,6 +12,18 @@
 //!   stored order, codecs.
 //! * [`StoreAdapter`]: a devbuf store as `zarrs` storage.
 //!
+//! **What opens.** Metadata is input like any other, and is checked before anything
+//! computes with it: every product of extents and element size fits 64 bits, chunk
+//! extents are non-zero, a chunk (or shard) holds at most [`MAX_CHUNK_BYTES`], an
+//! array has at most [`MAX_RANK`] axes, a shard's inner chunks divide it (at most
+//! [`MAX_SHARDING_DEPTH`] levels, [`MAX_SHARD_PRODUCT`]), a codec list has at most
+//! [`MAX_CODECS`] codecs. A document that breaks one of these is an error naming the
+//! field, its value and the valid range: [`Error::Malformed`](crate::Error::Malformed)
+//! when no valid array could have it, [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+//! when it is beyond devbuf's bounds. In a directory store only regular files (or
+//! symbolic links to them) are read and written: a FIFO, a device or a directory where a
+//! chunk or a metadata document should be is an error naming its path, never a hang.
+//!
 //! **What reads return.** Always native-endian, C-contiguous arrays of the stored element
 //! type: big-endian chunks are swapped and zarr v2 `order: "F"` chunks transposed while
 //! decoding (by `zarrs`' `bytes` and `transpose` codecs), so the values are those numpy

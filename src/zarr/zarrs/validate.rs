@@ -30,7 +30,8 @@ pub const MAX_RANK: usize = 64;
 /// so is a shard's index (16 bytes per inner chunk).
 pub const MAX_CHUNK_BYTES: u64 = 1 << 40;
 
-/// The largest metadata document (`zarr.json` or `.zarray`) [`preflight`] reads: 16 MiB.
+/// The largest metadata document (`zarr.json` or `.zarray`) devbuf reads to check it
+/// before `zarrs` parses it: 16 MiB.
 pub const MAX_METADATA_BYTES: u64 = 16 << 20;
 
 /// Sharding codecs nested in each other beyond this depth are refused.
