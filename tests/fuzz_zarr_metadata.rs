@@ -317,7 +317,14 @@ fn apply_edit(doc: &mut Value, e: &Edit) {
             let p = arrays[n % arrays.len()].clone();
             if let Some(Value::Array(a)) = doc.pointer_mut(&p) {
                 let fill = a.last().cloned().unwrap_or_else(|| v.clone());
-                a.resize(*len, fill);
+                // Long arrays of numbers (thousands of axes), not of subtrees: repeated
+                // copies of copies would grow the document without bound.
+                let len = if fill.is_array() || fill.is_object() {
+                    (*len).min(8)
+                } else {
+                    *len
+                };
+                a.resize(len, fill);
             }
         }
     }

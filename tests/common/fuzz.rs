@@ -6,7 +6,8 @@
 //! prints `fuzz <name>: <n> inputs in <s> s (seed <seed>)`. A check that fails or panics
 //! is shrunk to a small failing input by proptest and fails the test with that input
 //! and the seed; `DEVBUF_FUZZ_SEED=<seed>` replays a run (the same inputs, in the same
-//! order, as far as the time allows).
+//! order, as far as the time allows), and `DEVBUF_FUZZ_TRACE=1` prints each input
+//! before it is tried (to find the one a process died of).
 //!
 //! Checks return [`Outcome`]s so that a harness can tally what happened (e.g. how many
 //! inputs were refused and how many read) and print it with the count.
@@ -18,7 +19,7 @@ use std::fmt::Debug;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use proptest::strategy::Strategy;
+use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
 
 /// Seconds each harness runs (`DEVBUF_FUZZ_SECS`, default 3).
@@ -123,6 +124,9 @@ where
         TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes));
     let tally = Tally::default();
     let limit = Duration::from_secs_f64(fuzz_secs());
+    // Printed first, so that a run that dies (out of memory, a signal) can be replayed.
+    eprintln!("fuzz {name}: seed {seed} (DEVBUF_FUZZ_SEED)");
+    let trace = std::env::var_os("DEVBUF_FUZZ_TRACE").is_some();
     let t0 = Instant::now();
     let mut n = 0u64;
     loop {
@@ -130,6 +134,9 @@ where
             Ok(t) => t,
             Err(e) => panic!("fuzz {name}: the strategy gave up: {e}"),
         };
+        if trace {
+            eprintln!("fuzz {name}: input {n}: {:?}", tree.current());
+        }
         let result = runner.run_one(tree, |v| match check(v) {
             Ok(what) => {
                 tally.add(what);
