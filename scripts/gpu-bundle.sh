@@ -6,7 +6,7 @@
 #
 #   scripts/gpu-bundle.sh [OUT_DIR]
 #
-# Then on the GPU machine:  bash .gpu/run.sh [all|tests|sanitizer|bench|examples]
+# Then on the GPU machine:  bash .gpu/run.sh [all|tests|repeat N|sanitizer [TOOL...]|bench|examples]
 # (docs/gpu-testing.md explains the workflow).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,4 +58,4 @@ LAUNCH
 chmod +x "$FINAL/run.sh"
 rm -rf "$(dirname "$OUT")"
 du -sh "$FINAL" >&2
-echo "bundle ready in $FINAL (commit $(cat "$FINAL/COMMIT")); run: bash $FINAL/run.sh [all|tests|sanitizer|bench|examples]"
+echo "bundle ready in $FINAL (commit $(cat "$FINAL/COMMIT")); run: bash $FINAL/run.sh [all|tests|repeat N|sanitizer [TOOL...]|bench|examples]"

@@ -557,7 +557,8 @@ mod sys {
             op: OP,
             message: format!(
                 "{path} is {target:?}, not the shared memory the handle names ({expected:?}): \
-                 the exporter has dropped it"
+                 the handle is stale (its memory was dropped and the descriptor number \
+                 reused) or was not made by that process's SharedMemory::export_ipc"
             ),
         };
         let before = std::fs::read_link(&path).map_err(io_err)?;

@@ -7,6 +7,8 @@
 
 #[path = "common/c_device_corpus.rs"]
 mod corpus;
+#[path = "common/c_device_raw.rs"]
+mod raw_abi;
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::sync::Arc;
@@ -325,28 +327,7 @@ fn accessors_refuse_indices_out_of_range() {
 // A foreign producer written against the raw C layout, to feed malformed structures.
 // ---------------------------------------------------------------------------
 
-#[repr(C)]
-struct RawArray {
-    length: i64,
-    null_count: i64,
-    offset: i64,
-    n_buffers: i64,
-    n_children: i64,
-    buffers: *mut *const c_void,
-    children: *mut *mut RawArray,
-    dictionary: *mut RawArray,
-    release: Option<unsafe extern "C" fn(*mut RawArray)>,
-    private_data: *mut c_void,
-}
-
-#[repr(C)]
-struct RawDeviceArray {
-    array: RawArray,
-    device_id: i64,
-    device_type: i32,
-    sync_event: *mut c_void,
-    reserved: [i64; 3],
-}
+use raw_abi::{RawArray, RawDeviceArray};
 
 static PRODUCER_RELEASES: AtomicUsize = AtomicUsize::new(0);
 

@@ -226,3 +226,33 @@ fn chains_the_engine_does_not_decode_go_through_zarrs() {
         vec![7, 9, 11, 13, 15, 17]
     );
 }
+
+/// A read whose result cannot be held is an error naming the size, before any chunk is
+/// planned or read (it used to abort the process).
+#[test]
+fn reads_too_large_for_memory_are_errors() {
+    let dir = TempDir::new("huge");
+    let path = dir.join("h");
+    std::fs::create_dir_all(&path).unwrap();
+    std::fs::write(
+        path.join("zarr.json"),
+        r#"{"zarr_format":3,"node_type":"array","shape":[576460752303423488],"data_type":"int64",
+        "chunk_grid":{"name":"regular","configuration":{"chunk_shape":[1048576]}},
+        "chunk_key_encoding":{"name":"default","configuration":{"separator":"/"}},
+        "fill_value":0,"codecs":[{"name":"bytes","configuration":{"endian":"little"}}]}"#,
+    )
+    .unwrap();
+    let a = ZarrArray::open(&path).unwrap();
+    let e = a.read_all(&HOST).unwrap_err().to_string();
+    assert!(e.contains("4611686018427387904"), "{e}");
+    // A small part of it reads fine (as the fill value).
+    let v = a.read_subset(&[5..10], &HOST).unwrap();
+    assert_eq!(
+        v.to_ndarray::<i64>()
+            .unwrap()
+            .iter()
+            .copied()
+            .collect::<Vec<i64>>(),
+        vec![0; 5]
+    );
+}

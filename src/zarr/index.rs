@@ -157,7 +157,7 @@ impl AxisSel {
             AxisSel::Slice(s) => {
                 let (start, count, step) = s
                     .indices(len)
-                    .map_err(|e| Error::invalid(format!("axis {axis}: {e}")))?;
+                    .map_err(|e| e.context(format_args!("axis {axis}")))?;
                 Ok(Resolved::Range { start, count, step })
             }
             AxisSel::Full => Ok(Resolved::Range {

@@ -148,3 +148,145 @@ pub fn mixed_batch(seed: u64, rows: usize) -> RecordBatch {
     ];
     RecordBatch::try_from_iter(columns).expect("mixed batch")
 }
+
+/// A batch of the exotic column kinds: views, unions (sparse and dense), run-end
+/// encoded, fixed-size list, map, nested dictionaries (in a list and in a struct),
+/// dictionaries with int8/int16 keys, an all-null dictionary.
+pub fn exotic_batch() -> RecordBatch {
+    use arrow_array::builder::{FixedSizeListBuilder, MapBuilder};
+    use arrow_array::types::{Int8Type, Int16Type};
+    use arrow_array::{
+        Array, BinaryViewArray, DictionaryArray, Float32Array, Int32Array, Int64Array, ListArray,
+        RunArray, StringViewArray, UnionArray,
+    };
+    use arrow_buffer::ScalarBuffer;
+    use arrow_schema::UnionFields;
+    // Views, union (sparse and dense), run-end encoded, fixed-size list, map, nested
+    // dictionaries (in a list and in a struct), dictionary with int8/int16 keys.
+    let views = StringViewArray::from(vec![
+        Some("short"),
+        None,
+        Some("a string that is longer than twelve bytes"),
+        Some(""),
+        Some("another long string for the data buffer"),
+    ]);
+    let bviews = BinaryViewArray::from(vec![
+        Some(&b"x"[..]),
+        Some(&b"0123456789abcdefghij"[..]),
+        None,
+        Some(&b""[..]),
+        Some(&b"yy"[..]),
+    ]);
+    let fields = UnionFields::try_new(
+        vec![0, 1],
+        vec![
+            Field::new("i", DataType::Int32, true),
+            Field::new("f", DataType::Float32, true),
+        ],
+    )
+    .unwrap();
+    let sparse = UnionArray::try_new(
+        fields.clone(),
+        ScalarBuffer::from(vec![0i8, 1, 0, 1, 1]),
+        None,
+        vec![
+            Arc::new(Int32Array::from(vec![Some(1), None, Some(3), None, None])) as ArrayRef,
+            Arc::new(Float32Array::from(vec![
+                None,
+                Some(2.5),
+                None,
+                Some(4.5),
+                Some(5.5),
+            ])),
+        ],
+    )
+    .unwrap();
+    let dense = UnionArray::try_new(
+        fields,
+        ScalarBuffer::from(vec![1i8, 0, 0, 1, 0]),
+        Some(ScalarBuffer::from(vec![0i32, 0, 1, 1, 2])),
+        vec![
+            Arc::new(Int32Array::from(vec![10, 20, 30])) as ArrayRef,
+            Arc::new(Float32Array::from(vec![0.5, 1.5])),
+        ],
+    )
+    .unwrap();
+    let ree = RunArray::<Int32Type>::try_new(
+        &Int32Array::from(vec![2, 4, 5]),
+        &StringArray::from(vec![Some("a"), None, Some("c")]),
+    )
+    .unwrap();
+    let mut fsl = FixedSizeListBuilder::new(Int32Builder::new(), 2);
+    for i in 0..5 {
+        if i == 2 {
+            fsl.values().append_null();
+            fsl.values().append_null();
+            fsl.append(false);
+        } else {
+            fsl.values().append_value(i);
+            fsl.values().append_value(i * 10);
+            fsl.append(true);
+        }
+    }
+    let mut map = MapBuilder::new(None, StringBuilder::new(), Int32Builder::new());
+    for i in 0..5 {
+        for j in 0..i {
+            map.keys().append_value(format!("k{j}"));
+            map.values().append_value(j);
+        }
+        map.append(i != 3).unwrap();
+    }
+    let dict8: DictionaryArray<Int8Type> = vec![Some("x"), None, Some("y"), Some("x"), Some("z")]
+        .into_iter()
+        .collect();
+    let dict16: DictionaryArray<Int16Type> = vec!["p", "q", "p", "p", "r"].into_iter().collect();
+    // A list of dictionary values.
+    let inner: DictionaryArray<Int32Type> = vec!["u", "v", "u", "w", "v", "u", "w"]
+        .into_iter()
+        .collect();
+    let list_of_dict = ListArray::try_new(
+        Arc::new(Field::new("item", inner.data_type().clone(), true)),
+        arrow_buffer::OffsetBuffer::new(ScalarBuffer::from(vec![0i32, 2, 2, 4, 5, 7])),
+        Arc::new(inner),
+        None,
+    )
+    .unwrap();
+    let struct_of_dict = StructArray::try_new(
+        vec![
+            Field::new(
+                "d",
+                DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+                true,
+            ),
+            Field::new("n", DataType::Int64, true),
+        ]
+        .into(),
+        vec![
+            Arc::new(
+                vec![Some("m"), Some("n"), None, Some("m"), Some("o")]
+                    .into_iter()
+                    .collect::<DictionaryArray<Int32Type>>(),
+            ) as ArrayRef,
+            Arc::new(Int64Array::from(vec![1, 2, 3, 4, 5])),
+        ],
+        None,
+    )
+    .unwrap();
+    // An all-null dictionary column.
+    let all_null: DictionaryArray<Int32Type> = vec![None::<&str>; 5].into_iter().collect();
+    RecordBatch::try_from_iter(vec![
+        ("views", Arc::new(views) as ArrayRef),
+        ("bviews", Arc::new(bviews)),
+        ("sparse", Arc::new(sparse)),
+        ("dense", Arc::new(dense)),
+        ("ree", Arc::new(ree)),
+        ("fsl", Arc::new(fsl.finish())),
+        ("map", Arc::new(map.finish())),
+        ("dict8", Arc::new(dict8)),
+        ("dict16", Arc::new(dict16)),
+        ("list_of_dict", Arc::new(list_of_dict)),
+        ("struct_of_dict", Arc::new(struct_of_dict)),
+        ("all_null_dict", Arc::new(all_null)),
+    ])
+    .unwrap()
+}

@@ -486,7 +486,7 @@ gpu_test! {
         let _g = serial();
         let c = ctx();
         let Ok(dedicated) = Context::new_dedicated(0) else {
-            println!("SKIPPED part: dedicated contexts need cuCtxCreate_v4");
+            println!("SKIPPED cuda_contexts_and_devices: dedicated contexts need cuCtxCreate_v4");
             return;
         };
         // (Int32 children: importing them reads nothing from the device, so the primary

@@ -95,6 +95,18 @@ pub fn random_bytes(rng: &mut SmallRng, n: usize) -> Vec<u8> {
     v
 }
 
+/// `full`, or `small` when `DEVBUF_TEST_SMALL` is set (to anything but `0`): the slow
+/// kernel tests use it so that they finish under compute-sanitizer's racecheck,
+/// synccheck and initcheck, which check every access (`run.sh sanitizer` sets it).
+pub fn test_size(full: usize, small: usize) -> usize {
+    if small_sizes() { small } else { full }
+}
+
+/// Whether `DEVBUF_TEST_SMALL` asks for small sizes ([`test_size`]).
+pub fn small_sizes() -> bool {
+    std::env::var("DEVBUF_TEST_SMALL").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
 /// A random value in `0..n`.
 pub fn below(rng: &mut SmallRng, n: usize) -> usize {
     rng.random_range(0..n)

@@ -692,7 +692,9 @@ gpu_test! {
     fn arrow_device_batches_serialize_on_the_device() {
         use devbuf::arrow::{ChunkBatch, ChunkGrid, serialize_device_record_batch};
         use devbuf::zarr::{BufferPrototype, DataType as ZType, ElementType, NDBuffer};
-        let c = ctx();
+        // A context of its own: its allocation counter moves only with this test (other
+        // tests allocate in the primary context concurrently).
+        let c = Context::new_dedicated(0).unwrap();
         let n = 10_007usize;
         let batch = RecordBatch::try_from_iter([
             ("i", Arc::new(Int32Array::from_iter((0..n as i32).map(|i| (i % 3 != 0).then_some(i * 31)))) as _),
@@ -702,7 +704,10 @@ gpu_test! {
         let first = read_record_batch(&serialize_record_batch(&batch, &c).unwrap(), batch.schema()).unwrap();
         let allocated = c.bytes_allocated();
         let again = serialize_device_record_batch(&first).unwrap();
-        assert!(c.bytes_allocated() >= allocated + first.message().len() / 2);
+        // Serialised on the device: the new message is the one allocation made, in the
+        // batch's context, and about as large as the first.
+        assert_eq!(c.bytes_allocated(), allocated + again.len());
+        assert!(again.len() >= first.message().len() / 2, "{} of {}", again.len(), first.message().len());
         let back = read_record_batch(&again, batch.schema()).unwrap();
         for col in back.columns() {
             for b in col.all_buffers() {
@@ -710,6 +715,10 @@ gpu_test! {
             }
         }
         assert_eq!(back.to_host().unwrap(), batch);
+        // Reading it made no copy on the device; dropping it frees the message.
+        assert_eq!(c.bytes_allocated(), allocated + again.len());
+        drop((back, again));
+        assert_eq!(c.bytes_allocated(), allocated);
         // Chunks of a zarr-like array, on the device, through the device serializer.
         let grid = ChunkGrid::new(&[10, 7], &[4, 3], ZType::native(ElementType::Float32)).unwrap();
         let mut chunks = Vec::new();

@@ -9,7 +9,6 @@ use ::zarrs::array::codec::BytesCodec;
 use ::zarrs::array::{
     Array, ArrayBuilder, ArrayError, ArrayMetadataOptions, ArraySubset, FillValue,
 };
-use ::zarrs::filesystem::FilesystemStore;
 use ::zarrs::metadata::Endianness as ZEndianness;
 use ::zarrs::storage::{ReadableStorageTraits, ReadableWritableStorageTraits, StoreKey};
 
@@ -125,15 +124,26 @@ impl ZarrArray {
     pub fn open(path: impl AsRef<Path>) -> Result<ZarrArray> {
         let path = path.as_ref();
         let location = path.display().to_string();
-        if !path.is_dir() {
-            return Err(Error::invalid(format!(
-                "no zarr array at {location}: not a directory"
-            )));
+        match std::fs::metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::invalid(format!(
+                    "no zarr array at {location}: the path does not exist"
+                )));
+            }
+            Err(e) => {
+                return Err(Error::Io {
+                    op: "opening a zarr array",
+                    message: format!("{location}: {e}"),
+                });
+            }
+            Ok(m) if !m.is_dir() => {
+                return Err(Error::invalid(format!(
+                    "no zarr array at {location}: not a directory"
+                )));
+            }
+            Ok(_) => {}
         }
-        let storage: Arc<Storage> =
-            Arc::new(FilesystemStore::new(path).map_err(|e| {
-                Error::invalid(format!("cannot open {location} as a zarr store: {e}"))
-            })?);
+        let storage: Arc<Storage> = super::fs_store::checked_filesystem_store(path)?;
         let mut a = Self::open_storage(storage, "/", location)?;
         a.root = Some(path.to_path_buf());
         Ok(a)
@@ -160,6 +170,8 @@ impl ZarrArray {
     }
 
     fn open_storage(storage: Arc<Storage>, node: &str, location: String) -> Result<ZarrArray> {
+        // The document is checked before zarrs parses it (zarrs trusts some fields).
+        super::validate::preflight(storage.as_ref(), node, &location)?;
         let array = guard(&format!("opening {location}"), || {
             Array::open(storage, node).map_err(|e| match e {
                 ::zarrs::array::ArrayCreateError::MissingMetadata => Error::invalid(format!(
@@ -214,10 +226,7 @@ impl ZarrArray {
             op: "creating a zarr array directory",
             message: format!("{location}: {e}"),
         })?;
-        let storage: Arc<Storage> =
-            Arc::new(FilesystemStore::new(path).map_err(|e| {
-                Error::invalid(format!("cannot open {location} as a zarr store: {e}"))
-            })?);
+        let storage: Arc<Storage> = super::fs_store::checked_filesystem_store(path)?;
         let mut a = Self::create_storage(storage, "/", location, spec)?;
         a.root = Some(path.to_path_buf());
         Ok(a)

@@ -4,6 +4,7 @@ use zarrs::array::{Array, ArrayMetadata, ArrayMetadataV3, ArrayShardedExt};
 use zarrs::metadata::v2::ArrayMetadataV2Order;
 use zarrs::metadata::v3::MetadataV3;
 
+use super::validate;
 use crate::error::{Error, Result};
 use crate::zarr::host_ops;
 use crate::zarr::{DataType, ElementType, Endianness, Order, Scalar};
@@ -86,6 +87,16 @@ impl ZarrMetadata {
     }
 
     pub(crate) fn from_array<T: ?Sized>(array: &Array<T>, location: &str) -> Result<ZarrMetadata> {
+        // The document as `zarrs` parsed it, checked before anything below (or a read)
+        // computes with its shapes: see `validate`.
+        let format = match array.metadata() {
+            ArrayMetadata::V3(_) => 3,
+            ArrayMetadata::V2(_) => 2,
+        };
+        let doc = serde_json::to_value(array.metadata()).map_err(|e| {
+            Error::Malformed(format!("zarr array at {location}: its metadata: {e}"))
+        })?;
+        validate::check_document(&doc, format, location)?;
         let (zarr_format, v3, v2_order) = match array.metadata() {
             ArrayMetadata::V3(m) => (3u8, m.clone(), None),
             ArrayMetadata::V2(m) => {
@@ -110,7 +121,7 @@ impl ZarrMetadata {
         }
         let element = element_type(&v3.data_type).ok_or_else(|| {
             Error::invalid(format!(
-                "zarr array at {location}: data type {:?} is not supported (devbuf reads bool, \
+                "zarr array at {location}: {:?} is an unsupported data type (devbuf reads bool, \
                  int8..int64, uint8..uint64, float16, float32, float64, complex64, complex128)",
                 v3.data_type.name()
             ))
@@ -130,8 +141,12 @@ impl ZarrMetadata {
         if cfg!(target_endian = "big") {
             host_ops::swap_in_place(&mut ne, element.swap_width());
         }
-        let fill_value = Scalar::from_le_bytes(element, &ne)
-            .map_err(|e| Error::Malformed(format!("zarr array at {location}: fill value: {e}")))?;
+        let fill_value = Scalar::from_le_bytes(element, &ne).map_err(|e| {
+            Error::Malformed(format!(
+                "zarr array at {location}: fill value: {}",
+                e.detail()
+            ))
+        })?;
 
         let ndim = array.dimensionality();
         let chunk_shape: Vec<u64> = array

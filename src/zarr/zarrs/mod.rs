@@ -12,6 +12,18 @@
 //!   stored order, codecs.
 //! * [`StoreAdapter`]: a devbuf store as `zarrs` storage.
 //!
+//! **What opens.** Metadata is input like any other, and is checked before anything
+//! computes with it: every product of extents and element size fits 64 bits, chunk
+//! extents are non-zero, a chunk (or shard) holds at most [`MAX_CHUNK_BYTES`], an
+//! array has at most [`MAX_RANK`] axes, a shard's inner chunks divide it (at most
+//! [`MAX_SHARDING_DEPTH`] levels, [`MAX_SHARD_PRODUCT`]), a codec list has at most
+//! [`MAX_CODECS`] codecs. A document that breaks one of these is an error naming the
+//! field, its value and the valid range: [`Error::Malformed`](crate::Error::Malformed)
+//! when no valid array could have it, [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+//! when it is beyond devbuf's bounds. In a directory store only regular files (or
+//! symbolic links to them) are read and written: a FIFO, a device or a directory where a
+//! chunk or a metadata document should be is an error naming its path, never a hang.
+//!
 //! **What reads return.** Always native-endian, C-contiguous arrays of the stored element
 //! type: big-endian chunks are swapped and zarr v2 `order: "F"` chunks transposed while
 //! decoding (by `zarrs`' `bytes` and `transpose` codecs), so the values are those numpy
@@ -51,10 +63,12 @@ use crate::error::{Error, Result};
 
 mod array;
 mod array_write;
+mod fs_store;
 mod metadata;
 mod read;
 mod spec;
 mod storage;
+mod validate;
 mod write;
 
 pub use array::ZarrArray;
@@ -62,6 +76,10 @@ pub use metadata::ZarrMetadata;
 pub use read::{DEFAULT_SLOT_BYTES, Decoder, ReadOptions, ReadReport};
 pub use spec::{ArraySpec, Compressor};
 pub use storage::StoreAdapter;
+pub use validate::{
+    MAX_CHUNK_BYTES, MAX_CODECS, MAX_METADATA_BYTES, MAX_RANK, MAX_SHARD_PRODUCT,
+    MAX_SHARDING_DEPTH,
+};
 
 /// Runs a `zarrs` call, turning a panic inside it into an error (devbuf never panics
 /// on bad input; `zarrs` may on malformed data it does not expect).

@@ -179,16 +179,6 @@ pub(crate) fn read(
     ctx: Option<&Context>,
     options: &ReadOptions,
 ) -> Result<(Memory, ReadReport)> {
-    // Every unit places at least one element: more units than output elements means
-    // the plan is wrong (and bounds the plan's memory by the output's).
-    let max_units = (total / src.elem.max(1)).max(1);
-    let units = plan::plan(
-        requests,
-        src.array.shape(),
-        &src.cell_shape,
-        src.elem,
-        max_units,
-    )?;
     let threads = options
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get()))
@@ -200,16 +190,36 @@ pub(crate) fn read(
     }
     let counts = pipeline::Counts::default();
     let (gpu, gpu_note) = choose_gpu(src, ctx.is_some(), threads, options)?;
-    let (mem, target) = match ctx {
-        None => (
-            Memory::Host(pipeline::read_host(src, &units, total, threads, &counts)?),
+    // The result first: a selection too large for memory fails here, before planning.
+    enum Out {
+        Host(hostmem::HostResult),
+        Device(crate::cuda::DeviceBuffer),
+    }
+    let out = match ctx {
+        None => Out::Host(hostmem::HostResult::new(total)?),
+        Some(ctx) => Out::Device(ctx.allocate(total)?),
+    };
+    // Every unit places at least one element: more units than output elements means
+    // the plan is wrong (and bounds the plan's memory by the output's).
+    let max_units = (total / src.elem.max(1)).max(1);
+    let units = plan::plan(
+        requests,
+        src.array.shape(),
+        &src.cell_shape,
+        src.elem,
+        max_units,
+    )?;
+
+    let (mem, target) = match (ctx, out) {
+        (_, Out::Host(out)) => (
+            Memory::Host(pipeline::read_host(src, &units, out, threads, &counts)?),
             "host".to_string(),
         ),
-        Some(ctx) => (
+        (Some(ctx), Out::Device(out)) => (
             Memory::Device(pipeline::read_device(
                 src,
                 &units,
-                total,
+                out,
                 ctx,
                 threads,
                 options.slot_bytes,
@@ -218,6 +228,7 @@ pub(crate) fn read(
             )?),
             format!("device {}", ctx.ordinal()),
         ),
+        (None, Out::Device(_)) => return Err(Error::invalid("device result without a context")),
     };
     let (cpu_chunks, gpu_chunks) = (
         counts.cpu_units.load(Ordering::Relaxed),

@@ -122,16 +122,14 @@ struct HostOut {
 // worker); the buffer outlives the scoped threads.
 unsafe impl Sync for HostOut {}
 
-/// Reads `units` (each `src.cell_bytes` decoded) into a new host buffer of `total`
-/// bytes.
+/// Reads `units` (each `src.cell_bytes` decoded) into the host memory `out`.
 pub(crate) fn read_host(
     src: &Source<'_>,
     units: &[Unit],
-    total: usize,
+    mut out: super::hostmem::HostResult,
     threads: usize,
     counts: &Counts,
 ) -> Result<bytes::Bytes> {
-    let mut out = super::hostmem::HostResult::new(total)?;
     let batches = super::plan::batches(units.len(), 1, 1);
     let run = Run {
         units,
@@ -324,21 +322,20 @@ pub(crate) struct GpuPlan {
     pub workers: usize,
 }
 
-/// Reads `units` into a new device allocation of `total` bytes on `ctx`, decoding on
+/// Reads `units` into the device allocation `out` of `ctx`, decoding on
 /// `threads` workers (the first `gpu.workers` of them through nvCOMP) through staging
 /// slots of about `slot_target` bytes.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn read_device(
     src: &Source<'_>,
     units: &[Unit],
-    total: usize,
+    out: DeviceBuffer,
     ctx: &Context,
     threads: usize,
     slot_target: usize,
     gpu: Option<&GpuPlan>,
     counts: &Counts,
 ) -> Result<DeviceBuffer> {
-    let out = ctx.allocate(total)?;
     if units.is_empty() {
         return Ok(out);
     }

@@ -459,9 +459,9 @@ impl<'a> Source<'a> {
         let meta = file.metadata().map_err(io)?;
         if !meta.is_file() {
             return Err(Error::invalid(format!(
-                "{}: {} is not a regular file",
+                "{}: {}",
                 what(),
-                path.display()
+                super::super::fs_store::not_regular_message(&path, meta.file_type())
             )));
         }
         match range {
