@@ -216,8 +216,8 @@ mod bench {
         name: String,
         ratio: f64,
         host: f64,
-        /// Device reads: CPU decode, GPU decode, Auto (both where nvCOMP can).
-        device: [f64; 3],
+        /// Device reads: CPU decode, GPU decode, both, Auto.
+        device: [f64; 4],
         write: Option<f64>,
         report: ReadReport,
     }
@@ -248,7 +248,7 @@ mod bench {
         let bytes = a.metadata().nbytes() as f64;
         let host = BufferPrototype::Host;
         let host_s = time(repeat, &mut || a.read_all(&host).map(drop))?;
-        let mut device = [f64::NAN; 3];
+        let mut device = [f64::NAN; 4];
         let mut write_s = None;
         let report;
         if let Some(ctx) = ctx {
@@ -261,7 +261,7 @@ mod bench {
                     decoder,
                     ..ReadOptions::default()
                 })?;
-                if decoder == Decoder::Gpu && a.read_all(&dev).is_err() {
+                if matches!(decoder, Decoder::Gpu | Decoder::Both) && a.read_all(&dev).is_err() {
                     continue; // nvCOMP missing or the codec not for it: the report says why
                 }
                 device[k] = gbs(
@@ -272,6 +272,14 @@ mod bench {
                     })?,
                 );
             }
+            a.set_read_options(ReadOptions {
+                decoder: if device[2].is_nan() {
+                    Decoder::Auto
+                } else {
+                    Decoder::Both
+                },
+                ..ReadOptions::default()
+            })?;
             let (on_dev, r) = a.read_all_with_report(&dev)?;
             report = r;
             if let Some((spec, dir)) = write_spec.filter(|_| WRITES.contains(&name)) {
@@ -305,13 +313,14 @@ mod bench {
             .filter(|x| !x.is_nan())
             .fold(f64::NAN, f64::max);
         println!(
-            "| {:<20} | {:>5.2} | {:>6.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>6.2} | {:>6} | {} |",
+            "| {:<20} | {:>5.2} | {:>6.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>6.2} | {:>6} | {} |",
             r.name,
             r.ratio,
             r.host,
             r.device[0],
             r.device[1],
             r.device[2],
+            r.device[3],
             best / r.host,
             w,
             r.report
@@ -371,9 +380,9 @@ mod bench {
             None => println!(),
         }
         println!(
-            "\n| store | ratio | host | dev cpu | dev gpu | dev auto | best/host | write | read engine (auto) |"
+            "\n| store | ratio | host | dev cpu | dev gpu | dev both | dev auto | best/host | write | read engine (both) |"
         );
-        println!("|---|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|---|");
         let wanted = |n: &str| a.only.as_ref().is_none_or(|o| o.iter().any(|x| x == n));
         if let Some(m) = &a.manifest {
             let text = std::fs::read_to_string(m).map_err(|e| devbuf::Error::Io {
