@@ -253,7 +253,7 @@ mod bench {
         let report;
         if let Some(ctx) = ctx {
             let dev = BufferPrototype::Device(ctx.ordinal());
-            for (k, decoder) in [Decoder::Cpu, Decoder::Gpu, Decoder::Auto]
+            for (k, decoder) in [Decoder::Cpu, Decoder::Gpu, Decoder::Both, Decoder::Auto]
                 .into_iter()
                 .enumerate()
             {
