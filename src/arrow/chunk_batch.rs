@@ -18,7 +18,7 @@ use super::tensor_device::DeviceTensorArray;
 use crate::cuda::Context;
 use crate::cuda::kernels::bits;
 use crate::error::{Error, Result};
-use crate::zarr::memory::{MemMut, prim};
+use crate::memory::{MemMut, prim};
 use crate::zarr::{AxisSel, BufferPrototype, DataType, ElementType, NDBuffer, Order, Scalar};
 
 /// Name of the chunk data column.

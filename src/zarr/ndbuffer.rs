@@ -6,14 +6,15 @@ use bytes::Bytes;
 use ndarray::{ArrayD, ArrayViewD, IxDyn, ShapeBuilder};
 
 use super::buffer::Buffer;
-use super::dtype::{DataType, Element, ElementType, Endianness, Scalar, promote_types};
-use super::host_ops::{self, EqualMode};
+use super::dtype::{DataType, Element, Endianness, Scalar, promote_types, read_scalar};
 use super::index::{AxisSel, Resolved, resolve};
 use super::layout::{Layout, Order, checked_size};
-use super::memory::{MemMut, MemRef, Memory, Place, prim};
 use super::prototype::BufferPrototype;
 use crate::cuda::DeviceBuffer;
+use crate::element::{ElementType, EqualMode};
 use crate::error::{Error, Result};
+use crate::memory::host_ops;
+use crate::memory::{MemMut, MemRef, Memory, Place, prim};
 
 /// zarr's `NDBuffer`: an n-d array of one [`DataType`] in host or device memory.
 ///
@@ -1164,7 +1165,7 @@ impl fmt::Display for NDBuffer {
                 if self.dtype.needs_swap() {
                     host_ops::swap_in_place(&mut b, self.dtype.element().swap_width());
                 }
-                vals.push(host_ops::read_scalar(self.dtype.element(), &b).to_string());
+                vals.push(read_scalar(self.dtype.element(), &b).to_string());
                 true
             });
             write!(

@@ -6,13 +6,14 @@ use std::ffi::{CStr, c_void};
 use std::sync::{Mutex, OnceLock};
 
 use super::layout::{self, Axis, MAX_DIMS, Plan};
-use super::{EqualMode, ScalarKind, host};
+use super::{ElementType, EqualMode};
 use crate::cuda::context::Context;
 use crate::cuda::driver::{self, CUdeviceptr, CUfunction, CUstream};
 use crate::cuda::kernels::{
     BLOCK, BYTESWAP, CAST, EQUAL, FILL, PtxModule, STRIDED, Scratch, function,
 };
 use crate::cuda::{DeviceBuffer, Stream};
+use crate::element::{Val, decode};
 use crate::error::{Error, Result};
 
 // ---------------------------------------------------------------------------------------
@@ -439,16 +440,16 @@ static CAST_NAMES: [[&CStr; 14]; 14] = [
 ];
 
 /// Name of the kernel casting `s` to `d`.
-fn cast_kernel(s: ScalarKind, d: ScalarKind) -> &'static CStr {
+fn cast_kernel(s: ElementType, d: ElementType) -> &'static CStr {
     CAST_NAMES[s as usize][d as usize]
 }
 
 pub(super) fn cast(
     stream: Option<&Stream>,
     src: &DeviceBuffer,
-    src_kind: ScalarKind,
+    src_kind: ElementType,
     dst: &DeviceBuffer,
-    dst_kind: ScalarKind,
+    dst_kind: ElementType,
 ) -> Result<()> {
     super::check_cast(src.len(), src_kind, dst.len(), dst_kind)?;
     check_writable(dst, "cast")?;
@@ -484,7 +485,7 @@ pub(super) fn cast(
     // The kernels need component-aligned, non-overlapping operands: otherwise go
     // through aligned temporaries (fresh allocations are 256-byte aligned).
     let mut src_tmp = None;
-    if src.address() % src_kind.component_size() as u64 != 0
+    if src.address() % src_kind.swap_width() as u64 != 0
         || ranges_overlap(
             src.address(),
             src.len() as u64,
@@ -498,7 +499,7 @@ pub(super) fn cast(
         must_wait = true;
     }
     let src_addr = src_tmp.as_ref().map_or(src.address(), |t| t.address());
-    let dst_tmp = if dst.address() % dst_kind.component_size() as u64 != 0 {
+    let dst_tmp = if dst.address() % dst_kind.swap_width() as u64 != 0 {
         must_wait = true;
         Some(ctx.allocate(dst.len())?)
     } else {
@@ -797,7 +798,7 @@ fn is_zero(x: f64) -> bool {
     x == 0.0
 }
 
-fn equal_plan(kind: ScalarKind, value: &[u8], mode: EqualMode) -> EqualPlan {
+fn equal_plan(kind: ElementType, value: &[u8], mode: EqualMode) -> EqualPlan {
     let ones = || vec![0xff; value.len()];
     let equal_nan = match mode {
         EqualMode::Bitwise => {
@@ -809,15 +810,15 @@ fn equal_plan(kind: ScalarKind, value: &[u8], mode: EqualMode) -> EqualPlan {
         EqualMode::Numeric { equal_nan } => equal_nan,
     };
     let nan_mode = match kind {
-        ScalarKind::F16 => 1,
-        ScalarKind::F32 => 2,
-        ScalarKind::F64 => 3,
-        ScalarKind::C64 => 4,
-        ScalarKind::C128 => 5,
+        ElementType::Float16 => 1,
+        ElementType::Float32 => 2,
+        ElementType::Float64 => 3,
+        ElementType::Complex64 => 4,
+        ElementType::Complex128 => 5,
         _ => 0,
     };
-    match host::decode(kind, value) {
-        host::Val::I(v) if kind == ScalarKind::Bool => {
+    match decode(kind, value) {
+        Val::I(v) if kind == ElementType::Bool => {
             if v == 0 {
                 EqualPlan::Pattern {
                     pattern: vec![0],
@@ -830,7 +831,7 @@ fn equal_plan(kind: ScalarKind, value: &[u8], mode: EqualMode) -> EqualPlan {
                 }
             }
         }
-        host::Val::F(v) if v.is_nan() => {
+        Val::F(v) if v.is_nan() => {
             if equal_nan {
                 EqualPlan::Pred {
                     mode: nan_mode,
@@ -840,11 +841,11 @@ fn equal_plan(kind: ScalarKind, value: &[u8], mode: EqualMode) -> EqualPlan {
                 EqualPlan::Known(false)
             }
         }
-        host::Val::F(v) if is_zero(v) => EqualPlan::Pattern {
+        Val::F(v) if is_zero(v) => EqualPlan::Pattern {
             pattern: vec![0; kind.size()],
             mask: no_sign(kind.size()),
         },
-        host::Val::C(re, im) if re.is_nan() || im.is_nan() => {
+        Val::C(re, im) if re.is_nan() || im.is_nan() => {
             if equal_nan {
                 EqualPlan::Pred {
                     mode: nan_mode,
@@ -854,10 +855,10 @@ fn equal_plan(kind: ScalarKind, value: &[u8], mode: EqualMode) -> EqualPlan {
                 EqualPlan::Known(false)
             }
         }
-        host::Val::C(re, im) => {
+        Val::C(re, im) => {
             // Per component: zero of either sign by masking the sign off, otherwise the
             // exact bits (a non-zero, non-NaN float has one encoding).
-            let c = kind.component_size();
+            let c = kind.swap_width();
             let mut pattern = value.to_vec();
             let mut mask = ones();
             for (k, part) in [re, im].into_iter().enumerate() {
@@ -919,7 +920,7 @@ fn take_scratch(ctx: &Context) -> Result<Scratch> {
 pub(super) fn all_equal(
     stream: Option<&Stream>,
     buf: &DeviceBuffer,
-    kind: ScalarKind,
+    kind: ElementType,
     value: &[u8],
     mode: EqualMode,
 ) -> Result<bool> {
@@ -1072,7 +1073,7 @@ mod tests {
     fn equal_plans() {
         let f32z = 0.0f32.to_le_bytes();
         let num = EqualMode::Numeric { equal_nan: false };
-        match equal_plan(ScalarKind::F32, &f32z, num) {
+        match equal_plan(ElementType::Float32, &f32z, num) {
             EqualPlan::Pattern { pattern, mask } => {
                 assert_eq!(pattern, [0; 4]);
                 assert_eq!(mask, [0xff, 0xff, 0xff, 0x7f]);
@@ -1080,28 +1081,28 @@ mod tests {
             _ => panic!("zero compares masked"),
         }
         assert!(matches!(
-            equal_plan(ScalarKind::F32, &f32z, EqualMode::Bitwise),
+            equal_plan(ElementType::Float32, &f32z, EqualMode::Bitwise),
             EqualPlan::Pattern { ref mask, .. } if mask == &[0xff; 4]
         ));
         let nan = f64::NAN.to_le_bytes();
         assert!(matches!(
-            equal_plan(ScalarKind::F64, &nan, num),
+            equal_plan(ElementType::Float64, &nan, num),
             EqualPlan::Known(false)
         ));
         assert!(matches!(
             equal_plan(
-                ScalarKind::F64,
+                ElementType::Float64,
                 &nan,
                 EqualMode::Numeric { equal_nan: true }
             ),
             EqualPlan::Pred { mode: 3, elem: 8 }
         ));
         assert!(matches!(
-            equal_plan(ScalarKind::Bool, &[1], num),
+            equal_plan(ElementType::Bool, &[1], num),
             EqualPlan::Pred { mode: 0, elem: 1 }
         ));
         let c: Vec<u8> = [(-0.0f32).to_le_bytes(), 2.0f32.to_le_bytes()].concat();
-        match equal_plan(ScalarKind::C64, &c, num) {
+        match equal_plan(ElementType::Complex64, &c, num) {
             EqualPlan::Pattern { pattern, mask } => {
                 assert_eq!(&pattern[..4], &[0; 4]);
                 assert_eq!(&pattern[4..], &2.0f32.to_le_bytes());
@@ -1113,8 +1114,8 @@ mod tests {
 
     #[test]
     fn every_cast_has_a_kernel_name() {
-        for s in ScalarKind::ALL {
-            for d in ScalarKind::ALL {
+        for s in ElementType::ALL {
+            for d in ElementType::ALL {
                 let name = cast_kernel(s, d).to_str().unwrap();
                 assert_eq!(name, format!("devbuf_cast_{}_{}", s.short(), d.short()));
             }

@@ -1,15 +1,25 @@
-//! [`Memory`]: host or device bytes, the one value behind [`Buffer`](super::Buffer) and
-//! [`NDBuffer`](super::NDBuffer), and the dispatch of the element-wise primitives to
-//! the host ([`host_ops`](super::host_ops)) or the device (`cuda::kernels::ops`).
+//! Host-or-device memory as one value, and its primitive operations.
+//!
+//! This layer sits between `cuda` (below: the driver, device buffers, kernels) and
+//! `zarr` + `arrow` (above), and imports only `cuda`, `element` and `error`:
+//!
+//! * [`Memory`]: host or device bytes, the one value behind zarr's
+//!   [`Buffer`](crate::zarr::Buffer) and [`NDBuffer`](crate::zarr::NDBuffer) and
+//!   Arrow's chunk batches;
+//! * crate-private: its views for the primitives (`MemRef`, `MemMut`), where memory
+//!   lives (`Place`), the `prim` dispatch of the element-wise primitives to the host
+//!   ([`host_ops`]) or the device (`cuda::kernels::ops`), and `zeroed_vec`;
+//! * [`host_ops`]: the CPU twins of the device kernels (numpy's semantics on the host).
 
 use std::fmt;
 
 use bytes::{Bytes, BytesMut};
 
-use super::dtype::ElementType;
-use super::host_ops::{self, EqualMode};
+pub mod host_ops;
+
 use crate::cuda::kernels::ops;
 use crate::cuda::{Context, DeviceBuffer, HostBuffer};
+use crate::element::{ElementType, EqualMode};
 use crate::error::{Error, Result, check_range};
 
 /// Bytes on the host or on a CUDA device.
@@ -19,7 +29,7 @@ use crate::error::{Error, Result, check_range};
 /// [`DeviceBuffer`]. Cloning either is zero-copy.
 ///
 /// ```
-/// use devbuf::zarr::Memory;
+/// use devbuf::memory::Memory;
 /// let m = Memory::from(vec![1u8, 2, 3]);
 /// assert!(m.is_host());
 /// assert_eq!(m.len(), 3);
@@ -364,9 +374,9 @@ pub(crate) mod prim {
                 }
                 ops::cast(
                     &s.slice(src_offset, sl)?,
-                    host_ops::kind(src_kind),
+                    src_kind,
                     &d.slice(dst_offset, dl)?,
-                    host_ops::kind(dst_kind),
+                    dst_kind,
                 )
             }
             _ => Err(mixed("cast")),
@@ -452,11 +462,7 @@ pub(crate) mod prim {
                 if len == 0 {
                     return Ok(true);
                 }
-                let mode = match mode {
-                    EqualMode::Bitwise => ops::EqualMode::Bitwise,
-                    EqualMode::Numeric { equal_nan } => ops::EqualMode::Numeric { equal_nan },
-                };
-                ops::all_equal(&d.slice(offset, len)?, host_ops::kind(t), value, mode)
+                ops::all_equal(&d.slice(offset, len)?, t, value, mode)
             }
         }
     }
