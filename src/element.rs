@@ -133,7 +133,7 @@ impl ElementType {
     /// The width in bytes of the units that a byte-order change reverses: the element
     /// size, except for complex numbers, whose two parts are swapped separately. This
     /// is the width to pass to a byte swap, and the natural alignment (the kernels
-    /// called it `ElementType::component_size`).
+    /// called it `ScalarKind::component_size`).
     pub const fn swap_width(self) -> usize {
         match self {
             ElementType::Complex64 => 4,

@@ -17,9 +17,10 @@ use super::tensor::{TensorArray, TensorType};
 use super::tensor_device::DeviceTensorArray;
 use crate::cuda::Context;
 use crate::cuda::kernels::bits;
+use crate::element::ElementType;
 use crate::error::{Error, Result};
 use crate::memory::{MemMut, prim};
-use crate::zarr::{AxisSel, BufferPrototype, DataType, ElementType, NDBuffer, Order, Scalar};
+use crate::zarr::{AxisSel, BufferPrototype, DataType, NDBuffer, Order, Scalar};
 
 /// Name of the chunk data column.
 pub const CHUNK_COLUMN: &str = "chunk";

@@ -70,8 +70,10 @@ use arrow_schema::{DataType as ArrowType, Field};
 use super::device::{DeviceArray, Parts};
 use crate::cuda::DeviceBuffer;
 use crate::cuda::kernels::bits;
+use crate::element::ElementType;
 use crate::error::{Error, Result};
-use crate::zarr::{DataType, ElementType, Memory, NDBuffer, Order};
+use crate::memory::Memory;
+use crate::zarr::{DataType, NDBuffer, Order};
 
 /// The canonical extension name of fixed-shape tensors.
 pub const FIXED_SHAPE_TENSOR: &str = "arrow.fixed_shape_tensor";

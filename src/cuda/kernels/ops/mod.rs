@@ -303,7 +303,7 @@ pub fn strided_copy_on(
 
 /// Reverses the bytes of every `width`-byte element of `buf` in place, on the device
 /// (`width` 1, 2, 4 or 8; 1 does nothing). For complex values pass the component width
-/// ([`ElementType::component_size`]). Returns when the swap has finished.
+/// ([`ElementType::swap_width`]). Returns when the swap has finished.
 ///
 /// Errors: [`Error::InvalidArgument`] for another width or a length that is not a
 /// multiple of it; [`Error::ReadOnly`] for a read-only buffer.
