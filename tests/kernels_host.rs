@@ -6,20 +6,14 @@ use devbuf::memory::host_ops as host;
 use devbuf::{ElementType, EqualMode};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
-use rand::{Rng, RngCore, SeedableRng};
+use rand::{Rng, RngCore};
 
 #[path = "common/strides.rs"]
 mod strides;
 use strides::contiguous_strides;
-
-fn rng(test: &str) -> SmallRng {
-    let seed = std::env::var("DEVBUF_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::rng().next_u64());
-    println!("{test}: seed {seed}");
-    SmallRng::seed_from_u64(seed)
-}
+#[path = "common/random.rs"]
+mod random;
+use random::rng;
 
 fn bytes(r: &mut SmallRng, n: usize) -> Vec<u8> {
     let mut v = vec![0u8; n];

@@ -2,9 +2,8 @@
 
 #![allow(dead_code)]
 
+pub use crate::random::{below, random_bytes, rng};
 use devbuf::cuda::Context;
-use rand::rngs::SmallRng;
-use rand::{Rng, RngCore, SeedableRng};
 
 /// Declares GPU tests: each runs with `--features cuda-tests` and is ignored otherwise.
 /// They run in parallel with each other (they share [`shared`]).
@@ -73,31 +72,6 @@ pub fn second_ctx(test: &str) -> Option<Context> {
     } else {
         Some(Context::new(1).expect("device 1"))
     }
-}
-
-/// A reproducible RNG; the seed is printed so failures can be replayed.
-pub fn rng(test: &str) -> SmallRng {
-    let seed = std::env::var("DEVBUF_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::rng().next_u64());
-    println!("{test}: seed {seed}");
-    SmallRng::seed_from_u64(seed)
-}
-
-/// `n` random bytes, guaranteed not all zero when `n > 0`.
-pub fn random_bytes(rng: &mut SmallRng, n: usize) -> Vec<u8> {
-    let mut v = vec![0u8; n];
-    rng.fill_bytes(&mut v);
-    if n > 0 && v.iter().all(|&b| b == 0) {
-        v[0] = 1;
-    }
-    v
-}
-
-/// A random value in `0..n`.
-pub fn below(rng: &mut SmallRng, n: usize) -> usize {
-    rng.random_range(0..n)
 }
 
 /// Fast deterministic pseudo-random bytes for large buffers (xorshift64*; never all
