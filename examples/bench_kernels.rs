@@ -2,8 +2,8 @@
 //! a device-to-device copy of the same bytes in the same run.
 //!
 //! ```text
-//! cargo run --release --example bench_kernels            # on a machine with a GPU
-//! cargo run --release --example bench_kernels -- 20      # 20 timed runs per op
+//! cargo run --release --features zarrs --example bench_kernels            # on a machine with a GPU
+//! cargo run --release --features zarrs --example bench_kernels -- 20      # 20 timed runs per op
 //! ```
 //!
 //! Each op is warmed up, then timed `runs` times (default 15) with CUDA events; the
@@ -15,6 +15,9 @@
 //! bytes read plus bytes written (1 GB = 1e9 bytes); "vs D2D" is the ratio to the
 //! device-to-device copy's GB/s (`DeviceBuffer::copy_from_device`, 256 MiB read + 256
 //! MiB written). `scripts/bench_peers.py ndbuffer` measures the same ops with cupy.
+
+#[path = "common/mod.rs"]
+mod common;
 
 use devbuf::cuda::kernels::ops;
 use devbuf::cuda::{self, Context, DeviceBuffer, Event, EventFlags, Stream};
@@ -91,7 +94,11 @@ fn element(buf: &DeviceBuffer, index: usize, size: usize) -> Result<Vec<u8>> {
     Ok(b)
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    common::exit(run())
+}
+
+fn run() -> Result<()> {
     if !cuda::is_available() {
         println!(
             "bench_kernels: no GPU ({})",
