@@ -12,7 +12,7 @@ use arrow_buffer::{Buffer, MutableBuffer};
 use arrow_schema::{DataType as ArrowType, Field, Schema, SchemaRef};
 
 use super::device::{DeviceArray, Parts};
-use super::ipc::DeviceRecordBatch;
+use super::ipc_format::DeviceRecordBatch;
 use super::tensor::{TensorArray, TensorType};
 use super::tensor_device::DeviceTensorArray;
 use crate::cuda::Context;

@@ -1,5 +1,7 @@
-//! Arrow IPC record batches in device memory (and, as the host fallback, in shared
-//! host memory).
+//! The Arrow IPC *format* (`ipc_format`): record batches serialized into device memory
+//! (and, as the host fallback, into shared host memory) and read back. Not to be confused
+//! with the process handles of [`crate::ipc`] and [`crate::cuda::ipc`], which share
+//! those bytes with another process.
 //!
 //! The serialized form is the Arrow IPC *encapsulated message* format: each message is
 //! the continuation marker `0xFFFFFFFF`, a little-endian `i32` metadata length, the
