@@ -19,7 +19,7 @@ use crate::cuda::Context;
 use crate::cuda::kernels::bits;
 use crate::element::ElementType;
 use crate::error::{Error, Result};
-use crate::memory::{MemMut, prim};
+use crate::memory::{MemMut, host_ops, prim};
 use crate::zarr::{AxisSel, BufferPrototype, DataType, NDBuffer, Order, Scalar};
 
 /// Name of the chunk data column.
@@ -750,14 +750,10 @@ fn build_host(
                 pattern,
             )?;
         }
-        let packed = &mut mem[plan.data_offset..plan.data_offset + plan.data_len];
-        for (k, byte) in packed.iter_mut().enumerate() {
-            let chunk = &staged[k * 8..(k * 8 + 8).min(bytes_len)];
-            *byte = chunk
-                .iter()
-                .enumerate()
-                .fold(0u8, |b, (j, &v)| b | (u8::from(v != 0) << j));
-        }
+        host_ops::pack_bits(
+            &staged,
+            &mut mem[plan.data_offset..plan.data_offset + plan.data_len],
+        );
     } else {
         let data = &mut mem[plan.data_offset..plan.data_offset + bytes_len];
         for (i, item) in items.iter().enumerate() {

@@ -196,6 +196,26 @@ pub(crate) fn swap_in_place(buf: &mut [u8], width: usize) {
     }
 }
 
+/// Packs the truthiness of every byte of `src` (non-zero is true) into the bitmap `dst`,
+/// least significant bit first (Arrow's layout). `dst` holds at least
+/// `src.len().div_ceil(8)` bytes; the bits past `src.len()` are zero.
+pub(crate) fn pack_bits(src: &[u8], dst: &mut [u8]) {
+    for (byte, chunk) in dst.iter_mut().zip(src.chunks(8)) {
+        *byte = chunk
+            .iter()
+            .enumerate()
+            .fold(0u8, |b, (j, &v)| b | (u8::from(v != 0) << j));
+    }
+}
+
+/// Bits `start .. start + count` of the bitmap `bits` (least significant bit first) as
+/// bytes 0 or 1. The caller checks that `bits` holds them.
+pub(crate) fn unpack_bits(bits: &[u8], start: usize, count: usize) -> Vec<u8> {
+    (start..start + count)
+        .map(|i| (bits[i / 8] >> (i % 8)) & 1)
+        .collect()
+}
+
 /// Whether every element of `buf` (of kind `kind`) equals `value` (one native element)
 /// under `mode`. An empty buffer is all-equal. See [`cuda::kernels::ops::all_equal`](crate::cuda::kernels::ops::all_equal).
 ///
@@ -659,5 +679,19 @@ mod primitive_tests {
         assert_eq!(d, [2, 1, 1, 3, 3, 2]);
         assert!(byteswap(&mut d, 3).is_err());
         assert!(byteswap(&mut d, 4).is_err());
+    }
+
+    #[test]
+    fn bits_pack_and_unpack_lsb_first() {
+        let bytes = [1u8, 0, 7, 0, 0, 0, 0, 1, 1, 0, 1];
+        let mut packed = [0xffu8; 2];
+        pack_bits(&bytes, &mut packed);
+        assert_eq!(packed, [0b1000_0101, 0b0000_0101]);
+        assert_eq!(
+            unpack_bits(&packed, 0, 11),
+            [1, 0, 1, 0, 0, 0, 0, 1, 1, 0, 1]
+        );
+        assert_eq!(unpack_bits(&packed, 7, 3), [1, 1, 0]);
+        assert!(unpack_bits(&packed, 3, 0).is_empty());
     }
 }

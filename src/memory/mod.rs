@@ -9,6 +9,8 @@
 //! * crate-private: its views for the primitives (`MemRef`, `MemMut`), where memory
 //!   lives (`Place`), the `prim` dispatch of the element-wise primitives to the host
 //!   ([`host_ops`]) or the device (`cuda::kernels::ops`), and `zeroed_vec`;
+//! * crate-private: bit packing of booleans (`pack_bits`, `unpack_bits`; Arrow's bitmap
+//!   layout), on the host or with the `bits` kernels;
 //! * [`host_ops`]: the CPU twins of the device kernels (numpy's semantics on the host).
 
 use std::fmt;
@@ -17,7 +19,7 @@ use bytes::{Bytes, BytesMut};
 
 pub mod host_ops;
 
-use crate::cuda::kernels::ops;
+use crate::cuda::kernels::{bits, ops};
 use crate::cuda::{Context, DeviceBuffer, HostBuffer};
 use crate::element::{ElementType, EqualMode};
 use crate::error::{Error, Result, check_range};
@@ -237,6 +239,47 @@ pub(crate) fn zeroed_vec(n: usize) -> Result<Vec<u8>> {
     // alignment 1 (what a `Vec<u8>` of capacity `n` uses), and all `n` bytes are
     // initialised (zero); the vector takes ownership of the allocation.
     Ok(unsafe { Vec::from_raw_parts(p, n, n) })
+}
+
+/// Booleans (bytes, non-zero is true) bit-packed into an Arrow bitmap (least significant
+/// bit first) of `bytes.len().div_ceil(8)` bytes, where they live: one host pass or one
+/// kernel.
+pub(crate) fn pack_bits(bytes: &Memory) -> Result<Memory> {
+    match bytes {
+        Memory::Host(b) => {
+            let mut out = zeroed_vec(b.len().div_ceil(8))?;
+            host_ops::pack_bits(b, &mut out);
+            Ok(Memory::from(out))
+        }
+        Memory::Device(d) => {
+            let n = d.len();
+            let packed = d.context().allocate(bits::packed_words_bytes(n))?;
+            bits::pack_bits(d, &packed)?;
+            Ok(Memory::Device(packed.slice(0, n.div_ceil(8))?))
+        }
+    }
+}
+
+/// Booleans `start .. start + count` of the bitmap `bits` as bytes (0 or 1), where
+/// they live.
+pub(crate) fn unpack_bits(bits: &Memory, start: usize, count: usize) -> Result<Memory> {
+    let end = start
+        .checked_add(count)
+        .ok_or_else(|| Error::invalid("boolean range overflows"))?;
+    if bits.len() < end.div_ceil(8) {
+        return Err(Error::invalid(format!(
+            "booleans {start}..{end} lie past the bitmap of {} bytes",
+            bits.len()
+        )));
+    }
+    match bits {
+        Memory::Host(b) => Ok(Memory::from(host_ops::unpack_bits(b, start, count))),
+        Memory::Device(d) => {
+            let out = d.context().allocate(count)?;
+            bits::unpack_bits(d, start, &out)?;
+            Ok(Memory::Device(out))
+        }
+    }
 }
 
 /// Where memory lives: the host, or one device context.

@@ -2,6 +2,7 @@
 //! byte swap, alignment, bit packing) when none does.
 
 use super::*;
+use crate::memory::pack_bits;
 
 pub(super) fn contiguous_along(
     shape: &[usize],
@@ -135,48 +136,6 @@ pub(crate) fn prepare(nd: &NDBuffer, form: Form) -> Result<Prepared> {
         rows,
         tensor,
     })
-}
-
-/// Booleans (bytes, non-zero is true) bit-packed, where they live.
-pub(super) fn pack_bits(bytes: &Memory) -> Result<Memory> {
-    match bytes {
-        Memory::Host(b) => {
-            let bits = BooleanBuffer::collect_bool(b.len(), |i| b[i] != 0);
-            Ok(Memory::from(bits.into_inner()))
-        }
-        Memory::Device(d) => {
-            let n = d.len();
-            let packed = d.context().allocate(bits::packed_words_bytes(n))?;
-            bits::pack_bits(d, &packed)?;
-            Ok(Memory::Device(packed.slice(0, n.div_ceil(8))?))
-        }
-    }
-}
-
-/// Booleans `start .. start + count` of the bitmap `bits` as bytes (0 or 1), where
-/// they live.
-pub(super) fn unpack_bits(bits: &Memory, start: usize, count: usize) -> Result<Memory> {
-    let end = start
-        .checked_add(count)
-        .ok_or_else(|| Error::invalid("boolean range overflows"))?;
-    if bits.len() < end.div_ceil(8) {
-        return Err(Error::invalid(format!(
-            "booleans {start}..{end} lie past the bitmap of {} bytes",
-            bits.len()
-        )));
-    }
-    match bits {
-        Memory::Host(b) => {
-            let bb = BooleanBuffer::new(Buffer::from(b.clone()), start, count);
-            let v: Vec<u8> = bb.iter().map(u8::from).collect();
-            Ok(Memory::from(v))
-        }
-        Memory::Device(d) => {
-            let out = d.context().allocate(count)?;
-            bits::unpack_bits(d, start, &out)?;
-            Ok(Memory::Device(out))
-        }
-    }
 }
 
 /// A copy of `m` in new, 64-byte aligned memory on the same side.

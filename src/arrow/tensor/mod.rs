@@ -85,14 +85,13 @@ use std::sync::Arc;
 use arrow_array::{
     Array, ArrayRef, ArrowPrimitiveType, FixedSizeListArray, PrimitiveArray, make_array,
 };
-use arrow_buffer::{BooleanBuffer, Buffer, MutableBuffer};
+use arrow_buffer::{Buffer, MutableBuffer};
 use arrow_data::ArrayData;
 use arrow_schema::extension::{EXTENSION_TYPE_METADATA_KEY, EXTENSION_TYPE_NAME_KEY};
 use arrow_schema::{DataType as ArrowType, Field};
 
 use super::device::{DeviceArray, Parts};
 use crate::cuda::DeviceBuffer;
-use crate::cuda::kernels::bits;
 use crate::element::ElementType;
 use crate::error::{Error, Result};
 use crate::memory::Memory;

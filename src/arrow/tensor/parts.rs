@@ -2,6 +2,7 @@
 //! tensor arrays, and locating an NDBuffer in an Arrow array (host or device).
 
 use super::*;
+use crate::memory::unpack_bits;
 
 pub(super) fn leaf<B>(data_type: ArrowType, len: usize, values: B) -> Parts<B> {
     Parts {
