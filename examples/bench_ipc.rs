@@ -2,7 +2,7 @@
 //! in another process.
 //!
 //! ```text
-//! cargo run --release --example bench_ipc
+//! cargo run --release --features zarrs --example bench_ipc
 //! ```
 //!
 //! Tables (markdown):
@@ -14,6 +14,9 @@
 //!
 //! Without a GPU only the host shared-memory rows are measured.
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -23,7 +26,11 @@ use devbuf::ipc::{HostIpcHandle, SharedMemory};
 
 const OPENS: usize = 400;
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> std::process::ExitCode {
+    common::exit(run())
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--child") {
         return child(args.get(1).map(String::as_str).unwrap_or(""));

@@ -2,8 +2,8 @@
 //! a device-to-device copy of the same bytes in the same run.
 //!
 //! ```text
-//! cargo run --release --example bench_kernels            # on a machine with a GPU
-//! cargo run --release --example bench_kernels -- 20      # 20 timed runs per op
+//! cargo run --release --features zarrs --example bench_kernels            # on a machine with a GPU
+//! cargo run --release --features zarrs --example bench_kernels -- 20      # 20 timed runs per op
 //! ```
 //!
 //! Each op is warmed up, then timed `runs` times (default 15) with CUDA events; the
@@ -16,8 +16,12 @@
 //! device-to-device copy's GB/s (`DeviceBuffer::copy_from_device`, 256 MiB read + 256
 //! MiB written). `scripts/bench_peers.py ndbuffer` measures the same ops with cupy.
 
-use devbuf::cuda::kernels::ops::{self, EqualMode, ScalarKind};
+#[path = "common/mod.rs"]
+mod common;
+
+use devbuf::cuda::kernels::ops;
 use devbuf::cuda::{self, Context, DeviceBuffer, Event, EventFlags, Stream};
+use devbuf::{ElementType, EqualMode};
 use devbuf::{Error, Result};
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -90,7 +94,11 @@ fn element(buf: &DeviceBuffer, index: usize, size: usize) -> Result<Vec<u8>> {
     Ok(b)
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    common::exit(run())
+}
+
+fn run() -> Result<()> {
     if !cuda::is_available() {
         println!(
             "bench_kernels: no GPU ({})",
@@ -143,17 +151,23 @@ fn main() -> Result<()> {
     })?;
     let c = time_call(&ctx, runs, || ops::fill(&scratch, &pattern))?;
     check(
-        ops::all_equal(&scratch, ScalarKind::F32, &pattern, EqualMode::Bitwise)?,
+        ops::all_equal(&scratch, ElementType::Float32, &pattern, EqualMode::Bitwise)?,
         "fill",
     )?;
     rows.push(("fill f32".into(), bytes, k, Some(c)));
 
     // astype f32 -> f64
     let k = time_on(&ctx, &stream, runs, || {
-        ops::cast_on(&stream, &a, ScalarKind::F32, &wide, ScalarKind::F64)
+        ops::cast_on(
+            &stream,
+            &a,
+            ElementType::Float32,
+            &wide,
+            ElementType::Float64,
+        )
     })?;
     let c = time_call(&ctx, runs, || {
-        ops::cast(&a, ScalarKind::F32, &wide, ScalarKind::F64)
+        ops::cast(&a, ElementType::Float32, &wide, ElementType::Float64)
     })?;
     for idx in [0usize, 12345, n * n - 1]
         .into_iter()
@@ -224,7 +238,7 @@ fn main() -> Result<()> {
             ops::all_equal_on(
                 &stream,
                 &scratch,
-                ScalarKind::F32,
+                ElementType::Float32,
                 &pattern,
                 EqualMode::Bitwise,
             )?,
@@ -233,7 +247,7 @@ fn main() -> Result<()> {
     })?;
     let c = time_call(&ctx, runs, || {
         check(
-            ops::all_equal(&scratch, ScalarKind::F32, &pattern, EqualMode::Bitwise)?,
+            ops::all_equal(&scratch, ElementType::Float32, &pattern, EqualMode::Bitwise)?,
             "all_equal",
         )
     })?;

@@ -8,7 +8,10 @@
 //! run. Destinations are preallocated (as a chunk pipeline reuses its buffers), so the
 //! timings are the kernels, not `cuMemAlloc`.
 //!
-//! `cargo run --release --example bench_ndbuffer`. Without a GPU it says so and exits 0.
+//! `cargo run --release --features zarrs --example bench_ndbuffer`. Without a GPU it says so and exits 0.
+
+#[path = "common/mod.rs"]
+mod common;
 
 use devbuf::cuda::{self, Context};
 use devbuf::zarr::{AxisSel, BufferPrototype, DataType, NDBuffer, Order, Scalar, Slice};
@@ -29,7 +32,11 @@ fn median_ms(ctx: &Context, mut f: impl FnMut() -> devbuf::Result<()>) -> devbuf
     Ok(t[RUNS / 2])
 }
 
-fn main() -> devbuf::Result<()> {
+fn main() -> std::process::ExitCode {
+    common::exit(run())
+}
+
+fn run() -> devbuf::Result<()> {
     if !cuda::is_available() {
         println!(
             "bench_ndbuffer: no GPU here ({}); nothing to measure",

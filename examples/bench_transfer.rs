@@ -2,7 +2,7 @@
 //! sweeps that tune the transfer engine.
 //!
 //! ```text
-//! cargo run --release --example bench_transfer -- [--quick] [--csv out.csv] [--only a,b]
+//! cargo run --release --features zarrs --example bench_transfer -- [--quick] [--csv out.csv] [--only a,b]
 //! ```
 //!
 //! Sections (all by default; `--only` picks some):
@@ -26,6 +26,9 @@
 //! (`scripts/plot_transfer.py` draws `docs/img/transfer.png` from it).
 //! `scripts/bench_peers.py transfer --csv PATH` writes cupy and torch rows in the same
 //! format. Without a GPU it says so and exits successfully.
+
+#[path = "common/mod.rs"]
+mod common;
 
 use std::fmt::Write as _;
 use std::time::Instant;
@@ -998,7 +1001,11 @@ fn section_alloc(b: &mut Bench, ctx: &Context, raw: &Raw) -> devbuf::Result<()> 
     Ok(())
 }
 
-fn main() -> devbuf::Result<()> {
+fn main() -> std::process::ExitCode {
+    common::exit(run())
+}
+
+fn run() -> devbuf::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
     let value = |flag: &str| {

@@ -2,11 +2,14 @@
 //! host memory), reads it without copying, prints it and checks it.
 //!
 //! ```text
-//! cargo run --example ipc_consumer -- /tmp/batch.handle
-//! cargo run --example ipc_consumer -- <handle hex> <schema hex>
+//! cargo run --release --features zarrs --example ipc_consumer -- /tmp/batch.handle
+//! cargo run --release --features zarrs --example ipc_consumer -- <handle hex> <schema hex>
 //! ```
 //!
 //! With a path, it creates `<path>.done` when finished, which lets the producer exit.
+
+#[path = "common/mod.rs"]
+mod common;
 
 #[path = "ipc_common/mod.rs"]
 mod ipc_common;
@@ -17,6 +20,9 @@ use std::time::{Duration, Instant};
 use arrow_array::RecordBatch;
 use devbuf::arrow::{read_record_batch, read_record_batch_host, schema_from_bytes};
 use devbuf::ipc::IpcHandle;
+
+/// How long a consumer given a path waits for the producer to write it.
+const WAIT: Duration = Duration::from_secs(60);
 
 fn unhex(s: &str) -> Result<Vec<u8>, String> {
     let s = s.trim();
@@ -45,17 +51,39 @@ fn print_batch(batch: &RecordBatch) {
     }
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> std::process::ExitCode {
+    common::exit(run())
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (handle_hex, schema_hex, path) = match args.as_slice() {
         [p] => {
             let p = PathBuf::from(p);
-            // Wait (a little) for the producer to write the file.
+            // Wait (a little) for the producer to write the file, saying so.
             let start = Instant::now();
-            while !p.exists() && start.elapsed() < Duration::from_secs(60) {
+            if !p.exists() {
+                println!(
+                    "waiting up to {} s for the producer to write {} ...",
+                    WAIT.as_secs(),
+                    p.display()
+                );
+            }
+            while !p.exists() && start.elapsed() < WAIT {
                 std::thread::sleep(Duration::from_millis(50));
             }
-            let text = std::fs::read_to_string(&p)?;
+            if !p.exists() {
+                return Err(format!(
+                    "no handle file at {} after {} s: start `ipc_producer {}` first, or pass \
+                     the path it printed",
+                    p.display(),
+                    WAIT.as_secs(),
+                    p.display()
+                )
+                .into());
+            }
+            let text = std::fs::read_to_string(&p)
+                .map_err(|e| format!("cannot read the handle file {}: {e}", p.display()))?;
             let mut lines = text.lines();
             let h = lines.next().ok_or("the handle file is empty")?.to_string();
             let s = lines
@@ -124,7 +152,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(p) = path {
         let mut done = p.into_os_string();
         done.push(".done");
-        std::fs::write(PathBuf::from(done), b"done\n")?;
+        let done = PathBuf::from(done);
+        std::fs::write(&done, b"done\n")
+            .map_err(|e| format!("cannot write {}: {e}", done.display()))?;
     }
     if !ok {
         std::process::exit(1);

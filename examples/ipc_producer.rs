@@ -2,13 +2,16 @@
 //! host memory), prints the handle, and waits until a consumer is done.
 //!
 //! ```text
-//! cargo run --example ipc_producer -- /tmp/batch.handle     # terminal 1
-//! cargo run --example ipc_consumer -- /tmp/batch.handle     # terminal 2
+//! cargo run --release --features zarrs --example ipc_producer -- /tmp/batch.handle     # terminal 1
+//! cargo run --release --features zarrs --example ipc_consumer -- /tmp/batch.handle     # terminal 2
 //! ```
 //!
 //! With a path, the producer writes two lines there (the buffer handle and the schema,
 //! both as hex) and waits until `<path>.done` appears (the consumer creates it). Without
 //! a path it prints the two lines and waits for Enter.
+
+#[path = "common/mod.rs"]
+mod common;
 
 #[path = "ipc_common/mod.rs"]
 mod ipc_common;
@@ -25,7 +28,11 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> std::process::ExitCode {
+    common::exit(run())
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let path = std::env::args().nth(1).map(PathBuf::from);
     let batch = ipc_common::demo_batch();
     // Whatever holds the memory must live until the consumer is done.
@@ -64,8 +71,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let done = done_path(p);
             let _ = std::fs::remove_file(&done);
             let tmp = p.with_extension("tmp");
-            std::fs::write(&tmp, format!("{}\n{}\n", handle.to_hex(), schema))?;
-            std::fs::rename(&tmp, p)?;
+            std::fs::write(&tmp, format!("{}\n{}\n", handle.to_hex(), schema))
+                .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+            std::fs::rename(&tmp, p)
+                .map_err(|e| format!("cannot rename {} to {}: {e}", tmp.display(), p.display()))?;
             println!("handle written to {}", p.display());
             println!("waiting for the consumer to create {} ...", done.display());
             while !done.exists() {
@@ -77,7 +86,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         None => {
             println!("handle: {}", handle.to_hex());
             println!("schema: {schema}");
-            println!("run: cargo run --example ipc_consumer -- <handle> <schema>");
+            println!(
+                "run: cargo run --release --features zarrs --example ipc_consumer -- <handle> <schema>"
+            );
             println!("press Enter when the consumer is done ...");
             let mut line = String::new();
             std::io::stdin().lock().read_line(&mut line)?;

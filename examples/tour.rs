@@ -18,6 +18,9 @@
 //!
 //! Runs in well under a minute on a 2-core machine without a GPU.
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -71,8 +74,31 @@ fn fixture() -> PathBuf {
         .unwrap_or(rel)
 }
 
-fn mb(n: usize) -> f64 {
-    n as f64 / (1 << 20) as f64
+/// A size for people: bytes, KiB or MiB with one decimal (the steps and the summary
+/// table print sizes with this one function, so they agree).
+fn size(n: usize) -> String {
+    let n = n as f64;
+    if n < 1024.0 {
+        format!("{n:.0} B")
+    } else if n < 1024.0 * 1024.0 {
+        format!("{:.1} KiB", n / 1024.0)
+    } else {
+        format!("{:.1} MiB", n / (1024.0 * 1024.0))
+    }
+}
+
+/// A rate for people, in GB/s with three significant digits (0.0123 GB/s, 1.23 GB/s,
+/// 12.3 GB/s): a small array's rate does not print as 0.00.
+fn rate(bytes: usize, seconds: f64) -> String {
+    let r = bytes as f64 / seconds / 1e9;
+    let decimals = if r >= 100.0 {
+        0
+    } else if r > 0.0 {
+        (2 - r.log10().floor() as i32).clamp(1, 6) as usize
+    } else {
+        2
+    };
+    format!("{r:.decimals$} GB/s")
 }
 
 /// Every chunk coordinate of an array's grid, in C order.
@@ -137,16 +163,16 @@ fn run_one(
     let load_s = t.elapsed().as_secs_f64();
     let bytes: usize = chunks.iter().map(|c| c.nbytes()).sum();
     println!(
-        "  loaded {} chunks, {:.1} MiB, into {} in {:.1} ms ({:.2} GB/s)",
+        "  loaded {} chunks, {}, into {} in {:.1} ms ({})",
         chunks.len(),
-        mb(bytes),
+        size(bytes),
         if ctx.is_some() {
             "GPU memory"
         } else {
             "host memory"
         },
         load_s * 1e3,
-        bytes as f64 / load_s / 1e9
+        rate(bytes, load_s)
     );
     println!("  read engine: {read_report}");
 
@@ -210,6 +236,11 @@ fn run_one(
     if !status.success() {
         return Err(format!("the consumer failed: {status}").into());
     }
+    println!(
+        "  shared and verified in another process in {:.0} ms (serialize, export the \
+         handle, start the process, open, read and verify: the consumer's own times above)",
+        share_verify_s * 1e3
+    );
     Ok(Report {
         name: name.to_string(),
         chunks: chunks.len(),
@@ -253,7 +284,7 @@ fn consumer(handle_hex: &str, schema_hex: &str, source: &str) -> Res<()> {
     }
     println!(
         "  consumer (pid {}): opened the {} handle and read {} chunks zero-copy in {:.2} ms; \
-         verified {:.1} MiB bit for bit against the zarr source in {:.1} ms",
+         verified {} bit for bit against the zarr source in {:.1} ms",
         std::process::id(),
         if matches!(handle, IpcHandle::Device(_)) {
             "GPU memory"
@@ -262,13 +293,17 @@ fn consumer(handle_hex: &str, schema_hex: &str, source: &str) -> Res<()> {
         },
         batch.len(),
         open_s * 1e3,
-        mb(checked),
+        size(checked),
         t.elapsed().as_secs_f64() * 1e3
     );
     Ok(())
 }
 
-fn main() -> Res<()> {
+fn main() -> std::process::ExitCode {
+    common::exit(run())
+}
+
+fn run() -> Res<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--consumer") {
         let [_, h, s, src] = args.as_slice() else {
@@ -328,17 +363,17 @@ fn main() -> Res<()> {
         if ctx.is_some() { "GPU" } else { "host" }
     );
     println!(
-        "| array | chunks | MiB | load ms | GB/s | to Arrow ms | C interface zero-copy | share + verify in another process ms |"
+        "| array | chunks | size | load ms | load rate | to Arrow ms | C interface zero-copy | share + verify in another process ms |"
     );
     println!("|---|---|---|---|---|---|---|---|");
     for r in &reports {
         println!(
-            "| {} | {} | {:.1} | {:.1} | {:.2} | {:.1} | {} | {:.0} |",
+            "| {} | {} | {} | {:.1} | {} | {:.1} | {} | {:.0} |",
             r.name,
             r.chunks,
-            mb(r.bytes),
+            size(r.bytes),
             r.load_s * 1e3,
-            r.bytes as f64 / r.load_s / 1e9,
+            rate(r.bytes, r.load_s),
             r.arrow_s * 1e3,
             r.zero_copy,
             r.share_verify_s * 1e3

@@ -10,13 +10,22 @@
 //! small array of its own and reads that. Built without the `zarrs` feature it only says
 //! how to build it.
 
+#[cfg(feature = "zarrs")]
+#[path = "common/mod.rs"]
+mod common;
+
 #[cfg(not(feature = "zarrs"))]
 fn main() {
     println!("zarrs_read: built without the `zarrs` feature; run it with --features zarrs");
 }
 
 #[cfg(feature = "zarrs")]
-fn main() -> devbuf::Result<()> {
+fn main() -> std::process::ExitCode {
+    common::exit(run())
+}
+
+#[cfg(feature = "zarrs")]
+fn run() -> devbuf::Result<()> {
     use std::path::PathBuf;
     use std::time::Instant;
 

@@ -8,6 +8,8 @@
 //! | [`cuda`] | contexts, [`DeviceBuffer`](cuda::DeviceBuffer) (device memory with zero-copy slices and checked copies host↔device↔device), [`HostBuffer`](cuda::HostBuffer) (page-locked host memory), the transfer engine (ordinary memory at page-locked speed, batched and async copies), IPC handles, streams, device kernels |
 //! | [`arrow`] | conversions into arrow-rs types without host copies, device-resident arrays and record batches, Arrow IPC in device memory, the Arrow C Device Data Interface, NDBuffer tensors, `ChunkBatch` |
 //! | [`ipc`] | sharing buffers between processes: device memory handles, and shared host memory where there is no GPU |
+//! | [`memory`] | host-or-device memory as one value ([`Memory`](memory::Memory)) and the host twins of the device kernels ([`host_ops`](memory::host_ops)) |
+//! | [`element`] | the element types ([`ElementType`]) and comparison modes ([`EqualMode`]) that every layer shares |
 //! | [`zarr`] | zarr's buffer layer (`Buffer`, `NDBuffer`, `BufferPrototype`, memory stores) on host or device; with the `zarrs` feature, real zarr v2/v3 arrays |
 //! | [`error`] | the one [`Error`] type |
 //!
@@ -39,11 +41,14 @@
 
 pub mod arrow;
 pub mod cuda;
+pub mod element;
 pub mod error;
 pub mod ipc;
+pub mod memory;
 mod wire;
 pub mod zarr;
 
+pub use element::{ElementType, EqualMode};
 pub use error::{Error, Result};
 
 /// The README's examples are compiled as doc tests.

@@ -12,32 +12,17 @@ use arrow_schema::{DataType as ArrowType, Field, Schema};
 use devbuf::arrow::{
     CHUNK_COLUMN, CHUNK_GRID_METADATA_KEY, ChunkBatch, ChunkGrid, TensorType, coord_column,
 };
-use devbuf::zarr::{
-    AxisSel, BufferPrototype, DataType, ElementType, Endianness, NDBuffer, Order, Scalar,
-};
+use devbuf::zarr::{AxisSel, BufferPrototype, DataType, ElementType, NDBuffer, Order, Scalar};
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
 
+#[path = "common/arrays.rs"]
+mod arrays;
+#[path = "common/random.rs"]
+mod random;
+use arrays::{Kind, c_bytes, dtypes, make};
+
 const HOST: BufferPrototype = BufferPrototype::Host;
-
-fn random_array(rng: &mut SmallRng, shape: &[usize], dtype: DataType) -> NDBuffer {
-    let n: usize = shape.iter().product();
-    let mut v = vec![0u8; n * dtype.size()];
-    rng.fill_bytes(&mut v);
-    if dtype.element() == ElementType::Bool {
-        v.iter_mut().for_each(|b| *b &= 1);
-    }
-    NDBuffer::from_memory(v, shape, dtype, Order::C).unwrap()
-}
-
-fn c_bytes(nd: &NDBuffer) -> Vec<u8> {
-    nd.astype(DataType::native(nd.dtype().element()))
-        .unwrap()
-        .to_buffer()
-        .unwrap()
-        .to_bytes()
-        .unwrap()
-}
 
 fn region(grid: &ChunkGrid, coords: &[u64]) -> Vec<AxisSel> {
     let extent = grid.chunk_extent(coords).unwrap();
@@ -127,22 +112,11 @@ fn check_batch(batch: &ChunkBatch, grid: &ChunkGrid, array: &NDBuffer, coords: &
     assert_eq!(t.permutation(), None);
 }
 
-fn dtypes() -> Vec<DataType> {
-    let mut v = Vec::new();
-    for e in ElementType::ALL {
-        v.push(DataType::new(e, Endianness::Little));
-        if e.size() > 1 {
-            v.push(DataType::new(e, Endianness::Big));
-        }
-    }
-    v
-}
-
 #[test]
 fn every_dtype_every_chunk_layout() {
     let mut rng = SmallRng::seed_from_u64(11);
     for dtype in dtypes() {
-        let array = random_array(&mut rng, &[5, 7], dtype);
+        let array = make(&mut rng, &[5, 7], dtype, Kind::C);
         let fill = Scalar::from_le_bytes(dtype.element(), &{
             let mut b = vec![0u8; dtype.size()];
             rng.fill_bytes(&mut b);
@@ -208,7 +182,7 @@ fn every_dtype_every_chunk_layout() {
 #[test]
 fn one_allocation_and_zero_copy_chunks() {
     let mut rng = SmallRng::seed_from_u64(12);
-    let array = random_array(&mut rng, &[8, 8, 8], DataType::FLOAT64);
+    let array = make(&mut rng, &[8, 8, 8], DataType::FLOAT64, Kind::C);
     let grid = ChunkGrid::new(&[8, 8, 8], &[4, 4, 4], DataType::FLOAT64).unwrap();
     let coords = all_coords(&grid);
     let chunks = coords
@@ -261,7 +235,7 @@ fn bool_and_complex_chunks() {
         ),
     ] {
         // Chunks of 3 x 3 booleans: rows do not start at byte boundaries.
-        let array = random_array(&mut rng, &[7, 8], dtype);
+        let array = make(&mut rng, &[7, 8], dtype, Kind::C);
         let grid = ChunkGrid::new(&[7, 8], &[3, 3], dtype)
             .unwrap()
             .with_fill_value(fill);
@@ -498,7 +472,7 @@ fn random_grids() {
         let chunk: Vec<usize> = (0..ndim).map(|_| rng.random_range(1..4)).collect();
         let dtypes = dtypes();
         let dtype = dtypes[rng.random_range(0..dtypes.len())];
-        let array = random_array(&mut rng, &shape, dtype);
+        let array = make(&mut rng, &shape, dtype, Kind::C);
         let grid = ChunkGrid::new(&shape, &chunk, dtype).unwrap();
         let coords: Vec<Vec<u64>> = all_coords(&grid)
             .into_iter()

@@ -22,33 +22,17 @@ use arrow_schema::{DataType as ArrowType, Field};
 use devbuf::arrow::{
     FIXED_SHAPE_TENSOR, TensorArray, TensorType, arrow_data_type, element_type_of,
 };
-use devbuf::zarr::{
-    AxisSel, BufferPrototype, DataType, ElementType, Endianness, Memory, NDBuffer, Order, Slice,
-};
-use rand::rngs::SmallRng;
-use rand::{Rng, RngCore, SeedableRng};
+use devbuf::zarr::{AxisSel, BufferPrototype, DataType, ElementType, Memory, NDBuffer, Order};
+use rand::Rng;
+
+#[path = "common/arrays.rs"]
+mod arrays;
+#[path = "common/random.rs"]
+mod random;
+use arrays::{KINDS, Kind, c_bytes, dtypes, make, random_values};
+use random::seeded;
 
 // ------------------------------------------------------------------------------ helpers
-
-/// Random stored bytes for `n` elements of `dtype` (booleans 0 or 1).
-fn random_bytes(rng: &mut SmallRng, n: usize, dtype: DataType) -> Vec<u8> {
-    let mut v = vec![0u8; n * dtype.size()];
-    rng.fill_bytes(&mut v);
-    if dtype.element() == ElementType::Bool {
-        v.iter_mut().for_each(|b| *b &= 1);
-    }
-    v
-}
-
-/// The values of `nd` in C order, native byte order, as bytes (the oracle).
-fn c_bytes(nd: &NDBuffer) -> Vec<u8> {
-    nd.astype(DataType::native(nd.dtype().element()))
-        .unwrap()
-        .to_buffer()
-        .unwrap()
-        .to_bytes()
-        .unwrap()
-}
 
 /// The bytes of an Arrow array's elements (from its offset, `len` of them) read through
 /// arrow-rs alone; returns the bytes and the width of one element.
@@ -155,86 +139,6 @@ const SHAPES: &[&[usize]] = &[
     &[2, 3, 2, 3],
 ];
 
-/// Layouts of one logical array: how it sits in memory.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Kind {
-    C,
-    F,
-    /// A C array of the reversed-then-rotated shape, transposed back: dense, neither C
-    /// nor F for 3 or more axes.
-    Transposed,
-    /// Every other element of a larger array along each axis: not dense.
-    Strided,
-    /// A C array with its first row cut off: dense, at an offset.
-    Offset,
-}
-
-const KINDS: [Kind; 5] = [
-    Kind::C,
-    Kind::F,
-    Kind::Transposed,
-    Kind::Strided,
-    Kind::Offset,
-];
-
-fn make(rng: &mut SmallRng, shape: &[usize], dtype: DataType, kind: Kind) -> NDBuffer {
-    let n: usize = shape.iter().product();
-    match kind {
-        Kind::C | Kind::F => {
-            let order = if kind == Kind::C { Order::C } else { Order::F };
-            NDBuffer::from_memory(random_bytes(rng, n, dtype), shape, dtype, order).unwrap()
-        }
-        Kind::Transposed => {
-            // axes (1, 2, .., 0) of a C array of shape [s[k-1], s[0], .., s[k-2]]
-            let nd = shape.len();
-            if nd < 2 {
-                return make(rng, shape, dtype, Kind::C);
-            }
-            let mut base_shape = vec![shape[nd - 1]];
-            base_shape.extend(&shape[..nd - 1]);
-            let base =
-                NDBuffer::from_memory(random_bytes(rng, n, dtype), &base_shape, dtype, Order::C)
-                    .unwrap();
-            let axes: Vec<usize> = (1..nd).chain([0]).collect();
-            base.transpose(Some(&axes)).unwrap()
-        }
-        Kind::Strided => {
-            let big: Vec<usize> = shape.iter().map(|&d| 2 * d).collect();
-            let bn: usize = big.iter().product();
-            let base =
-                NDBuffer::from_memory(random_bytes(rng, bn, dtype), &big, dtype, Order::C).unwrap();
-            let sel: Vec<AxisSel> = shape.iter().map(|_| Slice::every(2).into()).collect();
-            base.get(&sel).unwrap()
-        }
-        Kind::Offset => {
-            if shape.is_empty() || shape[0] == 0 {
-                return make(rng, shape, dtype, Kind::C);
-            }
-            let mut big = shape.to_vec();
-            big[0] += 1;
-            let bn: usize = big.iter().product();
-            let base =
-                NDBuffer::from_memory(random_bytes(rng, bn, dtype), &big, dtype, Order::C).unwrap();
-            base.get(&[AxisSel::from(1..big[0])]).unwrap()
-        }
-    }
-}
-
-fn dtypes() -> Vec<DataType> {
-    let mut v = Vec::new();
-    for e in ElementType::ALL {
-        v.push(DataType::new(e, Endianness::Little));
-        if e.size() > 1 {
-            v.push(DataType::new(e, Endianness::Big));
-        }
-    }
-    v
-}
-
-fn rng(seed: u64) -> SmallRng {
-    SmallRng::seed_from_u64(seed)
-}
-
 fn aligned(nd: &NDBuffer) -> bool {
     let a = match nd.dtype().element() {
         ElementType::Complex64 => 4,
@@ -248,7 +152,7 @@ fn aligned(nd: &NDBuffer) -> bool {
 
 #[test]
 fn flat_every_dtype_shape_and_layout() {
-    let mut rng = rng(1);
+    let mut rng = seeded(1);
     let mut zero_copies = 0;
     for dtype in dtypes() {
         for &shape in SHAPES {
@@ -364,7 +268,7 @@ fn misaligned_host_memory_is_copied_once() {
 
 #[test]
 fn tensor_every_dtype_shape_and_layout() {
-    let mut rng = rng(2);
+    let mut rng = seeded(2);
     for dtype in dtypes() {
         for &shape in SHAPES {
             for kind in KINDS {
@@ -438,7 +342,7 @@ fn tensor_every_dtype_shape_and_layout() {
 
 #[test]
 fn rows_every_dtype_shape_and_layout() {
-    let mut rng = rng(3);
+    let mut rng = seeded(3);
     for dtype in dtypes() {
         for &shape in SHAPES.iter().filter(|s| !s.is_empty()) {
             for kind in KINDS {
@@ -544,9 +448,9 @@ fn a_transposition_that_is_not_an_involution() {
 
 #[test]
 fn bool_is_bit_packed() {
-    let mut rng = rng(4);
+    let mut rng = seeded(4);
     // 5 rows of 3 x 3: rows cross byte boundaries.
-    let bytes = random_bytes(&mut rng, 45, DataType::BOOL);
+    let bytes = random_values(&mut rng, 45, DataType::BOOL);
     let nd = NDBuffer::from_memory(bytes.clone(), &[5, 3, 3], DataType::BOOL, Order::C).unwrap();
     let flat = nd.to_arrow().unwrap();
     let b = flat.as_any().downcast_ref::<BooleanArray>().unwrap();
@@ -887,7 +791,7 @@ fn memory_from_arrow_is_the_arrow_buffer() {
 fn random_round_trips() {
     // Random shapes and selections of random arrays: flat, tensor and rows forms agree
     // with the NDBuffer.
-    let mut rng = rng(5);
+    let mut rng = seeded(5);
     for _ in 0..300 {
         let dtype = dtypes()[rng.random_range(0..dtypes().len())];
         let nd_: usize = rng.random_range(0..5);
@@ -895,7 +799,7 @@ fn random_round_trips() {
         let order = if rng.random() { Order::C } else { Order::F };
         let n: usize = shape.iter().product();
         let base =
-            NDBuffer::from_memory(random_bytes(&mut rng, n, dtype), &shape, dtype, order).unwrap();
+            NDBuffer::from_memory(random_values(&mut rng, n, dtype), &shape, dtype, order).unwrap();
         let sel: Vec<AxisSel> = shape
             .iter()
             .map(|&len| {

@@ -1,24 +1,19 @@
-//! The host ops (`cuda::kernels::ops::host`) against simple, independent reference code,
+//! The host ops (`memory::host_ops`) against simple, independent reference code,
 //! on every machine. The GPU tests then compare the device kernels with these host ops.
 
 use devbuf::Error;
-use devbuf::cuda::kernels::ops::{EqualMode, ScalarKind, host};
+use devbuf::memory::host_ops as host;
+use devbuf::{ElementType, EqualMode};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
-use rand::{Rng, RngCore, SeedableRng};
+use rand::{Rng, RngCore};
 
 #[path = "common/strides.rs"]
 mod strides;
 use strides::contiguous_strides;
-
-fn rng(test: &str) -> SmallRng {
-    let seed = std::env::var("DEVBUF_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::rng().next_u64());
-    println!("{test}: seed {seed}");
-    SmallRng::seed_from_u64(seed)
-}
+#[path = "common/random.rs"]
+mod random;
+use random::rng;
 
 fn bytes(r: &mut SmallRng, n: usize) -> Vec<u8> {
     let mut v = vec![0u8; n];
@@ -150,9 +145,9 @@ fn strided_copy_bounds() {
 // ---------------------------------------------------------------------------------------
 // cast: Rust's own `as` where its semantics are numpy's
 
-fn all_values(r: &mut SmallRng, kind: ScalarKind, n: usize) -> Vec<u8> {
+fn all_values(r: &mut SmallRng, kind: ElementType, n: usize) -> Vec<u8> {
     let mut v = bytes(r, n * kind.size());
-    if kind == ScalarKind::Bool {
+    if kind == ElementType::Bool {
         for b in &mut v {
             *b &= 1;
         }
@@ -177,25 +172,25 @@ macro_rules! as_cast {
 
 #[test]
 fn integer_and_float_casts_match_rust_as() {
-    use ScalarKind::*;
+    use ElementType::*;
     let mut r = rng("integer_and_float_casts_match_rust_as");
     // Integer -> integer wraps; integer -> float rounds to nearest even; f32 <-> f64.
-    as_cast!(i8, u64, I8, U64, &mut r);
-    as_cast!(i64, i8, I64, I8, &mut r);
-    as_cast!(u32, i16, U32, I16, &mut r);
-    as_cast!(u64, i32, U64, I32, &mut r);
-    as_cast!(i16, u16, I16, U16, &mut r);
-    as_cast!(i64, f32, I64, F32, &mut r);
-    as_cast!(u64, f32, U64, F32, &mut r);
-    as_cast!(i64, f64, I64, F64, &mut r);
-    as_cast!(u64, f64, U64, F64, &mut r);
-    as_cast!(i32, f32, I32, F32, &mut r);
-    as_cast!(u8, f64, U8, F64, &mut r);
-    as_cast!(f32, f64, F32, F64, &mut r);
+    as_cast!(i8, u64, Int8, UInt64, &mut r);
+    as_cast!(i64, i8, Int64, Int8, &mut r);
+    as_cast!(u32, i16, UInt32, Int16, &mut r);
+    as_cast!(u64, i32, UInt64, Int32, &mut r);
+    as_cast!(i16, u16, Int16, UInt16, &mut r);
+    as_cast!(i64, f32, Int64, Float32, &mut r);
+    as_cast!(u64, f32, UInt64, Float32, &mut r);
+    as_cast!(i64, f64, Int64, Float64, &mut r);
+    as_cast!(u64, f64, UInt64, Float64, &mut r);
+    as_cast!(i32, f32, Int32, Float32, &mut r);
+    as_cast!(u8, f64, UInt8, Float64, &mut r);
+    as_cast!(f32, f64, Float32, Float64, &mut r);
     // f64 -> f32 on random bits: compare NaN as NaN.
-    let raw = all_values(&mut r, F64, 5000);
+    let raw = all_values(&mut r, Float64, 5000);
     let mut got = vec![0u8; 4 * 5000];
-    host::cast(&raw, F64, &mut got, F32).unwrap();
+    host::cast(&raw, Float64, &mut got, Float32).unwrap();
     for (i, c) in raw.chunks(8).enumerate() {
         let x = f64::from_le_bytes(c.try_into().unwrap());
         let g = f32::from_le_bytes(got[4 * i..4 * i + 4].try_into().unwrap());
@@ -208,19 +203,19 @@ fn integer_and_float_casts_match_rust_as() {
 
 #[test]
 fn float_to_int_in_range_truncates_like_rust() {
-    use ScalarKind::*;
+    use ElementType::*;
     let mut r = rng("float_to_int_in_range_truncates_like_rust");
     for _ in 0..20000 {
         let x: f64 = r.random_range(-1e9..1e9) / [1.0, 7.0, 1e3][r.random_range(0..3)];
         let mut out = [0u8; 8];
-        host::cast(&x.to_le_bytes(), F64, &mut out[..4], I32).unwrap();
+        host::cast(&x.to_le_bytes(), Float64, &mut out[..4], Int32).unwrap();
         assert_eq!(i32::from_le_bytes(out[..4].try_into().unwrap()), x as i32);
-        host::cast(&x.to_le_bytes(), F64, &mut out, I64).unwrap();
+        host::cast(&x.to_le_bytes(), Float64, &mut out, Int64).unwrap();
         assert_eq!(i64::from_le_bytes(out), x as i64);
         let y = x.abs();
-        host::cast(&y.to_le_bytes(), F64, &mut out, U64).unwrap();
+        host::cast(&y.to_le_bytes(), Float64, &mut out, UInt64).unwrap();
         assert_eq!(u64::from_le_bytes(out), y as u64);
-        host::cast(&(x as f32).to_le_bytes(), F32, &mut out[..2], I16).unwrap();
+        host::cast(&(x as f32).to_le_bytes(), Float32, &mut out[..2], Int16).unwrap();
         assert_eq!(
             i16::from_le_bytes(out[..2].try_into().unwrap()),
             (x as f32) as i32 as i16
@@ -233,7 +228,13 @@ fn f16_table() -> Vec<(f64, u16)> {
     let mut t: Vec<(f64, u16)> = (0..=u16::MAX)
         .filter_map(|h| {
             let mut out = [0u8; 8];
-            host::cast(&h.to_le_bytes(), ScalarKind::F16, &mut out, ScalarKind::F64).unwrap();
+            host::cast(
+                &h.to_le_bytes(),
+                ElementType::Float16,
+                &mut out,
+                ElementType::Float64,
+            )
+            .unwrap();
             let x = f64::from_le_bytes(out);
             // -0.0 sorts with +0.0; keep +0.0 only (the sign is checked separately).
             (x.is_finite() && !(x == 0.0 && h != 0)).then_some((x, h))
@@ -276,11 +277,23 @@ fn f16_conversions_round_to_nearest_even() {
     let mut r = rng("f16_conversions_round_to_nearest_even");
     let check = |x: f64| {
         let mut out = [0u8; 2];
-        host::cast(&x.to_le_bytes(), ScalarKind::F64, &mut out, ScalarKind::F16).unwrap();
+        host::cast(
+            &x.to_le_bytes(),
+            ElementType::Float64,
+            &mut out,
+            ElementType::Float16,
+        )
+        .unwrap();
         assert_eq!(u16::from_le_bytes(out), nearest_f16(&t, x), "{x:e}");
         // f32 -> f16 rounds the (exact) f32 value once as well.
         let y = x as f32;
-        host::cast(&y.to_le_bytes(), ScalarKind::F32, &mut out, ScalarKind::F16).unwrap();
+        host::cast(
+            &y.to_le_bytes(),
+            ElementType::Float32,
+            &mut out,
+            ElementType::Float16,
+        )
+        .unwrap();
         assert_eq!(u16::from_le_bytes(out), nearest_f16(&t, y as f64), "{y:e}");
     };
     for w in t.windows(2) {
@@ -298,7 +311,13 @@ fn f16_conversions_round_to_nearest_even() {
     // Integers round once (no i64 -> f32 -> f16 double rounding can differ here).
     for i in -70000i64..70000 {
         let mut out = [0u8; 2];
-        host::cast(&i.to_le_bytes(), ScalarKind::I64, &mut out, ScalarKind::F16).unwrap();
+        host::cast(
+            &i.to_le_bytes(),
+            ElementType::Int64,
+            &mut out,
+            ElementType::Float16,
+        )
+        .unwrap();
         assert_eq!(u16::from_le_bytes(out), nearest_f16(&t, i as f64), "{i}");
     }
 }
@@ -333,7 +352,7 @@ fn fill_and_byteswap_match_reference() {
 }
 
 /// numpy-style element equality written out per kind.
-fn reference_equal(kind: ScalarKind, e: &[u8], v: &[u8], mode: EqualMode) -> bool {
+fn reference_equal(kind: ElementType, e: &[u8], v: &[u8], mode: EqualMode) -> bool {
     let EqualMode::Numeric { equal_nan } = mode else {
         return e == v;
     };
@@ -341,26 +360,26 @@ fn reference_equal(kind: ScalarKind, e: &[u8], v: &[u8], mode: EqualMode) -> boo
     let f64s = |b: &[u8]| f64::from_le_bytes(b[..8].try_into().unwrap());
     let eq = |x: f64, y: f64| x == y;
     match kind {
-        ScalarKind::Bool => (e[0] != 0) == (v[0] != 0),
-        ScalarKind::F32 => {
+        ElementType::Bool => (e[0] != 0) == (v[0] != 0),
+        ElementType::Float32 => {
             let (x, y) = (f32s(e), f32s(v));
             (equal_nan && x.is_nan() && y.is_nan()) || x == y
         }
-        ScalarKind::F64 => {
+        ElementType::Float64 => {
             let (x, y) = (f64s(e), f64s(v));
             (equal_nan && x.is_nan() && y.is_nan()) || x == y
         }
-        ScalarKind::C64 => {
+        ElementType::Complex64 => {
             let (xr, xi, yr, yi) = (f32s(e), f32s(&e[4..]), f32s(v), f32s(&v[4..]));
             let (xn, yn) = (xr.is_nan() || xi.is_nan(), yr.is_nan() || yi.is_nan());
             (equal_nan && xn && yn) || (xr == yr && xi == yi)
         }
-        ScalarKind::C128 => {
+        ElementType::Complex128 => {
             let (xr, xi, yr, yi) = (f64s(e), f64s(&e[8..]), f64s(v), f64s(&v[8..]));
             let (xn, yn) = (xr.is_nan() || xi.is_nan(), yr.is_nan() || yi.is_nan());
             (equal_nan && xn && yn) || (eq(xr, yr) && eq(xi, yi))
         }
-        ScalarKind::F16 => {
+        ElementType::Float16 => {
             let h = |b: &[u8]| u16::from_le_bytes([b[0], b[1]]);
             let (x, y) = (h(e), h(v));
             let nan = |h: u16| (h & 0x7fff) > 0x7c00;
@@ -376,17 +395,17 @@ fn reference_equal(kind: ScalarKind, e: &[u8], v: &[u8], mode: EqualMode) -> boo
 fn all_equal_matches_reference() {
     let mut r = rng("all_equal_matches_reference");
     let specials: [f64; 6] = [0.0, -0.0, f64::NAN, 1.0, -f64::INFINITY, 1e-310];
-    for kind in ScalarKind::ALL {
+    for kind in ElementType::ALL {
         let size = kind.size();
         for _ in 0..300 {
             // A value, the same value in another encoding, and something else.
             let mut pool = vec![bytes(&mut r, size)];
             let mut special = vec![0u8; size];
             let x = specials[r.random_range(0..specials.len())];
-            host::cast(&x.to_le_bytes(), ScalarKind::F64, &mut special, kind).unwrap();
+            host::cast(&x.to_le_bytes(), ElementType::Float64, &mut special, kind).unwrap();
             pool.push(special.clone());
             let y = specials[r.random_range(0..specials.len())];
-            host::cast(&y.to_le_bytes(), ScalarKind::F64, &mut special, kind).unwrap();
+            host::cast(&y.to_le_bytes(), ElementType::Float64, &mut special, kind).unwrap();
             pool.push(special);
             let value = pool[r.random_range(0..pool.len())].clone();
             let count = r.random_range(0..6);
@@ -409,6 +428,6 @@ fn all_equal_matches_reference() {
             }
         }
     }
-    assert!(host::all_equal(&[], ScalarKind::F64, &[0; 8], EqualMode::Bitwise).unwrap());
-    assert!(host::all_equal(&[0; 8], ScalarKind::F64, &[0; 4], EqualMode::Bitwise).is_err());
+    assert!(host::all_equal(&[], ElementType::Float64, &[0; 8], EqualMode::Bitwise).unwrap());
+    assert!(host::all_equal(&[0; 8], ElementType::Float64, &[0; 4], EqualMode::Bitwise).is_err());
 }

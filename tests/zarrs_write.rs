@@ -17,10 +17,15 @@ use devbuf::zarr::{
     Scalar, Store,
 };
 use rand::rngs::SmallRng;
-use rand::{Rng, RngCore, SeedableRng};
+use rand::{Rng, SeedableRng};
 
+#[path = "common/arrays.rs"]
+mod arrays;
+#[path = "common/random.rs"]
+mod random;
 #[path = "common/zarrs.rs"]
 mod zarrs_common;
+use arrays::random_values;
 use zarrs_common::{TempDir, grid_indices, put_box, sub_box};
 
 const HOST: BufferPrototype = BufferPrototype::Host;
@@ -44,16 +49,6 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// Random native-endian element bytes (bools 0 or 1).
-fn random_bytes(rng: &mut SmallRng, element: ElementType, n: usize) -> Vec<u8> {
-    let mut v = vec![0u8; n * element.size()];
-    rng.fill_bytes(&mut v);
-    if element == ElementType::Bool {
-        v.iter_mut().for_each(|b| *b &= 1);
-    }
-    v
-}
-
 fn nd(bytes: Vec<u8>, shape: &[u64], element: ElementType) -> NDBuffer {
     let shape: Vec<usize> = shape.iter().map(|&s| s as usize).collect();
     NDBuffer::from_memory(bytes, &shape, DataType::native(element), Order::C).unwrap()
@@ -72,7 +67,7 @@ fn round_trip(a: &ZarrArray, rng: &mut SmallRng, what: &str) -> Vec<u8> {
     let n: u64 = m.shape.iter().product();
 
     // 1. Whole array.
-    let mut model = random_bytes(rng, element, n as usize);
+    let mut model = random_values(rng, n as usize, DataType::native(element));
     a.write_subset(
         &vec![0; m.shape.len()],
         &nd(model.clone(), &m.shape, element),
@@ -91,7 +86,7 @@ fn round_trip(a: &ZarrArray, rng: &mut SmallRng, what: &str) -> Vec<u8> {
         let start: Vec<u64> = r.iter().map(|r| r.start).collect();
         let shape: Vec<u64> = r.iter().map(|r| r.end - r.start).collect();
         let count: u64 = shape.iter().product();
-        let bytes = random_bytes(rng, element, count as usize);
+        let bytes = random_values(rng, count as usize, DataType::native(element));
         put_box(&mut model, &m.shape, elem, &start, &shape, &bytes);
         let v = nd(bytes, &shape, element);
         let v = match k % 3 {
@@ -119,7 +114,7 @@ fn round_trip(a: &ZarrArray, rng: &mut SmallRng, what: &str) -> Vec<u8> {
             shape.push(e - b);
         }
         let count: u64 = shape.iter().product();
-        let bytes = random_bytes(rng, element, count as usize);
+        let bytes = random_values(rng, count as usize, DataType::native(element));
         put_box(&mut model, &m.shape, elem, &start, &shape, &bytes);
         a.write_subset(&start, &nd(bytes, &shape, element))
             .unwrap_or_else(|e| panic!("{what}: {e}"));

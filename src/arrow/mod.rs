@@ -25,20 +25,20 @@ pub mod c_device;
 pub mod chunk_batch;
 mod device;
 mod host;
-pub mod ipc;
-mod ipc_encode;
+pub mod ipc_format;
+mod ipc_format_encode;
 pub mod tensor;
 mod tensor_device;
 
 pub use chunk_batch::{CHUNK_COLUMN, CHUNK_GRID_METADATA_KEY, ChunkBatch, ChunkGrid, coord_column};
 pub use device::DeviceArray;
-pub use ipc::{
+pub use ipc_format::{
     DeviceRecordBatch, read_record_batch, read_record_batch_host, schema_from_bytes,
     schema_to_bytes, serialize_record_batch, serialize_record_batch_shared,
     serialize_record_batch_to_vec,
 };
-pub use ipc_encode::serialize_device_record_batch;
+pub use ipc_format_encode::serialize_device_record_batch;
 #[doc(hidden)]
-pub use ipc_encode::serialize_like_device;
+pub use ipc_format_encode::serialize_like_device;
 pub use tensor::{FIXED_SHAPE_TENSOR, TensorArray, TensorType, arrow_data_type, element_type_of};
 pub use tensor_device::DeviceTensorArray;

@@ -9,7 +9,8 @@ use super::tensor::{
     tensor_rows,
 };
 use crate::error::{Error, Result};
-use crate::zarr::{Memory, NDBuffer};
+use crate::memory::Memory;
+use crate::zarr::NDBuffer;
 
 fn device_only(nd: &NDBuffer, what: &str, host_way: &str) -> Result<()> {
     if nd.is_host() {

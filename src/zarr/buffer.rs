@@ -5,10 +5,10 @@ use std::fmt;
 use bytes::Bytes;
 
 use super::index::{AxisSel, Resolved};
-use super::memory::{Memory, Place};
 use super::prototype::BufferPrototype;
 use crate::cuda::{DeviceBuffer, HostBuffer};
 use crate::error::{Error, Result};
+use crate::memory::{Memory, Place};
 
 /// zarr's `Buffer`: untyped, contiguous bytes in host or device memory (sizes and
 /// indices are in bytes).
@@ -177,17 +177,17 @@ impl Buffer {
             };
         }
         self.mem.write(|m| match (m, &value.mem) {
-            (super::memory::MemMut::Host(dst), Memory::Host(src)) => {
+            (crate::memory::MemMut::Host(dst), Memory::Host(src)) => {
                 dst[start..start + len].copy_from_slice(src);
                 Ok(())
             }
-            (super::memory::MemMut::Host(dst), Memory::Device(src)) => {
+            (crate::memory::MemMut::Host(dst), Memory::Device(src)) => {
                 src.copy_to_host_into(0, &mut dst[start..start + len])
             }
-            (super::memory::MemMut::Device(dst), Memory::Host(src)) => {
+            (crate::memory::MemMut::Device(dst), Memory::Host(src)) => {
                 dst.copy_from_host(start, src)
             }
-            (super::memory::MemMut::Device(dst), Memory::Device(src)) => {
+            (crate::memory::MemMut::Device(dst), Memory::Device(src)) => {
                 dst.copy_from_device(start, src)
             }
         })

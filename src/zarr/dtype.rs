@@ -10,189 +10,9 @@ use std::str::FromStr;
 use half::f16;
 use num_complex::{Complex32, Complex64};
 
-use super::host_ops;
+use crate::element::ElementType;
 use crate::error::{Error, Result};
-
-/// The element type of an array, without byte order (numpy's `dtype.type`).
-///
-/// ```
-/// use devbuf::zarr::ElementType;
-/// assert_eq!(ElementType::Complex64.size(), 8);
-/// assert_eq!(ElementType::Float16.name(), "float16");
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ElementType {
-    /// `bool` (one byte, 0 or 1).
-    Bool,
-    /// `int8`.
-    Int8,
-    /// `int16`.
-    Int16,
-    /// `int32`.
-    Int32,
-    /// `int64`.
-    Int64,
-    /// `uint8`.
-    UInt8,
-    /// `uint16`.
-    UInt16,
-    /// `uint32`.
-    UInt32,
-    /// `uint64`.
-    UInt64,
-    /// `float16` (IEEE 754 half precision, the `half` crate's [`f16`](struct@f16)).
-    Float16,
-    /// `float32`.
-    Float32,
-    /// `float64`.
-    Float64,
-    /// `complex64`: two `float32` (real, imaginary).
-    Complex64,
-    /// `complex128`: two `float64` (real, imaginary).
-    Complex128,
-}
-
-impl ElementType {
-    /// Every element type, in numpy's order.
-    pub const ALL: [ElementType; 14] = [
-        ElementType::Bool,
-        ElementType::Int8,
-        ElementType::Int16,
-        ElementType::Int32,
-        ElementType::Int64,
-        ElementType::UInt8,
-        ElementType::UInt16,
-        ElementType::UInt32,
-        ElementType::UInt64,
-        ElementType::Float16,
-        ElementType::Float32,
-        ElementType::Float64,
-        ElementType::Complex64,
-        ElementType::Complex128,
-    ];
-
-    /// Size of one element in bytes.
-    pub const fn size(self) -> usize {
-        use ElementType::*;
-        match self {
-            Bool | Int8 | UInt8 => 1,
-            Int16 | UInt16 | Float16 => 2,
-            Int32 | UInt32 | Float32 => 4,
-            Int64 | UInt64 | Float64 | Complex64 => 8,
-            Complex128 => 16,
-        }
-    }
-
-    /// numpy's name, e.g. `"uint16"`.
-    pub const fn name(self) -> &'static str {
-        use ElementType::*;
-        match self {
-            Bool => "bool",
-            Int8 => "int8",
-            Int16 => "int16",
-            Int32 => "int32",
-            Int64 => "int64",
-            UInt8 => "uint8",
-            UInt16 => "uint16",
-            UInt32 => "uint32",
-            UInt64 => "uint64",
-            Float16 => "float16",
-            Float32 => "float32",
-            Float64 => "float64",
-            Complex64 => "complex64",
-            Complex128 => "complex128",
-        }
-    }
-
-    /// numpy's kind character: `b` (bool), `i` (signed), `u` (unsigned), `f` (float),
-    /// `c` (complex).
-    pub const fn kind(self) -> char {
-        use ElementType::*;
-        match self {
-            Bool => 'b',
-            Int8 | Int16 | Int32 | Int64 => 'i',
-            UInt8 | UInt16 | UInt32 | UInt64 => 'u',
-            Float16 | Float32 | Float64 => 'f',
-            Complex64 | Complex128 => 'c',
-        }
-    }
-
-    /// True for `float16`, `float32`, `float64`.
-    pub const fn is_float(self) -> bool {
-        self.kind() == 'f'
-    }
-
-    /// True for `complex64`, `complex128`.
-    pub const fn is_complex(self) -> bool {
-        self.kind() == 'c'
-    }
-
-    /// True for the signed and unsigned integers.
-    pub const fn is_integer(self) -> bool {
-        matches!(self.kind(), 'i' | 'u')
-    }
-
-    /// The width in bytes of the units that a byte-order change reverses: the element
-    /// size, except for complex numbers, whose two parts are swapped separately.
-    pub const fn swap_width(self) -> usize {
-        match self {
-            ElementType::Complex64 => 4,
-            ElementType::Complex128 => 8,
-            _ => self.size(),
-        }
-    }
-
-    fn code(self) -> &'static str {
-        use ElementType::*;
-        match self {
-            Bool => "b1",
-            Int8 => "i1",
-            Int16 => "i2",
-            Int32 => "i4",
-            Int64 => "i8",
-            UInt8 => "u1",
-            UInt16 => "u2",
-            UInt32 => "u4",
-            UInt64 => "u8",
-            Float16 => "f2",
-            Float32 => "f4",
-            Float64 => "f8",
-            Complex64 => "c8",
-            Complex128 => "c16",
-        }
-    }
-
-    fn from_code(kind: char, size: usize) -> Option<ElementType> {
-        use ElementType::*;
-        Some(match (kind, size) {
-            ('b', 1) | ('?', 1) => Bool,
-            ('i', 1) => Int8,
-            ('i', 2) => Int16,
-            ('i', 4) => Int32,
-            ('i', 8) => Int64,
-            ('u', 1) => UInt8,
-            ('u', 2) => UInt16,
-            ('u', 4) => UInt32,
-            ('u', 8) => UInt64,
-            ('f', 2) => Float16,
-            ('f', 4) => Float32,
-            ('f', 8) => Float64,
-            ('c', 8) => Complex64,
-            ('c', 16) => Complex128,
-            _ => return None,
-        })
-    }
-
-    fn int_bits(self) -> u32 {
-        (self.size() * 8) as u32
-    }
-}
-
-impl fmt::Display for ElementType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+use crate::memory::host_ops;
 
 /// numpy's type promotion (`np.promote_types`) for these element types: the type in
 /// which two values of types `a` and `b` are compared.
@@ -572,7 +392,7 @@ impl Scalar {
                 bytes.len()
             )));
         }
-        Ok(host_ops::read_scalar(element, bytes))
+        Ok(read_scalar(element, bytes))
     }
 
     /// The value stored as `dtype` (converted with [`cast`](Self::cast), then in
@@ -594,7 +414,7 @@ impl Scalar {
         let mut dst = vec![0u8; to.size()];
         // Both sides hold exactly one element of their type, so the cast cannot fail.
         let _ = host_ops::cast(&src, self.element_type(), &mut dst, to);
-        host_ops::read_scalar(to, &dst)
+        read_scalar(to, &dst)
     }
 
     /// True for a float (`float16/32/64`) equal to zero, either sign.
@@ -743,6 +563,27 @@ impl Element for Complex64 {
     }
     fn to_scalar(self) -> Scalar {
         Scalar::Complex128(self)
+    }
+}
+
+/// Reads one little-endian element as a [`Scalar`] (`bytes` holds at least one).
+pub(crate) fn read_scalar(t: ElementType, b: &[u8]) -> Scalar {
+    use ElementType as E;
+    match t {
+        E::Bool => Scalar::Bool(bool::read_le(b)),
+        E::Int8 => Scalar::Int8(i8::read_le(b)),
+        E::Int16 => Scalar::Int16(i16::read_le(b)),
+        E::Int32 => Scalar::Int32(i32::read_le(b)),
+        E::Int64 => Scalar::Int64(i64::read_le(b)),
+        E::UInt8 => Scalar::UInt8(u8::read_le(b)),
+        E::UInt16 => Scalar::UInt16(u16::read_le(b)),
+        E::UInt32 => Scalar::UInt32(u32::read_le(b)),
+        E::UInt64 => Scalar::UInt64(u64::read_le(b)),
+        E::Float16 => Scalar::Float16(f16::read_le(b)),
+        E::Float32 => Scalar::Float32(f32::read_le(b)),
+        E::Float64 => Scalar::Float64(f64::read_le(b)),
+        E::Complex64 => Scalar::Complex64(Complex32::read_le(b)),
+        E::Complex128 => Scalar::Complex128(Complex64::read_le(b)),
     }
 }
 

@@ -34,21 +34,20 @@
 
 mod buffer;
 mod dtype;
-pub(crate) mod host_ops;
 mod index;
 mod layout;
-pub(crate) mod memory;
 mod ndbuffer;
 mod prototype;
 mod store;
 #[cfg(feature = "zarrs")]
 pub mod zarrs;
 
+pub use crate::element::ElementType;
+pub use crate::memory::Memory;
 pub use buffer::Buffer;
-pub use dtype::{DataType, Element, ElementType, Endianness, Scalar, promote_types};
+pub use dtype::{DataType, Element, Endianness, Scalar, promote_types};
 pub use index::{AxisSel, Slice};
 pub use layout::Order;
-pub use memory::Memory;
 pub use ndbuffer::{NDBuffer, NdArrayLike};
 pub use prototype::{
     BufferPrototype, default_buffer_prototype, disable_gpu, enable_gpu,

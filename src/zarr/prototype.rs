@@ -7,10 +7,10 @@ use bytes::Bytes;
 use super::buffer::Buffer;
 use super::dtype::{DataType, Element, Scalar};
 use super::layout::Order;
-use super::memory::{Memory, Place};
 use super::ndbuffer::NDBuffer;
 use crate::cuda::Context;
 use crate::error::Result;
+use crate::memory::{Memory, Place};
 
 /// Which memory a buffer is made in: the host, or a CUDA device (by ordinal).
 ///

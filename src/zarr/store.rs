@@ -11,10 +11,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::buffer::Buffer;
-use super::memory::{Memory, Place};
 use super::prototype::BufferPrototype;
 use crate::cuda::Context;
 use crate::error::{Error, Result, check_range};
+use crate::memory::{Memory, Place};
 
 /// Which bytes of a value to read (zarr's `RangeByteRequest`, `OffsetByteRequest`,
 /// `SuffixByteRequest`).

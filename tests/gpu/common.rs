@@ -2,9 +2,8 @@
 
 #![allow(dead_code)]
 
+pub use crate::random::{below, random_bytes, rng};
 use devbuf::cuda::Context;
-use rand::rngs::SmallRng;
-use rand::{Rng, RngCore, SeedableRng};
 
 /// Declares GPU tests: each runs with `--features cuda-tests` and is ignored otherwise.
 /// They run in parallel with each other (they share [`shared`]).
@@ -75,26 +74,6 @@ pub fn second_ctx(test: &str) -> Option<Context> {
     }
 }
 
-/// A reproducible RNG; the seed is printed so failures can be replayed.
-pub fn rng(test: &str) -> SmallRng {
-    let seed = std::env::var("DEVBUF_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::rng().next_u64());
-    println!("{test}: seed {seed}");
-    SmallRng::seed_from_u64(seed)
-}
-
-/// `n` random bytes, guaranteed not all zero when `n > 0`.
-pub fn random_bytes(rng: &mut SmallRng, n: usize) -> Vec<u8> {
-    let mut v = vec![0u8; n];
-    rng.fill_bytes(&mut v);
-    if n > 0 && v.iter().all(|&b| b == 0) {
-        v[0] = 1;
-    }
-    v
-}
-
 /// `full`, or `small` when `DEVBUF_TEST_SMALL` is set (to anything but `0`): the slow
 /// kernel tests use it so that they finish under compute-sanitizer's racecheck,
 /// synccheck and initcheck, which check every access (`run.sh sanitizer` sets it).
@@ -105,11 +84,6 @@ pub fn test_size(full: usize, small: usize) -> usize {
 /// Whether `DEVBUF_TEST_SMALL` asks for small sizes ([`test_size`]).
 pub fn small_sizes() -> bool {
     std::env::var("DEVBUF_TEST_SMALL").is_ok_and(|v| !v.is_empty() && v != "0")
-}
-
-/// A random value in `0..n`.
-pub fn below(rng: &mut SmallRng, n: usize) -> usize {
-    rng.random_range(0..n)
 }
 
 /// Fast deterministic pseudo-random bytes for large buffers (xorshift64*; never all

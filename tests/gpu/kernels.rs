@@ -1,4 +1,4 @@
-//! Device kernels (`cuda::kernels::ops`) against the host implementation (`ops::host`),
+//! Device kernels (`cuda::kernels::ops`) against the host implementation (`memory::host_ops`),
 //! which `tests/kernels_host.rs` checks against simple reference code on every machine.
 //!
 //! Every op runs on random data at odd offsets and lengths inside a larger allocation
@@ -6,8 +6,10 @@
 //! unchanged.
 
 use devbuf::Error;
-use devbuf::cuda::kernels::ops::{self, EqualMode, ScalarKind, host};
+use devbuf::cuda::kernels::ops;
 use devbuf::cuda::{Context, DeviceBuffer, Stream};
+use devbuf::memory::host_ops as host;
+use devbuf::{ElementType, EqualMode};
 use rand::Rng;
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
@@ -41,17 +43,17 @@ fn guarded(
 // ---------------------------------------------------------------------------------------
 // Interesting values per kind
 
-fn push_f64s(out: &mut Vec<u8>, kind: ScalarKind, xs: &[f64]) {
+fn push_f64s(out: &mut Vec<u8>, kind: ElementType, xs: &[f64]) {
     for &x in xs {
         match kind {
-            ScalarKind::F16 => out.extend_from_slice(&f64_to_f16_bits(x).to_le_bytes()),
-            ScalarKind::F32 => out.extend_from_slice(&(x as f32).to_le_bytes()),
-            ScalarKind::F64 => out.extend_from_slice(&x.to_le_bytes()),
-            ScalarKind::C64 => {
+            ElementType::Float16 => out.extend_from_slice(&f64_to_f16_bits(x).to_le_bytes()),
+            ElementType::Float32 => out.extend_from_slice(&(x as f32).to_le_bytes()),
+            ElementType::Float64 => out.extend_from_slice(&x.to_le_bytes()),
+            ElementType::Complex64 => {
                 out.extend_from_slice(&(x as f32).to_le_bytes());
                 out.extend_from_slice(&(-x as f32).to_le_bytes());
             }
-            ScalarKind::C128 => {
+            ElementType::Complex128 => {
                 out.extend_from_slice(&x.to_le_bytes());
                 out.extend_from_slice(&(x * 0.5).to_le_bytes());
             }
@@ -63,12 +65,18 @@ fn push_f64s(out: &mut Vec<u8>, kind: ScalarKind, xs: &[f64]) {
 /// f64 -> binary16 bits through the host cast (the oracle's own conversion).
 fn f64_to_f16_bits(x: f64) -> u16 {
     let mut out = [0u8; 2];
-    host::cast(&x.to_le_bytes(), ScalarKind::F64, &mut out, ScalarKind::F16).unwrap();
+    host::cast(
+        &x.to_le_bytes(),
+        ElementType::Float64,
+        &mut out,
+        ElementType::Float16,
+    )
+    .unwrap();
     u16::from_le_bytes(out)
 }
 
 /// `n` elements of `kind`: special values first, then random ones of several flavours.
-fn values(r: &mut SmallRng, kind: ScalarKind, n: usize) -> Vec<u8> {
+fn values(r: &mut SmallRng, kind: ElementType, n: usize) -> Vec<u8> {
     let size = kind.size();
     let mut out = Vec::with_capacity(n * size);
     if kind.is_float() || kind.is_complex() {
@@ -136,7 +144,7 @@ fn values(r: &mut SmallRng, kind: ScalarKind, n: usize) -> Vec<u8> {
         for s in specials {
             out.extend_from_slice(&s.to_le_bytes()[..size]);
         }
-        if kind == ScalarKind::Bool {
+        if kind == ElementType::Bool {
             // Canonical bools mostly; a few non-canonical bytes stay from above (0xff..).
             out.extend_from_slice(&[0, 1, 1, 0]);
         }
@@ -157,7 +165,7 @@ fn values(r: &mut SmallRng, kind: ScalarKind, n: usize) -> Vec<u8> {
                 let b = random_bytes(r, size);
                 out[start..].copy_from_slice(&b);
             }
-        } else if kind == ScalarKind::Bool {
+        } else if kind == ElementType::Bool {
             out.push(r.random_range(0..2));
         } else {
             let b = random_bytes(r, size);
@@ -170,11 +178,11 @@ fn values(r: &mut SmallRng, kind: ScalarKind, n: usize) -> Vec<u8> {
 
 /// Whether two outputs of kind `kind` agree: bit-equal, or both NaN in every component
 /// that is NaN (the device does not preserve NaN payloads).
-fn same_values(kind: ScalarKind, got: &[u8], want: &[u8]) -> Result<(), String> {
+fn same_values(kind: ElementType, got: &[u8], want: &[u8]) -> Result<(), String> {
     assert_eq!(got.len(), want.len());
-    let c = kind.component_size();
+    let c = kind.swap_width();
     let is_nan = |b: &[u8]| match c {
-        2 if kind == ScalarKind::F16 => {
+        2 if kind == ElementType::Float16 => {
             let h = u16::from_le_bytes([b[0], b[1]]);
             (h & 0x7fff) > 0x7c00
         }
@@ -253,13 +261,13 @@ gpu_test! {
     fn cast_every_pair_of_kinds() {
         let c = ctx();
         let mut r = rng("cast_every_pair_of_kinds");
-        for s in ScalarKind::ALL {
-            for d in ScalarKind::ALL {
+        for s in ElementType::ALL {
+            for d in ElementType::ALL {
                 // Aligned (vector path + remainder), element-aligned but not 16-byte
                 // aligned (element path), and misaligned (staged through temporaries).
                 for (so, doff, n) in [
                     (0usize, 0usize, 1000 + r.random_range(0..40)),
-                    (s.component_size(), 2 * d.component_size(), 77),
+                    (s.swap_width(), 2 * d.swap_width(), 77),
                     (1, 3, 50),
                     (0, 0, 1),
                 ] {
@@ -284,15 +292,15 @@ gpu_test! {
         let c = ctx();
         let mut r = rng("cast_large_arrays_use_every_path");
         let pairs = [
-            (ScalarKind::F32, ScalarKind::F64),
-            (ScalarKind::F64, ScalarKind::F32),
-            (ScalarKind::F64, ScalarKind::F16),
-            (ScalarKind::I8, ScalarKind::F64),
-            (ScalarKind::C128, ScalarKind::U8),
-            (ScalarKind::U8, ScalarKind::C128),
-            (ScalarKind::I64, ScalarKind::F32),
-            (ScalarKind::F32, ScalarKind::I16),
-            (ScalarKind::Bool, ScalarKind::C64),
+            (ElementType::Float32, ElementType::Float64),
+            (ElementType::Float64, ElementType::Float32),
+            (ElementType::Float64, ElementType::Float16),
+            (ElementType::Int8, ElementType::Float64),
+            (ElementType::Complex128, ElementType::UInt8),
+            (ElementType::UInt8, ElementType::Complex128),
+            (ElementType::Int64, ElementType::Float32),
+            (ElementType::Float32, ElementType::Int16),
+            (ElementType::Bool, ElementType::Complex64),
         ];
         for (s, d) in pairs {
             let n = (1 << 20) + r.random_range(0..17);
@@ -309,22 +317,22 @@ gpu_test! {
     fn cast_same_kind_copies_and_overlap_is_safe() {
         let c = ctx();
         let mut r = rng("cast_same_kind_copies_and_overlap_is_safe");
-        let bytes = values(&mut r, ScalarKind::I32, 1000);
+        let bytes = values(&mut r, ElementType::Int32, 1000);
         let b = upload(&c, &bytes);
         let out = c.allocate(4000).unwrap();
-        ops::cast(&b, ScalarKind::I32, &out, ScalarKind::I32).unwrap();
+        ops::cast(&b, ElementType::Int32, &out, ElementType::Int32).unwrap();
         assert_eq!(out.to_host_vec().unwrap(), bytes);
         // In place, same size: i32 -> f32 over the same memory.
-        ops::cast(&b, ScalarKind::I32, &b, ScalarKind::F32).unwrap();
+        ops::cast(&b, ElementType::Int32, &b, ElementType::Float32).unwrap();
         let mut want = vec![0u8; 4000];
-        host::cast(&bytes, ScalarKind::I32, &mut want, ScalarKind::F32).unwrap();
+        host::cast(&bytes, ElementType::Int32, &mut want, ElementType::Float32).unwrap();
         assert_eq!(b.to_host_vec().unwrap(), want);
         // Overlapping, different sizes: u8 [0..1000) -> u16 [500..2500) of one buffer.
         let big_init = random_bytes(&mut r, 3000);
         let big = upload(&c, &big_init);
-        ops::cast(&big.slice(0, 1000).unwrap(), ScalarKind::U8, &big.slice(500, 2000).unwrap(), ScalarKind::U16).unwrap();
+        ops::cast(&big.slice(0, 1000).unwrap(), ElementType::UInt8, &big.slice(500, 2000).unwrap(), ElementType::UInt16).unwrap();
         let mut want = big_init.clone();
-        host::cast(&big_init[..1000], ScalarKind::U8, &mut want[500..2500], ScalarKind::U16).unwrap();
+        host::cast(&big_init[..1000], ElementType::UInt8, &mut want[500..2500], ElementType::UInt16).unwrap();
         assert_eq!(big.to_host_vec().unwrap(), want);
     }
 
@@ -332,13 +340,13 @@ gpu_test! {
         let c = ctx();
         let a = c.allocate(12).unwrap();
         let b = c.allocate(16).unwrap();
-        for (s, d) in [(ScalarKind::F32, ScalarKind::F64), (ScalarKind::F64, ScalarKind::F64), (ScalarKind::C64, ScalarKind::U8)] {
+        for (s, d) in [(ElementType::Float32, ElementType::Float64), (ElementType::Float64, ElementType::Float64), (ElementType::Complex64, ElementType::UInt8)] {
             let e = ops::cast(&a, s, &b, d).unwrap_err();
             assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
         }
-        let e = ops::cast(&a, ScalarKind::F32, &c.allocate(24).unwrap().read_only(), ScalarKind::F64).unwrap_err();
+        let e = ops::cast(&a, ElementType::Float32, &c.allocate(24).unwrap().read_only(), ElementType::Float64).unwrap_err();
         assert!(matches!(e, Error::ReadOnly(_)), "{e}");
-        ops::cast(&c.allocate(0).unwrap(), ScalarKind::F32, &c.allocate(0).unwrap(), ScalarKind::C128).unwrap();
+        ops::cast(&c.allocate(0).unwrap(), ElementType::Float32, &c.allocate(0).unwrap(), ElementType::Complex128).unwrap();
     }
 
     // -----------------------------------------------------------------------------------
@@ -621,7 +629,7 @@ gpu_test! {
             EqualMode::Numeric { equal_nan: false },
             EqualMode::Numeric { equal_nan: true },
         ];
-        for kind in ScalarKind::ALL {
+        for kind in ElementType::ALL {
             let size = kind.size();
             let pool = values(&mut r, kind, 60);
             let candidates: Vec<&[u8]> = pool.chunks(size).collect();
@@ -663,29 +671,29 @@ gpu_test! {
         let nan_ok = EqualMode::Numeric { equal_nan: true };
         let neg_zeros = upload(&c, &(-0.0f32).to_le_bytes().repeat(1000));
         let zero = 0.0f32.to_le_bytes();
-        assert!(!ops::all_equal(&neg_zeros, ScalarKind::F32, &zero, bitwise).unwrap());
-        assert!(ops::all_equal(&neg_zeros, ScalarKind::F32, &zero, strict).unwrap());
+        assert!(!ops::all_equal(&neg_zeros, ElementType::Float32, &zero, bitwise).unwrap());
+        assert!(ops::all_equal(&neg_zeros, ElementType::Float32, &zero, strict).unwrap());
         let nans = upload(&c, &f64::NAN.to_le_bytes().repeat(999));
         let other_nan = f64::from_bits(0x7ff0_0000_0000_0001).to_le_bytes();
-        assert!(ops::all_equal(&nans, ScalarKind::F64, &other_nan, nan_ok).unwrap());
-        assert!(!ops::all_equal(&nans, ScalarKind::F64, &other_nan, strict).unwrap());
-        assert!(!ops::all_equal(&nans, ScalarKind::F64, &other_nan, bitwise).unwrap());
-        assert!(ops::all_equal(&nans, ScalarKind::F64, &f64::NAN.to_le_bytes(), bitwise).unwrap());
+        assert!(ops::all_equal(&nans, ElementType::Float64, &other_nan, nan_ok).unwrap());
+        assert!(!ops::all_equal(&nans, ElementType::Float64, &other_nan, strict).unwrap());
+        assert!(!ops::all_equal(&nans, ElementType::Float64, &other_nan, bitwise).unwrap());
+        assert!(ops::all_equal(&nans, ElementType::Float64, &f64::NAN.to_le_bytes(), bitwise).unwrap());
         // Complex: NaN in either part is a NaN.
         let c64 = |re: f32, im: f32| [re.to_le_bytes(), im.to_le_bytes()].concat();
         let mixed = upload(&c, &[c64(f32::NAN, 1.0), c64(2.0, f32::NAN)].concat().repeat(100));
-        assert!(ops::all_equal(&mixed, ScalarKind::C64, &c64(0.0, f32::NAN), nan_ok).unwrap());
-        assert!(!ops::all_equal(&mixed, ScalarKind::C64, &c64(0.0, f32::NAN), strict).unwrap());
+        assert!(ops::all_equal(&mixed, ElementType::Complex64, &c64(0.0, f32::NAN), nan_ok).unwrap());
+        assert!(!ops::all_equal(&mixed, ElementType::Complex64, &c64(0.0, f32::NAN), strict).unwrap());
         let zeros = upload(&c, &c64(-0.0, 0.0).repeat(100));
-        assert!(ops::all_equal(&zeros, ScalarKind::C64, &c64(0.0, -0.0), strict).unwrap());
-        assert!(!ops::all_equal(&zeros, ScalarKind::C64, &c64(0.0, -0.0), bitwise).unwrap());
+        assert!(ops::all_equal(&zeros, ElementType::Complex64, &c64(0.0, -0.0), strict).unwrap());
+        assert!(!ops::all_equal(&zeros, ElementType::Complex64, &c64(0.0, -0.0), bitwise).unwrap());
         // Bools: any non-zero byte is true numerically.
         let bools = upload(&c, &[1u8, 2, 255, 1].repeat(100));
-        assert!(ops::all_equal(&bools, ScalarKind::Bool, &[1], strict).unwrap());
-        assert!(!ops::all_equal(&bools, ScalarKind::Bool, &[1], bitwise).unwrap());
+        assert!(ops::all_equal(&bools, ElementType::Bool, &[1], strict).unwrap());
+        assert!(!ops::all_equal(&bools, ElementType::Bool, &[1], bitwise).unwrap());
         // Empty: true, as numpy.array_equal of empty arrays.
         let empty = c.allocate(0).unwrap();
-        assert!(ops::all_equal(&empty, ScalarKind::F64, &f64::NAN.to_le_bytes(), strict).unwrap());
+        assert!(ops::all_equal(&empty, ElementType::Float64, &f64::NAN.to_le_bytes(), strict).unwrap());
     }
 
     fn all_equal_large_buffers_and_early_exit() {
@@ -696,7 +704,7 @@ gpu_test! {
         let buf = c.allocate(4 * n).unwrap();
         ops::fill(&buf, &value).unwrap();
         for _ in 0..3 {
-            assert!(ops::all_equal(&buf, ScalarKind::F32, &value, EqualMode::Bitwise).unwrap());
+            assert!(ops::all_equal(&buf, ElementType::Float32, &value, EqualMode::Bitwise).unwrap());
         }
         // No allocation per call (a context of its own: other tests allocate in the
         // primary one concurrently).
@@ -705,29 +713,29 @@ gpu_test! {
         ops::fill(&small, &value).unwrap();
         let before = own.bytes_allocated();
         for _ in 0..3 {
-            assert!(ops::all_equal(&small, ScalarKind::F32, &value, EqualMode::Bitwise).unwrap());
+            assert!(ops::all_equal(&small, ElementType::Float32, &value, EqualMode::Bitwise).unwrap());
         }
         assert_eq!(own.bytes_allocated(), before, "all_equal allocates nothing per call");
         for pos in [0usize, n - 1, r.random_range(0..n)] {
             buf.copy_from_host(4 * pos, &4.0f32.to_le_bytes()).unwrap();
-            assert!(!ops::all_equal(&buf, ScalarKind::F32, &value, EqualMode::Bitwise).unwrap(), "differs at {pos}");
+            assert!(!ops::all_equal(&buf, ElementType::Float32, &value, EqualMode::Bitwise).unwrap(), "differs at {pos}");
             buf.copy_from_host(4 * pos, &value).unwrap();
-            assert!(ops::all_equal(&buf, ScalarKind::F32, &value, EqualMode::Bitwise).unwrap());
+            assert!(ops::all_equal(&buf, ElementType::Float32, &value, EqualMode::Bitwise).unwrap());
         }
         // NaN predicate on a large buffer, one non-NaN at the end.
         let nans = c.allocate(8 * n).unwrap();
         ops::fill(&nans, &f64::NAN.to_le_bytes()).unwrap();
         let nan_ok = EqualMode::Numeric { equal_nan: true };
-        assert!(ops::all_equal(&nans, ScalarKind::F64, &f64::NAN.to_le_bytes(), nan_ok).unwrap());
+        assert!(ops::all_equal(&nans, ElementType::Float64, &f64::NAN.to_le_bytes(), nan_ok).unwrap());
         nans.copy_from_host(8 * (n - 1), &1.0f64.to_le_bytes()).unwrap();
-        assert!(!ops::all_equal(&nans, ScalarKind::F64, &f64::NAN.to_le_bytes(), nan_ok).unwrap());
+        assert!(!ops::all_equal(&nans, ElementType::Float64, &f64::NAN.to_le_bytes(), nan_ok).unwrap());
         // Many calls from several threads at once (the scratch pool).
         let buf2 = buf.clone();
         let handles: Vec<_> = (0..4)
             .map(|_| {
                 let b = buf2.clone();
                 std::thread::spawn(move || {
-                    (0..20).all(|_| ops::all_equal(&b, ScalarKind::F32, &3.25f32.to_le_bytes(), EqualMode::Bitwise).unwrap())
+                    (0..20).all(|_| ops::all_equal(&b, ElementType::Float32, &3.25f32.to_le_bytes(), EqualMode::Bitwise).unwrap())
                 })
             })
             .collect();
@@ -765,7 +773,7 @@ gpu_test! {
                     host::byteswap(&mut want, w).unwrap();
                     assert!(s.to_host_vec().unwrap() == want, "byteswap {w} at {offset}+{len}");
                 }
-                for kind in ScalarKind::ALL.into_iter().filter(|k| len % k.size() == 0) {
+                for kind in ElementType::ALL.into_iter().filter(|k| len % k.size() == 0) {
                     let n = len / kind.size();
                     let data = values(&mut r, kind, n);
                     let (_p, s) = tail_of(&mut r, offset, &data);
@@ -775,7 +783,7 @@ gpu_test! {
                     let first = data[..kind.size()].to_vec();
                     let mut pred = vec![1u8; kind.size()];
                     if kind.is_float() || kind.is_complex() {
-                        host::cast(&f64::NAN.to_le_bytes(), ScalarKind::F64, &mut pred, kind).unwrap();
+                        host::cast(&f64::NAN.to_le_bytes(), ElementType::Float64, &mut pred, kind).unwrap();
                     }
                     let nan_ok = EqualMode::Numeric { equal_nan: true };
                     for (value, mode) in [(&first, EqualMode::Bitwise), (&first, nan_ok), (&pred, nan_ok)] {
@@ -785,7 +793,7 @@ gpu_test! {
                         assert!(ops::all_equal(&u, kind, value, mode).unwrap(), "uniform {kind} {mode:?} at {offset}+{len}");
                     }
                     // Casts from and to this kind, both operands ending their allocations.
-                    for other in [ScalarKind::U8, ScalarKind::F64, ScalarKind::C128] {
+                    for other in [ElementType::UInt8, ElementType::Float64, ElementType::Complex128] {
                         let dst_init = random_bytes(&mut r, n * other.size());
                         let (_d, dst) = tail_of(&mut r, offset / 2, &dst_init);
                         ops::cast(&s, kind, &dst, other).unwrap();
@@ -826,7 +834,7 @@ gpu_test! {
     fn all_equal_rejects_bad_arguments() {
         let c = ctx();
         let b = c.allocate(12).unwrap();
-        for (kind, value) in [(ScalarKind::F64, &[0u8; 8][..]), (ScalarKind::F32, &[0u8; 8][..]), (ScalarKind::I16, &[0u8; 3][..])] {
+        for (kind, value) in [(ElementType::Float64, &[0u8; 8][..]), (ElementType::Float32, &[0u8; 8][..]), (ElementType::Int16, &[0u8; 3][..])] {
             let e = ops::all_equal(&b, kind, value, EqualMode::Bitwise).unwrap_err();
             assert!(matches!(e, Error::InvalidArgument(_)), "{kind}: {e}");
         }
@@ -843,12 +851,12 @@ gpu_test! {
         let a = c.allocate(4 * n).unwrap();
         ops::fill_on(&s, &a, &7i32.to_le_bytes()).unwrap();
         let b = c.allocate(8 * n).unwrap();
-        ops::cast_on(&s, &a, ScalarKind::I32, &b, ScalarKind::F64).unwrap();
+        ops::cast_on(&s, &a, ElementType::Int32, &b, ElementType::Float64).unwrap();
         ops::byteswap_on(&s, &b, 8).unwrap();
         ops::byteswap_on(&s, &b, 8).unwrap();
         let t = c.allocate(8 * n).unwrap();
         ops::strided_copy_on(&s, &b, 0, &[8 * 250, 8], &t, 0, &[8, 8 * 400], &[400, 250], 8).unwrap();
-        assert!(ops::all_equal_on(&s, &t, ScalarKind::F64, &7.0f64.to_le_bytes(), EqualMode::Bitwise).unwrap());
+        assert!(ops::all_equal_on(&s, &t, ElementType::Float64, &7.0f64.to_le_bytes(), EqualMode::Bitwise).unwrap());
         s.synchronize().unwrap();
         assert!(t.to_vec::<f64>().unwrap().iter().all(|&x| x == 7.0));
         // A stream of another context is refused.
@@ -857,13 +865,13 @@ gpu_test! {
         let e = ops::fill_on(&so, &a, &[1]).unwrap_err();
         assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
         // A source in another context is copied over first.
-        let init = values(&mut r, ScalarKind::F32, 5000);
+        let init = values(&mut r, ElementType::Float32, 5000);
         let foreign = DeviceBuffer::from_host(&other, &init).unwrap();
         let out = c.allocate(8 * 5000).unwrap();
-        ops::cast(&foreign, ScalarKind::F32, &out, ScalarKind::F64).unwrap();
+        ops::cast(&foreign, ElementType::Float32, &out, ElementType::Float64).unwrap();
         let mut want = vec![0u8; 8 * 5000];
-        host::cast(&init, ScalarKind::F32, &mut want, ScalarKind::F64).unwrap();
-        same_values(ScalarKind::F64, &out.to_host_vec().unwrap(), &want).unwrap();
+        host::cast(&init, ElementType::Float32, &mut want, ElementType::Float64).unwrap();
+        same_values(ElementType::Float64, &out.to_host_vec().unwrap(), &want).unwrap();
         let t2 = c.allocate(4 * 5000).unwrap();
         ops::strided_copy(&foreign, 0, &[4 * 100, 4], &t2, 0, &[4, 4 * 50], &[50, 100], 4).unwrap();
         let mut want = vec![0u8; 4 * 5000];

@@ -8,6 +8,8 @@
 //! oracle, check zero-copy claims by address. Tests that need two GPUs print why they
 //! were skipped on one.
 
+#[path = "../common/arrays.rs"]
+mod arrays;
 #[path = "../common/batches.rs"]
 mod batches;
 #[path = "../common/c_device_corpus.rs"]
@@ -21,6 +23,8 @@ mod kernels;
 mod nvcomp;
 #[path = "../common/peer.rs"]
 mod peer;
+#[path = "../common/random.rs"]
+mod random;
 mod tensor;
 mod transfer;
 mod zarr;

@@ -8,26 +8,15 @@ use arrow_data::ArrayData;
 use arrow_schema::DataType as ArrowType;
 use devbuf::arrow::{ChunkBatch, ChunkGrid, DeviceArray, DeviceTensorArray, TensorArray};
 use devbuf::cuda::{Context, DeviceBuffer};
-use devbuf::zarr::{
-    AxisSel, BufferPrototype, DataType, ElementType, Endianness, NDBuffer, Order, Scalar, Slice,
-};
+use devbuf::zarr::{AxisSel, BufferPrototype, DataType, ElementType, NDBuffer, Order, Scalar};
 use rand::Rng;
 use rand::rngs::SmallRng;
 
+use crate::arrays::{KINDS, Kind, base_order, base_shape, c_bytes, dtypes, random_values, view};
 use crate::common::*;
 
 const HOST: BufferPrototype = BufferPrototype::Host;
 const DEV: BufferPrototype = BufferPrototype::Device(0);
-
-/// C-order native bytes of an NDBuffer (one copy to the host for device memory).
-fn c_bytes(nd: &NDBuffer) -> Vec<u8> {
-    nd.astype(DataType::native(nd.dtype().element()))
-        .unwrap()
-        .to_buffer()
-        .unwrap()
-        .to_bytes()
-        .unwrap()
-}
 
 /// The elements of a host Arrow array as bytes, read through arrow-rs alone.
 fn arrow_bytes(data: &ArrayData) -> Vec<u8> {
@@ -76,22 +65,6 @@ fn first_addr(nd: &NDBuffer) -> u64 {
     l.memory.address() + l.offset as u64
 }
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Kind {
-    C,
-    F,
-    Transposed,
-    Strided,
-    Offset,
-}
-
-const KINDS: [Kind; 5] = [
-    Kind::C,
-    Kind::F,
-    Kind::Transposed,
-    Kind::Strided,
-    Kind::Offset,
-];
 const SHAPES: &[&[usize]] = &[
     &[],
     &[0],
@@ -103,14 +76,6 @@ const SHAPES: &[&[usize]] = &[
     &[3, 1, 4, 5],
 ];
 
-fn random_values(rng: &mut SmallRng, n: usize, dtype: DataType) -> Vec<u8> {
-    let mut v = random_bytes(rng, n * dtype.size());
-    if dtype.element() == ElementType::Bool {
-        v.iter_mut().for_each(|b| *b &= 1);
-    }
-    v
-}
-
 /// The same array (same values, same layout) in host and in device memory; the device
 /// one's views are views of device memory.
 fn pair(
@@ -120,62 +85,22 @@ fn pair(
     dtype: DataType,
     kind: Kind,
 ) -> (NDBuffer, NDBuffer) {
-    let base_shape: Vec<usize> = match kind {
-        Kind::Strided => shape.iter().map(|&d| 2 * d).collect(),
-        Kind::Offset if !shape.is_empty() => {
-            let mut s = shape.to_vec();
-            s[0] += 1;
-            s
-        }
-        Kind::Transposed if shape.len() >= 2 => {
-            let nd = shape.len();
-            let mut s = vec![shape[nd - 1]];
-            s.extend(&shape[..nd - 1]);
-            s
-        }
-        _ => shape.to_vec(),
-    };
-    let n: usize = base_shape.iter().product();
+    let base = base_shape(shape, kind);
+    let n: usize = base.iter().product();
     let bytes = random_values(rng, n, dtype);
-    let order = if kind == Kind::F { Order::F } else { Order::C };
-    let h = NDBuffer::from_memory(bytes.clone(), &base_shape, dtype, order).unwrap();
+    let order = base_order(kind);
+    let h = NDBuffer::from_memory(bytes.clone(), &base, dtype, order).unwrap();
     let d = NDBuffer::from_memory(
         DeviceBuffer::from_host(c, &bytes).unwrap(),
-        &base_shape,
+        &base,
         dtype,
         order,
     )
     .unwrap();
-    let view = |x: NDBuffer| -> NDBuffer {
-        match kind {
-            Kind::C | Kind::F => x,
-            Kind::Strided => {
-                let sel: Vec<AxisSel> = shape.iter().map(|_| Slice::every(2).into()).collect();
-                x.get(&sel).unwrap()
-            }
-            Kind::Offset if !shape.is_empty() => x.get(&[AxisSel::from(1..base_shape[0])]).unwrap(),
-            Kind::Transposed if shape.len() >= 2 => {
-                let axes: Vec<usize> = (1..shape.len()).chain([0]).collect();
-                x.transpose(Some(&axes)).unwrap()
-            }
-            _ => x,
-        }
-    };
-    let (h, d) = (view(h), view(d));
+    let (h, d) = (view(h, shape, kind), view(d, shape, kind));
     assert_eq!(h.shape(), shape);
     assert_eq!(h.strides(), d.strides());
     (h, d)
-}
-
-fn dtypes() -> Vec<DataType> {
-    let mut v = Vec::new();
-    for e in ElementType::ALL {
-        v.push(DataType::new(e, Endianness::Little));
-        if e.size() > 1 {
-            v.push(DataType::new(e, Endianness::Big));
-        }
-    }
-    v
 }
 
 fn aligned(nd: &NDBuffer) -> bool {

@@ -10,6 +10,7 @@ use devbuf::zarr::{
 use rand::Rng;
 use rand::rngs::SmallRng;
 
+use crate::arrays::stored_c_bytes;
 use crate::common::*;
 
 const HOST: BufferPrototype = BufferPrototype::Host;
@@ -89,11 +90,6 @@ fn random_selection(rng: &mut SmallRng, shape: &[usize]) -> Vec<AxisSel> {
         .collect()
 }
 
-/// The C-order bytes of an array (one copy to the host for device arrays).
-fn c_bytes(nd: &NDBuffer) -> Vec<u8> {
-    nd.to_buffer().unwrap().to_bytes().unwrap()
-}
-
 /// Exact equality of two arrays' values (shape, dtype, bytes). With `nan_any`, NaNs of
 /// a float or complex type compare equal whatever their payload (a cast may produce
 /// the canonical NaN on one side).
@@ -102,7 +98,7 @@ fn assert_same(dev: &NDBuffer, host: &NDBuffer, nan_any: bool, what: &str) {
     assert!(host.is_host(), "{what}: expected host memory");
     assert_eq!(dev.shape(), host.shape(), "{what}: shape");
     assert_eq!(dev.dtype(), host.dtype(), "{what}: dtype");
-    let (d, h) = (c_bytes(dev), c_bytes(host));
+    let (d, h) = (stored_c_bytes(dev), stored_c_bytes(host));
     if d == h {
         return;
     }
@@ -230,7 +226,7 @@ gpu_test! {
             let what = |op: &str| format!("round {round} {op} on {dtype} {shape:?} {order:?}");
             assert_same(&d, &h, false, &what("upload"));
             assert_eq!(d.is_c_contiguous(), h.is_c_contiguous());
-            assert_eq!(d.to_prototype(&HOST).unwrap().to_buffer().unwrap().to_bytes().unwrap(), c_bytes(&h));
+            assert_eq!(d.to_prototype(&HOST).unwrap().to_buffer().unwrap().to_bytes().unwrap(), stored_c_bytes(&h));
 
             // Views: selections, transposes, reshapes, copies.
             let sel = random_selection(&mut rng, &shape);
@@ -339,7 +335,7 @@ gpu_test! {
         let a = ndarray::Array2::from_shape_fn((3, 5), |(i, j)| i as f64 * 1.5 - j as f64).into_dyn();
         let d = DEV.nd_from_ndarray(a.clone()).unwrap().astype(DataType::big(ElementType::Float64)).unwrap();
         assert_eq!(d.to_ndarray::<f64>().unwrap(), a);
-        assert_eq!(&c_bytes(&d)[..8], &0.0f64.to_be_bytes());
+        assert_eq!(&stored_c_bytes(&d)[..8], &0.0f64.to_be_bytes());
     }
 
     fn zarr_ndbuffer_device_copy_on_write_and_in_place() {

@@ -1,11 +1,14 @@
 //! Driver calls for interprocess communication: memory and event handles, plus the
 //! few stream-ordered calls the IPC tests and examples use.
 
+#[cfg(feature = "test-support")]
 use std::ffi::c_void;
 
 use cudarc::driver::sys;
 
-use super::{CUdeviceptr, CUevent, CUstream, check};
+#[cfg(feature = "test-support")]
+use super::CUstream;
+use super::{CUdeviceptr, CUevent, check};
 use crate::error::Result;
 
 /// Size of a `CUipcMemHandle` / `CUipcEventHandle` in bytes.
@@ -108,6 +111,7 @@ pub(crate) fn pointer_ipc_capable(p: CUdeviceptr) -> Result<bool> {
 }
 
 /// The signature of a host function queued on a stream.
+#[cfg(feature = "test-support")]
 pub(crate) type HostFn = unsafe extern "C" fn(*mut c_void);
 
 /// Queues `f(data)` on `stream` (`cuLaunchHostFunc`): later work on the stream waits
@@ -115,6 +119,7 @@ pub(crate) type HostFn = unsafe extern "C" fn(*mut c_void);
 ///
 /// # Safety
 /// `data` must stay valid until `f` has run, and `f` must not call the CUDA API.
+#[cfg(feature = "test-support")]
 pub(crate) unsafe fn launch_host_func(
     stream: CUstream,
     f: HostFn,

@@ -362,11 +362,9 @@ impl ZarrArray {
     /// Reads many chunks, each clipped to the array's bounds, into `prototype`'s memory,
     /// in the order given (repeats allowed).
     ///
-    /// On the host every chunk gets its own memory and chunks decode in parallel. On a
-    /// device the chunks are decoded in parallel into page-locked batches and land in
-    /// **one** device allocation, one copy per batch; the returned arrays are
-    /// consecutive zero-copy slices of it (so writing into one of them first copies
-    /// that chunk: copy-on-write).
+    /// The chunks land in **one** allocation (host or device); the returned arrays are
+    /// consecutive zero-copy slices of it (so writing into one of them first copies that
+    /// chunk: copy-on-write). A chunk listed twice is decoded once.
     ///
     /// ```
     /// use devbuf::zarr::zarrs::ZarrArray;
@@ -421,11 +419,10 @@ impl ZarrArray {
     /// Reads the box `ranges` (`start..end` per axis, within the shape) into
     /// `prototype`'s memory as one C-contiguous array of that box's shape.
     ///
-    /// On the host `zarrs` decodes every chunk the box touches straight into the
-    /// result, in parallel. On a device the box is cut into C-contiguous slabs of about
-    /// [`batch_bytes`](Self::batch_bytes) that follow the chunk grid; each slab is
-    /// decoded into page-locked memory and copied to its place in the result with one
-    /// copy, overlapping the decoding of the next slab.
+    /// The read engine decodes every chunk the box touches once, on one worker per core
+    /// (and nvCOMP where [`ReadOptions::decoder`] says so), and places its part of the
+    /// box: on the host straight into the result, on a device from page-locked staging
+    /// slots by device copies.
     ///
     /// ```
     /// use devbuf::zarr::zarrs::ZarrArray;

@@ -6,7 +6,7 @@ use zarrs::metadata::v3::MetadataV3;
 
 use super::validate;
 use crate::error::{Error, Result};
-use crate::zarr::host_ops;
+use crate::memory::host_ops;
 use crate::zarr::{DataType, ElementType, Endianness, Order, Scalar};
 
 /// The metadata of a zarr array opened with [`ZarrArray`](super::ZarrArray), mapped to

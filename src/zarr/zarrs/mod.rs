@@ -18,8 +18,8 @@
 //! array has at most [`MAX_RANK`] axes, a shard's inner chunks divide it (at most
 //! [`MAX_SHARDING_DEPTH`] levels, [`MAX_SHARD_PRODUCT`]), a codec list has at most
 //! [`MAX_CODECS`] codecs. A document that breaks one of these is an error naming the
-//! field, its value and the valid range: [`Error::Malformed`](crate::Error::Malformed)
-//! when no valid array could have it, [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+//! field, its value and the valid range: [`Error::Malformed`]
+//! when no valid array could have it, [`Error::InvalidArgument`]
 //! when it is beyond devbuf's bounds. In a directory store only regular files (or
 //! symbolic links to them) are read and written: a FIFO, a device or a directory where a
 //! chunk or a metadata document should be is an error naming its path, never a hang.

@@ -36,7 +36,7 @@ pub enum Compressor {
     },
 }
 
-/// What [`ZarrArray::create`] makes: a zarr v3 array with a regular chunk grid, the
+/// What [`ZarrArray::create`](super::ZarrArray::create) makes: a zarr v3 array with a regular chunk grid, the
 /// `bytes` codec in the data type's byte order, an optional compressor and optional
 /// sharding.
 ///

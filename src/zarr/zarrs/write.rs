@@ -252,7 +252,7 @@ fn store(
                         .map(|(&i, &s)| i as isize * s)
                         .sum();
                     let shape: Vec<usize> = p.shape.iter().map(|&n| n as usize).collect();
-                    crate::zarr::host_ops::strided_copy(
+                    crate::memory::host_ops::strided_copy(
                         mine,
                         off as usize,
                         strides,

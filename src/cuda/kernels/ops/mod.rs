@@ -1,7 +1,7 @@
 //! Elementwise and layout operations on device memory: fill, cast, strided copy
 //! (transpose, C <-> F reorder, strided get/set), byte swap and all-equal, each as a
-//! device kernel with no host round trip, plus [`host`] implementations over byte
-//! slices with the same semantics.
+//! device kernel with no host round trip. Their host twins, with the same semantics,
+//! are [`memory::host_ops`](crate::memory::host_ops).
 //!
 //! Every op validates its arguments first and answers [`Error::InvalidArgument`],
 //! [`Error::OutOfBounds`] or [`Error::ReadOnly`] naming the sizes involved; zero-length
@@ -9,20 +9,20 @@
 //! finished when they return; the `_on` variants queue the work on a [`Stream`] and
 //! return without waiting (except where a temporary buffer is needed, see each op).
 //!
-//! Values are native little-endian scalars of a [`ScalarKind`]. Buffers need no
+//! Values are native little-endian scalars of a [`ElementType`]. Buffers need no
 //! particular alignment: misaligned data is handled (at some cost) by byte-wise code or
 //! through an aligned temporary.
 //!
 //! ```no_run
 //! use devbuf::cuda::Context;
-//! use devbuf::cuda::kernels::ops::{self, EqualMode, ScalarKind};
+//! use devbuf::cuda::kernels::ops::{self, EqualMode, ElementType};
 //!
 //! let ctx = Context::new(0)?;
 //! let a = ctx.allocate(4 * 1024)?;
 //! ops::fill(&a, &2.5f32.to_le_bytes())?;                          // 1024 x 2.5f32
 //! let b = ctx.allocate(8 * 1024)?;
-//! ops::cast(&a, ScalarKind::F32, &b, ScalarKind::F64)?;            // astype(float64)
-//! assert!(ops::all_equal(&b, ScalarKind::F64, &2.5f64.to_le_bytes(), EqualMode::Bitwise)?);
+//! ops::cast(&a, ElementType::Float32, &b, ElementType::Float64)?;            // astype(float64)
+//! assert!(ops::all_equal(&b, ElementType::Float64, &2.5f64.to_le_bytes(), EqualMode::Bitwise)?);
 //! // Transpose a 32 x 32 float32 matrix: dst[j, i] = a[i, j].
 //! let t = ctx.allocate(4 * 1024)?;
 //! ops::strided_copy(&a, 0, &[128, 4], &t, 0, &[4, 128], &[32, 32], 4)?;
@@ -30,191 +30,13 @@
 //! ```
 
 mod device;
-pub mod host;
 pub(crate) mod layout;
 
-use std::fmt;
-
 use super::super::{DeviceBuffer, Stream};
+pub use crate::element::{ElementType, EqualMode};
 use crate::error::{Error, Result};
 
 pub use layout::MAX_DIMS;
-
-/// The scalar types of zarr / numpy arrays that the ops understand.
-///
-/// Values are native little-endian; complex values are (real, imaginary) pairs of
-/// `f32` (`C64`) or `f64` (`C128`).
-///
-/// ```
-/// use devbuf::cuda::kernels::ops::ScalarKind;
-/// assert_eq!(ScalarKind::C128.size(), 16);
-/// assert_eq!(ScalarKind::C128.component_size(), 8);
-/// assert_eq!(ScalarKind::F16.name(), "float16");
-/// assert_eq!(ScalarKind::ALL.len(), 14);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum ScalarKind {
-    /// One byte, 0 or 1 (any non-zero byte reads as true).
-    Bool = 0,
-    /// `i8`.
-    I8 = 1,
-    /// `i16`.
-    I16 = 2,
-    /// `i32`.
-    I32 = 3,
-    /// `i64`.
-    I64 = 4,
-    /// `u8`.
-    U8 = 5,
-    /// `u16`.
-    U16 = 6,
-    /// `u32`.
-    U32 = 7,
-    /// `u64`.
-    U64 = 8,
-    /// IEEE binary16.
-    F16 = 9,
-    /// `f32`.
-    F32 = 10,
-    /// `f64`.
-    F64 = 11,
-    /// Complex of two `f32`.
-    C64 = 12,
-    /// Complex of two `f64`.
-    C128 = 13,
-}
-
-impl ScalarKind {
-    /// Every kind, in declaration order.
-    pub const ALL: [ScalarKind; 14] = [
-        ScalarKind::Bool,
-        ScalarKind::I8,
-        ScalarKind::I16,
-        ScalarKind::I32,
-        ScalarKind::I64,
-        ScalarKind::U8,
-        ScalarKind::U16,
-        ScalarKind::U32,
-        ScalarKind::U64,
-        ScalarKind::F16,
-        ScalarKind::F32,
-        ScalarKind::F64,
-        ScalarKind::C64,
-        ScalarKind::C128,
-    ];
-
-    /// Bytes per element.
-    pub const fn size(self) -> usize {
-        use ScalarKind::*;
-        match self {
-            Bool | I8 | U8 => 1,
-            I16 | U16 | F16 => 2,
-            I32 | U32 | F32 => 4,
-            I64 | U64 | F64 | C64 => 8,
-            C128 => 16,
-        }
-    }
-
-    /// Bytes per component: the size, except for complex kinds (4 and 8). This is the
-    /// width to pass to [`byteswap`] and the natural alignment.
-    pub const fn component_size(self) -> usize {
-        match self {
-            ScalarKind::C64 => 4,
-            ScalarKind::C128 => 8,
-            k => k.size(),
-        }
-    }
-
-    /// Signed or unsigned integer (not bool).
-    pub const fn is_integer(self) -> bool {
-        use ScalarKind::*;
-        matches!(self, I8 | I16 | I32 | I64 | U8 | U16 | U32 | U64)
-    }
-
-    /// `F16`, `F32` or `F64`.
-    pub const fn is_float(self) -> bool {
-        matches!(self, ScalarKind::F16 | ScalarKind::F32 | ScalarKind::F64)
-    }
-
-    /// `C64` or `C128`.
-    pub const fn is_complex(self) -> bool {
-        matches!(self, ScalarKind::C64 | ScalarKind::C128)
-    }
-
-    /// numpy's name for the type (`"bool"`, `"int8"`, ..., `"complex128"`).
-    pub const fn name(self) -> &'static str {
-        use ScalarKind::*;
-        match self {
-            Bool => "bool",
-            I8 => "int8",
-            I16 => "int16",
-            I32 => "int32",
-            I64 => "int64",
-            U8 => "uint8",
-            U16 => "uint16",
-            U32 => "uint32",
-            U64 => "uint64",
-            F16 => "float16",
-            F32 => "float32",
-            F64 => "float64",
-            C64 => "complex64",
-            C128 => "complex128",
-        }
-    }
-
-    /// The short name used in kernel names (`"f32"`, `"c128"`, ...).
-    #[cfg(test)]
-    pub(crate) const fn short(self) -> &'static str {
-        use ScalarKind::*;
-        match self {
-            Bool => "bool",
-            I8 => "i8",
-            I16 => "i16",
-            I32 => "i32",
-            I64 => "i64",
-            U8 => "u8",
-            U16 => "u16",
-            U32 => "u32",
-            U64 => "u64",
-            F16 => "f16",
-            F32 => "f32",
-            F64 => "f64",
-            C64 => "c64",
-            C128 => "c128",
-        }
-    }
-}
-
-impl fmt::Display for ScalarKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// How [`all_equal`] compares elements with the value.
-///
-/// ```
-/// use devbuf::cuda::kernels::ops::{host, EqualMode, ScalarKind};
-/// let nan = f64::NAN.to_le_bytes();
-/// let v = nan.repeat(3);
-/// assert!(host::all_equal(&v, ScalarKind::F64, &nan, EqualMode::Numeric { equal_nan: true })?);
-/// assert!(!host::all_equal(&v, ScalarKind::F64, &nan, EqualMode::Numeric { equal_nan: false })?);
-/// # Ok::<(), devbuf::Error>(())
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EqualMode {
-    /// Raw bytes: `-0.0 != 0.0`, and a NaN equals only the same NaN bits. zarr compares a
-    /// float fill value of 0.0 this way.
-    Bitwise,
-    /// Values, as numpy's `==`: `-0.0 == 0.0`; integers and bools by value (any non-zero
-    /// bool byte is true). With `equal_nan`, a NaN equals any NaN (a complex value is NaN
-    /// when either part is, as `numpy.isnan`); without it a NaN equals nothing.
-    Numeric {
-        /// NaN compares equal to NaN.
-        equal_nan: bool,
-    },
-}
 
 // ---------------------------------------------------------------------------------------
 // Argument checks shared by the host and device paths
@@ -226,7 +48,7 @@ fn check_whole(
     whose: &str,
     len: usize,
     size: usize,
-    kind: Option<ScalarKind>,
+    kind: Option<ElementType>,
 ) -> Result<()> {
     if len % size == 0 {
         return Ok(());
@@ -252,9 +74,9 @@ pub(crate) fn check_pattern(op: &str, len: usize, pattern: &[u8]) -> Result<()> 
 
 pub(crate) fn check_cast(
     src_len: usize,
-    src_kind: ScalarKind,
+    src_kind: ElementType,
     dst_len: usize,
-    dst_kind: ScalarKind,
+    dst_kind: ElementType,
 ) -> Result<()> {
     check_whole(
         "cast",
@@ -288,7 +110,7 @@ pub(crate) fn check_byteswap(len: usize, width: usize) -> Result<()> {
     check_whole("byteswap", "", len, width, None)
 }
 
-pub(crate) fn check_equal(len: usize, kind: ScalarKind, value: &[u8]) -> Result<()> {
+pub(crate) fn check_equal(len: usize, kind: ElementType, value: &[u8]) -> Result<()> {
     if value.len() != kind.size() {
         return Err(Error::invalid(format!(
             "all_equal: the value has {} bytes; one {kind} element has {}",
@@ -331,7 +153,7 @@ pub fn fill_on(stream: &Stream, dst: &DeviceBuffer, pattern: &[u8]) -> Result<()
 /// device: numpy's `astype(dst_kind, casting="unsafe")`. Both buffers must hold the same
 /// number of elements. Returns when the cast has finished.
 ///
-/// Rules, identical on host ([`host::cast`]) and device:
+/// Rules, identical on host ([`memory::host_ops::cast`](crate::memory::host_ops::cast)) and device:
 ///
 /// * bool source: a non-zero byte is 1, zero is 0. bool destination: `x != 0` (NaN is
 ///   true; a complex value is true when either part is non-zero).
@@ -360,19 +182,19 @@ pub fn fill_on(stream: &Stream, dst: &DeviceBuffer, pattern: &[u8]) -> Result<()
 ///
 /// ```no_run
 /// use devbuf::cuda::{Context, DeviceBuffer};
-/// use devbuf::cuda::kernels::ops::{cast, ScalarKind};
+/// use devbuf::cuda::kernels::ops::{cast, ElementType};
 /// let ctx = Context::new(0)?;
 /// let src = DeviceBuffer::from_slice(&ctx, &[1.9f32, -1.9, 300.0])?;
 /// let dst = ctx.allocate(3)?;
-/// cast(&src, ScalarKind::F32, &dst, ScalarKind::U8)?;
+/// cast(&src, ElementType::Float32, &dst, ElementType::UInt8)?;
 /// assert_eq!(dst.to_host_vec()?, vec![1, 255, 44]);
 /// # Ok::<(), devbuf::Error>(())
 /// ```
 pub fn cast(
     src: &DeviceBuffer,
-    src_kind: ScalarKind,
+    src_kind: ElementType,
     dst: &DeviceBuffer,
-    dst_kind: ScalarKind,
+    dst_kind: ElementType,
 ) -> Result<()> {
     device::cast(None, src, src_kind, dst, dst_kind)
 }
@@ -383,9 +205,9 @@ pub fn cast(
 pub fn cast_on(
     stream: &Stream,
     src: &DeviceBuffer,
-    src_kind: ScalarKind,
+    src_kind: ElementType,
     dst: &DeviceBuffer,
-    dst_kind: ScalarKind,
+    dst_kind: ElementType,
 ) -> Result<()> {
     device::cast(Some(stream), src, src_kind, dst, dst_kind)
 }
@@ -481,7 +303,7 @@ pub fn strided_copy_on(
 
 /// Reverses the bytes of every `width`-byte element of `buf` in place, on the device
 /// (`width` 1, 2, 4 or 8; 1 does nothing). For complex values pass the component width
-/// ([`ScalarKind::component_size`]). Returns when the swap has finished.
+/// ([`ElementType::swap_width`]). Returns when the swap has finished.
 ///
 /// Errors: [`Error::InvalidArgument`] for another width or a length that is not a
 /// multiple of it; [`Error::ReadOnly`] for a read-only buffer.
@@ -517,17 +339,17 @@ pub fn byteswap_on(stream: &Stream, buf: &DeviceBuffer, width: usize) -> Result<
 ///
 /// ```no_run
 /// use devbuf::cuda::{Context, DeviceBuffer};
-/// use devbuf::cuda::kernels::ops::{all_equal, EqualMode, ScalarKind};
+/// use devbuf::cuda::kernels::ops::{all_equal, EqualMode, ElementType};
 /// let ctx = Context::new(0)?;
 /// let buf = DeviceBuffer::from_slice(&ctx, &[-0.0f64, 0.0])?;
 /// let zero = 0.0f64.to_le_bytes();
-/// assert!(!all_equal(&buf, ScalarKind::F64, &zero, EqualMode::Bitwise)?);
-/// assert!(all_equal(&buf, ScalarKind::F64, &zero, EqualMode::Numeric { equal_nan: false })?);
+/// assert!(!all_equal(&buf, ElementType::Float64, &zero, EqualMode::Bitwise)?);
+/// assert!(all_equal(&buf, ElementType::Float64, &zero, EqualMode::Numeric { equal_nan: false })?);
 /// # Ok::<(), devbuf::Error>(())
 /// ```
 pub fn all_equal(
     buf: &DeviceBuffer,
-    kind: ScalarKind,
+    kind: ElementType,
     value: &[u8],
     mode: EqualMode,
 ) -> Result<bool> {
@@ -539,7 +361,7 @@ pub fn all_equal(
 pub fn all_equal_on(
     stream: &Stream,
     buf: &DeviceBuffer,
-    kind: ScalarKind,
+    kind: ElementType,
     value: &[u8],
     mode: EqualMode,
 ) -> Result<bool> {
@@ -552,10 +374,10 @@ mod tests {
 
     #[test]
     fn kind_table_is_consistent() {
-        for (i, k) in ScalarKind::ALL.iter().enumerate() {
+        for (i, k) in ElementType::ALL.iter().enumerate() {
             assert_eq!(*k as u32, i as u32);
             assert!(k.size().is_power_of_two() && k.size() <= 16);
-            assert_eq!(k.size() % k.component_size(), 0);
+            assert_eq!(k.size() % k.swap_width(), 0);
             assert_eq!(k.to_string(), k.name());
         }
     }
@@ -566,9 +388,9 @@ mod tests {
         assert!(e.to_string().contains("10 bytes"), "{e}");
         assert!(check_pattern("fill", 10, &[]).is_err());
         assert!(check_pattern("fill", 17, &[0; 17]).is_err());
-        let e = check_cast(12, ScalarKind::F32, 16, ScalarKind::F64).unwrap_err();
+        let e = check_cast(12, ElementType::Float32, 16, ElementType::Float64).unwrap_err();
         assert!(e.to_string().contains("3 float32"), "{e}");
-        let e = check_cast(12, ScalarKind::F32, 20, ScalarKind::F64).unwrap_err();
+        let e = check_cast(12, ElementType::Float32, 20, ElementType::Float64).unwrap_err();
         assert!(
             e.to_string().contains(
                 "the destination's 20 bytes are not a whole number of float64 elements (8 bytes)"
@@ -583,7 +405,7 @@ mod tests {
         );
         assert!(check_byteswap(8, 3).is_err());
         assert!(check_byteswap(6, 4).is_err());
-        assert!(check_equal(8, ScalarKind::F64, &[0; 4]).is_err());
-        assert!(check_equal(12, ScalarKind::F64, &[0; 8]).is_err());
+        assert!(check_equal(8, ElementType::Float64, &[0; 4]).is_err());
+        assert!(check_equal(12, ElementType::Float64, &[0; 8]).is_err());
     }
 }

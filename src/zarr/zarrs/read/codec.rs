@@ -386,7 +386,7 @@ pub(crate) fn decode_into(
         Compression::Blosc => blosc_into(body, dst, what)?,
     }
     if let Some(w) = chain.swap {
-        crate::zarr::host_ops::swap_in_place(dst, w);
+        crate::memory::host_ops::swap_in_place(dst, w);
     }
     Ok(())
 }

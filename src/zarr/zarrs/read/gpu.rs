@@ -276,7 +276,7 @@ fn one_call(
     // the stream is idle first so no earlier placement still reads that scratch.
     if !on_cpu.is_empty() {
         lane.finish()?;
-        let mut host = crate::zarr::memory::zeroed_vec(src.cell_bytes)?;
+        let mut host = crate::memory::zeroed_vec(src.cell_bytes)?;
         for &j in &on_cpu {
             src.decode(&units[j].cell, &mut host)?;
             decoded.copy_from_host(j * stride, &host)?;

@@ -8,7 +8,7 @@
 use bytes::Bytes;
 
 use crate::error::{Error, Result};
-use crate::zarr::memory::zeroed_vec;
+use crate::memory::zeroed_vec;
 
 /// Results from this size on get their own mapping.
 const MAP_MIN: usize = 8 << 20;

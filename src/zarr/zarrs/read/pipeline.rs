@@ -25,7 +25,7 @@ use crate::cuda::kernels::ops::strided_copy_on;
 use crate::cuda::nvcomp::GpuCodec;
 use crate::cuda::{Context, DeviceBuffer, UploadLane};
 use crate::error::{Error, Result};
-use crate::zarr::memory::zeroed_vec;
+use crate::memory::zeroed_vec;
 
 /// Alignment of units within a staging slot (keeps the placement kernels' 16-byte
 /// accesses aligned).

@@ -374,7 +374,7 @@ impl<'a> Source<'a> {
             }
             read_exact_at(&file, dst, offset).map_err(io)?;
             if let Some(w) = chain.swap {
-                crate::zarr::host_ops::swap_in_place(dst, w);
+                crate::memory::host_ops::swap_in_place(dst, w);
             }
             return Ok(true);
         }

@@ -1,324 +1,7 @@
-//! Sharing device memory and events between processes: [`IpcMemHandle`] and
-//! [`IpcEventHandle`].
-//!
-//! A producer exports a [`DeviceBuffer`] (any slice of it) with
-//! [`DeviceBuffer::export_ipc`], sends the handle's bytes to another process of the same
-//! machine (a pipe, a file, a socket), and the consumer maps the same memory with
-//! [`Context::open_ipc`] — no copy. An [`IpcEventHandle`] lets the consumer's streams wait,
-//! on the device, until the producer's work has finished.
-//!
-//! # Lifetime contract
-//!
-//! * The exporter's buffer (any clone or slice of its allocation) keeps the memory
-//!   alive. **Keep it until every consumer has closed its mapping** (dropped every buffer
-//!   it opened): what a consumer sees after the exporter freed the memory is up to the
-//!   driver. Exporting does not leak: the process-wide registry of exports holds only weak
-//!   references.
-//! * A consumer's mapping is closed (`cuIpcCloseMemHandle`) when the last clone or slice of
-//!   the opened buffer drops. Opening several handles of one allocation (e.g. slices)
-//!   in one process maps it once and shares the mapping.
-//! * Opening a handle in the process that exported it (which CUDA refuses) returns a
-//!   zero-copy view of the original allocation: same address, same context.
-//! * Zero-length buffers export as the *empty handle* (no CUDA handle inside); opening it
-//!   returns an empty buffer without calling the driver.
-//!
-//! # Byte layout of an `IpcMemHandle` (version 1, 144 bytes, little-endian)
-//!
-//! | offset | size | field |
-//! |---:|---:|---|
-//! | 0 | 8 | magic `DEVBUFIM` |
-//! | 8 | 2 | layout version (1) |
-//! | 10 | 2 | total size in bytes (144) |
-//! | 12 | 4 | flags: bit 0 device known, bit 1 read-only; other bits 0 |
-//! | 16 | 64 | `CUipcMemHandle` of the allocation (cupy's / torch's `cudaIpcMemHandle_t` bytes) |
-//! | 80 | 8 | offset of the slice from the allocation's start |
-//! | 88 | 8 | length of the slice |
-//! | 96 | 8 | size of the whole allocation (0: unknown) |
-//! | 104 | 16 | device UUID (zero when unknown) |
-//! | 120 | 4 | device ordinal in the exporting process |
-//! | 124 | 4 | exporting process id (0: unknown) |
-//! | 128 | 8 | exporting process token (random per process; 0: unknown) |
-//! | 136 | 8 | FNV-1a 64 checksum of bytes 0..136 |
-//!
-//! The empty handle has length 0, offset 0, allocation size 0 and an all-zero CUDA handle.
-//!
-//! # Byte layout of an `IpcEventHandle` (version 1, 120 bytes, little-endian)
-//!
-//! | offset | size | field |
-//! |---:|---:|---|
-//! | 0 | 8 | magic `DEVBUFIE` |
-//! | 8 | 2 | layout version (1) |
-//! | 10 | 2 | total size in bytes (120) |
-//! | 12 | 4 | flags: bit 0 device known, bit 1 blocking sync; other bits 0 |
-//! | 16 | 64 | `CUipcEventHandle` |
-//! | 80 | 16 | device UUID (zero when unknown) |
-//! | 96 | 4 | device ordinal in the exporting process |
-//! | 100 | 4 | exporting process id (0: unknown) |
-//! | 104 | 8 | exporting process token (0: unknown) |
-//! | 112 | 8 | FNV-1a 64 checksum of bytes 0..112 |
+//! [`IpcMemHandle`]: the handle of a device buffer (any slice) for another process, its
+//! byte layout, and the export / open methods on [`DeviceBuffer`] and [`Context`].
 
-use std::collections::HashMap;
-use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
-
-use super::buffer::{Allocation, DeviceBuffer, Origin};
-use super::context::{Context, format_uuid};
-use super::driver::{self, CUdeviceptr, ipc as dipc};
-use super::stream::{Event, EventFlags};
-use crate::error::{Error, Result, check_range};
-use crate::wire;
-
-pub(crate) const MEM_MAGIC: &[u8; 8] = b"DEVBUFIM";
-pub(crate) const EVENT_MAGIC: &[u8; 8] = b"DEVBUFIE";
-/// The host shared-memory handle's magic (see `crate::ipc`), named here so that the
-/// parsers can say what they were given.
-pub(crate) const HOST_MAGIC: &[u8; 8] = b"DEVBUFIH";
-const VERSION: u16 = 1;
-const MEM_SIZE: usize = 144;
-const EVENT_SIZE: usize = 120;
-const FLAG_DEVICE_KNOWN: u32 = 1;
-const FLAG_READ_ONLY: u32 = 2;
-const FLAG_BLOCKING_SYNC: u32 = 2;
-const RAW: usize = dipc::IPC_HANDLE_SIZE;
-
-const MEM_WHAT: &str = "an IPC memory handle";
-const EVENT_WHAT: &str = "an IPC event handle";
-const HOST_WHAT: &str = "a host shared-memory handle";
-
-/// The device a handle belongs to: its UUID, and its ordinal in the exporting process
-/// (ordinals differ between processes; the UUID does not).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct DeviceId {
-    uuid: [u8; 16],
-    ordinal: u32,
-}
-
-fn device_id(ctx: &Context) -> DeviceId {
-    DeviceId {
-        uuid: ctx.properties().uuid,
-        ordinal: ctx.ordinal() as u32,
-    }
-}
-
-/// The `FLAG_DEVICE_KNOWN` bit for `dev`.
-fn device_flag(dev: Option<DeviceId>) -> u32 {
-    if dev.is_some() { FLAG_DEVICE_KNOWN } else { 0 }
-}
-
-/// Writes the fields both handle layouts end with: device UUID and ordinal (zero when
-/// unknown), exporting process id and token.
-fn write_origin(w: &mut wire::Writer, dev: Option<DeviceId>, pid: u32, token: u64) {
-    let dev = dev.unwrap_or(DeviceId {
-        uuid: [0; 16],
-        ordinal: 0,
-    });
-    w.bytes(&dev.uuid).u32(dev.ordinal).u32(pid).u64(token);
-}
-
-/// Reads what [`write_origin`] wrote; a device recorded while the `flags` say it is
-/// unknown is malformed.
-fn read_origin(
-    r: &mut wire::Reader<'_>,
-    flags: u32,
-    what: &str,
-) -> Result<(Option<DeviceId>, u32, u64)> {
-    let uuid = r.array::<16>()?;
-    let ordinal = r.u32()?;
-    let pid = r.u32()?;
-    let token = r.u64()?;
-    let device = if flags & FLAG_DEVICE_KNOWN != 0 {
-        Some(DeviceId { uuid, ordinal })
-    } else if uuid != [0; 16] || ordinal != 0 {
-        return Err(Error::Malformed(format!(
-            "{what} records a device but its 'device known' flag is clear"
-        )));
-    } else {
-        None
-    };
-    Ok((device, pid, token))
-}
-
-/// The ordinal in this process of the device a handle records (found by UUID), or
-/// device 0 when it records none.
-fn local_ordinal(dev: Option<DeviceId>) -> Result<usize> {
-    match dev {
-        Some(d) => ordinal_of(&d.uuid),
-        None => Ok(0),
-    }
-}
-
-/// Adds the device (when known) to a handle's `Debug` output.
-fn debug_device(d: &mut fmt::DebugStruct<'_, '_>, dev: Option<DeviceId>) {
-    if let Some(dev) = dev {
-        d.field(
-            "device",
-            &format_args!("GPU-{} (ordinal {})", format_uuid(&dev.uuid), dev.ordinal),
-        );
-    }
-}
-
-/// Adds an explanation to a driver error (keeping CUDA's name and code).
-fn explain(e: Error, why: impl fmt::Display) -> Error {
-    match e {
-        Error::Driver {
-            call,
-            code,
-            name,
-            description,
-        } => Error::Driver {
-            call,
-            code,
-            name,
-            description: format!("{description}; {why}"),
-        },
-        other => other,
-    }
-}
-
-/// The ordinal of the device with `uuid` in this process.
-fn ordinal_of(uuid: &[u8; 16]) -> Result<usize> {
-    let info = driver::init_with_device()?;
-    let mut seen = Vec::new();
-    for i in 0..info.device_count {
-        let dev = driver::device_get(i)?;
-        let u = driver::device_uuid(dev)?;
-        if &u == uuid {
-            return Ok(i);
-        }
-        seen.push(format!("{i}: GPU-{}", format_uuid(&u)));
-    }
-    Err(Error::invalid(format!(
-        "no device of this process has UUID GPU-{} (the handle comes from another machine, or \
-         CUDA_VISIBLE_DEVICES hides that device); devices here: {}",
-        format_uuid(uuid),
-        seen.join(", ")
-    )))
-}
-
-fn check_device(handle_dev: Option<DeviceId>, ctx: &Context, what: &str) -> Result<()> {
-    if let Some(d) = handle_dev {
-        let mine = ctx.properties().uuid;
-        if d.uuid != mine {
-            return Err(Error::invalid(format!(
-                "{what} belongs to device GPU-{} (ordinal {} in the exporting process), but this \
-                 context is on device {} (GPU-{}); open it with the context of the device that \
-                 has that UUID (the handle's `open()` finds it)",
-                format_uuid(&d.uuid),
-                d.ordinal,
-                ctx.ordinal(),
-                format_uuid(&mine)
-            )));
-        }
-    }
-    Ok(())
-}
-
-// ---------------------------------------------------------------------------
-// The process-wide registry of exported allocations and opened mappings
-// ---------------------------------------------------------------------------
-
-struct ExportEntry {
-    alloc: Weak<Allocation>,
-    /// Device address of the start of the driver allocation the CUDA handle names.
-    base: CUdeviceptr,
-}
-
-#[derive(Default)]
-struct Registry {
-    /// Allocations this process exported, by `CUipcMemHandle` bytes.
-    exported: HashMap<[u8; RAW], Vec<ExportEntry>>,
-    /// Prune dead export entries when the map reaches this size.
-    prune_at: usize,
-    /// Mappings this process opened, by handle bytes and device UUID (CUDA allows one
-    /// mapping of a handle per device and process).
-    opened: HashMap<([u8; RAW], [u8; 16]), Weak<Allocation>>,
-}
-
-fn registry() -> MutexGuard<'static, Registry> {
-    static REG: OnceLock<Mutex<Registry>> = OnceLock::new();
-    REG.get_or_init(|| Mutex::new(Registry::default()))
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-}
-
-fn register_export(raw: [u8; RAW], alloc: &Arc<Allocation>, base: CUdeviceptr) {
-    let mut reg = registry();
-    if reg.exported.len() >= reg.prune_at {
-        reg.exported.retain(|_, v| {
-            v.retain(|e| e.alloc.strong_count() > 0);
-            !v.is_empty()
-        });
-        reg.prune_at = 2 * reg.exported.len() + 64;
-    }
-    let entries = reg.exported.entry(raw).or_default();
-    entries.retain(|e| e.alloc.strong_count() > 0);
-    if !entries
-        .iter()
-        .any(|e| std::ptr::eq(e.alloc.as_ptr(), Arc::as_ptr(alloc)))
-    {
-        entries.push(ExportEntry {
-            alloc: Arc::downgrade(alloc),
-            base,
-        });
-    }
-}
-
-/// The CUDA handle this process already got for `alloc`, if any (so that every export
-/// of one allocation carries the same bytes, and consumers map it once).
-fn exported_raw(alloc: &Arc<Allocation>) -> Option<[u8; RAW]> {
-    let reg = registry();
-    reg.exported.iter().find_map(|(raw, v)| {
-        v.iter()
-            .any(|e| {
-                std::ptr::eq(e.alloc.as_ptr(), Arc::as_ptr(alloc)) && e.alloc.strong_count() > 0
-            })
-            .then_some(*raw)
-    })
-}
-
-/// A live allocation this process exported that covers the handle's range, as a buffer.
-fn lookup_export(h: &IpcMemHandle, ctx: &Context) -> Option<DeviceBuffer> {
-    // Declared before the guard so that upgraded references drop after it is released
-    // (an allocation's drop may need the registry).
-    let mut upgraded: Vec<Arc<Allocation>> = Vec::new();
-    let reg = registry();
-    let entries = reg.exported.get(&h.raw)?;
-    let mut found = None;
-    for e in entries {
-        let Some(a) = e.alloc.upgrade() else { continue };
-        upgraded.push(a.clone());
-        let Some(start) = e.base.checked_add(h.offset) else {
-            continue;
-        };
-        let Some(end) = start.checked_add(h.len) else {
-            continue;
-        };
-        let covers = a.ptr <= start && end <= a.ptr + a.size as u64;
-        if covers && a.ctx.properties().uuid == ctx.properties().uuid && found.is_none() {
-            found = Some(((start - a.ptr) as usize, a));
-        }
-    }
-    drop(reg);
-    found.map(|(offset, a)| DeviceBuffer::from_parts(a, offset, h.len as usize, !h.read_only))
-}
-
-/// Closes a mapping opened by [`Context::open_ipc`] (from `Allocation::drop`).
-pub(crate) fn close_mapping(ctx: &Context, ptr: CUdeviceptr, raw: &[u8; RAW]) {
-    let mut reg = registry();
-    if ctx.bind().is_ok() {
-        // Safety: `ptr` is the base address cuIpcOpenMemHandle returned for this
-        // mapping, and this is the drop of its last owner.
-        let _ = unsafe { dipc::ipc_close_mem_handle(ptr) };
-    }
-    let key = (*raw, ctx.properties().uuid);
-    if reg.opened.get(&key).is_some_and(|w| w.strong_count() == 0) {
-        reg.opened.remove(&key);
-    }
-}
-
-// ---------------------------------------------------------------------------
-// IpcMemHandle
-// ---------------------------------------------------------------------------
+use super::*;
 
 /// A handle to (a slice of) device memory that another process can open without a copy.
 ///
@@ -326,7 +9,7 @@ pub(crate) fn close_mapping(ctx: &Context, ptr: CUdeviceptr, raw: &[u8; RAW]) {
 /// [`IpcMemHandle::open`]. It records the CUDA handle of the allocation, the slice's
 /// offset and length within it (so the consumer sees exactly the slice), the device
 /// (UUID and ordinal) and the exporting process. It serializes to a fixed, versioned
-/// layout ([`to_bytes`](Self::to_bytes), documented in the [module docs](self)), and
+/// layout ([`to_bytes`](Self::to_bytes), documented in the [module docs](super)), and
 /// converts to and from the raw 64-byte `CUipcMemHandle` that cupy, torch and C++
 /// programs exchange ([`raw_cuda`](Self::raw_cuda), [`from_raw_cuda`](Self::from_raw_cuda)).
 ///
@@ -346,21 +29,21 @@ pub(crate) fn close_mapping(ctx: &Context, ptr: CUdeviceptr, raw: &[u8; RAW]) {
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct IpcMemHandle {
-    raw: [u8; RAW],
-    offset: u64,
-    len: u64,
-    alloc_size: u64,
-    device: Option<DeviceId>,
-    read_only: bool,
-    pid: u32,
-    token: u64,
+    pub(super) raw: [u8; RAW],
+    pub(super) offset: u64,
+    pub(super) len: u64,
+    pub(super) alloc_size: u64,
+    pub(super) device: Option<DeviceId>,
+    pub(super) read_only: bool,
+    pub(super) pid: u32,
+    pub(super) token: u64,
 }
 
 impl IpcMemHandle {
     /// The size of [`to_bytes`](Self::to_bytes)'s output.
     pub const ENCODED_LEN: usize = MEM_SIZE;
 
-    fn empty(device: Option<DeviceId>, read_only: bool) -> IpcMemHandle {
+    pub(super) fn empty(device: Option<DeviceId>, read_only: bool) -> IpcMemHandle {
         IpcMemHandle {
             raw: [0; RAW],
             offset: 0,
@@ -428,7 +111,7 @@ impl IpcMemHandle {
         })
     }
 
-    /// Records the device (by its UUID, as [`DeviceProperties::uuid`](super::DeviceProperties::uuid)
+    /// Records the device (by its UUID, as [`DeviceProperties::uuid`](crate::cuda::DeviceProperties::uuid)
     /// gives it) the raw handle belongs to, so that opening it on another device is a
     /// clear error and [`open`](Self::open) picks the right device.
     pub fn with_device_uuid(mut self, uuid: [u8; 16]) -> IpcMemHandle {
@@ -465,7 +148,7 @@ impl IpcMemHandle {
         Ok(h)
     }
 
-    fn validate(&self) -> Result<()> {
+    pub(super) fn validate(&self) -> Result<()> {
         let end = self.offset.checked_add(self.len).ok_or_else(|| {
             Error::Malformed(format!(
                 "{MEM_WHAT}: offset {} + length {} overflows",
@@ -498,7 +181,7 @@ impl IpcMemHandle {
         Ok(())
     }
 
-    /// Serializes into the fixed layout described in the [module docs](self)
+    /// Serializes into the fixed layout described in the [module docs](super)
     /// ([`ENCODED_LEN`](Self::ENCODED_LEN) bytes).
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut flags = device_flag(self.device);
@@ -641,7 +324,7 @@ impl fmt::Debug for IpcMemHandle {
 
 impl DeviceBuffer {
     /// Exports this buffer (any slice of an allocation) for another process: see
-    /// [`IpcMemHandle`] and the lifetime contract in the [IPC module docs](super::ipc).
+    /// [`IpcMemHandle`] and the lifetime contract in the [IPC module docs](crate::cuda::ipc).
     ///
     /// The handle records the slice's offset within its allocation and its length, so
     /// the consumer sees exactly this slice. Memory from [`Context::allocate`] is always
@@ -843,7 +526,7 @@ impl Context {
     }
 
     /// Opens an [`IpcEventHandle`] from another process as an [`Event`] of this
-    /// context, which this process's streams can [`wait`](super::Stream::wait_event) on:
+    /// context, which this process's streams can [`wait`](crate::cuda::Stream::wait_event) on:
     /// the wait happens on the device. The opened event is released when dropped.
     ///
     /// A handle of another device is an [`Error::InvalidArgument`] naming both; a handle
@@ -876,7 +559,11 @@ impl Context {
     }
 }
 
-fn slice_mapping(alloc: Arc<Allocation>, h: &IpcMemHandle, mutable: bool) -> Result<DeviceBuffer> {
+pub(super) fn slice_mapping(
+    alloc: Arc<Allocation>,
+    h: &IpcMemHandle,
+    mutable: bool,
+) -> Result<DeviceBuffer> {
     let (offset, len) = (h.offset as usize, h.len as usize);
     // The driver may report a mapping rounded up to its allocation granularity, never
     // a smaller one.
@@ -889,279 +576,4 @@ fn slice_mapping(alloc: Arc<Allocation>, h: &IpcMemHandle, mutable: bool) -> Res
     }
     check_range("IPC handle range", offset, len, alloc.size)?;
     Ok(DeviceBuffer::from_parts(alloc, offset, len, mutable))
-}
-
-// ---------------------------------------------------------------------------
-// IpcEventHandle
-// ---------------------------------------------------------------------------
-
-/// A handle to an interprocess [`Event`]: another process opens it with
-/// [`Context::open_ipc_event`] and makes its streams wait, on the device, until the
-/// producer's work recorded by the event has finished — no host round-trip.
-///
-/// Create the event with `EventFlags { interprocess: true, .. }`, export it once,
-/// and [`record`](Event::record) it after the work the consumer must wait for (an IPC
-/// event may be re-recorded; a consumer's wait refers to the most recent record at the
-/// time it waits). Serializes to a fixed, versioned layout (see the [module docs](self)).
-///
-/// ```no_run
-/// use devbuf::cuda::{Context, Event, EventFlags, IpcEventHandle, Stream};
-/// // Producer
-/// let ctx = Context::new(0)?;
-/// let stream = Stream::new(&ctx)?;
-/// let done = Event::new(&ctx, EventFlags { interprocess: true, ..Default::default() })?;
-/// let text = done.export_ipc()?.to_hex();
-/// // ... queue work on `stream`, then:
-/// done.record(&stream)?;
-///
-/// // Consumer (another process)
-/// let ctx = Context::new(0)?;
-/// let event = ctx.open_ipc_event(&IpcEventHandle::from_hex(&text)?)?;
-/// let mine = Stream::new(&ctx)?;
-/// mine.wait_event(&event)?; // work queued on `mine` from now on runs after the producer's
-/// # Ok::<(), devbuf::Error>(())
-/// ```
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct IpcEventHandle {
-    raw: [u8; RAW],
-    device: Option<DeviceId>,
-    blocking_sync: bool,
-    pid: u32,
-    token: u64,
-}
-
-impl IpcEventHandle {
-    /// The size of [`to_bytes`](Self::to_bytes)'s output.
-    pub const ENCODED_LEN: usize = EVENT_SIZE;
-
-    /// A handle from a raw 64-byte `CUipcEventHandle` (`cudaIpcEventHandle_t`) from
-    /// another CUDA program. The device is unknown (CUDA checks it when opening).
-    pub fn from_raw_cuda(raw: &[u8]) -> Result<IpcEventHandle> {
-        let raw: [u8; RAW] = raw.try_into().map_err(|_| {
-            Error::invalid(format!(
-                "a CUipcEventHandle is exactly {RAW} bytes, got {}",
-                raw.len()
-            ))
-        })?;
-        Ok(IpcEventHandle {
-            raw,
-            device: None,
-            blocking_sync: false,
-            pid: 0,
-            token: 0,
-        })
-    }
-
-    /// Builds a handle from its fields, for tests and tools.
-    #[doc(hidden)]
-    pub fn from_parts(
-        raw: [u8; 64],
-        device: Option<([u8; 16], u32)>,
-        blocking_sync: bool,
-        exporter_pid: u32,
-        exporter_token: u64,
-    ) -> IpcEventHandle {
-        IpcEventHandle {
-            raw,
-            device: device.map(|(uuid, ordinal)| DeviceId { uuid, ordinal }),
-            blocking_sync,
-            pid: exporter_pid,
-            token: exporter_token,
-        }
-    }
-
-    /// The raw 64-byte `CUipcEventHandle`.
-    pub fn raw_cuda(&self) -> [u8; 64] {
-        self.raw
-    }
-
-    /// The UUID of the event's device, when known.
-    pub fn device_uuid(&self) -> Option<[u8; 16]> {
-        self.device.map(|d| d.uuid)
-    }
-
-    /// The exporting process's id, when known.
-    pub fn exporter_pid(&self) -> Option<u32> {
-        (self.pid != 0).then_some(self.pid)
-    }
-
-    /// Serializes into the fixed layout described in the [module docs](self).
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut flags = device_flag(self.device);
-        if self.blocking_sync {
-            flags |= FLAG_BLOCKING_SYNC;
-        }
-        let mut w = wire::Writer::default();
-        w.bytes(EVENT_MAGIC)
-            .u16(VERSION)
-            .u16(EVENT_SIZE as u16)
-            .u32(flags)
-            .bytes(&self.raw);
-        write_origin(&mut w, self.device, self.pid, self.token);
-        w.finish_with_checksum()
-    }
-
-    /// Parses [`to_bytes`](Self::to_bytes)'s output; anything else is
-    /// [`Error::Malformed`] saying what was wrong. Never panics.
-    pub fn from_bytes(bytes: &[u8]) -> Result<IpcEventHandle> {
-        let (mut r, flags) = wire::open_layout(
-            bytes,
-            EVENT_WHAT,
-            EVENT_MAGIC,
-            VERSION,
-            EVENT_SIZE,
-            &[(MEM_MAGIC, MEM_WHAT), (HOST_MAGIC, HOST_WHAT)],
-        )?;
-        if flags & !(FLAG_DEVICE_KNOWN | FLAG_BLOCKING_SYNC) != 0 {
-            return Err(Error::Malformed(format!(
-                "{EVENT_WHAT} has unknown flag bits {flags:#x} (known: 0x3)"
-            )));
-        }
-        let raw = r.array::<RAW>()?;
-        let (device, pid, token) = read_origin(&mut r, flags, EVENT_WHAT)?;
-        if raw == [0; RAW] {
-            return Err(Error::Malformed(format!(
-                "{EVENT_WHAT} has an all-zero CUDA handle"
-            )));
-        }
-        Ok(IpcEventHandle {
-            raw,
-            device,
-            blocking_sync: flags & FLAG_BLOCKING_SYNC != 0,
-            pid,
-            token,
-        })
-    }
-
-    /// [`to_bytes`](Self::to_bytes) as lowercase hexadecimal text.
-    pub fn to_hex(&self) -> String {
-        wire::hex(&self.to_bytes())
-    }
-
-    /// Parses [`to_hex`](Self::to_hex)'s output.
-    pub fn from_hex(text: &str) -> Result<IpcEventHandle> {
-        Self::from_bytes(&wire::from_hex(text, EVENT_WHAT)?)
-    }
-
-    /// Opens the handle on the device it belongs to (found by UUID; device 0 when
-    /// unknown). See [`Context::open_ipc_event`].
-    pub fn open(&self) -> Result<Event> {
-        Context::new(local_ordinal(self.device)?)?.open_ipc_event(self)
-    }
-}
-
-impl fmt::Debug for IpcEventHandle {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("IpcEventHandle");
-        debug_device(&mut d, self.device);
-        d.field("exporter_pid", &self.pid)
-            .field("raw", &format_args!("{}", wire::hex(&self.raw[..8])))
-            .finish()
-    }
-}
-
-impl Event {
-    /// Exports this event for another process (see [`IpcEventHandle`]). The event must
-    /// have been created with `EventFlags { interprocess: true, .. }`.
-    pub fn export_ipc(&self) -> Result<IpcEventHandle> {
-        if !self.flags().interprocess {
-            return Err(Error::invalid(
-                "only an event created with EventFlags { interprocess: true, .. } can be exported",
-            ));
-        }
-        self.context().bind()?;
-        let raw = dipc::ipc_get_event_handle(self.raw())?;
-        Ok(IpcEventHandle {
-            raw,
-            device: Some(device_id(self.context())),
-            blocking_sync: self.flags().blocking_sync,
-            pid: std::process::id(),
-            token: wire::process_token(),
-        })
-    }
-}
-
-/// Helpers for tests, benchmarks and examples of IPC: stream-ordered work whose timing
-/// the caller controls. Not part of the stable API.
-#[doc(hidden)]
-pub mod testing {
-    use std::sync::{Arc, Condvar, Mutex};
-
-    use super::super::buffer::DeviceBuffer;
-    use super::super::driver::{self, ipc as dipc};
-    use super::super::stream::Stream;
-    use crate::error::{Error, Result};
-
-    /// Number of IPC mappings this process holds open.
-    pub fn open_mapping_count() -> usize {
-        super::registry()
-            .opened
-            .values()
-            .filter(|w| w.strong_count() > 0)
-            .count()
-    }
-
-    /// Queues a device-to-device copy of all of `src` into `dst` (same length, same
-    /// context) on `stream`.
-    pub fn copy_on_stream(stream: &Stream, dst: &DeviceBuffer, src: &DeviceBuffer) -> Result<()> {
-        if dst.len() != src.len() {
-            return Err(Error::invalid(format!(
-                "copy_on_stream: lengths differ ({} vs {})",
-                dst.len(),
-                src.len()
-            )));
-        }
-        if !dst.is_mutable() {
-            return Err(Error::ReadOnly("copy_on_stream destination".into()));
-        }
-        stream.context().bind()?;
-        driver::memcpy_dtod_async(dst.address(), src.address(), src.len(), stream.raw())
-    }
-
-    type Gate = (Mutex<bool>, Condvar);
-
-    /// Holds a stream: work queued on it after [`StreamGate::block`] waits until the
-    /// gate is opened (or dropped).
-    pub struct StreamGate {
-        gate: Arc<Gate>,
-    }
-
-    unsafe extern "C" fn wait_for_gate(data: *mut std::ffi::c_void) {
-        // Safety: `data` is the `Arc<Gate>` leaked by `StreamGate::block` for this call.
-        let gate = unsafe { Arc::from_raw(data as *const Gate) };
-        let mut open = gate.0.lock().unwrap_or_else(|p| p.into_inner());
-        while !*open {
-            open = gate.1.wait(open).unwrap_or_else(|p| p.into_inner());
-        }
-    }
-
-    impl StreamGate {
-        /// Blocks `stream` (on the device side) until the gate opens.
-        pub fn block(stream: &Stream) -> Result<StreamGate> {
-            let gate: Arc<Gate> = Arc::new((Mutex::new(false), Condvar::new()));
-            let data = Arc::into_raw(gate.clone()) as *mut std::ffi::c_void;
-            stream.context().bind()?;
-            // Safety: `data` stays valid until the host function runs (it owns one
-            // reference), and the function only waits on a condition variable.
-            let r = unsafe { dipc::launch_host_func(stream.raw(), wait_for_gate, data) };
-            if let Err(e) = r {
-                // Safety: the function was not queued, so reclaim its reference.
-                drop(unsafe { Arc::from_raw(data as *const Gate) });
-                return Err(e);
-            }
-            Ok(StreamGate { gate })
-        }
-
-        /// Lets the stream run on.
-        pub fn open(&self) {
-            *self.gate.0.lock().unwrap_or_else(|p| p.into_inner()) = true;
-            self.gate.1.notify_all();
-        }
-    }
-
-    impl Drop for StreamGate {
-        fn drop(&mut self) {
-            self.open();
-        }
-    }
 }

@@ -14,7 +14,7 @@ use arrow_ipc::r#gen::Schema as sc;
 use arrow_schema::DataType;
 
 use super::device::{ByteLen, Parts};
-use super::ipc::DeviceRecordBatch;
+use super::ipc_format::DeviceRecordBatch;
 use crate::cuda::DeviceBuffer;
 use crate::error::{Error, Result};
 

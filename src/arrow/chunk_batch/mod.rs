@@ -2,6 +2,14 @@
 //! column of chunk coordinates per grid dimension and one `arrow.fixed_shape_tensor`
 //! column of chunk data — on the host ([`RecordBatch`]) or the device
 //! ([`DeviceRecordBatch`]).
+//!
+//! This file: [`ChunkGrid`], [`ChunkBatch`] and reading batches back. `build.rs`: the
+//! allocation plan and the host and device builders.
+
+mod build;
+
+#[allow(unused_imports)]
+use build::*;
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
@@ -12,14 +20,15 @@ use arrow_buffer::{Buffer, MutableBuffer};
 use arrow_schema::{DataType as ArrowType, Field, Schema, SchemaRef};
 
 use super::device::{DeviceArray, Parts};
-use super::ipc::DeviceRecordBatch;
+use super::ipc_format::DeviceRecordBatch;
 use super::tensor::{TensorArray, TensorType};
 use super::tensor_device::DeviceTensorArray;
 use crate::cuda::Context;
 use crate::cuda::kernels::bits;
+use crate::element::ElementType;
 use crate::error::{Error, Result};
-use crate::zarr::memory::{MemMut, prim};
-use crate::zarr::{AxisSel, BufferPrototype, DataType, ElementType, NDBuffer, Order, Scalar};
+use crate::memory::{MemMut, host_ops, prim};
+use crate::zarr::{AxisSel, BufferPrototype, DataType, NDBuffer, Order, Scalar};
 
 /// Name of the chunk data column.
 pub const CHUNK_COLUMN: &str = "chunk";
@@ -621,268 +630,4 @@ fn interleave_coords(columns: &[ArrayRef], rows: usize) -> Result<Vec<u64>> {
         }
     }
     Ok(out)
-}
-
-/// The one allocation of a batch: `ndim` coordinate columns, then the chunk data.
-struct Plan {
-    rows: usize,
-    ndim: usize,
-    element: ElementType,
-    /// Elements per chunk.
-    chunk_len: usize,
-    /// Bytes per chunk (as bytes; booleans are packed afterwards).
-    chunk_bytes: usize,
-    /// Bytes of one coordinate column, and its stride in the allocation.
-    coord_bytes: usize,
-    coord_stride: usize,
-    /// Offset and length of the chunk data (the bitmap for booleans).
-    data_offset: usize,
-    data_len: usize,
-    /// Bytes allocated for the data (the packing kernel writes whole words).
-    data_alloc: usize,
-}
-
-impl Plan {
-    fn new(t: &TensorType, rows: usize, ndim: usize) -> Result<Plan> {
-        let element = t.element();
-        let chunk_len = t.list_size()?;
-        let chunk_bytes = chunk_len.checked_mul(element.size()).ok_or_else(overflow)?;
-        let coord_bytes = rows.checked_mul(8).ok_or_else(overflow)?;
-        let coord_stride = round_up(coord_bytes)?;
-        let data_offset = coord_stride.checked_mul(ndim).ok_or_else(overflow)?;
-        let values = rows.checked_mul(chunk_len).ok_or_else(overflow)?;
-        let (data_len, data_alloc) = if element == ElementType::Bool {
-            (values.div_ceil(8), bits::packed_words_bytes(values))
-        } else {
-            let n = rows.checked_mul(chunk_bytes).ok_or_else(overflow)?;
-            (n, n)
-        };
-        Ok(Plan {
-            rows,
-            ndim,
-            element,
-            chunk_len,
-            chunk_bytes,
-            coord_bytes,
-            coord_stride,
-            data_offset,
-            data_len,
-            data_alloc: round_up(data_alloc)?,
-        })
-    }
-
-    fn total(&self) -> Result<usize> {
-        self.data_offset
-            .checked_add(self.data_alloc)
-            .ok_or_else(overflow)
-    }
-
-    /// The coordinate section: column `d` at `d * coord_stride`, native-endian `u64`s.
-    fn coord_section(&self, coords: &[u64]) -> Vec<u8> {
-        let mut out = vec![0u8; self.data_offset];
-        for i in 0..self.rows {
-            for d in 0..self.ndim {
-                let at = d * self.coord_stride + i * 8;
-                out[at..at + 8].copy_from_slice(&coords[i * self.ndim + d].to_ne_bytes());
-            }
-        }
-        out
-    }
-
-    /// The Arrow layout of the batch's columns over `buf`-typed slices.
-    fn parts<B: Clone>(
-        &self,
-        t: &TensorType,
-        slice: impl Fn(usize, usize) -> Result<B>,
-    ) -> Result<Vec<Parts<B>>> {
-        let mut cols = Vec::with_capacity(self.ndim + 1);
-        for d in 0..self.ndim {
-            cols.push(Parts {
-                data_type: ArrowType::UInt64,
-                len: self.rows,
-                null_count: 0,
-                offset: 0,
-                validity: None,
-                buffers: vec![slice(d * self.coord_stride, self.coord_bytes)?],
-                children: vec![],
-                dictionary: None,
-            });
-        }
-        let data = slice(self.data_offset, self.data_len)?;
-        let values = super::tensor::element_parts(self.element, self.rows * self.chunk_len, data);
-        cols.push(Parts {
-            data_type: t.storage_type()?,
-            len: self.rows,
-            null_count: 0,
-            offset: 0,
-            validity: None,
-            buffers: vec![],
-            children: vec![values],
-            dictionary: None,
-        });
-        Ok(cols)
-    }
-}
-
-fn build_host(
-    plan: &Plan,
-    t: &TensorType,
-    coords: &[u64],
-    items: &[Item],
-    pattern: &[u8],
-    schema: SchemaRef,
-) -> Result<Storage> {
-    let mut all = MutableBuffer::from_len_zeroed(plan.total()?);
-    let mem = all.as_slice_mut();
-    mem[..plan.data_offset].copy_from_slice(&plan.coord_section(coords));
-    let es = plan.element.size();
-    let bytes_len = plan.rows * plan.chunk_bytes;
-    if plan.element == ElementType::Bool {
-        let mut staged = vec![0u8; bytes_len];
-        for (i, item) in items.iter().enumerate() {
-            write_chunk(
-                &mut MemMut::Host(&mut staged),
-                i * plan.chunk_bytes,
-                item,
-                t.shape(),
-                es,
-                pattern,
-            )?;
-        }
-        let packed = &mut mem[plan.data_offset..plan.data_offset + plan.data_len];
-        for (k, byte) in packed.iter_mut().enumerate() {
-            let chunk = &staged[k * 8..(k * 8 + 8).min(bytes_len)];
-            *byte = chunk
-                .iter()
-                .enumerate()
-                .fold(0u8, |b, (j, &v)| b | (u8::from(v != 0) << j));
-        }
-    } else {
-        let data = &mut mem[plan.data_offset..plan.data_offset + bytes_len];
-        for (i, item) in items.iter().enumerate() {
-            write_chunk(
-                &mut MemMut::Host(&mut *data),
-                i * plan.chunk_bytes,
-                item,
-                t.shape(),
-                es,
-                pattern,
-            )?;
-        }
-    }
-    let all: Buffer = all.into();
-    let parts = plan.parts(t, |off, len| {
-        crate::error::check_range("chunk batch column", off, len, all.len())?;
-        Ok(all.slice_with_length(off, len))
-    })?;
-    let columns = parts
-        .into_iter()
-        .map(|p| Ok(make_array(p.into_array_data()?)))
-        .collect::<Result<Vec<ArrayRef>>>()?;
-    let tensor_field = schema.field(plan.ndim).clone();
-    let batch = RecordBatch::try_new(schema, columns)?;
-    let tensors = TensorArray::from_arrow(&tensor_field, batch.column(plan.ndim).as_ref())?;
-    Ok(Storage::Host { batch, tensors })
-}
-
-/// Writes one chunk into its slot (`chunk_shape`, C order) at byte `slot` of `dst`:
-/// padding with the fill pattern first when the chunk is an edge chunk, then one n-d copy
-/// (a single memcpy when the chunk is C-contiguous; the copy planners merge its axes).
-/// The same code for host and device memory, through the zarr layer's primitives.
-fn write_chunk(
-    dst: &mut MemMut<'_>,
-    slot: usize,
-    item: &Item,
-    chunk_shape: &[usize],
-    es: usize,
-    pattern: &[u8],
-) -> Result<()> {
-    let nd = &item.nd;
-    let like = nd.as_ndarray_like();
-    let chunk_bytes = chunk_shape
-        .iter()
-        .try_fold(es, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| Error::invalid("chunk size overflows"))?;
-    if !item.full {
-        prim::fill(dst, slot, chunk_bytes, pattern)?;
-    }
-    if nd.size() > 0 {
-        let src_strides: Vec<isize> = like.strides.iter().map(|&s| s as isize).collect();
-        prim::strided_copy(
-            &like.memory.view(),
-            like.offset,
-            &src_strides,
-            dst,
-            slot,
-            &c_strides(chunk_shape, es),
-            nd.shape(),
-            es,
-        )?;
-    }
-    Ok(())
-}
-
-/// `nd` in `ctx`: itself, or — for device memory of another context of the same device
-/// (a dedicated context) — a C-order copy moved with one device-to-device copy.
-fn in_context(nd: &NDBuffer, ctx: &Context) -> Result<NDBuffer> {
-    match nd.as_ndarray_like().memory.as_device() {
-        Some(d) if !d.context().same_as(ctx) => {
-            let dense = nd.copy()?;
-            let nbytes = dense.nbytes();
-            let like = dense.as_ndarray_like();
-            let src = like
-                .memory
-                .as_device()
-                .ok_or_else(|| Error::invalid("internal: a device copy on the host"))?;
-            let out = ctx.allocate(nbytes)?;
-            out.copy_from_device(0, &src.slice(like.offset, nbytes)?)?;
-            NDBuffer::from_memory(out, nd.shape(), nd.dtype(), Order::C)
-        }
-        _ => Ok(nd.clone()),
-    }
-}
-
-fn build_device(
-    ctx: &Context,
-    plan: &Plan,
-    t: &TensorType,
-    coords: &[u64],
-    items: &[Item],
-    pattern: &[u8],
-    schema: SchemaRef,
-) -> Result<Storage> {
-    let all = ctx.allocate(plan.total()?)?;
-    all.copy_from_host(0, &plan.coord_section(coords))?;
-    let es = plan.element.size();
-    let bytes_len = plan.rows * plan.chunk_bytes;
-    let data = all.slice(plan.data_offset, plan.data_alloc)?;
-    let staged = if plan.element == ElementType::Bool {
-        ctx.allocate(bytes_len)?
-    } else {
-        data.slice(0, bytes_len)?
-    };
-    for (i, item) in items.iter().enumerate() {
-        write_chunk(
-            &mut MemMut::Device(&staged),
-            i * plan.chunk_bytes,
-            item,
-            t.shape(),
-            es,
-            pattern,
-        )?;
-    }
-    if plan.element == ElementType::Bool {
-        bits::pack_bits(&staged, &data)?;
-    }
-    let parts = plan.parts(t, |off, len| all.slice(off, len))?;
-    let columns = parts
-        .into_iter()
-        .map(|p| {
-            p.validate()?;
-            Ok(DeviceArray::from_parts(p))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let tensors = DeviceTensorArray::from_device(schema.field(plan.ndim), &columns[plan.ndim])?;
-    let batch = DeviceRecordBatch::from_device_columns(schema, plan.rows, columns, all);
-    Ok(Storage::Device { batch, tensors })
 }

@@ -1,15 +1,27 @@
-//! [`Memory`]: host or device bytes, the one value behind [`Buffer`](super::Buffer) and
-//! [`NDBuffer`](super::NDBuffer), and the dispatch of the element-wise primitives to
-//! the host ([`host_ops`](super::host_ops)) or the device (`cuda::kernels::ops`).
+//! Host-or-device memory as one value, and its primitive operations.
+//!
+//! This layer sits between `cuda` (below: the driver, device buffers, kernels) and
+//! `zarr` + `arrow` (above), and imports only `cuda`, `element` and `error`:
+//!
+//! * [`Memory`]: host or device bytes, the one value behind zarr's
+//!   [`Buffer`](crate::zarr::Buffer) and [`NDBuffer`](crate::zarr::NDBuffer) and
+//!   Arrow's chunk batches;
+//! * crate-private: its views for the primitives (`MemRef`, `MemMut`), where memory
+//!   lives (`Place`), the `prim` dispatch of the element-wise primitives to the host
+//!   ([`host_ops`]) or the device (`cuda::kernels::ops`), and `zeroed_vec`;
+//! * crate-private: bit packing of booleans (`pack_bits`, `unpack_bits`; Arrow's bitmap
+//!   layout), on the host or with the `bits` kernels;
+//! * [`host_ops`]: the CPU twins of the device kernels (numpy's semantics on the host).
 
 use std::fmt;
 
 use bytes::{Bytes, BytesMut};
 
-use super::dtype::ElementType;
-use super::host_ops::{self, EqualMode};
-use crate::cuda::kernels::ops;
+pub mod host_ops;
+
+use crate::cuda::kernels::{bits, ops};
 use crate::cuda::{Context, DeviceBuffer, HostBuffer};
+use crate::element::{ElementType, EqualMode};
 use crate::error::{Error, Result, check_range};
 
 /// Bytes on the host or on a CUDA device.
@@ -19,7 +31,7 @@ use crate::error::{Error, Result, check_range};
 /// [`DeviceBuffer`]. Cloning either is zero-copy.
 ///
 /// ```
-/// use devbuf::zarr::Memory;
+/// use devbuf::memory::Memory;
 /// let m = Memory::from(vec![1u8, 2, 3]);
 /// assert!(m.is_host());
 /// assert_eq!(m.len(), 3);
@@ -229,6 +241,47 @@ pub(crate) fn zeroed_vec(n: usize) -> Result<Vec<u8>> {
     Ok(unsafe { Vec::from_raw_parts(p, n, n) })
 }
 
+/// Booleans (bytes, non-zero is true) bit-packed into an Arrow bitmap (least significant
+/// bit first) of `bytes.len().div_ceil(8)` bytes, where they live: one host pass or one
+/// kernel.
+pub(crate) fn pack_bits(bytes: &Memory) -> Result<Memory> {
+    match bytes {
+        Memory::Host(b) => {
+            let mut out = zeroed_vec(b.len().div_ceil(8))?;
+            host_ops::pack_bits(b, &mut out);
+            Ok(Memory::from(out))
+        }
+        Memory::Device(d) => {
+            let n = d.len();
+            let packed = d.context().allocate(bits::packed_words_bytes(n))?;
+            bits::pack_bits(d, &packed)?;
+            Ok(Memory::Device(packed.slice(0, n.div_ceil(8))?))
+        }
+    }
+}
+
+/// Booleans `start .. start + count` of the bitmap `bits` as bytes (0 or 1), where
+/// they live.
+pub(crate) fn unpack_bits(bits: &Memory, start: usize, count: usize) -> Result<Memory> {
+    let end = start
+        .checked_add(count)
+        .ok_or_else(|| Error::invalid("boolean range overflows"))?;
+    if bits.len() < end.div_ceil(8) {
+        return Err(Error::invalid(format!(
+            "booleans {start}..{end} lie past the bitmap of {} bytes",
+            bits.len()
+        )));
+    }
+    match bits {
+        Memory::Host(b) => Ok(Memory::from(host_ops::unpack_bits(b, start, count))),
+        Memory::Device(d) => {
+            let out = d.context().allocate(count)?;
+            bits::unpack_bits(d, start, &out)?;
+            Ok(Memory::Device(out))
+        }
+    }
+}
+
 /// Where memory lives: the host, or one device context.
 #[derive(Clone, Debug)]
 pub(crate) enum Place {
@@ -364,9 +417,9 @@ pub(crate) mod prim {
                 }
                 ops::cast(
                     &s.slice(src_offset, sl)?,
-                    host_ops::kind(src_kind),
+                    src_kind,
                     &d.slice(dst_offset, dl)?,
-                    host_ops::kind(dst_kind),
+                    dst_kind,
                 )
             }
             _ => Err(mixed("cast")),
@@ -452,11 +505,7 @@ pub(crate) mod prim {
                 if len == 0 {
                     return Ok(true);
                 }
-                let mode = match mode {
-                    EqualMode::Bitwise => ops::EqualMode::Bitwise,
-                    EqualMode::Numeric { equal_nan } => ops::EqualMode::Numeric { equal_nan },
-                };
-                ops::all_equal(&d.slice(offset, len)?, host_ops::kind(t), value, mode)
+                ops::all_equal(&d.slice(offset, len)?, t, value, mode)
             }
         }
     }
