@@ -1,4 +1,27 @@
 //! [`DeviceBuffer`]: a shared device allocation plus an offset and a length.
+//!
+//! # Ownership: the buffer frees through its owner
+//!
+//! A [`DeviceBuffer`] is `Arc<Allocation> + offset + len`. An [`Allocation`] is the
+//! context, the base address, the size and a [`DeviceOwner`]: a trait object that knows
+//! how the memory is released and what it may be used for, as arrow-buffer's
+//! `Deallocation::Custom(Arc<dyn Allocation>)` does for host memory. When the last buffer
+//! drops, the allocation calls [`DeviceOwner::release`] without knowing what the owner is.
+//! The owners live beside the code that makes the memory:
+//!
+//! * [`NoMemory`] (here): an empty allocation; nothing to release.
+//! * [`MemAlloc`] (here): `cuMemAlloc` by [`Context::allocate`]; freed with `cuMemFree`.
+//! * [`ForeignOwner`] (here): a [`Context::view`] of someone else's memory; the owner value
+//!   is kept alive and dropped with the allocation.
+//! * the pool's owner (`mempool.rs`): `cuMemFreeAsync` on the allocating stream.
+//! * the IPC mapping's owner (`ipc/registry.rs`): `cuIpcCloseMemHandle` and the
+//!   open-mappings registry.
+//!
+//! Questions other modules ask about the memory (is it devbuf's? pooled? how may it be
+//! exported over IPC?) go to the owner too ([`DeviceOwner::ipc_export`]), so this file
+//! imports nothing from the IPC module. The byte accounting stays here: an allocation made
+//! through `Context::counted_buffer` adds its size to `bytes_allocated` and subtracts it
+//! when it drops, after the owner released the memory.
 
 use std::any::Any;
 use std::fmt;
@@ -11,34 +34,83 @@ use super::context::Context;
 use super::driver::{self, CUdeviceptr};
 use super::host::HostBuffer;
 use super::kernels;
-use super::stream::Stream;
 use crate::error::{Error, Result, check_range};
 
-/// Where the memory of an [`Allocation`] came from, and so how it is released.
-pub(crate) enum Origin {
-    /// Nothing allocated (zero bytes).
-    Empty,
-    /// `cuMemAlloc` by devbuf: freed with `cuMemFree` and counted in
-    /// [`Context::bytes_allocated`].
-    Owned,
-    /// Memory that belongs to someone else; the owner value keeps it alive.
-    #[allow(dead_code)]
-    Foreign(Box<dyn Any + Send + Sync>),
-    /// A mapping of another process's allocation opened with `cuIpcOpenMemHandle`
-    /// (`ptr` is the mapping's base): closed with `cuIpcCloseMemHandle` when the last
-    /// buffer that refers to it drops. `raw` is the 64-byte `CUipcMemHandle` it came from.
-    IpcOpened {
-        /// The `CUipcMemHandle` bytes (the key of the open-mappings registry).
-        raw: [u8; 64],
-    },
-    /// From the context's stream-ordered pool (`cuMemAllocFromPoolAsync`, see
-    /// `mempool.rs`): returned with `cuMemFreeAsync` on `stream` (the legacy default
-    /// stream when `None`), counted in [`Context::bytes_allocated`]. Cannot be exported
-    /// with `cuIpcGetMemHandle`.
-    Pooled {
-        /// The stream the allocation and its free are ordered on.
-        stream: Option<Stream>,
-    },
+/// How an allocation's memory may be exported over legacy CUDA IPC (asked by
+/// `DeviceBuffer::export_ipc`).
+pub(crate) enum IpcExport {
+    /// The whole allocation came from `cuMemAlloc`: export its base address.
+    Allocation,
+    /// Memory devbuf did not allocate: ask the driver whether and how it can be exported.
+    AskDriver,
+    /// The memory is already a mapping of this `CUipcMemHandle` (64 bytes): export it again.
+    Handle([u8; 64]),
+    /// Cannot be exported; the reason, for the error message.
+    Refused(&'static str),
+}
+
+/// The owner of an [`Allocation`]'s memory: releases it when the last buffer drops, and
+/// answers what the memory may be used for. See the opening comment of this file.
+pub(crate) trait DeviceOwner: Send + Sync {
+    /// Releases `size` bytes at `ptr` of `ctx`; called once, from the drop of the last
+    /// buffer that refers to the allocation. Failures cannot be reported (drop).
+    fn release(&self, ctx: &Context, ptr: CUdeviceptr, size: usize);
+    /// Whether devbuf allocated this memory ([`DeviceBuffer::is_owned`]).
+    fn is_owned(&self) -> bool;
+    /// Whether the memory comes from the context's stream-ordered pool.
+    fn is_pooled(&self) -> bool {
+        false
+    }
+    /// How the memory may be exported over legacy CUDA IPC.
+    fn ipc_export(&self) -> IpcExport;
+}
+
+/// The owner of an empty allocation (zero bytes, nothing allocated).
+pub(crate) struct NoMemory;
+
+impl DeviceOwner for NoMemory {
+    fn release(&self, _: &Context, _: CUdeviceptr, _: usize) {}
+    fn is_owned(&self) -> bool {
+        true
+    }
+    fn ipc_export(&self) -> IpcExport {
+        IpcExport::Refused("a non-empty buffer over an empty allocation cannot be exported")
+    }
+}
+
+/// `cuMemAlloc` memory allocated by devbuf ([`Context::allocate`]): freed with
+/// `cuMemFree`.
+pub(crate) struct MemAlloc;
+
+impl DeviceOwner for MemAlloc {
+    fn release(&self, ctx: &Context, ptr: CUdeviceptr, _: usize) {
+        // A failure here cannot be reported (drop); the context stays usable.
+        if ctx.bind().is_ok() {
+            // Safety: `ptr` came from cuMemAlloc in this context, and this is the drop of
+            // its last reference (all buffers hold an Arc to the allocation).
+            let _ = unsafe { driver::mem_free(ptr) };
+        }
+    }
+    fn is_owned(&self) -> bool {
+        true
+    }
+    fn ipc_export(&self) -> IpcExport {
+        IpcExport::Allocation
+    }
+}
+
+/// Memory that belongs to someone else ([`Context::view`]): the owner value keeps it
+/// alive and is dropped with the allocation.
+pub(crate) struct ForeignOwner(#[allow(dead_code)] pub(crate) Box<dyn Any + Send + Sync>);
+
+impl DeviceOwner for ForeignOwner {
+    fn release(&self, _: &Context, _: CUdeviceptr, _: usize) {}
+    fn is_owned(&self) -> bool {
+        false
+    }
+    fn ipc_export(&self) -> IpcExport {
+        IpcExport::AskDriver
+    }
 }
 
 /// One device allocation (or foreign range), shared by every buffer that slices it.
@@ -46,38 +118,39 @@ pub(crate) struct Allocation {
     pub(crate) ctx: Context,
     pub(crate) ptr: CUdeviceptr,
     pub(crate) size: usize,
-    pub(crate) origin: Origin,
+    /// Releases the memory and answers what it may be used for.
+    pub(crate) owner: Box<dyn DeviceOwner>,
+    /// Whether `size` was added to the context's `bytes_allocated` (subtracted on drop).
+    pub(crate) counted: bool,
+}
+
+impl Allocation {
+    /// An allocation of `size` bytes at `ptr` released by `owner`, not counted in
+    /// `bytes_allocated` (see `Context::counted_buffer` for counted ones).
+    pub(crate) fn new(
+        ctx: &Context,
+        ptr: CUdeviceptr,
+        size: usize,
+        owner: Box<dyn DeviceOwner>,
+    ) -> Allocation {
+        Allocation {
+            ctx: ctx.clone(),
+            ptr,
+            size,
+            owner,
+            counted: false,
+        }
+    }
 }
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        if let Origin::Pooled { stream } = &self.origin {
-            if self.ctx.bind().is_ok() {
-                let s = stream.as_ref().map_or(std::ptr::null_mut(), |s| s.raw());
-                // Safety: `ptr` came from the context's pool and this is the last
-                // reference to it; devbuf's asynchronous copies hold a reference until
-                // they complete, and work queued later on `s` cannot reach it.
-                let _ = unsafe { driver::transfer::mem_free_async(self.ptr, s) };
-            }
+        self.owner.release(&self.ctx, self.ptr, self.size);
+        if self.counted {
             self.ctx
                 .inner
                 .bytes_allocated
                 .fetch_sub(self.size, Ordering::SeqCst);
-        }
-        if let Origin::Owned = self.origin {
-            // A failure here cannot be reported (drop); the context stays usable.
-            if self.ctx.bind().is_ok() {
-                // Safety: `ptr` came from cuMemAlloc in this context, and this is the
-                // last reference to the allocation (all buffers hold an Arc to it).
-                let _ = unsafe { driver::mem_free(self.ptr) };
-            }
-            self.ctx
-                .inner
-                .bytes_allocated
-                .fetch_sub(self.size, Ordering::SeqCst);
-        }
-        if let Origin::IpcOpened { raw } = &self.origin {
-            super::ipc::close_mapping(&self.ctx, self.ptr, raw);
         }
     }
 }
@@ -201,10 +274,7 @@ impl DeviceBuffer {
     /// Whether devbuf allocated this memory (as opposed to a [`Context::view`] of
     /// someone else's).
     pub fn is_owned(&self) -> bool {
-        matches!(
-            self.alloc.origin,
-            Origin::Owned | Origin::Empty | Origin::Pooled { .. }
-        )
+        self.alloc.owner.is_owned()
     }
 
     /// Whether this memory comes from the context's stream-ordered pool
@@ -217,7 +287,7 @@ impl DeviceBuffer {
     /// # Ok::<(), devbuf::Error>(())
     /// ```
     pub fn is_pooled(&self) -> bool {
-        matches!(self.alloc.origin, Origin::Pooled { .. })
+        self.alloc.owner.is_pooled()
     }
 
     /// True when no other handle can see this memory: the only handle to a mutable
@@ -225,7 +295,8 @@ impl DeviceBuffer {
     /// that promise value semantics (the zarr layer's copy-on-write) check this.
     pub(crate) fn is_exclusive(&self) -> bool {
         self.mutable
-            && matches!(self.alloc.origin, Origin::Owned | Origin::Empty)
+            && self.alloc.owner.is_owned()
+            && !self.alloc.owner.is_pooled()
             && Arc::strong_count(&self.alloc) == 1
     }
 

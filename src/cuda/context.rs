@@ -7,7 +7,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::buffer::{Allocation, DeviceBuffer, Origin};
+use super::buffer::{Allocation, DeviceBuffer, DeviceOwner, ForeignOwner, MemAlloc, NoMemory};
 use super::driver::{self, CUcontext, CUdevice, DeviceAttr};
 use super::host::HostBuffer;
 use super::kernels::KernelCache;
@@ -384,17 +384,12 @@ impl Context {
             first = driver::mem_alloc(nbytes);
         }
         let ptr = first.map_err(|e| self.allocation_error(nbytes, e))?;
-        Ok(self.counted_buffer(ptr, nbytes, Origin::Owned))
+        Ok(self.counted_buffer(ptr, nbytes, Box::new(MemAlloc)))
     }
 
     /// A buffer of no bytes (nothing allocated).
     pub(crate) fn empty_buffer(&self) -> DeviceBuffer {
-        DeviceBuffer::from_allocation(Arc::new(Allocation {
-            ctx: self.clone(),
-            ptr: 0,
-            size: 0,
-            origin: Origin::Empty,
-        }))
+        DeviceBuffer::from_allocation(Arc::new(Allocation::new(self, 0, 0, Box::new(NoMemory))))
     }
 
     /// The error of a failed allocation of `nbytes`: the driver's out-of-memory error
@@ -414,17 +409,20 @@ impl Context {
     }
 
     /// Wraps `nbytes > 0` just allocated at `ptr` (owned or pooled), counting them in
-    /// [`bytes_allocated`](Self::bytes_allocated) until the allocation drops.
-    pub(crate) fn counted_buffer(&self, ptr: u64, nbytes: usize, origin: Origin) -> DeviceBuffer {
+    /// [`bytes_allocated`](Self::bytes_allocated) until the allocation drops (after
+    /// `owner` released the memory).
+    pub(crate) fn counted_buffer(
+        &self,
+        ptr: u64,
+        nbytes: usize,
+        owner: Box<dyn DeviceOwner>,
+    ) -> DeviceBuffer {
         self.inner
             .bytes_allocated
             .fetch_add(nbytes, Ordering::SeqCst);
-        DeviceBuffer::from_allocation(Arc::new(Allocation {
-            ctx: self.clone(),
-            ptr,
-            size: nbytes,
-            origin,
-        }))
+        let mut alloc = Allocation::new(self, ptr, nbytes, owner);
+        alloc.counted = true;
+        DeviceBuffer::from_allocation(Arc::new(alloc))
     }
 
     /// Allocates `nbytes` of device memory set to zero.
@@ -488,12 +486,12 @@ impl Context {
             let off = (address - info.range_start) as usize;
             check_range("view", off, len, info.range_size)?;
         }
-        Ok(DeviceBuffer::from_allocation(Arc::new(Allocation {
-            ctx: self.clone(),
-            ptr: address,
-            size: len,
-            origin: Origin::Foreign(Box::new(owner)),
-        })))
+        Ok(DeviceBuffer::from_allocation(Arc::new(Allocation::new(
+            self,
+            address,
+            len,
+            Box::new(ForeignOwner(Box::new(owner))),
+        ))))
     }
 
     /// Number of milliseconds between two points, measured with CUDA events around

@@ -13,10 +13,10 @@
 
 use std::sync::{Mutex, OnceLock};
 
-use super::buffer::{DeviceBuffer, Origin};
+use super::buffer::{DeviceBuffer, DeviceOwner, IpcExport};
 use super::context::Context;
 use super::driver::transfer::{self as dt, CUmemoryPool, PoolAttr};
-use super::driver::{self, CUstream};
+use super::driver::{self, CUdeviceptr, CUstream};
 use super::stream::Stream;
 use crate::error::{Error, Result};
 
@@ -119,6 +119,41 @@ pub struct DevicePoolStats {
     pub used_high_water_bytes: u64,
 }
 
+/// The owner of memory from the context's pool (`cuMemAllocFromPoolAsync`): returned
+/// with `cuMemFreeAsync` on `stream` (the legacy default stream when `None`). Cannot be
+/// exported with `cuIpcGetMemHandle`.
+struct PoolOwner {
+    /// The stream the allocation and its free are ordered on.
+    stream: Option<Stream>,
+}
+
+impl DeviceOwner for PoolOwner {
+    fn release(&self, ctx: &Context, ptr: CUdeviceptr, _: usize) {
+        if ctx.bind().is_ok() {
+            let s = self
+                .stream
+                .as_ref()
+                .map_or(std::ptr::null_mut(), |s| s.raw());
+            // Safety: `ptr` came from the context's pool and this is the drop of its last
+            // reference; devbuf's asynchronous copies hold a reference until they
+            // complete, and work queued later on `s` cannot reach it.
+            let _ = unsafe { dt::mem_free_async(ptr, s) };
+        }
+    }
+    fn is_owned(&self) -> bool {
+        true
+    }
+    fn is_pooled(&self) -> bool {
+        true
+    }
+    fn ipc_export(&self) -> IpcExport {
+        IpcExport::Refused(
+            "the memory comes from the stream-ordered pool (Context::allocate_pooled), which \
+             legacy CUDA IPC cannot share; allocate it with Context::allocate to export it",
+        )
+    }
+}
+
 impl Context {
     fn pooled(&self, nbytes: usize, stream: Option<&Stream>) -> Result<DeviceBuffer> {
         if let Some(s) = stream {
@@ -141,9 +176,9 @@ impl Context {
         Ok(self.counted_buffer(
             ptr,
             nbytes,
-            Origin::Pooled {
+            Box::new(PoolOwner {
                 stream: stream.cloned(),
-            },
+            }),
         ))
     }
 

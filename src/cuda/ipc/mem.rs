@@ -355,8 +355,8 @@ impl DeviceBuffer {
             return Ok(IpcMemHandle::empty(dev, !self.is_mutable()));
         }
         let alloc = self.allocation();
-        let (raw, base, size) = match &alloc.origin {
-            Origin::Owned => {
+        let (raw, base, size) = match alloc.owner.ipc_export() {
+            IpcExport::Allocation => {
                 if let Some(raw) = exported_raw(alloc) {
                     (raw, alloc.ptr, alloc.size)
                 } else {
@@ -372,8 +372,8 @@ impl DeviceBuffer {
                     (raw, alloc.ptr, alloc.size)
                 }
             }
-            Origin::IpcOpened { raw } => (*raw, alloc.ptr, alloc.size),
-            Origin::Foreign(_) => {
+            IpcExport::Handle(raw) => (raw, alloc.ptr, alloc.size),
+            IpcExport::AskDriver => {
                 ctx.bind()?;
                 let info = driver::pointer_info(alloc.ptr)?;
                 if !info.is_device_memory {
@@ -397,17 +397,12 @@ impl DeviceBuffer {
                 register_export(raw, alloc, info.range_start);
                 (raw, info.range_start, info.range_size)
             }
-            Origin::Pooled { .. } => {
+            IpcExport::Refused(why) => {
                 return Err(Error::invalid(format!(
-                    "cannot export {} bytes at {:#x} over CUDA IPC: the memory comes from the                      stream-ordered pool (Context::allocate_pooled), which legacy CUDA IPC                      cannot share; allocate it with Context::allocate to export it",
+                    "cannot export {} bytes at {:#x} over CUDA IPC: {why}",
                     self.len(),
                     self.address()
                 )));
-            }
-            Origin::Empty => {
-                return Err(Error::invalid(
-                    "a non-empty buffer over an empty allocation cannot be exported",
-                ));
             }
         };
         let offset = self.address() - base;
@@ -512,12 +507,12 @@ impl Context {
                     ));
                 }
             };
-            let alloc = Arc::new(Allocation {
-                ctx: self.clone(),
-                ptr: base,
+            let alloc = Arc::new(Allocation::new(
+                self,
+                base,
                 size,
-                origin: Origin::IpcOpened { raw: handle.raw },
-            });
+                Box::new(IpcMapping { raw: handle.raw }),
+            ));
             reg.opened.insert(key, Arc::downgrade(&alloc));
             drop(reg);
             // On a range error `alloc` drops here, which closes the mapping.

@@ -72,7 +72,6 @@ pub mod testing;
 
 pub use event::IpcEventHandle;
 pub use mem::IpcMemHandle;
-pub(crate) use registry::close_mapping;
 #[allow(unused_imports)]
 use {event::*, mem::*, registry::*};
 
@@ -80,7 +79,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
-use super::buffer::{Allocation, DeviceBuffer, Origin};
+use super::buffer::{Allocation, DeviceBuffer, DeviceOwner, IpcExport};
 use super::context::{Context, format_uuid};
 use super::driver::{self, CUdeviceptr, ipc as dipc};
 use super::stream::{Event, EventFlags};

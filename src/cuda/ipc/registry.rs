@@ -88,8 +88,28 @@ pub(super) fn lookup_export(h: &IpcMemHandle, ctx: &Context) -> Option<DeviceBuf
     found.map(|(offset, a)| DeviceBuffer::from_parts(a, offset, h.len as usize, !h.read_only))
 }
 
-/// Closes a mapping opened by [`Context::open_ipc`] (from `Allocation::drop`).
-pub(crate) fn close_mapping(ctx: &Context, ptr: CUdeviceptr, raw: &[u8; RAW]) {
+/// The owner of a mapping of another process's allocation opened with
+/// `cuIpcOpenMemHandle` by [`Context::open_ipc`] (the allocation's `ptr` is the mapping's
+/// base): closed with `cuIpcCloseMemHandle` when the last buffer that refers to it drops.
+pub(super) struct IpcMapping {
+    /// The `CUipcMemHandle` bytes it came from (the key of the open-mappings registry).
+    pub(super) raw: [u8; RAW],
+}
+
+impl DeviceOwner for IpcMapping {
+    fn release(&self, ctx: &Context, ptr: CUdeviceptr, _: usize) {
+        close_mapping(ctx, ptr, &self.raw);
+    }
+    fn is_owned(&self) -> bool {
+        false
+    }
+    fn ipc_export(&self) -> IpcExport {
+        IpcExport::Handle(self.raw)
+    }
+}
+
+/// Closes a mapping opened by [`Context::open_ipc`] (from [`IpcMapping`]'s release).
+fn close_mapping(ctx: &Context, ptr: CUdeviceptr, raw: &[u8; RAW]) {
     let mut reg = registry();
     if ctx.bind().is_ok() {
         // Safety: `ptr` is the base address cuIpcOpenMemHandle returned for this
