@@ -147,27 +147,33 @@ fn run() -> Result<()> {
     // fill
     let pattern = 1.5f32.to_le_bytes();
     let k = time_on(&ctx, &stream, runs, || {
-        ops::fill_on(&stream, &scratch, &pattern)
+        ops::fill(&scratch, &pattern, Some(&stream))
     })?;
-    let c = time_call(&ctx, runs, || ops::fill(&scratch, &pattern))?;
+    let c = time_call(&ctx, runs, || ops::fill(&scratch, &pattern, None))?;
     check(
-        ops::all_equal(&scratch, ElementType::Float32, &pattern, EqualMode::Bitwise)?,
+        ops::all_equal(
+            &scratch,
+            ElementType::Float32,
+            &pattern,
+            EqualMode::Bitwise,
+            None,
+        )?,
         "fill",
     )?;
     rows.push(("fill f32".into(), bytes, k, Some(c)));
 
     // astype f32 -> f64
     let k = time_on(&ctx, &stream, runs, || {
-        ops::cast_on(
-            &stream,
+        ops::cast(
             &a,
             ElementType::Float32,
             &wide,
             ElementType::Float64,
+            Some(&stream),
         )
     })?;
     let c = time_call(&ctx, runs, || {
-        ops::cast(&a, ElementType::Float32, &wide, ElementType::Float64)
+        ops::cast(&a, ElementType::Float32, &wide, ElementType::Float64, None)
     })?;
     for idx in [0usize, 12345, n * n - 1]
         .into_iter()
@@ -183,10 +189,10 @@ fn run() -> Result<()> {
     let t_src = [4isize, row];
     let t_dst = [row, 4isize];
     let k = time_on(&ctx, &stream, runs, || {
-        ops::strided_copy_on(&stream, &a, 0, &t_src, &b, 0, &t_dst, &[n, n], 4)
+        ops::strided_copy(&a, 0, &t_src, &b, 0, &t_dst, &[n, n], 4, Some(&stream))
     })?;
     let c = time_call(&ctx, runs, || {
-        ops::strided_copy(&a, 0, &t_src, &b, 0, &t_dst, &[n, n], 4)
+        ops::strided_copy(&a, 0, &t_src, &b, 0, &t_dst, &[n, n], 4, None)
     })?;
     for (i, j) in [(0usize, 1usize), (5, 7), (1000, 33), (n - 1, n - 2)]
         .into_iter()
@@ -205,10 +211,10 @@ fn run() -> Result<()> {
     let g_dst = [((n - 2) * 4) as isize, 4isize];
     let shape = [n / 2, n - 2];
     let k = time_on(&ctx, &stream, runs, || {
-        ops::strided_copy_on(&stream, &a, 4, &g_src, &sub, 0, &g_dst, &shape, 4)
+        ops::strided_copy(&a, 4, &g_src, &sub, 0, &g_dst, &shape, 4, Some(&stream))
     })?;
     let c = time_call(&ctx, runs, || {
-        ops::strided_copy(&a, 4, &g_src, &sub, 0, &g_dst, &shape, 4)
+        ops::strided_copy(&a, 4, &g_src, &sub, 0, &g_dst, &shape, 4, None)
     })?;
     for (i, j) in [(0usize, 0usize), (3, 5), (100, n - 3)]
         .into_iter()
@@ -232,22 +238,28 @@ fn run() -> Result<()> {
     ));
 
     // all_equal (answer true: every element is compared)
-    ops::fill(&scratch, &pattern)?;
+    ops::fill(&scratch, &pattern, None)?;
     let k = time_on(&ctx, &stream, runs, || {
         check(
-            ops::all_equal_on(
-                &stream,
+            ops::all_equal(
                 &scratch,
                 ElementType::Float32,
                 &pattern,
                 EqualMode::Bitwise,
+                Some(&stream),
             )?,
             "all_equal",
         )
     })?;
     let c = time_call(&ctx, runs, || {
         check(
-            ops::all_equal(&scratch, ElementType::Float32, &pattern, EqualMode::Bitwise)?,
+            ops::all_equal(
+                &scratch,
+                ElementType::Float32,
+                &pattern,
+                EqualMode::Bitwise,
+                None,
+            )?,
             "all_equal",
         )
     })?;
@@ -255,9 +267,9 @@ fn run() -> Result<()> {
 
     // byteswap in place, 4-byte elements
     let k = time_on(&ctx, &stream, runs, || {
-        ops::byteswap_on(&stream, &scratch, 4)
+        ops::byteswap(&scratch, 4, Some(&stream))
     })?;
-    let c = time_call(&ctx, runs, || ops::byteswap(&scratch, 4))?;
+    let c = time_call(&ctx, runs, || ops::byteswap(&scratch, 4, None))?;
     rows.push(("byteswap 4-byte".into(), 2 * bytes, k, Some(c)));
 
     let base = gbs(2 * bytes, d2d);

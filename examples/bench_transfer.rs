@@ -960,12 +960,12 @@ fn section_alloc(b: &mut Bench, ctx: &Context, raw: &Raw) -> devbuf::Result<()> 
     println!("\n## Allocation: allocate + drop, microseconds per pair\n");
     println!("| size | allocate (cuMemAlloc) | allocate_pooled | raw cuMemAlloc + cuMemFree |");
     println!("|---|---|---|---|");
-    let pooled_ok = ctx.allocate_pooled(1).is_ok();
+    let pooled_ok = ctx.allocate_pooled(1, None).is_ok();
     for n in [4 * KIB, 64 * KIB, MIB, 16 * MIB] {
         let reps = if b.quick { 200 } else { 2000 };
         let plain = time_it(reps, || ctx.allocate(n).map(drop));
         let pooled = if pooled_ok {
-            time_it(reps, || ctx.allocate_pooled(n).map(drop))
+            time_it(reps, || ctx.allocate_pooled(n, None).map(drop))
         } else {
             f64::NAN
         };

@@ -192,7 +192,7 @@ fn run_one(
     let zero_copy = if let Some(d) = batch.device_record_batch() {
         let col = d.column_by_name(CHUNK_COLUMN).ok_or("no chunk column")?;
         let (mut c_array, schema) = export_device_array(col, SyncEvent::DefaultStream)?;
-        let imported = import_device_array(&mut c_array, &schema)?;
+        let imported = import_device_array(&mut c_array, &schema, None)?;
         let a: Vec<u64> = col.all_buffers().iter().map(|b| b.address()).collect();
         let b: Vec<u64> = imported.all_buffers().iter().map(|b| b.address()).collect();
         a == b

@@ -189,7 +189,7 @@ fn importing_twice_or_a_released_array_is_an_error() {
         assert!(e.to_string().contains("released"), "{e}");
         let e = import_array(&mut c_array, &c_schema).unwrap_err();
         assert!(e.to_string().contains("released"), "{e}");
-        let e = import_device_array(&mut c_array, &c_schema).unwrap_err();
+        let e = import_device_array(&mut c_array, &c_schema, None).unwrap_err();
         assert!(e.to_string().contains("released"), "{e}");
     }
     assert_eq!(c.released_since(), 0, "failed imports released nothing");
@@ -627,7 +627,7 @@ fn malformed_producers_are_errors_and_released_once() {
         ARROW_DEVICE_CUDA,
         0,
     );
-    let e = import_device_array(&mut cuda, &schema(DataType::Int32)).unwrap_err();
+    let e = import_device_array(&mut cuda, &schema(DataType::Int32), None).unwrap_err();
     if devbuf::cuda::is_available() {
         assert!(e.to_string().contains("not device memory"), "{e}");
     } else {
@@ -640,7 +640,7 @@ fn malformed_producers_are_errors_and_released_once() {
         ARROW_DEVICE_CUDA,
         -2,
     );
-    let e = import_device_array(&mut cuda, &schema(DataType::Int32)).unwrap_err();
+    let e = import_device_array(&mut cuda, &schema(DataType::Int32), None).unwrap_err();
     assert!(e.to_string().contains("device_id -2"), "{e}");
     assert_eq!(PRODUCER_RELEASES.load(Ordering::SeqCst) - before, 2);
 }
@@ -698,7 +698,7 @@ fn unsupported_device_types_leave_the_structure_untouched() {
         for e in [
             import_host_array(&mut c_array, &c_schema).unwrap_err(),
             import_array(&mut c_array, &c_schema).unwrap_err(),
-            import_device_array(&mut c_array, &c_schema).unwrap_err(),
+            import_device_array(&mut c_array, &c_schema, None).unwrap_err(),
         ] {
             let msg = e.to_string();
             assert!(msg.contains("unsupported device type"), "{msg}");
@@ -712,7 +712,7 @@ fn unsupported_device_types_leave_the_structure_untouched() {
     }
     // A CPU array offered to the CUDA importer is the same kind of error.
     let (mut c_array, c_schema) = export_host_array(&a).unwrap();
-    let e = import_device_array(&mut c_array, &c_schema).unwrap_err();
+    let e = import_device_array(&mut c_array, &c_schema, None).unwrap_err();
     assert!(e.to_string().contains("CPU (1)"), "{e}");
     assert!(e.to_string().contains("CUDA (2)"), "{e}");
     assert!(!c_array.is_released());
@@ -728,7 +728,7 @@ fn view_types_are_refused_for_cuda_naming_the_type() {
             (*(&mut c_array as *mut ArrowDeviceArray).cast::<RawDeviceArray>()).device_type =
                 ARROW_DEVICE_CUDA;
         }
-        let e = import_device_array(&mut c_array, &c_schema).unwrap_err();
+        let e = import_device_array(&mut c_array, &c_schema, None).unwrap_err();
         assert!(
             e.to_string().contains(&a.data_type().to_string()),
             "{name}: {e}"
@@ -927,7 +927,7 @@ fn device_stream_import_refuses_cpu_streams() {
     let _g = serial();
     let (schema, parts) = batches();
     let mut stream = export_host_stream(schema, parts.into_iter().map(Ok));
-    let e = import_device_stream(&mut stream).unwrap_err();
+    let e = import_device_stream(&mut stream, None).unwrap_err();
     assert!(
         e.to_string().contains("unsupported device type CPU (1)"),
         "{e}"

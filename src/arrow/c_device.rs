@@ -10,7 +10,7 @@
 //! | direction | CUDA (2) | CUDA_HOST (3) | CPU (1) |
 //! |---|---|---|---|
 //! | export | [`export_device_array`] ([`DeviceArray`](crate::arrow::DeviceArray)) | [`export_pinned_array`] (arrow-rs array in page-locked memory) | [`export_host_array`] (arrow-rs array) |
-//! | import | [`import_device_array`], [`import_device_array_on`] → `DeviceArray` | [`import_host_array`] → `ArrayRef` | [`import_host_array`] → `ArrayRef` |
+//! | import | [`import_device_array`] → `DeviceArray` | [`import_host_array`] → `ArrayRef` | [`import_host_array`] → `ArrayRef` |
 //! | streams | [`export_device_stream`], [`import_device_stream`] | [`import_host_stream`] | [`export_host_stream`], [`import_host_stream`] |
 //!
 //! [`import_array`] takes any of the three and says which it was.
@@ -40,8 +40,8 @@
 //!   your own with [`SyncEvent::Stream`]; or none ([`SyncEvent::None`]) when the data
 //!   is known complete. The event lives until the base structure is released.
 //! * Import: a consumer stream waits on the event on the device before any use of the
-//!   data: the legacy default stream, or the stream given to
-//!   [`import_device_array_on`]. The host does not block, except where devbuf itself
+//!   data: the legacy default stream, or the stream passed as `on: Some(stream)` to
+//!   [`import_device_array`] and [`import_device_stream`]. The host does not block, except where devbuf itself
 //!   must read a value (the last offset of string/binary arrays, validity bits when
 //!   `null_count` is -1): that small copy is ordered after the event. A CUDA_HOST
 //!   import waits on the host (the CPU reads the data).
@@ -100,11 +100,8 @@ pub use export::{
 };
 #[doc(hidden)]
 pub use export::{live_exports, release_count};
-pub use import::{
-    ImportedArray, import_array, import_device_array, import_device_array_on, import_host_array,
-};
+pub use import::{ImportedArray, import_array, import_device_array, import_host_array};
 pub use stream::{
     DeviceStreamReader, HostStreamReader, batch_as_struct, export_device_stream,
-    export_device_stream_on, export_host_stream, import_device_stream, import_device_stream_on,
-    import_host_stream,
+    export_host_stream, import_device_stream, import_host_stream,
 };

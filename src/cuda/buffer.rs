@@ -282,7 +282,7 @@ impl DeviceBuffer {
     ///
     /// ```no_run
     /// let ctx = devbuf::cuda::Context::new(0)?;
-    /// assert!(ctx.allocate_pooled(16)?.is_pooled());
+    /// assert!(ctx.allocate_pooled(16, None)?.is_pooled());
     /// assert!(!ctx.allocate(16)?.is_pooled());
     /// # Ok::<(), devbuf::Error>(())
     /// ```

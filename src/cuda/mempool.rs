@@ -159,7 +159,7 @@ impl Context {
         if let Some(s) = stream {
             if !s.context().same_as(self) {
                 return Err(Error::invalid(format!(
-                    "allocate_pooled_on: the stream belongs to another context (device {}) than this one (device {})",
+                    "allocate_pooled: the stream belongs to another context (device {}) than this one (device {})",
                     s.context().ordinal(),
                     self.ordinal()
                 )));
@@ -184,53 +184,45 @@ impl Context {
 
     /// Allocates `nbytes` from this context's stream-ordered memory pool: after the
     /// pool has grown, an allocation costs about a microsecond instead of a `cuMemAlloc`.
+    /// The memory is uninitialised. Pool memory cannot be exported over IPC
+    /// ([`DeviceBuffer::is_pooled`]); freed memory stays cached in the pool until
+    /// [`trim_device_pool`](Self::trim_device_pool) (or an out-of-memory error in
+    /// [`allocate`](Self::allocate), which trims it).
     ///
-    /// The allocation and, when the last handle drops, the free are ordered on the
-    /// legacy default stream — before devbuf's synchronous copies and kernels, which are
-    /// ordered after it. To use the buffer on a stream of your own, allocate with
-    /// [`allocate_pooled_on`](Self::allocate_pooled_on). The memory is uninitialised.
-    /// Pool memory cannot be exported over IPC ([`DeviceBuffer::is_pooled`]); freed
-    /// memory stays cached in the pool until [`trim_device_pool`](Self::trim_device_pool)
-    /// (or an out-of-memory error in [`allocate`](Self::allocate), which trims it).
+    /// `on`: with `None`, the allocation and, when the last handle drops, the free are
+    /// ordered on the legacy default stream — before devbuf's synchronous copies and
+    /// kernels, which are ordered after it. With `Some(stream)`, they are ordered on
+    /// `stream`: the buffer may be used by work queued on `stream` right away (other
+    /// streams: after an event), and it returns to the pool in `stream`'s order when its
+    /// last handle drops (the buffer keeps the stream alive). devbuf's synchronous
+    /// copies are not ordered after `stream`: synchronise it first, or use the
+    /// `*_async` copies on it.
     ///
     /// Errors: [`Error::CudaUnavailable`] when the device has no memory pools,
     /// [`Error::OutOfMemory`] when it is full.
     ///
     /// ```no_run
-    /// let ctx = devbuf::cuda::Context::new(0)?;
-    /// let b = ctx.allocate_pooled(4096)?;
-    /// assert!(b.is_pooled());
-    /// b.copy_from_host(0, &[1u8; 4096])?;
-    /// # Ok::<(), devbuf::Error>(())
-    /// ```
-    pub fn allocate_pooled(&self, nbytes: usize) -> Result<DeviceBuffer> {
-        self.pooled(nbytes, None)
-    }
-
-    /// Allocates `nbytes` from the pool, ordered on `stream`: the buffer may be used by
-    /// work queued on `stream` right away (other streams: after an event), and it
-    /// returns to the pool in `stream`'s order when its last handle drops (the buffer
-    /// keeps the stream alive). devbuf's synchronous copies are not ordered after
-    /// `stream`: synchronise it first, or use the `*_async` copies on it.
-    ///
-    /// ```no_run
     /// use devbuf::cuda::{Context, Stream};
     /// let ctx = Context::new(0)?;
+    /// let b = ctx.allocate_pooled(4096, None)?;
+    /// assert!(b.is_pooled());
+    /// b.copy_from_host(0, &[1u8; 4096])?;
+    ///
     /// let s = Stream::new(&ctx)?;
-    /// let b = ctx.allocate_pooled_on(1 << 20, &s)?;
+    /// let b = ctx.allocate_pooled(1 << 20, Some(&s))?;
     /// let back = b.copy_to_host_async(0, vec![0u8; 1 << 20], &s)?.wait()?;
     /// # drop(back);
     /// # Ok::<(), devbuf::Error>(())
     /// ```
-    pub fn allocate_pooled_on(&self, nbytes: usize, stream: &Stream) -> Result<DeviceBuffer> {
-        self.pooled(nbytes, Some(stream))
+    pub fn allocate_pooled(&self, nbytes: usize, on: Option<&Stream>) -> Result<DeviceBuffer> {
+        self.pooled(nbytes, on)
     }
 
     /// Sizes of the pool (all zero before the first pooled allocation).
     ///
     /// ```no_run
     /// let ctx = devbuf::cuda::Context::new(0)?;
-    /// let b = ctx.allocate_pooled(1 << 20)?;
+    /// let b = ctx.allocate_pooled(1 << 20, None)?;
     /// assert!(ctx.device_pool_stats()?.used_bytes >= 1 << 20);
     /// # drop(b);
     /// # Ok::<(), devbuf::Error>(())
@@ -255,7 +247,7 @@ impl Context {
     ///
     /// ```no_run
     /// let ctx = devbuf::cuda::Context::new(0)?;
-    /// drop(ctx.allocate_pooled(64 << 20)?);
+    /// drop(ctx.allocate_pooled(64 << 20, None)?);
     /// ctx.synchronize()?;
     /// ctx.trim_device_pool(0)?;
     /// assert_eq!(ctx.device_pool_stats()?.reserved_bytes, 0);

@@ -387,7 +387,7 @@ pub(crate) mod prim {
                 if len == 0 {
                     return Ok(());
                 }
-                ops::fill(&d.slice(offset, len)?, pattern)
+                ops::fill(&d.slice(offset, len)?, pattern, None)
             }
         }
     }
@@ -420,6 +420,7 @@ pub(crate) mod prim {
                     src_kind,
                     &d.slice(dst_offset, dl)?,
                     dst_kind,
+                    None,
                 )
             }
             _ => Err(mixed("cast")),
@@ -462,6 +463,7 @@ pub(crate) mod prim {
                     dst_strides,
                     shape,
                     elem,
+                    None,
                 )
             }
             _ => Err(mixed("strided_copy")),
@@ -483,7 +485,7 @@ pub(crate) mod prim {
                 if len == 0 || width == 1 {
                     return Ok(());
                 }
-                ops::byteswap(&d.slice(offset, len)?, width)
+                ops::byteswap(&d.slice(offset, len)?, width, None)
             }
         }
     }
@@ -505,7 +507,7 @@ pub(crate) mod prim {
                 if len == 0 {
                     return Ok(true);
                 }
-                ops::all_equal(&d.slice(offset, len)?, t, value, mode)
+                ops::all_equal(&d.slice(offset, len)?, t, value, mode, None)
             }
         }
     }

@@ -123,7 +123,7 @@ gpu_test! {
             }
             assert_eq!(addrs_of_c(c_array.array()), addrs_of_device(&d, false), "{name}: exported pointers are the device buffers");
             assert_eq!(k.live_since(), nodes as i64, "{name}");
-            let imported = import_device_array_on(&mut c_array, &c_schema, &consumer).expect(&name);
+            let imported = import_device_array(&mut c_array, &c_schema, Some(&consumer)).expect(&name);
             assert!(c_array.is_released(), "{name}");
             assert_eq!(addrs_of_device(&imported, true), addrs_of_device(&d, true), "{name}: imported buffers are the same device memory");
             assert!(imported.all_buffers().iter().all(|b| !b.is_owned()), "{name}: views of the producer's memory");
@@ -165,7 +165,7 @@ gpu_test! {
         let d = DeviceArray::try_new(DataType::Int32, len, nulls, off, Some(validity), vec![values], vec![], None).unwrap();
         let (mut c_array, schema) = export_device_array(&d, SyncEvent::DefaultStream).unwrap();
         assert_eq!((c_array.array().offset(), c_array.array().null_count()), (off as i64, nulls as i64));
-        let imported = import_device_array(&mut c_array, &schema).unwrap();
+        let imported = import_device_array(&mut c_array, &schema, None).unwrap();
         assert_eq!(imported.offset(), off);
         let want: Int32Array = (off..off + len).map(|i| (i % 4 != 1).then_some(vals[i])).collect();
         assert_eq!(imported.to_host().unwrap().as_ref(), &want as &dyn Array);
@@ -177,7 +177,7 @@ gpu_test! {
         let bytes = DeviceBuffer::from_host(&c, data.buffers()[1].as_slice()).unwrap();
         let d = DeviceArray::try_new(DataType::Utf8, 11, 0, 7, None, vec![offsets, bytes], vec![], None).unwrap();
         let (mut c_array, schema) = export_device_array(&d, SyncEvent::DefaultStream).unwrap();
-        let imported = import_device_array(&mut c_array, &schema).unwrap();
+        let imported = import_device_array(&mut c_array, &schema, None).unwrap();
         assert_eq!(imported.offset(), 7);
         let want = words.slice(7, 11);
         assert_eq!(imported.to_host().unwrap().as_ref(), &want as &dyn Array);
@@ -215,7 +215,7 @@ gpu_test_exclusive! {
             flag.store(true, Ordering::SeqCst);
             g2.open();
         });
-        let imported = import_device_array_on(&mut c_array, &schema, &consumer).unwrap();
+        let imported = import_device_array(&mut c_array, &schema, Some(&consumer)).unwrap();
         assert!(
             !opened_by_watchdog.load(Ordering::SeqCst),
             "the import blocked the host until the watchdog opened the gate"
@@ -246,7 +246,7 @@ gpu_test_exclusive! {
         copy_on_stream(&producer, &dst, &src).unwrap();
         let d = DeviceArray::try_new(DataType::Int64, vals.len(), 0, 0, None, vec![dst], vec![], None).unwrap();
         let (mut c_array, schema) = export_device_array(&d, SyncEvent::Stream(&producer)).unwrap();
-        let imported = import_device_array(&mut c_array, &schema).unwrap();
+        let imported = import_device_array(&mut c_array, &schema, None).unwrap();
         let opened = Arc::new(AtomicBool::new(false));
         let (g2, flag) = (gate.clone(), opened.clone());
         let opener = std::thread::spawn(move || {
@@ -286,7 +286,7 @@ gpu_test_exclusive! {
             flag.store(true, Ordering::SeqCst);
             g2.open();
         });
-        let imported = import_device_array_on(&mut c_array, &schema, &consumer).unwrap();
+        let imported = import_device_array(&mut c_array, &schema, Some(&consumer)).unwrap();
         // Causal, not timed: the offset read could only finish after the gate opened.
         assert!(opened.load(Ordering::SeqCst), "the offset read did not wait for the producer");
         assert_eq!(imported.buffers()[1].len(), v.len(), "values sized by the real last offset");
@@ -317,7 +317,7 @@ gpu_test! {
         // gone; devbuf's legacy-stream work is ordered anyway).
         // Safety: a child of a CUDA export: device memory of device 0.
         let mut raw = unsafe { ArrowDeviceArray::new(child, 0, ARROW_DEVICE_CUDA, std::ptr::null_mut()) };
-        let imported = import_device_array(&mut raw, &export_schema(&DataType::Utf8).unwrap()).unwrap();
+        let imported = import_device_array(&mut raw, &export_schema(&DataType::Utf8).unwrap(), None).unwrap();
         let s = structs.as_any().downcast_ref::<StructArray>().unwrap();
         assert_eq!(imported.to_host().unwrap().as_ref(), s.column(1).as_ref());
         assert_eq!(imported.buffers()[0].address(), d.children()[1].buffers()[0].address());
@@ -336,8 +336,8 @@ gpu_test! {
 
         let k = counts();
         let (mut a, _) = export_device_array(&d, SyncEvent::DefaultStream).unwrap();
-        let first = import_device_array(&mut a, &schema).unwrap();
-        let e = import_device_array(&mut a, &schema).unwrap_err();
+        let first = import_device_array(&mut a, &schema, None).unwrap();
+        let e = import_device_array(&mut a, &schema, None).unwrap_err();
         assert!(e.to_string().contains("released"), "{e}");
         drop(first);
         assert_eq!(k.released_since(), 1);
@@ -345,14 +345,14 @@ gpu_test! {
         let count = cuda::device_count();
         let (mut a, _) = export_device_array(&d, SyncEvent::DefaultStream).unwrap();
         a.set_device_id(count as i64);
-        let e = import_device_array(&mut a, &schema).unwrap_err();
+        let e = import_device_array(&mut a, &schema, None).unwrap_err();
         assert!(e.to_string().contains(&format!("device ordinal {count} does not exist")), "{e}");
         assert_eq!(k.released_since(), 2, "released on error");
 
         // A length the buffers cannot hold: the driver's range check refuses it.
         let (mut a, _) = export_device_array(&d, SyncEvent::DefaultStream).unwrap();
         raw_mut(&mut a).length = 1 << 40;
-        let e = import_device_array(&mut a, &schema).unwrap_err();
+        let e = import_device_array(&mut a, &schema, None).unwrap_err();
         assert!(e.to_string().contains("out of bounds"), "{e}");
         assert_eq!(k.released_since(), 3);
 
@@ -361,7 +361,7 @@ gpu_test! {
         let (mut a, _) = export_host_array(&host).unwrap();
         raw_mut(&mut a).device_type = ARROW_DEVICE_CUDA;
         raw_mut(&mut a).device_id = 0;
-        let e = import_device_array(&mut a, &schema).unwrap_err();
+        let e = import_device_array(&mut a, &schema, None).unwrap_err();
         assert!(e.to_string().contains("not device memory"), "{e}");
         assert_eq!(k.released_since(), 4);
 
@@ -434,9 +434,9 @@ gpu_test! {
             .collect();
         let consumer = Stream::new(&c).unwrap();
         let k = counts();
-        let mut stream = export_device_stream(schema.clone(), on_device.clone().into_iter().map(Ok));
+        let mut stream = export_device_stream(schema.clone(), on_device.clone().into_iter().map(Ok), None);
         assert_eq!(stream.device_type(), ARROW_DEVICE_CUDA);
-        let reader = import_device_stream_on(&mut stream, &consumer).unwrap();
+        let reader = import_device_stream(&mut stream, Some(&consumer)).unwrap();
         assert!(stream.is_released());
         assert_eq!(reader.schema(), schema);
         let got: Vec<DeviceArray> = reader.collect::<Result<_, _>>().unwrap();
@@ -456,16 +456,16 @@ gpu_test! {
             Err(Error::invalid("device batch 1 failed to decode")),
             Ok(on_device[2].clone()),
         ];
-        let mut stream = export_device_stream(schema.clone(), items);
-        let mut reader = import_device_stream(&mut stream).unwrap();
+        let mut stream = export_device_stream(schema.clone(), items, None);
+        let mut reader = import_device_stream(&mut stream, None).unwrap();
         assert!(reader.next().unwrap().is_ok());
         let e = reader.next().unwrap().unwrap_err();
         assert!(e.to_string().contains("device batch 1 failed to decode"), "{e}");
         assert!(reader.next().is_none());
         drop(reader);
         let not_struct = DeviceArray::from_host(&Int32Array::from(vec![1]), &c).unwrap();
-        let mut stream = export_device_stream(schema.clone(), vec![Ok(not_struct)]);
-        let e = import_device_stream(&mut stream).unwrap().next().unwrap().unwrap_err();
+        let mut stream = export_device_stream(schema.clone(), vec![Ok(not_struct)], None);
+        let e = import_device_stream(&mut stream, None).unwrap().next().unwrap().unwrap_err();
         assert!(e.to_string().contains("must be a struct array"), "{e}");
         assert_eq!(k.live_since(), 0);
 
@@ -474,8 +474,8 @@ gpu_test! {
         let message = serialize_record_batch(&full, &c).unwrap();
         let dev_batch = read_record_batch(&message, full.schema()).unwrap();
         let s = batch_as_struct(&dev_batch).unwrap();
-        let mut stream = export_device_stream(full.schema(), vec![Ok(s.clone())]);
-        let got: Vec<DeviceArray> = import_device_stream(&mut stream).unwrap().collect::<Result<_, _>>().unwrap();
+        let mut stream = export_device_stream(full.schema(), vec![Ok(s.clone())], None);
+        let got: Vec<DeviceArray> = import_device_stream(&mut stream, None).unwrap().collect::<Result<_, _>>().unwrap();
         assert_eq!(addrs_of_device(&got[0], true), addrs_of_device(&s, true));
         assert_eq!(got[0].to_host().unwrap().as_ref(), &StructArray::from(full) as &dyn Array);
     }
@@ -497,7 +497,7 @@ gpu_test! {
         let s = DeviceArray::try_new(DataType::Struct(fields.clone().into()), 3, 0, 0, None, vec![], vec![a, b], None).unwrap();
         let (mut c_array, schema) = export_device_array(&s, SyncEvent::DefaultStream).unwrap();
         assert!(!sync_event_handle(&c_array).is_null());
-        let imported = import_device_array(&mut c_array, &schema).unwrap();
+        let imported = import_device_array(&mut c_array, &schema, None).unwrap();
         assert_eq!(addrs_of_device(&imported, true), addrs_of_device(&s, true));
         // (Values of the dedicated context's child are not read through the primary
         // context here: that is a question of cross-context access, not of this
@@ -516,7 +516,7 @@ gpu_test! {
             assert!(e.to_string().contains("devices 0 and 1"), "{e}");
             let (mut c_array, schema) = export_device_array(&b, SyncEvent::DefaultStream).unwrap();
             assert_eq!(c_array.device_id(), 1);
-            let imported = import_device_array(&mut c_array, &schema).unwrap();
+            let imported = import_device_array(&mut c_array, &schema, None).unwrap();
             assert_eq!(imported.buffers()[0].context().ordinal(), 1);
             assert_eq!(imported.to_host().unwrap().as_ref(), &StringArray::from(vec!["x", "yy", "zzz"]) as &dyn Array);
         }

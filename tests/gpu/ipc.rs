@@ -675,7 +675,7 @@ gpu_test! {
 gpu_test! {
     fn ipc_export_of_pool_memory_is_refused() {
         let c = devbuf::cuda::Context::new(0).unwrap();
-        let pooled = c.allocate_pooled(4096).unwrap();
+        let pooled = c.allocate_pooled(4096, None).unwrap();
         assert!(pooled.is_pooled());
         let e = pooled.slice(16, 64).unwrap().export_ipc().unwrap_err();
         let m = e.to_string();

@@ -218,7 +218,7 @@ gpu_test! {
                     let pattern = random_bytes(&mut r, w);
                     let len = w * count;
                     let (parent, slice, mut want) = guarded(&c, &mut r, offset, len, 21);
-                    ops::fill(&slice, &pattern).unwrap();
+                    ops::fill(&slice, &pattern, None).unwrap();
                     host::fill(&mut want[offset..offset + len], &pattern).unwrap();
                     assert!(
                         parent.to_host_vec().unwrap() == want,
@@ -237,7 +237,7 @@ gpu_test! {
             let count = test_size(24 << 20, 1 << 16) / w + r.random_range(0..1000);
             let buf = c.allocate(w * count + 5).unwrap();
             let slice = buf.slice(5, w * count).unwrap();
-            ops::fill(&slice, &pattern).unwrap();
+            ops::fill(&slice, &pattern, None).unwrap();
             let got = slice.to_host_vec().unwrap();
             assert!(got.chunks(w).all(|e| e == pattern), "width {w}");
         }
@@ -247,12 +247,12 @@ gpu_test! {
         let c = ctx();
         let b = c.allocate(12).unwrap();
         for bad in [&[][..], &[0u8; 17][..], &[0u8; 5][..]] {
-            let e = ops::fill(&b, bad).unwrap_err();
+            let e = ops::fill(&b, bad, None).unwrap_err();
             assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
         }
-        let e = ops::fill(&b.read_only(), &[1]).unwrap_err();
+        let e = ops::fill(&b.read_only(), &[1], None).unwrap_err();
         assert!(matches!(e, Error::ReadOnly(_)), "{e}");
-        ops::fill(&c.allocate(0).unwrap(), &[1, 2, 3]).unwrap();
+        ops::fill(&c.allocate(0).unwrap(), &[1, 2, 3], None).unwrap();
     }
 
     // -----------------------------------------------------------------------------------
@@ -275,7 +275,7 @@ gpu_test! {
                     let src_parent = upload(&c, &[random_bytes(&mut r, so), src_bytes.clone()].concat());
                     let src = src_parent.slice(so, src_bytes.len()).unwrap();
                     let (parent, dst, mut want) = guarded(&c, &mut r, doff, n * d.size(), 7);
-                    ops::cast(&src, s, &dst, d).unwrap();
+                    ops::cast(&src, s, &dst, d, None).unwrap();
                     host::cast(&src_bytes, s, &mut want[doff..doff + n * d.size()], d).unwrap();
                     let got = parent.to_host_vec().unwrap();
                     assert_eq!(&got[..doff], &want[..doff], "{s}->{d}: bytes before");
@@ -307,7 +307,7 @@ gpu_test! {
             let src_bytes = values(&mut r, s, n);
             let src = upload(&c, &src_bytes);
             let dst = c.allocate(n * d.size()).unwrap();
-            ops::cast(&src, s, &dst, d).unwrap();
+            ops::cast(&src, s, &dst, d, None).unwrap();
             let mut want = vec![0u8; n * d.size()];
             host::cast(&src_bytes, s, &mut want, d).unwrap();
             same_values(d, &dst.to_host_vec().unwrap(), &want).unwrap_or_else(|m| panic!("{s} -> {d}: {m}"));
@@ -320,17 +320,17 @@ gpu_test! {
         let bytes = values(&mut r, ElementType::Int32, 1000);
         let b = upload(&c, &bytes);
         let out = c.allocate(4000).unwrap();
-        ops::cast(&b, ElementType::Int32, &out, ElementType::Int32).unwrap();
+        ops::cast(&b, ElementType::Int32, &out, ElementType::Int32, None).unwrap();
         assert_eq!(out.to_host_vec().unwrap(), bytes);
         // In place, same size: i32 -> f32 over the same memory.
-        ops::cast(&b, ElementType::Int32, &b, ElementType::Float32).unwrap();
+        ops::cast(&b, ElementType::Int32, &b, ElementType::Float32, None).unwrap();
         let mut want = vec![0u8; 4000];
         host::cast(&bytes, ElementType::Int32, &mut want, ElementType::Float32).unwrap();
         assert_eq!(b.to_host_vec().unwrap(), want);
         // Overlapping, different sizes: u8 [0..1000) -> u16 [500..2500) of one buffer.
         let big_init = random_bytes(&mut r, 3000);
         let big = upload(&c, &big_init);
-        ops::cast(&big.slice(0, 1000).unwrap(), ElementType::UInt8, &big.slice(500, 2000).unwrap(), ElementType::UInt16).unwrap();
+        ops::cast(&big.slice(0, 1000).unwrap(), ElementType::UInt8, &big.slice(500, 2000).unwrap(), ElementType::UInt16, None).unwrap();
         let mut want = big_init.clone();
         host::cast(&big_init[..1000], ElementType::UInt8, &mut want[500..2500], ElementType::UInt16).unwrap();
         assert_eq!(big.to_host_vec().unwrap(), want);
@@ -341,12 +341,12 @@ gpu_test! {
         let a = c.allocate(12).unwrap();
         let b = c.allocate(16).unwrap();
         for (s, d) in [(ElementType::Float32, ElementType::Float64), (ElementType::Float64, ElementType::Float64), (ElementType::Complex64, ElementType::UInt8)] {
-            let e = ops::cast(&a, s, &b, d).unwrap_err();
+            let e = ops::cast(&a, s, &b, d, None).unwrap_err();
             assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
         }
-        let e = ops::cast(&a, ElementType::Float32, &c.allocate(24).unwrap().read_only(), ElementType::Float64).unwrap_err();
+        let e = ops::cast(&a, ElementType::Float32, &c.allocate(24).unwrap().read_only(), ElementType::Float64, None).unwrap_err();
         assert!(matches!(e, Error::ReadOnly(_)), "{e}");
-        ops::cast(&c.allocate(0).unwrap(), ElementType::Float32, &c.allocate(0).unwrap(), ElementType::Complex128).unwrap();
+        ops::cast(&c.allocate(0).unwrap(), ElementType::Float32, &c.allocate(0).unwrap(), ElementType::Complex128, None).unwrap();
     }
 
     // -----------------------------------------------------------------------------------
@@ -455,7 +455,7 @@ gpu_test! {
         // Zero-length axes: nothing is touched, whatever the strides and offsets.
         let a = upload(&c, &random_bytes(&mut r, 64));
         let before = a.to_host_vec().unwrap();
-        ops::strided_copy(&a, 0, &[4, 1 << 40], &a, 0, &[0, 4], &[0, 9], 4).unwrap();
+        ops::strided_copy(&a, 0, &[4, 1 << 40], &a, 0, &[0, 4], &[0, 9], 4, None).unwrap();
         assert_eq!(a.to_host_vec().unwrap(), before);
         // Broadcasting reads (source stride 0).
         let case = Case {
@@ -515,9 +515,9 @@ gpu_test! {
         }
         let pattern = [11u8, 22, 33];
         let src = c.allocate((2 * n).div_ceil(3) * 3).unwrap();
-        ops::fill(&src, &pattern).unwrap();
+        ops::fill(&src, &pattern, None).unwrap();
         let dst = c.allocate(n).unwrap();
-        ops::strided_copy(&src, 0, &[2], &dst, 0, &[1], &[n], 1).unwrap();
+        ops::strided_copy(&src, 0, &[2], &dst, 0, &[1], &[n], 1, None).unwrap();
         for start in [0usize, (1 << 31) - (1 << 19), n - (1 << 20)] {
             // Windows that cross the 2^31 boundary; the middle one may end at `n`.
             let mut got = vec![0u8; (1usize << 20).min(n - start)];
@@ -535,14 +535,14 @@ gpu_test! {
         let init = random_bytes(&mut r, 4000);
         let buf = upload(&c, &init);
         // Shift 900 u32 right by one element within one buffer (memmove semantics).
-        ops::strided_copy(&buf, 0, &[4], &buf, 4, &[4], &[900], 4).unwrap();
+        ops::strided_copy(&buf, 0, &[4], &buf, 4, &[4], &[900], 4, None).unwrap();
         let mut want = init.clone();
         host::strided_copy(&init, 0, &[4], &mut want, 4, &[4], &[900], 4).unwrap();
         assert_eq!(buf.to_host_vec().unwrap(), want);
         // Transpose a 30 x 30 u16 matrix in place.
         let init = random_bytes(&mut r, 1800);
         let buf = upload(&c, &init);
-        ops::strided_copy(&buf, 0, &[60, 2], &buf, 0, &[2, 60], &[30, 30], 2).unwrap();
+        ops::strided_copy(&buf, 0, &[60, 2], &buf, 0, &[2, 60], &[30, 30], 2, None).unwrap();
         let mut want = init.clone();
         host::strided_copy(&init, 0, &[60, 2], &mut want, 0, &[2, 60], &[30, 30], 2).unwrap();
         assert_eq!(buf.to_host_vec().unwrap(), want);
@@ -553,32 +553,32 @@ gpu_test! {
         let a = c.allocate(100).unwrap();
         let b = c.allocate(100).unwrap();
         // One past the end on either side.
-        let e = ops::strided_copy(&a, 8, &[24, 4], &b, 0, &[24, 4], &[4, 6], 4).unwrap_err();
+        let e = ops::strided_copy(&a, 8, &[24, 4], &b, 0, &[24, 4], &[4, 6], 4, None).unwrap_err();
         assert!(matches!(e, Error::OutOfBounds { size: 100, .. }), "{e}");
-        let e = ops::strided_copy(&a, 0, &[24, 4], &b, 8, &[24, 4], &[4, 6], 4).unwrap_err();
+        let e = ops::strided_copy(&a, 0, &[24, 4], &b, 8, &[24, 4], &[4, 6], 4, None).unwrap_err();
         assert!(matches!(e, Error::OutOfBounds { size: 100, .. }), "{e}");
         // Reaching before the start through a negative stride.
-        let e = ops::strided_copy(&a, 4, &[-4], &b, 0, &[4], &[3], 4).unwrap_err();
+        let e = ops::strided_copy(&a, 4, &[-4], &b, 0, &[4], &[3], 4, None).unwrap_err();
         assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
         // Mismatched lengths, too many axes, element size 0, zero destination stride.
         for e in [
-            ops::strided_copy(&a, 0, &[4], &b, 0, &[4, 4], &[2], 4).unwrap_err(),
-            ops::strided_copy(&a, 0, &[0; 33], &b, 0, &[0; 33], &[1; 33], 4).unwrap_err(),
-            ops::strided_copy(&a, 0, &[4], &b, 0, &[4], &[2], 0).unwrap_err(),
-            ops::strided_copy(&a, 0, &[4], &b, 0, &[0], &[2], 4).unwrap_err(),
+            ops::strided_copy(&a, 0, &[4], &b, 0, &[4, 4], &[2], 4, None).unwrap_err(),
+            ops::strided_copy(&a, 0, &[0; 33], &b, 0, &[0; 33], &[1; 33], 4, None).unwrap_err(),
+            ops::strided_copy(&a, 0, &[4], &b, 0, &[4], &[2], 0, None).unwrap_err(),
+            ops::strided_copy(&a, 0, &[4], &b, 0, &[0], &[2], 4, None).unwrap_err(),
         ] {
             assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
         }
-        let e = ops::strided_copy(&a, 0, &[4], &b.read_only(), 0, &[4], &[2], 4).unwrap_err();
+        let e = ops::strided_copy(&a, 0, &[4], &b.read_only(), 0, &[4], &[2], 4, None).unwrap_err();
         assert!(matches!(e, Error::ReadOnly(_)), "{e}");
         // 32 axes of length 1 are fine.
-        ops::strided_copy(&a, 0, &[4; 32], &b, 0, &[4; 32], &[1; 32], 4).unwrap();
+        ops::strided_copy(&a, 0, &[4; 32], &b, 0, &[4; 32], &[1; 32], 4, None).unwrap();
         // 32 axes that do not merge with 12-byte elements need a 33rd axis for the
         // element's units: an error on the device, aligned or not (a misaligned
         // destination used to panic while splitting the units into bytes).
         let d = c.allocate(400).unwrap();
         for offset in [0usize, 1, 2] {
-            let e = ops::strided_copy(&a, 0, &[0; 32], &d, offset, &[12; 32], &[2; 32], 12)
+            let e = ops::strided_copy(&a, 0, &[0; 32], &d, offset, &[12; 32], &[2; 32], 12, None)
                 .unwrap_err();
             assert!(matches!(e, Error::InvalidArgument(_)), "offset {offset}: {e}");
             assert!(e.to_string().contains("33 axes"), "{e}");
@@ -595,7 +595,7 @@ gpu_test! {
             for offset in 0..17usize {
                 for count in [0usize, 1, 3, 7, 64, 1000 + r.random_range(0..50)] {
                     let (parent, slice, mut want) = guarded(&c, &mut r, offset, width * count, 9);
-                    ops::byteswap(&slice, width).unwrap();
+                    ops::byteswap(&slice, width, None).unwrap();
                     host::byteswap(&mut want[offset..offset + width * count], width).unwrap();
                     assert!(parent.to_host_vec().unwrap() == want, "width {width} offset {offset} count {count}");
                 }
@@ -604,17 +604,17 @@ gpu_test! {
         // Large, and twice is the identity.
         let init = random_bytes(&mut r, test_size(16 << 20, 1 << 20));
         let b = upload(&c, &init);
-        ops::byteswap(&b, 8).unwrap();
+        ops::byteswap(&b, 8, None).unwrap();
         let mut want = init.clone();
         host::byteswap(&mut want, 8).unwrap();
         assert!(b.to_host_vec().unwrap() == want);
-        ops::byteswap(&b, 8).unwrap();
+        ops::byteswap(&b, 8, None).unwrap();
         assert!(b.to_host_vec().unwrap() == init);
         for (w, len) in [(3usize, 9usize), (16, 16), (4, 6)] {
-            let e = ops::byteswap(&c.allocate(len).unwrap(), w).unwrap_err();
+            let e = ops::byteswap(&c.allocate(len).unwrap(), w, None).unwrap_err();
             assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
         }
-        let e = ops::byteswap(&c.allocate(8).unwrap().read_only(), 2).unwrap_err();
+        let e = ops::byteswap(&c.allocate(8).unwrap().read_only(), 2, None).unwrap_err();
         assert!(matches!(e, Error::ReadOnly(_)), "{e}");
     }
 
@@ -652,7 +652,7 @@ gpu_test! {
                     let (_parent, slice, _) = guarded(&c, &mut r, offset, data.len(), 5);
                     slice.copy_from_host(0, &data).unwrap();
                     for mode in modes {
-                        let got = ops::all_equal(&slice, kind, value, mode).unwrap();
+                        let got = ops::all_equal(&slice, kind, value, mode, None).unwrap();
                         let want = host::all_equal(&data, kind, value, mode).unwrap();
                         assert_eq!(
                             got, want,
@@ -671,29 +671,29 @@ gpu_test! {
         let nan_ok = EqualMode::Numeric { equal_nan: true };
         let neg_zeros = upload(&c, &(-0.0f32).to_le_bytes().repeat(1000));
         let zero = 0.0f32.to_le_bytes();
-        assert!(!ops::all_equal(&neg_zeros, ElementType::Float32, &zero, bitwise).unwrap());
-        assert!(ops::all_equal(&neg_zeros, ElementType::Float32, &zero, strict).unwrap());
+        assert!(!ops::all_equal(&neg_zeros, ElementType::Float32, &zero, bitwise, None).unwrap());
+        assert!(ops::all_equal(&neg_zeros, ElementType::Float32, &zero, strict, None).unwrap());
         let nans = upload(&c, &f64::NAN.to_le_bytes().repeat(999));
         let other_nan = f64::from_bits(0x7ff0_0000_0000_0001).to_le_bytes();
-        assert!(ops::all_equal(&nans, ElementType::Float64, &other_nan, nan_ok).unwrap());
-        assert!(!ops::all_equal(&nans, ElementType::Float64, &other_nan, strict).unwrap());
-        assert!(!ops::all_equal(&nans, ElementType::Float64, &other_nan, bitwise).unwrap());
-        assert!(ops::all_equal(&nans, ElementType::Float64, &f64::NAN.to_le_bytes(), bitwise).unwrap());
+        assert!(ops::all_equal(&nans, ElementType::Float64, &other_nan, nan_ok, None).unwrap());
+        assert!(!ops::all_equal(&nans, ElementType::Float64, &other_nan, strict, None).unwrap());
+        assert!(!ops::all_equal(&nans, ElementType::Float64, &other_nan, bitwise, None).unwrap());
+        assert!(ops::all_equal(&nans, ElementType::Float64, &f64::NAN.to_le_bytes(), bitwise, None).unwrap());
         // Complex: NaN in either part is a NaN.
         let c64 = |re: f32, im: f32| [re.to_le_bytes(), im.to_le_bytes()].concat();
         let mixed = upload(&c, &[c64(f32::NAN, 1.0), c64(2.0, f32::NAN)].concat().repeat(100));
-        assert!(ops::all_equal(&mixed, ElementType::Complex64, &c64(0.0, f32::NAN), nan_ok).unwrap());
-        assert!(!ops::all_equal(&mixed, ElementType::Complex64, &c64(0.0, f32::NAN), strict).unwrap());
+        assert!(ops::all_equal(&mixed, ElementType::Complex64, &c64(0.0, f32::NAN), nan_ok, None).unwrap());
+        assert!(!ops::all_equal(&mixed, ElementType::Complex64, &c64(0.0, f32::NAN), strict, None).unwrap());
         let zeros = upload(&c, &c64(-0.0, 0.0).repeat(100));
-        assert!(ops::all_equal(&zeros, ElementType::Complex64, &c64(0.0, -0.0), strict).unwrap());
-        assert!(!ops::all_equal(&zeros, ElementType::Complex64, &c64(0.0, -0.0), bitwise).unwrap());
+        assert!(ops::all_equal(&zeros, ElementType::Complex64, &c64(0.0, -0.0), strict, None).unwrap());
+        assert!(!ops::all_equal(&zeros, ElementType::Complex64, &c64(0.0, -0.0), bitwise, None).unwrap());
         // Bools: any non-zero byte is true numerically.
         let bools = upload(&c, &[1u8, 2, 255, 1].repeat(100));
-        assert!(ops::all_equal(&bools, ElementType::Bool, &[1], strict).unwrap());
-        assert!(!ops::all_equal(&bools, ElementType::Bool, &[1], bitwise).unwrap());
+        assert!(ops::all_equal(&bools, ElementType::Bool, &[1], strict, None).unwrap());
+        assert!(!ops::all_equal(&bools, ElementType::Bool, &[1], bitwise, None).unwrap());
         // Empty: true, as numpy.array_equal of empty arrays.
         let empty = c.allocate(0).unwrap();
-        assert!(ops::all_equal(&empty, ElementType::Float64, &f64::NAN.to_le_bytes(), strict).unwrap());
+        assert!(ops::all_equal(&empty, ElementType::Float64, &f64::NAN.to_le_bytes(), strict, None).unwrap());
     }
 
     fn all_equal_large_buffers_and_early_exit() {
@@ -702,40 +702,40 @@ gpu_test! {
         let n = test_size(64 << 20, 1 << 20) / 4 + 3;
         let value = 3.25f32.to_le_bytes();
         let buf = c.allocate(4 * n).unwrap();
-        ops::fill(&buf, &value).unwrap();
+        ops::fill(&buf, &value, None).unwrap();
         for _ in 0..3 {
-            assert!(ops::all_equal(&buf, ElementType::Float32, &value, EqualMode::Bitwise).unwrap());
+            assert!(ops::all_equal(&buf, ElementType::Float32, &value, EqualMode::Bitwise, None).unwrap());
         }
         // No allocation per call (a context of its own: other tests allocate in the
         // primary one concurrently).
         let own = Context::new_dedicated(0).unwrap();
         let small = own.allocate(4 * 1000).unwrap();
-        ops::fill(&small, &value).unwrap();
+        ops::fill(&small, &value, None).unwrap();
         let before = own.bytes_allocated();
         for _ in 0..3 {
-            assert!(ops::all_equal(&small, ElementType::Float32, &value, EqualMode::Bitwise).unwrap());
+            assert!(ops::all_equal(&small, ElementType::Float32, &value, EqualMode::Bitwise, None).unwrap());
         }
         assert_eq!(own.bytes_allocated(), before, "all_equal allocates nothing per call");
         for pos in [0usize, n - 1, r.random_range(0..n)] {
             buf.copy_from_host(4 * pos, &4.0f32.to_le_bytes()).unwrap();
-            assert!(!ops::all_equal(&buf, ElementType::Float32, &value, EqualMode::Bitwise).unwrap(), "differs at {pos}");
+            assert!(!ops::all_equal(&buf, ElementType::Float32, &value, EqualMode::Bitwise, None).unwrap(), "differs at {pos}");
             buf.copy_from_host(4 * pos, &value).unwrap();
-            assert!(ops::all_equal(&buf, ElementType::Float32, &value, EqualMode::Bitwise).unwrap());
+            assert!(ops::all_equal(&buf, ElementType::Float32, &value, EqualMode::Bitwise, None).unwrap());
         }
         // NaN predicate on a large buffer, one non-NaN at the end.
         let nans = c.allocate(8 * n).unwrap();
-        ops::fill(&nans, &f64::NAN.to_le_bytes()).unwrap();
+        ops::fill(&nans, &f64::NAN.to_le_bytes(), None).unwrap();
         let nan_ok = EqualMode::Numeric { equal_nan: true };
-        assert!(ops::all_equal(&nans, ElementType::Float64, &f64::NAN.to_le_bytes(), nan_ok).unwrap());
+        assert!(ops::all_equal(&nans, ElementType::Float64, &f64::NAN.to_le_bytes(), nan_ok, None).unwrap());
         nans.copy_from_host(8 * (n - 1), &1.0f64.to_le_bytes()).unwrap();
-        assert!(!ops::all_equal(&nans, ElementType::Float64, &f64::NAN.to_le_bytes(), nan_ok).unwrap());
+        assert!(!ops::all_equal(&nans, ElementType::Float64, &f64::NAN.to_le_bytes(), nan_ok, None).unwrap());
         // Many calls from several threads at once (the scratch pool).
         let buf2 = buf.clone();
         let handles: Vec<_> = (0..4)
             .map(|_| {
                 let b = buf2.clone();
                 std::thread::spawn(move || {
-                    (0..20).all(|_| ops::all_equal(&b, ElementType::Float32, &3.25f32.to_le_bytes(), EqualMode::Bitwise).unwrap())
+                    (0..20).all(|_| ops::all_equal(&b, ElementType::Float32, &3.25f32.to_le_bytes(), EqualMode::Bitwise, None).unwrap())
                 })
             })
             .collect();
@@ -763,12 +763,12 @@ gpu_test! {
                 for w in [1usize, 2, 3, 4, 8, 12, 16].into_iter().filter(|w| len % w == 0) {
                     let pattern = random_bytes(&mut r, w);
                     let (_p, s) = tail_of(&mut r, offset, &init);
-                    ops::fill(&s, &pattern).unwrap();
+                    ops::fill(&s, &pattern, None).unwrap();
                     assert!(s.to_host_vec().unwrap().chunks(w).all(|e| e == pattern), "fill {w} at {offset}+{len}");
                 }
                 for w in [2usize, 4, 8].into_iter().filter(|w| len % w == 0) {
                     let (_p, s) = tail_of(&mut r, offset, &init);
-                    ops::byteswap(&s, w).unwrap();
+                    ops::byteswap(&s, w, None).unwrap();
                     let mut want = init.clone();
                     host::byteswap(&mut want, w).unwrap();
                     assert!(s.to_host_vec().unwrap() == want, "byteswap {w} at {offset}+{len}");
@@ -787,23 +787,23 @@ gpu_test! {
                     }
                     let nan_ok = EqualMode::Numeric { equal_nan: true };
                     for (value, mode) in [(&first, EqualMode::Bitwise), (&first, nan_ok), (&pred, nan_ok)] {
-                        let got = ops::all_equal(&s, kind, value, mode).unwrap();
+                        let got = ops::all_equal(&s, kind, value, mode, None).unwrap();
                         assert_eq!(got, host::all_equal(&data, kind, value, mode).unwrap(), "all_equal {kind} at {offset}+{len}");
                         let (_q, u) = tail_of(&mut r, offset, &value.repeat(n));
-                        assert!(ops::all_equal(&u, kind, value, mode).unwrap(), "uniform {kind} {mode:?} at {offset}+{len}");
+                        assert!(ops::all_equal(&u, kind, value, mode, None).unwrap(), "uniform {kind} {mode:?} at {offset}+{len}");
                     }
                     // Casts from and to this kind, both operands ending their allocations.
                     for other in [ElementType::UInt8, ElementType::Float64, ElementType::Complex128] {
                         let dst_init = random_bytes(&mut r, n * other.size());
                         let (_d, dst) = tail_of(&mut r, offset / 2, &dst_init);
-                        ops::cast(&s, kind, &dst, other).unwrap();
+                        ops::cast(&s, kind, &dst, other, None).unwrap();
                         let mut want = vec![0u8; n * other.size()];
                         host::cast(&data, kind, &mut want, other).unwrap();
                         same_values(other, &dst.to_host_vec().unwrap(), &want).unwrap_or_else(|m| panic!("cast {kind} -> {other} at {offset}+{len}: {m}"));
                         let src_bytes = values(&mut r, other, n);
                         let (_e, src) = tail_of(&mut r, offset / 3, &src_bytes);
                         let (_f, back) = tail_of(&mut r, offset, &data);
-                        ops::cast(&src, other, &back, kind).unwrap();
+                        ops::cast(&src, other, &back, kind, None).unwrap();
                         let mut want = vec![0u8; len];
                         host::cast(&src_bytes, other, &mut want, kind).unwrap();
                         same_values(kind, &back.to_host_vec().unwrap(), &want).unwrap_or_else(|m| panic!("cast {other} -> {kind} at {offset}+{len}: {m}"));
@@ -835,7 +835,7 @@ gpu_test! {
         let c = ctx();
         let b = c.allocate(12).unwrap();
         for (kind, value) in [(ElementType::Float64, &[0u8; 8][..]), (ElementType::Float32, &[0u8; 8][..]), (ElementType::Int16, &[0u8; 3][..])] {
-            let e = ops::all_equal(&b, kind, value, EqualMode::Bitwise).unwrap_err();
+            let e = ops::all_equal(&b, kind, value, EqualMode::Bitwise, None).unwrap_err();
             assert!(matches!(e, Error::InvalidArgument(_)), "{kind}: {e}");
         }
     }
@@ -849,31 +849,31 @@ gpu_test! {
         let s = Stream::new(&c).unwrap();
         let n = 100_000usize;
         let a = c.allocate(4 * n).unwrap();
-        ops::fill_on(&s, &a, &7i32.to_le_bytes()).unwrap();
+        ops::fill(&a, &7i32.to_le_bytes(), Some(&s)).unwrap();
         let b = c.allocate(8 * n).unwrap();
-        ops::cast_on(&s, &a, ElementType::Int32, &b, ElementType::Float64).unwrap();
-        ops::byteswap_on(&s, &b, 8).unwrap();
-        ops::byteswap_on(&s, &b, 8).unwrap();
+        ops::cast(&a, ElementType::Int32, &b, ElementType::Float64, Some(&s)).unwrap();
+        ops::byteswap(&b, 8, Some(&s)).unwrap();
+        ops::byteswap(&b, 8, Some(&s)).unwrap();
         let t = c.allocate(8 * n).unwrap();
-        ops::strided_copy_on(&s, &b, 0, &[8 * 250, 8], &t, 0, &[8, 8 * 400], &[400, 250], 8).unwrap();
-        assert!(ops::all_equal_on(&s, &t, ElementType::Float64, &7.0f64.to_le_bytes(), EqualMode::Bitwise).unwrap());
+        ops::strided_copy(&b, 0, &[8 * 250, 8], &t, 0, &[8, 8 * 400], &[400, 250], 8, Some(&s)).unwrap();
+        assert!(ops::all_equal(&t, ElementType::Float64, &7.0f64.to_le_bytes(), EqualMode::Bitwise, Some(&s)).unwrap());
         s.synchronize().unwrap();
         assert!(t.to_vec::<f64>().unwrap().iter().all(|&x| x == 7.0));
         // A stream of another context is refused.
         let other = Context::new_dedicated(0).unwrap();
         let so = Stream::new(&other).unwrap();
-        let e = ops::fill_on(&so, &a, &[1]).unwrap_err();
+        let e = ops::fill(&a, &[1], Some(&so)).unwrap_err();
         assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
         // A source in another context is copied over first.
         let init = values(&mut r, ElementType::Float32, 5000);
         let foreign = DeviceBuffer::from_host(&other, &init).unwrap();
         let out = c.allocate(8 * 5000).unwrap();
-        ops::cast(&foreign, ElementType::Float32, &out, ElementType::Float64).unwrap();
+        ops::cast(&foreign, ElementType::Float32, &out, ElementType::Float64, None).unwrap();
         let mut want = vec![0u8; 8 * 5000];
         host::cast(&init, ElementType::Float32, &mut want, ElementType::Float64).unwrap();
         same_values(ElementType::Float64, &out.to_host_vec().unwrap(), &want).unwrap();
         let t2 = c.allocate(4 * 5000).unwrap();
-        ops::strided_copy(&foreign, 0, &[4 * 100, 4], &t2, 0, &[4, 4 * 50], &[50, 100], 4).unwrap();
+        ops::strided_copy(&foreign, 0, &[4 * 100, 4], &t2, 0, &[4, 4 * 50], &[50, 100], 4, None).unwrap();
         let mut want = vec![0u8; 4 * 5000];
         host::strided_copy(&init, 0, &[4 * 100, 4], &mut want, 0, &[4, 4 * 50], &[50, 100], 4).unwrap();
         assert_eq!(t2.to_host_vec().unwrap(), want);
@@ -1018,6 +1018,7 @@ fn run_case(c: &Context, r: &mut SmallRng, case: &Case, id: usize) {
         &case.dst.strides,
         &case.shape,
         case.elem,
+        None,
     )
     .unwrap_or_else(|e| panic!("device rejected case {id} {case:?}: {e}"));
     let got = dst.to_host_vec().unwrap();

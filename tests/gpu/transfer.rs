@@ -725,7 +725,7 @@ gpu_test! {
 
     fn pooled_allocations_are_fast_and_counted() {
         let c = Context::new_dedicated(0).unwrap();
-        if c.allocate_pooled(1).is_err() {
+        if c.allocate_pooled(1, None).is_err() {
             println!("SKIPPED pooled_allocations_are_fast_and_counted: no memory pools on this device");
             return;
         }
@@ -733,10 +733,10 @@ gpu_test! {
         let before = c.bytes_allocated();
         let mut keep = Vec::new();
         // Warm the pool, then time many small allocations.
-        drop((0..100).map(|_| c.allocate_pooled(64 * KIB).unwrap()).collect::<Vec<_>>());
+        drop((0..100).map(|_| c.allocate_pooled(64 * KIB, None).unwrap()).collect::<Vec<_>>());
         let t = std::time::Instant::now();
         for _ in 0..1000 {
-            keep.push(c.allocate_pooled(4 * KIB).unwrap());
+            keep.push(c.allocate_pooled(4 * KIB, None).unwrap());
         }
         let pooled_us = t.elapsed().as_secs_f64() * 1e6 / 1000.0;
         assert_eq!(c.bytes_allocated(), before + 1000 * 4 * KIB);
@@ -752,9 +752,9 @@ gpu_test! {
         assert!(st.reserved_bytes >= st.used_bytes);
         // Contents round-trip through pooled memory (sync and on a stream).
         let data = fast_random(3 * MIB + 1, 4);
-        let p = c.allocate_pooled(data.len()).unwrap();
+        let p = c.allocate_pooled(data.len(), None).unwrap();
         round_trip(&c, &p, 0, &data, "pooled buffer");
-        let q = c.allocate_pooled_on(data.len(), &s).unwrap();
+        let q = c.allocate_pooled(data.len(), Some(&s)).unwrap();
         q.copy_from_device_async(0, &p, &s).unwrap().wait().unwrap();
         let got = q.copy_to_host_async(0, vec![0u8; data.len()], &s).unwrap().wait().unwrap();
         assert_bytes(&got, &data, "pooled on a stream");
@@ -770,8 +770,8 @@ gpu_test! {
         // Stream from another context is refused.
         let other = Context::new_dedicated(0).unwrap();
         let os = Stream::new(&other).unwrap();
-        assert!(c.allocate_pooled_on(10, &os).is_err());
-        assert!(c.allocate_pooled(0).unwrap().is_empty());
+        assert!(c.allocate_pooled(10, Some(&os)).is_err());
+        assert!(c.allocate_pooled(0, None).unwrap().is_empty());
     }
 
     fn dedicated_contexts_shut_their_engine_down() {

@@ -371,7 +371,7 @@ fn with_device(
 /// let d = DeviceArray::from_host(&Int32Array::from(vec![1, 2, 3]), &ctx)?;
 /// let (mut c_array, c_schema) = export_device_array(&d, SyncEvent::DefaultStream)?;
 /// // ... hand both to any C Device Data Interface consumer; or back to devbuf:
-/// let back = import_device_array(&mut c_array, &c_schema)?;
+/// let back = import_device_array(&mut c_array, &c_schema, None)?;
 /// assert_eq!(back.buffers()[0].address(), d.buffers()[0].address()); // zero-copy
 /// # Ok::<(), devbuf::Error>(())
 /// ```

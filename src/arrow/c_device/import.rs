@@ -628,9 +628,10 @@ pub(super) fn import_host(array: &mut ArrowDeviceArray, dt: &DataType) -> Result
 /// runs exactly once, when the last of those buffers drops.
 ///
 /// The structure is moved out of `array`, which is left released: importing it again
-/// is an error. If `sync_event` is set, the *legacy default stream* (where devbuf's
-/// copies and kernels run) waits on it on the device; the host does not block (see
-/// [`import_device_array_on`] for another stream). String and binary arrays need their
+/// is an error. If `sync_event` is set, a stream waits on it on the device and the host
+/// does not block: the *legacy default stream* (where devbuf's copies and kernels run)
+/// when `on` is `None`; `on`'s stream (the consumer's) when it is `Some`, so that work
+/// queued there afterwards sees the data. String and binary arrays need their
 /// last offset to know the size of the values buffer: that is one small synchronous
 /// copy per such array, ordered after the event.
 ///
@@ -649,29 +650,18 @@ pub(super) fn import_host(array: &mut ArrowDeviceArray, dt: &DataType) -> Result
 /// # let ctx = Context::new(0)?;
 /// # let d = DeviceArray::from_host(&Int32Array::from(vec![1, 2, 3]), &ctx)?;
 /// let (mut c_array, c_schema) = export_device_array(&d, SyncEvent::DefaultStream)?;
-/// let imported = import_device_array(&mut c_array, &c_schema)?;
+/// let imported = import_device_array(&mut c_array, &c_schema, None)?;
 /// assert!(c_array.is_released());
-/// assert!(import_device_array(&mut c_array, &c_schema).is_err()); // imported once only
+/// assert!(import_device_array(&mut c_array, &c_schema, None).is_err()); // imported once only
 /// # Ok::<(), devbuf::Error>(())
 /// ```
 pub fn import_device_array(
     array: &mut ArrowDeviceArray,
     schema: &FFI_ArrowSchema,
+    on: Option<&Stream>,
 ) -> Result<DeviceArray> {
     let dt = data_type_of(schema)?;
-    import_cuda(array, &dt, None)
-}
-
-/// [`import_device_array`], with the wait on `sync_event` queued on `stream` (the
-/// consumer's stream) instead of the legacy default stream: work queued on `stream`
-/// afterwards sees the data; the host does not block.
-pub fn import_device_array_on(
-    array: &mut ArrowDeviceArray,
-    schema: &FFI_ArrowSchema,
-    stream: &Stream,
-) -> Result<DeviceArray> {
-    let dt = data_type_of(schema)?;
-    import_cuda(array, &dt, Some(stream))
+    import_cuda(array, &dt, on)
 }
 
 /// Imports a CPU (1) or CUDA_HOST (3) `ArrowDeviceArray` as an arrow-rs array without

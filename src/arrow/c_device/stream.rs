@@ -260,8 +260,9 @@ fn device_stream(
 /// Exports a sequence of device batches as an `ArrowDeviceArrayStream` of device type
 /// CUDA. Each item must be a struct array whose fields have the schema's column types
 /// (see [`batch_as_struct`] for a [`DeviceRecordBatch`]); each is exported as by
-/// [`export_device_array`](super::export_device_array) with an event recorded on the
-/// legacy default stream when the consumer pulls it.
+/// [`export_device_array`](super::export_device_array) with an event recorded when the
+/// consumer pulls it: on the legacy default stream when `on` is `None`, on `stream`
+/// (where the batches are produced) when it is `Some(stream)`.
 ///
 /// An `Err` item, or a batch that does not match the schema, makes `get_next` return
 /// an error code (`EINVAL`, `ENOMEM` or `EIO`) with the message available from
@@ -279,32 +280,22 @@ fn device_stream(
 /// let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int32, false)]));
 /// let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int32Array::from(vec![1, 2]))])?;
 /// let on_device = DeviceArray::from_host(&StructArray::from(batch), &ctx)?;
-/// let mut stream = export_device_stream(schema, vec![Ok(on_device)]);
-/// let reader = import_device_stream(&mut stream)?;
+/// let mut stream = export_device_stream(schema, vec![Ok(on_device)], None);
+/// let reader = import_device_stream(&mut stream, None)?;
 /// let arrays: Vec<DeviceArray> = reader.collect::<Result<_, _>>()?;
 /// assert_eq!(arrays[0].len(), 2);
 /// # Ok::<(), devbuf::Error>(())
 /// ```
-pub fn export_device_stream<I>(schema: SchemaRef, batches: I) -> ArrowDeviceArrayStream
-where
-    I: IntoIterator<Item = Result<DeviceArray>>,
-    I::IntoIter: Send + 'static,
-{
-    device_stream(schema, batches.into_iter(), None)
-}
-
-/// [`export_device_stream`], recording each batch's event on `stream` (where the
-/// batches are produced) instead of the legacy default stream.
-pub fn export_device_stream_on<I>(
+pub fn export_device_stream<I>(
     schema: SchemaRef,
     batches: I,
-    stream: &Stream,
+    on: Option<&Stream>,
 ) -> ArrowDeviceArrayStream
 where
     I: IntoIterator<Item = Result<DeviceArray>>,
     I::IntoIter: Send + 'static,
 {
-    device_stream(schema, batches.into_iter(), Some(stream.clone()))
+    device_stream(schema, batches.into_iter(), on.cloned())
 }
 
 /// Exports host record batches as an `ArrowDeviceArrayStream` of device type CPU, each
@@ -360,7 +351,7 @@ where
 /// let on_device = read_record_batch(&serialize_record_batch(&batch, &ctx)?, batch.schema())?;
 /// let s = batch_as_struct(&on_device)?;
 /// assert_eq!(s.children()[0].buffers()[0].address(), on_device.columns()[0].buffers()[0].address());
-/// let _stream = export_device_stream(batch.schema(), vec![Ok(s)]);
+/// let _stream = export_device_stream(batch.schema(), vec![Ok(s)], None);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn batch_as_struct(batch: &DeviceRecordBatch) -> Result<DeviceArray> {
@@ -536,11 +527,33 @@ impl std::fmt::Debug for DeviceStreamReader {
 
 /// Imports a CUDA `ArrowDeviceArrayStream`: the stream is moved out of `stream` (left
 /// released) and its schema read. Each batch's `sync_event` is waited on by the legacy
-/// default stream (see [`import_device_stream_on`]).
+/// default stream when `on` is `None`, by `on`'s stream when it is `Some` (work queued
+/// there afterwards sees the batch); the host does not block.
 ///
 /// Errors: a released stream or another device type (left untouched); a null callback
 /// or a failing `get_schema` (the stream is released).
-pub fn import_device_stream(stream: &mut ArrowDeviceArrayStream) -> Result<DeviceStreamReader> {
+///
+/// ```no_run
+/// # use std::sync::Arc;
+/// # use arrow_array::{Int32Array, RecordBatch, StructArray};
+/// # use devbuf::arrow::DeviceArray;
+/// use devbuf::arrow::c_device::{export_device_stream, import_device_stream};
+/// use devbuf::cuda::{Context, Stream};
+/// # let ctx = Context::new(0)?;
+/// # let batch = RecordBatch::try_from_iter(vec![("x", Arc::new(Int32Array::from(vec![1])) as _)])?;
+/// # let d = DeviceArray::from_host(&StructArray::from(batch.clone()), &ctx)?;
+/// let mut c_stream = export_device_stream(batch.schema(), vec![Ok(d)], None);
+/// let mine = Stream::new(&ctx)?;
+/// for array in import_device_stream(&mut c_stream, Some(&mine))? {
+///     let array = array?; // `mine` waits for its producer before later work
+///     println!("{} rows", array.len());
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn import_device_stream(
+    stream: &mut ArrowDeviceArrayStream,
+    on: Option<&Stream>,
+) -> Result<DeviceStreamReader> {
     Ok(DeviceStreamReader {
         inner: Consumer::open(
             stream,
@@ -548,36 +561,8 @@ pub fn import_device_stream(stream: &mut ArrowDeviceArrayStream) -> Result<Devic
             Side::Device,
             "import_device_stream",
         )?,
-        wait_on: None,
+        wait_on: on.cloned(),
     })
-}
-
-/// [`import_device_stream`], waiting on each batch's event on `stream`.
-///
-/// ```no_run
-/// # use std::sync::Arc;
-/// # use arrow_array::{Int32Array, RecordBatch, StructArray};
-/// # use devbuf::arrow::DeviceArray;
-/// use devbuf::arrow::c_device::{export_device_stream, import_device_stream_on};
-/// use devbuf::cuda::{Context, Stream};
-/// # let ctx = Context::new(0)?;
-/// # let batch = RecordBatch::try_from_iter(vec![("x", Arc::new(Int32Array::from(vec![1])) as _)])?;
-/// # let d = DeviceArray::from_host(&StructArray::from(batch.clone()), &ctx)?;
-/// let mut c_stream = export_device_stream(batch.schema(), vec![Ok(d)]);
-/// let mine = Stream::new(&ctx)?;
-/// for array in import_device_stream_on(&mut c_stream, &mine)? {
-///     let array = array?; // `mine` waits for its producer before later work
-///     println!("{} rows", array.len());
-/// }
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-pub fn import_device_stream_on(
-    stream: &mut ArrowDeviceArrayStream,
-    wait_on: &Stream,
-) -> Result<DeviceStreamReader> {
-    let mut r = import_device_stream(stream)?;
-    r.wait_on = Some(wait_on.clone());
-    Ok(r)
 }
 
 /// A CPU or CUDA_HOST `ArrowDeviceArrayStream` as an iterator of arrow-rs

@@ -49,8 +49,8 @@ impl UploadLane {
         // From here on a failure gives the kit back (nothing was queued with it).
         let made = (|| {
             let stream = Stream::new(ctx)?;
-            let a = ctx.allocate_pooled_on(slot_bytes, &stream)?;
-            let b = ctx.allocate_pooled_on(slot_bytes, &stream)?;
+            let a = ctx.allocate_pooled(slot_bytes, Some(&stream))?;
+            let b = ctx.allocate_pooled(slot_bytes, Some(&stream))?;
             Ok::<_, Error>((stream, [a, b]))
         })();
         match made {

@@ -15,7 +15,7 @@ use zarrs::storage::ReadableWritableStorageTraits;
 
 use super::guard;
 use super::read::plan::{self as rplan, Request, Unit, c_strides};
-use crate::cuda::kernels::ops::{fill_on, strided_copy_on};
+use crate::cuda::kernels::ops::{fill, strided_copy};
 use crate::cuda::{Context, DeviceBuffer, UploadLane};
 use crate::error::{Error, Result};
 
@@ -179,7 +179,7 @@ fn gather(
         .first()
         .is_some_and(|p| p.shape.iter().zip(t.chunk_shape).any(|(&n, &c)| n != c));
     if clipped && covers_chunk(t, u) {
-        fill_on(stream, &scratch.slice(at, chunk_bytes)?, t.fill)?;
+        fill(&scratch.slice(at, chunk_bytes)?, t.fill, Some(stream))?;
     }
     for p in &u.placements {
         let value = values
@@ -192,8 +192,7 @@ fn gather(
             .map(|(&i, &s)| i as isize * s)
             .sum();
         let shape: Vec<usize> = p.shape.iter().map(|&n| n as usize).collect();
-        strided_copy_on(
-            stream,
+        strided_copy(
             value,
             p.dst_offset,
             &p.dst_strides,
@@ -202,6 +201,7 @@ fn gather(
             strides,
             &shape,
             t.elem,
+            Some(stream),
         )?;
     }
     Ok(())

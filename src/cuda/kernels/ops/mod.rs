@@ -5,9 +5,11 @@
 //!
 //! Every op validates its arguments first and answers [`Error::InvalidArgument`],
 //! [`Error::OutOfBounds`] or [`Error::ReadOnly`] naming the sizes involved; zero-length
-//! inputs are no-ops. The plain functions run on the legacy default stream and have
-//! finished when they return; the `_on` variants queue the work on a [`Stream`] and
-//! return without waiting (except where a temporary buffer is needed, see each op).
+//! inputs are no-ops. Each op takes a last argument `on: Option<&Stream>` (the crate's
+//! one convention for "on this stream"): with `None` it runs on the legacy default
+//! stream and has finished when it returns; with `Some(stream)` it queues the work on
+//! that [`Stream`] and returns without waiting (except where a temporary buffer is
+//! needed, or the answer is read on the host: see each op).
 //!
 //! Values are native little-endian scalars of a [`ElementType`]. Buffers need no
 //! particular alignment: misaligned data is handled (at some cost) by byte-wise code or
@@ -19,13 +21,13 @@
 //!
 //! let ctx = Context::new(0)?;
 //! let a = ctx.allocate(4 * 1024)?;
-//! ops::fill(&a, &2.5f32.to_le_bytes())?;                          // 1024 x 2.5f32
+//! ops::fill(&a, &2.5f32.to_le_bytes(), None)?;                    // 1024 x 2.5f32
 //! let b = ctx.allocate(8 * 1024)?;
-//! ops::cast(&a, ElementType::Float32, &b, ElementType::Float64)?;            // astype(float64)
-//! assert!(ops::all_equal(&b, ElementType::Float64, &2.5f64.to_le_bytes(), EqualMode::Bitwise)?);
+//! ops::cast(&a, ElementType::Float32, &b, ElementType::Float64, None)?;      // astype(float64)
+//! assert!(ops::all_equal(&b, ElementType::Float64, &2.5f64.to_le_bytes(), EqualMode::Bitwise, None)?);
 //! // Transpose a 32 x 32 float32 matrix: dst[j, i] = a[i, j].
 //! let t = ctx.allocate(4 * 1024)?;
-//! ops::strided_copy(&a, 0, &[128, 4], &t, 0, &[4, 128], &[32, 32], 4)?;
+//! ops::strided_copy(&a, 0, &[128, 4], &t, 0, &[4, 128], &[32, 32], 4, None)?;
 //! # Ok::<(), devbuf::Error>(())
 //! ```
 
@@ -127,7 +129,10 @@ pub(crate) fn check_equal(len: usize, kind: ElementType, value: &[u8]) -> Result
 /// Repeats the element `pattern` (1 to 16 bytes, any width) over `dst`, whose length
 /// must be a multiple of the pattern's. Done on the device: 16-byte stores of a
 /// precomputed vector (widths 1, 2, 4, 8, 16) or of a short cycle of vectors (other
-/// widths). Returns when the fill has finished.
+/// widths).
+///
+/// `on`: `None` runs on the legacy default stream and returns when the fill has
+/// finished; `Some(stream)` queues it on `stream` and returns without waiting.
 ///
 /// Errors: [`Error::InvalidArgument`] for a pattern of 0 or more than 16 bytes or a
 /// length that is not a multiple of it; [`Error::ReadOnly`] for a read-only buffer.
@@ -136,22 +141,22 @@ pub(crate) fn check_equal(len: usize, kind: ElementType, value: &[u8]) -> Result
 /// use devbuf::cuda::Context;
 /// let ctx = Context::new(0)?;
 /// let buf = ctx.allocate(3 * 1000)?;
-/// devbuf::cuda::kernels::ops::fill(&buf, &[1, 2, 3])?;
+/// devbuf::cuda::kernels::ops::fill(&buf, &[1, 2, 3], None)?;
 /// assert_eq!(&buf.to_host_vec()?[..6], &[1, 2, 3, 1, 2, 3]);
 /// # Ok::<(), devbuf::Error>(())
 /// ```
-pub fn fill(dst: &DeviceBuffer, pattern: &[u8]) -> Result<()> {
-    device::fill(None, dst, pattern)
-}
-
-/// [`fill`] queued on `stream` (returns without waiting).
-pub fn fill_on(stream: &Stream, dst: &DeviceBuffer, pattern: &[u8]) -> Result<()> {
-    device::fill(Some(stream), dst, pattern)
+pub fn fill(dst: &DeviceBuffer, pattern: &[u8], on: Option<&Stream>) -> Result<()> {
+    device::fill(on, dst, pattern)
 }
 
 /// Converts every element of `src` (kind `src_kind`) to `dst_kind` into `dst`, on the
 /// device: numpy's `astype(dst_kind, casting="unsafe")`. Both buffers must hold the same
-/// number of elements. Returns when the cast has finished.
+/// number of elements.
+///
+/// `on`: `None` runs on the legacy default stream and returns when the cast has
+/// finished; `Some(stream)` queues it on `stream` and returns without waiting, unless a
+/// temporary buffer was needed (overlapping or misaligned buffers, or a source in
+/// another context), in which case it waits for the stream before freeing it.
 ///
 /// Rules, identical on host ([`memory::host_ops::cast`](crate::memory::host_ops::cast)) and device:
 ///
@@ -186,7 +191,7 @@ pub fn fill_on(stream: &Stream, dst: &DeviceBuffer, pattern: &[u8]) -> Result<()
 /// let ctx = Context::new(0)?;
 /// let src = DeviceBuffer::from_slice(&ctx, &[1.9f32, -1.9, 300.0])?;
 /// let dst = ctx.allocate(3)?;
-/// cast(&src, ElementType::Float32, &dst, ElementType::UInt8)?;
+/// cast(&src, ElementType::Float32, &dst, ElementType::UInt8, None)?;
 /// assert_eq!(dst.to_host_vec()?, vec![1, 255, 44]);
 /// # Ok::<(), devbuf::Error>(())
 /// ```
@@ -195,27 +200,20 @@ pub fn cast(
     src_kind: ElementType,
     dst: &DeviceBuffer,
     dst_kind: ElementType,
+    on: Option<&Stream>,
 ) -> Result<()> {
-    device::cast(None, src, src_kind, dst, dst_kind)
-}
-
-/// [`cast`] queued on `stream`. Returns without waiting, unless a temporary buffer was
-/// needed (overlapping or misaligned buffers, or a source in another context), in which
-/// case it waits for the stream before freeing it.
-pub fn cast_on(
-    stream: &Stream,
-    src: &DeviceBuffer,
-    src_kind: ElementType,
-    dst: &DeviceBuffer,
-    dst_kind: ElementType,
-) -> Result<()> {
-    device::cast(Some(stream), src, src_kind, dst, dst_kind)
+    device::cast(on, src, src_kind, dst, dst_kind)
 }
 
 /// Copies `shape` elements of `elem_size` bytes between two strided layouts, on the
 /// device: element `i` (a multi-index) goes from byte `src_offset_bytes + Σ i_k *
 /// src_strides_bytes[k]` of `src` to byte `dst_offset_bytes + Σ i_k *
-/// dst_strides_bytes[k]` of `dst`. Returns when the copy has finished.
+/// dst_strides_bytes[k]` of `dst`.
+///
+/// `on`: `None` runs on the legacy default stream and returns when the copy has
+/// finished; `Some(stream)` queues it on `stream` and returns without waiting, unless a
+/// temporary buffer was needed (overlapping source and destination, or a source in
+/// another context), in which case it waits for the stream before freeing it.
 ///
 /// This is numpy's `dst_view[...] = src_view` for views given as (offset, strides,
 /// shape): strided get and set, transposes of any permutation (permute the source
@@ -245,7 +243,7 @@ pub fn cast_on(
 /// // a 4 x 6 int32 matrix; take a[::2, 1:-1] (2 x 4) into a contiguous buffer.
 /// let a = DeviceBuffer::from_slice(&ctx, &(0..24).collect::<Vec<i32>>())?;
 /// let out = ctx.allocate(2 * 4 * 4)?;
-/// strided_copy(&a, 4, &[2 * 24, 4], &out, 0, &[16, 4], &[2, 4], 4)?;
+/// strided_copy(&a, 4, &[2 * 24, 4], &out, 0, &[16, 4], &[2, 4], 4, None)?;
 /// assert_eq!(out.to_vec::<i32>()?, vec![1, 2, 3, 4, 13, 14, 15, 16]);
 /// # Ok::<(), devbuf::Error>(())
 /// ```
@@ -259,37 +257,10 @@ pub fn strided_copy(
     dst_strides_bytes: &[isize],
     shape: &[usize],
     elem_size: usize,
+    on: Option<&Stream>,
 ) -> Result<()> {
     device::strided_copy(
-        None,
-        src,
-        src_offset_bytes,
-        src_strides_bytes,
-        dst,
-        dst_offset_bytes,
-        dst_strides_bytes,
-        shape,
-        elem_size,
-    )
-}
-
-/// [`strided_copy`] queued on `stream`. Returns without waiting, unless a temporary
-/// buffer was needed (overlapping source and destination, or a source in another
-/// context), in which case it waits for the stream before freeing it.
-#[allow(clippy::too_many_arguments)]
-pub fn strided_copy_on(
-    stream: &Stream,
-    src: &DeviceBuffer,
-    src_offset_bytes: usize,
-    src_strides_bytes: &[isize],
-    dst: &DeviceBuffer,
-    dst_offset_bytes: usize,
-    dst_strides_bytes: &[isize],
-    shape: &[usize],
-    elem_size: usize,
-) -> Result<()> {
-    device::strided_copy(
-        Some(stream),
+        on,
         src,
         src_offset_bytes,
         src_strides_bytes,
@@ -303,7 +274,10 @@ pub fn strided_copy_on(
 
 /// Reverses the bytes of every `width`-byte element of `buf` in place, on the device
 /// (`width` 1, 2, 4 or 8; 1 does nothing). For complex values pass the component width
-/// ([`ElementType::swap_width`]). Returns when the swap has finished.
+/// ([`ElementType::swap_width`]).
+///
+/// `on`: `None` runs on the legacy default stream and returns when the swap has
+/// finished; `Some(stream)` queues it on `stream` and returns without waiting.
 ///
 /// Errors: [`Error::InvalidArgument`] for another width or a length that is not a
 /// multiple of it; [`Error::ReadOnly`] for a read-only buffer.
@@ -312,17 +286,12 @@ pub fn strided_copy_on(
 /// use devbuf::cuda::{Context, DeviceBuffer};
 /// let ctx = Context::new(0)?;
 /// let buf = DeviceBuffer::from_slice(&ctx, &[0x0102_0304u32])?;
-/// devbuf::cuda::kernels::ops::byteswap(&buf, 4)?;
+/// devbuf::cuda::kernels::ops::byteswap(&buf, 4, None)?;
 /// assert_eq!(buf.to_vec::<u32>()?, vec![0x0403_0201]);
 /// # Ok::<(), devbuf::Error>(())
 /// ```
-pub fn byteswap(buf: &DeviceBuffer, width: usize) -> Result<()> {
-    device::byteswap(None, buf, width)
-}
-
-/// [`byteswap`] queued on `stream` (returns without waiting).
-pub fn byteswap_on(stream: &Stream, buf: &DeviceBuffer, width: usize) -> Result<()> {
-    device::byteswap(Some(stream), buf, width)
+pub fn byteswap(buf: &DeviceBuffer, width: usize, on: Option<&Stream>) -> Result<()> {
+    device::byteswap(on, buf, width)
 }
 
 /// Whether every element of `buf` (kind `kind`) equals `value` (one native element of
@@ -334,6 +303,10 @@ pub fn byteswap_on(stream: &Stream, buf: &DeviceBuffer, width: usize) -> Result<
 /// differs near its start answers quickly. See [`EqualMode`] for NaN and signed-zero
 /// rules.
 ///
+/// `on`: `None` runs on the legacy default stream; `Some(stream)` runs on `stream`.
+/// Either way it waits for the stream before returning (the answer is needed on the
+/// host).
+///
 /// Errors: [`Error::InvalidArgument`] when `value` is not one element or the length is
 /// not a whole number of elements.
 ///
@@ -343,8 +316,8 @@ pub fn byteswap_on(stream: &Stream, buf: &DeviceBuffer, width: usize) -> Result<
 /// let ctx = Context::new(0)?;
 /// let buf = DeviceBuffer::from_slice(&ctx, &[-0.0f64, 0.0])?;
 /// let zero = 0.0f64.to_le_bytes();
-/// assert!(!all_equal(&buf, ElementType::Float64, &zero, EqualMode::Bitwise)?);
-/// assert!(all_equal(&buf, ElementType::Float64, &zero, EqualMode::Numeric { equal_nan: false })?);
+/// assert!(!all_equal(&buf, ElementType::Float64, &zero, EqualMode::Bitwise, None)?);
+/// assert!(all_equal(&buf, ElementType::Float64, &zero, EqualMode::Numeric { equal_nan: false }, None)?);
 /// # Ok::<(), devbuf::Error>(())
 /// ```
 pub fn all_equal(
@@ -352,20 +325,9 @@ pub fn all_equal(
     kind: ElementType,
     value: &[u8],
     mode: EqualMode,
+    on: Option<&Stream>,
 ) -> Result<bool> {
-    device::all_equal(None, buf, kind, value, mode)
-}
-
-/// [`all_equal`] run on `stream`; it waits for the stream (the answer is needed on the
-/// host).
-pub fn all_equal_on(
-    stream: &Stream,
-    buf: &DeviceBuffer,
-    kind: ElementType,
-    value: &[u8],
-    mode: EqualMode,
-) -> Result<bool> {
-    device::all_equal(Some(stream), buf, kind, value, mode)
+    device::all_equal(on, buf, kind, value, mode)
 }
 
 #[cfg(test)]

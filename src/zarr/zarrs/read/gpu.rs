@@ -15,7 +15,7 @@ use super::codec::{self, Chain, Compression};
 use super::pipeline::{Counts, Run, aligned, note, place_units};
 use super::plan::Unit;
 use super::source::{Source, StoredLen};
-use crate::cuda::kernels::ops::{byteswap_on, fill_on};
+use crate::cuda::kernels::ops::{byteswap, fill};
 use crate::cuda::nvcomp::{DecompressBatch, GpuCodec};
 use crate::cuda::{Context, DeviceBuffer, UploadLane};
 use crate::error::{Error, Result};
@@ -68,7 +68,7 @@ pub(crate) fn worker(
         return Ok(());
     };
     let stride = aligned(src.cell_bytes);
-    let decoded = ctx.allocate_pooled_on(per * stride, lane.stream())?;
+    let decoded = ctx.allocate_pooled(per * stride, Some(lane.stream()))?;
     let mut batch = DecompressBatch::new(ctx)?;
     counts
         .gpu_workers
@@ -285,17 +285,17 @@ fn one_call(
     let t1 = std::time::Instant::now();
     lane.submit(used, |stream, staged| {
         for &j in &fills {
-            fill_on(
-                stream,
+            fill(
                 &decoded.slice(j * stride, src.cell_bytes)?,
                 &src.fill,
+                Some(stream),
             )?;
         }
         batch
             .decompress(stream, codec, staged, &inputs, decoded, &outputs)
             .map_err(|e| name_chunk(e, src, units, &outputs, stride))?;
         if let Some(w) = chain.swap {
-            byteswap_on(stream, &decoded.slice(0, units.len() * stride)?, w)?;
+            byteswap(&decoded.slice(0, units.len() * stride)?, w, Some(stream))?;
         }
         place_units(src, units, stride, stream, decoded, out)
     })?;

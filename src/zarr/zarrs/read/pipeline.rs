@@ -21,7 +21,7 @@ use super::codec::Chain;
 use super::plan::{Placement, Unit};
 use super::source::Source;
 use crate::cuda::kernels::ops::layout;
-use crate::cuda::kernels::ops::strided_copy_on;
+use crate::cuda::kernels::ops::strided_copy;
 use crate::cuda::nvcomp::GpuCodec;
 use crate::cuda::{Context, DeviceBuffer, UploadLane};
 use crate::error::{Error, Result};
@@ -298,8 +298,7 @@ pub(crate) fn place_units(
     for (j, u) in units.iter().enumerate() {
         for p in &u.placements {
             let shape: Vec<usize> = p.shape.iter().map(|&n| n as usize).collect();
-            strided_copy_on(
-                stream,
+            strided_copy(
                 scratch,
                 j * stride + src_offset(src, &p.start),
                 &src.cell_strides,
@@ -308,6 +307,7 @@ pub(crate) fn place_units(
                 &p.dst_strides,
                 &shape,
                 src.elem,
+                Some(stream),
             )?;
         }
     }
