@@ -7,7 +7,11 @@
 //!   their placements;
 //! * `codec`: the chains the engine decodes itself, bounded;
 //! * `source`: an opened array as the engine sees it (decode grid, fetch, decode);
-//! * `pipeline`: the worker threads, host and device.
+//! * `pipeline`: the worker threads, host and device;
+//! * `gpu`: the GPU decode workers (stored bytes -> one DMA -> one nvCOMP call);
+//! * `hostmem`: the fresh (huge-page) memory a host read fills.
+//!
+//! The device write engine (`../write.rs`) reuses `plan` and the staging lanes.
 
 mod codec;
 mod gpu;
