@@ -133,6 +133,16 @@ pub fn strided_copy(
     else {
         return Ok(());
     };
+    for_each_run(&plan, |s, d, run| {
+        dst[d..d + run].copy_from_slice(&src[s..s + run]);
+    });
+    Ok(())
+}
+
+/// Walks a validated copy as contiguous runs: calls `f(src_offset, dst_offset, len)`
+/// once per run (the innermost axis when it is contiguous on both sides, else one unit
+/// element), in order. Every byte named lies within what `layout::plan` checked.
+pub(crate) fn for_each_run(plan: &layout::Plan, mut f: impl FnMut(usize, usize, usize)) {
     let unit = plan.unit;
     let axes = plan.axes();
     // Innermost axis contiguous on both sides: copy runs; otherwise units.
@@ -145,13 +155,12 @@ pub fn strided_copy(
     let mut index = [0u64; layout::MAX_DIMS + 1];
     let (mut so, mut dof) = (plan.src_base as i64, plan.dst_base as i64);
     loop {
-        let (s, d) = (so as usize, dof as usize);
-        dst[d..d + run].copy_from_slice(&src[s..s + run]);
+        f(so as usize, dof as usize, run);
         // Odometer over the outer axes, innermost first.
         let mut k = outer.len();
         loop {
             if k == 0 {
-                return Ok(());
+                return;
             }
             k -= 1;
             let a = outer[k];

@@ -235,42 +235,13 @@ fn place_host(src: &Source<'_>, unit: &[u8], p: &Placement, out: &HostOut) -> Re
     else {
         return Ok(());
     };
-    let unit_bytes = plan.unit;
-    let axes = plan.axes();
-    let (outer, run) = match axes.split_last() {
-        Some((last, rest)) if last.s == unit_bytes as i64 && last.d == unit_bytes as i64 => {
-            (rest, last.n as usize * unit_bytes)
-        }
-        _ => (axes, unit_bytes),
-    };
-    let mut index = vec![0u64; outer.len()];
-    let (mut so, mut dof) = (plan.src_base as i64, plan.dst_base as i64);
-    loop {
-        let (s, d) = (so as usize, dof as usize);
+    crate::memory::host_ops::for_each_run(&plan, |s, d, run| {
         // Safety: `layout::plan` checked that every byte the copy touches lies within
         // `unit` (source) and within the output's `len` bytes (destination); the
         // destination bytes belong to this unit's placement alone (see `HostOut`).
-        unsafe {
-            std::ptr::copy_nonoverlapping(unit.as_ptr().add(s), out.ptr.add(d), run);
-        }
-        let mut k = outer.len();
-        loop {
-            if k == 0 {
-                return Ok(());
-            }
-            k -= 1;
-            let a = outer[k];
-            index[k] += 1;
-            so += a.s;
-            dof += a.d;
-            if index[k] < a.n {
-                break;
-            }
-            index[k] = 0;
-            so -= a.s * a.n as i64;
-            dof -= a.d * a.n as i64;
-        }
-    }
+        unsafe { std::ptr::copy_nonoverlapping(unit.as_ptr().add(s), out.ptr.add(d), run) };
+    });
+    Ok(())
 }
 
 /// Bytes of one unit's place in a staging slot.
