@@ -301,6 +301,30 @@ pub(crate) fn gzip_deflate_range(
     Ok(at..end)
 }
 
+/// The decoded size a zstd frame declares in its header, checked: `Ok(Some(n))` when it
+/// declares exactly `expect` bytes, `Ok(None)` when it declares none, an error naming
+/// the chunk when it declares another size or is no zstd frame at all.
+pub(crate) fn zstd_declared_size(
+    frame: &[u8],
+    expect: usize,
+    what: &dyn Fn() -> String,
+) -> Result<Option<usize>> {
+    match zstd::zstd_safe::get_frame_content_size(frame) {
+        Ok(Some(declared)) if declared == expect as u64 => Ok(Some(expect)),
+        Ok(Some(declared)) => Err(Error::Malformed(format!(
+            "{}: zstd chunk decodes to {declared} bytes (declared by its frame), the chunk \
+             holds exactly {expect} bytes",
+            what()
+        ))),
+        Ok(None) => Ok(None),
+        Err(_) => Err(Error::Malformed(format!(
+            "{}: not a zstd frame ({} bytes)",
+            what(),
+            frame.len()
+        ))),
+    }
+}
+
 /// Decodes the stored bytes `src` of one chunk into `dst`, which has exactly the
 /// chunk's decoded size. `what` names the chunk for errors.
 pub(crate) fn decode_into(
@@ -330,19 +354,7 @@ pub(crate) fn decode_into(
             dst.copy_from_slice(body);
         }
         Compression::Zstd => {
-            match zstd::zstd_safe::get_frame_content_size(body) {
-                Ok(Some(declared)) if declared != n as u64 => {
-                    return Err(wrong(format!("{declared} bytes (declared by its frame)")));
-                }
-                Ok(_) => {}
-                Err(_) => {
-                    return Err(Error::Malformed(format!(
-                        "{}: not a zstd frame ({} bytes)",
-                        what(),
-                        body.len()
-                    )));
-                }
-            }
+            zstd_declared_size(body, n, what)?;
             let got = ZSTD.with(|cell| -> Result<usize> {
                 let mut slot = cell.borrow_mut();
                 if slot.is_none() {

@@ -191,25 +191,9 @@ fn gpu_input(
         }
         Compression::Zstd => {
             let frame = &slot[body.clone()];
-            match zstd::zstd_safe::get_frame_content_size(frame) {
-                Ok(Some(n)) if n == src.cell_bytes as u64 => {}
-                Ok(Some(n)) => {
-                    return Err(Error::Malformed(format!(
-                        "{}: zstd chunk decodes to {n} bytes (declared by its frame), the chunk \
-                         holds exactly {} bytes",
-                        what(),
-                        src.cell_bytes
-                    )));
-                }
-                // No declared size: the CPU decoder bounds it.
-                Ok(None) => return Ok(None),
-                Err(_) => {
-                    return Err(Error::Malformed(format!(
-                        "{}: not a zstd frame ({} bytes)",
-                        what(),
-                        frame.len()
-                    )));
-                }
+            // No declared size: the CPU decoder bounds it.
+            if codec::zstd_declared_size(frame, src.cell_bytes, what)?.is_none() {
+                return Ok(None);
             }
             // A frame with a content checksum: nvCOMP would not verify it; the CPU does.
             if frame.len() > 4 && frame[4] & 0x04 != 0 {
@@ -306,25 +290,20 @@ fn one_call(
     counts
         .gpu_decode_us
         .fetch_add(us(t1.elapsed()), std::sync::atomic::Ordering::Relaxed);
-    for j in 0..units.len() {
-        let missing = fills.contains(&j);
-        let cpu = on_cpu.contains(&j);
-        if cpu {
-            note(counts, true, src.cell_bytes);
-        } else {
-            counts
-                .gpu_units
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            counts
-                .decoded_bytes
-                .fetch_add(src.cell_bytes as u64, std::sync::atomic::Ordering::Relaxed);
-            if missing {
-                counts
-                    .missing_units
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
+    for _ in &on_cpu {
+        note(counts, true, src.cell_bytes);
     }
+    let on_gpu = (units.len() - on_cpu.len()) as u64;
+    counts
+        .gpu_units
+        .fetch_add(on_gpu, std::sync::atomic::Ordering::Relaxed);
+    counts.decoded_bytes.fetch_add(
+        on_gpu * src.cell_bytes as u64,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    counts
+        .missing_units
+        .fetch_add(fills.len() as u64, std::sync::atomic::Ordering::Relaxed);
     Ok(())
 }
 

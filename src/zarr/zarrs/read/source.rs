@@ -5,7 +5,6 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::Read;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -402,38 +401,23 @@ impl<'a> Source<'a> {
         Ok(true)
     }
 
-    /// Reads the stored bytes of `cell` into the start of `buf` when they fit (the GPU
-    /// decoders' input).
+    /// Reads the stored bytes of `cell` into the start of `buf` when they fit, through
+    /// the store's `get` (the GPU decoders' input for stores without files; with files
+    /// they use [`open_stored`](Self::open_stored) and read in parallel).
     pub(crate) fn stored_into(&self, cell: &[u64], buf: &mut [u8]) -> Result<StoredLen> {
-        self.stored_into_with(cell, buf)
+        match self.fetch(cell)? {
+            Stored::Missing => Ok(StoredLen::Missing),
+            Stored::Bytes(b) if b.len() <= buf.len() => {
+                buf[..b.len()].copy_from_slice(&b);
+                Ok(StoredLen::Fits(b.len()))
+            }
+            Stored::Bytes(_) => Ok(StoredLen::TooLarge),
+        }
     }
 
     /// Whether chunk files are read directly (a filesystem store).
     pub(crate) fn has_files(&self) -> bool {
         self.root.is_some()
-    }
-
-    fn stored_into_with(&self, cell: &[u64], buf: &mut [u8]) -> Result<StoredLen> {
-        if self.root.is_none() {
-            return match self.fetch(cell)? {
-                Stored::Missing => Ok(StoredLen::Missing),
-                Stored::Bytes(b) if b.len() <= buf.len() => {
-                    buf[..b.len()].copy_from_slice(&b);
-                    Ok(StoredLen::Fits(b.len()))
-                }
-                Stored::Bytes(_) => Ok(StoredLen::TooLarge),
-            };
-        }
-        let Some((file, offset, len)) = self.open_stored(cell)? else {
-            return Ok(StoredLen::Missing);
-        };
-        if len > buf.len() as u64 {
-            return Ok(StoredLen::TooLarge);
-        }
-        let n = len as usize;
-        read_exact_at(&file, &mut buf[..n], offset)
-            .map_err(|e| self.storage_err(&self.describe(cell), e))?;
-        Ok(StoredLen::Fits(n))
     }
 
     /// Opens the file holding `cell`'s stored bytes: the file, their offset and
@@ -524,10 +508,5 @@ impl<'a> Source<'a> {
 
 /// Reads exactly `buf.len()` bytes at `offset` (a file that is shorter is an error).
 pub(crate) fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-    if offset == 0 {
-        // Plain reads: the common case, and what works for every regular file.
-        let mut f = file;
-        return f.read_exact(buf);
-    }
     file.read_exact_at(buf, offset)
 }
