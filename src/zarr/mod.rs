@@ -42,6 +42,9 @@ mod store;
 #[cfg(feature = "zarrs")]
 pub mod zarrs;
 
+#[cfg(feature = "object_store")]
+pub mod object_store;
+
 pub use crate::element::ElementType;
 pub use crate::memory::Memory;
 pub use buffer::Buffer;

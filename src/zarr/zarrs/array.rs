@@ -68,8 +68,9 @@ pub struct ZarrArray {
     pub(super) meta: ZarrMetadata,
     pub(super) location: String,
     pub(super) read_options: ReadOptions,
-    /// The directory of a filesystem store (chunk files are read directly).
-    root: Option<std::path::PathBuf>,
+    /// Where the read engine reaches stored bytes directly (a directory's files, an
+    /// object store's concurrent requests).
+    pub(super) direct: read::Direct,
 }
 
 impl std::fmt::Debug for ZarrArray {
@@ -145,7 +146,7 @@ impl ZarrArray {
         }
         let storage: Arc<Storage> = super::fs_store::checked_filesystem_store(path)?;
         let mut a = Self::open_storage(storage, "/", location)?;
-        a.root = Some(path.to_path_buf());
+        a.direct = read::Direct::Dir(path.to_path_buf());
         Ok(a)
     }
 
@@ -169,7 +170,11 @@ impl ZarrArray {
         Self::open_storage(Arc::new(StoreAdapter::new(store)), &node, location)
     }
 
-    fn open_storage(storage: Arc<Storage>, node: &str, location: String) -> Result<ZarrArray> {
+    pub(super) fn open_storage(
+        storage: Arc<Storage>,
+        node: &str,
+        location: String,
+    ) -> Result<ZarrArray> {
         // The document is checked before zarrs parses it (zarrs trusts some fields).
         super::validate::preflight(storage.as_ref(), node, &location)?;
         let array = guard(&format!("opening {location}"), || {
@@ -194,7 +199,7 @@ impl ZarrArray {
             meta,
             location,
             read_options: ReadOptions::default(),
-            root: None,
+            direct: read::Direct::Store,
         })
     }
 
@@ -228,7 +233,7 @@ impl ZarrArray {
         })?;
         let storage: Arc<Storage> = super::fs_store::checked_filesystem_store(path)?;
         let mut a = Self::create_storage(storage, "/", location, spec)?;
-        a.root = Some(path.to_path_buf());
+        a.direct = read::Direct::Dir(path.to_path_buf());
         Ok(a)
     }
 
@@ -256,7 +261,7 @@ impl ZarrArray {
         Self::create_storage(Arc::new(StoreAdapter::new(store)), &node, location, spec)
     }
 
-    fn create_storage(
+    pub(super) fn create_storage(
         storage: Arc<Storage>,
         node: &str,
         location: String,
@@ -516,7 +521,7 @@ impl ZarrArray {
             self.elem(),
             self.meta.stored_dtype.element().swap_width(),
             fill,
-            self.root.clone(),
+            &self.direct,
         )?;
         read::read(&src, requests, total, ctx.as_ref(), &self.read_options)
     }
@@ -714,7 +719,7 @@ fn fmt_box(start: &[u64], shape: &[u64]) -> String {
 }
 
 /// zarrs' node path and devbuf's description of `path` in a store.
-fn node_path(path: &str) -> Result<(String, String)> {
+pub(super) fn node_path(path: &str) -> Result<(String, String)> {
     let p = path.trim_matches('/');
     if p.split('/').any(|c| c == "." || c == "..") || p.contains("//") {
         return Err(Error::invalid(format!(

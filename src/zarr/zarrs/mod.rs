@@ -62,6 +62,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use crate::error::{Error, Result};
 
 mod array;
+#[cfg(feature = "object_store")]
+mod array_url;
 mod array_write;
 mod fs_store;
 mod metadata;

@@ -23,7 +23,7 @@ mod source;
 use std::sync::atomic::Ordering;
 
 pub(crate) use plan::Request;
-pub(crate) use source::Source;
+pub(crate) use source::{Direct, Source};
 
 use crate::cuda::Context;
 use crate::error::{Error, Result};
@@ -213,6 +213,8 @@ pub(crate) fn read(
         src.elem,
         max_units,
     )?;
+    // An object store starts fetching every unit's bytes now, ahead of the workers.
+    src.prefetch(&units)?;
 
     let (mem, target) = match (ctx, out) {
         (_, Out::Host(out)) => (

@@ -18,6 +18,9 @@ use super::plan::{c_strides, f_strides};
 use crate::error::{Error, Result};
 use crate::zarr::Order;
 
+#[cfg(feature = "object_store")]
+mod remote;
+
 type Storage = dyn ReadableWritableStorageTraits;
 
 /// A shard's index: `(offset, nbytes)` per inner chunk, C order; `None`: a missing shard.
@@ -63,6 +66,23 @@ pub(crate) struct Source<'a> {
     /// with one `read` into a reused per-thread buffer (or straight into the caller's
     /// memory for uncompressed chunks) instead of a fresh allocation per chunk.
     root: Option<PathBuf>,
+    /// The object store of an array opened by URL, and the read's fetch stage once
+    /// [`prefetch`](Self::prefetch) started it.
+    #[cfg(feature = "object_store")]
+    remote: Option<remote::Remote>,
+}
+
+/// Where an array's stored bytes can be reached without `zarrs`' storage traits.
+#[derive(Clone, Debug, Default)]
+pub(crate) enum Direct {
+    /// Only through the storage traits (a devbuf store).
+    #[default]
+    Store,
+    /// Chunk files in this directory (a filesystem store).
+    Dir(PathBuf),
+    /// An object store: many requests at once, ahead of the decoders.
+    #[cfg(feature = "object_store")]
+    Url(Arc<crate::zarr::object_store::UrlStore>),
 }
 
 thread_local! {
@@ -80,7 +100,7 @@ impl<'a> Source<'a> {
         elem: usize,
         swap_width: usize,
         fill: Vec<u8>,
-        root: Option<PathBuf>,
+        direct: &Direct,
     ) -> Result<Source<'a>> {
         let codecs = Codecs::of(array, swap_width);
         let (cell_shape, order) = match &codecs {
@@ -129,8 +149,22 @@ impl<'a> Source<'a> {
             cell_bytes,
             cell_strides,
             indexes: Mutex::new(HashMap::new()),
-            root,
+            root: match direct {
+                Direct::Dir(d) => Some(d.clone()),
+                _ => None,
+            },
+            #[cfg(feature = "object_store")]
+            remote: match direct {
+                Direct::Url(u) => Some(remote::Remote::new(u.clone())),
+                _ => None,
+            },
         })
+    }
+
+    /// Starts the fetch stage of an object store (only with the `object_store` feature).
+    #[cfg(not(feature = "object_store"))]
+    pub(crate) fn prefetch(&self, _units: &[super::plan::Unit]) -> Result<()> {
+        Ok(())
     }
 
     /// The chain the engine decodes a unit's stored bytes with (`None`: zarrs decodes).
@@ -181,6 +215,10 @@ impl<'a> Source<'a> {
 
     /// The stored bytes of `cell` (engine-decoded chains only).
     pub(crate) fn fetch(&self, cell: &[u64]) -> Result<Stored> {
+        #[cfg(feature = "object_store")]
+        if let Some(got) = self.fetched(cell) {
+            return got;
+        }
         let (chunk, inner) = self.key_of(cell);
         let key: StoreKey = self.array.chunk_key(&chunk);
         let storage = self.array.storage();
@@ -273,6 +311,23 @@ impl<'a> Source<'a> {
             Ok(None) => return Ok(None),
             Err(e) => return Err(self.storage_err(&what(), e)),
         };
+        self.parse_index(&bytes, chunk, key, n, spec)
+    }
+
+    /// The index of `n` inner chunks in `bytes` (exactly the index's stored bytes).
+    fn parse_index(
+        &self,
+        bytes: &[u8],
+        chunk: &[u64],
+        key: &StoreKey,
+        n: u64,
+        spec: &ShardIndex,
+    ) -> Result<Index> {
+        let what = || format!("index of shard {chunk:?} (key {key}) of {}", self.location);
+        let len = spec
+            .len(n)
+            .filter(|&l| l <= isize::MAX as u64)
+            .ok_or_else(|| Error::Malformed(format!("{}: {n} inner chunks", what())))?;
         if bytes.len() as u64 != len {
             return Err(Error::Malformed(format!(
                 "{}: {} bytes, expected {len} ({n} inner chunks)",
@@ -281,9 +336,9 @@ impl<'a> Source<'a> {
             )));
         }
         let body = if spec.crc32c {
-            codec::strip_crc32c(&bytes, &what)?
+            codec::strip_crc32c(bytes, &what)?
         } else {
-            &bytes[..]
+            bytes
         };
         let mut entries = Vec::new();
         entries
