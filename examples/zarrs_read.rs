@@ -2,8 +2,12 @@
 //! host memory on a machine without one, and print its shape, data type and sum.
 //!
 //! ```text
-//! cargo run --release --features zarrs --example zarrs_read [PATH.zarr]
+//! cargo run --release --features zarrs,object_store --example zarrs_read [PATH.zarr | URL]
 //! ```
+//!
+//! A URL (`s3://bucket/array.zarr`, `gs://...`, `az://...`, `https://...`, `file://...`)
+//! reads from object storage; credentials and endpoint come from the environment
+//! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`, ...).
 //!
 //! `PATH.zarr` defaults to the bundled fixture `tests/fixtures/zarr/v3_float32_sharded.zarr`;
 //! when it cannot be found (a GPU bundle run outside a checkout) the example writes a
@@ -37,9 +41,9 @@ fn run() -> devbuf::Result<()> {
         .join("tests/fixtures/zarr/v3_float32_sharded.zarr");
     let local = PathBuf::from("tests/fixtures/zarr/v3_float32_sharded.zarr");
     let path = match std::env::args().nth(1) {
-        Some(p) => PathBuf::from(p),
-        None if default.is_dir() => default,
-        None if local.is_dir() => local,
+        Some(p) => p,
+        None if default.is_dir() => default.display().to_string(),
+        None if local.is_dir() => local.display().to_string(),
         None => {
             // No checkout around: make a 512 x 512 float32 array, 64 x 64 chunks, zstd.
             let dir =
@@ -55,13 +59,13 @@ fn run() -> devbuf::Result<()> {
                 "(fixture not found: wrote a demo array to {})",
                 dir.display()
             );
-            dir
+            dir.display().to_string()
         }
     };
 
-    let array = ZarrArray::open(&path)?;
+    let array = common::open_array(&path)?;
     let m = array.metadata();
-    println!("{}", path.display());
+    println!("{path}");
     println!(
         "  zarr v{}, shape {:?}, stored as {} in {:?} order, read as {}",
         m.zarr_format,

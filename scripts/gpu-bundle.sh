@@ -15,14 +15,14 @@ EXAMPLES="$(ls examples/*.rs | xargs -n1 basename | sed 's/\.rs$//' | tr '\n' ' 
 
 echo "building the GPU test binary and examples (release, --features cuda-tests)..."
 LOG="$(mktemp)"
-cargo test --release --features cuda-tests,zarrs --test gpu --no-run 2>&1 | tee "$LOG" >&2
+cargo test --release --features cuda-tests,zarrs,object_store --test gpu --no-run 2>&1 | tee "$LOG" >&2
 TEST_BIN="$(grep -oE 'Executable tests/gpu/main.rs \(([^)]+)\)' "$LOG" | sed -E 's/.*\((.*)\)/\1/' | tail -1)"
 rm -f "$LOG"
 if [ -z "$TEST_BIN" ] || [ ! -x "$TEST_BIN" ]; then
     echo "could not find the GPU test binary" >&2
     exit 1
 fi
-cargo build --release --features cuda-tests,zarrs --examples >&2
+cargo build --release --features cuda-tests,zarrs,object_store --examples >&2
 
 rm -rf "$OUT"
 FINAL="$OUT"
@@ -32,6 +32,10 @@ cp "$TEST_BIN" "$OUT/bin/gpu-tests"
 for ex in $EXAMPLES; do
     cp "${CARGO_TARGET_DIR:-target}/release/examples/$ex" "$OUT/bin/$ex"
 done
+# The S3-compatible server of the object-store tests (s3s-fs: $DEVBUF_S3S_FS or PATH),
+# when there is one here; without it those tests print SKIPPED on the GPU machine.
+S3S="${DEVBUF_S3S_FS:-$(command -v s3s-fs || true)}"
+if [ -n "$S3S" ] && [ -x "$S3S" ]; then cp "$S3S" "$OUT/bin/s3s-fs"; else echo "(no s3s-fs: the bundle's object-store tests will skip)" >&2; fi
 strip "$OUT"/bin/*
 cp scripts/run-gpu.sh "$OUT/run.sh"
 cp -r scripts/bench_peers.py scripts/peers "$OUT/scripts/"

@@ -51,6 +51,9 @@ MODE="${1:-all}"
 shift || true
 BIN="$HERE/bin"
 export DEVBUF_ZARR_FIXTURES="$HERE/fixtures/zarr"
+# The S3-compatible server of the object-store tests and bench_object_store, when the
+# bundle was built beside one (scripts/gpu-bundle.sh copies it).
+[ -x "$HERE/bin/s3s-fs" ] && export DEVBUF_S3S_FS="${DEVBUF_S3S_FS:-$HERE/bin/s3s-fs}"
 SUMMARY=()
 FAILED=()
 SANITIZER_TOOLS=(memcheck racecheck synccheck initcheck)

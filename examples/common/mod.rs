@@ -15,3 +15,26 @@ pub fn exit<E: Display>(result: Result<(), E>) -> ExitCode {
         }
     }
 }
+
+/// Opens the zarr array at `source`: a directory, or with the `object_store` feature a
+/// URL (`s3://`, `gs://`, `az://`, `http(s)://`, `file://`; credentials and endpoint
+/// from the environment, e.g. `AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`).
+#[cfg(feature = "zarrs")]
+#[allow(dead_code)]
+pub fn open_array(source: &str) -> devbuf::Result<devbuf::zarr::zarrs::ZarrArray> {
+    use devbuf::zarr::zarrs::ZarrArray;
+    if !source.contains("://") {
+        return ZarrArray::open(source);
+    }
+    #[cfg(feature = "object_store")]
+    {
+        ZarrArray::open_url(
+            source,
+            &devbuf::zarr::object_store::ObjectStoreOptions::default(),
+        )
+    }
+    #[cfg(not(feature = "object_store"))]
+    Err(devbuf::Error::invalid(format!(
+        "{source} is a URL: build with --features zarrs,object_store to read object stores"
+    )))
+}

@@ -21,6 +21,8 @@ mod core;
 mod ipc;
 mod kernels;
 mod nvcomp;
+#[cfg(feature = "object_store")]
+mod object_store;
 #[path = "../common/peer.rs"]
 mod peer;
 #[path = "../common/random.rs"]

@@ -40,7 +40,7 @@ fn fixtures_dir() -> Option<PathBuf> {
         .find(|p| p.join("manifest.json").is_file())
 }
 
-fn bytes_of(nd: &NDBuffer) -> Vec<u8> {
+pub(crate) fn bytes_of(nd: &NDBuffer) -> Vec<u8> {
     nd.to_buffer().unwrap().to_bytes().unwrap()
 }
 
@@ -58,7 +58,7 @@ fn assert_same(dev: &NDBuffer, host: &NDBuffer, what: &str) {
 }
 
 /// Random native element bytes (bools 0/1), never all zero.
-fn random_elements(rng: &mut SmallRng, element: ElementType, n: usize) -> Vec<u8> {
+pub(crate) fn random_elements(rng: &mut SmallRng, element: ElementType, n: usize) -> Vec<u8> {
     let mut v = random_bytes(rng, n * element.size());
     if element == ElementType::Bool {
         v.iter_mut().for_each(|b| *b &= 1);
@@ -66,13 +66,13 @@ fn random_elements(rng: &mut SmallRng, element: ElementType, n: usize) -> Vec<u8
     v
 }
 
-fn host_nd(bytes: Vec<u8>, shape: &[u64], element: ElementType) -> NDBuffer {
+pub(crate) fn host_nd(bytes: Vec<u8>, shape: &[u64], element: ElementType) -> NDBuffer {
     let shape: Vec<usize> = shape.iter().map(|&s| s as usize).collect();
     NDBuffer::from_memory(bytes, &shape, DataType::native(element), Order::C).unwrap()
 }
 
 /// Checks every read path of `a` on the device against the host.
-fn check_reads(a: &ZarrArray, rng: &mut SmallRng, what: &str) {
+pub(crate) fn check_reads(a: &ZarrArray, rng: &mut SmallRng, what: &str) {
     let m = a.metadata().clone();
     assert_same(
         &a.read_all(&DEV).unwrap(),
