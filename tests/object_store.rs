@@ -284,6 +284,39 @@ fn each_chunk_is_fetched_once_and_missing_chunks_read_as_fill() {
     }
 }
 
+#[test]
+fn reads_larger_than_the_read_ahead_stream_through_it() {
+    let Some(server) = S3Server::start("stream") else {
+        return;
+    };
+    let mut opts = server.options().with_concurrency(4);
+    opts.read_ahead_bytes = 1 << 20; // the least allowed: 8 of these chunks
+    let shape = [2048u64, 1024];
+    for (name, spec) in [
+        (
+            "plain",
+            ArraySpec::new(&shape, &[64, 1024], DataType::UINT16),
+        ),
+        (
+            "sharded",
+            ArraySpec::new(&shape, &[256, 1024], DataType::UINT16)
+                .with_subchunks(&[64, 256])
+                .with_compressor(Compressor::Zstd { level: 1 }),
+        ),
+    ] {
+        let a = ZarrArray::create_url(&server.url(name), &spec, &opts).unwrap();
+        let all = fill_random(&a, &shape, name);
+        let r = ZarrArray::open_url(&server.url(name), &opts).unwrap();
+        assert_eq!(bytes_of(&r.read_all(&HOST).unwrap()), all, "{name}");
+        let part = r.read_subset(&[100..1900, 300..1000], &HOST).unwrap();
+        assert_eq!(
+            bytes_of(&part),
+            zarrs_common::sub_box(&all, &shape, 2, &[100, 300], &[1800, 700]),
+            "{name}: box"
+        );
+    }
+}
+
 fn probe_gets(server: &S3Server, probe: &UrlStore) -> std::collections::BTreeMap<String, usize> {
     server.gets(&sentinel(probe))
 }

@@ -206,13 +206,14 @@ pub(crate) fn read(
     // Every unit places at least one element: more units than output elements means
     // the plan is wrong (and bounds the plan's memory by the output's).
     let max_units = (total / src.elem.max(1)).max(1);
-    let units = plan::plan(
+    let mut units = plan::plan(
         requests,
         src.array.shape(),
         &src.cell_shape,
         src.elem,
         max_units,
     )?;
+    src.order_units(&mut units);
     // An object store starts fetching every unit's bytes now, ahead of the workers.
     src.prefetch(&units)?;
 

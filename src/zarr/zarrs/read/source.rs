@@ -167,6 +167,15 @@ impl<'a> Source<'a> {
         Ok(())
     }
 
+    /// Orders a read's units for fetching: the inner chunks of one shard next to each
+    /// other, in index order (so that they are read together: one file region, or one
+    /// coalesced range request); chunks of unsharded arrays stay in C order.
+    pub(crate) fn order_units(&self, units: &mut [super::plan::Unit]) {
+        if let Codecs::Sharded { .. } = &self.codecs {
+            units.sort_by_cached_key(|u| self.key_of(&u.cell));
+        }
+    }
+
     /// The chain the engine decodes a unit's stored bytes with (`None`: zarrs decodes).
     pub(crate) fn chain(&self) -> Option<&Chain> {
         match &self.codecs {

@@ -82,6 +82,10 @@ impl Source<'_> {
             };
             let end = offset + nbytes; // checked by `entry`
             // Joins the open request when it is the same shard and close enough after.
+            // Only units next to each other in claim order share a request (the units
+            // come shard by shard, see `order_units`): a request's bytes are then all
+            // taken soon after it arrives, and the read-ahead budget cannot fill with
+            // requests whose last users wait behind a request it holds back.
             if let Some((shard, i, span)) = open.as_mut()
                 && *shard == chunk
                 && offset >= span.start
