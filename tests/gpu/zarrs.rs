@@ -12,7 +12,7 @@ use devbuf::cuda::Context;
 use devbuf::zarr::zarrs::{ArraySpec, Compressor, Decoder, ReadOptions, ZarrArray};
 use devbuf::zarr::{
     AxisSel, BufferPrototype, DataType, DeviceMemoryStore, ElementType, Endianness, NDBuffer,
-    Order, Slice,
+    Order, Scalar, Slice,
 };
 use rand::Rng;
 use rand::rngs::SmallRng;
@@ -416,20 +416,25 @@ gpu_test! {
                     k += 1;
                     let dtype = DataType::new(element, bo);
                     let shape = [150u64, 130];
+                    // A fill value whose bytes differ when swapped: a big-endian array's
+                    // missing chunks must come out in native order on the device.
+                    let fill = Scalar::Int64(0x1234).cast(element);
                     let spec = if sharded {
                         ArraySpec::new(&shape, &[64, 64], dtype).with_subchunks(&[16, 32])
                     } else {
                         ArraySpec::new(&shape, &[40, 24], dtype)
                     }
-                    .with_compressor(comp);
+                    .with_compressor(comp)
+                    .with_fill_value(fill);
                     let path = dir.0.join(format!("a{k}"));
                     let a = ZarrArray::create(&path, &spec).unwrap();
                     let n: u64 = shape.iter().product();
                     a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, element, n as usize), &shape, element)).unwrap();
                     // One chunk (shard) missing: fill value on the device.
                     let missing = a.chunk_ranges(&[1, 1]).unwrap();
-                    let zeros = NDBuffer::create(&HOST, &missing.iter().map(|r| (r.end - r.start) as usize).collect::<Vec<_>>(), DataType::native(element), Order::C, None).unwrap();
-                    a.write_chunk(&[1, 1], &zeros).unwrap();
+                    let filled = NDBuffer::create(&HOST, &missing.iter().map(|r| (r.end - r.start) as usize).collect::<Vec<_>>(), DataType::native(element), Order::C, Some(fill)).unwrap();
+                    a.write_chunk(&[1, 1], &filled).unwrap();
+                    assert!(!a.chunk_is_stored(&[1, 1]).unwrap(), "chunk [1, 1] equals the fill value: not stored");
                     let what = format!("{comp:?} {dtype} sharded={sharded}");
                     for (decoder, threads, gpu_workers) in [(Decoder::Gpu, 2, None), (Decoder::Both, 6, Some(2)), (Decoder::Auto, 4, None)] {
                         let mut a = ZarrArray::open(&path).unwrap();

@@ -263,15 +263,24 @@ fn one_call(
         let mut host = crate::memory::zeroed_vec(src.cell_bytes)?;
         for &j in &on_cpu {
             src.decode(&units[j].cell, &mut host)?;
+            // In stored order, like nvCOMP's output: the swap below covers every unit.
+            if let Some(w) = chain.swap {
+                crate::memory::host_ops::swap_in_place(&mut host, w);
+            }
             decoded.copy_from_host(j * stride, &host)?;
         }
+    }
+    // The fill value in stored order too, for the same reason.
+    let mut fill_value = src.fill.clone();
+    if let Some(w) = chain.swap {
+        crate::memory::host_ops::swap_in_place(&mut fill_value, w);
     }
     let t1 = std::time::Instant::now();
     lane.submit(used, |stream, staged| {
         for &j in &fills {
             fill(
                 &decoded.slice(j * stride, src.cell_bytes)?,
-                &src.fill,
+                &fill_value,
                 Some(stream),
             )?;
         }
