@@ -568,6 +568,61 @@ fn http_failures_retry_when_transient_and_name_the_key_otherwise() {
     );
 }
 
+/// The child side of `credentials_and_endpoint_come_from_the_environment`: opens the
+/// array with default options only (run by that test with the `AWS_*` variables set).
+#[test]
+#[ignore = "run by credentials_and_endpoint_come_from_the_environment in a child process"]
+fn env_child() {
+    let url = std::env::var("DEVBUF_TEST_URL").expect("DEVBUF_TEST_URL");
+    let a = ZarrArray::open_url(&url, &ObjectStoreOptions::default()).unwrap();
+    let v = a.read_all(&HOST).unwrap().to_ndarray::<i32>().unwrap();
+    assert_eq!(v.as_slice().unwrap(), &[0, 7, 8, 0]);
+    println!("env_child read {:?}", v.as_slice().unwrap());
+}
+
+#[test]
+fn credentials_and_endpoint_come_from_the_environment() {
+    let Some(server) = S3Server::start("env") else {
+        return;
+    };
+    let a = ZarrArray::create_url(
+        &server.url("e"),
+        &ArraySpec::new(&[4], &[2], DataType::INT32),
+        &server.options(),
+    )
+    .unwrap();
+    a.write_subset(&[1], &NDBuffer::from_ndarray(ndarray::arr1(&[7i32, 8])))
+        .unwrap();
+    let run = |secret: &str| {
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--ignored", "--exact", "env_child", "--nocapture"])
+            .env("DEVBUF_TEST_URL", server.url("e"))
+            .env("AWS_ENDPOINT_URL", server.endpoint())
+            .env("AWS_ALLOW_HTTP", "true")
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ACCESS_KEY_ID", servers::ACCESS_KEY)
+            .env("AWS_SECRET_ACCESS_KEY", secret)
+            .output()
+            .unwrap()
+    };
+    let ok = run(SECRET_KEY);
+    let out = String::from_utf8_lossy(&ok.stdout);
+    assert!(
+        ok.status.success() && out.contains("env_child read [0, 7, 8, 0]"),
+        "{out}"
+    );
+    // A wrong secret in the environment is refused, and never printed.
+    let bad = run("wrong-env-secret-5678");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&bad.stdout),
+        String::from_utf8_lossy(&bad.stderr)
+    );
+    assert!(!bad.status.success(), "{text}");
+    assert!(text.contains("refused"), "{text}");
+    assert!(!text.contains("wrong-env-secret-5678"), "{text}");
+}
+
 #[test]
 fn bad_urls_and_options_are_errors() {
     for url in ["nonsense", "ftp://host/x", "s3://"] {
