@@ -33,13 +33,17 @@ fn main() {
 }
 
 #[cfg(feature = "zarrs")]
+#[path = "common/field.rs"]
+mod field;
+
+#[cfg(feature = "zarrs")]
 mod bench {
     use std::path::{Path, PathBuf};
     use std::time::Instant;
 
     use devbuf::cuda::{self, Context};
     use devbuf::zarr::zarrs::{ArraySpec, Compressor, Decoder, ReadOptions, ReadReport, ZarrArray};
-    use devbuf::zarr::{BufferPrototype, DataType, NDBuffer};
+    use devbuf::zarr::{BufferPrototype, DataType};
 
     struct Args {
         mib: u64,
@@ -95,20 +99,7 @@ mod bench {
         Ok(median(t))
     }
 
-    /// A smooth field plus noise, quantised: compresses like measured data (zstd-1
-    /// about 1.4x), never all zeros.
-    pub(crate) fn field(rows: usize, cols: usize) -> NDBuffer {
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let values = ndarray::Array2::from_shape_fn((rows, cols), |(i, j)| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let noise = (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
-            let smooth = ((i as f32) * 0.003).sin() * 40.0 + ((j as f32) * 0.002).cos() * 25.0;
-            ((smooth + noise * 8.0) * 4096.0).round() / 4096.0
-        });
-        NDBuffer::from_ndarray(values)
-    }
+    pub(crate) use crate::field::field;
 
     /// Stores of the own sweep whose device writes are timed (the write path is the
     /// old batch pipeline: slow, and timing it for every store costs minutes).

@@ -45,29 +45,6 @@ fn fixtures() -> Vec<String> {
         .collect()
 }
 
-/// Every file under `dir`, as `(key relative to dir, path)`.
-fn files(dir: &Path) -> Vec<(String, PathBuf)> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                let rel = p
-                    .strip_prefix(dir)
-                    .unwrap()
-                    .to_string_lossy()
-                    .replace('\\', "/");
-                out.push((rel, p));
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 fn bytes_of(nd: &NDBuffer) -> Vec<u8> {
     nd.to_buffer().unwrap().to_bytes().unwrap()
 }
@@ -91,7 +68,7 @@ fn fixtures_upload_and_read_bit_exactly_over_s3() {
     let names = fixtures();
     assert_eq!(names.len(), 71, "fixture count changed: update this test");
     for name in &names {
-        for (rel, path) in files(&fixtures_dir().join(name)) {
+        for (rel, path) in zarrs_common::files_under(&fixtures_dir().join(name)) {
             let v = std::fs::read(path).unwrap();
             store
                 .set(&format!("{name}/{rel}"), &Buffer::from_bytes(v))

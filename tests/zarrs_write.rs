@@ -26,7 +26,7 @@ mod random;
 #[path = "common/zarrs.rs"]
 mod zarrs_common;
 use arrays::random_values;
-use zarrs_common::{TempDir, grid_indices, put_box, sub_box};
+use zarrs_common::{TempDir, files_under, grid_indices, put_box, sub_box};
 
 const HOST: BufferPrototype = BufferPrototype::Host;
 
@@ -346,28 +346,13 @@ fn fixtures_in_a_memory_store_read_like_on_disk() {
     ] {
         let store = Arc::new(MemoryStore::new());
         let root = fixture(name);
-        let mut stack = vec![root.clone()];
-        while let Some(d) = stack.pop() {
-            for e in std::fs::read_dir(&d).unwrap() {
-                let p = e.unwrap().path();
-                if p.is_dir() {
-                    stack.push(p);
-                } else {
-                    let key = p
-                        .strip_prefix(&root)
-                        .unwrap()
-                        .to_str()
-                        .unwrap()
-                        .replace('\\', "/");
-                    let key = format!("x/{key}");
-                    store
-                        .set(
-                            &key,
-                            &devbuf::zarr::Buffer::from_bytes(std::fs::read(&p).unwrap()),
-                        )
-                        .unwrap();
-                }
-            }
+        for (key, p) in files_under(&root) {
+            store
+                .set(
+                    &format!("x/{key}"),
+                    &devbuf::zarr::Buffer::from_bytes(std::fs::read(&p).unwrap()),
+                )
+                .unwrap();
         }
         let disk = ZarrArray::open(&root).unwrap();
         let mem = ZarrArray::open_store(store, "/x/").unwrap();

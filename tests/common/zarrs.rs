@@ -92,3 +92,26 @@ pub fn put_box(all: &mut [u8], full: &[u64], elem: usize, start: &[u64], shape: 
         i += elem;
     });
 }
+
+/// Every file under `dir`, sorted, as `(key relative to dir with '/' separators, path)`.
+pub fn files_under(dir: &std::path::Path) -> Vec<(String, PathBuf)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p
+                    .strip_prefix(dir)
+                    .unwrap()
+                    .to_string_lossy()
+                    .replace('\\', "/");
+                out.push((rel, p));
+            }
+        }
+    }
+    out.sort();
+    out
+}

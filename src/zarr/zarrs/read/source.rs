@@ -34,6 +34,9 @@ pub(crate) enum Stored {
     Bytes(bytes::Bytes),
 }
 
+/// A unit's chunk (or shard) file and, for an inner chunk, its `(offset, nbytes)`.
+type FileRange = (PathBuf, Option<(u64, u64)>);
+
 /// What [`Source::stored_into`] found.
 pub(crate) enum StoredLen {
     /// Not stored: the unit reads as the fill value.
@@ -238,25 +241,9 @@ impl<'a> Source<'a> {
                 Err(e) => Err(self.storage_err(&self.describe(cell), e)),
             };
         };
-        let Some(index) = self.index(&chunk, &key)? else {
+        let Some((offset, nbytes)) = self.entry(&chunk, &key, inner, cell)? else {
             return Ok(Stored::Missing);
         };
-        let Some(&(offset, nbytes)) = index.get(inner as usize) else {
-            return Err(Error::Malformed(format!(
-                "{}: the shard index has {} entries",
-                self.describe(cell),
-                index.len()
-            )));
-        };
-        if offset == u64::MAX && nbytes == u64::MAX {
-            return Ok(Stored::Missing);
-        }
-        if offset.checked_add(nbytes).is_none() {
-            return Err(Error::Malformed(format!(
-                "{}: shard index entry (offset {offset}, {nbytes} bytes) overflows",
-                self.describe(cell)
-            )));
-        }
         match storage.get_partial(&key, ByteRange::FromStart(offset, Some(nbytes))) {
             Ok(Some(b)) if b.len() as u64 == nbytes => Ok(Stored::Bytes(b)),
             Ok(Some(b)) => Err(Error::Malformed(format!(
@@ -267,6 +254,38 @@ impl<'a> Source<'a> {
             Ok(None) => Ok(Stored::Missing),
             Err(e) => Err(self.storage_err(&self.describe(cell), e)),
         }
+    }
+
+    /// The index entry `(offset, nbytes)` of inner chunk `inner` of shard `chunk`
+    /// (holding `cell`), or `None` when it is not stored; an entry past the index or
+    /// whose range overflows is an error.
+    fn entry(
+        &self,
+        chunk: &[u64],
+        key: &StoreKey,
+        inner: u64,
+        cell: &[u64],
+    ) -> Result<Option<(u64, u64)>> {
+        let Some(index) = self.index(chunk, key)? else {
+            return Ok(None);
+        };
+        let &(offset, nbytes) = index.get(inner as usize).ok_or_else(|| {
+            Error::Malformed(format!(
+                "{}: the shard index has {} entries",
+                self.describe(cell),
+                index.len()
+            ))
+        })?;
+        if offset == u64::MAX && nbytes == u64::MAX {
+            return Ok(None);
+        }
+        if offset.checked_add(nbytes).is_none() || usize::try_from(nbytes).is_err() {
+            return Err(Error::Malformed(format!(
+                "{}: shard index entry (offset {offset}, {nbytes} bytes) overflows",
+                self.describe(cell)
+            )));
+        }
+        Ok(Some((offset, nbytes)))
     }
 
     /// The index of shard `chunk` (read once, then cached for this read).
@@ -306,10 +325,7 @@ impl<'a> Source<'a> {
         spec: &ShardIndex,
     ) -> Result<Index> {
         let what = || format!("index of shard {chunk:?} (key {key}) of {}", self.location);
-        let len = spec
-            .len(n)
-            .filter(|&l| l <= isize::MAX as u64)
-            .ok_or_else(|| Error::Malformed(format!("{}: {n} inner chunks", what())))?;
+        let len = index_len(spec, n, &what)?;
         let range = if spec.at_end {
             ByteRange::Suffix(len)
         } else {
@@ -333,10 +349,7 @@ impl<'a> Source<'a> {
         spec: &ShardIndex,
     ) -> Result<Index> {
         let what = || format!("index of shard {chunk:?} (key {key}) of {}", self.location);
-        let len = spec
-            .len(n)
-            .filter(|&l| l <= isize::MAX as u64)
-            .ok_or_else(|| Error::Malformed(format!("{}: {n} inner chunks", what())))?;
+        let len = index_len(spec, n, &what)?;
         if bytes.len() as u64 != len {
             return Err(Error::Malformed(format!(
                 "{}: {} bytes, expected {len} ({n} inner chunks)",
@@ -393,7 +406,7 @@ impl<'a> Source<'a> {
 
     /// The byte range of `cell` in its file (`None`: the whole file), or `Err(None)`
     /// when the unit is not stored.
-    fn file_range(&self, cell: &[u64]) -> Result<(PathBuf, Option<(u64, u64)>)> {
+    fn file_range(&self, cell: &[u64]) -> Result<Option<FileRange>> {
         let (chunk, inner) = self.key_of(cell);
         let key: StoreKey = self.array.chunk_key(&chunk);
         let root = self
@@ -402,19 +415,11 @@ impl<'a> Source<'a> {
             .ok_or_else(|| Error::invalid("no store directory"))?;
         let path = root.join(key.as_str());
         let Some(inner) = inner else {
-            return Ok((path, None));
+            return Ok(Some((path, None)));
         };
-        let Some(index) = self.index(&chunk, &key)? else {
-            return Ok((path, Some((u64::MAX, u64::MAX))));
-        };
-        let &(offset, nbytes) = index.get(inner as usize).ok_or_else(|| {
-            Error::Malformed(format!(
-                "{}: the shard index has {} entries",
-                self.describe(cell),
-                index.len()
-            ))
-        })?;
-        Ok((path, Some((offset, nbytes))))
+        Ok(self
+            .entry(&chunk, &key, inner, cell)?
+            .map(|range| (path, Some(range))))
     }
 
     /// Reads `cell`'s stored bytes from its file and decodes them into `dst`: an
@@ -487,10 +492,9 @@ impl<'a> Source<'a> {
     /// Opens the file holding `cell`'s stored bytes: the file, their offset and
     /// length, or `None` when the unit is not stored.
     pub(crate) fn open_stored(&self, cell: &[u64]) -> Result<Option<(File, u64, u64)>> {
-        let (path, range) = self.file_range(cell)?;
-        if range == Some((u64::MAX, u64::MAX)) {
+        let Some((path, range)) = self.file_range(cell)? else {
             return Ok(None);
-        }
+        };
         let what = || self.describe(cell);
         let io =
             |e: std::io::Error| self.storage_err(&format!("{} ({})", what(), path.display()), e);
@@ -568,6 +572,13 @@ impl<'a> Source<'a> {
         dst.copy_from_slice(&raw);
         Ok(stored)
     }
+}
+
+/// Stored bytes of a shard index of `n` entries (`what` names it in the error).
+pub(crate) fn index_len(spec: &ShardIndex, n: u64, what: &dyn Fn() -> String) -> Result<u64> {
+    spec.len(n)
+        .filter(|&l| l <= isize::MAX as u64)
+        .ok_or_else(|| Error::Malformed(format!("{}: {n} inner chunks", what())))
 }
 
 /// Reads exactly `buf.len()` bytes at `offset` (a file that is shorter is an error).

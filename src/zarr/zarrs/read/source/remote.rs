@@ -116,37 +116,6 @@ impl Source<'_> {
         Ok(())
     }
 
-    /// The shard index entry `(offset, nbytes)` of inner chunk `inner` of shard
-    /// `chunk`, or `None` when it is not stored.
-    fn entry(
-        &self,
-        chunk: &[u64],
-        key: &StoreKey,
-        inner: u64,
-        cell: &[u64],
-    ) -> Result<Option<(u64, u64)>> {
-        let Some(index) = self.index(chunk, key)? else {
-            return Ok(None);
-        };
-        let &(offset, nbytes) = index.get(inner as usize).ok_or_else(|| {
-            Error::Malformed(format!(
-                "{}: the shard index has {} entries",
-                self.describe(cell),
-                index.len()
-            ))
-        })?;
-        if offset == u64::MAX && nbytes == u64::MAX {
-            return Ok(None);
-        }
-        if offset.checked_add(nbytes).is_none() || usize::try_from(nbytes).is_err() {
-            return Err(Error::Malformed(format!(
-                "{}: shard index entry (offset {offset}, {nbytes} bytes) overflows",
-                self.describe(cell)
-            )));
-        }
-        Ok(Some((offset, nbytes)))
-    }
-
     /// Reads the index of every shard `units` touch, all at once, into the cache.
     fn load_indexes(&self, remote: &Remote, units: &[Unit]) -> Result<()> {
         let Codecs::Sharded {
@@ -160,15 +129,7 @@ impl Source<'_> {
             .zip(&self.chunk_shape)
             .map(|(&i, &c)| c / i)
             .product();
-        let len = index
-            .len(n)
-            .filter(|&l| l <= isize::MAX as u64)
-            .ok_or_else(|| {
-                Error::Malformed(format!(
-                    "shard index of {} inner chunks of {}",
-                    n, self.location
-                ))
-            })?;
+        let len = super::index_len(index, n, &|| format!("shard index of {}", self.location))?;
         let mut shards: Vec<Vec<u64>> = Vec::new();
         {
             let cached = self.indexes.lock().unwrap_or_else(|p| p.into_inner());
