@@ -1,7 +1,7 @@
 //! zarr stores in object storage, by URL (feature `object_store`): S3 and
 //! S3-compatible servers, Google Cloud Storage, Azure Blob Storage, plain HTTP(S)
 //! servers (read-only) and local files, on the Apache Arrow project's
-//! [`object_store`](::object_store) crate.
+//! [`object_store`](https://docs.rs/object_store) crate.
 //!
 //! * [`UrlStore`]: a store by URL as a devbuf [`Store`](crate::zarr::Store);
 //! * [`ObjectStoreOptions`]: credentials and endpoints beside the environment's,
