@@ -23,9 +23,9 @@ use super::abi::{
     ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA, ARROW_DEVICE_CUDA_HOST, ArrowArray, ArrowDeviceArray,
     ArrowDeviceType, device_type_name,
 };
-use super::types::{Side, base_buffer_count, check_type, has_offsets};
+use super::types::{Side, base_buffer_count, check_type};
 use crate::arrow::DeviceArray;
-use crate::arrow::device::{ByteLen, Parts, child_fields};
+use crate::arrow::device::{ByteLen, Parts, child_fields, has_offsets};
 use crate::cuda::{Context, DeviceBuffer, Stream};
 use crate::error::{Error, Result};
 
