@@ -113,7 +113,7 @@ pub(super) fn build_host(
     items: &[Item],
     pattern: &[u8],
     schema: SchemaRef,
-) -> Result<Storage> {
+) -> Result<(Batch, TensorArray)> {
     let mut all = MutableBuffer::from_len_zeroed(plan.total()?);
     let mem = all.as_slice_mut();
     mem[..plan.data_offset].copy_from_slice(&plan.coord_section(coords));
@@ -160,7 +160,7 @@ pub(super) fn build_host(
     let tensor_field = schema.field(plan.ndim).clone();
     let batch = RecordBatch::try_new(schema, columns)?;
     let tensors = TensorArray::from_arrow(&tensor_field, batch.column(plan.ndim).as_ref())?;
-    Ok(Storage::Host { batch, tensors })
+    Ok((Batch::Host(batch), tensors))
 }
 
 /// Writes one chunk into its slot (`chunk_shape`, C order) at byte `slot` of `dst`:
@@ -228,7 +228,7 @@ pub(super) fn build_device(
     items: &[Item],
     pattern: &[u8],
     schema: SchemaRef,
-) -> Result<Storage> {
+) -> Result<(Batch, TensorArray)> {
     let all = ctx.allocate(plan.total()?)?;
     all.copy_from_host(0, &plan.coord_section(coords))?;
     let es = plan.element.size();
@@ -260,7 +260,7 @@ pub(super) fn build_device(
             Ok(DeviceArray::from_parts(p))
         })
         .collect::<Result<Vec<_>>>()?;
-    let tensors = DeviceTensorArray::from_device(schema.field(plan.ndim), &columns[plan.ndim])?;
+    let tensors = TensorArray::from_device(schema.field(plan.ndim), &columns[plan.ndim])?;
     let batch = DeviceRecordBatch::from_device_columns(schema, plan.rows, columns, all);
-    Ok(Storage::Device { batch, tensors })
+    Ok((Batch::Device(batch), tensors))
 }
