@@ -4,7 +4,7 @@
 //! ([`DeviceRecordBatch`]).
 //!
 //! This file: [`ChunkGrid`], [`ChunkBatch`] and reading batches back. `build.rs`: the
-//! allocation plan and the host and device builders.
+//! allocation plan and the one builder (host or device).
 
 mod build;
 
@@ -22,11 +22,11 @@ use arrow_schema::{DataType as ArrowType, Field, Schema, SchemaRef};
 use super::device::{DeviceArray, Parts};
 use super::ipc_format::DeviceRecordBatch;
 use super::tensor::{TensorArray, TensorType};
-use crate::cuda::Context;
 use crate::cuda::kernels::bits;
+use crate::cuda::{Context, DeviceBuffer};
 use crate::element::ElementType;
 use crate::error::{Error, Result};
-use crate::memory::{MemMut, host_ops, prim};
+use crate::memory::{MemMut, Place, prim};
 use crate::zarr::{AxisSel, BufferPrototype, DataType, NDBuffer, Order, Scalar};
 
 /// Name of the chunk data column.
@@ -314,15 +314,21 @@ impl ChunkBatch {
             .collect();
         fields.push(tensor_type.field(CHUNK_COLUMN, false)?);
         let schema = Arc::new(Schema::new(fields).with_metadata(md));
-        let (batch, tensors) = match prototype.context()? {
-            None => build_host(&plan, &tensor_type, &coords, &items, &pattern, schema)?,
-            Some(ctx) => {
-                for item in &mut items {
-                    item.nd = in_context(&item.nd, &ctx)?;
-                }
-                build_device(&ctx, &plan, &tensor_type, &coords, &items, &pattern, schema)?
+        let place = prototype.place()?;
+        if let Place::Device(ctx) = &place {
+            for item in &mut items {
+                item.nd = in_context(&item.nd, ctx)?;
             }
-        };
+        }
+        let (batch, tensors) = build(
+            &place,
+            &plan,
+            &tensor_type,
+            &coords,
+            &items,
+            &pattern,
+            schema,
+        )?;
         Ok(ChunkBatch {
             chunk_shape: grid.chunk_shape.clone(),
             array_shape: Some(grid.array_shape.clone()),
