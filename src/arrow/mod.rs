@@ -37,6 +37,7 @@ pub use ipc_format::{
     serialize_record_batch_to_vec,
 };
 pub use ipc_format_encode::serialize_device_record_batch;
+#[cfg(feature = "test-support")]
 #[doc(hidden)]
 pub use ipc_format_encode::serialize_like_device;
 pub use tensor::{
