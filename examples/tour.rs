@@ -30,7 +30,8 @@ use std::process::Command;
 use std::time::Instant;
 
 use devbuf::arrow::c_device::{
-    SyncEvent, export_device_array, export_host_array, import_device_array, import_host_array,
+    HostDevice, SyncEvent, export_device_array, export_host_array, import_device_array,
+    import_host_array,
 };
 use devbuf::arrow::{
     CHUNK_COLUMN, ChunkBatch, ChunkGrid, read_record_batch, read_record_batch_host,
@@ -203,7 +204,7 @@ fn run_one(
     } else {
         let rb = batch.record_batch().ok_or("no host batch")?;
         let col = rb.column_by_name(CHUNK_COLUMN).ok_or("no chunk column")?;
-        let (mut c_array, schema) = export_host_array(col.as_ref())?;
+        let (mut c_array, schema) = export_host_array(col.as_ref(), HostDevice::Cpu)?;
         let imported = import_host_array(&mut c_array, &schema)?;
         imported.to_data().child_data()[0].buffers()[0].as_ptr()
             == col.to_data().child_data()[0].buffers()[0].as_ptr()

@@ -351,7 +351,11 @@ fn batches_from_elsewhere() {
             Field::new("y", ArrowType::UInt64, false),
             Field::new("x", ArrowType::UInt64, false),
         ],
-        vec![Arc::new(t.storage().clone()), y.clone(), x.clone()],
+        vec![
+            Arc::new(t.storage().as_host().unwrap().clone()),
+            y.clone(),
+            x.clone(),
+        ],
         None,
     );
     let b = ChunkBatch::from_record_batch(rb).unwrap();
@@ -365,7 +369,7 @@ fn batches_from_elsewhere() {
         );
     }
     let tf = t.field("data").unwrap();
-    let storage = Arc::new(t.storage().clone()) as ArrayRef;
+    let storage = Arc::new(t.storage().as_host().unwrap().clone()) as ArrayRef;
     let u64f = |n: &str| Field::new(n, ArrowType::UInt64, false);
     // Errors: no tensor column, two, a coordinate column of another type, too few.
     let cases: Vec<(RecordBatch, &str)> = vec![

@@ -34,6 +34,13 @@ use random::seeded;
 
 // ------------------------------------------------------------------------------ helpers
 
+/// The host storage of a tensor array made from host memory.
+fn host(t: &TensorArray) -> &FixedSizeListArray {
+    t.storage()
+        .as_host()
+        .expect("a host NDBuffer gives host storage")
+}
+
 /// The bytes of an Arrow array's elements (from its offset, `len` of them) read through
 /// arrow-rs alone; returns the bytes and the width of one element.
 fn arrow_bytes(data: &ArrayData) -> (Vec<u8>, usize) {
@@ -108,7 +115,7 @@ fn check_tensor_storage(t: &TensorArray, row: usize, logical: &NDBuffer) {
         .permutation()
         .map(<[usize]>::to_vec)
         .unwrap_or_else(|| (0..tt.ndim()).collect());
-    let (stored, w) = arrow_bytes(&t.storage().to_data());
+    let (stored, w) = arrow_bytes(&host(t).to_data());
     let list: usize = tt.shape().iter().product();
     let es = logical.dtype().size();
     assert_eq!(w, list * es);
@@ -287,7 +294,7 @@ fn tensor_every_dtype_shape_and_layout() {
                     && aligned(&nd)
                 {
                     assert_eq!(
-                        values_ptr(&t.storage().to_data()),
+                        values_ptr(&host(&t).to_data()),
                         first_ptr(&nd),
                         "{ctx}: zero-copy"
                     );
@@ -308,11 +315,7 @@ fn tensor_every_dtype_shape_and_layout() {
                 assert_eq!(back.shape(), shape, "{ctx}");
                 assert_eq!(c_bytes(&back), c_bytes(&nd), "{ctx}");
                 if dtype.element() != ElementType::Bool && nd.size() > 0 {
-                    assert_eq!(
-                        first_ptr(&back),
-                        values_ptr(&t.storage().to_data()),
-                        "{ctx}"
-                    );
+                    assert_eq!(first_ptr(&back), values_ptr(&host(&t).to_data()), "{ctx}");
                 }
                 if dense && dtype.element() != ElementType::Bool && nd.size() > 0 {
                     // Dense layouts survive: the view has the original element strides.
@@ -328,7 +331,7 @@ fn tensor_every_dtype_shape_and_layout() {
                 }
                 // Through a field and back.
                 let field = t.field("x").unwrap();
-                let t2 = TensorArray::from_arrow(&field, t.storage()).unwrap();
+                let t2 = TensorArray::from_arrow(&field, host(&t)).unwrap();
                 assert_eq!(t2.tensor_type(), t.tensor_type(), "{ctx}");
                 assert_eq!(
                     c_bytes(&t2.to_ndbuffer().unwrap().get(&[0.into()]).unwrap()),
@@ -371,7 +374,7 @@ fn rows_every_dtype_shape_and_layout() {
                     && aligned(&nd)
                 {
                     assert_eq!(
-                        values_ptr(&t.storage().to_data()),
+                        values_ptr(&host(&t).to_data()),
                         first_ptr(&nd),
                         "{ctx}: zero-copy"
                     );
@@ -404,10 +407,9 @@ fn f_order_is_reversed_physical_shape_with_permutation() {
     assert_eq!(tt.permutation(), Some(&[2, 1, 0][..]));
     assert_eq!(tt.logical_shape(), vec![2, 3, 4]);
     assert_eq!(tt.metadata(), r#"{"shape":[4,3,2],"permutation":[2,1,0]}"#);
-    assert_eq!(values_ptr(&t.storage().to_data()), ptr, "zero-copy");
+    assert_eq!(values_ptr(&host(&t).to_data()), ptr, "zero-copy");
     // Physical row-major storage is a.T: element [k][j][i] = a[i][j][k].
-    let values = t
-        .storage()
+    let values = host(&t)
         .values()
         .as_any()
         .downcast_ref::<arrow_array::Int64Array>()
@@ -434,11 +436,7 @@ fn a_transposition_that_is_not_an_involution() {
     // logical i -> physical permutation[i]: logical 0 (len 2) is physical 1, logical 1
     // (len 3) physical 2, logical 2 (len 4) physical 0.
     assert_eq!(t.tensor_type().permutation(), Some(&[1, 2, 0][..]));
-    assert_eq!(
-        values_ptr(&t.storage().to_data()),
-        first_ptr(&nd),
-        "zero-copy"
-    );
+    assert_eq!(values_ptr(&host(&t).to_data()), first_ptr(&nd), "zero-copy");
     check_tensor_storage(&t, 0, &nd);
     assert_eq!(
         t.tensor(0).unwrap().to_ndarray::<u16>().unwrap(),
@@ -456,7 +454,7 @@ fn bool_is_bit_packed() {
     let b = flat.as_any().downcast_ref::<BooleanArray>().unwrap();
     assert_eq!(b.values().iter().map(u8::from).collect::<Vec<_>>(), bytes);
     let rows = nd.to_arrow_tensor_rows().unwrap();
-    assert_eq!(rows.storage().value_type(), ArrowType::Boolean);
+    assert_eq!(host(&rows).value_type(), ArrowType::Boolean);
     for r in 0..5 {
         assert_eq!(c_bytes(&rows.tensor(r).unwrap()), bytes[r * 9..(r + 1) * 9]);
     }
@@ -510,8 +508,8 @@ fn complex_is_a_fixed_size_list_of_two_floats() {
     );
     // A complex tensor is a list of complex lists.
     let t = nd.to_arrow_tensor().unwrap();
-    let ArrowType::FixedSizeList(item, 3) = t.storage().data_type() else {
-        panic!("{}", t.storage().data_type())
+    let ArrowType::FixedSizeList(item, 3) = host(&t).data_type() else {
+        panic!("{}", host(&t).data_type())
     };
     assert_eq!(item.data_type(), &arrow_data_type(ElementType::Complex64));
     assert_eq!(c_bytes(&t.tensor(0).unwrap()), c_bytes(&nd));
@@ -524,7 +522,7 @@ fn sliced_tensor_storage_is_read_at_its_offset() {
     );
     let t = nd.to_arrow_tensor_rows().unwrap();
     let field = t.field("t").unwrap();
-    let sliced = t.storage().slice(2, 3);
+    let sliced = host(&t).slice(2, 3);
     let s = TensorArray::from_arrow(&field, &sliced).unwrap();
     assert_eq!(s.len(), 3);
     assert_eq!(
@@ -604,14 +602,21 @@ fn unsupported_arrow_input_is_an_error_naming_the_type() {
 }
 
 #[test]
-fn device_entry_points_refuse_host_memory_and_back() {
+fn device_entry_points_refuse_host_memory_and_tensors_stay_where_they_are() {
     let nd = NDBuffer::from_ndarray(ndarray::arr1(&[1u8, 2]));
-    for e in [
-        nd.to_device_array().unwrap_err(),
-        nd.to_device_tensor().unwrap_err(),
-        nd.to_device_tensor_rows().unwrap_err(),
+    let e = nd.to_device_array().unwrap_err();
+    assert!(e.to_string().contains("host memory"), "{e}");
+    // The tensor forms give their result where the data lives: here, on the host.
+    for t in [
+        nd.to_arrow_tensor().unwrap(),
+        nd.to_arrow_tensor_rows().unwrap(),
     ] {
-        assert!(e.to_string().contains("host memory"), "{e}");
+        assert!(!t.is_device() && t.storage().is_host());
+        assert!(t.storage().as_device().is_none());
+        assert_eq!(
+            t.to_host().unwrap().storage().as_host(),
+            t.storage().as_host()
+        );
     }
 }
 
@@ -646,7 +651,7 @@ fn rows_of_an_empty_array_with_huge_cells_are_an_error_not_a_panic() {
     assert!(e.to_string().contains("overflows"), "{e}");
     // The whole array is one tensor of zero elements: fine.
     let t = nd.to_arrow_tensor().unwrap();
-    assert_eq!((t.len(), t.storage().value_length()), (1, 0));
+    assert_eq!((t.len(), host(&t).value_length()), (1, 0));
 }
 
 // ------------------------------------------------------------------------------ metadata
@@ -765,7 +770,7 @@ fn tensor_columns_survive_arrow_ipc() {
     let schema = Arc::new(arrow_schema::Schema::new(vec![t.field("x").unwrap()]));
     let batch = arrow_array::RecordBatch::try_new(
         schema.clone(),
-        vec![Arc::new(t.storage().clone()) as ArrayRef],
+        vec![Arc::new(host(&t).clone()) as ArrayRef],
     )
     .unwrap();
     let bytes = devbuf::arrow::serialize_record_batch_to_vec(&batch).unwrap();

@@ -40,7 +40,7 @@ fn round_trip_every_type_zero_copy_and_released_once() {
     {
         let nodes = corpus::node_count(&a.to_data());
         let c = counts();
-        let (mut c_array, c_schema) = export_host_array(a.as_ref()).expect(&name);
+        let (mut c_array, c_schema) = export_host_array(a.as_ref(), HostDevice::Cpu).expect(&name);
         assert_eq!(c_array.device_type(), ARROW_DEVICE_CPU, "{name}");
         assert_eq!(c_array.device_id(), -1, "{name}");
         assert!(c_array.sync_event().is_null(), "{name}");
@@ -90,7 +90,7 @@ fn arrow_rs_importer_reads_devbuf_exports() {
         .chain(corpus::views().into_iter().map(|(n, a)| (n.to_string(), a)))
     {
         let c = counts();
-        let (mut c_array, c_schema) = export_host_array(a.as_ref()).expect(&name);
+        let (mut c_array, c_schema) = export_host_array(a.as_ref(), HostDevice::Cpu).expect(&name);
         let ffi: FFI_ArrowArray = c_array.take_array().into();
         // Safety: a valid CPU array exported by devbuf, with its schema.
         let data = unsafe { from_ffi(ffi, &c_schema) }.expect(&name);
@@ -126,7 +126,7 @@ fn devbuf_imports_arrow_rs_exports() {
 fn import_array_dispatches_on_device_type() {
     let _g = serial();
     let a = Int32Array::from(vec![1, 2, 3]);
-    let (mut c_array, c_schema) = export_host_array(&a).unwrap();
+    let (mut c_array, c_schema) = export_host_array(&a, HostDevice::Cpu).unwrap();
     match import_array(&mut c_array, &c_schema).unwrap() {
         ImportedArray::Host(b) => assert_eq!(b.as_ref(), &a as &dyn Array),
         ImportedArray::Device(_) => panic!("a CPU array imported as a device array"),
@@ -138,7 +138,7 @@ fn dropping_an_export_releases_it_once() {
     let _g = serial();
     for (name, a) in corpus::others() {
         let c = counts();
-        let exported = export_host_array(a.as_ref()).unwrap();
+        let exported = export_host_array(a.as_ref(), HostDevice::Cpu).unwrap();
         drop(exported);
         assert_eq!(
             c.released_since(),
@@ -170,7 +170,7 @@ fn a_panicking_destructor_does_not_unwind_out_of_the_release_callback() {
     let buffer = unsafe { arrow_buffer::Buffer::from_custom_allocation(ptr, 12, owner) };
     let a = Int32Array::new(arrow_buffer::ScalarBuffer::new(buffer, 0, 3), None);
     let c = counts();
-    let (c_array, _schema) = export_host_array(&a).unwrap();
+    let (c_array, _schema) = export_host_array(&a, HostDevice::Cpu).unwrap();
     drop(a); // the export holds the last reference to the owner
     drop(c_array); // calls the release callback; an unwind out of it would abort
     assert_eq!(c.released_since(), 1);
@@ -181,7 +181,7 @@ fn a_panicking_destructor_does_not_unwind_out_of_the_release_callback() {
 fn importing_twice_or_a_released_array_is_an_error() {
     let _g = serial();
     let a = StringArray::from(vec!["x", "yy"]);
-    let (mut c_array, c_schema) = export_host_array(&a).unwrap();
+    let (mut c_array, c_schema) = export_host_array(&a, HostDevice::Cpu).unwrap();
     let c = counts();
     let first = import_host_array(&mut c_array, &c_schema).unwrap();
     for _ in 0..2 {
@@ -206,7 +206,7 @@ fn importing_twice_or_a_released_array_is_an_error() {
 fn released_or_malformed_schemas_are_errors() {
     let _g = serial();
     let a = Int32Array::from(vec![1]);
-    let (mut c_array, _schema) = export_host_array(&a).unwrap();
+    let (mut c_array, _schema) = export_host_array(&a, HostDevice::Cpu).unwrap();
     let e = import_host_array(&mut c_array, &FFI_ArrowSchema::empty()).unwrap_err();
     assert!(e.to_string().contains("released"), "{e}");
     // A format arrow-rs does not know.
@@ -234,7 +234,7 @@ fn moved_out_child_is_released_independently() {
         unreachable!()
     };
     let c = counts();
-    let (mut c_array, _schema) = export_host_array(structs.as_ref()).unwrap();
+    let (mut c_array, _schema) = export_host_array(structs.as_ref(), HostDevice::Cpu).unwrap();
     let mut parent = c_array.take_array();
     let child = parent.take_child(1).expect("child 1");
     assert!(
@@ -275,7 +275,7 @@ fn importing_a_parent_whose_child_was_moved_out_is_an_error() {
         .find(|(n, _)| *n == "struct")
         .unwrap();
     let c = counts();
-    let (mut c_array, c_schema) = export_host_array(structs.as_ref()).unwrap();
+    let (mut c_array, c_schema) = export_host_array(structs.as_ref(), HostDevice::Cpu).unwrap();
     let mut parent = c_array.take_array();
     let child = parent.take_child(0).unwrap();
     // Safety: a CPU array exported by devbuf.
@@ -297,7 +297,7 @@ fn accessors_refuse_indices_out_of_range() {
         .into_iter()
         .find(|(n, _)| *n == "struct")
         .unwrap();
-    let (c_array, _schema) = export_host_array(structs.as_ref()).unwrap();
+    let (c_array, _schema) = export_host_array(structs.as_ref(), HostDevice::Cpu).unwrap();
     let a = c_array.array();
     assert!(a.n_buffers() > 0 && a.n_children() > 0);
     for i in [
@@ -690,7 +690,7 @@ fn unsupported_device_types_leave_the_structure_untouched() {
         99,
     ] {
         let c = counts();
-        let (mut c_array, c_schema) = export_host_array(&a).unwrap();
+        let (mut c_array, c_schema) = export_host_array(&a, HostDevice::Cpu).unwrap();
         // Safety: only the device type changes; nothing reads the buffers.
         unsafe {
             (*(&mut c_array as *mut ArrowDeviceArray).cast::<RawDeviceArray>()).device_type = t;
@@ -711,7 +711,7 @@ fn unsupported_device_types_leave_the_structure_untouched() {
         assert_eq!(c.released_since(), 1, "the owner's drop releases it");
     }
     // A CPU array offered to the CUDA importer is the same kind of error.
-    let (mut c_array, c_schema) = export_host_array(&a).unwrap();
+    let (mut c_array, c_schema) = export_host_array(&a, HostDevice::Cpu).unwrap();
     let e = import_device_array(&mut c_array, &c_schema, None).unwrap_err();
     assert!(e.to_string().contains("CPU (1)"), "{e}");
     assert!(e.to_string().contains("CUDA (2)"), "{e}");
@@ -722,7 +722,7 @@ fn unsupported_device_types_leave_the_structure_untouched() {
 fn view_types_are_refused_for_cuda_naming_the_type() {
     let _g = serial();
     for (name, a) in corpus::views() {
-        let (mut c_array, c_schema) = export_host_array(a.as_ref()).unwrap();
+        let (mut c_array, c_schema) = export_host_array(a.as_ref(), HostDevice::Cpu).unwrap();
         // Safety: only the device type changes; the import refuses before reading.
         unsafe {
             (*(&mut c_array as *mut ArrowDeviceArray).cast::<RawDeviceArray>()).device_type =
@@ -1045,7 +1045,7 @@ fn c_consumer_walks_and_releases_every_type() {
         unsafe { clib().get("cdi_describe_and_release") };
     for (name, a) in corpus::all() {
         let c = counts();
-        let (mut c_array, _schema) = export_host_array(a.as_ref()).unwrap();
+        let (mut c_array, _schema) = export_host_array(a.as_ref(), HostDevice::Cpu).unwrap();
         let want = format!(
             "device_type=1 device_id=-1 sync=no reserved=0,0,0 {}",
             rust_describe(c_array.array())
@@ -1083,7 +1083,7 @@ fn c_consumer_reads_values_and_moves_children() {
     for (off, len) in [(0, 100), (3, 50), (13, 0), (99, 1)] {
         let s = a.slice(off, len);
         let want: i64 = s.iter().flatten().map(i64::from).sum();
-        let (mut c_array, _) = export_host_array(&s).unwrap();
+        let (mut c_array, _) = export_host_array(&s, HostDevice::Cpu).unwrap();
         assert_eq!(unsafe { sum(&mut c_array) }, want, "slice {off}+{len}");
         assert!(c_array.is_released());
     }
@@ -1092,7 +1092,7 @@ fn c_consumer_reads_values_and_moves_children() {
         .find(|(n, _)| *n == "struct")
         .unwrap();
     let c = counts();
-    let (mut c_array, _) = export_host_array(structs.as_ref()).unwrap();
+    let (mut c_array, _) = export_host_array(structs.as_ref(), HostDevice::Cpu).unwrap();
     let mut child = ArrowArray::empty();
     assert_eq!(unsafe { move_child(&mut c_array, 1, &mut child) }, 0);
     assert_eq!(c.released_since(), 3, "parent and the two other children");

@@ -9,7 +9,7 @@
 //!
 //! | direction | CUDA (2) | CUDA_HOST (3) | CPU (1) |
 //! |---|---|---|---|
-//! | export | [`export_device_array`] ([`DeviceArray`](crate::arrow::DeviceArray)) | [`export_pinned_array`] (arrow-rs array in page-locked memory) | [`export_host_array`] (arrow-rs array) |
+//! | export | [`export_device_array`] ([`DeviceArray`](crate::arrow::DeviceArray)) | [`export_host_array`] with [`HostDevice::CudaHost`] (arrow-rs array in page-locked memory) | [`export_host_array`] with [`HostDevice::Cpu`] (arrow-rs array) |
 //! | import | [`import_device_array`] → `DeviceArray` | [`import_host_array`] → `ArrayRef` | [`import_host_array`] → `ArrayRef` |
 //! | streams | [`export_device_stream`], [`import_device_stream`] | [`import_host_stream`] | [`export_host_stream`], [`import_host_stream`] |
 //!
@@ -69,9 +69,9 @@
 //!
 //! ```
 //! use arrow_array::{Array, Int32Array};
-//! use devbuf::arrow::c_device::{export_host_array, import_host_array};
+//! use devbuf::arrow::c_device::{export_host_array, HostDevice, import_host_array};
 //! let a = Int32Array::from(vec![Some(1), None, Some(3)]).slice(1, 2);
-//! let (mut c_array, c_schema) = export_host_array(&a)?;
+//! let (mut c_array, c_schema) = export_host_array(&a, HostDevice::Cpu)?;
 //! let b = import_host_array(&mut c_array, &c_schema)?;
 //! assert_eq!(b.as_ref(), &a as &dyn Array);
 //! # Ok::<(), devbuf::Error>(())
@@ -95,9 +95,7 @@ pub use abi::{
 };
 #[doc(hidden)]
 pub use abi::{StructLayout, layout_table};
-pub use export::{
-    SyncEvent, export_device_array, export_host_array, export_pinned_array, export_schema,
-};
+pub use export::{HostDevice, SyncEvent, export_device_array, export_host_array, export_schema};
 #[doc(hidden)]
 pub use export::{live_exports, release_count};
 pub use import::{ImportedArray, import_array, import_device_array, import_host_array};

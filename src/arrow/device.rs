@@ -70,6 +70,21 @@ pub(crate) fn layout_of(dt: &DataType) -> Result<DataTypeLayout> {
     }
 }
 
+/// Whether the type's first buffer holds `length + 1` offsets (the sizes of such
+/// arrays are checked against `offset + len + 1` offsets).
+pub(crate) fn has_offsets(dt: &DataType) -> bool {
+    matches!(
+        dt,
+        DataType::Utf8
+            | DataType::LargeUtf8
+            | DataType::Binary
+            | DataType::LargeBinary
+            | DataType::List(_)
+            | DataType::LargeList(_)
+            | DataType::Map(_, _)
+    )
+}
+
 /// The child fields of a nested type, in the order of its child arrays (not counting
 /// dictionary values); none for other types.
 pub(crate) fn child_fields(dt: &DataType) -> Vec<Field> {
@@ -142,16 +157,7 @@ impl<B: ByteLen> Parts<B> {
                 l.buffers.len()
             )));
         }
-        let has_offsets = matches!(
-            dt,
-            DataType::Utf8
-                | DataType::LargeUtf8
-                | DataType::Binary
-                | DataType::LargeBinary
-                | DataType::List(_)
-                | DataType::LargeList(_)
-                | DataType::Map(_, _)
-        );
+        let has_offsets = has_offsets(dt);
         for (i, (b, spec)) in self.buffers.iter().zip(&l.buffers).enumerate() {
             let need = match spec {
                 BufferSpec::FixedWidth { byte_width, .. } => {

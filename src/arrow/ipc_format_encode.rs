@@ -207,7 +207,9 @@ pub fn serialize_device_record_batch(batch: &DeviceRecordBatch) -> Result<Device
 }
 
 /// The host twin of [`serialize_device_record_batch`] (same plan, host buffers): lets CI
-/// check the encoding without a GPU.
+/// check the encoding without a GPU. Only with the feature `test-support`; not part of
+/// the API.
+#[cfg(feature = "test-support")]
 #[doc(hidden)]
 pub fn serialize_like_device(batch: &arrow_array::RecordBatch) -> Result<Vec<u8>> {
     let parts = batch

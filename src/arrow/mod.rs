@@ -14,8 +14,8 @@
 //!   host memory ([`serialize_record_batch_shared`], [`read_record_batch_host`]).
 //! * zarr chunks ⇄ Arrow ([`tensor`], `docs/arrow.md`): an
 //!   [`NDBuffer`](crate::zarr::NDBuffer) becomes a flat array or an
-//!   `arrow.fixed_shape_tensor` column ([`TensorArray`], [`DeviceTensorArray`]) without
-//!   copying where the layout allows, on the host and on the device, and back.
+//!   `arrow.fixed_shape_tensor` column ([`TensorArray`], host or device storage)
+//!   without copying where the layout allows, on the host and on the device, and back.
 //! * [`ChunkBatch`]: many chunks of an array (coordinates + one tensor column) as one
 //!   record batch, in one host or device allocation.
 //!
@@ -28,7 +28,6 @@ mod host;
 pub mod ipc_format;
 mod ipc_format_encode;
 pub mod tensor;
-mod tensor_device;
 
 pub use chunk_batch::{CHUNK_COLUMN, CHUNK_GRID_METADATA_KEY, ChunkBatch, ChunkGrid, coord_column};
 pub use device::DeviceArray;
@@ -38,7 +37,9 @@ pub use ipc_format::{
     serialize_record_batch_to_vec,
 };
 pub use ipc_format_encode::serialize_device_record_batch;
+#[cfg(feature = "test-support")]
 #[doc(hidden)]
 pub use ipc_format_encode::serialize_like_device;
-pub use tensor::{FIXED_SHAPE_TENSOR, TensorArray, TensorType, arrow_data_type, element_type_of};
-pub use tensor_device::DeviceTensorArray;
+pub use tensor::{
+    FIXED_SHAPE_TENSOR, TensorArray, TensorStorage, TensorType, arrow_data_type, element_type_of,
+};

@@ -9,8 +9,8 @@
 //! * crate-private: its views for the primitives (`MemRef`, `MemMut`), where memory
 //!   lives (`Place`), the `prim` dispatch of the element-wise primitives to the host
 //!   ([`host_ops`]) or the device (`cuda::kernels::ops`), and `zeroed_vec`;
-//! * crate-private: bit packing of booleans (`pack_bits`, `unpack_bits`; Arrow's bitmap
-//!   layout), on the host or with the `bits` kernels;
+//! * crate-private: bit packing of booleans (`pack_bits`, `unpack_bits`, in place
+//!   `prim::pack_bits`; Arrow's bitmap layout), on the host or with the `bits` kernels;
 //! * [`host_ops`]: the CPU twins of the device kernels (numpy's semantics on the host).
 
 use std::fmt;
@@ -241,23 +241,25 @@ pub(crate) fn zeroed_vec(n: usize) -> Result<Vec<u8>> {
     Ok(unsafe { Vec::from_raw_parts(p, n, n) })
 }
 
+/// Bytes to allocate for the bitmap of `n` booleans packed where `place` is: the
+/// bitmap's `n.div_ceil(8)` bytes on the host; whole 32-bit words on a device (the
+/// packing kernel writes words).
+pub(crate) fn packed_alloc_bytes(place: &Place, n: usize) -> usize {
+    match place {
+        Place::Host => n.div_ceil(8),
+        Place::Device(_) => bits::packed_words_bytes(n),
+    }
+}
+
 /// Booleans (bytes, non-zero is true) bit-packed into an Arrow bitmap (least significant
 /// bit first) of `bytes.len().div_ceil(8)` bytes, where they live: one host pass or one
-/// kernel.
+/// kernel ([`prim::pack_bits`]).
 pub(crate) fn pack_bits(bytes: &Memory) -> Result<Memory> {
-    match bytes {
-        Memory::Host(b) => {
-            let mut out = zeroed_vec(b.len().div_ceil(8))?;
-            host_ops::pack_bits(b, &mut out);
-            Ok(Memory::from(out))
-        }
-        Memory::Device(d) => {
-            let n = d.len();
-            let packed = d.context().allocate(bits::packed_words_bytes(n))?;
-            bits::pack_bits(d, &packed)?;
-            Ok(Memory::Device(packed.slice(0, n.div_ceil(8))?))
-        }
-    }
+    let n = bytes.len();
+    let place = bytes.place();
+    let mut packed = place.alloc(packed_alloc_bytes(&place, n), false)?;
+    packed.write(|mut dst| prim::pack_bits(&bytes.view(), &mut dst))?;
+    packed.slice(0, n.div_ceil(8))
 }
 
 /// Booleans `start .. start + count` of the bitmap `bits` as bytes (0 or 1), where
@@ -487,6 +489,30 @@ pub(crate) mod prim {
                 }
                 ops::byteswap(&d.slice(offset, len)?, width, None)
             }
+        }
+    }
+
+    /// Packs the booleans of `src` (one byte each, non-zero is true) into the bitmap at
+    /// the start of `dst` (least significant bit first). `dst` holds
+    /// [`packed_alloc_bytes`] bytes for its place (whole words on a device, 4-byte
+    /// aligned); the bits past `src`'s booleans are zero.
+    pub(crate) fn pack_bits(src: &MemRef<'_>, dst: &mut MemMut<'_>) -> Result<()> {
+        match (src, dst) {
+            (MemRef::Host(s), MemMut::Host(d)) => {
+                let need = s.len().div_ceil(8);
+                if d.len() < need {
+                    return Err(Error::invalid(format!(
+                        "pack_bits: the destination holds {} bytes, packing {} booleans \
+                         writes {need}",
+                        d.len(),
+                        s.len()
+                    )));
+                }
+                host_ops::pack_bits(s, d);
+                Ok(())
+            }
+            (MemRef::Device(s), MemMut::Device(d)) => bits::pack_bits(s, d),
+            _ => Err(mixed("pack_bits")),
         }
     }
 

@@ -358,7 +358,7 @@ gpu_test! {
 
         // Host memory claimed as CUDA memory.
         let host = Int32Array::from(vec![1, 2, 3]);
-        let (mut a, _) = export_host_array(&host).unwrap();
+        let (mut a, _) = export_host_array(&host, HostDevice::Cpu).unwrap();
         raw_mut(&mut a).device_type = ARROW_DEVICE_CUDA;
         raw_mut(&mut a).device_id = 0;
         let e = import_device_array(&mut a, &schema, None).unwrap_err();
@@ -395,7 +395,7 @@ gpu_test! {
         for (name, a) in corpus::all() {
             let pinned = DeviceArray::from_host(a.as_ref(), &c).unwrap().to_host().unwrap();
             let k = counts();
-            let (mut c_array, schema) = export_pinned_array(pinned.as_ref(), &c, SyncEvent::None).expect(&name);
+            let (mut c_array, schema) = export_host_array(pinned.as_ref(), HostDevice::CudaHost { context: &c, sync: SyncEvent::None }).expect(&name);
             assert_eq!(c_array.device_type(), ARROW_DEVICE_CUDA_HOST, "{name}");
             assert_eq!(c_array.device_id(), 0, "{name}");
             assert!(c_array.sync_event().is_null(), "{name}");
@@ -408,14 +408,14 @@ gpu_test! {
         }
         // With an event on the legacy stream: the host import waits on it.
         let pinned = DeviceArray::from_host(&Int32Array::from(vec![7, 8, 9]), &c).unwrap().to_host().unwrap();
-        let (mut c_array, schema) = export_pinned_array(pinned.as_ref(), &c, SyncEvent::DefaultStream).unwrap();
+        let (mut c_array, schema) = export_host_array(pinned.as_ref(), HostDevice::CudaHost { context: &c, sync: SyncEvent::DefaultStream }).unwrap();
         assert!(!sync_event_handle(&c_array).is_null());
         let back = import_array(&mut c_array, &schema).unwrap();
         let ImportedArray::Host(back) = back else { panic!("CUDA_HOST imports to the host") };
         assert_eq!(back.as_ref(), pinned.as_ref());
         // Ordinary memory is not CUDA_HOST.
         let plain = Int32Array::from(vec![1, 2, 3]);
-        let e = export_pinned_array(&plain, &c, SyncEvent::None).unwrap_err();
+        let e = export_host_array(&plain, HostDevice::CudaHost { context: &c, sync: SyncEvent::None }).unwrap_err();
         assert!(e.to_string().contains("not page-locked"), "{e}");
         let h = c.allocate_host(64).unwrap();
         assert!(c.is_page_locked(h.as_ptr(), h.len()).unwrap());

@@ -6,7 +6,7 @@
 use arrow_array::{Array, BooleanArray};
 use arrow_data::ArrayData;
 use arrow_schema::DataType as ArrowType;
-use devbuf::arrow::{ChunkBatch, ChunkGrid, DeviceArray, DeviceTensorArray, TensorArray};
+use devbuf::arrow::{ChunkBatch, ChunkGrid, DeviceArray, TensorArray};
 use devbuf::cuda::{Context, DeviceBuffer};
 use devbuf::zarr::{AxisSel, BufferPrototype, DataType, ElementType, NDBuffer, Order, Scalar};
 use rand::Rng;
@@ -57,6 +57,13 @@ fn dev_values(a: &DeviceArray) -> &DeviceBuffer {
         Some(c) => dev_values(c),
         None => &a.buffers()[0],
     }
+}
+
+/// The device storage of a tensor array made from device memory.
+fn dev(t: &TensorArray) -> &DeviceArray {
+    t.storage()
+        .as_device()
+        .expect("a device NDBuffer gives device storage")
 }
 
 /// The address of element `[0, .., 0]`.
@@ -112,13 +119,18 @@ fn aligned(nd: &NDBuffer) -> bool {
     first_addr(nd) % a == 0
 }
 
-fn check_tensors(h: &TensorArray, d: &DeviceTensorArray, what: &str) {
+fn check_tensors(h: &TensorArray, d: &TensorArray, what: &str) {
+    assert!(
+        d.is_device() && !h.is_device(),
+        "{what}: where the storage lives"
+    );
     assert_eq!(d.tensor_type(), h.tensor_type(), "{what}: tensor type");
     assert_eq!(d.len(), h.len(), "{what}: length");
     let back = d.to_host().unwrap();
+    assert!(!back.is_device(), "{what}");
     assert_eq!(
-        arrow_bytes(&back.storage().to_data()),
-        arrow_bytes(&h.storage().to_data()),
+        arrow_bytes(&back.storage().as_host().unwrap().to_data()),
+        arrow_bytes(&h.storage().as_host().unwrap().to_data()),
         "{what}: storage"
     );
     for i in 0..h.len() {
@@ -131,7 +143,7 @@ fn check_tensors(h: &TensorArray, d: &DeviceTensorArray, what: &str) {
             let es = h.tensor_type().element().size();
             assert_eq!(
                 first_addr(&dt),
-                dev_values(d.storage()).address() + (i * list * es) as u64,
+                dev_values(dev(d)).address() + (i * list * es) as u64,
                 "{what}: tensor {i} is a view of the storage"
             );
         }
@@ -190,20 +202,20 @@ gpu_test! {
                     let (h, d) = pair(&c, &mut rng, shape, dtype, kind);
                     let what = format!("{dtype} {shape:?} {kind:?}");
                     let before = c.bytes_allocated();
-                    let dt = d.to_device_tensor().unwrap();
+                    let dt = d.to_arrow_tensor().unwrap();
                     let dense = kind != Kind::Strided;
                     if dense && dtype.is_native() && dtype.element() != ElementType::Bool && d.size() > 0 && aligned(&d) {
-                        assert_eq!(dev_values(dt.storage()).address(), first_addr(&d), "{what}: zero-copy");
+                        assert_eq!(dev_values(dev(&dt)).address(), first_addr(&d), "{what}: zero-copy");
                         assert_eq!(c.bytes_allocated(), before, "{what}: nothing allocated");
                     }
                     check_tensors(&h.to_arrow_tensor().unwrap(), &dt, &format!("{what} tensor"));
                     if !shape.is_empty() {
-                        let dr = d.to_device_tensor_rows().unwrap();
+                        let dr = d.to_arrow_tensor_rows().unwrap();
                         check_tensors(&h.to_arrow_tensor_rows().unwrap(), &dr, &format!("{what} rows"));
                         assert_eq!(c_bytes(&dr.to_ndbuffer().unwrap()), c_bytes(&h), "{what}");
                     }
                     // Through the field: a device tensor column read back.
-                    let again = DeviceTensorArray::from_device(&dt.field("x").unwrap(), dt.storage()).unwrap();
+                    let again = TensorArray::from_device(&dt.field("x").unwrap(), dev(&dt)).unwrap();
                     assert_eq!(c_bytes(&again.tensor(0).unwrap()), c_bytes(&h), "{what}");
                 }
             }
@@ -220,12 +232,12 @@ gpu_test! {
         let base = first_addr(&nd);
         let before = c.bytes_allocated();
         let flat = nd.to_device_array().unwrap();
-        let rows = nd.to_device_tensor_rows().unwrap();
-        let f = nd.transpose(None).unwrap().to_device_tensor().unwrap();
+        let rows = nd.to_arrow_tensor_rows().unwrap();
+        let f = nd.transpose(None).unwrap().to_arrow_tensor().unwrap();
         assert_eq!(c.bytes_allocated(), before);
         assert_eq!(dev_values(&flat).address(), base);
-        assert_eq!(dev_values(rows.storage()).address(), base);
-        assert_eq!(dev_values(f.storage()).address(), base);
+        assert_eq!(dev_values(dev(&rows)).address(), base);
+        assert_eq!(dev_values(dev(&f)).address(), base);
         assert_eq!(f.tensor_type().shape(), &shape);
         assert_eq!(f.tensor_type().permutation(), Some(&[2, 1, 0][..]));
         assert_eq!(first_addr(&rows.tensor(63).unwrap()), base + 63 * 512 * 512 * 4);
@@ -276,7 +288,7 @@ gpu_test! {
         assert_ne!(a.buffers()[0].address(), first_addr(&nd));
         assert_eq!(a.buffers()[0].to_host_vec().unwrap(), &data[1..]);
         let h = NDBuffer::from_memory(data[1..].to_vec(), &[8], DataType::INT64, Order::C).unwrap();
-        check_tensors(&h.to_arrow_tensor().unwrap(), &nd.to_device_tensor().unwrap(), "misaligned");
+        check_tensors(&h.to_arrow_tensor().unwrap(), &nd.to_arrow_tensor().unwrap(), "misaligned");
     }
 
     fn tensor_chunk_batch_device_equals_host() {
@@ -403,8 +415,8 @@ gpu_test! {
         // No rows of huge cells: an overflow error, not a panic (host and device).
         for proto in [&HOST, &DEV] {
             let nd = NDBuffer::create(proto, &[0, 1 << 40, 1 << 40], DataType::INT32, Order::C, None).unwrap();
-            let e = if nd.is_device() { nd.to_device_tensor_rows().map(|_| ()) } else { nd.to_arrow_tensor_rows().map(|_| ()) };
-            assert!(e.unwrap_err().to_string().contains("overflows"));
+            let e = nd.to_arrow_tensor_rows().unwrap_err();
+            assert!(e.to_string().contains("overflows"), "{e}");
         }
     }
 }

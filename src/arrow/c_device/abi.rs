@@ -264,9 +264,9 @@ impl From<ArrowArray> for FFI_ArrowArray {
 /// Dropping a structure that is not released calls the array's release callback.
 ///
 /// ```
-/// use devbuf::arrow::c_device::{export_host_array, ARROW_DEVICE_CPU};
+/// use devbuf::arrow::c_device::{export_host_array, HostDevice, ARROW_DEVICE_CPU};
 /// use arrow_array::Int32Array;
-/// let (array, _schema) = export_host_array(&Int32Array::from(vec![1, 2, 3]))?;
+/// let (array, _schema) = export_host_array(&Int32Array::from(vec![1, 2, 3]), HostDevice::Cpu)?;
 /// assert_eq!(array.device_type(), ARROW_DEVICE_CPU);
 /// assert_eq!(array.device_id(), -1);
 /// assert_eq!(array.array().length(), 3);

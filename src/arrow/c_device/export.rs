@@ -1,5 +1,5 @@
 //! Producers: [`DeviceArray`] → `ArrowDeviceArray` (CUDA), host arrays → CPU or
-//! CUDA_HOST.
+//! CUDA_HOST (one function; [`HostDevice`] says which).
 //!
 //! Every exported structure (the base array, each child, each dictionary) owns a boxed
 //! [`Private`] in `private_data`: the buffer and child pointer arrays, and whatever
@@ -400,30 +400,56 @@ pub(super) fn export_device_array_only(
     with_device(node, ARROW_DEVICE_CUDA, device_id as i64, event)
 }
 
-/// How host buffers are checked and where synthesised ones (a realigned validity
-/// bitmap, the variadic buffer sizes of view types) are allocated.
-struct HostTarget<'a> {
-    /// `Some` for CUDA_HOST: buffers must be page-locked, and synthesised buffers are
-    /// allocated page-locked in this context.
-    pinned: Option<&'a Context>,
+/// Which kind of host memory an exported host array lives in, and so the device type
+/// of the `ArrowDeviceArray` that [`export_host_array`] makes: ordinary memory is CPU,
+/// page-locked CUDA memory is CUDA_HOST.
+///
+/// ```
+/// use arrow_array::Int32Array;
+/// use devbuf::arrow::c_device::{export_host_array, HostDevice, ARROW_DEVICE_CPU};
+/// let (c_array, _schema) = export_host_array(&Int32Array::from(vec![1, 2]), HostDevice::Cpu)?;
+/// assert_eq!(c_array.device_type(), ARROW_DEVICE_CPU);
+/// # Ok::<(), devbuf::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub enum HostDevice<'a> {
+    /// Ordinary host memory: device type CPU (1), `device_id` -1, no event.
+    #[default]
+    Cpu,
+    /// Page-locked host memory of `context` (e.g. from
+    /// [`HostBuffer::into_arrow_buffer`](crate::cuda::HostBuffer::into_arrow_buffer) or
+    /// copied from the device by [`DeviceArray::to_host`]): device type CUDA_HOST (3),
+    /// `device_id` = the context's ordinal. Every non-empty buffer is checked with the
+    /// driver to be page-locked; buffers the export has to make are allocated
+    /// page-locked in `context`. `sync`: see [`SyncEvent`] (`SyncEvent::None` when the
+    /// host wrote the data or devbuf's synchronous copies did).
+    CudaHost {
+        /// The context the page-locked memory belongs to.
+        context: &'a Context,
+        /// Which event to record for `sync_event`.
+        sync: SyncEvent<'a>,
+    },
 }
 
-impl HostTarget<'_> {
+impl HostDevice<'_> {
+    /// A buffer the export makes (a realigned validity bitmap, the variadic buffer sizes
+    /// of view types), in memory of this kind.
     fn synth(&self, bytes: &[u8]) -> Result<Buffer> {
-        match self.pinned {
-            None => Ok(Buffer::from_slice_ref(bytes)),
-            Some(ctx) => {
-                let mut h = ctx.allocate_host(bytes.len())?;
+        match self {
+            HostDevice::Cpu => Ok(Buffer::from_slice_ref(bytes)),
+            HostDevice::CudaHost { context, .. } => {
+                let mut h = context.allocate_host(bytes.len())?;
                 h.copy_from_slice(bytes);
                 Ok(h.into_arrow_buffer())
             }
         }
     }
 
+    /// Checks that `b` is memory of this kind (page-locked for CUDA_HOST).
     fn check(&self, b: &Buffer, what: &str, dt: &DataType) -> Result<()> {
-        if let Some(ctx) = self.pinned
+        if let HostDevice::CudaHost { context, .. } = self
             && !b.is_empty()
-            && !ctx.is_page_locked(b.as_ptr(), b.len())?
+            && !context.is_page_locked(b.as_ptr(), b.len())?
         {
             return Err(Error::invalid(format!(
                 "cannot export as CUDA_HOST: the {what} of a {dt} array ({} bytes at {:p}) is not page-locked memory known to CUDA (allocate it with Context::allocate_host, or export as CPU)",
@@ -437,7 +463,7 @@ impl HostTarget<'_> {
 
 /// The validity bitmap of `data` indexed by the array's own offset (arrow-rs keeps a
 /// separate offset for the null buffer; the C Data Interface has one offset).
-fn aligned_validity(data: &ArrayData, target: &HostTarget<'_>) -> Result<Option<Buffer>> {
+fn aligned_validity(data: &ArrayData, target: &HostDevice<'_>) -> Result<Option<Buffer>> {
     let Some(nulls) = data.nulls() else {
         return Ok(None);
     };
@@ -463,7 +489,7 @@ fn aligned_validity(data: &ArrayData, target: &HostTarget<'_>) -> Result<Option<
     Ok(Some(target.synth(&bytes)?))
 }
 
-fn host_node(data: &ArrayData, target: &HostTarget<'_>) -> Result<Node> {
+fn host_node(data: &ArrayData, target: &HostDevice<'_>) -> Result<Node> {
     let dt = data.data_type();
     let l = layout(dt);
     let mut buffers = Vec::with_capacity(data.buffers().len() + 2);
@@ -530,65 +556,67 @@ fn host_node(data: &ArrayData, target: &HostTarget<'_>) -> Result<Node> {
     })
 }
 
-/// Exports a host (arrow-rs) array as an `ArrowDeviceArray` of device type CPU (1),
-/// `device_id` -1 and no event, and its schema. Zero-copy: the C buffers point at the
-/// arrow-rs buffers, which the export keeps alive (a validity bitmap whose bit offset
-/// differs from the array's is realigned into a new buffer, as the C Data Interface
-/// has a single offset).
+/// Exports a host (arrow-rs) array as an `ArrowDeviceArray` and its schema, zero-copy:
+/// the C buffers point at the arrow-rs buffers, which the export keeps alive (a
+/// validity bitmap whose bit offset differs from the array's is realigned into a new
+/// buffer, as the C Data Interface has a single offset).
+///
+/// `device` says which memory the buffers are, and so the device type: ordinary memory
+/// as CPU (1), `device_id` -1 and no event ([`HostDevice::Cpu`]); page-locked CUDA
+/// memory as CUDA_HOST (3) with `device_id` = the context's ordinal and the event
+/// [`SyncEvent`] asks for ([`HostDevice::CudaHost`]; ordinary memory is then an error:
+/// export it as CPU). A [`DeviceArray`] is exported by [`export_device_array`].
 ///
 /// ```
 /// use arrow_array::{Array, StringArray};
-/// use devbuf::arrow::c_device::{export_host_array, import_host_array};
+/// use devbuf::arrow::c_device::{export_host_array, import_host_array, HostDevice};
 /// let strings = StringArray::from(vec![Some("a"), None, Some("ccc")]);
-/// let (mut c_array, c_schema) = export_host_array(&strings)?;
+/// let (mut c_array, c_schema) = export_host_array(&strings, HostDevice::Cpu)?;
 /// let back = import_host_array(&mut c_array, &c_schema)?;
 /// assert_eq!(back.as_ref(), &strings as &dyn Array);
 /// # Ok::<(), devbuf::Error>(())
 /// ```
-pub fn export_host_array(array: &dyn Array) -> Result<(ArrowDeviceArray, FFI_ArrowSchema)> {
-    let schema = export_schema(array.data_type())?;
-    Ok((export_host_data(&array.to_data())?, schema))
-}
-
-pub(super) fn export_host_data(data: &ArrayData) -> Result<ArrowDeviceArray> {
-    check_type(data.data_type(), Side::Host)?;
-    let node = host_node(data, &HostTarget { pinned: None })?;
-    with_device(node, ARROW_DEVICE_CPU, -1, None)
-}
-
-/// Exports a host array whose buffers are page-locked CUDA memory (e.g. made from
-/// [`HostBuffer::into_arrow_buffer`](crate::cuda::HostBuffer::into_arrow_buffer) or
-/// copied from the device by [`DeviceArray::to_host`]) as an `ArrowDeviceArray` of
-/// device type CUDA_HOST (3) with `device_id` = `ctx`'s ordinal.
 ///
-/// Every non-empty buffer is checked with the driver to be page-locked host memory;
-/// ordinary memory is an error (export it as CPU instead). Buffers the export has to
-/// make (a realigned validity bitmap, view types' buffer sizes) are allocated
-/// page-locked in `ctx`. `sync`: see [`SyncEvent`] (`SyncEvent::None` when the host
-/// wrote the data or devbuf's synchronous copies did).
+/// Page-locked memory, e.g. a device array copied to the host:
 ///
 /// ```no_run
 /// use arrow_array::Int32Array;
 /// use devbuf::arrow::DeviceArray;
-/// use devbuf::arrow::c_device::{export_pinned_array, SyncEvent, ARROW_DEVICE_CUDA_HOST};
+/// use devbuf::arrow::c_device::{export_host_array, HostDevice, SyncEvent, ARROW_DEVICE_CUDA_HOST};
 /// use devbuf::cuda::Context;
 /// let ctx = Context::new(0)?;
 /// let d = DeviceArray::from_host(&Int32Array::from(vec![1, 2, 3]), &ctx)?;
 /// let pinned = d.to_host()?; // one copy into page-locked memory
-/// let (c_array, _schema) = export_pinned_array(pinned.as_ref(), &ctx, SyncEvent::None)?;
+/// let device = HostDevice::CudaHost { context: &ctx, sync: SyncEvent::None };
+/// let (c_array, _schema) = export_host_array(pinned.as_ref(), device)?;
 /// assert_eq!(c_array.device_type(), ARROW_DEVICE_CUDA_HOST);
 /// # Ok::<(), devbuf::Error>(())
 /// ```
-pub fn export_pinned_array(
+pub fn export_host_array(
     array: &dyn Array,
-    ctx: &Context,
-    sync: SyncEvent<'_>,
+    device: HostDevice<'_>,
 ) -> Result<(ArrowDeviceArray, FFI_ArrowSchema)> {
     let schema = export_schema(array.data_type())?;
-    let data = array.to_data();
+    Ok((export_host_data(&array.to_data(), device)?, schema))
+}
+
+/// [`export_host_array`] of arrow-rs array data, without the schema.
+pub(super) fn export_host_data(
+    data: &ArrayData,
+    device: HostDevice<'_>,
+) -> Result<ArrowDeviceArray> {
     check_type(data.data_type(), Side::Host)?;
-    let node = host_node(&data, &HostTarget { pinned: Some(ctx) })?;
-    let event = record_event(std::slice::from_ref(ctx), sync)?;
-    let array = with_device(node, ARROW_DEVICE_CUDA_HOST, ctx.ordinal() as i64, event)?;
-    Ok((array, schema))
+    let node = host_node(data, &device)?;
+    match device {
+        HostDevice::Cpu => with_device(node, ARROW_DEVICE_CPU, -1, None),
+        HostDevice::CudaHost { context, sync } => {
+            let event = record_event(std::slice::from_ref(context), sync)?;
+            with_device(
+                node,
+                ARROW_DEVICE_CUDA_HOST,
+                context.ordinal() as i64,
+                event,
+            )
+        }
+    }
 }

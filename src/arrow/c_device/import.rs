@@ -23,9 +23,9 @@ use super::abi::{
     ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA, ARROW_DEVICE_CUDA_HOST, ArrowArray, ArrowDeviceArray,
     ArrowDeviceType, device_type_name,
 };
-use super::types::{Side, base_buffer_count, check_type, has_offsets};
+use super::types::{Side, base_buffer_count, check_type};
 use crate::arrow::DeviceArray;
-use crate::arrow::device::{ByteLen, Parts, child_fields};
+use crate::arrow::device::{ByteLen, Parts, child_fields, has_offsets};
 use crate::cuda::{Context, DeviceBuffer, Stream};
 use crate::error::{Error, Result};
 
@@ -676,9 +676,9 @@ pub fn import_device_array(
 ///
 /// ```
 /// use arrow_array::{Array, Int64Array};
-/// use devbuf::arrow::c_device::{export_host_array, import_host_array};
+/// use devbuf::arrow::c_device::{export_host_array, HostDevice, import_host_array};
 /// let a = Int64Array::from(vec![Some(1), None, Some(3)]);
-/// let (mut c_array, c_schema) = export_host_array(&a)?;
+/// let (mut c_array, c_schema) = export_host_array(&a, HostDevice::Cpu)?;
 /// let b = import_host_array(&mut c_array, &c_schema)?;
 /// assert_eq!(b.as_ref(), &a as &dyn Array);
 /// # Ok::<(), devbuf::Error>(())
@@ -698,8 +698,8 @@ pub fn import_host_array(
 ///
 /// ```
 /// use arrow_array::BooleanArray;
-/// use devbuf::arrow::c_device::{export_host_array, import_array, ImportedArray};
-/// let (mut c_array, c_schema) = export_host_array(&BooleanArray::from(vec![true, false]))?;
+/// use devbuf::arrow::c_device::{export_host_array, HostDevice, import_array, ImportedArray};
+/// let (mut c_array, c_schema) = export_host_array(&BooleanArray::from(vec![true, false]), HostDevice::Cpu)?;
 /// match import_array(&mut c_array, &c_schema)? {
 ///     ImportedArray::Host(a) => assert_eq!(a.len(), 2),
 ///     ImportedArray::Device(_) => unreachable!(),

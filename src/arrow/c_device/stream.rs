@@ -17,7 +17,7 @@ use super::abi::{
     ArrowDeviceArrayStream, ArrowDeviceType, device_type_name,
 };
 use super::export::{
-    SyncEvent, count_export, count_release, export_device_array_only, export_host_data,
+    HostDevice, SyncEvent, count_export, count_release, export_device_array_only, export_host_data,
 };
 use super::import::{import_cuda, import_host, schema_of};
 use super::types::{Side, check_type};
@@ -331,7 +331,7 @@ where
             let rows = b.num_rows();
             let fields = s.fields().clone();
             let array = StructArray::try_new_with_length(fields, b.columns().to_vec(), None, rows)?;
-            export_host_data(&array.to_data())
+            export_host_data(&array.to_data(), HostDevice::Cpu)
         }))
     });
     make_stream(ARROW_DEVICE_CPU, schema, next)

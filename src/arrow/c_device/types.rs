@@ -1,5 +1,6 @@
 //! Which data types cross the interface, and the C Data Interface's view of each type:
-//! the number of buffers (the children are `arrow::device::child_fields`).
+//! the number of buffers (the children are `arrow::device::child_fields`, the offsets
+//! `arrow::device::has_offsets`).
 
 use arrow_data::layout;
 use arrow_schema::DataType;
@@ -84,18 +85,4 @@ pub(super) fn check_type(dt: &DataType, side: Side) -> Result<()> {
 pub(super) fn base_buffer_count(dt: &DataType) -> usize {
     let l = layout(dt);
     l.buffers.len() + usize::from(l.can_contain_null_mask)
-}
-
-/// Whether the type's first buffer holds `length + 1` offsets.
-pub(super) fn has_offsets(dt: &DataType) -> bool {
-    matches!(
-        dt,
-        DataType::Utf8
-            | DataType::LargeUtf8
-            | DataType::Binary
-            | DataType::LargeBinary
-            | DataType::List(_)
-            | DataType::LargeList(_)
-            | DataType::Map(_, _)
-    )
 }

@@ -1,6 +1,6 @@
 //! Building a batch: the layout plan of one allocation (coordinates, then chunk data),
-//! and filling it on the host or on a device, each chunk copied once (booleans packed
-//! once).
+//! and one builder that fills it on the host or on a device, each chunk copied once
+//! (booleans packed once).
 
 use super::*;
 
@@ -106,61 +106,118 @@ impl Plan {
     }
 }
 
-pub(super) fn build_host(
+/// The batch's one allocation while it is written: zeroed, 64-byte aligned host memory
+/// (Arrow's alignment, so every column is zero-copy) or device memory.
+enum Alloc {
+    Host(MutableBuffer),
+    Device(DeviceBuffer),
+}
+
+impl Alloc {
+    fn new(place: &Place, n: usize) -> Result<Alloc> {
+        Ok(match place {
+            Place::Host => Alloc::Host(MutableBuffer::from_len_zeroed(n)),
+            Place::Device(ctx) => Alloc::Device(ctx.allocate(n)?),
+        })
+    }
+
+    /// Runs `f` with write access to the `len` bytes from `offset`.
+    fn region<R>(
+        &mut self,
+        offset: usize,
+        len: usize,
+        f: impl FnOnce(MemMut<'_>) -> Result<R>,
+    ) -> Result<R> {
+        match self {
+            Alloc::Host(m) => {
+                let end = crate::error::check_range("chunk batch section", offset, len, m.len())?;
+                f(MemMut::Host(&mut m.as_slice_mut()[offset..end]))
+            }
+            Alloc::Device(d) => f(MemMut::Device(&d.slice(offset, len)?)),
+        }
+    }
+}
+
+/// Copies `bytes` (exactly the region's length) from the host into `dst`.
+fn copy_from_host(dst: MemMut<'_>, bytes: &[u8]) -> Result<()> {
+    match dst {
+        MemMut::Host(d) => {
+            crate::error::check_range("chunk batch section", 0, bytes.len(), d.len())?;
+            d[..bytes.len()].copy_from_slice(bytes);
+            Ok(())
+        }
+        MemMut::Device(d) => d.copy_from_host(0, bytes),
+    }
+}
+
+/// Builds the batch in `place` (the host, or the device context every item already
+/// lives in): one allocation, the coordinates written in one copy, every chunk written
+/// into its slot once (booleans gathered as bytes, then packed once into the batch),
+/// the columns zero-copy views of the allocation. The same steps on both sides, through
+/// the memory layer; only the result's owner differs (an arrow-rs `RecordBatch` or a
+/// [`DeviceRecordBatch`] whose message is the allocation).
+pub(super) fn build(
+    place: &Place,
     plan: &Plan,
     t: &TensorType,
     coords: &[u64],
     items: &[Item],
     pattern: &[u8],
     schema: SchemaRef,
-) -> Result<Storage> {
-    let mut all = MutableBuffer::from_len_zeroed(plan.total()?);
-    let mem = all.as_slice_mut();
-    mem[..plan.data_offset].copy_from_slice(&plan.coord_section(coords));
+) -> Result<(Batch, TensorArray)> {
+    let mut all = Alloc::new(place, plan.total()?)?;
+    all.region(0, plan.data_offset, |dst| {
+        copy_from_host(dst, &plan.coord_section(coords))
+    })?;
     let es = plan.element.size();
     let bytes_len = plan.rows * plan.chunk_bytes;
-    if plan.element == ElementType::Bool {
-        let mut staged = vec![0u8; bytes_len];
+    let write_chunks = |dst: &mut MemMut<'_>| -> Result<()> {
         for (i, item) in items.iter().enumerate() {
-            write_chunk(
-                &mut MemMut::Host(&mut staged),
-                i * plan.chunk_bytes,
-                item,
-                t.shape(),
-                es,
-                pattern,
-            )?;
+            write_chunk(dst, i * plan.chunk_bytes, item, t.shape(), es, pattern)?;
         }
-        host_ops::pack_bits(
-            &staged,
-            &mut mem[plan.data_offset..plan.data_offset + plan.data_len],
-        );
+        Ok(())
+    };
+    if plan.element == ElementType::Bool {
+        let mut staged = place.alloc(bytes_len, false)?;
+        staged.write(|mut dst| write_chunks(&mut dst))?;
+        all.region(plan.data_offset, plan.data_alloc, |mut dst| {
+            prim::pack_bits(&staged.view(), &mut dst)
+        })?;
     } else {
-        let data = &mut mem[plan.data_offset..plan.data_offset + bytes_len];
-        for (i, item) in items.iter().enumerate() {
-            write_chunk(
-                &mut MemMut::Host(&mut *data),
-                i * plan.chunk_bytes,
-                item,
-                t.shape(),
-                es,
-                pattern,
-            )?;
+        all.region(plan.data_offset, bytes_len, |mut dst| {
+            write_chunks(&mut dst)
+        })?;
+    }
+    let tensor_field = schema.field(plan.ndim).clone();
+    match all {
+        Alloc::Host(all) => {
+            let all: Buffer = all.into();
+            let parts = plan.parts(t, |off, len| {
+                crate::error::check_range("chunk batch column", off, len, all.len())?;
+                Ok(all.slice_with_length(off, len))
+            })?;
+            let columns = parts
+                .into_iter()
+                .map(|p| Ok(make_array(p.into_array_data()?)))
+                .collect::<Result<Vec<ArrayRef>>>()?;
+            let batch = RecordBatch::try_new(schema, columns)?;
+            let tensors = TensorArray::from_arrow(&tensor_field, batch.column(plan.ndim).as_ref())?;
+            Ok((Batch::Host(batch), tensors))
+        }
+        Alloc::Device(all) => {
+            let parts = plan.parts(t, |off, len| all.slice(off, len))?;
+            let columns = parts
+                .into_iter()
+                .map(|p| {
+                    p.validate()?;
+                    Ok(DeviceArray::from_parts(p))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let tensors = TensorArray::from_device(&tensor_field, &columns[plan.ndim])?;
+            let batch = DeviceRecordBatch::from_device_columns(schema, plan.rows, columns, all);
+            Ok((Batch::Device(batch), tensors))
         }
     }
-    let all: Buffer = all.into();
-    let parts = plan.parts(t, |off, len| {
-        crate::error::check_range("chunk batch column", off, len, all.len())?;
-        Ok(all.slice_with_length(off, len))
-    })?;
-    let columns = parts
-        .into_iter()
-        .map(|p| Ok(make_array(p.into_array_data()?)))
-        .collect::<Result<Vec<ArrayRef>>>()?;
-    let tensor_field = schema.field(plan.ndim).clone();
-    let batch = RecordBatch::try_new(schema, columns)?;
-    let tensors = TensorArray::from_arrow(&tensor_field, batch.column(plan.ndim).as_ref())?;
-    Ok(Storage::Host { batch, tensors })
 }
 
 /// Writes one chunk into its slot (`chunk_shape`, C order) at byte `slot` of `dst`:
@@ -218,49 +275,4 @@ pub(super) fn in_context(nd: &NDBuffer, ctx: &Context) -> Result<NDBuffer> {
         }
         _ => Ok(nd.clone()),
     }
-}
-
-pub(super) fn build_device(
-    ctx: &Context,
-    plan: &Plan,
-    t: &TensorType,
-    coords: &[u64],
-    items: &[Item],
-    pattern: &[u8],
-    schema: SchemaRef,
-) -> Result<Storage> {
-    let all = ctx.allocate(plan.total()?)?;
-    all.copy_from_host(0, &plan.coord_section(coords))?;
-    let es = plan.element.size();
-    let bytes_len = plan.rows * plan.chunk_bytes;
-    let data = all.slice(plan.data_offset, plan.data_alloc)?;
-    let staged = if plan.element == ElementType::Bool {
-        ctx.allocate(bytes_len)?
-    } else {
-        data.slice(0, bytes_len)?
-    };
-    for (i, item) in items.iter().enumerate() {
-        write_chunk(
-            &mut MemMut::Device(&staged),
-            i * plan.chunk_bytes,
-            item,
-            t.shape(),
-            es,
-            pattern,
-        )?;
-    }
-    if plan.element == ElementType::Bool {
-        bits::pack_bits(&staged, &data)?;
-    }
-    let parts = plan.parts(t, |off, len| all.slice(off, len))?;
-    let columns = parts
-        .into_iter()
-        .map(|p| {
-            p.validate()?;
-            Ok(DeviceArray::from_parts(p))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let tensors = DeviceTensorArray::from_device(schema.field(plan.ndim), &columns[plan.ndim])?;
-    let batch = DeviceRecordBatch::from_device_columns(schema, plan.rows, columns, all);
-    Ok(Storage::Device { batch, tensors })
 }

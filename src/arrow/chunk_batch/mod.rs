@@ -4,7 +4,7 @@
 //! ([`DeviceRecordBatch`]).
 //!
 //! This file: [`ChunkGrid`], [`ChunkBatch`] and reading batches back. `build.rs`: the
-//! allocation plan and the host and device builders.
+//! allocation plan and the one builder (host or device).
 
 mod build;
 
@@ -22,12 +22,11 @@ use arrow_schema::{DataType as ArrowType, Field, Schema, SchemaRef};
 use super::device::{DeviceArray, Parts};
 use super::ipc_format::DeviceRecordBatch;
 use super::tensor::{TensorArray, TensorType};
-use super::tensor_device::DeviceTensorArray;
-use crate::cuda::Context;
 use crate::cuda::kernels::bits;
+use crate::cuda::{Context, DeviceBuffer};
 use crate::element::ElementType;
 use crate::error::{Error, Result};
-use crate::memory::{MemMut, host_ops, prim};
+use crate::memory::{MemMut, Place, prim};
 use crate::zarr::{AxisSel, BufferPrototype, DataType, NDBuffer, Order, Scalar};
 
 /// Name of the chunk data column.
@@ -179,17 +178,12 @@ fn c_strides(shape: &[usize], es: usize) -> Vec<isize> {
     out
 }
 
-/// Where a [`ChunkBatch`] lives.
+/// A [`ChunkBatch`]'s record batch: on the host or on a device (its chunk column, a
+/// [`TensorArray`], is host or device by itself).
 #[derive(Clone, Debug)]
-enum Storage {
-    Host {
-        batch: RecordBatch,
-        tensors: TensorArray,
-    },
-    Device {
-        batch: DeviceRecordBatch,
-        tensors: DeviceTensorArray,
-    },
+enum Batch {
+    Host(RecordBatch),
+    Device(DeviceRecordBatch),
 }
 
 /// Many chunks of one array as one Arrow record batch: column `coord_{d}` (`UInt64`, not
@@ -238,7 +232,9 @@ pub struct ChunkBatch {
     array_shape: Option<Vec<usize>>,
     /// `len * ndim` coordinates, row-major.
     coords: Vec<u64>,
-    storage: Storage,
+    batch: Batch,
+    /// The chunk column.
+    tensors: TensorArray,
 }
 
 /// One chunk to write: native-endian, in the batch's memory.
@@ -318,20 +314,27 @@ impl ChunkBatch {
             .collect();
         fields.push(tensor_type.field(CHUNK_COLUMN, false)?);
         let schema = Arc::new(Schema::new(fields).with_metadata(md));
-        let storage = match prototype.context()? {
-            None => build_host(&plan, &tensor_type, &coords, &items, &pattern, schema)?,
-            Some(ctx) => {
-                for item in &mut items {
-                    item.nd = in_context(&item.nd, &ctx)?;
-                }
-                build_device(&ctx, &plan, &tensor_type, &coords, &items, &pattern, schema)?
+        let place = prototype.place()?;
+        if let Place::Device(ctx) = &place {
+            for item in &mut items {
+                item.nd = in_context(&item.nd, ctx)?;
             }
-        };
+        }
+        let (batch, tensors) = build(
+            &place,
+            &plan,
+            &tensor_type,
+            &coords,
+            &items,
+            &pattern,
+            schema,
+        )?;
         Ok(ChunkBatch {
             chunk_shape: grid.chunk_shape.clone(),
             array_shape: Some(grid.array_shape.clone()),
             coords,
-            storage,
+            batch,
+            tensors,
         })
     }
 
@@ -352,7 +355,7 @@ impl ChunkBatch {
             .map(|&i| batch.column(i).clone())
             .collect();
         let coords = interleave_coords(&columns, batch.num_rows())?;
-        ChunkBatch::checked(layout, coords, Storage::Host { batch, tensors })
+        ChunkBatch::checked(layout, coords, Batch::Host(batch), tensors)
     }
 
     /// Reads a device batch laid out as for
@@ -364,7 +367,7 @@ impl ChunkBatch {
         let tensor_column = batch
             .column(layout.tensor)
             .ok_or_else(|| Error::invalid("the batch has fewer columns than its schema"))?;
-        let tensors = DeviceTensorArray::from_device(schema.field(layout.tensor), tensor_column)?;
+        let tensors = TensorArray::from_device(schema.field(layout.tensor), tensor_column)?;
         let columns = layout
             .coords
             .iter()
@@ -376,15 +379,21 @@ impl ChunkBatch {
             })
             .collect::<Result<Vec<_>>>()?;
         let coords = interleave_coords(&columns, batch.num_rows())?;
-        ChunkBatch::checked(layout, coords, Storage::Device { batch, tensors })
+        ChunkBatch::checked(layout, coords, Batch::Device(batch), tensors)
     }
 
-    fn checked(layout: SchemaLayout, coords: Vec<u64>, storage: Storage) -> Result<ChunkBatch> {
+    fn checked(
+        layout: SchemaLayout,
+        coords: Vec<u64>,
+        batch: Batch,
+        tensors: TensorArray,
+    ) -> Result<ChunkBatch> {
         let b = ChunkBatch {
             chunk_shape: layout.chunk_shape,
             array_shape: layout.array_shape,
             coords,
-            storage,
+            batch,
+            tensors,
         };
         if b.coords.len() != b.len() * b.ndim() {
             return Err(Error::invalid(format!(
@@ -403,10 +412,7 @@ impl ChunkBatch {
 
     /// Number of chunks.
     pub fn len(&self) -> usize {
-        match &self.storage {
-            Storage::Host { tensors, .. } => tensors.len(),
-            Storage::Device { tensors, .. } => tensors.len(),
-        }
+        self.tensors.len()
     }
 
     /// True when the batch holds no chunks.
@@ -436,15 +442,17 @@ impl ChunkBatch {
 
     /// The chunk column's tensor type.
     pub fn tensor_type(&self) -> &TensorType {
-        match &self.storage {
-            Storage::Host { tensors, .. } => tensors.tensor_type(),
-            Storage::Device { tensors, .. } => tensors.tensor_type(),
-        }
+        self.tensors.tensor_type()
+    }
+
+    /// The chunk column: a tensor array over the batch's memory (host or device).
+    pub fn tensors(&self) -> &TensorArray {
+        &self.tensors
     }
 
     /// True when the chunk data lives on a device.
     pub fn is_device(&self) -> bool {
-        matches!(self.storage, Storage::Device { .. })
+        matches!(self.batch, Batch::Device(_))
     }
 
     /// The coordinates of chunk `i` (`None` past the end).
@@ -458,36 +466,33 @@ impl ChunkBatch {
 
     /// The host record batch (`None` on a device).
     pub fn record_batch(&self) -> Option<&RecordBatch> {
-        match &self.storage {
-            Storage::Host { batch, .. } => Some(batch),
-            Storage::Device { .. } => None,
+        match &self.batch {
+            Batch::Host(batch) => Some(batch),
+            Batch::Device(_) => None,
         }
     }
 
     /// The device record batch (`None` on the host).
     pub fn device_record_batch(&self) -> Option<&DeviceRecordBatch> {
-        match &self.storage {
-            Storage::Host { .. } => None,
-            Storage::Device { batch, .. } => Some(batch),
+        match &self.batch {
+            Batch::Host(_) => None,
+            Batch::Device(batch) => Some(batch),
         }
     }
 
     /// The batch on the host: the record batch itself, or a device batch copied in one
     /// transfer ([`DeviceRecordBatch::to_host`]).
     pub fn to_record_batch(&self) -> Result<RecordBatch> {
-        match &self.storage {
-            Storage::Host { batch, .. } => Ok(batch.clone()),
-            Storage::Device { batch, .. } => batch.to_host(),
+        match &self.batch {
+            Batch::Host(batch) => Ok(batch.clone()),
+            Batch::Device(batch) => batch.to_host(),
         }
     }
 
     /// Chunk `i` as stored (the full chunk shape, edge chunks padded): a zero-copy view
     /// of the batch (booleans are unpacked: a copy), host or device.
     pub fn chunk_padded(&self, i: usize) -> Result<NDBuffer> {
-        match &self.storage {
-            Storage::Host { tensors, .. } => tensors.tensor(i),
-            Storage::Device { tensors, .. } => tensors.tensor(i),
-        }
+        self.tensors.tensor(i)
     }
 
     /// Chunk `i` cut to its extent inside the array when the batch carries the array
@@ -513,10 +518,7 @@ impl ChunkBatch {
     /// All chunks as stored, as one NDBuffer of shape `[len, *chunk_shape]` (a zero-copy
     /// view but for booleans).
     pub fn to_ndbuffer(&self) -> Result<NDBuffer> {
-        match &self.storage {
-            Storage::Host { tensors, .. } => tensors.to_ndbuffer(),
-            Storage::Device { tensors, .. } => tensors.to_ndbuffer(),
-        }
+        self.tensors.to_ndbuffer()
     }
 }
 

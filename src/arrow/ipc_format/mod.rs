@@ -18,6 +18,13 @@
 //! on every machine, and the device path ([`read_record_batch`]) runs the same code on
 //! device memory.
 //!
+//! Writing is one encoder too: the writers of a host batch differ only in who owns the
+//! bytes they return — device memory ([`serialize_record_batch`], a [`DeviceBuffer`]
+//! that exports over CUDA IPC), shared host memory ([`serialize_record_batch_shared`], a
+//! [`SharedMemory`] that exports as a host handle) or a `Vec`
+//! ([`serialize_record_batch_to_vec`]); a batch already on the device is written device
+//! to device by [`serialize_device_record_batch`](super::serialize_device_record_batch).
+//!
 //! This file: writing, the schema, the public readers and [`DeviceRecordBatch`].
 //! `parse.rs`: the one parser. The device encoder is `arrow/ipc_format_encode.rs`.
 

@@ -1,5 +1,7 @@
 //! [`NDBuffer`] ⇄ Arrow: flat arrays and the canonical `arrow.fixed_shape_tensor`
 //! extension type, on the host (arrow-rs arrays) and on the device ([`DeviceArray`]).
+//! Where the memory lives is a value, as in the NDBuffer: the conversions run the same
+//! code on both sides and give the result where the data is.
 //!
 //! # Element types
 //!
@@ -12,14 +14,16 @@
 //!
 //! # Forms
 //!
-//! * **Flat** ([`NDBuffer::to_arrow`], [`NDBuffer::to_device_array`]): the elements in C
-//!   order (numpy's `ravel()`), as one array of [`arrow_data_type`].
-//! * **Tensor** ([`NDBuffer::to_arrow_tensor`], [`NDBuffer::to_device_tensor`]): the
-//!   whole NDBuffer as one element (length 1) of an `arrow.fixed_shape_tensor` array
-//!   ([`TensorArray`] / [`DeviceTensorArray`](super::DeviceTensorArray)).
-//! * **Rows** ([`NDBuffer::to_arrow_tensor_rows`], ...): axis 0 becomes the array's
-//!   length and every row a tensor of the remaining axes (pyarrow's
-//!   `FixedShapeTensorArray.from_numpy_ndarray`).
+//! * **Flat** ([`NDBuffer::to_arrow`] on the host, [`NDBuffer::to_device_array`] on the
+//!   device: an arrow-rs array and a [`DeviceArray`] own their memory differently, so
+//!   they are two types, built by the same code): the elements in C order (numpy's
+//!   `ravel()`), as one array of [`arrow_data_type`].
+//! * **Tensor** ([`NDBuffer::to_arrow_tensor`]): the whole NDBuffer as one element
+//!   (length 1) of an `arrow.fixed_shape_tensor` array, a [`TensorArray`] whose
+//!   [`TensorStorage`] is host or device memory, where the NDBuffer lives.
+//! * **Rows** ([`NDBuffer::to_arrow_tensor_rows`]): axis 0 becomes the array's length
+//!   and every row a tensor of the remaining axes (pyarrow's
+//!   `FixedShapeTensorArray.from_numpy_ndarray`), likewise on either side.
 //!
 //! The tensor storage is a `FixedSizeList<value, prod(shape)>` whose child field is
 //! `item`, not nullable (what arrow-rs's `FixedShapeTensor` requires; pyarrow and Arrow
@@ -61,24 +65,25 @@
 //!
 //! This file: the element-type mapping. `extension.rs`: [`TensorType`] and its metadata.
 //! `layout.rs`: dense axis orders and the one copy. `parts.rs`: Arrow layouts over host
-//! or device buffers. `host.rs`: [`TensorArray`] and the NDBuffer methods. The device
-//! side is `arrow/tensor_device.rs`.
+//! or device buffers. `array.rs`: [`TensorArray`] and [`TensorStorage`].
+//! `ndbuffer.rs`: the NDBuffer methods.
 
+mod array;
 mod extension;
-mod host;
 mod layout;
+mod ndbuffer;
 mod parts;
 #[cfg(test)]
 mod tests;
 
+pub use array::{TensorArray, TensorStorage};
 pub use extension::TensorType;
-pub use host::TensorArray;
 pub(crate) use layout::{Form, Prepared, prepare};
 pub(crate) use parts::{element_parts, flat_ndbuffer, locate_tensor, storage_parts, tensor_rows};
 // The files share their crate-private helpers through this module (each does
 // `use super::*`).
 #[allow(unused_imports)]
-use {extension::*, host::*, layout::*, parts::*};
+use {array::*, extension::*, layout::*, parts::*};
 
 use std::sync::Arc;
 
