@@ -184,7 +184,7 @@ fn fill_random(a: &ZarrArray, shape: &[u64], seed: &str) -> Vec<u8> {
 }
 
 #[test]
-fn sharded_reads_fetch_each_index_once_and_coalesced_ranges() {
+fn sharded_reads_fetch_whole_shards_or_each_index_once_and_coalesced_ranges() {
     let Some(server) = S3Server::start("sharded") else {
         return;
     };
@@ -207,12 +207,13 @@ fn sharded_reads_fetch_each_index_once_and_coalesced_ranges() {
     for k in &shard_keys {
         let n = after.get(k).copied().unwrap_or(0) - before.get(k).copied().unwrap_or(0);
         assert_eq!(
-            n, 2,
-            "{k}: one index read and one coalesced range, got {n} GETs"
+            n, 1,
+            "{k}: every inner chunk needed: one GET of the whole shard, got {n}"
         );
     }
 
     // One inner chunk of shard [1, 0]: its index and one range; no other shard read.
+    // (A box over parts of every shard reads each index once and coalesced ranges.)
     let part = r.read_subset(&[40..48, 12..24], &HOST).unwrap();
     assert_eq!(
         bytes_of(&part),
@@ -223,6 +224,21 @@ fn sharded_reads_fetch_each_index_once_and_coalesced_ranges() {
         let n = last.get(k).copied().unwrap_or(0) - after.get(k).copied().unwrap_or(0);
         let want = if k == "sh/c/1/0" { 2 } else { 0 };
         assert_eq!(n, want, "{k}: {n} GETs for one inner chunk of sh/c/1/0");
+    }
+
+    // A box over part of every shard: each index once, then one coalesced range each.
+    let part = r.read_subset(&[20..44, 30..70], &HOST).unwrap();
+    assert_eq!(
+        bytes_of(&part),
+        zarrs_common::sub_box(&all, &shape, 2, &[20, 30], &[24, 40])
+    );
+    let boxed = server.gets(&sentinel(&probe));
+    for k in &shard_keys {
+        let n = boxed.get(k).copied().unwrap_or(0) - last.get(k).copied().unwrap_or(0);
+        assert_eq!(
+            n, 2,
+            "{k}: {n} GETs for part of the shard (index + one range)"
+        );
     }
 }
 

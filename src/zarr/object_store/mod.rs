@@ -9,7 +9,8 @@
 //! * [`ZarrArray::open_url`](crate::zarr::zarrs::ZarrArray::open_url) and
 //!   [`ZarrArray::create_url`](crate::zarr::zarrs::ZarrArray::create_url): arrays in
 //!   such stores. Their reads go through the read engine, whose fetch stage (`fetch`)
-//!   keeps many requests in flight ahead of the decoders (shards: the index once,
+//!   keeps many requests in flight ahead of the decoders (shards: whole in one GET
+//!   when the read needs all of them, else the index once,
 //!   then byte ranges of the inner chunks a selection needs, neighbours coalesced);
 //!   their writes PUT chunks (or shards) from the encoding workers concurrently.
 //!

@@ -20,8 +20,9 @@ impl ZarrArray {
     /// bound, timeouts and retries ([`ObjectStoreOptions`]).
     ///
     /// Reads fetch every chunk they need with many requests in flight, ahead of the
-    /// decoders; a sharded array's index is read once per shard and only the inner
-    /// chunks a selection needs are fetched, with byte ranges (neighbours coalesced). A
+    /// decoders; a shard the read needs all of is fetched whole (one GET), otherwise its
+    /// index is read once and only the inner chunks the selection needs are fetched, with
+    /// byte ranges (neighbours coalesced). A
     /// missing chunk reads as the fill value; any failed request is an error naming the
     /// key and the URL (after the retries the options allow), and no partial result is
     /// returned. Errors never show credentials.

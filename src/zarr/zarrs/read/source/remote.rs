@@ -1,6 +1,7 @@
 //! The object-store side of [`Source`]: before the workers start, a read's units become
-//! requests (whole chunks; for shards, each needed index once and then byte ranges of
-//! the inner chunks, neighbours in one request), fetched ahead of the decoders by the
+//! requests (whole chunks; whole shards when the read needs all their inner chunks;
+//! for other shards, each needed index once and then byte ranges of the inner chunks,
+//! neighbours in one request), fetched ahead of the decoders by the
 //! store's [`Prefetch`] stage; the workers then take their unit's bytes from it.
 
 use std::collections::HashMap;
@@ -23,11 +24,18 @@ enum Slot {
     Whole(usize),
     /// Bytes `range` of request `i`'s response.
     Part(usize, Range<usize>),
+    /// Inner chunk `inner` of the whole shard that request `i` fetches (its index is
+    /// read from the shard's own bytes when they arrive).
+    InShard(usize, u64),
 }
 
 struct Started {
     prefetch: Prefetch,
     slots: HashMap<Vec<u64>, Slot>,
+    /// The shard (coordinates) each whole-shard request fetches, and its index once
+    /// parsed (by the first unit that takes it).
+    shards: HashMap<usize, Vec<u64>>,
+    parsed: std::sync::Mutex<HashMap<usize, super::Index>>,
 }
 
 /// An array's object store and, once started, the read's fetch stage.
@@ -55,12 +63,17 @@ impl Source<'_> {
         if self.chain().is_none() || units.is_empty() {
             return Ok(()); // zarrs decodes these chunks through the store itself
         }
-        if let Codecs::Sharded { .. } = &self.codecs {
-            self.load_indexes(remote, units)?;
-        }
-        let coalesce = remote.store.options().coalesce_bytes;
         let mut requests: Vec<FetchRequest> = Vec::new();
         let mut slots = HashMap::with_capacity(units.len());
+        let mut shards = HashMap::new();
+        // Shards whose every inner chunk the read needs: one GET of the whole object
+        // each (index and data together). The others: their indexes first, then byte
+        // ranges of the inner chunks needed.
+        let whole = self.whole_shards(units);
+        if let Codecs::Sharded { .. } = &self.codecs {
+            self.load_indexes(remote, units, &whole)?;
+        }
+        let coalesce = remote.store.options().coalesce_bytes;
         // The request the previous unit's bytes went to, with its shard and span.
         let mut open: Option<(Vec<u64>, usize, Range<u64>)> = None;
         for u in units {
@@ -76,6 +89,26 @@ impl Source<'_> {
                 slots.insert(u.cell.clone(), Slot::Whole(requests.len() - 1));
                 continue;
             };
+            if whole.contains(&chunk) {
+                let i = match open.as_ref() {
+                    Some((shard, i, span)) if *shard == chunk && span.is_empty() => *i,
+                    _ => {
+                        requests.push(FetchRequest {
+                            key: key.as_str().to_string(),
+                            span: Span::Whole,
+                            expect: self.shard_bytes(),
+                            users: 0,
+                        });
+                        let i = requests.len() - 1;
+                        shards.insert(i, chunk.clone());
+                        open = Some((chunk.clone(), i, 0..0));
+                        i
+                    }
+                };
+                requests[i].users += 1;
+                slots.insert(u.cell.clone(), Slot::InShard(i, inner));
+                continue;
+            }
             let Some((offset, nbytes)) = self.entry(&chunk, &key, inner, &u.cell)? else {
                 slots.insert(u.cell.clone(), Slot::Missing);
                 continue;
@@ -88,6 +121,7 @@ impl Source<'_> {
             // requests whose last users wait behind a request it holds back.
             if let Some((shard, i, span)) = open.as_mut()
                 && *shard == chunk
+                && !span.is_empty()
                 && offset >= span.start
                 && offset.saturating_sub(span.end) <= coalesce
                 && end.max(span.end) - span.start <= MAX_COALESCED
@@ -112,12 +146,56 @@ impl Source<'_> {
             open = Some((chunk, i, offset..end));
         }
         let prefetch = Prefetch::start(remote.store.clone(), requests)?;
-        let _ = remote.started.set(Started { prefetch, slots });
+        let _ = remote.started.set(Started {
+            prefetch,
+            slots,
+            shards,
+            parsed: std::sync::Mutex::new(HashMap::new()),
+        });
         Ok(())
     }
 
+    /// The shards all of whose inner chunks `units` hold (and whose index is not
+    /// cached yet).
+    fn whole_shards(&self, units: &[Unit]) -> std::collections::HashSet<Vec<u64>> {
+        let Codecs::Sharded { inner_shape, .. } = &self.codecs else {
+            return Default::default();
+        };
+        let per: u64 = inner_shape
+            .iter()
+            .zip(&self.chunk_shape)
+            .map(|(&i, &c)| c / i)
+            .product();
+        let mut count: HashMap<Vec<u64>, u64> = HashMap::new();
+        for u in units {
+            *count.entry(self.key_of(&u.cell).0).or_insert(0) += 1;
+        }
+        let cached = self.indexes.lock().unwrap_or_else(|p| p.into_inner());
+        count
+            .into_iter()
+            .filter(|(s, n)| *n == per && !cached.contains_key(s))
+            .map(|(s, _)| s)
+            .collect()
+    }
+
+    /// Decoded bytes of a whole shard (the read-ahead budget's estimate of its size).
+    fn shard_bytes(&self) -> u64 {
+        let cells: u64 = self
+            .chunk_shape
+            .iter()
+            .zip(&self.cell_shape)
+            .map(|(&c, &i)| c / i.max(1))
+            .product();
+        cells.saturating_mul(self.cell_bytes as u64)
+    }
+
     /// Reads the index of every shard `units` touch, all at once, into the cache.
-    fn load_indexes(&self, remote: &Remote, units: &[Unit]) -> Result<()> {
+    fn load_indexes(
+        &self,
+        remote: &Remote,
+        units: &[Unit],
+        whole: &std::collections::HashSet<Vec<u64>>,
+    ) -> Result<()> {
         let Codecs::Sharded {
             inner_shape, index, ..
         } = &self.codecs
@@ -136,7 +214,10 @@ impl Source<'_> {
             let mut seen = std::collections::HashSet::new();
             for u in units {
                 let (chunk, _) = self.key_of(&u.cell);
-                if !cached.contains_key(&chunk) && seen.insert(chunk.clone()) {
+                if !cached.contains_key(&chunk)
+                    && !whole.contains(&chunk)
+                    && seen.insert(chunk.clone())
+                {
                     shards.push(chunk);
                 }
             }
@@ -181,6 +262,7 @@ impl Source<'_> {
             Slot::Missing => return Some(Ok(Stored::Missing)),
             Slot::Whole(i) => (*i, None),
             Slot::Part(i, r) => (*i, Some(r.clone())),
+            Slot::InShard(i, inner) => return Some(self.in_shard(started, *i, *inner, cell)),
         };
         Some(match (started.prefetch.take(i), part) {
             (Err(e), _) => Err(e),
@@ -202,6 +284,82 @@ impl Source<'_> {
                 b.len()
             ))),
         })
+    }
+}
+
+impl Source<'_> {
+    /// Inner chunk `inner` (of `cell`) of the whole shard that request `i` fetched.
+    fn in_shard(&self, started: &Started, i: usize, inner: u64, cell: &[u64]) -> Result<Stored> {
+        let Some(bytes) = started.prefetch.take(i)? else {
+            return Ok(Stored::Missing); // no shard: every inner chunk is the fill value
+        };
+        let index = {
+            let mut parsed = started.parsed.lock().unwrap_or_else(|p| p.into_inner());
+            match parsed.get(&i) {
+                Some(ix) => ix.clone(),
+                None => {
+                    let ix = self.index_in_shard(&started.shards[&i], &bytes)?;
+                    parsed.insert(i, ix.clone());
+                    ix
+                }
+            }
+        };
+        let Some(index) = index else {
+            return Ok(Stored::Missing);
+        };
+        let &(offset, nbytes) = index.get(inner as usize).ok_or_else(|| {
+            Error::Malformed(format!(
+                "{}: the shard index has {} entries",
+                self.describe(cell),
+                index.len()
+            ))
+        })?;
+        if offset == u64::MAX && nbytes == u64::MAX {
+            return Ok(Stored::Missing);
+        }
+        match offset.checked_add(nbytes) {
+            Some(end) if end <= bytes.len() as u64 => {
+                Ok(Stored::Bytes(bytes.slice(offset as usize..end as usize)))
+            }
+            _ => Err(Error::Malformed(format!(
+                "{}: the shard index names bytes {offset}..{} of a {}-byte shard",
+                self.describe(cell),
+                offset.saturating_add(nbytes),
+                bytes.len()
+            ))),
+        }
+    }
+
+    /// The index of shard `chunk`, read from the shard's bytes.
+    fn index_in_shard(&self, chunk: &[u64], bytes: &[u8]) -> Result<super::Index> {
+        let Codecs::Sharded {
+            inner_shape, index, ..
+        } = &self.codecs
+        else {
+            return Err(Error::invalid("not a sharded array"));
+        };
+        let n: u64 = inner_shape
+            .iter()
+            .zip(&self.chunk_shape)
+            .map(|(&i, &c)| c / i)
+            .product();
+        let key = self.array.chunk_key(chunk);
+        let len = super::index_len(index, n, &|| {
+            format!("index of shard {chunk:?} of {}", self.location)
+        })?;
+        if (bytes.len() as u64) < len {
+            return Err(Error::Malformed(format!(
+                "shard {chunk:?} (key {key}) of {}: {} bytes, shorter than its {len}-byte index",
+                self.location,
+                bytes.len()
+            )));
+        }
+        let at = if index.at_end {
+            bytes.len() - len as usize
+        } else {
+            0
+        };
+        self.parse_index(&bytes[at..at + len as usize], chunk, &key, n, index)
     }
 }
 
