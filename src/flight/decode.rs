@@ -53,6 +53,26 @@ pub(crate) fn header_type(fd: &FlightData) -> Result<MessageHeader> {
     Ok(m.header_type())
 }
 
+/// Checks that every buffer a message's header names lies inside its body (arrow-ipc
+/// slices them unchecked, with a panic past the end).
+fn check_buffers<'a>(
+    buffers: Option<impl Iterator<Item = &'a arrow_ipc::Buffer>>,
+    body: usize,
+    what: &str,
+) -> Result<()> {
+    for (i, b) in buffers.into_iter().flatten().enumerate() {
+        let (off, len) = (b.offset(), b.length());
+        let end = off.checked_add(len);
+        if off < 0 || len < 0 || end.is_none_or(|e| e as u64 > body as u64) {
+            return Err(malformed(format!(
+                "{what}: buffer {i} at offset {off} of {len} bytes lies outside the body of \
+                 {body} bytes"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Decodes the messages of one stream in order.
 #[derive(Default)]
 pub(crate) struct Decoder {
@@ -106,6 +126,11 @@ impl Decoder {
                 let batch = message
                     .header_as_dictionary_batch()
                     .ok_or_else(|| malformed("a DictionaryBatch header without its table"))?;
+                check_buffers(
+                    batch.data().and_then(|d| d.buffers()).map(|b| b.iter()),
+                    fd.data_body.len(),
+                    "dictionary batch",
+                )?;
                 let body = Buffer::from(fd.data_body.clone());
                 arrow_ipc::reader::read_dictionary(
                     &body,
@@ -125,6 +150,11 @@ impl Decoder {
                 let batch = message
                     .header_as_record_batch()
                     .ok_or_else(|| malformed("a RecordBatch header without its table"))?;
+                check_buffers(
+                    batch.buffers().map(|b| b.iter()),
+                    fd.data_body.len(),
+                    "record batch",
+                )?;
                 let body = Buffer::from(fd.data_body.clone());
                 let rb = arrow_ipc::reader::read_record_batch(
                     &body,
