@@ -142,8 +142,30 @@ impl Service {
     }
 }
 
-fn invalid(e: impl std::fmt::Display) -> Status {
-    Status::invalid_argument(e.to_string())
+fn invalid(e: impl Into<Reason>) -> Status {
+    Status::invalid_argument(e.into().0)
+}
+
+/// The text of an `InvalidArgument` status: a devbuf error's message (without the
+/// kind's prefix) or a text.
+struct Reason(String);
+
+impl From<Error> for Reason {
+    fn from(e: Error) -> Reason {
+        Reason(super::status::message(&e))
+    }
+}
+
+impl From<&str> for Reason {
+    fn from(s: &str) -> Reason {
+        Reason(s.to_string())
+    }
+}
+
+impl From<String> for Reason {
+    fn from(s: String) -> Reason {
+        Reason(s)
+    }
 }
 
 impl Shared {

@@ -12,7 +12,7 @@ use crate::error::Error;
 /// `root` are shown relative to it (`<root>/...`): clients learn nothing of the
 /// server's file system layout.
 pub(crate) fn to_status(e: &Error, root: Option<&Path>) -> Status {
-    let msg = hide_root(&e.to_string(), root);
+    let msg = hide_root(&message(e), root);
     match e {
         Error::InvalidArgument(_) | Error::OutOfBounds { .. } => Status::invalid_argument(msg),
         Error::OutOfMemory { .. } => Status::resource_exhausted(msg),
@@ -24,10 +24,19 @@ pub(crate) fn to_status(e: &Error, root: Option<&Path>) -> Status {
 /// The status for a path the root refused.
 pub(crate) fn refusal_status(r: Refusal, root: Option<&Path>) -> Status {
     match r {
-        Refusal::Invalid(e) => Status::invalid_argument(hide_root(&e.to_string(), root)),
+        Refusal::Invalid(e) => Status::invalid_argument(hide_root(&message(&e), root)),
         Refusal::Missing(m) => Status::not_found(hide_root(&m, root)),
         Refusal::Escapes(m) => Status::permission_denied(hide_root(&m, root)),
         Refusal::Io(m) => Status::internal(hide_root(&m, root)),
+    }
+}
+
+/// An error's message for a status: without the kind's prefix where the status code
+/// already says it (`invalid argument: ...` is `InvalidArgument`).
+pub(crate) fn message(e: &Error) -> String {
+    match e {
+        Error::InvalidArgument(m) => m.clone(),
+        e => e.to_string(),
     }
 }
 
