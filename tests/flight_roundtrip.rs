@@ -166,7 +166,7 @@ fn random_arrays_and_selections_match_local_reads() {
             &chunks,
             dtype,
             fill,
-            compressors[k % compressors.len()].clone(),
+            compressors[k % compressors.len()],
             values,
             // About a quarter of the chunks stay missing (read as the fill value).
             move |idx| {

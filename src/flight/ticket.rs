@@ -455,11 +455,11 @@ impl ChunkRegion {
             return None;
         }
         let mut lin = 0u64;
-        for d in 0..coords.len() {
-            if coords[d] < self.start[d] || coords[d] >= self.end[d] {
+        for ((&c, &s), &e) in coords.iter().zip(&self.start).zip(&self.end) {
+            if c < s || c >= e {
                 return None;
             }
-            lin = lin * (self.end[d] - self.start[d]) + (coords[d] - self.start[d]);
+            lin = lin * (e - s) + (c - s);
         }
         Some(lin)
     }

@@ -39,6 +39,7 @@ pub fn bytes_of(nd: &NDBuffer) -> Vec<u8> {
 /// A zarr v3 array at `path` of random `values` (C-order native bytes of `shape`),
 /// written chunk by chunk except every chunk whose index passes `skip` (left missing:
 /// it reads as the fill value).
+#[allow(clippy::too_many_arguments)]
 pub fn random_array(
     path: &Path,
     shape: &[u64],

@@ -17,10 +17,8 @@ use crate::common::*;
 
 #[path = "../common/flight.rs"]
 mod flight_common;
-#[path = "../common/zarrs.rs"]
-mod zarrs_common;
+use crate::zarrs::zarrs_common::TempDir;
 use flight_common::{TOKEN, bytes_of, random_array, serve};
-use zarrs_common::TempDir;
 
 const HOST: BufferPrototype = BufferPrototype::Host;
 const DEV: BufferPrototype = BufferPrototype::Device(0);
