@@ -376,3 +376,76 @@ fn streams_that_end_early_or_repeat_chunks_are_errors() {
         .to_string();
     assert!(e.contains("twice"), "{e}");
 }
+
+/// A gate the observer of a test server waits at (stalling a stream) until the test
+/// opens it.
+#[derive(Default)]
+struct Gate {
+    open: std::sync::Mutex<bool>,
+    cv: std::sync::Condvar,
+}
+
+impl Gate {
+    fn wait(&self) {
+        let mut g = self.open.lock().unwrap();
+        while !*g {
+            g = self.cv.wait(g).unwrap();
+        }
+    }
+    fn open(&self) {
+        *self.open.lock().unwrap() = true;
+        self.cv.notify_all();
+    }
+}
+
+/// A server over `dir` whose streams stall at their third message until `gate` opens;
+/// `stalled` receives the stalled stream's id.
+fn stalling_server(
+    dir: &TempDir,
+    gate: std::sync::Arc<Gate>,
+    f: impl FnOnce(ServerConfig) -> ServerConfig,
+) -> (Server, mpsc::Receiver<u64>) {
+    let (tx, rx) = mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let server = serve(&dir.0, |c| {
+        f(c.endpoints(1).batch_bytes(300).observer(move |e| {
+            if let Event::MessageQueued { id, index: 2, .. } = e {
+                let _ = tx.lock().unwrap().send(*id);
+                gate.wait();
+            }
+        }))
+    });
+    (server, rx)
+}
+
+#[test]
+fn a_silent_server_times_out_and_streams_are_limited() {
+    let dir = TempDir::new("flight-silent");
+    let local = many_chunks(&dir);
+    let gate = std::sync::Arc::new(Gate::default());
+    let (server, stalled) = stalling_server(&dir, gate.clone(), |c| c.max_streams(1));
+    let client = Client::connect_with(
+        &server.uri(),
+        devbuf::flight::ClientOptions::new()
+            .token(TOKEN)
+            .idle_timeout(Some(Duration::from_millis(300))),
+    )
+    .unwrap();
+    // The stream stalls after two messages: the read gives up after the idle timeout.
+    let e = client.read("a.zarr", &[], &HOST).unwrap_err().to_string();
+    assert!(
+        e.contains("sent nothing") && e.contains("idle_timeout"),
+        "{e}"
+    );
+    stalled.recv().unwrap();
+    // While that stream's producer is held, a second stream is refused (max_streams 1).
+    let e = client.read("a.zarr", &[], &HOST).unwrap_err().to_string();
+    assert!(
+        e.contains("ResourceExhausted") && e.contains("at once"),
+        "{e}"
+    );
+    gate.open();
+    assert!(server.wait_idle(Duration::from_secs(60)));
+    let all = client.read("a.zarr", &[], &HOST).unwrap();
+    assert_eq!(bytes_of(&all), bytes_of(&local.read_all(&HOST).unwrap()));
+}

@@ -122,6 +122,7 @@ pub struct ServerConfig {
     pub(crate) locations: Vec<String>,
     pub(crate) batch_bytes: usize,
     pub(crate) queue_depth: usize,
+    pub(crate) max_streams: usize,
     pub(crate) max_upload_bytes: u64,
     pub(crate) max_message_bytes: usize,
     pub(crate) read_threads: Option<usize>,
@@ -147,6 +148,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("locations", &self.locations)
             .field("batch_bytes", &self.batch_bytes)
             .field("queue_depth", &self.queue_depth)
+            .field("max_streams", &self.max_streams)
             .field("max_upload_bytes", &self.max_upload_bytes)
             .field("max_message_bytes", &self.max_message_bytes)
             .field("read_threads", &self.read_threads)
@@ -157,7 +159,7 @@ impl std::fmt::Debug for ServerConfig {
 impl ServerConfig {
     /// Defaults: no root (batches only), no token (a server needs one to start), 4
     /// endpoints per flight on this server, 8 MiB record batches, 2 batches queued per
-    /// stream, 1 GiB of uploads, 256 MiB per incoming message.
+    /// stream, 256 streams at once, 1 GiB of uploads, 256 MiB per incoming message.
     pub fn new() -> ServerConfig {
         ServerConfig {
             root: None,
@@ -169,6 +171,7 @@ impl ServerConfig {
             locations: Vec::new(),
             batch_bytes: 8 << 20,
             queue_depth: 2,
+            max_streams: 256,
             max_upload_bytes: 1 << 30,
             max_message_bytes: 256 << 20,
             read_threads: None,
@@ -240,6 +243,14 @@ impl ServerConfig {
         self
     }
 
+    /// Most DoGet streams at once (1 to 65536; default 256): each holds a producer thread
+    /// and up to [`queue_depth`](Self::queue_depth) batches; past it DoGet is refused with
+    /// `ResourceExhausted`.
+    pub fn max_streams(mut self, n: usize) -> ServerConfig {
+        self.max_streams = n;
+        self
+    }
+
     /// Most bytes uploaded and registered batches may hold together.
     pub fn max_upload_bytes(mut self, n: u64) -> ServerConfig {
         self.max_upload_bytes = n;
@@ -285,6 +296,7 @@ impl ServerConfig {
         range("endpoints", self.endpoints, 1, MAX_ENDPOINTS)?;
         range("batch_bytes", self.batch_bytes, 1, 1 << 30)?;
         range("queue_depth", self.queue_depth, 1, 64)?;
+        range("max_streams", self.max_streams, 1, 65536)?;
         range(
             "max_message_bytes",
             self.max_message_bytes,

@@ -56,6 +56,7 @@ struct Shared {
     locations: Vec<String>,
     batch_bytes: usize,
     queue_depth: usize,
+    max_streams: usize,
     max_upload_bytes: u64,
     read_threads: Option<usize>,
     observer: Option<Observer>,
@@ -90,6 +91,7 @@ impl Service {
                 locations: config.locations.clone(),
                 batch_bytes: config.batch_bytes,
                 queue_depth: config.queue_depth,
+                max_streams: config.max_streams,
                 max_upload_bytes: config.max_upload_bytes,
                 read_threads: config.read_threads,
                 observer: config.observer.clone(),
@@ -257,6 +259,7 @@ impl Shared {
                     self.stats.clone(),
                     self.observer.clone(),
                     self.queue_depth,
+                    self.max_streams,
                     format!("chunks {}..{} of array {array}", range.start, range.end),
                     move |sink| produce::chunks(src, region, range, batch_bytes, root, sink),
                 )
@@ -267,6 +270,7 @@ impl Shared {
                     self.stats.clone(),
                     self.observer.clone(),
                     self.queue_depth,
+                    self.max_streams,
                     format!("batches {}..{} of {name}", range.start, range.end),
                     move |sink| produce::batches(&name, entry, range, sink),
                 )

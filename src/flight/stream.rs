@@ -154,9 +154,15 @@ pub(crate) fn spawn(
     stats: Arc<Stats>,
     observer: Option<Observer>,
     depth: usize,
+    max_streams: usize,
     describe: String,
     produce: impl FnOnce(&mut Sink) -> Result<(), Status> + Send + 'static,
 ) -> Result<DoGetStream, Status> {
+    if stats.active.load(Ordering::SeqCst) >= max_streams {
+        return Err(Status::resource_exhausted(format!(
+            "the server streams to {max_streams} clients at once (its limit): try again later"
+        )));
+    }
     let (tx, rx) = mpsc::channel(depth.max(1));
     let guard = StreamGuard::new(stats, observer);
     guard.event(Event::StreamStarted {
@@ -175,7 +181,20 @@ pub(crate) fn spawn(
     std::thread::Builder::new()
         .name("devbuf-flight-doget".into())
         .spawn(move || {
-            let outcome = produce(&mut sink);
+            // A panic in the producer (or in an observer it calls) ends the stream with
+            // an error status, never with a clean end that looks complete.
+            let outcome =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| produce(&mut sink)))
+                    .unwrap_or_else(|p| {
+                        let msg = p
+                            .downcast_ref::<&str>()
+                            .map(|s| s.to_string())
+                            .or_else(|| p.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "unknown panic".into());
+                        Err(Status::internal(format!(
+                            "the stream's producer failed: {msg}"
+                        )))
+                    });
             let end = match outcome {
                 Ok(()) if sink.tx.is_closed() => StreamEnd::ClientGone,
                 Ok(()) => StreamEnd::Completed {

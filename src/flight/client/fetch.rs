@@ -69,8 +69,20 @@ impl Client {
         let mut stream = self.open(ep).await?;
         let h = handler.clone();
         let mut state = blocking(move || h.begin(i)).await??;
+        let idle = self.options().idle_timeout;
         loop {
-            let m = stream.message().await.map_err(|s| {
+            let next = stream.message();
+            let m = match idle {
+                None => next.await,
+                Some(t) => tokio::time::timeout(t, next).await.map_err(|_| Error::Io {
+                    op: "receiving an Arrow Flight stream",
+                    message: format!(
+                        "endpoint {i}: the server sent nothing for {} s (ClientOptions::idle_timeout)",
+                        t.as_secs_f64()
+                    ),
+                })?,
+            }
+            .map_err(|s| {
                 from_status(DOGET, &s).context(format_args!("endpoint {i}: the stream broke off"))
             })?;
             let Some(m) = m else { break };

@@ -48,6 +48,7 @@ pub struct ClientOptions {
     pub(crate) concurrency: usize,
     pub(crate) max_message_bytes: usize,
     pub(crate) connect_timeout: Duration,
+    pub(crate) idle_timeout: Option<Duration>,
     pub(crate) runtime_threads: usize,
 }
 
@@ -60,6 +61,7 @@ impl std::fmt::Debug for ClientOptions {
             .field("concurrency", &self.concurrency)
             .field("max_message_bytes", &self.max_message_bytes)
             .field("connect_timeout", &self.connect_timeout)
+            .field("idle_timeout", &self.idle_timeout)
             .finish()
     }
 }
@@ -72,7 +74,7 @@ impl Default for ClientOptions {
 
 impl ClientOptions {
     /// Defaults: no token, the web PKI roots for TLS, 8 endpoints fetched at once, 1 GiB
-    /// per message, 10 s to connect.
+    /// per message, 10 s to connect, 300 s of silence before a stream counts as dead.
     pub fn new() -> ClientOptions {
         ClientOptions {
             token: None,
@@ -81,6 +83,7 @@ impl ClientOptions {
             concurrency: 8,
             max_message_bytes: 1 << 30,
             connect_timeout: Duration::from_secs(10),
+            idle_timeout: Some(Duration::from_secs(300)),
             runtime_threads: 2,
         }
     }
@@ -119,6 +122,13 @@ impl ClientOptions {
     /// How long a connection may take to open.
     pub fn connect_timeout(mut self, t: Duration) -> ClientOptions {
         self.connect_timeout = t;
+        self
+    }
+
+    /// How long a stream may send nothing before the fetch fails (`None`: wait as long
+    /// as the connection lives; HTTP/2 keep-alive pings still detect a vanished server).
+    pub fn idle_timeout(mut self, t: Option<Duration>) -> ClientOptions {
+        self.idle_timeout = t;
         self
     }
 
@@ -534,7 +544,10 @@ async fn channel(uri: &str, o: &ClientOptions) -> Result<Channel> {
         .connect_timeout(o.connect_timeout)
         .tcp_nodelay(true)
         .initial_stream_window_size(Some(16 << 20))
-        .initial_connection_window_size(Some(64 << 20));
+        .initial_connection_window_size(Some(64 << 20))
+        .http2_keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_timeout(Duration::from_secs(20))
+        .keep_alive_while_idle(false);
     if tls {
         let mut cfg = ClientTlsConfig::new();
         cfg = match &o.tls_ca_pem {
