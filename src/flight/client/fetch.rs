@@ -55,8 +55,8 @@ impl Client {
         })
     }
 
-    async fn open(&self, ep: &Endpoint) -> Result<Streaming<FlightData>> {
-        let mut conn = self.conn_for(&ep.locations).await?;
+    async fn open(&self, ep: &Endpoint, slot: usize) -> Result<Streaming<FlightData>> {
+        let mut conn = self.conn_for(&ep.locations, slot).await?;
         let req = self.request(Ticket::new(ep.ticket.clone()))?;
         Ok(conn
             .do_get(req)
@@ -66,7 +66,7 @@ impl Client {
     }
 
     async fn fetch_one<H: Handler>(&self, i: usize, ep: &Endpoint, handler: Arc<H>) -> Result<()> {
-        let mut stream = self.open(ep).await?;
+        let mut stream = self.open(ep, i % self.options().concurrency).await?;
         let h = handler.clone();
         let mut state = blocking(move || h.begin(i)).await??;
         let idle = self.options().idle_timeout;
@@ -102,7 +102,7 @@ impl Client {
     /// One endpoint's record batches (host memory) as an iterator: each `next` waits
     /// for the next batch. Dropping the iterator cancels the stream.
     pub fn stream(&self, endpoint: &Endpoint) -> Result<ReceivedStream<'_>> {
-        let stream = self.block_on(self.open(endpoint))?;
+        let stream = self.block_on(self.open(endpoint, 0))?;
         Ok(ReceivedStream {
             client: self,
             stream: Some(stream),

@@ -4,9 +4,13 @@
 //!
 //! This file: connecting, calls that move no bulk data, uploads, and the description of
 //! a flight ([`Flight`], [`Endpoint`]). `fetch.rs`: fetching endpoints concurrently and
-//! checking completeness. `read.rs`: [`Client::read`] and [`Client::read_chunks`] (the
-//! assembly of a selection). `receive.rs`: messages into host or device batches.
+//! checking completeness. `read.rs`: [`Client::read`] (the assembly of a selection);
+//! `chunks.rs`: its host fast path. `collect.rs`: [`Client::read_chunks`],
+//! [`Client::get_batches`], [`Client::fetch`]. `receive.rs`: messages
+//! into host or device batches.
 
+mod chunks;
+mod collect;
 mod fetch;
 mod read;
 mod receive;
@@ -278,7 +282,8 @@ pub struct Client {
     options: ClientOptions,
     token: Mutex<Option<String>>,
     home: Conn,
-    peers: Mutex<HashMap<String, Conn>>,
+    /// Connections by (location, fetch slot); the empty location is this client's server.
+    peers: Mutex<HashMap<(String, usize), Conn>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -485,24 +490,39 @@ impl Client {
         Ok(req)
     }
 
-    /// The connection for an endpoint: the first of its locations that connects, or
-    /// this client's server when it names none.
-    pub(crate) async fn conn_for(&self, locations: &[String]) -> Result<Conn> {
-        if locations.is_empty() {
-            return Ok(self.home.clone());
-        }
+    /// The connection for the fetch in `slot` (0 to `concurrency - 1`) of an endpoint:
+    /// to the first of its locations that connects, or to this client's server when it
+    /// names none. Each slot has a connection of its own per server (kept for later
+    /// reads): one HTTP/2 connection is served by one task on each side, so streams that
+    /// share one share a core.
+    pub(crate) async fn conn_for(&self, locations: &[String], slot: usize) -> Result<Conn> {
+        let home = [String::new()];
+        let keys = if locations.is_empty() {
+            &home[..]
+        } else {
+            locations
+        };
         let mut last = None;
-        for l in locations {
-            if let Some(c) = self.peers.lock().unwrap_or_else(|p| p.into_inner()).get(l) {
+        for key in keys {
+            if key.is_empty() && slot == 0 {
+                return Ok(self.home.clone());
+            }
+            if let Some(c) = self
+                .peers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&(key.clone(), slot))
+            {
                 return Ok(c.clone());
             }
-            match channel(l, &self.options).await {
+            let uri = if key.is_empty() { &self.uri } else { key };
+            match channel(uri, &self.options).await {
                 Ok(ch) => {
                     let c = conn(ch, &self.options);
                     self.peers
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
-                        .insert(l.clone(), c.clone());
+                        .insert((key.clone(), slot), c.clone());
                     return Ok(c);
                 }
                 Err(e) => last = Some(e),

@@ -1,6 +1,4 @@
-//! Reading arrays and batches: [`Client::read`] (a selection assembled into one
-//! [`NDBuffer`]), [`Client::read_chunks`] (the chunk batches as received),
-//! [`Client::get_batches`] and [`Client::fetch`].
+//! Reading arrays: [`Client::read`], a selection assembled into one [`NDBuffer`].
 //!
 //! A read first asks for the array's flight (its schema carries the array and chunk
 //! shapes), resolves the selection to a box, asks for the flight of that box, checks
@@ -17,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use arrow_array::RecordBatch;
 use arrow_flight::FlightData;
 
-use super::super::encode::Batch;
 use super::super::ticket::{ChunkRegion, Part, Query, Target};
+use super::chunks;
 use super::fetch::{Claims, Handler};
 use super::receive::Receiver;
 use super::{Client, Flight};
@@ -31,14 +29,14 @@ use crate::zarr::{AxisSel, BufferPrototype, DataType, NDBuffer, Order};
 
 /// The chunk grid a flight's schema describes.
 #[derive(Clone, Debug, PartialEq)]
-struct Grid {
-    array_shape: Vec<u64>,
-    chunk_shape: Vec<u64>,
-    dtype: DataType,
+pub(super) struct Grid {
+    pub(super) array_shape: Vec<u64>,
+    pub(super) chunk_shape: Vec<u64>,
+    pub(super) dtype: DataType,
 }
 
 impl Grid {
-    fn of(flight: &Flight, path: &str) -> Result<Grid> {
+    pub(super) fn of(flight: &Flight, path: &str) -> Result<Grid> {
         let cb = ChunkBatch::from_record_batch(RecordBatch::new_empty(flight.schema.clone()))
             .map_err(|e| e.context(format_args!("the flight of {path:?} is not a chunk flight")))?;
         let array_shape = cb.array_shape().ok_or_else(|| {
@@ -55,7 +53,7 @@ impl Grid {
     }
 
     /// The chunk-grid box of the element box `sel` (as the server computes it).
-    fn region(&self, sel: &[Range<u64>]) -> Result<ChunkRegion> {
+    pub(super) fn region(&self, sel: &[Range<u64>]) -> Result<ChunkRegion> {
         let (start, end) = sel
             .iter()
             .zip(&self.chunk_shape)
@@ -101,7 +99,11 @@ impl Grid {
 
 /// The endpoints' ranges of a chunk flight, checked: every endpoint is a devbuf ticket
 /// of `path` and `region`, and the ranges are disjoint and cover the region.
-fn ranges_of(flight: &Flight, path: &str, region: &ChunkRegion) -> Result<Vec<Range<u64>>> {
+pub(super) fn ranges_of(
+    flight: &Flight,
+    path: &str,
+    region: &ChunkRegion,
+) -> Result<Vec<Range<u64>>> {
     let mut ranges = Vec::with_capacity(flight.endpoints.len());
     for (i, ep) in flight.endpoints.iter().enumerate() {
         match &ep.part {
@@ -182,6 +184,9 @@ struct Assemble {
     dst_strides: Vec<isize>,
     schema: arrow_schema::SchemaRef,
     out: Out,
+    /// The chunk shape, and its number of elements.
+    chunk_usize: Vec<usize>,
+    chunk_elems: usize,
 }
 
 struct AsmState {
@@ -221,58 +226,121 @@ impl Assemble {
     /// Copies the part of `chunk` (chunk `coords`, cut to the array) inside the box.
     fn place(&self, chunk: &NDBuffer, coords: &[u64], stream: Option<&Stream>) -> Result<()> {
         let like = chunk.as_ndarray_like();
-        let Some(ov) = overlap(coords, &self.grid.chunk_shape, like.shape, &self.sel) else {
-            return Ok(());
-        };
-        let es = self.grid.dtype.size();
-        let src_strides: Vec<isize> = like.strides.iter().map(|&s| s as isize).collect();
-        let mut src_off = like.offset;
-        let mut dst_off = 0usize;
-        for (d, &(a, b, _)) in ov.iter().enumerate() {
-            src_off += a * like.strides[d];
-            dst_off += b * self.dst_strides[d] as usize;
-        }
-        let shape: Vec<usize> = ov.iter().map(|o| o.2).collect();
         match (&self.out, like.memory) {
             (Out::Host(out), Memory::Host(src)) => {
-                let Some(plan) = layout::plan(
-                    src.len(),
-                    src_off,
-                    &src_strides,
-                    out.len,
-                    dst_off,
-                    &self.dst_strides,
-                    &shape,
-                    es,
-                )?
+                self.place_host(out, src, like.offset, like.strides, like.shape, coords)
+            }
+            (Out::Device(_, out), Memory::Device(src)) => {
+                let Some(ov) = overlap(coords, &self.grid.chunk_shape, like.shape, &self.sel)
                 else {
                     return Ok(());
                 };
-                host_ops::for_each_run(&plan, |s, d, run| {
-                    // Safety: `layout::plan` checked that every byte lies within `src`
-                    // and within the output's `len` bytes; these output bytes belong to
-                    // this chunk alone (see `HostOut`).
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(src.as_ptr().add(s), out.ptr.add(d), run)
-                    };
-                });
-                Ok(())
+                let (src_off, dst_off) = self.offsets(&ov, like.offset, like.strides);
+                let src_strides: Vec<isize> = like.strides.iter().map(|&s| s as isize).collect();
+                let shape: Vec<usize> = ov.iter().map(|o| o.2).collect();
+                strided_copy(
+                    src,
+                    src_off,
+                    &src_strides,
+                    out,
+                    dst_off,
+                    &self.dst_strides,
+                    &shape,
+                    self.grid.dtype.size(),
+                    stream,
+                )
             }
-            (Out::Device(_, out), Memory::Device(src)) => strided_copy(
-                src,
-                src_off,
-                &src_strides,
-                out,
-                dst_off,
-                &self.dst_strides,
-                &shape,
-                es,
-                stream,
-            ),
             _ => Err(Error::invalid(
                 "internal: a received chunk is not in the output's memory",
             )),
         }
+    }
+
+    /// Byte offsets of an overlap's first element in the chunk (whose first element is
+    /// at `base`, with byte `strides`) and in the output.
+    fn offsets(
+        &self,
+        ov: &[(usize, usize, usize)],
+        base: usize,
+        strides: &[usize],
+    ) -> (usize, usize) {
+        let mut src_off = base;
+        let mut dst_off = 0usize;
+        for (d, &(a, b, _)) in ov.iter().enumerate() {
+            src_off += a * strides[d];
+            dst_off += b * self.dst_strides[d] as usize;
+        }
+        (src_off, dst_off)
+    }
+
+    /// Copies the part inside the box of chunk `coords` — `extent` elements (the chunk
+    /// cut to the array) at byte `base` of `src` with byte `strides` — into the host
+    /// output.
+    fn place_host(
+        &self,
+        out: &HostOut,
+        src: &[u8],
+        base: usize,
+        strides: &[usize],
+        extent: &[usize],
+        coords: &[u64],
+    ) -> Result<()> {
+        let Some(ov) = overlap(coords, &self.grid.chunk_shape, extent, &self.sel) else {
+            return Ok(());
+        };
+        let (src_off, dst_off) = self.offsets(&ov, base, strides);
+        let src_strides: Vec<isize> = strides.iter().map(|&s| s as isize).collect();
+        let shape: Vec<usize> = ov.iter().map(|o| o.2).collect();
+        let Some(plan) = layout::plan(
+            src.len(),
+            src_off,
+            &src_strides,
+            out.len,
+            dst_off,
+            &self.dst_strides,
+            &shape,
+            self.grid.dtype.size(),
+        )?
+        else {
+            return Ok(());
+        };
+        host_ops::for_each_run(&plan, |s, d, run| {
+            // Safety: `layout::plan` checked that every byte lies within `src` and within
+            // the output's `len` bytes; these output bytes belong to this chunk alone
+            // (see `HostOut`).
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().add(s), out.ptr.add(d), run) };
+        });
+        Ok(())
+    }
+
+    /// The host fast path: a chunk-batch message placed straight from its body
+    /// (`chunks.rs`); false when the message is not one it takes.
+    fn place_view(&self, out: &HostOut, fd: &FlightData, st: &mut AsmState) -> Result<bool> {
+        let nd = self.grid.chunk_shape.len();
+        let Some(v) = chunks::view(fd, nd, self.grid.dtype.element(), self.chunk_elems)? else {
+            return Ok(false);
+        };
+        let es = self.grid.dtype.size();
+        let strides: Vec<usize> = c_strides(&self.chunk_usize, es)
+            .into_iter()
+            .map(|s| s as usize)
+            .collect();
+        let chunk_bytes = self.chunk_elems * es;
+        for r in 0..v.rows {
+            let coords = &v.coords[r * nd..(r + 1) * nd];
+            st.claims.claim(coords)?;
+            let extent: Vec<usize> = coords
+                .iter()
+                .zip(self.grid.chunk_shape.iter().zip(&self.grid.array_shape))
+                .map(|(&c, (&cs, &n))| {
+                    c.checked_mul(cs)
+                        .map(|o| cs.min(n.saturating_sub(o)) as usize)
+                        .unwrap_or(0)
+                })
+                .collect();
+            self.place_host(out, &v.data, r * chunk_bytes, &strides, &extent, coords)?;
+        }
+        Ok(true)
     }
 
     fn place_batch(&self, cb: &ChunkBatch, st: &mut AsmState) -> Result<Vec<NDBuffer>> {
@@ -307,7 +375,10 @@ impl Handler for Assemble {
 
     fn message(&self, st: &mut AsmState, fd: FlightData) -> Result<()> {
         match &self.out {
-            Out::Host(_) => {
+            Out::Host(out) => {
+                if self.place_view(out, &fd, st)? {
+                    return Ok(());
+                }
                 if let Some(b) = st.receiver.message(&fd)? {
                     let cb = ChunkBatch::from_record_batch(b.to_host()?)?;
                     self.place_batch(&cb, st)?;
@@ -333,90 +404,6 @@ impl Handler for Assemble {
 
     fn end(&self, i: usize, st: AsmState) -> Result<()> {
         st.claims.finish(i)
-    }
-}
-
-/// The handler of [`Client::read_chunks`], [`Client::get_batches`] and
-/// [`Client::fetch`]: keeps every endpoint's batches, in order.
-struct Collect {
-    schema: arrow_schema::SchemaRef,
-    ctx: Option<Context>,
-    /// Per endpoint: the chunks it must deliver (chunk flights).
-    claims: Option<(ChunkRegion, Vec<Range<u64>>)>,
-    /// Per endpoint: how many batches it must deliver (batch flights).
-    counts: Option<Vec<u64>>,
-    got: Mutex<Vec<Option<Vec<Batch>>>>,
-}
-
-struct CollectState {
-    receiver: Receiver,
-    claims: Option<Claims>,
-    batches: Vec<Batch>,
-}
-
-impl Handler for Collect {
-    type State = CollectState;
-
-    fn begin(&self, i: usize) -> Result<CollectState> {
-        Ok(CollectState {
-            receiver: Receiver::new(self.schema.clone(), self.ctx.clone()),
-            claims: match &self.claims {
-                Some((region, ranges)) => Some(Claims::new(region.clone(), ranges[i].clone())?),
-                None => None,
-            },
-            batches: Vec::new(),
-        })
-    }
-
-    fn message(&self, st: &mut CollectState, fd: FlightData) -> Result<()> {
-        if let Some(b) = st.receiver.message(&fd)? {
-            if let Some(c) = &mut st.claims {
-                let cb = match &b {
-                    Batch::Host(rb) => ChunkBatch::from_record_batch(rb.clone())?,
-                    Batch::Device(d) => ChunkBatch::from_device_record_batch(d.clone())?,
-                };
-                for k in 0..cb.len() {
-                    c.claim(cb.coords(k).unwrap_or_default())?;
-                }
-            }
-            st.batches.push(b);
-        }
-        Ok(())
-    }
-
-    fn end(&self, i: usize, st: CollectState) -> Result<()> {
-        if let Some(c) = &st.claims {
-            c.finish(i)?;
-        }
-        if let Some(want) = self.counts.as_ref().and_then(|c| c.get(i))
-            && st.batches.len() as u64 != *want
-        {
-            return Err(Error::Io {
-                op: "receiving an Arrow Flight stream",
-                message: format!(
-                    "endpoint {i} ended after {} of its {want} batches: the result would be \
-                     incomplete",
-                    st.batches.len()
-                ),
-            });
-        }
-        let mut g = self.got.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(slot) = g.get_mut(i) {
-            *slot = Some(st.batches);
-        }
-        Ok(())
-    }
-}
-
-impl Collect {
-    fn into_batches(self) -> Vec<Batch> {
-        self.got
-            .into_inner()
-            .unwrap_or_else(|p| p.into_inner())
-            .into_iter()
-            .flatten()
-            .flatten()
-            .collect()
     }
 }
 
@@ -591,7 +578,14 @@ impl Client {
                 )));
             }
             let ranges = ranges_of(&flight, path, &region)?;
+            let chunk_usize = to_usizes(&grid.chunk_shape)?;
+            let chunk_elems = chunk_usize
+                .iter()
+                .try_fold(1usize, |a, &n| a.checked_mul(n))
+                .ok_or_else(|| Error::invalid("the chunk size overflows"))?;
             let handler = Arc::new(Assemble {
+                chunk_usize,
+                chunk_elems,
                 grid: grid.clone(),
                 region,
                 ranges,
@@ -606,110 +600,6 @@ impl Client {
             return finish(handler.out, &shape, grid.dtype);
         }
         finish(out, &shape, grid.dtype)
-    }
-
-    /// The chunk batches of a selection (element ranges per axis; the whole array when
-    /// `None`) as received, in endpoint order: on the host zero-copy views of the
-    /// received bodies, on a device one allocation per batch. Every chunk the
-    /// selection touches arrives once, whole (edge chunks padded with the fill value,
-    /// as [`ChunkBatch`] stores them).
-    pub fn read_chunks(
-        &self,
-        path: &str,
-        selection: Option<&[Range<u64>]>,
-        prototype: &BufferPrototype,
-    ) -> Result<Vec<ChunkBatch>> {
-        let target = Target::array(path)?;
-        let whole = self.info(&Query::whole(target.clone()))?;
-        let grid = Grid::of(&whole, path)?;
-        let sel: Vec<Range<u64>> = match selection {
-            Some(s) => s.to_vec(),
-            None => grid.array_shape.iter().map(|&n| 0..n).collect(),
-        };
-        let region = grid.region(&sel)?;
-        let flight = if selection.is_some() {
-            self.info(&Query {
-                target,
-                selection: Some(sel),
-                endpoints: None,
-            })?
-        } else {
-            whole
-        };
-        if Grid::of(&flight, path)? != grid {
-            return Err(Error::Malformed(format!(
-                "the flight of the selection of {path:?} describes another array"
-            )));
-        }
-        let ranges = ranges_of(&flight, path, &region)?;
-        let collect = self.collect(&flight, Some((region, ranges)), None, prototype)?;
-        collect
-            .into_iter()
-            .map(|b| match b {
-                Batch::Host(rb) => ChunkBatch::from_record_batch(rb),
-                Batch::Device(d) => ChunkBatch::from_device_record_batch(d),
-            })
-            .collect()
-    }
-
-    /// The batches served under `name`, in order, in `prototype`'s memory.
-    pub fn get_batches(&self, name: &str, prototype: &BufferPrototype) -> Result<Vec<Batch>> {
-        let flight = self.info(&Query::whole(Target::batch(name)?))?;
-        let mut counts = Vec::with_capacity(flight.endpoints.len());
-        for (i, ep) in flight.endpoints.iter().enumerate() {
-            match &ep.part {
-                Some(Part::Batches { name: n, range }) if n == name => {
-                    counts.push(range.end - range.start)
-                }
-                _ => {
-                    return Err(Error::Malformed(format!(
-                        "endpoint {i} of the flight of batch {name:?} is not a devbuf batch ticket"
-                    )));
-                }
-            }
-        }
-        self.collect(&flight, None, Some(counts), prototype)
-    }
-
-    /// Fetches endpoint `i` of `flight` alone (any Flight server), into `prototype`'s
-    /// memory: what a caller retries after an endpoint failed.
-    pub fn fetch(
-        &self,
-        flight: &Flight,
-        i: usize,
-        prototype: &BufferPrototype,
-    ) -> Result<Vec<Batch>> {
-        let ep = flight.endpoints.get(i).cloned().ok_or_else(|| {
-            Error::invalid(format!(
-                "endpoint {i} of a flight of {} endpoints",
-                flight.endpoints.len()
-            ))
-        })?;
-        let one = Flight {
-            endpoints: vec![ep],
-            ..flight.clone()
-        };
-        self.collect(&one, None, None, prototype)
-    }
-
-    fn collect(
-        &self,
-        flight: &Flight,
-        claims: Option<(ChunkRegion, Vec<Range<u64>>)>,
-        counts: Option<Vec<u64>>,
-        prototype: &BufferPrototype,
-    ) -> Result<Vec<Batch>> {
-        let handler = Arc::new(Collect {
-            schema: flight.schema.clone(),
-            ctx: prototype.context()?,
-            claims,
-            counts,
-            got: Mutex::new(vec![None; flight.endpoints.len()]),
-        });
-        self.fetch_all(&flight.endpoints, handler.clone())?;
-        let handler = Arc::try_unwrap(handler)
-            .map_err(|_| Error::invalid("internal: a receiving task outlived the fetch"))?;
-        Ok(handler.into_batches())
     }
 }
 
