@@ -24,7 +24,8 @@ use crate::arrow::ChunkBatch;
 use crate::cuda::kernels::ops::{layout, strided_copy};
 use crate::cuda::{Context, DeviceBuffer, Stream};
 use crate::error::{Error, Result};
-use crate::memory::{Memory, host_ops, zeroed_vec};
+use crate::memory::{Memory, host_ops};
+use crate::zarr::zarrs::read::hostmem::HostResult;
 use crate::zarr::{AxisSel, BufferPrototype, DataType, NDBuffer, Order};
 
 /// The chunk grid a flight's schema describes.
@@ -156,11 +157,13 @@ fn c_strides(shape: &[usize], elem: usize) -> Vec<isize> {
     s
 }
 
-/// Host output written by several receiving threads at disjoint bytes.
+/// Host output written by several receiving threads at disjoint bytes: fresh memory
+/// from the read engine's allocator (huge pages where the kernel offers them, so the
+/// first touch of a large result is not one page fault per 4 KiB).
 struct HostOut {
     ptr: *mut u8,
     len: usize,
-    mem: Mutex<Option<Vec<u8>>>,
+    mem: Mutex<Option<HostResult>>,
 }
 // Safety: the threads write disjoint byte ranges through `ptr` (every output element
 // lies in exactly one chunk, every chunk is claimed once, and the endpoints' ranges are
@@ -556,11 +559,12 @@ impl Client {
         // The result first: a selection too large for memory fails before any transfer.
         let out = match &ctx {
             None => {
-                let mut v = zeroed_vec(total)?;
+                let mut mem = HostResult::new(total)?;
+                let (ptr, len) = mem.raw();
                 Out::Host(Arc::new(HostOut {
-                    ptr: v.as_mut_ptr(),
-                    len: total,
-                    mem: Mutex::new(Some(v)),
+                    ptr,
+                    len,
+                    mem: Mutex::new(Some(mem)),
                 }))
             }
             Some(ctx) => Out::Device(ctx.clone(), ctx.allocate(total)?),
@@ -609,12 +613,12 @@ fn finish(out: Out, shape: &[usize], dtype: DataType) -> Result<NDBuffer> {
         Out::Host(h) => {
             let h = Arc::try_unwrap(h)
                 .map_err(|_| Error::invalid("internal: a receiving task outlived the read"))?;
-            let v = h
+            let mem = h
                 .mem
                 .into_inner()
                 .unwrap_or_else(|p| p.into_inner())
-                .unwrap_or_default();
-            Memory::Host(bytes::Bytes::from(v))
+                .ok_or_else(|| Error::invalid("internal: the read's result was taken twice"))?;
+            Memory::Host(mem.into_bytes())
         }
         Out::Device(_, d) => Memory::Device(d),
     };

@@ -65,7 +65,7 @@ mod array;
 mod array_write;
 mod fs_store;
 mod metadata;
-mod read;
+pub(crate) mod read;
 mod spec;
 mod storage;
 mod validate;
