@@ -527,7 +527,7 @@ impl Client {
         let whole = self.info(&Query::whole(target.clone()))?;
         let grid = Grid::of(&whole, path)?;
         let (ranges, view) = resolve_box(selection, &grid.array_shape)?;
-        let boxed = self.read_box(path, target, &grid, ranges, prototype)?;
+        let boxed = self.read_box(path, target, &grid, ranges, whole, prototype)?;
         match view {
             Some(rel) => boxed.get(&rel),
             None => Ok(boxed),
@@ -540,6 +540,7 @@ impl Client {
         target: Target,
         grid: &Grid,
         sel: Vec<Range<u64>>,
+        whole: Flight,
         prototype: &BufferPrototype,
     ) -> Result<NDBuffer> {
         let shape = to_usizes(&sel.iter().map(|r| r.end - r.start).collect::<Vec<_>>())?;
@@ -570,11 +571,20 @@ impl Client {
             Some(ctx) => Out::Device(ctx.clone(), ctx.allocate(total)?),
         };
         if !region.is_empty() {
-            let flight = self.info(&Query {
-                target,
-                selection: Some(sel.clone()),
-                endpoints: None,
-            })?;
+            // The whole array's flight already describes a selection of everything.
+            let everything = sel
+                .iter()
+                .zip(&grid.array_shape)
+                .all(|(r, &n)| *r == (0..n));
+            let flight = if everything {
+                whole
+            } else {
+                self.info(&Query {
+                    target,
+                    selection: Some(sel.clone()),
+                    endpoints: None,
+                })?
+            };
             if Grid::of(&flight, path)? != *grid {
                 return Err(Error::Malformed(format!(
                     "the flight of the selection of {path:?} describes another array than the \
