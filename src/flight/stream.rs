@@ -79,8 +79,8 @@ pub(crate) struct StreamGuard {
 }
 
 impl StreamGuard {
-    pub(crate) fn new(stats: Arc<Stats>, observer: Option<Observer>) -> Arc<StreamGuard> {
-        stats.active.fetch_add(1, Ordering::SeqCst);
+    /// A guard for a stream already counted in `stats.active`.
+    fn counted(stats: Arc<Stats>, observer: Option<Observer>) -> Arc<StreamGuard> {
         let id = stats.started.fetch_add(1, Ordering::SeqCst);
         Arc::new(StreamGuard {
             stats,
@@ -158,13 +158,16 @@ pub(crate) fn spawn(
     describe: String,
     produce: impl FnOnce(&mut Sink) -> Result<(), Status> + Send + 'static,
 ) -> Result<DoGetStream, Status> {
-    if stats.active.load(Ordering::SeqCst) >= max_streams {
+    // Counted before the check, so that concurrent calls cannot pass the limit together.
+    if stats.active.fetch_add(1, Ordering::SeqCst) >= max_streams {
+        stats.active.fetch_sub(1, Ordering::SeqCst);
+        stats.changed();
         return Err(Status::resource_exhausted(format!(
             "the server streams to {max_streams} clients at once (its limit): try again later"
         )));
     }
     let (tx, rx) = mpsc::channel(depth.max(1));
-    let guard = StreamGuard::new(stats, observer);
+    let guard = StreamGuard::counted(stats, observer);
     guard.event(Event::StreamStarted {
         id: guard.id,
         what: describe,

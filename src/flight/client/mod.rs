@@ -277,7 +277,7 @@ type Conn = FlightServiceClient<Channel>;
 /// endpoint again with [`fetch`](Self::fetch) (tickets are stateless, so any endpoint
 /// can be fetched again, from any of its locations).
 pub struct Client {
-    runtime: tokio::runtime::Runtime,
+    runtime: Option<tokio::runtime::Runtime>,
     uri: String,
     options: ClientOptions,
     token: Mutex<Option<String>>,
@@ -322,7 +322,7 @@ impl Client {
         let channel = runtime.block_on(channel(uri, &options))?;
         Ok(Client {
             home: conn(channel, &options),
-            runtime,
+            runtime: Some(runtime),
             uri: uri.to_string(),
             token: Mutex::new(options.token.clone()),
             options,
@@ -537,7 +537,20 @@ impl Client {
 
     pub(crate) fn block_on<T>(&self, f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
         not_in_runtime()?;
-        self.runtime.block_on(f)
+        match &self.runtime {
+            Some(rt) => rt.block_on(f),
+            None => Err(Error::invalid("the Flight client was shut down")),
+        }
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        // Without blocking: a client may be dropped inside an async context, where
+        // waiting for the runtime's tasks is not allowed. Open streams are cancelled.
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
     }
 }
 
