@@ -3,6 +3,7 @@
 //! ```sh
 //! cargo run --release --features flight --example flight_client -- \
 //!     --uri grpc://127.0.0.1:8815 --token-file /tmp/flight.token [--tls-ca cert.pem] \
+//!     [--tls-domain NAME] \
 //!     [--device N] COMMAND
 //! ```
 //!
@@ -33,6 +34,7 @@ fn main() -> ExitCode {
 
 fn usage() -> String {
     "usage: flight_client --uri URI (--token-file PATH | --token T) [--tls-ca PEM] \
+     [--tls-domain NAME] \
      [--device N] (list | read PATH [START:END ...] | demo)"
         .into()
 }
@@ -58,8 +60,9 @@ fn run() -> Result<(), String> {
             "--tls-ca" => {
                 let p = PathBuf::from(value()?);
                 let pem = std::fs::read(&p).map_err(|e| format!("{}: {e}", p.display()))?;
-                options = options.tls_ca(pem).tls_domain("localhost");
+                options = options.tls_ca(pem);
             }
+            "--tls-domain" => options = options.tls_domain(value()?),
             "--device" => {
                 device = Some(
                     value()?
