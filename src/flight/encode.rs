@@ -239,10 +239,10 @@ mod tests {
     }
 
     #[test]
-    fn the_device_encoding_split_into_flight_data_decodes_to_the_batch() {
-        // serialize_like_device is the host twin of the device serializer.
+    fn an_encapsulated_message_split_into_flight_data_decodes_to_the_batch() {
+        // The encapsulated message format the device serializer writes too.
         let b = batch();
-        let message = crate::arrow::serialize_like_device(&b).unwrap();
+        let message = crate::arrow::serialize_record_batch_to_vec(&b).unwrap();
         let fd = split_message(Bytes::from(message)).unwrap();
         let mut enc = Encoder::new().unwrap();
         let schema = enc.schema(&b.schema());
