@@ -3,7 +3,7 @@
 //! one run:
 //!
 //! ```text
-//! cargo run --release --features zarrs,object_store --example bench_object_store -- \
+//! cargo run --release --features zarrs,object_store,flight --example bench_object_store -- \
 //!     [--mib 512] [--repeat 5] [--concurrency 64] [--only c1m,sh64k] [--no-peers]
 //! ```
 //!

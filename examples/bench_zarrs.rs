@@ -2,9 +2,9 @@
 //! GB/s of decoded bytes, page cache warm, median of `--repeat` runs after a warm-up.
 //!
 //! ```text
-//! cargo run --release --features zarrs,object_store --example bench_zarrs -- [--mib N] [--only a,b] [--repeat N]
-//! cargo run --release --features zarrs,object_store --example bench_zarrs -- --store PATH [--store PATH ...]
-//! cargo run --release --features zarrs,object_store --example bench_zarrs -- --manifest DIR/manifest.json
+//! cargo run --release --features zarrs,object_store,flight --example bench_zarrs -- [--mib N] [--only a,b] [--repeat N]
+//! cargo run --release --features zarrs,object_store,flight --example bench_zarrs -- --store PATH [--store PATH ...]
+//! cargo run --release --features zarrs,object_store,flight --example bench_zarrs -- --manifest DIR/manifest.json
 //! ```
 //!
 //! Without `--store`/`--manifest` it writes its own sweep first (float32, `--mib` MiB

@@ -1,7 +1,7 @@
 //! The devbuf pipeline, end to end:
 //!
 //! ```text
-//! cargo run --release --features zarrs,object_store --example tour
+//! cargo run --release --features zarrs,object_store,flight --example tour
 //! ```
 //!
 //! 1. opens a zarr array written by zarr-python (the bundled fixture) and a larger one

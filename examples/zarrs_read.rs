@@ -2,7 +2,7 @@
 //! host memory on a machine without one, and print its shape, data type and sum.
 //!
 //! ```text
-//! cargo run --release --features zarrs,object_store --example zarrs_read [PATH.zarr | URL]
+//! cargo run --release --features zarrs,object_store,flight --example zarrs_read [PATH.zarr | URL]
 //! ```
 //!
 //! A URL (`s3://bucket/array.zarr`, `gs://...`, `az://...`, `https://...`, `file://...`)

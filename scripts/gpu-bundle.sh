@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the GPU bundle: release binaries with `--features cuda-tests,zarrs`, stripped, plus
+# Builds the GPU bundle: release binaries with `--features cuda-tests,zarrs,object_store,flight`, stripped, plus
 # run.sh and the peer benchmark scripts, in one folder (default .gpu/) that can be
 # carried to any x86-64 Linux machine with an NVIDIA driver. cudarc loads libcuda at run
 # time, so no CUDA toolkit is needed to build it.
@@ -15,14 +15,14 @@ EXAMPLES="$(ls examples/*.rs | xargs -n1 basename | sed 's/\.rs$//' | tr '\n' ' 
 
 echo "building the GPU test binary and examples (release, --features cuda-tests)..."
 LOG="$(mktemp)"
-cargo test --release --features cuda-tests,zarrs,object_store --test gpu --no-run 2>&1 | tee "$LOG" >&2
+cargo test --release --features cuda-tests,zarrs,object_store,flight --test gpu --no-run 2>&1 | tee "$LOG" >&2
 TEST_BIN="$(grep -oE 'Executable tests/gpu/main.rs \(([^)]+)\)' "$LOG" | sed -E 's/.*\((.*)\)/\1/' | tail -1)"
 rm -f "$LOG"
 if [ -z "$TEST_BIN" ] || [ ! -x "$TEST_BIN" ]; then
     echo "could not find the GPU test binary" >&2
     exit 1
 fi
-cargo build --release --features cuda-tests,zarrs,object_store --examples >&2
+cargo build --release --features cuda-tests,zarrs,object_store,flight --examples >&2
 
 rm -rf "$OUT"
 FINAL="$OUT"
@@ -38,7 +38,7 @@ S3S="${DEVBUF_S3S_FS:-$(command -v s3s-fs || true)}"
 if [ -n "$S3S" ] && [ -x "$S3S" ]; then cp "$S3S" "$OUT/bin/s3s-fs"; else echo "(no s3s-fs: the bundle's object-store tests will skip)" >&2; fi
 strip "$OUT"/bin/*
 cp scripts/run-gpu.sh "$OUT/run.sh"
-cp -r scripts/bench_peers.py scripts/peers "$OUT/scripts/"
+cp -r scripts/bench_peers.py scripts/peers scripts/flight_check.py "$OUT/scripts/"
 mkdir -p "$OUT/fixtures"
 cp -r tests/fixtures/zarr "$OUT/fixtures/zarr"
 { git rev-parse --short HEAD; git diff --quiet HEAD || echo "-dirty-$(date +%s)"; } | tr -d "\n" > "$OUT/COMMIT" 2>/dev/null || echo unknown > "$OUT/COMMIT"

@@ -266,7 +266,7 @@ run_examples() {
     echo "== examples"
     local ok=0 failed=()
     for ex in $(cat "$HERE/EXAMPLES"); do
-        case "$ex" in bench_*|ipc_producer|ipc_consumer) continue ;; esac
+        case "$ex" in bench_*|ipc_producer|ipc_consumer|flight_server|flight_client) continue ;; esac
         echo "-- $ex"
         if timeout 300 "$BIN/$ex" 2>&1 | tee "$LOGS/example-$ex.log"; then ok=$((ok + 1)); else failed+=("$ex"); fi
     done
@@ -284,6 +284,27 @@ run_examples() {
         fi
         cat "$LOGS/example-ipc_producer.log"
     fi
+    if [ -x "$BIN/flight_server" ] && [ -x "$BIN/flight_client" ]; then
+        echo "-- flight_server + flight_client (two processes; the client reads into GPU 0)"
+        local root="$LOGS/flight-root" token="$LOGS/flight.token" out="$LOGS/example-flight_server.log"
+        rm -rf "$root" "$token"
+        timeout 300 "$BIN/flight_server" --root "$root" --demo --token-file "$token" \
+            --addr 127.0.0.1:0 > "$out" 2>&1 &
+        local spid=$! uri=""
+        for _ in $(seq 1 200); do
+            uri="$(sed -n 's/^READY //p' "$out")"
+            [ -n "$uri" ] && break
+            sleep 0.1
+        done
+        if [ -n "$uri" ] && timeout 120 "$BIN/flight_client" --uri "$uri" --token-file "$token" \
+            --device 0 demo 2>&1 | tee "$LOGS/example-flight_client.log"; then
+            ok=$((ok + 1))
+        else
+            failed+=("flight_server+flight_client")
+        fi
+        kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
+        cat "$out"
+    fi
     if [ ${#failed[@]} -eq 0 ]; then
         SUMMARY+=("examples: $ok ok, 0 failed")
     else
@@ -297,6 +318,7 @@ run_examples() {
 bench_args() {
     case "$1" in
         bench_transfer) printf '%s\n' --csv "$LOGS/bench_transfer.csv" ;;
+        bench_flight) printf '%s\n' --pyarrow-script "$HERE/scripts/flight_check.py" ;;
         peers:transfer) printf '%s\n' --csv "$LOGS/peers_transfer.csv" ;;
     esac
 }

@@ -11,6 +11,7 @@
 //! | [`memory`] | host-or-device memory as one value ([`Memory`](memory::Memory)) and the host twins of the device kernels ([`host_ops`](memory::host_ops)) |
 //! | [`element`] | the element types ([`ElementType`]) and comparison modes ([`EqualMode`]) that every layer shares |
 //! | [`zarr`] | zarr's buffer layer (`Buffer`, `NDBuffer`, `BufferPrototype`, memory stores) on host or device; with the `zarrs` feature, real zarr v2/v3 arrays |
+//! | `flight` | (feature `flight`) an Arrow Flight server of zarr arrays and record batches, and a client that reads them into host or device memory |
 //! | [`error`] | the one [`Error`] type |
 //!
 //! The CUDA driver is loaded at run time: the crate builds without CUDA installed, and on
@@ -43,6 +44,8 @@ pub mod arrow;
 pub mod cuda;
 pub mod element;
 pub mod error;
+#[cfg(feature = "flight")]
+pub mod flight;
 pub mod ipc;
 pub mod memory;
 mod wire;

@@ -35,6 +35,6 @@ pub fn open_array(source: &str) -> devbuf::Result<devbuf::zarr::zarrs::ZarrArray
     }
     #[cfg(not(feature = "object_store"))]
     Err(devbuf::Error::invalid(format!(
-        "{source} is a URL: build with --features zarrs,object_store to read object stores"
+        "{source} is a URL: build with --features zarrs,object_store,flight to read object stores"
     )))
 }

@@ -82,6 +82,12 @@ impl Peer {
         stdin.flush().expect("flush child stdin");
     }
 
+    /// Kills the child (SIGKILL) and reaps it.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     pub fn finish(mut self) {
         drop(self.stdin.take());
         let status = self.child.wait().expect("wait for child");

@@ -18,6 +18,8 @@ mod corpus;
 mod common;
 mod c_device;
 mod core;
+#[cfg(feature = "flight")]
+mod flight;
 mod ipc;
 mod kernels;
 mod nvcomp;

@@ -20,7 +20,7 @@ use rand::rngs::SmallRng;
 use crate::common::*;
 
 #[path = "../common/zarrs.rs"]
-mod zarrs_common;
+pub(crate) mod zarrs_common;
 use zarrs_common::{TempDir, grid_indices};
 
 const HOST: BufferPrototype = BufferPrototype::Host;

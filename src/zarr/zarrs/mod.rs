@@ -67,7 +67,7 @@ mod array_url;
 mod array_write;
 mod fs_store;
 mod metadata;
-mod read;
+pub(crate) mod read;
 mod spec;
 mod storage;
 mod validate;

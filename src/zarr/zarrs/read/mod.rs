@@ -15,7 +15,7 @@
 
 mod codec;
 mod gpu;
-mod hostmem;
+pub(crate) mod hostmem;
 pub(crate) mod pipeline;
 pub(crate) mod plan;
 mod source;
