@@ -48,6 +48,8 @@ pub mod error;
 pub mod flight;
 pub mod ipc;
 pub mod memory;
+#[cfg(any(feature = "object_store", feature = "flight"))]
+mod tls;
 mod wire;
 pub mod zarr;
 

@@ -379,6 +379,7 @@ impl Server {
             .initial_connection_window_size(Some(64 << 20))
             .tcp_nodelay(true);
         if let Some((cert, key)) = &config.tls {
+            crate::tls::ensure_crypto_provider();
             builder = builder
                 .tls_config(ServerTlsConfig::new().identity(Identity::from_pem(cert, key)))
                 .map_err(|e| Error::invalid(format!("the TLS certificate or key: {e}")))?;

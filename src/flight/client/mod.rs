@@ -582,6 +582,7 @@ async fn channel(uri: &str, o: &ClientOptions) -> Result<Channel> {
         .keep_alive_timeout(Duration::from_secs(20))
         .keep_alive_while_idle(false);
     if tls {
+        crate::tls::ensure_crypto_provider();
         let mut cfg = ClientTlsConfig::new();
         cfg = match &o.tls_ca_pem {
             Some(pem) => cfg.ca_certificate(Certificate::from_pem(pem)),

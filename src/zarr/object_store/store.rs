@@ -123,6 +123,7 @@ impl UrlStore {
     /// endpoint or credential shows at the first read or write.
     pub fn open(url: &str, options: &ObjectStoreOptions) -> Result<UrlStore> {
         options.validate()?;
+        crate::tls::ensure_crypto_provider();
         let parsed = url::Url::parse(url).map_err(|e| {
             Error::invalid(format!(
                 "{url:?} is not a URL ({e}); expected s3://, gs://, az://, http(s):// or \
@@ -219,6 +220,7 @@ impl UrlStore {
         options: &ObjectStoreOptions,
     ) -> Result<UrlStore> {
         options.validate()?;
+        crate::tls::ensure_crypto_provider();
         let prefix = Path::parse(prefix.trim_matches('/'))
             .map_err(|e| Error::invalid(format!("store prefix {prefix:?}: {e}")))?;
         Ok(UrlStore {
