@@ -125,9 +125,11 @@ impl UrlStore {
         options.validate()?;
         crate::tls::ensure_crypto_provider();
         let parsed = url::Url::parse(url).map_err(|e| {
+            // Not echoed whole: a malformed URL may still hold a credential.
+            let head: String = url.chars().take_while(|&c| c != ':' && c != '@').collect();
             Error::invalid(format!(
-                "{url:?} is not a URL ({e}); expected s3://, gs://, az://, http(s):// or \
-                 file:// followed by a path"
+                "the store URL (starting {head:?}) is not a URL ({e}); expected s3://, gs://, \
+                 az://, http(s):// or file:// followed by a path"
             ))
         })?;
         let shown = redacted(&parsed);
