@@ -280,6 +280,15 @@ pub(crate) fn check_range(
     }
 }
 
+/// The message of a caught panic (`&str` or `String` payloads; otherwise "unknown panic").
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -189,11 +189,7 @@ pub(crate) fn spawn(
             let outcome =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| produce(&mut sink)))
                     .unwrap_or_else(|p| {
-                        let msg = p
-                            .downcast_ref::<&str>()
-                            .map(|s| s.to_string())
-                            .or_else(|| p.downcast_ref::<String>().cloned())
-                            .unwrap_or_else(|| "unknown panic".into());
+                        let msg = crate::error::panic_message(p.as_ref());
                         Err(Status::internal(format!(
                             "the stream's producer failed: {msg}"
                         )))

@@ -89,11 +89,7 @@ pub(crate) fn guard<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(p) => {
-            let msg = p
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".to_string());
+            let msg = crate::error::panic_message(p.as_ref());
             Err(Error::Malformed(format!("{what}: zarrs panicked: {msg}")))
         }
     }

@@ -269,16 +269,9 @@ impl<'a> Source<'a> {
         let Some(index) = self.index(chunk, key)? else {
             return Ok(None);
         };
-        let &(offset, nbytes) = index.get(inner as usize).ok_or_else(|| {
-            Error::Malformed(format!(
-                "{}: the shard index has {} entries",
-                self.describe(cell),
-                index.len()
-            ))
-        })?;
-        if offset == u64::MAX && nbytes == u64::MAX {
+        let Some((offset, nbytes)) = self.lookup(&index, inner, cell)? else {
             return Ok(None);
-        }
+        };
         if offset.checked_add(nbytes).is_none() || usize::try_from(nbytes).is_err() {
             return Err(Error::Malformed(format!(
                 "{}: shard index entry (offset {offset}, {nbytes} bytes) overflows",
@@ -286,6 +279,19 @@ impl<'a> Source<'a> {
             )));
         }
         Ok(Some((offset, nbytes)))
+    }
+
+    /// Entry `inner` of a shard index (of the shard holding `cell`): `None` for the
+    /// "not stored" marker; an entry past the index is an error.
+    fn lookup(&self, index: &[(u64, u64)], inner: u64, cell: &[u64]) -> Result<Option<(u64, u64)>> {
+        let &(offset, nbytes) = index.get(inner as usize).ok_or_else(|| {
+            Error::Malformed(format!(
+                "{}: the shard index has {} entries",
+                self.describe(cell),
+                index.len()
+            ))
+        })?;
+        Ok((offset != u64::MAX || nbytes != u64::MAX).then_some((offset, nbytes)))
     }
 
     /// The index of shard `chunk` (read once, then cached for this read).

@@ -307,16 +307,9 @@ impl Source<'_> {
         let Some(index) = index else {
             return Ok(Stored::Missing);
         };
-        let &(offset, nbytes) = index.get(inner as usize).ok_or_else(|| {
-            Error::Malformed(format!(
-                "{}: the shard index has {} entries",
-                self.describe(cell),
-                index.len()
-            ))
-        })?;
-        if offset == u64::MAX && nbytes == u64::MAX {
+        let Some((offset, nbytes)) = self.lookup(&index, inner, cell)? else {
             return Ok(Stored::Missing);
-        }
+        };
         match offset.checked_add(nbytes) {
             Some(end) if end <= bytes.len() as u64 => {
                 Ok(Stored::Bytes(bytes.slice(offset as usize..end as usize)))
