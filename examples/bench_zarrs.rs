@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --features zarrs,object_store,flight --example bench_zarrs -- [--mib N] [--only a,b] [--repeat N]
+//!     [--decoders host,cpu,gpu,both,auto] [--gpu-workers N] [--no-writes] [--no-limits] [--reports] [--keep DIR]
 //! cargo run --release --features zarrs,object_store,flight --example bench_zarrs -- --store PATH [--store PATH ...]
 //! cargo run --release --features zarrs,object_store,flight --example bench_zarrs -- --manifest DIR/manifest.json
 //! ```
@@ -16,7 +17,10 @@
 //! are timed on the same files.
 //!
 //! Per store: host read; device read; device write (device -> a new store of the same
-//! codecs, own sweep only). The limits printed first are measured in the same run:
+//! codecs, own sweep only). `--decoders` times only the reads named, `--gpu-workers`
+//! sets `ReadOptions::gpu_workers`, `--no-writes` skips the writes, `--no-limits` the limits, `--reports` prints
+//! every decoder's read report, `--keep DIR` writes the own sweep's stores into DIR and
+//! keeps them (for later runs with `--store`). The limits printed first are measured in the same run:
 //! page-locked host -> device copy (PCIe) and one core's zstd-1 decode rate.
 
 #[cfg(not(feature = "zarrs"))]
@@ -51,6 +55,18 @@ mod bench {
         repeat: usize,
         stores: Vec<PathBuf>,
         manifest: Option<PathBuf>,
+        decoders: Vec<String>,
+        gpu_workers: Option<usize>,
+        writes: bool,
+        reports: bool,
+        keep: Option<PathBuf>,
+        limits: bool,
+    }
+
+    impl Args {
+        fn wants(&self, what: &str) -> bool {
+            self.decoders.iter().any(|d| d == what)
+        }
     }
 
     fn args(gpu: bool) -> devbuf::Result<Args> {
@@ -60,6 +76,14 @@ mod bench {
             repeat: 5,
             stores: Vec::new(),
             manifest: None,
+            decoders: ["host", "cpu", "gpu", "both", "auto"]
+                .map(String::from)
+                .to_vec(),
+            gpu_workers: None,
+            writes: true,
+            reports: false,
+            keep: None,
+            limits: true,
         };
         let mut it = std::env::args().skip(1);
         let bad = |m: String| devbuf::Error::invalid(format!("bench_zarrs: {m}"));
@@ -75,6 +99,18 @@ mod bench {
                 "--only" => a.only = Some(val()?.split(',').map(str::to_string).collect()),
                 "--store" => a.stores.push(PathBuf::from(val()?)),
                 "--manifest" => a.manifest = Some(PathBuf::from(val()?)),
+                "--decoders" => a.decoders = val()?.split(',').map(str::to_string).collect(),
+                "--gpu-workers" => {
+                    a.gpu_workers = Some(
+                        val()?
+                            .parse()
+                            .map_err(|_| bad("--gpu-workers: a number".into()))?,
+                    )
+                }
+                "--no-writes" => a.writes = false,
+                "--no-limits" => a.limits = false,
+                "--reports" => a.reports = true,
+                "--keep" => a.keep = Some(PathBuf::from(val()?)),
                 other => return Err(bad(format!("unknown argument {other:?}"))),
             }
         }
@@ -232,24 +268,38 @@ mod bench {
         name: &str,
         a: &mut ZarrArray,
         path: &Path,
-        repeat: usize,
+        args: &Args,
         ctx: Option<&Context>,
         write_spec: Option<(&ArraySpec, &Path)>,
     ) -> devbuf::Result<Row> {
+        let repeat = args.repeat;
         let bytes = a.metadata().nbytes() as f64;
         let host = BufferPrototype::Host;
-        let host_s = time(repeat, &mut || a.read_all(&host).map(drop))?;
+        let host_s = if args.wants("host") {
+            time(repeat, &mut || a.read_all(&host).map(drop))?
+        } else {
+            f64::NAN
+        };
         let mut device = [f64::NAN; 4];
         let mut write_s = None;
         let report;
         if let Some(ctx) = ctx {
             let dev = BufferPrototype::Device(ctx.ordinal());
-            for (k, decoder) in [Decoder::Cpu, Decoder::Gpu, Decoder::Both, Decoder::Auto]
-                .into_iter()
-                .enumerate()
+            for (k, (decoder, label)) in [
+                (Decoder::Cpu, "cpu"),
+                (Decoder::Gpu, "gpu"),
+                (Decoder::Both, "both"),
+                (Decoder::Auto, "auto"),
+            ]
+            .into_iter()
+            .enumerate()
             {
+                if !args.wants(label) {
+                    continue;
+                }
                 a.set_read_options(ReadOptions {
                     decoder,
+                    gpu_workers: args.gpu_workers,
                     ..ReadOptions::default()
                 })?;
                 if matches!(decoder, Decoder::Gpu | Decoder::Both) && a.read_all(&dev).is_err() {
@@ -262,6 +312,9 @@ mod bench {
                         ctx.synchronize()
                     })?,
                 );
+                if args.reports {
+                    println!("  {name} {label}: {}", a.read_all_with_report(&dev)?.1);
+                }
             }
             a.set_read_options(ReadOptions {
                 decoder: if device[2].is_nan() {
@@ -269,11 +322,13 @@ mod bench {
                 } else {
                     Decoder::Both
                 },
+                gpu_workers: args.gpu_workers,
                 ..ReadOptions::default()
             })?;
             let (on_dev, r) = a.read_all_with_report(&dev)?;
             report = r;
-            if let Some((spec, dir)) = write_spec.filter(|_| WRITES.contains(&name)) {
+            if let Some((spec, dir)) = write_spec.filter(|_| args.writes && WRITES.contains(&name))
+            {
                 let _ = std::fs::remove_dir_all(dir);
                 let w = ZarrArray::create(dir, spec)?;
                 write_s = Some(time(repeat.min(3), &mut || {
@@ -347,14 +402,18 @@ mod bench {
         let gpu = cuda::is_available();
         let a = args(gpu)?;
         let ctx = if gpu { Some(Context::new(0)?) } else { None };
+        let ctx = ctx.as_ref();
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         println!(
             "bench_zarrs: {cores} cores, {}",
-            match &ctx {
+            match ctx {
                 Some(c) => format!("device 0: {}", c.device_name()),
                 None => "no GPU: host reads only".to_string(),
             }
         );
+        if !a.limits {
+            return stores(&a, ctx);
+        }
         let core = zstd_core_rate()?;
         println!(
             "limits in this run: new host memory (allocate + first touch, {cores} threads) {:.2} GB/s, \
@@ -366,10 +425,15 @@ mod bench {
             "limits in this run: zstd-1 decode {core:.2} GB/s per core (x{cores} = {:.1})",
             core * cores as f64
         );
-        match &ctx {
+        match ctx {
             Some(c) => println!(", page-locked host->device {:.1} GB/s", pcie(c)?),
             None => println!(),
         }
+        stores(&a, ctx)
+    }
+
+    /// Times every store asked for.
+    fn stores(a: &Args, ctx: Option<&Context>) -> devbuf::Result<()> {
         println!(
             "\n| store | ratio | host | dev cpu | dev gpu | dev both | dev auto | best/host | write | read engine (both) |"
         );
@@ -395,9 +459,9 @@ mod bench {
                     continue;
                 }
                 let path = base.join(rel);
-                match ZarrArray::open(&path).and_then(|mut arr| {
-                    measure(name, &mut arr, &path, a.repeat, ctx.as_ref(), None)
-                }) {
+                match ZarrArray::open(&path)
+                    .and_then(|mut arr| measure(name, &mut arr, &path, a, ctx, None))
+                {
                     Ok(r) => print_row(&r),
                     Err(e) => println!("| {name} | error: {e} |"),
                 }
@@ -411,8 +475,8 @@ mod bench {
                     &path.display().to_string(),
                     &mut arr,
                     path,
-                    a.repeat,
-                    ctx.as_ref(),
+                    a,
+                    ctx,
                     None,
                 )?);
             }
@@ -421,8 +485,12 @@ mod bench {
         let cols = 4096u64;
         let rows = (a.mib * (1 << 20) / 4 / cols).max(2048);
         let value = field(rows as usize, cols as usize);
-        let dir = std::env::temp_dir().join(format!("devbuf-bench-zarrs-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = a.keep.clone().unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("devbuf-bench-zarrs-{}", std::process::id()))
+        });
+        if a.keep.is_none() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
         for (name, chunk, comp, inner) in sweep() {
             if !wanted(&name) {
                 continue;
@@ -433,6 +501,7 @@ mod bench {
                 spec = spec.with_subchunks(&i);
             }
             let path = dir.join(&name);
+            let _ = std::fs::remove_dir_all(&path);
             let mut arr = ZarrArray::create(&path, &spec)?;
             arr.write_subset(&[0, 0], &value)?;
             let out = dir.join(format!("{name}-written"));
@@ -440,13 +509,17 @@ mod bench {
                 &name,
                 &mut arr,
                 &path,
-                a.repeat,
-                ctx.as_ref(),
+                a,
+                ctx,
                 Some((&spec, &out)),
             )?);
-            let _ = std::fs::remove_dir_all(&path);
+            if a.keep.is_none() {
+                let _ = std::fs::remove_dir_all(&path);
+            }
         }
-        let _ = std::fs::remove_dir_all(&dir);
+        if a.keep.is_none() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
         Ok(())
     }
 }

@@ -517,3 +517,63 @@ gpu_test_exclusive! {
         }
     }
 }
+
+gpu_test_exclusive! {
+    /// GPU workers with several claims in flight (many claims per worker, both staging
+    /// slots and every flight reused): a big-endian array with a non-zero fill value,
+    /// missing chunks, and chunks nvCOMP is not given (zstd frames with a content
+    /// checksum, decoded on the host inside a GPU claim) reads exactly as on the host,
+    /// on every read path; staging and device memory are back where they were.
+    fn zarrs_gpu_claims_in_flight_equal_host() {
+        if nvcomp_missing("zarrs_gpu_claims_in_flight_equal_host") {
+            return;
+        }
+        use std::io::Write;
+        let mut rng = rng("zarrs_gpu_claims_in_flight_equal_host");
+        let dir = TempDir::new("gpu-flights");
+        let ctx = Context::new(0).unwrap();
+        let shape = [200u64, 180];
+        let spec = ArraySpec::new(&shape, &[16, 20], DataType::new(ElementType::Int32, Endianness::Big))
+            .with_compressor(Compressor::Zstd { level: 1 })
+            .with_fill_value(Scalar::Int32(-123_456));
+        let path = dir.0.join("a");
+        let a = ZarrArray::create(&path, &spec).unwrap();
+        a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, ElementType::Int32, 200 * 180), &shape, ElementType::Int32)).unwrap();
+        // 13 x 9 chunks: two missing, two zstd frames with a content checksum.
+        for (i, idx) in [[0u64, 0], [3, 4], [12, 8], [7, 1]].iter().enumerate() {
+            let f = path.join("c").join(idx[0].to_string()).join(idx[1].to_string());
+            if i % 2 == 0 {
+                std::fs::remove_file(&f).unwrap();
+                continue;
+            }
+            let raw = zstd::decode_all(&std::fs::read(&f).unwrap()[..]).unwrap();
+            let mut enc = zstd::Encoder::new(Vec::new(), 1).unwrap();
+            enc.include_checksum(true).unwrap();
+            enc.set_pledged_src_size(Some(raw.len() as u64)).unwrap();
+            enc.write_all(&raw).unwrap();
+            std::fs::write(&f, enc.finish().unwrap()).unwrap();
+        }
+        let host = a.read_all(&HOST).unwrap();
+        drop(a.read_all(&DEV).unwrap());
+        ctx.synchronize().unwrap();
+        let before = ctx.bytes_allocated();
+        let pinned = ctx.transfer_stats().pinned_in_use_bytes;
+        for (decoder, threads, gpu_workers) in [(Decoder::Gpu, 2, None), (Decoder::Gpu, 10, None), (Decoder::Both, 4, Some(1))] {
+            let what = format!("{decoder:?} {threads} threads");
+            let mut a = ZarrArray::open(&path).unwrap();
+            // Small staging slots: a GPU claim is two of them (24 chunks), five claims.
+            a.set_read_options(ReadOptions { decoder, threads: Some(threads), gpu_workers, slot_bytes: 16 << 10 }).unwrap();
+            let (dev, r) = a.read_all_with_report(&DEV).unwrap();
+            assert_same(&dev, &host, &what);
+            drop(dev);
+            assert!(r.gpu_chunks > 0, "{what}: {r}");
+            if decoder == Decoder::Gpu {
+                assert_eq!((r.cpu_chunks, r.missing_chunks, r.gpu_chunks), (2, 2, 113), "{what}: {r}");
+            }
+            check_reads(&a, &mut rng, &what);
+            ctx.synchronize().unwrap();
+            assert_eq!(ctx.bytes_allocated(), before, "{what}: device memory back");
+            assert_eq!(ctx.transfer_stats().pinned_in_use_bytes, pinned, "{what}: staging back");
+        }
+    }
+}

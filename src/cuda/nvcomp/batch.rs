@@ -43,6 +43,20 @@ use crate::error::{Error, Result};
 pub struct DecompressBatch {
     ws: Workspace,
     in_place: bool,
+    /// The call queued by [`queue_decompress`](Self::queue_decompress), not yet
+    /// waited for.
+    pending: Option<Pending>,
+}
+
+/// What a queued decompression needs once its stream is done: where its results are,
+/// what to check them against, and what to keep alive for good if it never finishes.
+struct Pending {
+    layout: Layout,
+    codec: GpuCodec,
+    out_len: Vec<usize>,
+    stream: Stream,
+    keep: Vec<DeviceBuffer>,
+    what: String,
 }
 
 impl DecompressBatch {
@@ -53,7 +67,18 @@ impl DecompressBatch {
         Ok(DecompressBatch {
             ws: Workspace::new(ctx),
             in_place: false,
+            pending: None,
         })
+    }
+
+    /// State whose calls all run on `stream`, with its device workspace from the
+    /// context's stream-ordered pool, ordered on `stream` (no `cuMemAlloc` /
+    /// `cuMemFree`, which synchronise, when a worker makes and drops its state per
+    /// read).
+    pub(crate) fn on_stream(stream: &Stream) -> Result<Self> {
+        let mut b = Self::new(stream.context())?;
+        b.ws.pool_stream = Some(stream.clone());
+        Ok(b)
     }
 
     /// The context this state belongs to.
@@ -131,6 +156,37 @@ impl DecompressBatch {
         dst: &DeviceBuffer,
         outputs: &[Range<usize>],
     ) -> Result<()> {
+        self.queue_decompress(stream, codec, src, inputs, dst, outputs, &[])?;
+        self.finish()
+    }
+
+    /// [`decompress`](Self::decompress) without the wait: the call is queued on
+    /// `stream` (after the checks, which fail before any device work) and checked by
+    /// [`finish`](Self::finish), which waits for everything queued on `stream` by then.
+    /// A call still pending is finished first (its error, if any, is returned and
+    /// nothing new is queued). `keep`: further buffers the caller's later work on
+    /// `stream` uses, kept allocated for good with `src` and `dst` if the stream never
+    /// finishes (see [`set_timeout`](Self::set_timeout)). Until `finish`, `src`, `dst`
+    /// and this state must not be reused: dropping the state waits.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn queue_decompress(
+        &mut self,
+        stream: &Stream,
+        codec: GpuCodec,
+        src: &DeviceBuffer,
+        inputs: &[Range<usize>],
+        dst: &DeviceBuffer,
+        outputs: &[Range<usize>],
+        keep: &[&DeviceBuffer],
+    ) -> Result<()> {
+        self.finish()?;
+        if let Some(s) = &self.ws.pool_stream
+            && s.raw() != stream.raw()
+        {
+            return Err(Error::invalid(
+                "nvCOMP batch: made for one stream (DecompressBatch::on_stream), called on another",
+            ));
+        }
         plan::check_ranges(
             Direction::Decompress,
             codec,
@@ -204,38 +260,73 @@ impl DecompressBatch {
         self.ws.fill(&layout, &tables);
 
         let what = format!("nvCOMP {codec} decompression of {n} chunks");
-        self.ws
-            .run(&layout, base, stream, (&what, &[src, dst]), &tables, || {
-                let args = args(&layout, base, temp_bytes, 0, stream);
-                // Safety: the tables were uploaded to `base` before, on the same stream;
-                // every pointer in them lies inside `src`, `dst` (ranges checked above, the
-                // buffers outlive the call, which waits for the stream or leaks them) or a
-                // staging / scratch slot of the workspace holding the capacity given for
-                // it; staged inputs honour nvCOMP's alignment; temporary space of the
-                // queried size at a 256-byte-aligned offset. The context is current.
-                let st = unsafe { api.decompress_async(&args) };
-                if st != sys::SUCCESS {
-                    return Err(lib.call_error(api.call_name(Call::DecompressAsync), st));
-                }
-                Ok(())
-            })?;
+        let queued = self.ws.queue(&layout, base, stream, &tables, || {
+            let args = args(&layout, base, temp_bytes, 0, stream);
+            // Safety: the tables were uploaded to `base` before, on the same stream;
+            // every pointer in them lies inside `src`, `dst` (ranges checked above, the
+            // buffers outlive the call: `finish` waits for the stream, or leaks them) or
+            // a staging / scratch slot of the workspace holding the capacity given for
+            // it; staged inputs honour nvCOMP's alignment; temporary space of the
+            // queried size at a 256-byte-aligned offset. The context is current.
+            let st = unsafe { api.decompress_async(&args) };
+            if st != sys::SUCCESS {
+                return Err(lib.call_error(api.call_name(Call::DecompressAsync), st));
+            }
+            Ok(())
+        });
+        let mut kept = vec![src.clone(), dst.clone()];
+        kept.extend(keep.iter().map(|b| (*b).clone()));
+        if let Err(e) = queued {
+            // Part of the sequence may be queued: wait before the tables are reused.
+            let refs: Vec<&DeviceBuffer> = kept.iter().collect();
+            let _ = self.ws.wait(stream, &what, &refs);
+            return Err(e);
+        }
+        self.pending = Some(Pending {
+            layout,
+            codec,
+            out_len,
+            stream: stream.clone(),
+            keep: kept,
+            what,
+        });
+        Ok(())
+    }
 
+    /// Waits for the queued call's stream (at most the timeout) and checks every
+    /// chunk's status and actual size: an error names the chunk index, the nvCOMP
+    /// status, and the expected vs actual size. Nothing queued: `Ok`.
+    pub(crate) fn finish(&mut self) -> Result<()> {
+        let Some(p) = self.pending.take() else {
+            return Ok(());
+        };
+        let refs: Vec<&DeviceBuffer> = p.keep.iter().collect();
+        self.ws.wait(&p.stream, &p.what, &refs)?;
+        let n = p.layout.n;
         let failed: Vec<(usize, u64, Status)> = (0..n)
-            .map(|i| (i, self.ws.result(&layout, i)))
-            .filter(|&(i, (size, st))| st != sys::SUCCESS || size != out_len[i] as u64)
+            .map(|i| (i, self.ws.result(&p.layout, i)))
+            .filter(|&(i, (size, st))| st != sys::SUCCESS || size != p.out_len[i] as u64)
             .map(|(i, (size, st))| (i, size, st))
             .collect();
         if failed.is_empty() {
             return Ok(());
         }
+        let lib = library()?;
         Err(chunk_error(
             lib,
             Direction::Decompress,
-            codec,
+            p.codec,
             n,
             &failed,
-            |i| format!("expected {} decoded bytes", out_len[i]),
+            |i| format!("expected {} decoded bytes", p.out_len[i]),
         ))
+    }
+}
+
+impl Drop for DecompressBatch {
+    fn drop(&mut self) {
+        // The workspace must outlive the queued work (or be leaked by the bounded wait).
+        let _ = self.finish();
     }
 }
 

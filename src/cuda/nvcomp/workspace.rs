@@ -44,6 +44,10 @@ pub(crate) struct Workspace {
     pub timeout: Option<Duration>,
     /// Device bytes given up after calls that timed out.
     pub leaked: usize,
+    /// Where the device workspace comes from: `Some(stream)`: the context's
+    /// stream-ordered pool, ordered on that stream (every call of this workspace then
+    /// runs on it); `None`: `cuMemAlloc`.
+    pub pool_stream: Option<Stream>,
 }
 
 impl Workspace {
@@ -54,6 +58,7 @@ impl Workspace {
             host: None,
             timeout: Some(DEFAULT_TIMEOUT),
             leaked: 0,
+            pool_stream: None,
         }
     }
 
@@ -64,7 +69,10 @@ impl Workspace {
         if self.device.as_ref().is_none_or(|d| d.len() < dev) {
             self.device = None;
             let grown = plan::round_up(dev + dev / 4, 1 << 16);
-            self.device = Some(self.ctx.allocate(grown)?);
+            self.device = Some(match &self.pool_stream {
+                Some(s) => self.ctx.allocate_pooled(grown, Some(s))?,
+                None => self.ctx.allocate(grown)?,
+            });
         }
         let host = layout.table_bytes();
         if self.host.as_ref().is_none_or(|h| h.len() < host) {
@@ -126,36 +134,49 @@ impl Workspace {
         t: &Tables<'_>,
         call: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
+        let queued = self.queue(l, base, stream, t, call);
+        let waited = self.wait(stream, keep.0, keep.1);
+        queued.and(waited)
+    }
+
+    /// The sequence of [`run`](Self::run) queued on `stream`, without waiting. Until
+    /// the stream has been waited for ([`wait`](Self::wait)) the workspace must not be
+    /// filled, grown or dropped; whatever this returns, something may have been queued.
+    pub(crate) fn queue(
+        &mut self,
+        l: &Layout,
+        base: u64,
+        stream: &Stream,
+        t: &Tables<'_>,
+        call: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
         let Some(h) = self.host.as_mut() else {
             return Err(Error::invalid("nvCOMP batch: workspace not allocated"));
         };
         let host = h.as_mut_ptr();
         let s = stream.raw();
-        let queued = (|| {
-            self.ctx.bind()?;
-            // Safety: the page-locked mirror holds `table_bytes()` initialised bytes
-            // (`fill`) and is neither written nor freed until the stream has been waited
-            // for below (or, after a timeout, never freed); the destination is the start
-            // of this call's device workspace, at least that large (`ensure`).
-            unsafe { transfer::memcpy_htod_async(base, host, l.table_bytes(), s)? };
-            copy_segments(&self.ctx, stream, base + l.seg_in() as u64, t.segs_in)?;
-            call()?;
-            copy_segments(&self.ctx, stream, base + l.seg_out() as u64, t.segs_out)?;
-            let back = l.out_bytes();
-            // Safety: as above: the tail of the tables from the actual sizes on,
-            // written by the device into page-locked memory that nothing reads until
-            // the stream has been waited for.
-            unsafe {
-                transfer::memcpy_dtoh_async(
-                    host.add(back),
-                    base + back as u64,
-                    l.table_bytes() - back,
-                    s,
-                )
-            }
-        })();
-        let waited = self.wait(stream, keep.0, keep.1);
-        queued.and(waited)
+        self.ctx.bind()?;
+        // Safety: the page-locked mirror holds `table_bytes()` initialised bytes
+        // (`fill`) and is neither written nor freed until the stream has been waited
+        // for (the callers wait before the next `fill` or drop, or after a timeout
+        // never free it); the destination is the start of this call's device
+        // workspace, at least that large (`ensure`).
+        unsafe { transfer::memcpy_htod_async(base, host, l.table_bytes(), s)? };
+        copy_segments(&self.ctx, stream, base + l.seg_in() as u64, t.segs_in)?;
+        call()?;
+        copy_segments(&self.ctx, stream, base + l.seg_out() as u64, t.segs_out)?;
+        let back = l.out_bytes();
+        // Safety: as above: the tail of the tables from the actual sizes on, written
+        // by the device into page-locked memory that nothing reads until the stream
+        // has been waited for.
+        unsafe {
+            transfer::memcpy_dtoh_async(
+                host.add(back),
+                base + back as u64,
+                l.table_bytes() - back,
+                s,
+            )
+        }
     }
 
     /// Waits until the work queued on `stream` has finished, at most `self.timeout`.

@@ -9,6 +9,13 @@
 //! (placement kernels), then the slot's event. While that runs the producer fills the
 //! other slot; a slot is handed out again only after its event completed, so the CPU
 //! never writes memory a DMA still reads.
+//!
+//! A [`bare`](UploadLane::bare) lane has no scratch buffers: its producer copies each
+//! slot into device memory of its own, on a stream of its own
+//! ([`upload_into`](UploadLane::upload_into)), and the slot's event is recorded right
+//! after that copy, so the slot is free again as soon as its bytes are on the device,
+//! whatever the producer queues after it (the GPU decode workers keep several decodes
+//! in flight on their own streams this way).
 
 use std::sync::Arc;
 
@@ -24,7 +31,8 @@ pub(crate) struct UploadLane {
     shared: Arc<Shared>,
     kit: Option<Kit>,
     stream: Stream,
-    scratch: [DeviceBuffer; 2],
+    /// The slots' device scratch buffers (`None` for a bare lane).
+    scratch: Option<[DeviceBuffer; 2]>,
     slot: usize,
     /// Whether slot `i` has work queued that its event covers.
     queued: [bool; 2],
@@ -37,6 +45,22 @@ impl UploadLane {
     /// context's page-locked pool: when the pool is at its bound this waits for a
     /// release if `wait`, else returns `Ok(None)`.
     pub(crate) fn new(ctx: &Context, slot_bytes: usize, wait: bool) -> Result<Option<UploadLane>> {
+        Self::make(ctx, slot_bytes, wait, true)
+    }
+
+    /// A lane with two page-locked slots of `slot_bytes` each and no device scratch
+    /// buffers: for [`upload_into`](Self::upload_into) only. Waits for the pool as
+    /// [`new`](Self::new).
+    pub(crate) fn bare(ctx: &Context, slot_bytes: usize, wait: bool) -> Result<Option<UploadLane>> {
+        Self::make(ctx, slot_bytes, wait, false)
+    }
+
+    fn make(
+        ctx: &Context,
+        slot_bytes: usize,
+        wait: bool,
+        with_scratch: bool,
+    ) -> Result<Option<UploadLane>> {
         if slot_bytes == 0 {
             return Err(Error::invalid(
                 "an upload lane needs slots of at least one byte",
@@ -49,9 +73,12 @@ impl UploadLane {
         // From here on a failure gives the kit back (nothing was queued with it).
         let made = (|| {
             let stream = Stream::new(ctx)?;
+            if !with_scratch {
+                return Ok::<_, Error>((stream, None));
+            }
             let a = ctx.allocate_pooled(slot_bytes, Some(&stream))?;
             let b = ctx.allocate_pooled(slot_bytes, Some(&stream))?;
-            Ok::<_, Error>((stream, [a, b]))
+            Ok((stream, Some([a, b])))
         })();
         match made {
             Ok((stream, scratch)) => Ok(Some(UploadLane {
@@ -70,15 +97,17 @@ impl UploadLane {
         }
     }
 
-    /// The lane's stream (placement work for a slot is queued on it).
-    pub(crate) fn stream(&self) -> &Stream {
-        &self.stream
-    }
-
     fn kit(&self) -> Result<&Kit> {
         self.kit
             .as_ref()
             .ok_or_else(|| Error::invalid("upload lane used after its kit was returned"))
+    }
+
+    fn scratch(&self, slot: usize) -> Result<&DeviceBuffer> {
+        self.scratch
+            .as_ref()
+            .map(|s| &s[slot & 1])
+            .ok_or_else(|| Error::invalid("a bare upload lane has no device scratch buffers"))
     }
 
     /// The current slot, for the CPU to fill, once the work that last read it finished.
@@ -118,7 +147,7 @@ impl UploadLane {
             let kit = self.kit()?;
             (kit.event(self.slot), kit.host_ptr(self.slot), kit.context())
         };
-        let scratch = &self.scratch[self.slot];
+        let scratch = self.scratch(self.slot)?;
         driver::ctx_set_current(ctx)?;
         // Safety: `ptr` is the kit's page-locked slot (valid for `bytes >= used` bytes),
         // not written by the CPU until the slot's event, recorded below after this copy,
@@ -133,6 +162,50 @@ impl UploadLane {
         self.queued[self.slot] = true;
         self.slot ^= 1;
         placed
+    }
+
+    /// Copies the first `used` bytes of the current slot into `dst` (from its start) on
+    /// `stream`, records the slot's event on `stream` right after that copy and moves to
+    /// the other slot. The slot is handed out again once the copy is done: what the
+    /// caller queues on `stream` afterwards does not hold it. Returns without waiting.
+    pub(crate) fn upload_into(
+        &mut self,
+        used: usize,
+        stream: &Stream,
+        dst: &DeviceBuffer,
+    ) -> Result<()> {
+        if used > self.bytes || used > dst.len() {
+            return Err(Error::invalid(format!(
+                "upload lane: {used} bytes submitted from a slot of {} bytes into a buffer of \
+                 {} bytes",
+                self.bytes,
+                dst.len()
+            )));
+        }
+        let (event, ptr, ctx) = {
+            let kit = self.kit()?;
+            (kit.event(self.slot), kit.host_ptr(self.slot), kit.context())
+        };
+        if !stream.context().same_as(dst.context()) || stream.context().as_raw() != ctx.cast() {
+            return Err(Error::invalid(
+                "upload lane: the stream and the buffer must belong to the lane's context",
+            ));
+        }
+        dst.check_writable("an upload lane's copy")?;
+        driver::ctx_set_current(ctx)?;
+        if used > 0 {
+            // Safety: `ptr` is the kit's page-locked slot (valid for `bytes >= used`
+            // bytes), not written by the CPU until the slot's event, recorded below on
+            // the same stream after this copy, has completed (`slot()` waits for it, and
+            // so does the lane's drop); `dst` is a live device buffer of this context of
+            // at least `used` bytes (checked above), kept alive by the caller until its
+            // stream's work is done.
+            unsafe { driver::transfer::memcpy_htod_async(dst.address(), ptr, used, stream.raw())? };
+        }
+        driver::event_record(event, stream.raw())?;
+        self.queued[self.slot] = true;
+        self.slot ^= 1;
+        Ok(())
     }
 
     /// The other direction: lets `gather(stream, scratch)` queue device work that fills
@@ -163,7 +236,8 @@ impl UploadLane {
             self.queued[slot] = false;
         }
         driver::ctx_set_current(ctx)?;
-        let gathered = gather(&self.stream, &self.scratch[slot]);
+        let scratch = self.scratch(slot)?.clone();
+        let gathered = gather(&self.stream, &scratch);
         if gathered.is_ok() {
             // Safety: `ptr` is the kit's page-locked slot, valid for `bytes >= used`
             // bytes; the CPU does not touch it until `downloaded(slot)` has waited for
@@ -172,7 +246,7 @@ impl UploadLane {
             unsafe {
                 driver::transfer::memcpy_dtoh_async(
                     ptr,
-                    self.scratch[slot].address(),
+                    scratch.address(),
                     used,
                     self.stream.raw(),
                 )?
@@ -211,9 +285,13 @@ impl UploadLane {
 impl Drop for UploadLane {
     fn drop(&mut self) {
         if let Some(kit) = self.kit.take() {
-            // The kit is reused only when no DMA of it can still be pending.
-            let idle =
-                driver::ctx_set_current(kit.context()).is_ok() && self.stream.synchronize().is_ok();
+            // The kit is reused only when no DMA of it can still be pending: its copies
+            // ran on the lane's stream, or (`upload_into`) on the caller's stream with
+            // the slot's event recorded right after them.
+            let idle = driver::ctx_set_current(kit.context()).is_ok()
+                && self.stream.synchronize().is_ok()
+                && (0..2)
+                    .all(|i| !self.queued[i] || driver::event_synchronize(kit.event(i)).is_ok());
             self.shared.return_kit(kit, idle);
         }
     }

@@ -1,30 +1,47 @@
-//! The GPU decode worker of a device read: it reads the *stored* bytes of a run of
-//! units into a page-locked slot (one file read each, packed at 16-byte offsets), the
-//! slot goes to the device in one DMA, nVCOMP decodes all of them in one batched call
-//! into a device scratch buffer, and the placement runs from there as for CPU-decoded
-//! units. CPU workers and GPU workers claim from the same counter, so the split of a
-//! read between them follows their measured speed.
+//! The GPU decode workers of a device read. A worker claims a run of units, its reader
+//! threads read their *stored* bytes into one page-locked slot ([`stored`](super::stored):
+//! each unit in its own region, checked on the host), and the worker queues on one of
+//! its *flights* (a stream with its own device scratch and nvCOMP state): one DMA of
+//! the slot, one batched nvCOMP call, the fill values of missing units and the units
+//! decoded on the host (both in stored byte order, like nvCOMP's output), the byte
+//! swap of every unit, and the placement into the output. It does not wait:
+//! it reads the next claim into its other slot while the device works, with up to
+//! `depth` claims in flight on their streams. A slot is handed out again once its DMA
+//! is done (an event recorded right after the copy); a flight is reused only after
+//! its stream finished, when nvCOMP's statuses are checked (an error names the chunk).
+//! On any error the worker waits for all its flights before it returns, so nothing is
+//! freed under queued work and the caller discards the output.
 //!
-//! Units that are not stored are filled with the fill value on the device; a unit whose
-//! stored bytes do not fit the slot (larger than any valid encoding of the unit) is
-//! decoded on the CPU by the same worker.
+//! CPU workers and GPU workers claim from the same counter; [`sched`](super::sched)
+//! decides when a GPU worker stops taking claims (near the end of a read, where the
+//! GPU's latency is longer than the CPU workers need for the rest).
+//!
+//! Tuning (environment, read per read; for benchmarks): `DEVBUF_GPU_CLAIM_MIB` (decoded
+//! MiB per nvCOMP call at most, default 64), `DEVBUF_GPU_DEPTH` (claims in flight per
+//! worker, default 3), `DEVBUF_GPU_READERS` (reader threads per worker, default 4),
+//! `DEVBUF_GPU_MODEL=0` (GPU workers take claims while there are any).
 
 use std::ops::Range;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
 
-use super::codec::{self, Chain, Compression};
-use super::pipeline::{Counts, Run, aligned, note, place_units};
+use super::codec::Chain;
+use super::pipeline::{Counts, GpuPlan, Run, aligned, note, place_units};
 use super::plan::Unit;
-use super::source::{Source, StoredLen};
-use crate::cuda::kernels::ops::{byteswap, fill};
+use super::sched::GpuModel;
+use super::source::Source;
+use super::stored::{Got, name_chunk, read_claim, stored_room};
+use crate::cuda::kernels::ops::{byteswap, fill, strided_copy};
 use crate::cuda::nvcomp::{DecompressBatch, GpuCodec};
-use crate::cuda::{Context, DeviceBuffer, UploadLane};
-use crate::error::{Error, Result};
+use crate::cuda::{Context, DeviceBuffer, Event, EventFlags, Stream, UploadLane};
+use crate::error::Result;
 
-/// Decoded bytes a GPU worker aims to decode per nvCOMP call.
+/// Decoded bytes a GPU worker decodes per nvCOMP call at most (by default).
 pub(crate) const GPU_CLAIM_BYTES: usize = 64 << 20;
 
 /// The nvCOMP codec for a chain, or why the GPU cannot decode it.
 pub(crate) fn gpu_codec(chain: &Chain) -> std::result::Result<GpuCodec, String> {
+    use super::codec::Compression;
     match chain.compression {
         Compression::Zstd => Ok(GpuCodec::Zstd),
         Compression::Gzip => Ok(GpuCodec::Deflate),
@@ -37,314 +54,344 @@ pub(crate) fn gpu_codec(chain: &Chain) -> std::result::Result<GpuCodec, String> 
     }
 }
 
-/// Room for the stored bytes of one unit of `cell_bytes` decoded bytes: what zstd and
-/// deflate need at worst for incompressible data, plus headers.
-pub(crate) fn stored_room(cell_bytes: usize) -> usize {
-    (cell_bytes + cell_bytes / 64 + 4096).next_multiple_of(16)
+/// How the GPU workers of a read are sized.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Tuning {
+    /// Decoded bytes per nvCOMP call at most.
+    pub claim_bytes: usize,
+    /// Claims in flight per worker.
+    pub depth: usize,
+    /// Reader threads per worker.
+    pub readers: usize,
+    /// Whether GPU workers consult the model before a claim.
+    pub model: bool,
 }
 
-/// Units per GPU claim for units of `cell_bytes`.
-pub(crate) fn units_per_claim(cell_bytes: usize) -> usize {
-    (GPU_CLAIM_BYTES / cell_bytes.max(1)).clamp(1, 4096)
+impl Tuning {
+    /// The defaults, overridden by the `DEVBUF_GPU_*` environment variables.
+    pub(crate) fn from_env() -> Tuning {
+        let num = |k: &str| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.trim().parse::<usize>().ok())
+        };
+        Tuning {
+            claim_bytes: num("DEVBUF_GPU_CLAIM_MIB")
+                .map_or(GPU_CLAIM_BYTES, |m| m.clamp(1, 4096) << 20),
+            depth: num("DEVBUF_GPU_DEPTH").map_or(3, |d| d.clamp(1, 16)),
+            readers: num("DEVBUF_GPU_READERS").map_or(4, |r| r.clamp(1, 64)),
+            model: num("DEVBUF_GPU_MODEL") != Some(0),
+        }
+    }
 }
 
-/// Runs one GPU worker until the work runs out. Returns `Ok` without doing anything
-/// when the pool has no room for its staging (the other workers take the work).
+/// Units per GPU claim for a read of `units` units of `cell_bytes` with `workers` GPU
+/// workers: at most `claim_bytes` of decoded bytes, and small enough that every
+/// worker's flights take a claim or two (a small read still overlaps its stages).
+pub(crate) fn units_per_claim(
+    cell_bytes: usize,
+    units: usize,
+    workers: usize,
+    t: &Tuning,
+) -> usize {
+    let most = (t.claim_bytes / cell_bytes.max(1)).clamp(1, 4096);
+    units
+        .div_ceil(2 * workers.max(1) * t.depth.max(1))
+        .clamp(1, most)
+}
+
+/// One claim's device side: a stream, the slot's copy, the decoded units, nvCOMP's
+/// state, and two timing events around its work.
+struct Flight {
+    stream: Stream,
+    stored: DeviceBuffer,
+    decoded: DeviceBuffer,
+    batch: DecompressBatch,
+    begin: Event,
+    end: Event,
+    /// The claim queued on it, if not finished yet.
+    busy: Option<Busy>,
+}
+
+/// What a queued claim needs when it is finished.
+struct Busy {
+    units: Range<usize>,
+    /// The call's chunk `i` is unit `owners[i]` of the claim.
+    owners: Vec<usize>,
+    /// Host time from the claim to the end of queueing, microseconds.
+    host_us: u64,
+}
+
+impl Flight {
+    fn new(ctx: &Context, stored_bytes: usize, decoded_bytes: usize) -> Result<Flight> {
+        let stream = Stream::new(ctx)?;
+        let timing = EventFlags {
+            timing: true,
+            ..EventFlags::default()
+        };
+        let f = Flight {
+            stored: ctx.allocate_pooled(stored_bytes, Some(&stream))?,
+            decoded: ctx.allocate_pooled(decoded_bytes, Some(&stream))?,
+            batch: DecompressBatch::on_stream(&stream)?,
+            begin: Event::new(ctx, timing)?,
+            end: Event::new(ctx, timing)?,
+            stream,
+            busy: None,
+        };
+        Ok(f)
+    }
+
+    /// Waits for the queued claim, checks nvCOMP's statuses (an error names the
+    /// chunk), and records its latency in the model.
+    fn complete(
+        &mut self,
+        src: &Source<'_>,
+        run: &Run<'_>,
+        model: &GpuModel,
+        counts: &Counts,
+    ) -> Result<()> {
+        let Some(b) = self.busy.take() else {
+            return Ok(());
+        };
+        let t0 = Instant::now();
+        let finished = self.batch.finish();
+        let synced = self.stream.synchronize();
+        counts
+            .gpu_wait_us
+            .fetch_add(micros(t0.elapsed()), Ordering::Relaxed);
+        finished.map_err(|e| name_chunk(e, src, &run.units[b.units.clone()], &b.owners))?;
+        synced?;
+        let device_us = (self.begin.elapsed_ms(&self.end)? as f64 * 1e3) as u64;
+        counts.gpu_decode_us.fetch_add(device_us, Ordering::Relaxed);
+        model.observe(b.host_us + device_us);
+        Ok(())
+    }
+}
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        // Nothing of the flight (nor the output its placements write) may be freed
+        // under queued work: wait for it, unless nvCOMP never finished (then the batch
+        // kept the buffers for good and waiting would block for ever).
+        let _ = self.batch.finish();
+        if self.batch.leaked_bytes() == 0 {
+            let _ = self.stream.synchronize();
+        }
+    }
+}
+
+/// Runs one GPU worker until the work runs out or the model leaves the rest to the
+/// CPU workers, then `then` (the worker's CPU work) while its last claims finish on
+/// the device, then waits for them. `(claim_batches, per)`: batches a claim takes,
+/// and the most units that makes. When the pool has no room for its staging (and
+/// `wait` is false) it runs `then` only.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn worker(
     src: &Source<'_>,
-    chain: &Chain,
-    codec: GpuCodec,
+    plan: &GpuPlan,
+    model: &GpuModel,
     run: &Run<'_>,
     out: &DeviceBuffer,
     ctx: &Context,
-    claim_batches: usize,
+    (claim_batches, per): (usize, usize),
     wait: bool,
     counts: &Counts,
+    then: &dyn Fn() -> Result<()>,
 ) -> Result<()> {
-    let per = units_per_claim(src.cell_bytes);
     let room = stored_room(src.cell_bytes);
-    let Some(mut lane) = UploadLane::new(ctx, per * room, wait)? else {
-        return Ok(());
-    };
     let stride = aligned(src.cell_bytes);
-    let decoded = ctx.allocate_pooled(per * stride, Some(lane.stream()))?;
-    let mut batch = DecompressBatch::new(ctx)?;
-    counts
-        .gpu_workers
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    while let Some(range) = run.claim_many(claim_batches) {
-        for piece in range.clone().step_by(per) {
-            let units = &run.units[piece..(piece + per).min(range.end)];
-            one_call(
-                src, chain, codec, units, &mut lane, &decoded, &mut batch, out, counts,
-            )?;
-        }
+    // No staging held by a worker the model sends home at once.
+    let cpu_done = counts.cpu_units.load(Ordering::Relaxed);
+    if !model.should_claim(true, run.remaining(), cpu_done) {
+        return then();
     }
-    lane.finish()
-}
-
-/// Threads that read one GPU call's stored bytes in parallel.
-const READERS: usize = 4;
-
-/// Where one unit's stored bytes went in the slot.
-enum Got {
-    Missing,
-    /// Too large for the slot, or not for nvCOMP (e.g. a zstd frame without a declared
-    /// size): decoded on the CPU.
-    Cpu,
-    /// `range` of the slot.
-    At(Range<usize>),
-}
-
-/// Reads the stored bytes of `units` into `slot`, packed at 16-byte offsets: for a
-/// filesystem store the files are opened first (to learn the sizes), then read by
-/// [`READERS`] threads; other stores are read one unit after another.
-fn read_stored(src: &Source<'_>, units: &[Unit], slot: &mut [u8]) -> Result<Vec<Got>> {
-    let mut got = Vec::with_capacity(units.len());
-    let mut at = 0usize;
-    if !src.has_files() {
-        for u in units {
-            match src.stored_into(&u.cell, &mut slot[at..])? {
-                StoredLen::Missing => got.push(Got::Missing),
-                StoredLen::TooLarge => got.push(Got::Cpu),
-                StoredLen::Fits(n) => {
-                    got.push(Got::At(at..at + n));
-                    at = (at + n).next_multiple_of(16).min(slot.len());
-                }
-            }
-        }
-        return Ok(got);
-    }
-    let mut reads = Vec::new();
-    for (j, u) in units.iter().enumerate() {
-        match src.open_stored(&u.cell)? {
-            None => got.push(Got::Missing),
-            Some((file, offset, len)) => {
-                let n = usize::try_from(len).unwrap_or(usize::MAX);
-                if n > slot.len() - at {
-                    got.push(Got::Cpu);
-                } else {
-                    got.push(Got::At(at..at + n));
-                    reads.push((j, file, offset, at..at + n));
-                    at = (at + n).next_multiple_of(16).min(slot.len());
-                }
-            }
-        }
-    }
-    // Disjoint slices of the slot, one per read, in order.
-    let mut parts: Vec<(usize, std::fs::File, u64, &mut [u8])> = Vec::with_capacity(reads.len());
-    let mut rest = &mut slot[..];
-    let mut consumed = 0usize;
-    for (j, file, offset, r) in reads {
-        let (_, tail) = std::mem::take(&mut rest).split_at_mut(r.start - consumed);
-        let (mine, tail) = tail.split_at_mut(r.len());
-        parts.push((j, file, offset, mine));
-        rest = tail;
-        consumed = r.end;
-    }
-    let per = parts.len().div_ceil(READERS).max(1);
-    let failed: std::sync::Mutex<Option<Error>> = std::sync::Mutex::new(None);
-    std::thread::scope(|sc| {
-        for group in parts.chunks_mut(per) {
-            let failed = &failed;
-            sc.spawn(move || {
-                for (j, file, offset, buf) in group.iter_mut() {
-                    if let Err(e) = super::source::read_exact_at(file, buf, *offset) {
-                        let e = src.storage_err(&src.describe(&units[*j].cell), e);
-                        failed
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .get_or_insert(e);
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        Some(e) => Err(e),
-        None => Ok(got),
-    }
-}
-
-/// The byte range nvCOMP decodes of one unit's stored bytes `slot[r]`, after the
-/// host-side checks: crc32c, the gzip member's header and size, the zstd frame's
-/// declared size and completeness. `None`: decode this unit on the CPU instead (a
-/// valid encoding nvCOMP should not be given, e.g. several zstd frames).
-fn gpu_input(
-    src: &Source<'_>,
-    chain: &Chain,
-    slot: &[u8],
-    r: Range<usize>,
-    what: &dyn Fn() -> String,
-) -> Result<Option<Range<usize>>> {
-    let mut body = r.clone();
-    if chain.crc32c {
-        let inner = codec::strip_crc32c(&slot[body.clone()], what)?;
-        body = r.start..r.start + inner.len();
-    }
-    match chain.compression {
-        Compression::Gzip => {
-            let g = codec::gzip_deflate_range(&slot[body.clone()], src.cell_bytes, what)?;
-            Ok(Some(body.start + g.start..body.start + g.end))
-        }
-        Compression::Zstd => {
-            let frame = &slot[body.clone()];
-            // No declared size: the CPU decoder bounds it.
-            if codec::zstd_declared_size(frame, src.cell_bytes, what)?.is_none() {
-                return Ok(None);
-            }
-            // A frame with a content checksum: nvCOMP would not verify it; the CPU does.
-            if frame.len() > 4 && frame[4] & 0x04 != 0 {
-                return Ok(None);
-            }
-            match zstd::zstd_safe::find_frame_compressed_size(frame) {
-                Ok(n) if n == frame.len() => Ok(Some(body)),
-                // Several frames: valid zstd, decoded on the CPU.
-                Ok(_) => Ok(None),
-                Err(_) => Err(Error::Malformed(format!(
-                    "{}: truncated or corrupt zstd frame ({} bytes)",
-                    what(),
-                    frame.len()
-                ))),
-            }
-        }
-        _ => Err(Error::invalid("not a chain for nvCOMP")),
-    }
-}
-
-/// Decodes `units` (at most one claim's worth) with one nvCOMP call and places them.
-#[allow(clippy::too_many_arguments)]
-fn one_call(
-    src: &Source<'_>,
-    chain: &Chain,
-    codec: GpuCodec,
-    units: &[Unit],
-    lane: &mut UploadLane,
-    decoded: &DeviceBuffer,
-    batch: &mut DecompressBatch,
-    out: &DeviceBuffer,
-    counts: &Counts,
-) -> Result<()> {
-    let stride = aligned(src.cell_bytes);
-    let mut inputs: Vec<Range<usize>> = Vec::with_capacity(units.len());
-    let mut outputs: Vec<Range<usize>> = Vec::with_capacity(units.len());
-    let mut fills = Vec::new();
-    let mut on_cpu = Vec::new();
-    let t0 = std::time::Instant::now();
-    let used = {
-        let slot = lane.slot()?;
-        let got = read_stored(src, units, slot)?;
-        let mut used = 0;
-        for (j, g) in got.into_iter().enumerate() {
-            let what = || src.describe(&units[j].cell);
-            match g {
-                Got::Missing => fills.push(j),
-                Got::Cpu => on_cpu.push(j),
-                Got::At(r) => {
-                    used = used.max(r.end);
-                    match gpu_input(src, chain, slot, r, &what)? {
-                        Some(input) => {
-                            inputs.push(input);
-                            outputs.push(j * stride..j * stride + src.cell_bytes);
-                        }
-                        None => on_cpu.push(j),
-                    }
-                }
-            }
-        }
-        used
+    let Some(mut lane) = UploadLane::bare(ctx, per * room, wait)? else {
+        return then();
     };
-    // Units decoded on the CPU go straight to their place in the decoded scratch;
-    // the stream is idle first so no earlier placement still reads that scratch.
-    if !on_cpu.is_empty() {
-        lane.finish()?;
-        let mut host = crate::memory::zeroed_vec(src.cell_bytes)?;
-        for &j in &on_cpu {
-            src.decode(&units[j].cell, &mut host)?;
-            // In stored order, like nvCOMP's output: the swap below covers every unit.
-            if let Some(w) = chain.swap {
-                crate::memory::host_ops::swap_in_place(&mut host, w);
-            }
-            decoded.copy_from_host(j * stride, &host)?;
-        }
-    }
-    // The fill value in stored order too, for the same reason.
+    counts.gpu_workers.fetch_add(1, Ordering::Relaxed);
+    // The fill value in stored byte order, like nvCOMP's output: the claim's byte swap
+    // covers every unit.
     let mut fill_value = src.fill.clone();
-    if let Some(w) = chain.swap {
+    if let Some(w) = plan.chain.swap {
         crate::memory::host_ops::swap_in_place(&mut fill_value, w);
     }
-    let t1 = std::time::Instant::now();
-    lane.submit(used, |stream, staged| {
-        for &j in &fills {
-            fill(
-                &decoded.slice(j * stride, src.cell_bytes)?,
+    let depth = plan.tuning.depth.max(1);
+    let mut flights: Vec<Flight> = Vec::with_capacity(depth);
+    let mut k = 0usize;
+    let result = (|| {
+        loop {
+            let cpu_done = counts.cpu_units.load(Ordering::Relaxed);
+            if !model.should_claim(k == 0, run.remaining(), cpu_done) {
+                break;
+            }
+            let Some(range) = run.claim_many(claim_batches) else {
+                break;
+            };
+            let t0 = Instant::now();
+            let units = &run.units[range.clone()];
+            let (got, used) = {
+                let slot = lane.slot()?;
+                read_claim(src, &plan.chain, units, slot, plan.tuning.readers)?
+            };
+            counts
+                .gpu_read_us
+                .fetch_add(micros(t0.elapsed()), Ordering::Relaxed);
+            let f = k % depth;
+            if f == flights.len() {
+                flights.push(Flight::new(ctx, per * room, per * stride)?);
+            } else {
+                flights[f].complete(src, run, model, counts)?;
+            }
+            let flight = &mut flights[f];
+            let owners = queue_claim(
+                src,
+                plan,
+                units,
+                &got,
+                used,
                 &fill_value,
-                Some(stream),
+                &mut lane,
+                flight,
+                out,
             )?;
+            flight.busy = Some(Busy {
+                units: range,
+                owners,
+                host_us: micros(t0.elapsed()),
+            });
+            tally(&got, src.cell_bytes, counts);
+            k += 1;
         }
-        batch
-            .decompress(stream, codec, staged, &inputs, decoded, &outputs)
-            .map_err(|e| name_chunk(e, src, units, &outputs, stride))?;
-        if let Some(w) = chain.swap {
-            byteswap(&decoded.slice(0, units.len() * stride)?, w, Some(stream))?;
+        then()?;
+        for f in &mut flights {
+            f.complete(src, run, model, counts)?;
         }
-        place_units(src, units, stride, stream, decoded, out)
-    })?;
-    let us = |d: std::time::Duration| d.as_micros().min(u64::MAX as u128) as u64;
-    counts
-        .gpu_read_us
-        .fetch_add(us(t1 - t0), std::sync::atomic::Ordering::Relaxed);
-    counts
-        .gpu_decode_us
-        .fetch_add(us(t1.elapsed()), std::sync::atomic::Ordering::Relaxed);
-    for _ in &on_cpu {
-        note(counts, true, src.cell_bytes);
-    }
-    let on_gpu = (units.len() - on_cpu.len()) as u64;
-    counts
-        .gpu_units
-        .fetch_add(on_gpu, std::sync::atomic::Ordering::Relaxed);
-    counts.decoded_bytes.fetch_add(
-        on_gpu * src.cell_bytes as u64,
-        std::sync::atomic::Ordering::Relaxed,
-    );
-    counts
-        .missing_units
-        .fetch_add(fills.len() as u64, std::sync::atomic::Ordering::Relaxed);
-    Ok(())
+        Ok(())
+    })();
+    // On error the flights' drops wait for their streams, then the lane's for its slots.
+    drop(flights);
+    result
 }
 
-/// nvCOMP names the failing chunk by its index in the call: name it by its key.
-fn name_chunk(
-    e: Error,
+/// Queues one claim on `flight`: the slot's DMA, the nvCOMP call, the fill values
+/// (`fill_value`: in stored byte order) and host-decoded units (put in stored byte
+/// order by their reader), the byte swap of every unit, the placement. Returns which
+/// unit each of the call's chunks is.
+#[allow(clippy::too_many_arguments)]
+fn queue_claim(
     src: &Source<'_>,
+    plan: &GpuPlan,
     units: &[Unit],
-    outputs: &[Range<usize>],
-    stride: usize,
-) -> Error {
-    let msg = e.to_string();
-    // The call's chunk i is the unit whose decoded range is outputs[i].
-    let named: Vec<String> = outputs
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| {
-            msg.contains(&format!("chunk {i} ")) || msg.contains(&format!("chunk {i}:"))
-        })
-        .filter_map(|(_, r)| units.get(r.start / stride))
-        .map(|u| src.describe(&u.cell))
-        .collect();
-    let which = if named.is_empty() {
-        units
-            .iter()
-            .map(|u| src.describe(&u.cell))
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(", ")
-            + if units.len() > 3 { ", ..." } else { "" }
-    } else {
-        named.join(", ")
-    };
-    Error::Malformed(format!("GPU decode of {which}: {msg}"))
+    got: &[Got],
+    used: usize,
+    fill_value: &[u8],
+    lane: &mut UploadLane,
+    flight: &mut Flight,
+    out: &DeviceBuffer,
+) -> Result<Vec<usize>> {
+    let room = stored_room(src.cell_bytes);
+    let stride = aligned(src.cell_bytes);
+    let s = &flight.stream;
+    let mut inputs = Vec::with_capacity(units.len());
+    let mut outputs = Vec::with_capacity(units.len());
+    let mut owners = Vec::with_capacity(units.len());
+    for (j, g) in got.iter().enumerate() {
+        if let Got::Gpu(r) = g {
+            inputs.push(r.clone());
+            outputs.push(j * stride..j * stride + src.cell_bytes);
+            owners.push(j);
+        }
+    }
+    flight.begin.record(s)?;
+    lane.upload_into(used, s, &flight.stored)?;
+    flight
+        .batch
+        .queue_decompress(
+            s,
+            plan.codec,
+            &flight.stored,
+            &inputs,
+            &flight.decoded,
+            &outputs,
+            &[out],
+        )
+        .map_err(|e| name_chunk(e, src, units, &owners))?;
+    // Before the swap, in stored order like nvCOMP's output: the fill value of missing
+    // units and the units decoded on the host.
+    for (j, g) in got.iter().enumerate() {
+        match g {
+            Got::Missing => fill(
+                &flight.decoded.slice(j * stride, src.cell_bytes)?,
+                fill_value,
+                Some(s),
+            )?,
+            Got::Host => strided_copy(
+                &flight.stored,
+                j * room,
+                &[1],
+                &flight.decoded,
+                j * stride,
+                &[1],
+                &[src.cell_bytes],
+                1,
+                Some(s),
+            )?,
+            Got::Gpu(_) => {}
+        }
+    }
+    if let Some(w) = plan.chain.swap {
+        byteswap(&flight.decoded.slice(0, units.len() * stride)?, w, Some(s))?;
+    }
+    place_units(src, units, stride, s, &flight.decoded, out)?;
+    flight.end.record(s)?;
+    Ok(owners)
+}
+
+/// Counts one queued claim's units.
+fn tally(got: &[Got], cell_bytes: usize, counts: &Counts) {
+    let (mut gpu, mut missing) = (0u64, 0u64);
+    for g in got {
+        match g {
+            Got::Missing => missing += 1,
+            Got::Host => note(counts, true, cell_bytes),
+            Got::Gpu(_) => gpu += 1,
+        }
+    }
+    counts.gpu_units.fetch_add(gpu, Ordering::Relaxed);
+    counts
+        .decoded_bytes
+        .fetch_add(gpu * cell_bytes as u64, Ordering::Relaxed);
+    counts.missing_units.fetch_add(missing, Ordering::Relaxed);
+}
+
+fn micros(d: std::time::Duration) -> u64 {
+    d.as_micros().min(u64::MAX as u128) as u64
+}
+
+/// Device bytes one flight holds for claims of `per` units of `cell_bytes` (its
+/// buffers and nvCOMP's scratch, about the decoded size again).
+pub(crate) fn flight_bytes(per: usize, cell_bytes: usize) -> usize {
+    per.saturating_mul(stored_room(cell_bytes) + 2 * aligned(cell_bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claims_are_bounded_and_small_reads_still_use_every_flight() {
+        let t = Tuning {
+            claim_bytes: 64 << 20,
+            depth: 3,
+            readers: 4,
+            model: true,
+        };
+        // 512 MiB of 1 MiB chunks, 2 workers: about 43 chunks a claim.
+        assert_eq!(units_per_claim(1 << 20, 512, 2, &t), 43);
+        // 16 MiB chunks: at most 4 (64 MiB) a claim.
+        assert_eq!(units_per_claim(16 << 20, 32, 1, &t), 4);
+        // A small read: one or two units a claim.
+        assert_eq!(units_per_claim(4096, 10, 2, &t), 1);
+        assert_eq!(units_per_claim(usize::MAX, 10, 2, &t), 1);
+    }
 }

@@ -8,7 +8,10 @@
 //! * `codec`: the chains the engine decodes itself, bounded;
 //! * `source`: an opened array as the engine sees it (decode grid, fetch, decode);
 //! * `pipeline`: the worker threads, host and device;
-//! * `gpu`: the GPU decode workers (stored bytes -> one DMA -> one nvCOMP call);
+//! * `gpu`: the GPU decode workers (stored bytes -> one DMA -> one nvCOMP call, several
+//!   claims in flight per worker while the next one is read);
+//! * `stored`: a GPU claim's host side (parallel reads into a page-locked slot, checks);
+//! * `sched`: when a GPU worker takes another claim (the CPU / GPU split);
 //! * `hostmem`: the fresh (huge-page) memory a host read fills.
 //!
 //! The device write engine (`../write.rs`) reuses `plan` and the staging lanes.
@@ -18,7 +21,9 @@ mod gpu;
 pub(crate) mod hostmem;
 pub(crate) mod pipeline;
 pub(crate) mod plan;
+mod sched;
 mod source;
+mod stored;
 
 use std::sync::atomic::Ordering;
 
@@ -38,17 +43,22 @@ pub const DEFAULT_SLOT_BYTES: usize = 4 << 20;
 ///
 /// nvCOMP parallelises across chunks, the CPU workers across cores: measured on an H100
 /// (16 cores, 512 MiB of float32, zstd-1), nvCOMP decodes 64 KiB chunks at about 41
-/// GB/s, 4 MiB chunks at 34 and 16 MiB chunks at 15, while one core decodes about 0.75
-/// GB/s. Both kinds of worker claim chunks from one counter, so on a read with both the
-/// split follows their speed without a model to tune.
+/// GB/s, 4 MiB chunks at 34 and 16 MiB chunks at 15 (each chunk taking 15 ms or more on
+/// the GPU at 4 MiB), while one core decodes about 0.75 GB/s. Both kinds of worker claim
+/// chunks from one counter, so on a read with both the split follows their speed; near
+/// the end of a read a GPU worker takes no more chunks once the CPU workers would
+/// finish the rest before the GPU's measured latency is over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Decoder {
-    /// The CPU workers, plus GPU workers (as [`Both`](Self::Both)) on device reads of
-    /// zstd or gzip chunks up to 4 MiB that carry a crc32c checksum (verified on the
-    /// host before nvCOMP sees them), when nvCOMP is available. Unprotected chunks go to
-    /// the GPU only when asked for: nvCOMP checks less than the CPU decoders. Host
-    /// reads use the CPU workers. The report says which ran and why.
+    /// The CPU workers, plus GPU workers (as [`Both`](Self::Both), except that a GPU
+    /// worker takes no chunk the cost model gives to the CPU) on device reads of zstd or
+    /// gzip chunks that carry a crc32c checksum (verified on the host before nvCOMP sees
+    /// them), when nvCOMP is available. Unprotected chunks go to the GPU only when asked
+    /// for: nvCOMP checks less than the CPU decoders. The cost model weighs the GPU's
+    /// measured latency per call against the CPU workers' measured rate, so reads of
+    /// large chunks (16 MiB) mostly stay on the CPU. Host reads use the CPU workers. The
+    /// report says which ran and why.
     #[default]
     Auto,
     /// CPU worker threads only.
@@ -58,11 +68,13 @@ pub enum Decoder {
     /// with intact block headers; frames with a content checksum are decoded on the CPU,
     /// which verifies it); gzip members have their header and size checked, not their
     /// CRC-32. Damage inside compressed data that these checks cannot see may decode to
-    /// wrong values unnoticed (nvCOMP reports success for some damaged input): use it
-    /// for trusted stores, or stores whose chunks carry crc32c.
+    /// wrong values unnoticed (nvCOMP reports success for some damaged input; so may the
+    /// CPU's zstd decoder for a frame without a checksum): use it for trusted stores, or
+    /// stores whose chunks carry crc32c.
     Gpu,
     /// CPU workers and GPU workers on the same read
-    /// ([`ReadOptions::gpu_workers`] of the threads feed nvCOMP).
+    /// ([`ReadOptions::gpu_workers`] of the threads feed nvCOMP, each with its own
+    /// reader threads); every GPU worker takes at least one claim.
     Both,
 }
 
@@ -131,8 +143,12 @@ pub struct ReadReport {
     pub gpu_workers: usize,
     /// Microseconds the GPU workers spent reading stored bytes (summed over workers).
     pub gpu_read_us: u64,
-    /// Microseconds the GPU workers spent in nvCOMP calls and their placement (summed).
+    /// Microseconds of device time of the GPU workers' claims: upload, nvCOMP call,
+    /// placement (summed over claims, which overlap each other and the reading).
     pub gpu_decode_us: u64,
+    /// Microseconds the GPU workers waited for the device (a claim in flight to finish
+    /// before its device buffers are reused, and at the end; summed over workers).
+    pub gpu_wait_us: u64,
     /// Of those, chunks not stored (read as the fill value).
     pub missing_chunks: u64,
     /// Decoded bytes (whole chunks, before selection).
@@ -162,9 +178,11 @@ impl std::fmt::Display for ReadReport {
         if self.gpu_workers > 0 {
             write!(
                 f,
-                "; GPU workers read for {:.1} ms and decoded for {:.1} ms",
+                "; GPU workers read for {:.1} ms, their claims took {:.1} ms on the device, \
+                 they waited {:.1} ms for it",
                 self.gpu_read_us as f64 / 1e3,
-                self.gpu_decode_us as f64 / 1e3
+                self.gpu_decode_us as f64 / 1e3,
+                self.gpu_wait_us as f64 / 1e3
             )?;
         }
         if !self.gpu_note.is_empty() {
@@ -241,6 +259,14 @@ pub(crate) fn read(
         counts.cpu_units.load(Ordering::Relaxed),
         counts.gpu_units.load(Ordering::Relaxed),
     );
+    let gpu_note = match (&gpu, gpu_chunks) {
+        (Some(_), 0) if gpu_note.is_empty() && cpu_chunks > 0 => {
+            "the cost model left every chunk to the CPU workers (one GPU call of these chunks \
+             was estimated to take longer than the CPU workers needed for the rest)"
+                .to_string()
+        }
+        _ => gpu_note,
+    };
     let report = ReadReport {
         decoder: match (cpu_chunks > 0, gpu_chunks > 0) {
             (true, true) => "cpu+gpu",
@@ -252,6 +278,7 @@ pub(crate) fn read(
         gpu_workers: counts.gpu_workers.load(Ordering::Relaxed),
         gpu_read_us: counts.gpu_read_us.load(Ordering::Relaxed),
         gpu_decode_us: counts.gpu_decode_us.load(Ordering::Relaxed),
+        gpu_wait_us: counts.gpu_wait_us.load(Ordering::Relaxed),
         codecs: src.codecs.describe(),
         cpu_chunks,
         missing_chunks: counts.missing_units.load(Ordering::Relaxed),
@@ -295,30 +322,43 @@ fn choose_gpu(
                     .to_string(),
             );
         }
-        if !explicit && src.cell_bytes > 4 << 20 {
-            return Err(format!(
-                "chunks of {} MiB: nvCOMP decodes one chunk per thread block, so chunks larger \
-                 than 4 MiB decode faster on the CPU workers (measured)",
-                src.cell_bytes >> 20
-            ));
-        }
         crate::cuda::nvcomp::library().map_err(|e| e.to_string())?;
         Ok((*chain, codec))
     })();
     match why_not {
         Ok((chain, codec)) => {
-            let workers = match options.decoder {
-                Decoder::Gpu => threads,
-                _ => options
-                    .gpu_workers
-                    .unwrap_or(threads / 8)
-                    .clamp(1, threads.max(1)),
+            let tuning = gpu::Tuning::from_env();
+            let (workers, schedule) = match options.decoder {
+                // Every thread feeds nvCOMP: a worker and its readers.
+                Decoder::Gpu => (
+                    threads.div_ceil(tuning.readers + 1).max(1),
+                    sched::Schedule::Always,
+                ),
+                d => (
+                    options
+                        .gpu_workers
+                        .unwrap_or(threads / 8)
+                        .clamp(1, threads.max(1)),
+                    if d == Decoder::Both {
+                        sched::Schedule::AfterFirst
+                    } else {
+                        sched::Schedule::Model
+                    },
+                ),
+            };
+            let schedule = if tuning.model {
+                schedule
+            } else {
+                sched::Schedule::Always
             };
             Ok((
                 Some(pipeline::GpuPlan {
                     chain,
                     codec,
                     workers,
+                    tuning,
+                    schedule,
+                    gpu_only: options.decoder == Decoder::Gpu,
                 }),
                 String::new(),
             ))

@@ -18,7 +18,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use super::codec::Chain;
+use super::gpu::Tuning;
 use super::plan::{Placement, Unit};
+use super::sched::{GpuModel, Schedule};
 use super::source::Source;
 use crate::cuda::kernels::ops::layout;
 use crate::cuda::kernels::ops::strided_copy;
@@ -37,10 +39,12 @@ pub(crate) struct Counts {
     pub cpu_units: AtomicU64,
     pub gpu_units: AtomicU64,
     pub gpu_workers: AtomicUsize,
-    /// Microseconds GPU workers spent reading stored bytes, and in nvCOMP calls with
-    /// their placement (summed over workers).
+    /// Microseconds GPU workers spent reading stored bytes, the device time of their
+    /// claims (upload, nvCOMP, placement; events), and the time they waited for the
+    /// device (summed over workers and claims).
     pub gpu_read_us: AtomicU64,
     pub gpu_decode_us: AtomicU64,
+    pub gpu_wait_us: AtomicU64,
     pub missing_units: AtomicU64,
     pub decoded_bytes: AtomicU64,
     pub workers: AtomicUsize,
@@ -62,6 +66,15 @@ impl Run<'_> {
         }
         let b = self.next.fetch_add(1, Ordering::AcqRel);
         self.batches.get(b).cloned()
+    }
+
+    /// Units not claimed yet.
+    pub(crate) fn remaining(&self) -> usize {
+        let b = self.next.load(Ordering::Acquire);
+        match self.batches.get(b) {
+            Some(r) => self.units.len().saturating_sub(r.start),
+            None => 0,
+        }
     }
 
     /// Up to `k` consecutive batches at once: the units they hold.
@@ -285,12 +298,16 @@ pub(crate) fn place_units(
     Ok(())
 }
 
-/// GPU decoding of a device read: the chain, its nvCOMP codec, and how many of the
-/// workers decode on the GPU.
+/// GPU decoding of a device read: the chain, its nvCOMP codec, how many of the
+/// workers decode on the GPU, how they are sized, and when they take claims.
 pub(crate) struct GpuPlan {
     pub chain: Chain,
     pub codec: GpuCodec,
     pub workers: usize,
+    pub tuning: Tuning,
+    pub schedule: Schedule,
+    /// Every worker feeds nvCOMP (`Decoder::Gpu`): no CPU workers.
+    pub gpu_only: bool,
 }
 
 /// Reads `units` into the device allocation `out` of `ctx`, decoding on
@@ -320,56 +337,110 @@ pub(crate) fn read_device(
         error: Mutex::new(None),
     };
     let gpu_workers = gpu.map_or(0, |g| g.workers);
-    let threads = threads.clamp(1, batches.len().max(gpu_workers));
-    let stride = aligned(src.cell_bytes);
-    // A GPU claim: as many batches as make one nvCOMP call's worth of units.
-    let claim_batches = super::gpu::units_per_claim(src.cell_bytes)
-        .div_ceil(per)
-        .max(1);
+    let threads = match gpu {
+        Some(g) if g.gpu_only => g.workers,
+        _ => threads.clamp(1, batches.len().max(gpu_workers)),
+    };
+    // GPU claims: whole batches, about `units_per_claim` units each, with as many
+    // claims in flight per worker as the device's free memory allows (a quarter of it).
+    let (claim_batches, gpu_per, depth) = match gpu {
+        Some(g) => {
+            let want =
+                super::gpu::units_per_claim(src.cell_bytes, units.len(), g.workers, &g.tuning);
+            let claim_batches = want.div_ceil(per).max(1);
+            let gpu_per = claim_batches * per;
+            let one = super::gpu::flight_bytes(gpu_per, src.cell_bytes).max(1);
+            let room = ctx.free_memory().unwrap_or(0) / 4 / g.workers.max(1);
+            (
+                claim_batches,
+                gpu_per,
+                g.tuning.depth.min(room / one).max(1),
+            )
+        }
+        None => (1, per, 1),
+    };
+    let model = gpu.map(|g| {
+        GpuModel::new(
+            g.schedule,
+            g.chain.compression,
+            src.cell_bytes,
+            gpu_per,
+            threads.saturating_sub(g.workers),
+            g.tuning.readers,
+        )
+    });
     on_threads(threads, &run, &|t| {
-        if let Some(g) = gpu.filter(|g| t < g.workers) {
+        // The first CPU worker waits for a lane (the bound on page-locked memory is the
+        // pool's); the others join only when the pool has room.
+        let cpu = |wait: bool| cpu_worker(src, &run, &out, ctx, slot_bytes, wait, counts);
+        if let (Some(g), Some(model)) = (gpu.filter(|g| t < g.workers), model.as_ref()) {
             // In a GPU-only read the first GPU worker waits for staging: someone must.
             let wait = t == 0 && g.workers >= threads;
+            let plan = GpuPlan {
+                tuning: Tuning { depth, ..g.tuning },
+                ..*g
+            };
+            // A GPU worker the model sends home decodes on the CPU from then on (while
+            // its last claims finish on the device).
+            let then = || if g.gpu_only { Ok(()) } else { cpu(false) };
             return super::gpu::worker(
                 src,
-                &g.chain,
-                g.codec,
+                &plan,
+                model,
                 &run,
                 &out,
                 ctx,
-                claim_batches,
+                (claim_batches, gpu_per),
                 wait,
                 counts,
+                &then,
             );
         }
-        // The first CPU worker waits for a lane (the bound on page-locked memory is the
-        // pool's); the others join only when the pool has room.
-        let Some(mut lane) = UploadLane::new(ctx, slot_bytes, t == gpu_workers)? else {
-            return Ok(());
-        };
-        counts.workers.fetch_add(1, Ordering::Relaxed);
-        while let Some(b) = run.claim() {
-            let batch = &run.units[b];
-            {
-                let slot = lane.slot()?;
-                for (j, u) in batch.iter().enumerate() {
-                    let at = j * stride;
-                    note(
-                        counts,
-                        src.decode(&u.cell, &mut slot[at..at + src.cell_bytes])?,
-                        src.cell_bytes,
-                    );
-                }
-            }
-            let used = (batch.len() - 1) * stride + src.cell_bytes;
-            lane.submit(used, |stream, scratch| {
-                place_units(src, batch, stride, stream, scratch, &out)
-            })?;
-        }
-        lane.finish()
+        cpu(t == gpu_workers)
     });
     run.finish()?;
     Ok(out)
+}
+
+/// One CPU worker of a device read: decodes batches into its lane's slots until the
+/// work runs out. Does nothing when no work is left or (unless `wait`) the pool has
+/// no room for its lane.
+fn cpu_worker(
+    src: &Source<'_>,
+    run: &Run<'_>,
+    out: &DeviceBuffer,
+    ctx: &Context,
+    slot_bytes: usize,
+    wait: bool,
+    counts: &Counts,
+) -> Result<()> {
+    if run.remaining() == 0 {
+        return Ok(());
+    }
+    let Some(mut lane) = UploadLane::new(ctx, slot_bytes, wait)? else {
+        return Ok(());
+    };
+    let stride = aligned(src.cell_bytes);
+    counts.workers.fetch_add(1, Ordering::Relaxed);
+    while let Some(b) = run.claim() {
+        let batch = &run.units[b];
+        {
+            let slot = lane.slot()?;
+            for (j, u) in batch.iter().enumerate() {
+                let at = j * stride;
+                note(
+                    counts,
+                    src.decode(&u.cell, &mut slot[at..at + src.cell_bytes])?,
+                    src.cell_bytes,
+                );
+            }
+        }
+        let used = (batch.len() - 1) * stride + src.cell_bytes;
+        lane.submit(used, |stream, scratch| {
+            place_units(src, batch, stride, stream, scratch, out)
+        })?;
+    }
+    lane.finish()
 }
 
 #[cfg(test)]

@@ -1,0 +1,172 @@
+//! When a GPU worker takes another claim: the split of a read between the CPU workers
+//! and the GPU workers, who claim from one counter.
+//!
+//! A claim on the GPU finishes after a latency that hardly depends on how much else
+//! runs (nvCOMP decodes each chunk with one thread block: a 4 MiB zstd chunk takes
+//! about 15 ms on an H100, however many run beside it), plus the time to read its
+//! stored bytes. Near the end of a read that latency is longer than the CPU workers
+//! need for everything left, and a claim the GPU takes then only delays the read. So
+//! a GPU worker takes a claim only while its estimated latency (measured on this
+//! read's earlier claims with device events, or a prior from the chunk size before
+//! the first one completes) is below the time the CPU workers would need for all the
+//! units not yet claimed, at their rate measured on this read (a prior per core
+//! before that).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use super::codec::Compression;
+
+/// Whether GPU workers consult the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Schedule {
+    /// Take claims while there are any (`Decoder::Gpu`).
+    Always,
+    /// Each worker's first claim unconditionally, then the model (`Decoder::Both`:
+    /// both were asked for).
+    AfterFirst,
+    /// The model from the first claim on (`Decoder::Auto`).
+    Model,
+}
+
+/// The model's shared state for one read.
+pub(crate) struct GpuModel {
+    schedule: Schedule,
+    start: Instant,
+    cell_bytes: usize,
+    cpu_workers: usize,
+    /// Prior decoded bytes per second of one CPU worker.
+    core_rate: f64,
+    /// Prior latency of one GPU claim, microseconds.
+    prior_us: u64,
+    /// Measured latency of this read's GPU claims (moving average; 0: none yet).
+    latency_us: AtomicU64,
+}
+
+/// Prior decode rate of one core (decoded bytes per second): zstd-1 float32 on the
+/// H100 machine's cores, miniz_oxide for deflate.
+fn core_rate(c: Compression) -> f64 {
+    match c {
+        Compression::Gzip => 0.1e9,
+        _ => 0.7e9,
+    }
+}
+
+/// Prior nvCOMP rate of one chunk (decoded bytes per second; one thread block
+/// decodes it): 4 MiB zstd chunks take about 15 ms on the H100.
+fn chunk_rate(c: Compression) -> f64 {
+    match c {
+        Compression::Gzip => 0.15e9,
+        _ => 0.3e9,
+    }
+}
+
+/// Prior rate of one reader thread moving stored bytes from the page cache into a
+/// page-locked slot (bytes per second).
+const READER_RATE: f64 = 1.5e9;
+
+impl GpuModel {
+    /// The model for a read of units of `cell_bytes` with `cpu_workers` CPU workers,
+    /// GPU claims of `claim_units` units read by `readers` threads each.
+    pub(crate) fn new(
+        schedule: Schedule,
+        compression: Compression,
+        cell_bytes: usize,
+        claim_units: usize,
+        cpu_workers: usize,
+        readers: usize,
+    ) -> GpuModel {
+        let claim = (claim_units * cell_bytes) as f64;
+        let read_s = claim / 1.4 / (readers.max(1) as f64 * READER_RATE);
+        let decode_s = 2e-3 + cell_bytes as f64 / chunk_rate(compression);
+        GpuModel {
+            schedule,
+            start: Instant::now(),
+            cell_bytes,
+            cpu_workers,
+            core_rate: core_rate(compression),
+            prior_us: ((read_s + decode_s) * 1e6) as u64,
+            latency_us: AtomicU64::new(0),
+        }
+    }
+
+    /// The latency a GPU claim is expected to take now, microseconds.
+    pub(crate) fn expected_us(&self) -> u64 {
+        match self.latency_us.load(Ordering::Relaxed) {
+            0 => self.prior_us,
+            m => m,
+        }
+    }
+
+    /// Records the measured latency of one GPU claim (claim to placed).
+    pub(crate) fn observe(&self, us: u64) {
+        let us = us.max(1);
+        let _ = self
+            .latency_us
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |m| {
+                Some(if m == 0 { us } else { (m + us) / 2 })
+            });
+    }
+
+    /// Whether a GPU worker should take another claim, with `remaining` units not yet
+    /// claimed (this claim's among them) and `cpu_done` units decoded by the CPU
+    /// workers so far; `first`: the worker has taken none yet.
+    pub(crate) fn should_claim(&self, first: bool, remaining: usize, cpu_done: u64) -> bool {
+        let consult = match self.schedule {
+            Schedule::Always => false,
+            Schedule::AfterFirst => !first,
+            Schedule::Model => true,
+        };
+        if !consult || self.cpu_workers == 0 {
+            return true;
+        }
+        let elapsed = self.start.elapsed().as_secs_f64();
+        let prior = self.cpu_workers as f64 * self.core_rate;
+        // Measured once every CPU worker has finished a unit or two.
+        let measured = cpu_done as f64 * self.cell_bytes as f64 / elapsed.max(1e-6);
+        let rate = if cpu_done as usize >= self.cpu_workers && elapsed > 2e-3 {
+            measured
+        } else {
+            prior
+        };
+        let cpu_s = remaining as f64 * self.cell_bytes as f64 / rate.max(1.0);
+        (self.expected_us() as f64) * 1e-6 <= cpu_s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_chunks_stay_on_the_cpu_small_ones_go_to_the_gpu() {
+        let mib = 1usize << 20;
+        // 512 MiB of 16 MiB zstd chunks, 14 CPU workers: one chunk takes the GPU
+        // longer than the CPU workers need for all of them.
+        let m = GpuModel::new(Schedule::Model, Compression::Zstd, 16 * mib, 3, 14, 4);
+        assert!(!m.should_claim(true, 32, 0));
+        // 4 MiB chunks: the GPU helps at the start, not for the last few.
+        let m = GpuModel::new(Schedule::Model, Compression::Zstd, 4 * mib, 11, 14, 4);
+        assert!(m.should_claim(true, 128, 0));
+        assert!(!m.should_claim(false, 8, 0));
+        // Both: the first claim whatever the model says; Gpu: always.
+        let m = GpuModel::new(Schedule::AfterFirst, Compression::Zstd, 16 * mib, 3, 14, 4);
+        assert!(m.should_claim(true, 1, 0));
+        assert!(!m.should_claim(false, 1, 0));
+        let m = GpuModel::new(Schedule::Always, Compression::Zstd, 16 * mib, 3, 14, 4);
+        assert!(m.should_claim(false, 1, 0));
+        // No CPU workers: the GPU takes everything.
+        let m = GpuModel::new(Schedule::Model, Compression::Zstd, 16 * mib, 3, 0, 4);
+        assert!(m.should_claim(false, 1, 0));
+    }
+
+    #[test]
+    fn measured_latency_replaces_the_prior() {
+        let m = GpuModel::new(Schedule::Model, Compression::Zstd, 1 << 20, 40, 14, 4);
+        let prior = m.expected_us();
+        m.observe(prior * 4);
+        assert_eq!(m.expected_us(), prior * 4);
+        m.observe(prior * 2);
+        assert_eq!(m.expected_us(), prior * 3);
+    }
+}

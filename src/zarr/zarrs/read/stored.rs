@@ -1,0 +1,261 @@
+//! The host half of a GPU decode claim: the stored bytes of a run of units read into a
+//! page-locked slot by a few reader threads, each unit in its own region of the slot,
+//! checked there (crc32c, the gzip member's header and size, the zstd frame's declared
+//! size and completeness) before nvCOMP sees them. A unit nvCOMP should not be given
+//! is decoded on the host by the same reader, into its region, and put in stored byte
+//! order (the claim's byte swap on the device covers every unit).
+
+use std::ops::Range;
+
+use super::codec::{self, Chain, Compression};
+use super::plan::Unit;
+use super::source::{Source, StoredLen};
+use crate::error::{Error, Result};
+
+/// Room for the stored bytes of one unit of `cell_bytes` decoded bytes: what zstd and
+/// deflate need at worst for incompressible data, plus headers (and at least the
+/// decoded size, since a unit decoded on the host is decoded into its region).
+pub(crate) fn stored_room(cell_bytes: usize) -> usize {
+    (cell_bytes + cell_bytes / 64 + 4096).next_multiple_of(16)
+}
+
+/// What became of one unit of a claim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Got {
+    /// Not stored: the fill value.
+    Missing,
+    /// Decoded on the host into the first `cell_bytes` of its region, in stored byte
+    /// order (its stored bytes did not fit the region, or are not for nvCOMP, e.g. a
+    /// zstd frame without a declared size or with a content checksum).
+    Host,
+    /// nvCOMP decodes this range of the slot.
+    Gpu(Range<usize>),
+}
+
+impl Got {
+    /// Bytes of the slot this unit's region uses from `at` on.
+    fn end(&self, at: usize, cell_bytes: usize) -> usize {
+        match self {
+            Got::Missing => 0,
+            Got::Host => at + cell_bytes,
+            Got::Gpu(r) => r.end,
+        }
+    }
+}
+
+/// Reads and checks the stored bytes of `units` into `slot` (unit `j` at `j * room`,
+/// `room` = [`stored_room`]) with up to `readers` threads. Returns what became of each
+/// unit and how many bytes of the slot hold data (what must go to the device). An
+/// error names the unit's chunk.
+pub(crate) fn read_claim(
+    src: &Source<'_>,
+    chain: &Chain,
+    units: &[Unit],
+    slot: &mut [u8],
+    readers: usize,
+) -> Result<(Vec<Got>, usize)> {
+    let room = stored_room(src.cell_bytes);
+    if slot.len() < units.len() * room {
+        return Err(Error::invalid(format!(
+            "GPU claim of {} units: a slot of {} bytes holds only {}",
+            units.len(),
+            slot.len(),
+            slot.len() / room
+        )));
+    }
+    let regions: Vec<&mut [u8]> = slot.chunks_mut(room).take(units.len()).collect();
+    let mut jobs: Vec<(usize, &Unit, &mut [u8])> = regions
+        .into_iter()
+        .zip(units)
+        .enumerate()
+        .map(|(j, (r, u))| (j, u, r))
+        .collect();
+    let groups = readers.clamp(1, jobs.len().max(1));
+    let per = jobs.len().div_ceil(groups).max(1);
+    let mut got = vec![Got::Missing; units.len()];
+    if groups == 1 {
+        for (j, u, region) in &mut jobs {
+            got[*j] = one_unit(src, chain, u, region, *j * room)?;
+        }
+    } else {
+        let results: Vec<Result<Vec<(usize, Got)>>> = std::thread::scope(|sc| {
+            let handles: Vec<_> = jobs
+                .chunks_mut(per)
+                .map(|group| {
+                    sc.spawn(move || {
+                        group
+                            .iter_mut()
+                            .map(|(j, u, region)| {
+                                one_unit(src, chain, u, region, *j * room).map(|g| (*j, g))
+                            })
+                            .collect::<Result<Vec<_>>>()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Error::invalid("a GPU reader thread panicked")))
+                })
+                .collect()
+        });
+        for r in results {
+            for (j, g) in r? {
+                got[j] = g;
+            }
+        }
+    }
+    let used = got
+        .iter()
+        .enumerate()
+        .map(|(j, g)| g.end(j * room, src.cell_bytes))
+        .max()
+        .unwrap_or(0);
+    Ok((got, used))
+}
+
+/// Reads one unit into `region` (at slot offset `at`) and checks it; decodes it on
+/// the host into the region when nvCOMP should not have it.
+fn one_unit(
+    src: &Source<'_>,
+    chain: &Chain,
+    u: &Unit,
+    region: &mut [u8],
+    at: usize,
+) -> Result<Got> {
+    let len = if src.has_files() {
+        match src.open_stored(&u.cell)? {
+            None => return Ok(Got::Missing),
+            Some((file, offset, len)) => match usize::try_from(len) {
+                Ok(n) if n <= region.len() => {
+                    super::source::read_exact_at(&file, &mut region[..n], offset)
+                        .map_err(|e| src.storage_err(&src.describe(&u.cell), e))?;
+                    Some(n)
+                }
+                _ => None,
+            },
+        }
+    } else {
+        match src.stored_into(&u.cell, region)? {
+            StoredLen::Missing => return Ok(Got::Missing),
+            StoredLen::TooLarge => None,
+            StoredLen::Fits(n) => Some(n),
+        }
+    };
+    let what = || src.describe(&u.cell);
+    let input = match len {
+        Some(n) => gpu_input(src, chain, region, 0..n, &what)?,
+        None => None,
+    };
+    match input {
+        Some(r) => Ok(Got::Gpu(at + r.start..at + r.end)),
+        None => {
+            // Valid input nvCOMP should not be given, or too large for the region: the
+            // host decoder (bounded) decides, reading the unit again.
+            let dst = &mut region[..src.cell_bytes];
+            src.decode(&u.cell, dst)?;
+            // In stored order, like nvCOMP's output: the claim's byte swap covers every
+            // unit.
+            if let Some(w) = chain.swap {
+                crate::memory::host_ops::swap_in_place(dst, w);
+            }
+            Ok(Got::Host)
+        }
+    }
+}
+
+/// The byte range nvCOMP decodes of one unit's stored bytes `slot[r]`, after the
+/// host-side checks: crc32c, the gzip member's header and size, the zstd frame's
+/// declared size and completeness. `None`: decode this unit on the CPU instead (a
+/// valid encoding nvCOMP should not be given, e.g. several zstd frames).
+pub(crate) fn gpu_input(
+    src: &Source<'_>,
+    chain: &Chain,
+    slot: &[u8],
+    r: Range<usize>,
+    what: &dyn Fn() -> String,
+) -> Result<Option<Range<usize>>> {
+    let mut body = r.clone();
+    if chain.crc32c {
+        let inner = codec::strip_crc32c(&slot[body.clone()], what)?;
+        body = r.start..r.start + inner.len();
+    }
+    match chain.compression {
+        Compression::Gzip => {
+            let g = codec::gzip_deflate_range(&slot[body.clone()], src.cell_bytes, what)?;
+            Ok(Some(body.start + g.start..body.start + g.end))
+        }
+        Compression::Zstd => {
+            let frame = &slot[body.clone()];
+            // No declared size: the CPU decoder bounds it.
+            if codec::zstd_declared_size(frame, src.cell_bytes, what)?.is_none() {
+                return Ok(None);
+            }
+            // A frame with a content checksum: nvCOMP would not verify it; the CPU does.
+            if frame.len() > 4 && frame[4] & 0x04 != 0 {
+                return Ok(None);
+            }
+            match zstd::zstd_safe::find_frame_compressed_size(frame) {
+                Ok(n) if n == frame.len() => Ok(Some(body)),
+                // Several frames: valid zstd, decoded on the CPU.
+                Ok(_) => Ok(None),
+                Err(_) => Err(Error::Malformed(format!(
+                    "{}: truncated or corrupt zstd frame ({} bytes)",
+                    what(),
+                    frame.len()
+                ))),
+            }
+        }
+        _ => Err(Error::invalid("not a chain for nvCOMP")),
+    }
+}
+
+/// nvCOMP names the failing chunk by its index in the call: name it by its key.
+/// `owners[i]` is the index in `units` of the call's chunk `i`.
+pub(crate) fn name_chunk(e: Error, src: &Source<'_>, units: &[Unit], owners: &[usize]) -> Error {
+    let msg = e.to_string();
+    let named: Vec<String> = owners
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| {
+            msg.contains(&format!("chunk {i} ")) || msg.contains(&format!("chunk {i}:"))
+        })
+        .filter_map(|(_, &j)| units.get(j))
+        .map(|u| src.describe(&u.cell))
+        .collect();
+    let which = if named.is_empty() {
+        units
+            .iter()
+            .map(|u| src.describe(&u.cell))
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(", ")
+            + if units.len() > 3 { ", ..." } else { "" }
+    } else {
+        named.join(", ")
+    };
+    Error::Malformed(format!("GPU decode of {which}: {msg}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn room_holds_the_decoded_unit_and_a_worst_case_frame() {
+        for n in [1usize, 100, 4096, 1 << 20, 16 << 20] {
+            let r = stored_room(n);
+            assert!(r >= n && r % 16 == 0);
+            // zstd's bound: n + n/256 + small.
+            assert!(r >= n + n / 256 + 64, "{n}");
+        }
+    }
+
+    #[test]
+    fn used_bytes_end_at_the_last_region_with_data() {
+        assert_eq!(Got::Missing.end(100, 10), 0);
+        assert_eq!(Got::Host.end(100, 10), 110);
+        assert_eq!(Got::Gpu(100..150).end(100, 10), 150);
+    }
+}
