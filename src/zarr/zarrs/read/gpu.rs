@@ -237,10 +237,12 @@ pub(crate) fn worker(
                 .gpu_read_us
                 .fetch_add(micros(t0.elapsed()), Ordering::Relaxed);
             let f = k % depth;
+            if f < flights.len() {
+                flights[f].complete(src, run, model, counts)?;
+            }
+            let t1 = Instant::now();
             if f == flights.len() {
                 flights.push(Flight::new(ctx, per * room, per * stride)?);
-            } else {
-                flights[f].complete(src, run, model, counts)?;
             }
             let flight = &mut flights[f];
             let owners = queue_claim(
@@ -254,6 +256,9 @@ pub(crate) fn worker(
                 flight,
                 out,
             )?;
+            counts
+                .gpu_queue_us
+                .fetch_add(micros(t1.elapsed()), Ordering::Relaxed);
             flight.busy = Some(Busy {
                 units: range,
                 owners,

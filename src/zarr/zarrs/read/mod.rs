@@ -149,6 +149,9 @@ pub struct ReadReport {
     /// Microseconds the GPU workers waited for the device (a claim in flight to finish
     /// before its device buffers are reused, and at the end; summed over workers).
     pub gpu_wait_us: u64,
+    /// Microseconds the GPU workers spent queueing claims on the device (the host side
+    /// of the nvCOMP calls and launches, a flight's first allocations; summed).
+    pub gpu_queue_us: u64,
     /// Of those, chunks not stored (read as the fill value).
     pub missing_chunks: u64,
     /// Decoded bytes (whole chunks, before selection).
@@ -178,9 +181,10 @@ impl std::fmt::Display for ReadReport {
         if self.gpu_workers > 0 {
             write!(
                 f,
-                "; GPU workers read for {:.1} ms, their claims took {:.1} ms on the device, \
-                 they waited {:.1} ms for it",
+                "; GPU workers read for {:.1} ms, queued for {:.1} ms, their claims took {:.1} ms \
+                 on the device, they waited {:.1} ms for it",
                 self.gpu_read_us as f64 / 1e3,
+                self.gpu_queue_us as f64 / 1e3,
                 self.gpu_decode_us as f64 / 1e3,
                 self.gpu_wait_us as f64 / 1e3
             )?;
@@ -279,6 +283,7 @@ pub(crate) fn read(
         gpu_read_us: counts.gpu_read_us.load(Ordering::Relaxed),
         gpu_decode_us: counts.gpu_decode_us.load(Ordering::Relaxed),
         gpu_wait_us: counts.gpu_wait_us.load(Ordering::Relaxed),
+        gpu_queue_us: counts.gpu_queue_us.load(Ordering::Relaxed),
         codecs: src.codecs.describe(),
         cpu_chunks,
         missing_chunks: counts.missing_units.load(Ordering::Relaxed),

@@ -45,6 +45,9 @@ pub(crate) struct Counts {
     pub gpu_read_us: AtomicU64,
     pub gpu_decode_us: AtomicU64,
     pub gpu_wait_us: AtomicU64,
+    /// Microseconds GPU workers spent queueing claims (host side: nvCOMP's set-up,
+    /// the launches, a flight's first allocations).
+    pub gpu_queue_us: AtomicU64,
     pub missing_units: AtomicU64,
     pub decoded_bytes: AtomicU64,
     pub workers: AtomicUsize,
