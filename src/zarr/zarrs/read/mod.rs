@@ -92,8 +92,10 @@ pub struct ReadOptions {
     /// CPU worker threads (`None`: one per core).
     pub threads: Option<usize>,
     /// Of the threads, how many feed nvCOMP in a read with both decoders (`None`: an
-    /// eighth, at least one). A GPU worker reads stored bytes and waits for the GPU;
-    /// the CPU workers decode.
+    /// eighth, at least one). A GPU worker reads stored bytes with its own four reader
+    /// threads and queues them for the GPU; the CPU workers decode. With
+    /// [`Decoder::Gpu`] the threads are split into GPU workers of one thread and its
+    /// four readers each (16 threads: 4 workers).
     pub gpu_workers: Option<usize>,
     /// Bytes of one staging slot of a device read (`DEFAULT_SLOT_BYTES`; a slot
     /// always holds at least one decoded chunk). Each worker holds two slots, and the
