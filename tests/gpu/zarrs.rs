@@ -388,7 +388,7 @@ gpu_test_exclusive! {
 }
 
 /// Why nvCOMP tests cannot run here, printed as SKIPPED.
-fn nvcomp_missing(test: &str) -> bool {
+pub(crate) fn nvcomp_missing(test: &str) -> bool {
     match devbuf::cuda::nvcomp::unavailable_reason() {
         Some(why) => {
             println!("SKIPPED {test}: nvCOMP not available: {why}");

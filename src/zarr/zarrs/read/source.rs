@@ -37,16 +37,6 @@ pub(crate) enum Stored {
 /// A unit's chunk (or shard) file and, for an inner chunk, its `(offset, nbytes)`.
 type FileRange = (PathBuf, Option<(u64, u64)>);
 
-/// What [`Source::stored_into`] found.
-pub(crate) enum StoredLen {
-    /// Not stored: the unit reads as the fill value.
-    Missing,
-    /// This many stored bytes were read into the start of the buffer.
-    Fits(usize),
-    /// The stored bytes do not fit the buffer (this many).
-    TooLarge,
-}
-
 /// An array as the engine reads it.
 pub(crate) struct Source<'a> {
     pub array: &'a Array<Storage>,
@@ -225,7 +215,8 @@ impl<'a> Source<'a> {
         }
     }
 
-    /// The stored bytes of `cell` (engine-decoded chains only).
+    /// The stored bytes of `cell` (engine-decoded chains only). An object store's fetch
+    /// stage hands each unit's bytes out once: a caller that needs them twice keeps them.
     pub(crate) fn fetch(&self, cell: &[u64]) -> Result<Stored> {
         #[cfg(feature = "object_store")]
         if let Some(got) = self.fetched(cell) {
@@ -474,20 +465,6 @@ impl<'a> Source<'a> {
             codec::decode_into(chain, &buf[..n], dst, &what)
         })?;
         Ok(true)
-    }
-
-    /// Reads the stored bytes of `cell` into the start of `buf` when they fit, through
-    /// the store's `get` (the GPU decoders' input for stores without files; with files
-    /// they use [`open_stored`](Self::open_stored) and read in parallel).
-    pub(crate) fn stored_into(&self, cell: &[u64], buf: &mut [u8]) -> Result<StoredLen> {
-        match self.fetch(cell)? {
-            Stored::Missing => Ok(StoredLen::Missing),
-            Stored::Bytes(b) if b.len() <= buf.len() => {
-                buf[..b.len()].copy_from_slice(&b);
-                Ok(StoredLen::Fits(b.len()))
-            }
-            Stored::Bytes(_) => Ok(StoredLen::TooLarge),
-        }
     }
 
     /// Whether chunk files are read directly (a filesystem store).

@@ -9,7 +9,7 @@ use std::ops::Range;
 
 use super::codec::{self, Chain, Compression};
 use super::plan::Unit;
-use super::source::{Source, StoredLen};
+use super::source::{Source, Stored};
 use crate::error::{Error, Result};
 
 /// Room for the stored bytes of one unit of `cell_bytes` decoded bytes: what zstd and
@@ -124,6 +124,9 @@ fn one_unit(
     region: &mut [u8],
     at: usize,
 ) -> Result<Got> {
+    // A store without files: the unit's bytes, taken once (an object store's fetch
+    // stage hands each unit's bytes out once) and kept for a host decode.
+    let mut held = None;
     let len = if src.has_files() {
         match src.open_stored(&u.cell)? {
             None => return Ok(Got::Missing),
@@ -137,10 +140,17 @@ fn one_unit(
             },
         }
     } else {
-        match src.stored_into(&u.cell, region)? {
-            StoredLen::Missing => return Ok(Got::Missing),
-            StoredLen::TooLarge => None,
-            StoredLen::Fits(n) => Some(n),
+        match src.fetch(&u.cell)? {
+            Stored::Missing => return Ok(Got::Missing),
+            Stored::Bytes(b) => {
+                let n = b.len();
+                let fits = n <= region.len();
+                if fits {
+                    region[..n].copy_from_slice(&b);
+                }
+                held = Some(b);
+                fits.then_some(n)
+            }
         }
     };
     let what = || src.describe(&u.cell);
@@ -152,9 +162,15 @@ fn one_unit(
         Some(r) => Ok(Got::Gpu(at + r.start..at + r.end)),
         None => {
             // Valid input nvCOMP should not be given, or too large for the region: the
-            // host decoder (bounded) decides, reading the unit again.
+            // host decoder (bounded) decides, from the bytes already taken, or reading
+            // the unit's file again.
             let dst = &mut region[..src.cell_bytes];
-            src.decode(&u.cell, dst)?;
+            match &held {
+                Some(b) => codec::decode_into(chain, b, dst, &what)?,
+                None => {
+                    src.decode(&u.cell, dst)?;
+                }
+            }
             // In stored order, like nvCOMP's output: the claim's byte swap covers every
             // unit.
             if let Some(w) = chain.swap {
