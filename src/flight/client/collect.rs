@@ -105,7 +105,10 @@ impl Collect {
 impl Client {
     /// The chunk batches of a selection (element ranges per axis; the whole array when
     /// `None`) as received, in endpoint order: on the host zero-copy views of the
-    /// received bodies, on a device one allocation per batch. Every chunk the
+    /// received bodies, on a device one allocation per batch from the context's
+    /// stream-ordered pool ([`Context::allocate_pooled`](crate::cuda::Context::allocate_pooled):
+    /// legacy CUDA IPC cannot export it; copy a batch into
+    /// [`Context::allocate`](crate::cuda::Context::allocate) memory to share it). Every chunk the
     /// selection touches arrives once, whole (edge chunks padded with the fill value,
     /// as [`ChunkBatch`] stores them).
     pub fn read_chunks(

@@ -65,12 +65,21 @@ impl Receiver {
     }
 
     /// One message: a batch, or `None` for the schema and dictionary messages. Device
-    /// batches get an allocation of their own.
+    /// batches get an allocation of their own, from the context's stream-ordered pool
+    /// ([`Context::allocate_pooled`]; `cuMemAlloc` where the device has no pools): a
+    /// `cuMemAlloc` and `cuMemFree` per batch would synchronise the device under every
+    /// receiving thread (on the H100, 8 endpoints of 4 MiB batches came in at 1.5 GB/s
+    /// that way, against 2.7 GB/s into host memory).
     pub(crate) fn message(&mut self, fd: &FlightData) -> Result<Option<Batch>> {
         match (&self.ctx, header_type(fd)?) {
             (Some(ctx), MessageHeader::RecordBatch) if !self.dictionaries => {
                 let ctx = ctx.clone();
-                let mut fresh = None;
+                let need = message_len(fd)?;
+                let own = match ctx.allocate_pooled(need, None) {
+                    Err(Error::CudaUnavailable { .. }) => ctx.allocate(need)?,
+                    other => other?,
+                };
+                let mut fresh = Some(own);
                 Ok(Some(Batch::Device(upload(
                     fd,
                     self.schema()?,
@@ -113,6 +122,14 @@ impl Receiver {
     }
 }
 
+/// The bytes of `fd` re-encapsulated: its header's prefix (padded) and its body.
+fn message_len(fd: &FlightData) -> Result<usize> {
+    message_prefix(&fd.data_header)?
+        .len()
+        .checked_add(fd.data_body.len())
+        .ok_or_else(|| Error::invalid("a message too large to hold"))
+}
+
 /// Copies a record batch message into device memory (into `scratch` when it is large
 /// enough, else into a new allocation left in `scratch`) and reads it there.
 fn upload(
@@ -122,10 +139,7 @@ fn upload(
     scratch: &mut Option<DeviceBuffer>,
 ) -> Result<DeviceRecordBatch> {
     let prefix = message_prefix(&fd.data_header)?;
-    let need = prefix
-        .len()
-        .checked_add(fd.data_body.len())
-        .ok_or_else(|| Error::invalid("a message too large to hold"))?;
+    let need = message_len(fd)?;
     let buf = match scratch {
         Some(b) if b.len() >= need => b.clone(),
         _ => {
