@@ -23,6 +23,7 @@
 
 use devbuf::cuda::{Context, TransferConfig};
 
+pub mod ipc;
 pub mod pool;
 
 /// What a context holds by devbuf's own counters.
@@ -84,5 +85,23 @@ impl RestoreConfig {
 impl Drop for RestoreConfig {
     fn drop(&mut self) {
         let _ = self.ctx.set_transfer_config(self.config.clone());
+    }
+}
+
+/// `"ok:<what>"` for a result that holds `what`, `"err:<message>"` for an error: how a
+/// child reports an outcome that may legitimately be either.
+pub fn outcome<T>(r: devbuf::Result<T>, what: impl FnOnce(T) -> String) -> String {
+    match r {
+        Ok(v) => format!("ok:{}", what(v)),
+        Err(e) => format!("err:{}", e.to_string().replace('\n', " ")),
+    }
+}
+
+/// `"equal"` when `got` is `want`, else `"differ"`.
+pub fn same(got: &[u8], want: &[u8]) -> String {
+    if got == want {
+        "equal".into()
+    } else {
+        "differ".into()
     }
 }
