@@ -24,6 +24,7 @@
 use devbuf::cuda::{Context, TransferConfig};
 
 pub mod ipc;
+pub mod memory;
 pub mod pool;
 
 /// What a context holds by devbuf's own counters.

@@ -45,6 +45,69 @@ fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static)
 }
 
 gpu_test! {
+    /// 64 MiB up and down through a pool that holds one 64 KiB kit (1024 rounds through
+    /// it), batched copies of 300 pieces, and 8 threads at once against that one kit:
+    /// every byte right, the bound never exceeded, nothing left in use.
+    fn faults_transfers_far_larger_than_the_pool_bound_complete() {
+        let c = Context::new_dedicated(0).unwrap();
+        let chunk = 64 * KIB;
+        c.set_transfer_config(one_kit(chunk, 16)).unwrap();
+        let n = 64 * MIB + 5;
+        let data = fast_random(n, 41);
+        let dev = c.allocate(n).unwrap();
+        dev.copy_from_host(0, &data).unwrap();
+        let mut back = vec![0u8; n];
+        dev.copy_to_host_into(0, &mut back).unwrap();
+        assert!(back == data, "64 MiB through one kit");
+        // Batched: 300 pieces of up to 100 KiB at odd offsets.
+        let mut r = rng("faults_pool_batched");
+        let mut at = 0;
+        let mut pieces = Vec::new();
+        for _ in 0..300 {
+            let len = 1 + below(&mut r, 100 * KIB);
+            at += below(&mut r, 64);
+            pieces.push((at, random_bytes(&mut r, len)));
+            at += len;
+        }
+        let many = c.allocate_zeroed(at).unwrap();
+        let list: Vec<(&[u8], &DeviceBuffer, usize)> =
+            pieces.iter().map(|(o, p)| (&p[..], &many, *o)).collect();
+        cuda::copy_many_from_host(&list).unwrap();
+        let mut outs: Vec<Vec<u8>> = pieces.iter().map(|(_, p)| vec![0u8; p.len()]).collect();
+        let mut list: Vec<(&mut [u8], &DeviceBuffer, usize)> =
+            outs.iter_mut().zip(&pieces).map(|(o, (at, _))| (&mut o[..], &many, *at)).collect();
+        cuda::copy_many_to_host(&mut list).unwrap();
+        for (o, (at, p)) in outs.iter().zip(&pieces) {
+            assert!(o == p, "batched piece at {at}");
+        }
+        // Eight callers against one kit: they wait for it in turn.
+        let threads: Vec<_> = (0..8u64)
+            .map(|t| {
+                let c = c.clone();
+                let (tx, rx) = mpsc::channel();
+                std::thread::spawn(move || {
+                    let data = fast_random(8 * MIB + t as usize, 50 + t);
+                    let d = c.allocate(data.len()).unwrap();
+                    let r = d.copy_from_host(0, &data).and_then(|_| d.to_host_vec());
+                    let _ = tx.send(r.map(|b| b == data));
+                });
+                rx
+            })
+            .collect();
+        for (t, rx) in threads.into_iter().enumerate() {
+            let r = rx.recv_timeout(LIMIT).unwrap_or_else(|_| panic!("thread {t} hung at the pool's bound"));
+            assert!(r.unwrap(), "thread {t}: wrong bytes");
+        }
+        let s = c.transfer_stats();
+        println!("one-kit pool: {s:?}");
+        assert!(s.pinned_high_water_bytes <= 2 * chunk, "{s:?}");
+        assert!(s.staged_copies >= 10, "{s:?}");
+        drop((dev, many));
+        assert_eq!(held(&c), NOTHING);
+        assert_eq!(c.trim_transfer_pool(), 2 * chunk, "the one kit, idle");
+        assert_eq!(c.transfer_stats().pinned_bytes, 0);
+    }
+
     /// A thread that holds the pool's only kit (as a zarr read or write worker holds
     /// its upload lane) and copies ordinary memory: the copy does not wait for a kit
     /// (only the waiting thread could release one: it waited forever) but goes through
