@@ -24,6 +24,7 @@
 use devbuf::cuda::{Context, TransferConfig};
 
 pub mod ipc;
+pub mod load;
 pub mod memory;
 pub mod pool;
 
