@@ -171,11 +171,15 @@ fn child_entry() {
                 .find_map(|l| l.strip_prefix("VmSize:"))
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
                 .expect("VmSize in /proc/self/status");
-            let limit = vm_kib * 1024 + extra;
-            let rl = libc::rlimit {
-                rlim_cur: limit,
-                rlim_max: limit,
+            let mut rl = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
             };
+            // Safety: getrlimit with a valid resource and a pointer to a live struct.
+            assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut rl) }, 0);
+            // The soft limit only, within the hard one (a shell's `ulimit -v` may have
+            // set both).
+            rl.rlim_cur = (vm_kib * 1024 + extra).min(rl.rlim_max);
             // Safety: setrlimit with a valid resource and a pointer to a live struct.
             assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &rl) }, 0);
             let big = SharedMemory::create(4 * extra as usize);
