@@ -196,8 +196,9 @@ mod zarr_at_the_bound {
         /// encoded 4 MiB chunk into a device memory store (a staged host-to-device copy)
         /// while it holds its lane: every copy waited for a kit only the waiting workers
         /// could release (a hang). Now the copies go through the driver; the array reads
-        /// back exactly. Runs alone: the zarr engine and the device store use the primary
-        /// context, whose configuration it changes (and restores).
+        /// back exactly, on the host and into the device (with four read workers whose
+        /// lanes fill the pool). Runs alone: the zarr engine and the device store use the
+        /// primary context, whose configuration it changes (and restores).
         fn faults_zarr_writes_whose_lanes_fill_the_pool_do_not_hang() {
             let c = Context::new(0).unwrap();
             let _restore = RestoreConfig::of(&c);
@@ -226,6 +227,16 @@ mod zarr_at_the_bound {
             assert!(s.pinned_high_water_bytes <= 32 * MIB, "{s:?}");
             let back = ZarrArray::open_store(store.clone(), "w").unwrap().read_all(&BufferPrototype::Host).unwrap();
             assert!(bytes_of(&back) == bytes, "the written array reads back");
+            // Read back into the device: the four read workers' lanes fill the pool while
+            // each fetches its chunk from the device store (a copy into new page-locked
+            // memory, which needs no kit).
+            c.trim_transfer_pool();
+            let a3 = a.clone();
+            let on_device = within("a zarr read whose lanes fill the pool", move || {
+                a3.read_all(&DEV).map(|nd| (nd.is_device(), bytes_of(&nd)))
+            })
+            .unwrap();
+            assert!(on_device.0 && on_device.1 == bytes, "the array read into the device");
             drop((a, back, store));
             let now = held(&c);
             assert_eq!(now, base, "counters of the primary context");
