@@ -30,6 +30,8 @@ pub mod kernels;
 mod mempool;
 pub mod nvcomp;
 mod stream;
+#[cfg(feature = "test-support")]
+pub mod testing;
 mod transfer;
 
 pub use buffer::DeviceBuffer;

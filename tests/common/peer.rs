@@ -5,9 +5,13 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::Duration;
+
+/// How long a child may take for one reply ([`Peer::expect`]) or to exit once asked
+/// ([`Peer::finish`], [`Peer::kill`]); it is killed after that and the test fails.
+pub const CHILD_LIMIT: Duration = Duration::from_secs(120);
 
 /// A child process running this test binary's child test in some role.
 pub struct Peer {
@@ -55,7 +59,7 @@ impl Peer {
     pub fn expect(&mut self, key: &str) -> String {
         let prefix = format!("CHILD {key} ");
         loop {
-            match self.lines.recv_timeout(Duration::from_secs(120)) {
+            match self.lines.recv_timeout(CHILD_LIMIT) {
                 Ok(line) => {
                     if let Some(v) = line.strip_prefix(&prefix) {
                         return v.to_string();
@@ -82,23 +86,63 @@ impl Peer {
         stdin.flush().expect("flush child stdin");
     }
 
-    /// Kills the child (SIGKILL) and reaps it.
-    pub fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
-    pub fn finish(mut self) {
-        drop(self.stdin.take());
-        let status = self.child.wait().expect("wait for child");
-        while let Ok(line) = self.lines.try_recv() {
-            self.seen.push(line);
-        }
+    /// Kills the child (SIGKILL) and reaps it (within [`CHILD_LIMIT`]); returns how it
+    /// ended.
+    pub fn kill(mut self) -> ExitStatus {
+        let _ = self.child.kill();
+        self.wait_exit(CHILD_LIMIT).0
+    }
+
+    /// Closes the child's stdin and waits for it to exit successfully, at most
+    /// [`CHILD_LIMIT`].
+    pub fn finish(self) {
+        self.finish_within(CHILD_LIMIT)
+    }
+
+    /// Closes the child's stdin and waits for it to exit successfully, at most `limit`
+    /// (then it is killed and the test fails).
+    pub fn finish_within(self, limit: Duration) {
+        let (status, seen) = self.wait_exit(limit);
         assert!(
             status.success(),
-            "child failed: {status}; output: {:#?}",
-            self.seen
+            "child failed: {status}; output: {seen:#?}"
         );
+    }
+
+    /// Closes the child's stdin and waits at most `limit` for it to exit: its status
+    /// and every line it printed that no [`expect`](Self::expect) took. A child still
+    /// running after `limit` is killed (SIGKILL) and the test fails.
+    pub fn wait_exit(mut self, limit: Duration) -> (ExitStatus, Vec<String>) {
+        drop(self.stdin.take());
+        let pid = self.child.id();
+        let mut child = self.child;
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait());
+        });
+        let status = match rx.recv_timeout(limit) {
+            Ok(r) => r.expect("wait for the child"),
+            Err(_) => {
+                // Safety: `kill` with a valid signal; the child is not reaped yet (its
+                // waiter has not returned), so `pid` still names it.
+                unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                let _ = rx.recv_timeout(limit);
+                panic!(
+                    "child {pid} did not exit within {limit:?} (killed); output: {:#?}",
+                    self.seen
+                );
+            }
+        };
+        // The reader sees the end of the child's output right after it exits.
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(10)) {
+            self.seen.push(line);
+        }
+        (status, self.seen)
     }
 }
 

@@ -115,3 +115,96 @@ pub fn files_under(dir: &std::path::Path) -> Vec<(String, PathBuf)> {
     out.sort();
     out
 }
+
+/// A zstd-compressed int32 array of 512 x 384 in 64 x 96 chunks in host memory, for
+/// load tests (host: tests/load_host.rs; GPU: tests/gpu/faults/load.rs): random values,
+/// rows 64..128 never written (chunks of the fill value, 0). Reads compare against
+/// [`LoadArray::bytes`].
+pub struct LoadArray {
+    /// The array (read with 4 worker threads).
+    pub array: devbuf::zarr::zarrs::ZarrArray,
+    /// Its C-order bytes.
+    pub bytes: Vec<u8>,
+}
+
+impl LoadArray {
+    /// The array's shape.
+    pub const SHAPE: [u64; 2] = [512, 384];
+    /// Its chunk shape.
+    pub const CHUNK: [u64; 2] = [64, 96];
+
+    /// Makes the array from `seed`.
+    pub fn new(seed: u64) -> LoadArray {
+        use devbuf::zarr::zarrs::{ArraySpec, Compressor, ReadOptions, ZarrArray};
+        use devbuf::zarr::{DataType, MemoryStore, NDBuffer, Order};
+        use rand::{RngCore, SeedableRng};
+        let [rows, cols] = Self::SHAPE.map(|n| n as usize);
+        let spec = ArraySpec::new(&Self::SHAPE, &Self::CHUNK, DataType::INT32)
+            .with_compressor(Compressor::Zstd { level: 1 });
+        let store = std::sync::Arc::new(MemoryStore::new());
+        let mut array = ZarrArray::create_in_store(store, "load", &spec).unwrap();
+        let options = ReadOptions {
+            threads: Some(4),
+            ..ReadOptions::default()
+        };
+        array.set_read_options(options).unwrap();
+        let mut bytes = vec![0u8; 4 * rows * cols];
+        rand::rngs::SmallRng::seed_from_u64(seed).fill_bytes(&mut bytes);
+        bytes[4 * 64 * cols..4 * 128 * cols].fill(0);
+        for (start, n) in [(0usize, 64usize), (128, rows - 128)] {
+            let part = bytes[4 * start * cols..4 * (start + n) * cols].to_vec();
+            let nd = NDBuffer::from_memory(part, &[n, cols], DataType::INT32, Order::C).unwrap();
+            array.write_subset(&[start as u64, 0], &nd).unwrap();
+        }
+        LoadArray { array, bytes }
+    }
+
+    /// Reads a random box, or a few random whole chunks, into `prototype`'s memory and
+    /// compares it with [`bytes`](Self::bytes).
+    pub fn read(
+        &self,
+        r: &mut rand::rngs::SmallRng,
+        prototype: &devbuf::zarr::BufferPrototype,
+    ) -> Result<(), String> {
+        use rand::Rng;
+        let [s0, s1] = Self::SHAPE;
+        let to_host = |nd: &devbuf::zarr::NDBuffer| {
+            nd.to_buffer()
+                .and_then(|b| b.to_bytes())
+                .map_err(|e| format!("to host: {e}"))
+        };
+        if r.random_range(0..3) == 0 {
+            let all = grid_indices(&[s0 / Self::CHUNK[0], s1 / Self::CHUNK[1]]);
+            let pick: Vec<Vec<u64>> = (0..r.random_range(1..7))
+                .map(|_| all[r.random_range(0..all.len())].clone())
+                .collect();
+            let got = self
+                .array
+                .read_chunks(&pick, prototype)
+                .map_err(|e| format!("read_chunks {pick:?}: {e}"))?;
+            for (idx, nd) in pick.iter().zip(&got) {
+                let start = [idx[0] * Self::CHUNK[0], idx[1] * Self::CHUNK[1]];
+                let want = sub_box(&self.bytes, &Self::SHAPE, 4, &start, &Self::CHUNK);
+                if nd.prototype() != *prototype || to_host(nd)? != want {
+                    return Err(format!("chunk {idx:?}: wrong bytes or memory"));
+                }
+            }
+            return Ok(());
+        }
+        let a0 = r.random_range(0..s0);
+        let a1 = r.random_range(0..s1);
+        let b0 = r.random_range(a0 + 1..=s0);
+        let b1 = r.random_range(a1 + 1..=s1);
+        let nd = self
+            .array
+            .read_subset(&[a0..b0, a1..b1], prototype)
+            .map_err(|e| format!("read_subset [{a0}..{b0}, {a1}..{b1}]: {e}"))?;
+        let want = sub_box(&self.bytes, &Self::SHAPE, 4, &[a0, a1], &[b0 - a0, b1 - a1]);
+        if nd.prototype() != *prototype || to_host(&nd)? != want {
+            return Err(format!(
+                "box [{a0}..{b0}, {a1}..{b1}]: wrong bytes or memory"
+            ));
+        }
+        Ok(())
+    }
+}

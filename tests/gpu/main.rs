@@ -18,6 +18,7 @@ mod corpus;
 mod common;
 mod c_device;
 mod core;
+mod faults;
 #[cfg(feature = "flight")]
 mod flight;
 mod ipc;

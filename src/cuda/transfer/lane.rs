@@ -16,8 +16,18 @@
 //! after that copy, so the slot is free again as soon as its bytes are on the device,
 //! whatever the producer queues after it (the GPU decode workers keep several decodes
 //! in flight on their own streams this way).
+//!
+//! A thread that holds a lane's kit must never wait for another kit: the zarr write
+//! engine's workers store encoded chunks (a host-to-device copy into a
+//! `DeviceMemoryStore`) while they hold their lanes, and when the lanes of all workers
+//! filled the pool, each worker's copy waited for a kit that only the waiting workers
+//! could release (a hang). The lane counts its lease in a thread-local
+//! ([`lease_held_here`]); the transfer engine does not wait for staging on a thread
+//! that holds one, and copies through the driver instead when the pool is full.
 
+use std::cell::Cell;
 use std::sync::Arc;
+use std::thread::ThreadId;
 
 use super::engine::{Kit, Shared};
 use crate::cuda::buffer::DeviceBuffer;
@@ -26,10 +36,27 @@ use crate::cuda::driver;
 use crate::cuda::stream::Stream;
 use crate::error::{Error, Result};
 
+thread_local! {
+    /// Staging kits leased to upload lanes by this thread and not yet given back.
+    static LEASED_HERE: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Whether the calling thread holds the staging kit of an [`UploadLane`] (then it must
+/// not wait for another kit: the kits it would wait for may all be held by threads
+/// waiting the same way).
+pub(crate) fn lease_held_here() -> bool {
+    LEASED_HERE.with(|n| n.get() > 0)
+}
+
 /// A producer's double-buffered path to the device through the page-locked pool.
 pub(crate) struct UploadLane {
     shared: Arc<Shared>,
     kit: Option<Kit>,
+    /// The thread whose [`LEASED_HERE`] counts this lane's kit. A lane dropped on
+    /// another thread leaves that count raised: the creating thread's staged copies then
+    /// go through the driver when the pool is full instead of waiting (slower, never
+    /// wrong).
+    leased_on: ThreadId,
     stream: Stream,
     /// The slots' device scratch buffers (`None` for a bare lane).
     scratch: Option<[DeviceBuffer; 2]>,
@@ -84,6 +111,10 @@ impl UploadLane {
             Ok((stream, scratch)) => Ok(Some(UploadLane {
                 shared,
                 kit: Some(kit),
+                leased_on: {
+                    LEASED_HERE.with(|n| n.set(n.get() + 1));
+                    std::thread::current().id()
+                },
                 stream,
                 scratch,
                 slot: 0,
@@ -293,6 +324,9 @@ impl Drop for UploadLane {
                 && (0..2)
                     .all(|i| !self.queued[i] || driver::event_synchronize(kit.event(i)).is_ok());
             self.shared.return_kit(kit, idle);
+            if std::thread::current().id() == self.leased_on {
+                LEASED_HERE.with(|n| n.set(n.get().saturating_sub(1)));
+            }
         }
     }
 }

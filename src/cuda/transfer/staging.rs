@@ -192,9 +192,10 @@ impl<K: PoolItem> StagingPool<K> {
     /// Like [`try_acquire`](Self::try_acquire), but waits for a release while the pool
     /// is at its limit, until `give_up()` says the item is no longer needed.
     ///
-    /// An item larger than the whole limit (possible when the limit was lowered while a
-    /// transfer planned with the old configuration was running) can never be had by
-    /// waiting: that is an error naming both sizes, unless `give_up()` already holds.
+    /// An item larger than the whole limit (the limit was lowered while a transfer
+    /// planned with the old configuration was running, or a zarr read or write stages
+    /// chunks larger than half the limit) can never be had by waiting: that is an error
+    /// naming both sizes and the bound to raise, unless `give_up()` already holds.
     pub fn acquire(
         &self,
         chunk: usize,
@@ -212,10 +213,15 @@ impl<K: PoolItem> StagingPool<K> {
             }
             let mut s = self.lock();
             if bytes > s.c.limit {
+                // Two ways here: the bound was lowered while a transfer planned with a
+                // larger chunk ran, or a zarr read or write needs staging slots of whole
+                // chunks and one chunk is larger than half the bound.
                 return Err(Error::invalid(format!(
-                    "a staging kit of {bytes} bytes (2 x chunk_bytes {chunk}) does not fit the \
-                     page-locked pool's bound of {} bytes (TransferConfig::max_pinned_bytes was \
-                     lowered while this transfer ran); retry the copy",
+                    "a staging kit of {bytes} bytes (two {chunk}-byte page-locked buffers) does \
+                     not fit the page-locked pool's bound of {} bytes \
+                     (TransferConfig::max_pinned_bytes): raise the bound to at least {bytes} \
+                     (a zarr read or write stages whole chunks, at least one per buffer), or \
+                     retry the copy if the bound was lowered while it ran",
                     s.c.limit
                 )));
             }
@@ -490,6 +496,7 @@ mod tests {
             e.contains("80") && e.contains("60") && e.contains("max_pinned_bytes"),
             "{e}"
         );
+        assert!(e.contains("raise the bound to at least 80"), "{e}");
         let c = p.snapshot();
         assert_eq!((c.held, c.in_use, c.waits), (0, 0, 0));
         // Already given up: no error.

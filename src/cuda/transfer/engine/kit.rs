@@ -61,7 +61,7 @@ impl Kit {
                          lower TransferConfig::chunk_bytes or max_pinned_bytes"
                     ))
                 } else {
-                    e
+                    crate::cuda::host::page_locked_refused(e, chunk, "page-locked staging buffer")
                 }
             })?;
             // Safety: `host[i]` was just allocated with `chunk` bytes and nothing else

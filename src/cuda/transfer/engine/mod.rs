@@ -50,6 +50,7 @@ mod registrations;
 mod tests;
 mod worker;
 
+use super::lane::lease_held_here;
 use job::{ActiveGuard, Job, JobGuard, KitGuard, LaneState};
 pub(crate) use kit::Kit;
 use registrations::REGISTRATIONS;
@@ -511,16 +512,26 @@ impl Engine {
 
     // -- staged copies ------------------------------------------------------------
 
+    /// Copies one range through the staging lanes; through the driver instead when this
+    /// thread holds an upload lane's kit and the pool has no kit for it now (see
+    /// [`Engine::run`]).
+    ///
+    /// Reached only from the routes of [`Engine::copy`], whose caller guarantees the
+    /// request's ranges (see its safety section).
     fn staged_single(&self, ctx: &Context, r: &Request, cfg: &TransferConfig) -> Result<()> {
         let lanes = cfg.lanes.max(1);
         let chunk = plan::chunk_size_for(r.len, lanes, cfg.min_chunk_bytes, cfg.chunk_bytes);
         let plan = plan::plan_single(r.len, chunk);
-        self.shared.counters.staged.fetch_add(1, Ordering::Relaxed);
         let pieces = vec![PieceSpec {
             len: r.len,
             dev: r.dev,
         }];
-        self.run(
+        // Host pages another copy registered must not be copied by the driver directly
+        // (see `direct_unless_registered`): then the lanes wait for a kit in any case.
+        let start = r.host as usize;
+        let may_wait =
+            !lease_held_here() || REGISTRATIONS.overlaps(start, start.saturating_add(r.len));
+        let staged = self.run(
             ctx,
             r.dir,
             vec![Raw(r.host)],
@@ -530,7 +541,18 @@ impl Engine {
             cfg,
             r.on,
             None,
-        )
+            may_wait,
+        );
+        if !matches!(staged, Ok(false)) {
+            self.shared.counters.staged.fetch_add(1, Ordering::Relaxed);
+            return staged.map(|_| ());
+        }
+        ctx.bind()?;
+        // Safety: `staged_single` is reached only from `Engine::copy` (directly or through
+        // `direct_unless_registered` / `piecewise`), whose caller guarantees that
+        // `r.host..+len` is valid for the direction until the copy completes and that
+        // `r.dev..+len` is device memory of `ctx`; nothing was copied by the lanes.
+        unsafe { self.direct(r, cfg) }
     }
 
     /// Copies many pieces through staging, packed. `hosts[i]` is valid for
@@ -567,14 +589,32 @@ impl Engine {
             ScatterMode::MemcpyBatch => PackParams::for_batch_memcpy(cfg.chunk_bytes),
         };
         let plan = plan::plan_batch(&pieces, &params);
-        let c = &self.shared.counters;
-        c.batched.fetch_add(1, Ordering::Relaxed);
-        c.batched_pieces
-            .fetch_add(pieces.len() as u64, Ordering::Relaxed);
         let mut cfg2 = cfg.clone();
         cfg2.scatter = scatter;
-        let hosts = hosts.into_iter().map(Raw).collect();
-        self.run(ctx, dir, hosts, pieces, plan, params, &cfg2, None, kernel)
+        let raws = hosts.iter().map(|&h| Raw(h)).collect();
+        let may_wait = !lease_held_here();
+        let staged = self.run(
+            ctx,
+            dir,
+            raws,
+            pieces.clone(),
+            plan,
+            params,
+            &cfg2,
+            None,
+            kernel,
+            may_wait,
+        );
+        if !matches!(staged, Ok(false)) {
+            let c = &self.shared.counters;
+            c.batched.fetch_add(1, Ordering::Relaxed);
+            c.batched_pieces
+                .fetch_add(pieces.len() as u64, Ordering::Relaxed);
+            return staged.map(|_| ());
+        }
+        // No kit without waiting on a thread that holds an upload lane: piece by piece.
+        // Safety: guaranteed by the caller.
+        unsafe { self.piecewise(ctx, dir, &hosts, &pieces, &cfg) }
     }
 
     /// The fallback of [`copy_many`](Self::copy_many) without kernels or batch copies.
@@ -605,6 +645,14 @@ impl Engine {
         Ok(())
     }
 
+    /// Runs a staged job on the calling thread's lane and the workers that join it.
+    /// The calling thread's lane waits for a kit when the pool is at its bound if
+    /// `may_wait`; callers pass `false` on a thread that holds an upload lane's kit
+    /// (`lease_held_here`): such a thread must not wait for the pool, because the kits it
+    /// would wait for may be held by threads waiting the same way.
+    ///
+    /// `Ok(true)`: done. `Ok(false)`: nothing was copied (no lane got a kit without
+    /// waiting); the caller copies through the driver instead.
     #[allow(clippy::too_many_arguments)]
     fn run(
         &self,
@@ -617,14 +665,12 @@ impl Engine {
         cfg: &TransferConfig,
         on: Option<CUstream>,
         kernel: Option<Raw<CUfunction>>,
-    ) -> Result<()> {
+        may_wait: bool,
+    ) -> Result<bool> {
         if plan.chunks.is_empty() {
-            return Ok(());
+            return Ok(true);
         }
-        self.shared
-            .counters
-            .staged_bytes
-            .fetch_add(plan.total_bytes as u64, Ordering::Relaxed);
+        let total_bytes = plan.total_bytes as u64;
         // Ordered after the work queued on `on` so far: the caller waits for it on the
         // host before any lane starts. A blocking-sync event sleeps; lanes waiting on the
         // device instead would spin in their event synchronisations (up to `lanes`
@@ -664,14 +710,24 @@ impl Engine {
                     self.shared.queue_cv.notify_one();
                 }
             }
-            self.shared.lane(&job, true);
+            self.shared.lane(&job, may_wait);
             // `_guard` closes the job and waits for the helpers here.
+        }
+        // A lane that got a kit claims chunks until none is left (or the job failed), so
+        // no claim at all means that no lane got one — possible only when the caller's
+        // lane did not wait: nothing was copied.
+        let ran = may_wait || job.next.load(Ordering::SeqCst) > 0;
+        if ran {
+            self.shared
+                .counters
+                .staged_bytes
+                .fetch_add(total_bytes, Ordering::Relaxed);
         }
         ctx.bind()?;
         let err = job.error.lock().unwrap_or_else(|p| p.into_inner()).take();
         match err {
             Some(e) => Err(e),
-            None => Ok(()),
+            None => Ok(ran),
         }
     }
 }
