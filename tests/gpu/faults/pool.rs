@@ -210,6 +210,9 @@ mod zarr_at_the_bound {
             .unwrap();
             c.trim_transfer_pool();
             let base = held(&c);
+            // High-water marks are never reset: tests before this one on the primary
+            // context may have left one above this test's bound.
+            let high_before = c.transfer_stats().pinned_high_water_bytes;
             let store = Arc::new(DeviceMemoryStore::new(0).unwrap());
             let spec = ArraySpec::new(&[4 * chunk_elems as u64], &[chunk_elems as u64], DataType::FLOAT32);
             let mut a = ZarrArray::create_in_store(store.clone(), "w", &spec).unwrap();
@@ -224,7 +227,12 @@ mod zarr_at_the_bound {
             within("a zarr write whose lanes fill the pool", move || a2.write_subset(&[0], &values)).unwrap();
             let s = c.transfer_stats();
             println!("zarr write at the bound: {s:?}");
-            assert!(s.pinned_high_water_bytes <= 32 * MIB, "{s:?}");
+            assert!(s.pinned_bytes <= 32 * MIB, "the pool holds no more than its bound: {s:?}");
+            if high_before <= 32 * MIB {
+                assert!(s.pinned_high_water_bytes <= 32 * MIB, "{s:?}");
+            } else {
+                println!("pool high water {high_before} B from earlier tests: the peak of this test is not visible");
+            }
             let back = ZarrArray::open_store(store.clone(), "w").unwrap().read_all(&BufferPrototype::Host).unwrap();
             assert!(bytes_of(&back) == bytes, "the written array reads back");
             // Read back into the device: the four read workers' lanes fill the pool while
