@@ -97,7 +97,8 @@ failed_tests() {
 # process with --target-processes all); "none" when there is no such line.
 sanitizer_errors() {
     local n
-    n="$(sed -nE 's/^========= ERROR SUMMARY: ([0-9]+) error.*/\1/p' "$@" | awk '{s += $1} END {if (NR) print s; else print "none"}')"
+    # Not the "N errors were not printed" line that follows a summary past --print-limit.
+    n="$(grep -vh 'were not printed' "$@" | sed -nE 's/^========= ERROR SUMMARY: ([0-9]+) error.*/\1/p' | awk '{s += $1} END {if (NR) print s; else print "none"}')"
     echo "$n"
 }
 
