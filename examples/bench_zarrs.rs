@@ -21,7 +21,9 @@
 //! sets `ReadOptions::gpu_workers`, `--no-writes` skips the writes, `--no-limits` the limits, `--reports` prints
 //! every decoder's read report, `--keep DIR` writes the own sweep's stores into DIR and
 //! keeps them (for later runs with `--store`). The limits printed first are measured in the same run:
-//! page-locked host -> device copy (PCIe) and one core's zstd-1 decode rate.
+//! page-locked host -> device copy (PCIe), one core's zstd-1 decode rate, fresh host
+//! memory and (unless `--no-writes`) the file system's rate for new and rewritten chunk
+//! files and one core's zstd-1 encode rate.
 
 #[cfg(not(feature = "zarrs"))]
 fn main() {
@@ -398,6 +400,75 @@ mod bench {
         Ok(gbs(raw.len() as f64, s))
     }
 
+    /// One core's zstd-1 encode rate of this data (GB/s of raw bytes in).
+    fn zstd_encode_core_rate() -> devbuf::Result<f64> {
+        let f = field(1024, 1024);
+        let raw = f.to_buffer()?.to_bytes()?;
+        let mut out = vec![0u8; zstd::zstd_safe::compress_bound(raw.len())];
+        let mut c =
+            zstd::bulk::Compressor::new(1).map_err(|e| devbuf::Error::invalid(e.to_string()))?;
+        let s = time(5, &mut || {
+            c.compress_to_buffer(&raw[..], &mut out[..])
+                .map(drop)
+                .map_err(|e| devbuf::Error::invalid(e.to_string()))
+        })?;
+        Ok(gbs(raw.len() as f64, s))
+    }
+
+    /// `threads` threads writing `count` new files of `size` bytes into a new directory
+    /// under `base` (then rewriting them in place, truncated), GB/s: what a store write
+    /// of that many chunk files cannot beat on this file system.
+    fn file_writes(
+        base: &Path,
+        count: usize,
+        size: usize,
+        threads: usize,
+    ) -> devbuf::Result<(f64, f64)> {
+        let dir = base.join(format!("devbuf-bench-files-{}", std::process::id()));
+        let data: Vec<u8> = (0..size).map(|i| (i * 7 + i / 4093) as u8).collect();
+        let io = |e: std::io::Error| devbuf::Error::Io {
+            op: "the file-write limit",
+            message: format!("{}: {e}", dir.display()),
+        };
+        let run = |fresh: bool| -> devbuf::Result<f64> {
+            if fresh {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+            std::fs::create_dir_all(&dir).map_err(io)?;
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            let start = Instant::now();
+            std::thread::scope(|sc| {
+                let workers: Vec<_> = (0..threads)
+                    .map(|_| {
+                        sc.spawn(|| -> std::io::Result<()> {
+                            loop {
+                                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                if i >= count {
+                                    return Ok(());
+                                }
+                                std::fs::write(dir.join(format!("c{i}")), &data)?;
+                            }
+                        })
+                    })
+                    .collect();
+                workers
+                    .into_iter()
+                    .try_for_each(|w| w.join().unwrap_or(Ok(())))
+            })
+            .map_err(io)?;
+            Ok(start.elapsed().as_secs_f64())
+        };
+        let mut new = Vec::new();
+        let mut rewrite = Vec::new();
+        for _ in 0..3 {
+            new.push(run(true)?);
+            rewrite.push(run(false)?);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        let bytes = (count * size) as f64;
+        Ok((gbs(bytes, median(new)), gbs(bytes, median(rewrite))))
+    }
+
     pub(crate) fn main() -> devbuf::Result<()> {
         let gpu = cuda::is_available();
         let a = args(gpu)?;
@@ -428,6 +499,17 @@ mod bench {
         match ctx {
             Some(c) => println!(", page-locked host->device {:.1} GB/s", pcie(c)?),
             None => println!(),
+        }
+        if a.writes {
+            let (new, rewrite) = file_writes(&std::env::temp_dir(), 128, 4 << 20, cores)?;
+            let enc = zstd_encode_core_rate()?;
+            println!(
+                "limits in this run: {cores} threads writing 128 files of 4 MiB under {}: new \
+                 files {new:.2} GB/s, the same files rewritten in place (truncated) {rewrite:.2} \
+                 GB/s; zstd-1 encode {enc:.2} GB/s per core (x{cores} = {:.1})",
+                std::env::temp_dir().display(),
+                enc * cores as f64
+            );
         }
         stores(&a, ctx)
     }
