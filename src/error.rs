@@ -237,6 +237,26 @@ impl Error {
         }
     }
 
+    /// A driver error with `why` added to its description (CUDA's call, name and code
+    /// kept); any other error unchanged. For a refusal that should still say what was
+    /// asked for (a request larger than any address space, a limit of the OS).
+    pub(crate) fn explain_driver(self, why: impl fmt::Display) -> Error {
+        match self {
+            Error::Driver {
+                call,
+                code,
+                name,
+                description,
+            } => Error::Driver {
+                call,
+                code,
+                name,
+                description: format!("{description}; {why}"),
+            },
+            other => other,
+        }
+    }
+
     /// The message without the kind's prefix (the whole `Display` for errors without a
     /// free-form message): for wrapping an error's cause in an error of another kind.
     #[cfg_attr(not(feature = "zarrs"), allow(dead_code))]

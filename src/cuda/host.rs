@@ -71,7 +71,9 @@ impl HostBuffer {
                     "could not allocate {len} bytes of page-locked host memory (out of memory: {e})"
                 ))
             } else {
-                page_locked_refused(e, len, "page-locked host memory")
+                e.explain_driver(format_args!(
+                    "allocating {len} bytes of page-locked host memory"
+                ))
             }
         })?;
         ctx.inner
@@ -142,27 +144,6 @@ impl HostBuffer {
     /// Pointer and length of the memory, for zero-copy conversions.
     pub(crate) fn raw_parts(&self) -> (NonNull<u8>, usize) {
         (self.ptr, self.len)
-    }
-}
-
-/// A driver error other than out-of-memory of a page-locked allocation of `len` bytes
-/// for `what`: the same error (kind, call, code), its description naming the request,
-/// so that a refusal for another reason (a request larger than any address space, a
-/// limit of the OS) still says what was asked for.
-pub(crate) fn page_locked_refused(e: Error, len: usize, what: &str) -> Error {
-    match e {
-        Error::Driver {
-            call,
-            code,
-            name,
-            description,
-        } => Error::Driver {
-            call,
-            code,
-            name,
-            description: format!("{description}; allocating {len} bytes of {what}"),
-        },
-        other => other,
     }
 }
 

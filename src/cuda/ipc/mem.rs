@@ -362,8 +362,7 @@ impl DeviceBuffer {
                 } else {
                     ctx.bind()?;
                     let raw = dipc::ipc_get_mem_handle(alloc.ptr).map_err(|e| {
-                        explain(
-                            e,
+                        e.explain_driver(
                             "the driver refused to export cuMemAlloc memory (legacy CUDA IPC is \
                          not supported on every platform, e.g. WSL)",
                         )
@@ -481,19 +480,16 @@ impl Context {
             }
             self.bind()?;
             let base = dipc::ipc_open_mem_handle(&handle.raw).map_err(|e| {
-                explain(
-                    e,
-                    format!(
-                        "could not map the IPC memory handle{}: the exporting process may have \
+                e.explain_driver(format!(
+                    "could not map the IPC memory handle{}: the exporting process may have \
                          freed the memory or exited, the handle may belong to another device or \
                          machine, or it may have been exported in this very process by code other \
                          than devbuf (CUDA refuses those)",
-                        match handle.pid {
-                            0 => String::new(),
-                            p => format!(" exported by process {p}"),
-                        }
-                    ),
-                )
+                    match handle.pid {
+                        0 => String::new(),
+                        p => format!(" exported by process {p}"),
+                    }
+                ))
             })?;
             let size = match driver::pointer_info(base) {
                 Ok(info) => info.range_size,
@@ -501,8 +497,7 @@ impl Context {
                 Err(e) => {
                     // Safety: `base` was just mapped above and nothing else refers to it.
                     let _ = unsafe { dipc::ipc_close_mem_handle(base) };
-                    return Err(explain(
-                        e,
+                    return Err(e.explain_driver(
                         "could not learn the size of the mapped allocation to check the handle's range",
                     ));
                 }
@@ -537,8 +532,7 @@ impl Context {
         }
         self.bind()?;
         let raw = dipc::ipc_open_event_handle(&handle.raw).map_err(|e| {
-            explain(
-                e,
+            e.explain_driver(
                 "could not open the IPC event handle: the exporting process may have destroyed \
                  the event or exited, or the handle belongs to another device or machine",
             )

@@ -175,24 +175,6 @@ fn debug_device(d: &mut fmt::DebugStruct<'_, '_>, dev: Option<DeviceId>) {
     }
 }
 
-/// Adds an explanation to a driver error (keeping CUDA's name and code).
-fn explain(e: Error, why: impl fmt::Display) -> Error {
-    match e {
-        Error::Driver {
-            call,
-            code,
-            name,
-            description,
-        } => Error::Driver {
-            call,
-            code,
-            name,
-            description: format!("{description}; {why}"),
-        },
-        other => other,
-    }
-}
-
 /// The ordinal of the device with `uuid` in this process.
 fn ordinal_of(uuid: &[u8; 16]) -> Result<usize> {
     let info = driver::init_with_device()?;

@@ -61,7 +61,9 @@ impl Kit {
                          lower TransferConfig::chunk_bytes or max_pinned_bytes"
                     ))
                 } else {
-                    crate::cuda::host::page_locked_refused(e, chunk, "page-locked staging buffer")
+                    e.explain_driver(format_args!(
+                        "allocating {chunk} bytes of page-locked staging buffer"
+                    ))
                 }
             })?;
             // Safety: `host[i]` was just allocated with `chunk` bytes and nothing else
