@@ -1,7 +1,6 @@
 //! Fetching endpoints: every endpoint of a flight concurrently (at most
 //! [`ClientOptions::concurrency`](super::ClientOptions::concurrency) at once), each
-//! message handed to a [`Handler`] on a blocking thread while the next one is received;
-//! the first failure ends the
+//! message handed to a [`Handler`] on a blocking thread; the first failure ends the
 //! whole fetch (the other streams are cancelled). [`Claims`] checks that a stream
 //! delivered exactly the chunks its ticket names. [`ReceivedStream`] is one endpoint as
 //! an iterator, for callers that consume batches one by one.
@@ -66,57 +65,38 @@ impl Client {
             .into_inner())
     }
 
-    /// The next message of endpoint `i`'s stream (`None` at its clean end), waiting at
-    /// most the idle timeout.
-    async fn next_message(
-        &self,
-        stream: &mut Streaming<FlightData>,
-        i: usize,
-    ) -> Result<Option<FlightData>> {
-        let next = stream.message();
-        match self.options().idle_timeout {
-            None => next.await,
-            Some(t) => tokio::time::timeout(t, next).await.map_err(|_| Error::Io {
-                op: "receiving an Arrow Flight stream",
-                message: format!(
-                    "endpoint {i}: the server sent nothing for {} s (ClientOptions::idle_timeout)",
-                    t.as_secs_f64()
-                ),
-            })?,
-        }
-        .map_err(|s| {
-            from_status(DOGET, &s).context(format_args!("endpoint {i}: the stream broke off"))
-        })
-    }
-
-    /// One endpoint into `handler`. Message `n` is handled on a blocking thread while
-    /// message `n + 1` is received (tonic gathers it out of the HTTP/2 frames on this
-    /// task): the state travels with the handling and comes back with its result, so
-    /// messages are handled one at a time and in order, and at most two of a stream's
-    /// messages are held at once. The handling in flight is always waited for before
-    /// this returns, error or not, so nothing of it outlives the fetch.
     async fn fetch_one<H: Handler>(&self, i: usize, ep: &Endpoint, handler: Arc<H>) -> Result<()> {
         let mut stream = self.open(ep, i % self.options().concurrency).await?;
         let h = handler.clone();
-        let state = blocking(move || h.begin(i)).await??;
-        let mut handling = tokio::task::spawn_blocking(move || (state, Result::<()>::Ok(())));
+        let mut state = blocking(move || h.begin(i)).await??;
+        let idle = self.options().idle_timeout;
         loop {
-            let received = self.next_message(&mut stream, i).await;
-            let (state, handled) = handling.await.map_err(|e| Error::Io {
-                op: "receiving an Arrow Flight stream",
-                message: format!("a receiving task ended: {e}"),
+            let next = stream.message();
+            let m = match idle {
+                None => next.await,
+                Some(t) => tokio::time::timeout(t, next).await.map_err(|_| Error::Io {
+                    op: "receiving an Arrow Flight stream",
+                    message: format!(
+                        "endpoint {i}: the server sent nothing for {} s (ClientOptions::idle_timeout)",
+                        t.as_secs_f64()
+                    ),
+                })?,
+            }
+            .map_err(|s| {
+                from_status(DOGET, &s).context(format_args!("endpoint {i}: the stream broke off"))
             })?;
-            handled.map_err(|e| e.context(format_args!("endpoint {i}")))?;
-            let Some(m) = received? else {
-                return blocking(move || handler.end(i, state)).await?;
-            };
+            let Some(m) = m else { break };
             let h = handler.clone();
-            handling = tokio::task::spawn_blocking(move || {
+            let (s, r) = blocking(move || {
                 let mut s = state;
                 let r = h.message(&mut s, m);
                 (s, r)
-            });
+            })
+            .await?;
+            r.map_err(|e| e.context(format_args!("endpoint {i}")))?;
+            state = s;
         }
+        blocking(move || handler.end(i, state)).await?
     }
 
     /// One endpoint's record batches (host memory) as an iterator: each `next` waits
