@@ -30,7 +30,10 @@
 # otherwise ran; those are listed in the log only.
 #
 # Sanitizers: each tool runs the test binary with --test-threads=1 under its own time
-# limit (DEVBUF_SANITIZER_TIMEOUT_<TOOL>, seconds) and test selection:
+# limit (DEVBUF_SANITIZER_TIMEOUT_<TOOL>, seconds) and test selection; racecheck,
+# synccheck and initcheck run the selected tests one per process (each at most
+# DEVBUF_SANITIZER_TEST_TIMEOUT seconds, 150; DEVBUF_SANITIZER_PER_TEST=0: one process),
+# so that a test too slow for the tool is named as timed out and the others still run:
 #   memcheck   every test except the one_gib ones and the one that fills
 #              the device (the tool needs device memory of its own)      (240 s)
 #   racecheck  kernels:: with DEVBUF_TEST_SMALL=1                        (100 s)
@@ -204,6 +207,53 @@ sanitizer_selection() {
     esac
 }
 
+# One tool over the selected tests one at a time (a process each, small sizes), so that
+# a test too slow for the tool is named and the others are still checked: each test gets
+# at most DEVBUF_SANITIZER_TEST_TIMEOUT seconds (150) and the whole tool $3 seconds.
+# Args: compute-sanitizer, tool, limit, test selection..., --, tool options...
+# Prints "<tool>: <n> errors (<p> passed, <f> failed, <t> timed out: names)"; returns 1
+# unless every test ran to its end, passed, and the tool reported no error.
+sanitizer_per_test() {
+    local cs="$1" tool="$2" limit="$3"
+    shift 3
+    local sel=() opts=()
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do sel+=("$1"); shift; done
+    shift
+    opts=("$@")
+    local dir="$LOGS/sanitizer-$tool" names=() t start left per r
+    mkdir -p "$dir"
+    mapfile -t names < <(DEVBUF_TEST_SMALL=1 "$BIN/gpu-tests" --list --format terse "${sel[@]}" 2>/dev/null | sed -n 's/: test$//p')
+    local passed=0 failed=() slow=() logs=()
+    start=$(date +%s)
+    for t in "${names[@]}"; do
+        left=$(( limit - ($(date +%s) - start) ))
+        if [ "$left" -lt 15 ]; then
+            slow+=("$t (not started)")
+            continue
+        fi
+        per="${DEVBUF_SANITIZER_TEST_TIMEOUT:-150}"
+        [ "$left" -lt "$per" ] && per="$left"
+        local log="$dir/${t//::/__}.log"
+        logs+=("$log")
+        DEVBUF_TEST_SMALL=1 timeout -k 5 "$per" "$cs" "${opts[@]}" \
+            "$BIN/gpu-tests" --test-threads=1 --show-output --exact "$t" > "$log" 2>&1
+        r=$?
+        if [ "$r" -eq 124 ] || [ "$r" -eq 137 ]; then
+            slow+=("$t (${per} s)")
+        elif [ "$r" -ne 0 ] || ! grep -qE '^test result: ok\. 1 passed' "$log"; then
+            failed+=("$t")
+        else
+            passed=$((passed + 1))
+        fi
+    done
+    local errs text
+    errs="$(sanitizer_errors "${logs[@]}" /dev/null)"
+    text="$passed passed, ${#failed[@]} failed${failed:+ (${failed[*]})}, ${#slow[@]} timed out"
+    [ ${#slow[@]} -gt 0 ] && text+=": ${slow[*]}"
+    echo "$tool: ${errs/none/0} errors, tests one at a time ($text)"
+    [ "$errs" != none ] && [ "$errs" -eq 0 ] && [ ${#failed[@]} -eq 0 ] && [ ${#slow[@]} -eq 0 ]
+}
+
 run_sanitizer() {
     local tools=() extra=()
     while [ $# -gt 0 ]; do
@@ -233,6 +283,17 @@ run_sanitizer() {
         [ "$tool" = memcheck ] && opts+=(--leak-check no)
         local runs=("main")
         [ "${DEVBUF_SANITIZER_ONE_GIB:-0}" = 1 ] && runs+=("one_gib")
+        if [ "$small" = 1 ] && [ "${DEVBUF_SANITIZER_PER_TEST:-1}" = 1 ]; then
+            local line
+            if line="$(sanitizer_per_test "$cs" "$tool" "$limit" "${sel[@]}" "${extra[@]}" -- "${opts[@]}")"; then
+                parts+=("$line")
+            else
+                parts+=("$line")
+                fail "sanitizer $tool"
+            fi
+            echo "$line"
+            continue
+        fi
         for which in "${runs[@]}"; do
             local log="$LOGS/sanitizer-$tool.log" args=("${sel[@]}" "${extra[@]}")
             if [ "$which" = one_gib ]; then
