@@ -703,7 +703,7 @@ gpu_test! {
     fn all_equal_large_buffers_and_early_exit() {
         let c = ctx();
         let mut r = rng("all_equal_large_buffers_and_early_exit");
-        let n = test_size(64 << 20, 1 << 20) / 4 + 3;
+        let n = test_size(64 << 20, 64 << 10) / 4 + 3;
         let value = 3.25f32.to_le_bytes();
         let buf = c.allocate(4 * n).unwrap();
         ops::fill(&buf, &value, None).unwrap();
@@ -739,7 +739,7 @@ gpu_test! {
             .map(|_| {
                 let b = buf2.clone();
                 std::thread::spawn(move || {
-                    (0..20).all(|_| ops::all_equal(&b, ElementType::Float32, &3.25f32.to_le_bytes(), EqualMode::Bitwise, None).unwrap())
+                    (0..test_size(20, 3)).all(|_| ops::all_equal(&b, ElementType::Float32, &3.25f32.to_le_bytes(), EqualMode::Bitwise, None).unwrap())
                 })
             })
             .collect();
