@@ -212,7 +212,8 @@ sanitizer_selection() {
 # at most DEVBUF_SANITIZER_TEST_TIMEOUT seconds (150) and the whole tool $3 seconds.
 # Args: compute-sanitizer, tool, limit, test selection..., --, tool options...
 # Prints "<tool>: <n> errors (<p> passed, <f> failed, <t> timed out: names)"; returns 1
-# unless every test ran to its end, passed, and the tool reported no error.
+# unless every test ran to its end, passed, and the tool reported no error. Output is
+# not captured (--nocapture): a test stopped by its limit leaves what it printed.
 sanitizer_per_test() {
     local cs="$1" tool="$2" limit="$3"
     shift 3
@@ -236,7 +237,7 @@ sanitizer_per_test() {
         local log="$dir/${t//::/__}.log"
         logs+=("$log")
         DEVBUF_TEST_SMALL=1 timeout -k 5 "$per" "$cs" "${opts[@]}" \
-            "$BIN/gpu-tests" --test-threads=1 --show-output --exact "$t" > "$log" 2>&1
+            "$BIN/gpu-tests" --test-threads=1 --nocapture --exact "$t" > "$log" 2>&1
         r=$?
         if [ "$r" -eq 124 ] || [ "$r" -eq 137 ]; then
             slow+=("$t (${per} s)")

@@ -712,6 +712,7 @@ gpu_test! {
         }
         // No allocation per call (a context of its own: other tests allocate in the
         // primary one concurrently).
+        eprintln!("all_equal_large_buffers_and_early_exit: large buffer checked; a dedicated context");
         let own = Context::new_dedicated(0).unwrap();
         let small = own.allocate(4 * 1000).unwrap();
         ops::fill(&small, &value, None).unwrap();
@@ -720,6 +721,7 @@ gpu_test! {
             assert!(ops::all_equal(&small, ElementType::Float32, &value, EqualMode::Bitwise, None).unwrap());
         }
         assert_eq!(own.bytes_allocated(), before, "all_equal allocates nothing per call");
+        eprintln!("all_equal_large_buffers_and_early_exit: no allocation per call; differences");
         for pos in [0usize, n - 1, r.random_range(0..n)] {
             buf.copy_from_host(4 * pos, &4.0f32.to_le_bytes()).unwrap();
             assert!(!ops::all_equal(&buf, ElementType::Float32, &value, EqualMode::Bitwise, None).unwrap(), "differs at {pos}");
@@ -727,6 +729,7 @@ gpu_test! {
             assert!(ops::all_equal(&buf, ElementType::Float32, &value, EqualMode::Bitwise, None).unwrap());
         }
         // NaN predicate on a large buffer, one non-NaN at the end.
+        eprintln!("all_equal_large_buffers_and_early_exit: the NaN predicate");
         let nans = c.allocate(8 * n).unwrap();
         ops::fill(&nans, &f64::NAN.to_le_bytes(), None).unwrap();
         let nan_ok = EqualMode::Numeric { equal_nan: true };
@@ -734,6 +737,7 @@ gpu_test! {
         nans.copy_from_host(8 * (n - 1), &1.0f64.to_le_bytes()).unwrap();
         assert!(!ops::all_equal(&nans, ElementType::Float64, &f64::NAN.to_le_bytes(), nan_ok, None).unwrap());
         // Many calls from several threads at once (the scratch pool).
+        eprintln!("all_equal_large_buffers_and_early_exit: four threads at once");
         let buf2 = buf.clone();
         let handles: Vec<_> = (0..4)
             .map(|_| {
