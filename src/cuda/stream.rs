@@ -62,22 +62,6 @@ impl Stream {
         })
     }
 
-    /// Creates a blocking stream in `ctx`: its work is ordered after the legacy default
-    /// stream's earlier work (and the legacy stream's later work after it), but not
-    /// against other streams. For pooled allocations that should be freed after the
-    /// legacy stream's work without making every free a barrier for all streams.
-    #[cfg_attr(not(feature = "flight"), allow(dead_code))]
-    pub(crate) fn new_blocking(ctx: &Context) -> Result<Stream> {
-        ctx.bind()?;
-        let raw = driver::stream_create(false)?;
-        Ok(Stream {
-            inner: Arc::new(StreamInner {
-                ctx: ctx.clone(),
-                raw,
-            }),
-        })
-    }
-
     /// The context the stream belongs to.
     pub fn context(&self) -> &Context {
         &self.inner.ctx

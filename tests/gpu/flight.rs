@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use arrow_array::{Float64Array, Int32Array, RecordBatch};
-use devbuf::arrow::{read_record_batch, serialize_record_batch};
+use devbuf::arrow::{ChunkBatch, read_record_batch, serialize_record_batch};
 use devbuf::flight::{Batch, Client};
 use devbuf::zarr::zarrs::{Compressor, ZarrArray};
 use devbuf::zarr::{AxisSel, BufferPrototype, DataType, ElementType, Endianness, Scalar, Slice};
@@ -125,8 +125,12 @@ gpu_test! {
                     }
                 }
                 assert_eq!(h.len(), d.len());
+                // The client takes the coordinates from the received message on the
+                // host; the device columns hold the same.
+                let from_device = ChunkBatch::from_device_record_batch(drb.clone()).unwrap();
                 for i in 0..h.len() {
                     assert_eq!(h.coords(i), d.coords(i), "{name}");
+                    assert_eq!(from_device.coords(i), d.coords(i), "{name}");
                     let (hp, dp) = (h.chunk_padded(i).unwrap(), d.chunk_padded(i).unwrap());
                     assert!(dp.is_device());
                     assert!(bytes_of(&hp) == bytes_of(&dp), "{name} chunk {i}: bytes differ");

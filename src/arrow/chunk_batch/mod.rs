@@ -382,6 +382,25 @@ impl ChunkBatch {
         ChunkBatch::checked(layout, coords, Batch::Device(batch), tensors)
     }
 
+    /// A device record batch whose chunk coordinates (row-major, one per axis per
+    /// chunk) the caller read on the host from the very message the batch was uploaded
+    /// from: no copy back from the device, which
+    /// [`from_device_record_batch`](Self::from_device_record_batch) makes per
+    /// coordinate column. The coordinates are checked as there (count, and the grid).
+    #[cfg(feature = "flight")]
+    pub(crate) fn from_device_record_batch_with_coords(
+        batch: DeviceRecordBatch,
+        coords: Vec<u64>,
+    ) -> Result<ChunkBatch> {
+        let schema = batch.schema();
+        let layout = SchemaLayout::of(&schema)?;
+        let tensor_column = batch
+            .column(layout.tensor)
+            .ok_or_else(|| Error::invalid("the batch has fewer columns than its schema"))?;
+        let tensors = TensorArray::from_device(schema.field(layout.tensor), tensor_column)?;
+        ChunkBatch::checked(layout, coords, Batch::Device(batch), tensors)
+    }
+
     fn checked(
         layout: SchemaLayout,
         coords: Vec<u64>,

@@ -9,6 +9,7 @@ use arrow_flight::FlightData;
 
 use super::super::encode::Batch;
 use super::super::ticket::{ChunkRegion, Part, Query, Target};
+use super::chunks;
 use super::fetch::{Claims, Handler};
 use super::read::{Grid, ranges_of};
 use super::receive::Receiver;
@@ -23,17 +24,23 @@ use crate::zarr::BufferPrototype;
 struct Collect {
     schema: arrow_schema::SchemaRef,
     ctx: Option<Context>,
+    /// The chunk grid (chunk flights read by `read_chunks`): device batches' chunk
+    /// coordinates are then read from the received host message.
+    grid: Option<Grid>,
     /// Per endpoint: the chunks it must deliver (chunk flights).
     claims: Option<(ChunkRegion, Vec<Range<u64>>)>,
     /// Per endpoint: how many batches it must deliver (batch flights).
     counts: Option<Vec<u64>>,
-    got: Mutex<Vec<Option<Vec<Batch>>>>,
+    got: Mutex<Vec<Option<Vec<Kept>>>>,
 }
+
+/// A received batch, with its chunk coordinates when they were read on the host.
+type Kept = (Batch, Option<Vec<u64>>);
 
 struct CollectState {
     receiver: Receiver,
     claims: Option<Claims>,
-    batches: Vec<Batch>,
+    batches: Vec<Kept>,
 }
 
 impl Handler for Collect {
@@ -52,16 +59,29 @@ impl Handler for Collect {
 
     fn message(&self, st: &mut CollectState, fd: FlightData) -> Result<()> {
         if let Some(b) = st.receiver.message(&fd)? {
+            let mut known = None;
             if let Some(c) = &mut st.claims {
-                let cb = match &b {
-                    Batch::Host(rb) => ChunkBatch::from_record_batch(rb.clone())?,
-                    Batch::Device(d) => ChunkBatch::from_device_record_batch(d.clone())?,
-                };
-                for k in 0..cb.len() {
-                    c.claim(cb.coords(k).unwrap_or_default())?;
+                let coords = self.host_coords(&b, &fd)?;
+                let nd = self.grid.as_ref().map_or(1, |g| g.chunk_shape.len().max(1));
+                match &coords {
+                    Some(v) => {
+                        for chunk in v.chunks(nd) {
+                            c.claim(chunk)?;
+                        }
+                    }
+                    None => {
+                        let cb = match &b {
+                            Batch::Host(rb) => ChunkBatch::from_record_batch(rb.clone())?,
+                            Batch::Device(d) => ChunkBatch::from_device_record_batch(d.clone())?,
+                        };
+                        for k in 0..cb.len() {
+                            c.claim(cb.coords(k).unwrap_or_default())?;
+                        }
+                    }
                 }
+                known = coords;
             }
-            st.batches.push(b);
+            st.batches.push((b, known));
         }
         Ok(())
     }
@@ -91,7 +111,26 @@ impl Handler for Collect {
 }
 
 impl Collect {
-    fn into_batches(self) -> Vec<Batch> {
+    /// The chunk coordinates of device batch `b`, read from its host message `fd`
+    /// (`None` for host batches, flights without a grid and messages in another
+    /// layout): reading them back from the device is a synchronous copy per coordinate
+    /// column and batch, which made every receiving thread wait for the others' uploads.
+    fn host_coords(&self, b: &Batch, fd: &FlightData) -> Result<Option<Vec<u64>>> {
+        let (Batch::Device(_), Some(g)) = (b, &self.grid) else {
+            return Ok(None);
+        };
+        if g.chunk_shape.is_empty() {
+            return Ok(None); // a 0-d array: one chunk without coordinates
+        }
+        let elems = g
+            .chunk_shape
+            .iter()
+            .try_fold(1usize, |a, &c| usize::try_from(c).ok()?.checked_mul(a))
+            .ok_or_else(|| Error::Malformed("the flight's chunk shape overflows".into()))?;
+        Ok(chunks::view(fd, g.chunk_shape.len(), g.dtype.element(), elems)?.map(|v| v.coords))
+    }
+
+    fn into_kept(self) -> Vec<Kept> {
         self.got
             .into_inner()
             .unwrap_or_else(|p| p.into_inner())
@@ -140,12 +179,14 @@ impl Client {
             )));
         }
         let ranges = ranges_of(&flight, path, &region)?;
-        let collect = self.collect(&flight, Some((region, ranges)), None, prototype)?;
-        collect
-            .into_iter()
+        let kept = self.collect(&flight, Some(grid), Some((region, ranges)), None, prototype)?;
+        kept.into_iter()
             .map(|b| match b {
-                Batch::Host(rb) => ChunkBatch::from_record_batch(rb),
-                Batch::Device(d) => ChunkBatch::from_device_record_batch(d),
+                (Batch::Host(rb), _) => ChunkBatch::from_record_batch(rb),
+                (Batch::Device(d), Some(coords)) => {
+                    ChunkBatch::from_device_record_batch_with_coords(d, coords)
+                }
+                (Batch::Device(d), None) => ChunkBatch::from_device_record_batch(d),
             })
             .collect()
     }
@@ -166,7 +207,7 @@ impl Client {
                 }
             }
         }
-        self.collect(&flight, None, Some(counts), prototype)
+        self.batches(&flight, Some(counts), prototype)
     }
 
     /// Fetches endpoint `i` of `flight` alone (any Flight server), into `prototype`'s
@@ -187,19 +228,32 @@ impl Client {
             endpoints: vec![ep],
             ..flight.clone()
         };
-        self.collect(&one, None, None, prototype)
+        self.batches(&one, None, prototype)
+    }
+
+    /// The batches of a batch flight (`counts`: per endpoint, how many it must send).
+    fn batches(
+        &self,
+        flight: &Flight,
+        counts: Option<Vec<u64>>,
+        prototype: &BufferPrototype,
+    ) -> Result<Vec<Batch>> {
+        let kept = self.collect(flight, None, None, counts, prototype)?;
+        Ok(kept.into_iter().map(|(b, _)| b).collect())
     }
 
     fn collect(
         &self,
         flight: &Flight,
+        grid: Option<Grid>,
         claims: Option<(ChunkRegion, Vec<Range<u64>>)>,
         counts: Option<Vec<u64>>,
         prototype: &BufferPrototype,
-    ) -> Result<Vec<Batch>> {
+    ) -> Result<Vec<Kept>> {
         let handler = Arc::new(Collect {
             schema: flight.schema.clone(),
             ctx: prototype.context()?,
+            grid,
             claims,
             counts,
             got: Mutex::new(vec![None; flight.endpoints.len()]),
@@ -207,6 +261,6 @@ impl Client {
         self.fetch_all(&flight.endpoints, handler.clone())?;
         let handler = Arc::try_unwrap(handler)
             .map_err(|_| Error::invalid("internal: a receiving task outlived the fetch"))?;
-        Ok(handler.into_batches())
+        Ok(handler.into_kept())
     }
 }

@@ -16,7 +16,7 @@ use arrow_schema::{DataType, SchemaRef};
 use super::super::decode::{Decoded, Decoder, header_type};
 use super::super::encode::{Batch, message_prefix};
 use crate::arrow::{DeviceRecordBatch, read_record_batch, serialize_record_batch};
-use crate::cuda::{Context, DeviceBuffer, Stream};
+use crate::cuda::{Context, DeviceBuffer};
 use crate::error::{Error, Result};
 
 /// Whether a data type holds dictionaries anywhere.
@@ -41,8 +41,6 @@ pub(crate) struct Receiver {
     decoder: Decoder,
     ctx: Option<Context>,
     dictionaries: bool,
-    /// The stream of this receiver's pooled allocations (made at the first device batch).
-    stream: Option<Stream>,
 }
 
 impl Receiver {
@@ -55,7 +53,6 @@ impl Receiver {
                 .any(|f| has_dictionary(f.data_type())),
             decoder: Decoder::with_schema(schema),
             ctx,
-            stream: None,
         }
     }
 
@@ -71,31 +68,15 @@ impl Receiver {
     /// batches get an allocation of their own, from the context's stream-ordered pool
     /// ([`Context::allocate_pooled`]; `cuMemAlloc` where the device has no pools): a
     /// pooled allocation and free cost about a microsecond where `cuMemAlloc` +
-    /// `cuMemFree` cost 75-90 us and synchronise (bench_transfer on the H100). They are
-    /// allocated and freed on a blocking stream of this receiver's own, not on the
-    /// legacy default stream: an operation there waits for every blocking stream of the
-    /// context (the transfer engine's among them), so with several endpoints received
-    /// at once each allocation and free was a barrier for all their uploads.
+    /// `cuMemFree` cost 75-90 us and synchronise (bench_transfer on the H100).
     pub(crate) fn message(&mut self, fd: &FlightData) -> Result<Option<Batch>> {
         match (&self.ctx, header_type(fd)?) {
             (Some(ctx), MessageHeader::RecordBatch) if !self.dictionaries => {
                 let ctx = ctx.clone();
                 let need = message_len(fd)?;
-                if self.stream.is_none() {
-                    self.stream = Some(Stream::new_blocking(&ctx)?);
-                }
-                let stream = self.stream.as_ref();
-                let own = match ctx.allocate_pooled(need, stream) {
+                let own = match ctx.allocate_pooled(need, None) {
                     Err(Error::CudaUnavailable { .. }) => ctx.allocate(need)?,
-                    Ok(b) => {
-                        // The upload below is a synchronous copy on the transfer
-                        // engine's streams: the allocation must have happened first.
-                        if let Some(s) = stream {
-                            s.synchronize()?;
-                        }
-                        b
-                    }
-                    Err(e) => return Err(e),
+                    other => other?,
                 };
                 let mut fresh = Some(own);
                 Ok(Some(Batch::Device(upload(
