@@ -550,7 +550,10 @@ gpu_test! {
 
     fn strided_rejects_out_of_range_and_bad_arguments() {
         let c = ctx();
-        let a = c.allocate(100).unwrap();
+        let mut r = rng("strided_rejects_out_of_range_and_bad_arguments");
+        // Initialised: one copy below succeeds, and initcheck reports a copy of
+        // never-written memory.
+        let a = upload(&c, &random_bytes(&mut r, 100));
         let b = c.allocate(100).unwrap();
         // One past the end on either side.
         let e = ops::strided_copy(&a, 8, &[24, 4], &b, 0, &[24, 4], &[4, 6], 4, None).unwrap_err();

@@ -114,7 +114,8 @@ impl Collect {
     /// The chunk coordinates of device batch `b`, read from its host message `fd`
     /// (`None` for host batches, flights without a grid and messages in another
     /// layout): reading them back from the device is a synchronous copy per coordinate
-    /// column and batch, which made every receiving thread wait for the others' uploads.
+    /// column and batch (without them, `read_chunks` into a device went from 0.58x to
+    /// 0.94x of its host rate on the H100 machine).
     fn host_coords(&self, b: &Batch, fd: &FlightData) -> Result<Option<Vec<u64>>> {
         let (Batch::Device(_), Some(g)) = (b, &self.grid) else {
             return Ok(None);

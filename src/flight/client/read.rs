@@ -392,7 +392,18 @@ impl Handler for Assemble {
                 let got = st.receiver.message_into(&fd, ctx, &mut scratch);
                 st.scratch = scratch;
                 if let Some(drb) = got? {
-                    let cb = ChunkBatch::from_device_record_batch(drb)?;
+                    // The coordinates from the host message: reading them back from
+                    // the device is a synchronous copy per column (see collect.rs).
+                    let nd = self.grid.chunk_shape.len();
+                    let coords = match nd {
+                        0 => None,
+                        _ => chunks::view(&fd, nd, self.grid.dtype.element(), self.chunk_elems)?
+                            .map(|v| v.coords),
+                    };
+                    let cb = match coords {
+                        Some(c) => ChunkBatch::from_device_record_batch_with_coords(drb, c)?,
+                        None => ChunkBatch::from_device_record_batch(drb)?,
+                    };
                     let placed = self.place_batch(&cb, st);
                     // The kernels read the batch (and `scratch`, reused by the next
                     // message): wait for them before either goes.
