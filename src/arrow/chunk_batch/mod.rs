@@ -362,12 +362,7 @@ impl ChunkBatch {
     /// [`from_record_batch`](Self::from_record_batch); the coordinates are copied to the
     /// host (one small copy per column), the chunks stay where they are.
     pub fn from_device_record_batch(batch: DeviceRecordBatch) -> Result<ChunkBatch> {
-        let schema = batch.schema();
-        let layout = SchemaLayout::of(&schema)?;
-        let tensor_column = batch
-            .column(layout.tensor)
-            .ok_or_else(|| Error::invalid("the batch has fewer columns than its schema"))?;
-        let tensors = TensorArray::from_device(schema.field(layout.tensor), tensor_column)?;
+        let layout = SchemaLayout::of(&batch.schema())?;
         let columns = layout
             .coords
             .iter()
@@ -379,15 +374,15 @@ impl ChunkBatch {
             })
             .collect::<Result<Vec<_>>>()?;
         let coords = interleave_coords(&columns, batch.num_rows())?;
-        ChunkBatch::checked(layout, coords, Batch::Device(batch), tensors)
+        ChunkBatch::from_device_record_batch_with_coords(batch, coords)
     }
 
     /// A device record batch whose chunk coordinates (row-major, one per axis per
     /// chunk) the caller read on the host from the very message the batch was uploaded
     /// from: no copy back from the device, which
     /// [`from_device_record_batch`](Self::from_device_record_batch) makes per
-    /// coordinate column. The coordinates are checked as there (count, and the grid).
-    #[cfg(feature = "flight")]
+    /// coordinate column (and then calls this). The coordinates are checked as there
+    /// (count, and the grid).
     pub(crate) fn from_device_record_batch_with_coords(
         batch: DeviceRecordBatch,
         coords: Vec<u64>,
