@@ -384,35 +384,27 @@ mod bench {
         Ok(gbs(n as f64, s))
     }
 
-    /// One core's zstd-1 decode rate of this data (decoded GB/s).
-    fn zstd_core_rate() -> devbuf::Result<f64> {
+    /// One core's zstd-1 decode and encode rates of this data (GB/s of decoded bytes).
+    fn zstd_core_rates() -> devbuf::Result<(f64, f64)> {
         let f = field(1024, 1024);
         let raw = f.to_buffer()?.to_bytes()?;
-        let z = zstd::bulk::compress(&raw, 1).map_err(|e| devbuf::Error::invalid(e.to_string()))?;
-        let mut out = vec![0u8; raw.len()];
-        let mut d =
-            zstd::bulk::Decompressor::new().map_err(|e| devbuf::Error::invalid(e.to_string()))?;
-        let s = time(5, &mut || {
+        let err = |e: std::io::Error| devbuf::Error::invalid(e.to_string());
+        let z = zstd::bulk::compress(&raw, 1).map_err(err)?;
+        let mut out = vec![0u8; raw.len().max(zstd::zstd_safe::compress_bound(raw.len()))];
+        let mut d = zstd::bulk::Decompressor::new().map_err(err)?;
+        let dec = time(5, &mut || {
             d.decompress_to_buffer(&z[..], &mut out[..])
                 .map(drop)
-                .map_err(|e| devbuf::Error::invalid(e.to_string()))
+                .map_err(err)
         })?;
-        Ok(gbs(raw.len() as f64, s))
-    }
-
-    /// One core's zstd-1 encode rate of this data (GB/s of raw bytes in).
-    fn zstd_encode_core_rate() -> devbuf::Result<f64> {
-        let f = field(1024, 1024);
-        let raw = f.to_buffer()?.to_bytes()?;
-        let mut out = vec![0u8; zstd::zstd_safe::compress_bound(raw.len())];
-        let mut c =
-            zstd::bulk::Compressor::new(1).map_err(|e| devbuf::Error::invalid(e.to_string()))?;
-        let s = time(5, &mut || {
+        let mut c = zstd::bulk::Compressor::new(1).map_err(err)?;
+        let enc = time(5, &mut || {
             c.compress_to_buffer(&raw[..], &mut out[..])
                 .map(drop)
-                .map_err(|e| devbuf::Error::invalid(e.to_string()))
+                .map_err(err)
         })?;
-        Ok(gbs(raw.len() as f64, s))
+        let n = raw.len() as f64;
+        Ok((gbs(n, dec), gbs(n, enc)))
     }
 
     /// `threads` threads writing `count` new files of `size` bytes into a new directory
@@ -485,7 +477,7 @@ mod bench {
         if !a.limits {
             return stores(&a, ctx);
         }
-        let core = zstd_core_rate()?;
+        let (core, enc) = zstd_core_rates()?;
         println!(
             "limits in this run: new host memory (allocate + first touch, {cores} threads) {:.2} GB/s, \
              with huge pages asked for {:.2} GB/s",
@@ -502,7 +494,6 @@ mod bench {
         }
         if a.writes {
             let (new, rewrite) = file_writes(&std::env::temp_dir(), 128, 4 << 20, cores)?;
-            let enc = zstd_encode_core_rate()?;
             println!(
                 "limits in this run: {cores} threads writing 128 files of 4 MiB under {}: new \
                  files {new:.2} GB/s, the same files rewritten in place (truncated) {rewrite:.2} \

@@ -9,7 +9,6 @@ use arrow_flight::FlightData;
 
 use super::super::encode::Batch;
 use super::super::ticket::{ChunkRegion, Part, Query, Target};
-use super::chunks;
 use super::fetch::{Claims, Handler};
 use super::read::{Grid, ranges_of};
 use super::receive::Receiver;
@@ -61,15 +60,18 @@ impl Handler for Collect {
         if let Some(b) = st.receiver.message(&fd)? {
             let mut known = None;
             if let Some(c) = &mut st.claims {
-                let coords = self.host_coords(&b, &fd)?;
-                let nd = self.grid.as_ref().map_or(1, |g| g.chunk_shape.len().max(1));
-                match &coords {
-                    Some(v) => {
-                        for chunk in v.chunks(nd) {
+                // A device batch's coordinates from the host message (Grid::host_coords).
+                let coords = match (&b, &self.grid) {
+                    (Batch::Device(_), Some(g)) => g.host_coords(&fd)?,
+                    _ => None,
+                };
+                match (&coords, &self.grid) {
+                    (Some(v), Some(g)) => {
+                        for chunk in v.chunks(g.chunk_shape.len()) {
                             c.claim(chunk)?;
                         }
                     }
-                    None => {
+                    _ => {
                         let cb = match &b {
                             Batch::Host(rb) => ChunkBatch::from_record_batch(rb.clone())?,
                             Batch::Device(d) => ChunkBatch::from_device_record_batch(d.clone())?,
@@ -111,26 +113,6 @@ impl Handler for Collect {
 }
 
 impl Collect {
-    /// The chunk coordinates of device batch `b`, read from its host message `fd`
-    /// (`None` for host batches, flights without a grid and messages in another
-    /// layout): reading them back from the device is a synchronous copy per coordinate
-    /// column and batch (without them, `read_chunks` into a device went from 0.58x to
-    /// 0.94x of its host rate on the H100 machine).
-    fn host_coords(&self, b: &Batch, fd: &FlightData) -> Result<Option<Vec<u64>>> {
-        let (Batch::Device(_), Some(g)) = (b, &self.grid) else {
-            return Ok(None);
-        };
-        if g.chunk_shape.is_empty() {
-            return Ok(None); // a 0-d array: one chunk without coordinates
-        }
-        let elems = g
-            .chunk_shape
-            .iter()
-            .try_fold(1usize, |a, &c| usize::try_from(c).ok()?.checked_mul(a))
-            .ok_or_else(|| Error::Malformed("the flight's chunk shape overflows".into()))?;
-        Ok(chunks::view(fd, g.chunk_shape.len(), g.dtype.element(), elems)?.map(|v| v.coords))
-    }
-
     fn into_kept(self) -> Vec<Kept> {
         self.got
             .into_inner()

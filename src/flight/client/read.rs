@@ -69,6 +69,32 @@ impl Grid {
         ChunkRegion::new(start, end)
     }
 
+    /// Elements in one chunk.
+    fn chunk_elems(&self) -> Result<usize> {
+        self.chunk_shape
+            .iter()
+            .try_fold(1usize, |a, &c| usize::try_from(c).ok()?.checked_mul(a))
+            .ok_or_else(|| Error::invalid("the chunk size overflows"))
+    }
+
+    /// The chunk coordinates of a chunk-batch message of this grid, read from the host
+    /// message (`None` for a 0-d array and for messages in another layout than a devbuf
+    /// server sends). For batches that went to a device: reading the coordinates back
+    /// from there is a synchronous copy per column and batch (without them, device reads
+    /// went from 0.53-0.60x to 0.89-0.98x of the host rate on the H100 machine).
+    pub(super) fn host_coords(&self, fd: &FlightData) -> Result<Option<Vec<u64>>> {
+        if self.chunk_shape.is_empty() {
+            return Ok(None); // one chunk without coordinates
+        }
+        let v = chunks::view(
+            fd,
+            self.chunk_shape.len(),
+            self.dtype.element(),
+            self.chunk_elems()?,
+        )?;
+        Ok(v.map(|v| v.coords))
+    }
+
     /// Checks that a received batch belongs to this grid.
     fn check(&self, cb: &ChunkBatch) -> Result<()> {
         let same = cb
@@ -392,15 +418,7 @@ impl Handler for Assemble {
                 let got = st.receiver.message_into(&fd, ctx, &mut scratch);
                 st.scratch = scratch;
                 if let Some(drb) = got? {
-                    // The coordinates from the host message: reading them back from
-                    // the device is a synchronous copy per column (see collect.rs).
-                    let nd = self.grid.chunk_shape.len();
-                    let coords = match nd {
-                        0 => None,
-                        _ => chunks::view(&fd, nd, self.grid.dtype.element(), self.chunk_elems)?
-                            .map(|v| v.coords),
-                    };
-                    let cb = match coords {
+                    let cb = match self.grid.host_coords(&fd)? {
                         Some(c) => ChunkBatch::from_device_record_batch_with_coords(drb, c)?,
                         None => ChunkBatch::from_device_record_batch(drb)?,
                     };
@@ -604,10 +622,7 @@ impl Client {
             }
             let ranges = ranges_of(&flight, path, &region)?;
             let chunk_usize = to_usizes(&grid.chunk_shape)?;
-            let chunk_elems = chunk_usize
-                .iter()
-                .try_fold(1usize, |a, &n| a.checked_mul(n))
-                .ok_or_else(|| Error::invalid("the chunk size overflows"))?;
+            let chunk_elems = grid.chunk_elems()?;
             let handler = Arc::new(Assemble {
                 chunk_usize,
                 chunk_elems,
