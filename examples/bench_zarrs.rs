@@ -17,7 +17,8 @@
 //! are timed on the same files.
 //!
 //! Per store: host read; device read; device write (device -> a new store of the same
-//! codecs, own sweep only). `--decoders` times only the reads named, `--gpu-workers`
+//! codecs, own sweep only) with the CPU encoders and, for zstd, with nvCOMP (and the
+//! ratio of nvCOMP's store). `--decoders` times only the reads named, `--gpu-workers`
 //! sets `ReadOptions::gpu_workers`, `--no-writes` skips the writes, `--no-limits` the limits, `--reports` prints
 //! every decoder's read report, `--keep DIR` writes the own sweep's stores into DIR and
 //! keeps them (for later runs with `--store`). The limits printed first are measured in the same run:
@@ -48,7 +49,9 @@ mod bench {
     use std::time::Instant;
 
     use devbuf::cuda::{self, Context};
-    use devbuf::zarr::zarrs::{ArraySpec, Compressor, Decoder, ReadOptions, ReadReport, ZarrArray};
+    use devbuf::zarr::zarrs::{
+        ArraySpec, Compressor, Decoder, Encoder, ReadOptions, ReadReport, WriteOptions, ZarrArray,
+    };
     use devbuf::zarr::{BufferPrototype, DataType};
 
     struct Args {
@@ -139,9 +142,16 @@ mod bench {
 
     pub(crate) use crate::field::field;
 
-    /// Stores of the own sweep whose device writes are timed (the write path is the
-    /// old batch pipeline: slow, and timing it for every store costs minutes).
-    const WRITES: [&str; 3] = ["none-4m", "zstd1-4m", "sharded-zstd1-64k"];
+    /// Stores of the own sweep whose device writes are timed, with the CPU encoders and
+    /// (zstd) with nvCOMP: every zstd-1 chunk size, to place `AUTO_GPU_MAX_CHUNK_BYTES`.
+    const WRITES: [&str; 6] = [
+        "none-4m",
+        "zstd1-256k",
+        "zstd1-1m",
+        "zstd1-4m",
+        "zstd1-16m",
+        "sharded-zstd1-64k",
+    ];
 
     /// Fresh host memory: allocating `n` bytes and touching every page from every
     /// core, GB/s (what a host read into new memory cannot beat).
@@ -247,7 +257,8 @@ mod bench {
         host: f64,
         /// Device reads: CPU decode, GPU decode, both, Auto.
         device: [f64; 4],
-        write: Option<f64>,
+        /// Device writes with the CPU encoders, with nvCOMP, and the ratio of nvCOMP's store.
+        write: [Option<f64>; 3],
         report: ReadReport,
     }
 
@@ -283,7 +294,7 @@ mod bench {
             f64::NAN
         };
         let mut device = [f64::NAN; 4];
-        let mut write_s = None;
+        let mut write = [None; 3];
         let report;
         if let Some(ctx) = ctx {
             let dev = BufferPrototype::Device(ctx.ordinal());
@@ -331,11 +342,22 @@ mod bench {
             report = r;
             if let Some((spec, dir)) = write_spec.filter(|_| args.writes && WRITES.contains(&name))
             {
-                let _ = std::fs::remove_dir_all(dir);
-                let w = ZarrArray::create(dir, spec)?;
-                write_s = Some(time(repeat.min(3), &mut || {
-                    w.write_subset(&vec![0; spec.shape().len()], &on_dev)
-                })?);
+                for (k, encoder) in [Encoder::Cpu, Encoder::Gpu].into_iter().enumerate() {
+                    let _ = std::fs::remove_dir_all(dir);
+                    let mut w = ZarrArray::create(dir, spec)?;
+                    w.set_write_options(WriteOptions { encoder });
+                    if w.write_encoding().encoder != "gpu" && encoder == Encoder::Gpu {
+                        continue; // not for nvCOMP (the codec), or no nvCOMP
+                    }
+                    let s = time(repeat.min(3), &mut || {
+                        w.write_subset(&vec![0; spec.shape().len()], &on_dev)?;
+                        ctx.synchronize()
+                    })?;
+                    write[k] = Some(gbs(bytes, s));
+                    if encoder == Encoder::Gpu {
+                        write[2] = Some(bytes / stored_bytes(dir).max(1) as f64);
+                    }
+                }
                 let _ = std::fs::remove_dir_all(dir);
             }
         } else {
@@ -347,13 +369,15 @@ mod bench {
             ratio,
             host: gbs(bytes, host_s),
             device,
-            write: write_s.map(|s| gbs(bytes, s)),
+            write,
             report,
         })
     }
 
     fn print_row(r: &Row) {
-        let w = r.write.map_or("-".to_string(), |w| format!("{w:.2}"));
+        let w = r
+            .write
+            .map(|w| w.map_or("-".to_string(), |w| format!("{w:.2}")));
         let best = r
             .device
             .iter()
@@ -361,7 +385,7 @@ mod bench {
             .filter(|x| !x.is_nan())
             .fold(f64::NAN, f64::max);
         println!(
-            "| {:<20} | {:>5.2} | {:>6.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>6.2} | {:>6} | {} |",
+            "| {:<20} | {:>5.2} | {:>6.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>6.2} | {:>6} | {:>6} | {:>5} | {} |",
             r.name,
             r.ratio,
             r.host,
@@ -370,7 +394,9 @@ mod bench {
             r.device[2],
             r.device[3],
             best / r.host,
-            w,
+            w[0],
+            w[1],
+            w[2],
             r.report
         );
     }
@@ -508,9 +534,9 @@ mod bench {
     /// Times every store asked for.
     fn stores(a: &Args, ctx: Option<&Context>) -> devbuf::Result<()> {
         println!(
-            "\n| store | ratio | host | dev cpu | dev gpu | dev both | dev auto | best/host | write | read engine (both) |"
+            "\n| store | ratio | host | dev cpu | dev gpu | dev both | dev auto | best/host | write cpu | write gpu | gpu ratio | read engine (both) |"
         );
-        println!("|---|---|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
         let wanted = |n: &str| a.only.as_ref().is_none_or(|o| o.iter().any(|x| x == n));
         if let Some(m) = &a.manifest {
             let text = std::fs::read_to_string(m).map_err(|e| devbuf::Error::Io {

@@ -625,6 +625,59 @@ fn device_prototypes_without_a_gpu_are_errors() {
     assert!(e.is_cuda_unavailable(), "{e}");
 }
 
+/// Which encoder device writes would use, and why not the GPU: codec reasons come
+/// before nvCOMP is looked for; without nvCOMP the reason names it; `Cpu` gives no note.
+#[test]
+fn write_encoding_says_which_encoder_and_why() {
+    use devbuf::zarr::zarrs::{Encoder, WriteOptions};
+    let dir = TempDir::new("encoding");
+    let make = |name: &str, comp: Compressor| {
+        let spec = ArraySpec::new(&[64, 64], &[16, 16], DataType::FLOAT32).with_compressor(comp);
+        ZarrArray::create(dir.0.join(name), &spec).unwrap()
+    };
+    let gzip = make("gzip", Compressor::Gzip { level: 1 }).write_encoding();
+    assert_eq!(gzip.encoder, "cpu");
+    assert!(
+        gzip.note.contains("gzip") && gzip.note.contains("CRC-32"),
+        "{gzip}"
+    );
+    let blosc = make("blosc", Compressor::Blosc { level: 5 }).write_encoding();
+    assert!(blosc.note.contains("blosc"), "{blosc}");
+    let none = make("none", Compressor::None).write_encoding();
+    assert!(none.note.contains("not compressed"), "{none}");
+    let mut zstd = make("zstd", Compressor::Zstd { level: 1 });
+    let e = zstd.write_encoding();
+    if devbuf::cuda::nvcomp::is_available() {
+        assert_eq!(e.encoder, "gpu", "{e}");
+    } else {
+        assert_eq!(e.encoder, "cpu");
+        assert!(e.note.contains("nvCOMP"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("encoder cpu (GPU not used: nvCOMP"),
+            "{e}"
+        );
+    }
+    zstd.set_write_options(WriteOptions {
+        encoder: Encoder::Cpu,
+    });
+    assert_eq!(zstd.write_options().encoder, Encoder::Cpu);
+    let e = zstd.write_encoding();
+    assert_eq!((e.encoder, e.note.as_str()), ("cpu", ""));
+    // Shards of zstd inner chunks of 4 MiB: above Auto's bound (when nvCOMP loads).
+    let big = ArraySpec::new(&[2048, 1024], &[2048, 1024], DataType::FLOAT32)
+        .with_subchunks(&[1024, 1024])
+        .with_compressor(Compressor::Zstd { level: 1 });
+    let e = ZarrArray::create(dir.0.join("big"), &big)
+        .unwrap()
+        .write_encoding();
+    assert_eq!(e.encoder, "cpu");
+    assert!(
+        e.note.contains("nvCOMP") || e.note.contains("4194304 bytes"),
+        "{e}"
+    );
+}
+
 // ------------------------------------------------------------ zarr-python reads devbuf
 
 fn python_with_zarr() -> Result<(), String> {

@@ -35,3 +35,5 @@ mod transfer;
 mod zarr;
 #[cfg(feature = "zarrs")]
 mod zarrs;
+#[cfg(feature = "zarrs")]
+mod zarrs_write;

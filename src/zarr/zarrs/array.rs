@@ -68,6 +68,7 @@ pub struct ZarrArray {
     pub(super) meta: ZarrMetadata,
     pub(super) location: String,
     pub(super) read_options: ReadOptions,
+    pub(super) write_options: super::WriteOptions,
     /// Where the read engine reaches stored bytes directly (a directory's files, an
     /// object store's concurrent requests).
     pub(super) direct: read::Direct,
@@ -79,6 +80,7 @@ impl std::fmt::Debug for ZarrArray {
             .field("location", &self.location)
             .field("metadata", &self.meta)
             .field("read_options", &self.read_options)
+            .field("write_options", &self.write_options)
             .finish()
     }
 }
@@ -199,6 +201,7 @@ impl ZarrArray {
             meta,
             location,
             read_options: ReadOptions::default(),
+            write_options: super::WriteOptions::default(),
             direct: read::Direct::Store,
         })
     }

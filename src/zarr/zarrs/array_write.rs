@@ -9,6 +9,7 @@ use ::zarrs::array::{ArrayBytes, CodecOptions};
 use rayon::prelude::*;
 
 use super::ZarrArray;
+use super::encode::{self, Encoder, WriteEncoding, WriteOptions};
 use super::read::Request;
 use crate::cuda::DeviceBuffer;
 use crate::error::{Error, Result};
@@ -133,12 +134,57 @@ impl ZarrArray {
         self.write_device(std::slice::from_ref(&request), &[device_bytes(&v)?])
     }
 
+    /// How writes run: the encoder of device writes.
+    pub fn write_options(&self) -> &WriteOptions {
+        &self.write_options
+    }
+
+    /// Sets how writes run (see [`WriteOptions`], [`Encoder`]).
+    ///
+    /// ```
+    /// use devbuf::zarr::zarrs::{Encoder, WriteOptions, ZarrArray};
+    /// let mut a = ZarrArray::open("tests/fixtures/zarr/v2_int16_zstd.zarr")?;
+    /// a.set_write_options(WriteOptions { encoder: Encoder::Cpu });
+    /// assert_eq!(a.write_encoding().encoder, "cpu");
+    /// # Ok::<(), devbuf::Error>(())
+    /// ```
+    pub fn set_write_options(&mut self, options: WriteOptions) {
+        self.write_options = options;
+    }
+
+    /// Which encoder a write from device memory would use on this array under its
+    /// [`WriteOptions`], and why the GPU would not (nvCOMP missing, a codec it does not
+    /// write, chunks above [`AUTO_GPU_MAX_CHUNK_BYTES`](super::AUTO_GPU_MAX_CHUNK_BYTES)
+    /// for [`Encoder::Auto`]). With [`Encoder::Gpu`] and a `"cpu"` answer, device writes
+    /// fail with that reason.
+    pub fn write_encoding(&self) -> WriteEncoding {
+        let (plan, note) = self.encode_plan();
+        encode::describe(&plan, note)
+    }
+
+    fn encode_plan(&self) -> (Option<encode::GpuEncode>, String) {
+        encode::choose(
+            &self.array,
+            &self.meta.chunk_shape,
+            self.elem(),
+            self.meta.stored_dtype.element().swap_width(),
+            self.write_options.encoder,
+        )
+    }
+
     /// Writes device values (C-order native) into the boxes of `requests` through the
     /// device write engine (`write.rs`).
     fn write_device(&self, requests: &[Request], values: &[DeviceBuffer]) -> Result<()> {
         let Some(ctx) = values.first().map(|v| v.context().clone()) else {
             return Ok(());
         };
+        let (gpu, note) = self.encode_plan();
+        if gpu.is_none() && self.write_options.encoder == Encoder::Gpu {
+            return Err(Error::invalid(format!(
+                "writing {} with Encoder::Gpu: nvCOMP cannot encode its chunks: {note}",
+                self.location
+            )));
+        }
         let fill = self.meta.fill_value.to_bytes_as(self.dtype());
         let target = super::write::Target {
             array: &self.array,
@@ -147,6 +193,7 @@ impl ZarrArray {
             chunk_shape: &self.meta.chunk_shape,
             elem: self.elem(),
             fill: &fill,
+            gpu: gpu.as_ref(),
         };
         let threads = self
             .read_options

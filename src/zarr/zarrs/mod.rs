@@ -65,6 +65,7 @@ mod array;
 #[cfg(feature = "object_store")]
 mod array_url;
 mod array_write;
+mod encode;
 mod fs_store;
 mod metadata;
 pub(crate) mod read;
@@ -74,6 +75,7 @@ mod validate;
 mod write;
 
 pub use array::ZarrArray;
+pub use encode::{AUTO_GPU_MAX_CHUNK_BYTES, Encoder, WriteEncoding, WriteOptions};
 pub use metadata::ZarrMetadata;
 pub use read::{DEFAULT_SLOT_BYTES, Decoder, ReadOptions, ReadReport};
 pub use spec::{ArraySpec, Compressor};

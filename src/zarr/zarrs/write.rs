@@ -5,17 +5,25 @@
 //! brings the slot to page-locked host memory, and the worker encodes and stores each
 //! chunk with `zarrs` while the next batch's gather and DMA run. A chunk the write
 //! covers only partly is read, updated and rewritten (once).
+//!
+//! With nvCOMP as the encoder (`encode.rs`, [`Encoder`](super::Encoder)) the chunks a
+//! write covers whole are compressed on the device instead: gather, lay the cells
+//! (inner chunks of a shard) out one after another, one batched nvCOMP call, one DMA of
+//! the compressed cells; the host adds checksums and shard indexes and stores.
 
 use std::borrow::Cow;
+use std::ops::Range;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use zarrs::array::{Array, ArrayBytes, CodecOptions};
 use zarrs::storage::ReadableWritableStorageTraits;
 
+use super::encode::{self, GpuEncode};
 use super::guard;
 use super::read::plan::{self as rplan, Request, Unit, c_strides};
 use crate::cuda::kernels::ops::{fill, strided_copy};
+use crate::cuda::nvcomp::{CompressBatch, GpuCodec};
 use crate::cuda::{Context, DeviceBuffer, UploadLane};
 use crate::error::{Error, Result};
 
@@ -30,6 +38,8 @@ pub(crate) struct Target<'a> {
     pub elem: usize,
     /// The fill value's native bytes (one element).
     pub fill: &'a [u8],
+    /// nvCOMP encodes the chunks the write covers whole (`None`: the CPU workers).
+    pub gpu: Option<&'a GpuEncode>,
 }
 
 /// Writes `values[i]` (C-order native bytes on one context) into the box of
@@ -64,9 +74,214 @@ pub(crate) fn write_device(
         })
         .filter(|&n| n <= isize::MAX as usize)
         .ok_or_else(|| Error::invalid(format!("{}: chunks too large to stage", t.location)))?;
-    let (slot_bytes, per) = super::read::pipeline::slot_layout(chunk_bytes, slot_target);
-    let stride = super::read::pipeline::aligned(chunk_bytes);
-    let batches = rplan::batches(units.len(), 1, per);
+    let w = Work {
+        t,
+        values,
+        ctx,
+        threads,
+        slot_target,
+        chunk_bytes,
+        stride: super::read::pipeline::aligned(chunk_bytes),
+        strides: c_strides(t.chunk_shape, t.elem),
+    };
+    // Chunks the write covers whole go to nvCOMP (when it encodes this array); the
+    // others are read, updated and encoded on the CPU.
+    let (on_gpu, on_cpu): (Vec<Unit>, Vec<Unit>) = units
+        .into_iter()
+        .partition(|u| t.gpu.is_some() && covers_chunk(t, u));
+    if let Some(g) = t.gpu
+        && !on_gpu.is_empty()
+    {
+        w.gpu(g, &on_gpu)?;
+    }
+    if !on_cpu.is_empty() {
+        w.cpu(&on_cpu)?;
+    }
+    Ok(())
+}
+
+/// One device write's shared state.
+struct Work<'a, 't> {
+    t: &'a Target<'t>,
+    values: &'a [DeviceBuffer],
+    ctx: &'a Context,
+    threads: usize,
+    slot_target: usize,
+    chunk_bytes: usize,
+    /// Distance between gathered chunks in a staging buffer.
+    stride: usize,
+    /// The chunk's C-order byte strides.
+    strides: Vec<isize>,
+}
+
+impl Work<'_, '_> {
+    /// The CPU encoders: gather a batch, one DMA into a page-locked slot, encode and
+    /// store each chunk with zarrs while the next batch is gathered and copied.
+    fn cpu(&self, units: &[Unit]) -> Result<()> {
+        let (slot_bytes, per) =
+            super::read::pipeline::slot_layout(self.chunk_bytes, self.slot_target);
+        let batches = rplan::batches(units.len(), 1, per);
+        let (t, stride, chunk_bytes) = (self.t, self.stride, self.chunk_bytes);
+        pool(self.threads, &batches, &|w, claim| {
+            let Some(mut lane) = UploadLane::new(self.ctx, slot_bytes, w == 0)? else {
+                return Ok(());
+            };
+            let mut pending: Option<(usize, Range<usize>)> = None;
+            loop {
+                let b = claim();
+                if let Some(b) = &b {
+                    let batch = &units[b.clone()];
+                    let used = (batch.len() - 1) * stride + chunk_bytes;
+                    let slot = lane.download(used, |stream, scratch| {
+                        for (j, u) in batch.iter().enumerate() {
+                            self.gather(u, j * stride, stream, scratch)?;
+                        }
+                        Ok(())
+                    })?;
+                    if let Some((ps, pb)) = pending.take() {
+                        let bytes = lane.downloaded(ps)?;
+                        store(t, &units[pb], bytes, stride, chunk_bytes, &self.strides)?;
+                    }
+                    pending = Some((slot, b.clone()));
+                } else {
+                    if let Some((ps, pb)) = pending.take() {
+                        let bytes = lane.downloaded(ps)?;
+                        store(t, &units[pb], bytes, stride, chunk_bytes, &self.strides)?;
+                    }
+                    break;
+                }
+            }
+            lane.finish()
+        })
+    }
+
+    /// nvCOMP: gather a batch of whole chunks on the device, lay their cells out one
+    /// after another, compress them all in one call into the lane's scratch buffer,
+    /// one DMA of the compressed cells into a page-locked slot; the host adds checksums
+    /// and shard indexes and stores. Each worker has its own stream, so one worker's
+    /// host work overlaps the others' device work.
+    fn gpu(&self, g: &GpuEncode, units: &[Unit]) -> Result<()> {
+        let out_per_chunk = g.cells * g.cap;
+        let (_, per) =
+            super::read::pipeline::slot_layout(self.stride.max(out_per_chunk), self.slot_target);
+        let batches = rplan::batches(units.len(), 1, per);
+        let (t, stride) = (self.t, self.stride);
+        pool(self.threads, &batches, &|w, claim| {
+            let Some(mut lane) = UploadLane::new(self.ctx, per * out_per_chunk, w == 0)? else {
+                return Ok(());
+            };
+            let gathered = self.ctx.allocate(per * stride)?;
+            let cells = match g.relayout {
+                Some(_) => Some(self.ctx.allocate(per * stride)?),
+                None => None,
+            };
+            let mut nv = CompressBatch::new(self.ctx)?;
+            while let Some(b) = claim() {
+                let batch = &units[b];
+                let mut sizes = Vec::new();
+                let slot = lane.download(batch.len() * out_per_chunk, |stream, scratch| {
+                    for (j, u) in batch.iter().enumerate() {
+                        self.gather(u, j * stride, stream, &gathered)?;
+                    }
+                    let src = match (&g.relayout, &cells) {
+                        (Some(r), Some(c)) => {
+                            for j in 0..batch.len() {
+                                strided_copy(
+                                    &gathered,
+                                    j * stride,
+                                    &r.src,
+                                    c,
+                                    j * stride,
+                                    &r.dst,
+                                    &r.shape,
+                                    t.elem,
+                                    Some(stream),
+                                )?;
+                            }
+                            c
+                        }
+                        _ => &gathered,
+                    };
+                    let inputs: Vec<Range<usize>> = (0..batch.len())
+                        .flat_map(|j| {
+                            (0..g.cells).map(move |k| {
+                                let at = j * stride + k * g.cell_bytes;
+                                at..at + g.cell_bytes
+                            })
+                        })
+                        .collect();
+                    let outputs: Vec<Range<usize>> = (0..inputs.len())
+                        .map(|i| i * g.cap..(i + 1) * g.cap)
+                        .collect();
+                    sizes = nv
+                        .compress(stream, GpuCodec::Zstd, src, &inputs, scratch, &outputs)
+                        .map_err(|e| {
+                            Error::invalid(format!(
+                                "writing chunks {:?} .. {:?} of {}: {e}",
+                                batch[0].cell,
+                                batch[batch.len() - 1].cell,
+                                t.location
+                            ))
+                        })?;
+                    Ok(())
+                })?;
+                let bytes = lane.downloaded(slot)?;
+                for (j, u) in batch.iter().enumerate() {
+                    let what = || {
+                        format!(
+                            "writing chunk {:?} (key {}) of {}",
+                            u.cell,
+                            t.array.chunk_key(&u.cell),
+                            t.location
+                        )
+                    };
+                    guard(&what(), || {
+                        encode::store(
+                            t.array,
+                            &u.cell,
+                            g,
+                            &bytes[j * out_per_chunk..(j + 1) * out_per_chunk],
+                            &sizes[j * g.cells..(j + 1) * g.cells],
+                            &what,
+                        )
+                    })?;
+                }
+            }
+            lane.finish()
+        })
+    }
+
+    /// Queues the gather of `u`'s part of the values into `scratch` at `at`.
+    fn gather(
+        &self,
+        u: &Unit,
+        at: usize,
+        stream: &crate::cuda::Stream,
+        scratch: &DeviceBuffer,
+    ) -> Result<()> {
+        gather(
+            self.t,
+            u,
+            self.values,
+            &self.strides,
+            at,
+            self.chunk_bytes,
+            stream,
+            scratch,
+        )
+    }
+}
+
+/// A claim function: the next batch, or `None` when all are taken or a worker failed.
+type Claim<'a> = &'a dyn Fn() -> Option<Range<usize>>;
+
+/// Runs `work(worker, claim)` on `threads` threads (at most one per batch); workers
+/// claim `batches` in turn. The first error stops further claims and is returned.
+fn pool(
+    threads: usize,
+    batches: &[Range<usize>],
+    work: &(dyn Fn(usize, Claim<'_>) -> Result<()> + Sync),
+) -> Result<()> {
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
     let error: Mutex<Option<Error>> = Mutex::new(None);
@@ -83,55 +298,14 @@ pub(crate) fn write_device(
         }
         batches.get(next.fetch_add(1, Ordering::AcqRel)).cloned()
     };
-    let strides = c_strides(t.chunk_shape, t.elem);
-    let work = |w: usize| -> Result<()> {
-        let Some(mut lane) = UploadLane::new(ctx, slot_bytes, w == 0)? else {
-            return Ok(());
-        };
-        let mut pending: Option<(usize, std::ops::Range<usize>)> = None;
-        loop {
-            let b = claim();
-            if let Some(b) = &b {
-                let batch = &units[b.clone()];
-                let used = (batch.len() - 1) * stride + chunk_bytes;
-                let slot = lane.download(used, |stream, scratch| {
-                    for (j, u) in batch.iter().enumerate() {
-                        gather(
-                            t,
-                            u,
-                            values,
-                            &strides,
-                            j * stride,
-                            chunk_bytes,
-                            stream,
-                            scratch,
-                        )?;
-                    }
-                    Ok(())
-                })?;
-                if let Some((ps, pb)) = pending.take() {
-                    let bytes = lane.downloaded(ps)?;
-                    store(t, &units[pb], bytes, stride, chunk_bytes, &strides)?;
-                }
-                pending = Some((slot, b.clone()));
-            } else {
-                if let Some((ps, pb)) = pending.take() {
-                    let bytes = lane.downloaded(ps)?;
-                    store(t, &units[pb], bytes, stride, chunk_bytes, &strides)?;
-                }
-                break;
-            }
-        }
-        lane.finish()
-    };
-    let threads = threads.clamp(1, batches.len());
+    let threads = threads.clamp(1, batches.len().max(1));
     std::thread::scope(|s| {
         for w in 1..threads {
-            let (work, fail) = (&work, &fail);
+            let (claim, fail) = (&claim, &fail);
             let spawned = std::thread::Builder::new()
                 .name(format!("devbuf-write-{w}"))
                 .spawn_scoped(s, move || {
-                    if let Err(e) = work(w) {
+                    if let Err(e) = work(w, claim) {
                         fail(e);
                     }
                 });
@@ -139,7 +313,7 @@ pub(crate) fn write_device(
                 break;
             }
         }
-        if let Err(e) = work(0) {
+        if let Err(e) = work(0, &claim) {
             fail(e);
         }
     });

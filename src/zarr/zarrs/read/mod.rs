@@ -14,9 +14,9 @@
 //! * `sched`: when a GPU worker takes another claim (the CPU / GPU split);
 //! * `hostmem`: the fresh (huge-page) memory a host read fills.
 //!
-//! The device write engine (`../write.rs`) reuses `plan` and the staging lanes.
+//! The device write engine (`../write.rs`) reuses `plan`, `codec` and the staging lanes.
 
-mod codec;
+pub(crate) mod codec;
 mod gpu;
 pub(crate) mod hostmem;
 pub(crate) mod pipeline;
