@@ -204,8 +204,9 @@ gpu_test! {
                 let e = a.write_encoding();
                 assert_eq!(e.encoder, "gpu", "{}: {e}", c.name);
             }
-            // Small staging slots and three workers: many batches per write.
-            a.set_read_options(ReadOptions { threads: Some(3), slot_bytes: 48 << 10, ..ReadOptions::default() }).unwrap();
+            // Small staging slots (nvCOMP calls of 8 slots: 32 KiB) and three workers:
+            // many batches per write.
+            a.set_read_options(ReadOptions { threads: Some(3), slot_bytes: 4 << 10, ..ReadOptions::default() }).unwrap();
             let elem = c.element.size();
             let n: u64 = c.shape.iter().product();
             let mut model = random_elements(&mut rng, c.element, n as usize);
@@ -278,7 +279,7 @@ gpu_test_exclusive! {
         let path = dir.0.join("a");
         let mut a = create(&path, &[96, 96], &[32, 32], "float32", json!(0.0), sharded(&[8, 16], chain(2, false, true), true, true));
         a.set_write_options(WriteOptions { encoder: Encoder::Gpu });
-        a.set_read_options(ReadOptions { threads: Some(4), slot_bytes: 8 << 10, ..ReadOptions::default() }).unwrap();
+        a.set_read_options(ReadOptions { threads: Some(4), slot_bytes: 2 << 10, ..ReadOptions::default() }).unwrap();
         let model = random_elements(&mut rng, ElementType::Float32, 96 * 96);
         let v = host_nd(model.clone(), &[96, 96], ElementType::Float32).to_prototype(&DEV).unwrap();
         a.write_subset(&[0, 0], &v).unwrap();
