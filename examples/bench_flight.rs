@@ -328,6 +328,27 @@ fn run() -> Result<(), String> {
         }
     });
     table.push(("devbuf Client::read".into(), "host array".into(), r));
+    // The same client with HTTP/2's default frame size (what tonic's channel uses) and
+    // two runtime threads (the default before 1 MiB frames): the two changes' effect.
+    let small = Client::connect_with(
+        &uri,
+        ClientOptions::new()
+            .token(&token)
+            .concurrency(a.endpoints)
+            .max_frame_bytes(16 << 10)
+            .runtime_threads(2),
+    )
+    .map_err(|e| e.to_string())?;
+    let r = best(a.repeat, || {
+        small.read_chunks("bench.zarr", None, &host).map_err(e)
+    })
+    .map(|(s, _)| s);
+    table.push((
+        "devbuf Client::read_chunks, 16 KiB frames, 2 runtime threads".into(),
+        "host batches".into(),
+        r,
+    ));
+    drop(small);
     let dev = BufferPrototype::Device(a.device);
     if devbuf::cuda::is_available() {
         let r = best(a.repeat, || {

@@ -65,7 +65,9 @@ mod stream;
 pub mod ticket;
 
 pub use auth::{generate_token, read_token_file};
-pub use client::{Client, ClientOptions, Endpoint, Flight, ReceivedStream};
+pub use client::{
+    Client, ClientOptions, DEFAULT_MAX_FRAME_BYTES, Endpoint, Flight, ReceivedStream,
+};
 pub use encode::Batch;
 pub use server::{Event, Observer, Server, ServerConfig, ServerStats, StreamEnd};
 pub use service::{REMOVE_ACTION, Service};

@@ -14,6 +14,7 @@ mod collect;
 mod fetch;
 mod read;
 mod receive;
+mod transport;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -26,9 +27,10 @@ use bytes::Bytes;
 use futures::StreamExt;
 use tonic::Request;
 use tonic::metadata::MetadataValue;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint as TonicEndpoint};
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint as TonicEndpoint};
 
 pub use fetch::ReceivedStream;
+use transport::Transport;
 
 use super::auth::{check_token, encode_base64};
 use super::encode::{Batch, Encoder};
@@ -54,6 +56,7 @@ pub struct ClientOptions {
     pub(crate) connect_timeout: Duration,
     pub(crate) idle_timeout: Option<Duration>,
     pub(crate) runtime_threads: usize,
+    pub(crate) max_frame_bytes: u32,
 }
 
 impl std::fmt::Debug for ClientOptions {
@@ -66,6 +69,8 @@ impl std::fmt::Debug for ClientOptions {
             .field("max_message_bytes", &self.max_message_bytes)
             .field("connect_timeout", &self.connect_timeout)
             .field("idle_timeout", &self.idle_timeout)
+            .field("runtime_threads", &self.runtime_threads)
+            .field("max_frame_bytes", &self.max_frame_bytes)
             .finish()
     }
 }
@@ -78,7 +83,8 @@ impl Default for ClientOptions {
 
 impl ClientOptions {
     /// Defaults: no token, the web PKI roots for TLS, 8 endpoints fetched at once, 1 GiB
-    /// per message, 10 s to connect, 300 s of silence before a stream counts as dead.
+    /// per message, 10 s to connect, 300 s of silence before a stream counts as dead, a
+    /// runtime thread per core (2 to 8), HTTP/2 frames of up to 1 MiB.
     pub fn new() -> ClientOptions {
         ClientOptions {
             token: None,
@@ -88,7 +94,10 @@ impl ClientOptions {
             max_message_bytes: 1 << 30,
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Some(Duration::from_secs(300)),
-            runtime_threads: 2,
+            runtime_threads: std::thread::available_parallelism()
+                .map_or(2, |n| n.get())
+                .clamp(2, 8),
+            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
         }
     }
 
@@ -136,9 +145,27 @@ impl ClientOptions {
         self
     }
 
-    /// Threads of the client's tokio runtime (1 to 64; default 2).
+    /// Threads of the client's tokio runtime (1 to 64; default one per core, 2 to 8).
+    /// Each connection's HTTP/2 task and each received message's copy out of the
+    /// connection run on them.
     pub fn runtime_threads(mut self, n: usize) -> ClientOptions {
         self.runtime_threads = n;
+        self
+    }
+
+    /// The largest HTTP/2 frame the client accepts on plain (`grpc://`) connections
+    /// (16384 to 16777215; default 1 MiB, [`DEFAULT_MAX_FRAME_BYTES`]). A server sends a
+    /// DoGet body in frames of at most this size, one write each: 16 KiB (HTTP/2's
+    /// default) means 65536 frames per GiB. `grpc+tls://` connections go through
+    /// tonic's channel, which keeps 16 KiB.
+    ///
+    /// ```
+    /// use devbuf::flight::ClientOptions;
+    /// let o = ClientOptions::new().max_frame_bytes(16 << 10); // HTTP/2's default
+    /// # let _ = o;
+    /// ```
+    pub fn max_frame_bytes(mut self, n: u32) -> ClientOptions {
+        self.max_frame_bytes = n;
         self
     }
 
@@ -156,6 +183,13 @@ impl ClientOptions {
                 2u64 << 30
             )));
         }
+        if !(MIN_FRAME_BYTES..=MAX_FRAME_BYTES).contains(&self.max_frame_bytes) {
+            return Err(Error::invalid(format!(
+                "ClientOptions::max_frame_bytes is {}, valid: {MIN_FRAME_BYTES} to \
+                 {MAX_FRAME_BYTES} (HTTP/2's bounds)",
+                self.max_frame_bytes
+            )));
+        }
         if !(1..=64).contains(&self.runtime_threads) {
             return Err(Error::invalid(format!(
                 "ClientOptions::runtime_threads is {}, valid: 1 to 64",
@@ -168,6 +202,11 @@ impl ClientOptions {
         Ok(())
     }
 }
+
+/// Default of [`ClientOptions::max_frame_bytes`]: 1 MiB.
+pub const DEFAULT_MAX_FRAME_BYTES: u32 = 1 << 20;
+const MIN_FRAME_BYTES: u32 = 1 << 14;
+const MAX_FRAME_BYTES: u32 = (1 << 24) - 1;
 
 /// A Flight URI (`grpc://`, `grpc+tcp://`, `grpc+tls://`, `http://`, `https://`) as the
 /// `http(s)://` URI tonic connects to, and whether it uses TLS.
@@ -261,7 +300,7 @@ impl Flight {
     }
 }
 
-type Conn = FlightServiceClient<Channel>;
+type Conn = FlightServiceClient<Transport>;
 
 /// A blocking Arrow Flight client (any Flight server for the generic calls; devbuf's
 /// for [`read`](Self::read) and [`read_chunks`](Self::read_chunks), which need its
@@ -319,9 +358,9 @@ impl Client {
                 op: "starting the Flight client's runtime",
                 message: e.to_string(),
             })?;
-        let channel = runtime.block_on(channel(uri, &options))?;
+        let home = runtime.block_on(channel(uri, &options))?;
         Ok(Client {
-            home: conn(channel, &options),
+            home: conn(home, &options),
             runtime: Some(runtime),
             uri: uri.to_string(),
             token: Mutex::new(options.token.clone()),
@@ -564,41 +603,53 @@ fn not_in_runtime() -> Result<()> {
     Ok(())
 }
 
-fn conn(channel: Channel, o: &ClientOptions) -> Conn {
-    FlightServiceClient::new(channel)
+fn conn((transport, origin): (Transport, tonic::codegen::http::Uri), o: &ClientOptions) -> Conn {
+    FlightServiceClient::with_origin(transport, origin)
         .max_decoding_message_size(o.max_message_bytes)
         .max_encoding_message_size(usize::MAX)
 }
 
-async fn channel(uri: &str, o: &ClientOptions) -> Result<Channel> {
+/// A connection to `uri`: for `grpc://` a hyper HTTP/2 client of its own (large frames,
+/// see [`ClientOptions::max_frame_bytes`]), reached once here so that an unreachable
+/// server is an error now; for `grpc+tls://` tonic's channel with rustls.
+async fn channel(uri: &str, o: &ClientOptions) -> Result<(Transport, tonic::codegen::http::Uri)> {
     let (http, tls) = endpoint_uri(uri)?;
+    let origin: tonic::codegen::http::Uri = http
+        .parse()
+        .map_err(|e| Error::invalid(format!("Flight URI {uri:?}: {e}")))?;
+    let connect_err = |e: &dyn std::error::Error| Error::Io {
+        op: "connecting to an Arrow Flight server",
+        message: format!("{uri}: {e}{}", source_chain(e)),
+    };
+    if !tls {
+        let t = transport::plain(&origin, o)
+            .await
+            .map_err(|e| connect_err(&*e))?;
+        return Ok((t, origin));
+    }
     let mut ep = TonicEndpoint::from_shared(http)
         .map_err(|e| Error::invalid(format!("Flight URI {uri:?}: {e}")))?
         .connect_timeout(o.connect_timeout)
         .tcp_nodelay(true)
-        .initial_stream_window_size(Some(16 << 20))
-        .initial_connection_window_size(Some(64 << 20))
-        .http2_keep_alive_interval(Duration::from_secs(30))
-        .keep_alive_timeout(Duration::from_secs(20))
+        .initial_stream_window_size(Some(transport::STREAM_WINDOW))
+        .initial_connection_window_size(Some(transport::CONNECTION_WINDOW))
+        .http2_keep_alive_interval(transport::KEEP_ALIVE_INTERVAL)
+        .keep_alive_timeout(transport::KEEP_ALIVE_TIMEOUT)
         .keep_alive_while_idle(false);
-    if tls {
-        crate::tls::ensure_crypto_provider();
-        let mut cfg = ClientTlsConfig::new();
-        cfg = match &o.tls_ca_pem {
-            Some(pem) => cfg.ca_certificate(Certificate::from_pem(pem)),
-            None => cfg.with_webpki_roots(),
-        };
-        if let Some(d) = &o.tls_domain {
-            cfg = cfg.domain_name(d.clone());
-        }
-        ep = ep
-            .tls_config(cfg)
-            .map_err(|e| Error::invalid(format!("TLS settings for {uri:?}: {e}")))?;
+    crate::tls::ensure_crypto_provider();
+    let mut cfg = ClientTlsConfig::new();
+    cfg = match &o.tls_ca_pem {
+        Some(pem) => cfg.ca_certificate(Certificate::from_pem(pem)),
+        None => cfg.with_webpki_roots(),
+    };
+    if let Some(d) = &o.tls_domain {
+        cfg = cfg.domain_name(d.clone());
     }
-    ep.connect().await.map_err(|e| Error::Io {
-        op: "connecting to an Arrow Flight server",
-        message: format!("{uri}: {e}{}", source_chain(&e)),
-    })
+    ep = ep
+        .tls_config(cfg)
+        .map_err(|e| Error::invalid(format!("TLS settings for {uri:?}: {e}")))?;
+    let ch = ep.connect().await.map_err(|e| connect_err(&e))?;
+    Ok((Transport::Tonic(ch), origin))
 }
 
 /// The causes of an error, for messages (`": cause: cause"`).
