@@ -527,8 +527,84 @@ mod bench {
                 std::env::temp_dir().display(),
                 enc * cores as f64
             );
+            if let Some(c) = ctx.filter(|_| devbuf::cuda::nvcomp::is_available()) {
+                nvcomp_compress_rates(c)?;
+            }
         }
         stores(&a, ctx)
+    }
+
+    /// nvCOMP's zstd compression of 256 MiB of this data already on the device, by chunk
+    /// size: in one call, and in calls of 32 MiB from 4 threads at once (each with its own
+    /// stream), as the write path makes them. GB/s of uncompressed bytes, best of 3.
+    fn nvcomp_compress_rates(ctx: &Context) -> devbuf::Result<()> {
+        use devbuf::cuda::nvcomp::{self, CompressBatch, GpuCodec};
+        use devbuf::cuda::{DeviceBuffer, Stream};
+        let total = 256usize << 20;
+        let raw = field(4096, 16384).to_buffer()?.to_bytes()?;
+        let src = DeviceBuffer::from_host(ctx, &raw)?;
+        let lib = nvcomp::library()?;
+        print!(
+            "limits in this run: nvCOMP zstd compression, GB/s (one call of 256 MiB / calls of 32 MiB from 4 threads):"
+        );
+        for chunk in [64usize << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20] {
+            let cap = lib
+                .max_compressed_chunk_size(GpuCodec::Zstd, chunk)?
+                .next_multiple_of(256);
+            let n = total / chunk;
+            let dst = ctx.allocate(n * cap)?;
+            let ranges = |from: usize, count: usize| {
+                let inputs: Vec<_> = (from..from + count)
+                    .map(|i| i * chunk..(i + 1) * chunk)
+                    .collect();
+                let outputs: Vec<_> = (from..from + count)
+                    .map(|i| i * cap..(i + 1) * cap)
+                    .collect();
+                (inputs, outputs)
+            };
+            let stream = Stream::new(ctx)?;
+            let mut batch = CompressBatch::new(ctx)?;
+            let (inputs, outputs) = ranges(0, n);
+            let one = time(3, &mut || {
+                batch
+                    .compress(&stream, GpuCodec::Zstd, &src, &inputs, &dst, &outputs)
+                    .map(drop)
+            })?;
+            let per_call = ((32usize << 20) / chunk).max(1);
+            let calls: Vec<usize> = (0..n).step_by(per_call).collect();
+            let mut states: Vec<(Stream, CompressBatch)> = (0..4)
+                .map(|_| Ok((Stream::new(ctx)?, CompressBatch::new(ctx)?)))
+                .collect::<devbuf::Result<_>>()?;
+            let split = time(3, &mut || {
+                let next = std::sync::atomic::AtomicUsize::new(0);
+                std::thread::scope(|sc| {
+                    let hs: Vec<_> = states
+                        .iter_mut()
+                        .map(|(st, b)| {
+                            let (next, calls, src, dst) = (&next, &calls, &src, &dst);
+                            sc.spawn(move || -> devbuf::Result<()> {
+                                while let Some(&from) = calls
+                                    .get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                                {
+                                    let (i, o) = ranges(from, per_call.min(n - from));
+                                    b.compress(st, GpuCodec::Zstd, src, &i, dst, &o)?;
+                                }
+                                Ok(())
+                            })
+                        })
+                        .collect();
+                    hs.into_iter().try_for_each(|h| h.join().unwrap_or(Ok(())))
+                })
+            })?;
+            print!(
+                " {} KiB {:.2} / {:.2};",
+                chunk >> 10,
+                gbs(total as f64, one),
+                gbs(total as f64, split)
+            );
+        }
+        println!();
+        Ok(())
     }
 
     /// Times every store asked for.

@@ -301,6 +301,7 @@ pub(crate) fn check_range(
 }
 
 /// The message of a caught panic (`&str` or `String` payloads; otherwise "unknown panic").
+#[cfg_attr(not(feature = "zarrs"), allow(dead_code))] // used by zarrs and flight
 pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()

@@ -43,6 +43,7 @@ pub use io::{DeviceBufferReader, DeviceBufferWriter};
 pub use ipc::{IpcEventHandle, IpcMemHandle};
 pub use mempool::DevicePoolStats;
 pub use stream::{Event, EventFlags, Stream};
+#[cfg(feature = "zarrs")]
 pub(crate) use transfer::UploadLane;
 pub use transfer::{
     DirectMode, HostSink, HostSource, PageableMode, Pending, ScatterMode, ScopedPending,

@@ -75,6 +75,7 @@ impl DecompressBatch {
     /// context's stream-ordered pool, ordered on `stream` (no `cuMemAlloc` /
     /// `cuMemFree`, which synchronise, when a worker makes and drops its state per
     /// read).
+    #[cfg_attr(not(feature = "zarrs"), allow(dead_code))] // used by the read engine
     pub(crate) fn on_stream(stream: &Stream) -> Result<Self> {
         let mut b = Self::new(stream.context())?;
         b.ws.pool_stream = Some(stream.clone());

@@ -49,6 +49,7 @@ pub(crate) fn lease_held_here() -> bool {
 }
 
 /// A producer's double-buffered path to the device through the page-locked pool.
+#[cfg_attr(not(feature = "zarrs"), allow(dead_code))]
 pub(crate) struct UploadLane {
     shared: Arc<Shared>,
     kit: Option<Kit>,
@@ -66,6 +67,7 @@ pub(crate) struct UploadLane {
     bytes: usize,
 }
 
+#[cfg_attr(not(feature = "zarrs"), allow(dead_code))] // used by the zarr engines
 impl UploadLane {
     /// A lane with two slots of `slot_bytes` each (and two device scratch buffers of
     /// that size, from the context's stream-ordered pool). The kit comes from the

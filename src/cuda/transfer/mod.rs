@@ -28,6 +28,7 @@ mod staging;
 use std::sync::atomic::Ordering;
 
 pub(crate) use engine::EngineCell;
+#[cfg(feature = "zarrs")]
 pub(crate) use lane::UploadLane;
 pub use pending::{HostSink, HostSource, Pending, ScopedPending, TransferScope, scope};
 

@@ -75,16 +75,19 @@ impl Kit {
     }
 
     /// Page-locked buffer `slot` (0 or 1): its address; `chunk_bytes()` long, initialised.
+    #[cfg_attr(not(feature = "zarrs"), allow(dead_code))] // for the upload lanes
     pub(in crate::cuda::transfer) fn host_ptr(&self, slot: usize) -> *mut u8 {
         self.host[slot & 1]
     }
 
     /// Completion event `slot` (0 or 1).
+    #[cfg_attr(not(feature = "zarrs"), allow(dead_code))] // for the upload lanes
     pub(in crate::cuda::transfer) fn event(&self, slot: usize) -> CUevent {
         self.events[slot & 1]
     }
 
     /// The context the kit belongs to.
+    #[cfg_attr(not(feature = "zarrs"), allow(dead_code))] // for the upload lanes
     pub(in crate::cuda::transfer) fn context(&self) -> CUcontext {
         self.ctx
     }

@@ -37,6 +37,7 @@ impl Shared {
     /// A kit of `chunk`-byte buffers out of the pool, for a pipeline outside the engine
     /// (`transfer::lane`): waits for a release while the pool is at its bound when
     /// `wait`, else `Ok(None)`.
+    #[cfg_attr(not(feature = "zarrs"), allow(dead_code))] // for the upload lanes
     pub(in crate::cuda::transfer) fn lease_kit(
         &self,
         chunk: usize,
@@ -52,6 +53,7 @@ impl Shared {
 
     /// Gives a leased kit back: reused when `idle` (no DMA of it can be pending),
     /// abandoned (leaked) otherwise.
+    #[cfg_attr(not(feature = "zarrs"), allow(dead_code))] // for the upload lanes
     pub(in crate::cuda::transfer) fn return_kit(&self, kit: Kit, idle: bool) {
         if idle {
             self.pool.release(kit);
