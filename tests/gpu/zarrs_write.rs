@@ -204,9 +204,9 @@ gpu_test! {
                 let e = a.write_encoding();
                 assert_eq!(e.encoder, "gpu", "{}: {e}", c.name);
             }
-            // Small staging slots (nvCOMP calls of 8 slots: 32 KiB) and three workers:
-            // many batches per write.
-            a.set_read_options(ReadOptions { threads: Some(3), slot_bytes: 4 << 10, ..ReadOptions::default() }).unwrap();
+            // Small staging slots (a chunk each; nvCOMP calls of 32 slots: 32 KiB) and
+            // three workers: several calls per write, many slots per call.
+            a.set_read_options(ReadOptions { threads: Some(3), slot_bytes: 1 << 10, ..ReadOptions::default() }).unwrap();
             let elem = c.element.size();
             let n: u64 = c.shape.iter().product();
             let mut model = random_elements(&mut rng, c.element, n as usize);

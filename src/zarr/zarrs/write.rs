@@ -24,7 +24,7 @@ use super::guard;
 use super::read::plan::{self as rplan, Request, Unit, c_strides};
 use crate::cuda::kernels::ops::{fill, strided_copy};
 use crate::cuda::nvcomp::{CompressBatch, GpuCodec};
-use crate::cuda::{Context, DeviceBuffer, UploadLane};
+use crate::cuda::{Context, DeviceBuffer, Stream, UploadLane};
 use crate::error::{Error, Result};
 
 type Storage = dyn ReadableWritableStorageTraits;
@@ -155,102 +155,159 @@ impl Work<'_, '_> {
         })
     }
 
-    /// nvCOMP: gather a batch of whole chunks on the device, lay their cells out one
-    /// after another, compress them all in one call into the lane's scratch buffer,
-    /// one DMA of the compressed cells into a page-locked slot; the host adds checksums
-    /// and shard indexes and stores. Each worker has its own stream, so one worker's
-    /// host work overlaps the others' device work.
+    /// nvCOMP: a worker gathers a call's worth of whole chunks on the device, lays
+    /// their cells out one after another, compresses all of them in one nvCOMP call
+    /// into device memory, then brings the compressed cells to the host through its
+    /// staging lane a slot at a time (a device copy into the slot's scratch, one DMA),
+    /// storing one slot's chunks while the next slot's copy runs; the host adds
+    /// checksums and shard indexes. nvCOMP compresses chunks in parallel within a call,
+    /// so a call holds [`GPU_CALL_SLOTS`] staging slots' worth of chunks in device
+    /// memory, and the page-locked slots only carry its output.
     fn gpu(&self, g: &GpuEncode, units: &[Unit]) -> Result<()> {
         let out_per_chunk = g.cells * g.cap;
-        let (_, per) = super::read::pipeline::slot_layout(
-            self.stride.max(out_per_chunk),
-            self.slot_target.saturating_mul(GPU_BATCH_SLOTS),
-        );
-        let batches = rplan::batches(units.len(), 1, per);
+        let call_bytes = self.slot_target.saturating_mul(GPU_CALL_SLOTS);
+        let per_call = (call_bytes / self.stride.max(out_per_chunk)).max(1);
+        let per_slot = (self.slot_target / out_per_chunk).max(1);
+        let batches = rplan::batches(units.len(), 1, per_call);
         let (t, stride) = (self.t, self.stride);
         pool(self.threads.min(GPU_WORKERS), &batches, &|w, claim| {
-            let Some(mut lane) = UploadLane::new(self.ctx, per * out_per_chunk, w == 0)? else {
+            let Some(mut lane) = UploadLane::new(self.ctx, per_slot * out_per_chunk, w == 0)?
+            else {
                 return Ok(());
             };
-            let gathered = self.ctx.allocate(per * stride)?;
+            let stream = Stream::new(self.ctx)?;
+            let n = per_call.min(units.len());
+            let gathered = self.ctx.allocate_pooled(n * stride, Some(&stream))?;
             let cells = match g.relayout {
-                Some(_) => Some(self.ctx.allocate(per * stride)?),
+                Some(_) => Some(self.ctx.allocate_pooled(n * stride, Some(&stream))?),
                 None => None,
             };
+            let out = self.ctx.allocate_pooled(n * out_per_chunk, Some(&stream))?;
             let mut nv = CompressBatch::new(self.ctx)?;
-            while let Some(b) = claim() {
-                let batch = &units[b];
-                let mut sizes = Vec::new();
-                let slot = lane.download(batch.len() * out_per_chunk, |stream, scratch| {
-                    for (j, u) in batch.iter().enumerate() {
-                        self.gather(u, j * stride, stream, &gathered)?;
-                    }
-                    let src = match (&g.relayout, &cells) {
-                        (Some(r), Some(c)) => {
-                            for j in 0..batch.len() {
-                                strided_copy(
-                                    &gathered,
-                                    j * stride,
-                                    &r.src,
-                                    c,
-                                    j * stride,
-                                    &r.dst,
-                                    &r.shape,
-                                    t.elem,
-                                    Some(stream),
-                                )?;
-                            }
-                            c
-                        }
-                        _ => &gathered,
-                    };
-                    let inputs: Vec<Range<usize>> = (0..batch.len())
-                        .flat_map(|j| {
-                            (0..g.cells).map(move |k| {
-                                let at = j * stride + k * g.cell_bytes;
-                                at..at + g.cell_bytes
-                            })
-                        })
-                        .collect();
-                    let outputs: Vec<Range<usize>> = (0..inputs.len())
-                        .map(|i| i * g.cap..(i + 1) * g.cap)
-                        .collect();
-                    sizes = nv
-                        .compress(stream, GpuCodec::Zstd, src, &inputs, scratch, &outputs)
+            // On error too, the lane's copies (which read `out`) finish before the
+            // buffers go back to the pool.
+            let ran = (|| -> Result<()> {
+                while let Some(b) = claim() {
+                    let batch = &units[b];
+                    let sizes = self
+                        .compress(g, batch, &stream, &mut nv, &gathered, cells.as_ref(), &out)
                         .map_err(|e| {
-                            Error::invalid(format!(
-                                "writing chunks {:?} .. {:?} of {}: {e}",
+                            e.context(format_args!(
+                                "writing chunks {:?} .. {:?} of {}",
                                 batch[0].cell,
                                 batch[batch.len() - 1].cell,
                                 t.location
                             ))
                         })?;
-                    Ok(())
-                })?;
-                let bytes = lane.downloaded(slot)?;
-                for (j, u) in batch.iter().enumerate() {
-                    let what = || {
-                        format!(
-                            "writing chunk {:?} (key {}) of {}",
-                            u.cell,
-                            t.array.chunk_key(&u.cell),
-                            t.location
-                        )
-                    };
-                    guard(&what(), || {
-                        encode::store(
-                            t.array,
-                            &u.cell,
-                            g,
-                            &bytes[j * out_per_chunk..(j + 1) * out_per_chunk],
-                            &sizes[j * g.cells..(j + 1) * g.cells],
-                            &what,
-                        )
-                    })?;
+                    // Slot by slot: queue the next slot's copy before storing this one's.
+                    let mut pending: Option<(usize, Range<usize>)> = None;
+                    let pieces: Vec<Range<usize>> = (0..batch.len())
+                        .step_by(per_slot)
+                        .map(|a| a..(a + per_slot).min(batch.len()))
+                        .chain(std::iter::once(0..0))
+                        .collect();
+                    for piece in pieces {
+                        let next = if piece.is_empty() {
+                            None
+                        } else {
+                            let (from, len) =
+                                (piece.start * out_per_chunk, piece.len() * out_per_chunk);
+                            let slot = lane.download(len, |s, scratch| {
+                                // Both ranges lie inside their buffers (`out` holds the
+                                // call's `batch.len()` chunks, the scratch a slot of
+                                // `per_slot`), both of this context.
+                                crate::cuda::driver::memcpy_dtod_async(
+                                    scratch.address(),
+                                    out.address() + from as u64,
+                                    len,
+                                    s.raw(),
+                                )
+                            })?;
+                            Some((slot, piece))
+                        };
+                        if let Some((ps, pp)) = pending.take() {
+                            let bytes = lane.downloaded(ps)?;
+                            for (k, j) in pp.clone().enumerate() {
+                                let u = &batch[j];
+                                let what = || {
+                                    format!(
+                                        "writing chunk {:?} (key {}) of {}",
+                                        u.cell,
+                                        t.array.chunk_key(&u.cell),
+                                        t.location
+                                    )
+                                };
+                                guard(&what(), || {
+                                    encode::store(
+                                        t.array,
+                                        &u.cell,
+                                        g,
+                                        &bytes[k * out_per_chunk..(k + 1) * out_per_chunk],
+                                        &sizes[j * g.cells..(j + 1) * g.cells],
+                                        &what,
+                                    )
+                                })?;
+                            }
+                        }
+                        pending = next;
+                    }
                 }
-            }
-            lane.finish()
+                Ok(())
+            })();
+            let finished = lane.finish();
+            ran.and(finished).and(stream.synchronize())
         })
+    }
+
+    /// One nvCOMP call: gathers `batch` into `gathered`, lays the cells out (into
+    /// `cells` when the chain needs it), compresses every cell into `out` (cell `i` at
+    /// `i * cap`) and returns the compressed sizes.
+    #[allow(clippy::too_many_arguments)]
+    fn compress(
+        &self,
+        g: &GpuEncode,
+        batch: &[Unit],
+        stream: &Stream,
+        nv: &mut CompressBatch,
+        gathered: &DeviceBuffer,
+        cells: Option<&DeviceBuffer>,
+        out: &DeviceBuffer,
+    ) -> Result<Vec<usize>> {
+        let stride = self.stride;
+        for (j, u) in batch.iter().enumerate() {
+            self.gather(u, j * stride, stream, gathered)?;
+        }
+        let src = match (&g.relayout, cells) {
+            (Some(r), Some(c)) => {
+                for j in 0..batch.len() {
+                    strided_copy(
+                        gathered,
+                        j * stride,
+                        &r.src,
+                        c,
+                        j * stride,
+                        &r.dst,
+                        &r.shape,
+                        self.t.elem,
+                        Some(stream),
+                    )?;
+                }
+                c
+            }
+            _ => gathered,
+        };
+        let inputs: Vec<Range<usize>> = (0..batch.len())
+            .flat_map(|j| {
+                (0..g.cells).map(move |k| {
+                    let at = j * stride + k * g.cell_bytes;
+                    at..at + g.cell_bytes
+                })
+            })
+            .collect();
+        let outputs: Vec<Range<usize>> = (0..inputs.len())
+            .map(|i| i * g.cap..(i + 1) * g.cap)
+            .collect();
+        nv.compress(stream, GpuCodec::Zstd, src, &inputs, out, &outputs)
     }
 
     /// Queues the gather of `u`'s part of the values into `scratch` at `at`.
@@ -274,16 +331,17 @@ impl Work<'_, '_> {
     }
 }
 
-/// Chunks per nvCOMP call of a device write, in staging slots of the read options
-/// (`ReadOptions::slot_bytes`, 4 MiB by default: 32 MiB per call): nvCOMP compresses
-/// chunks in parallel within a call, and one call keeps the GPU busy, so few large
-/// calls beat many small ones (measured on an H100: 64 KiB cells at 4 GB/s in calls of
-/// 16 MiB, 1 MiB chunks at 0.4 GB/s in calls of 4 MiB).
-const GPU_BATCH_SLOTS: usize = 8;
+/// Chunks per nvCOMP call of a device write, in staging slots (`ReadOptions::slot_bytes`,
+/// 4 MiB by default: calls of 128 MiB; at least one chunk): nvCOMP compresses chunks in
+/// parallel within a call, so its rate grows with the chunks per call (measured on an
+/// H100, zstd, 256 KiB chunks: 8.6 GB/s in calls of 256 MiB, 3.9 in calls of 32 MiB from
+/// four threads). Each GPU worker holds about three calls' bytes of device memory
+/// (gathered chunks, their cells, the compressed cells).
+const GPU_CALL_SLOTS: usize = 32;
 
-/// Workers of a GPU-encoded write: while one worker's call runs, the others download,
-/// checksum and store theirs. Each holds two page-locked slots of a whole call.
-const GPU_WORKERS: usize = 4;
+/// Workers of a GPU-encoded write: while one worker's call runs, the other downloads,
+/// checksums and stores its chunks.
+const GPU_WORKERS: usize = 2;
 
 /// A claim function: the next batch, or `None` when all are taken or a worker failed.
 type Claim<'a> = &'a dyn Fn() -> Option<Range<usize>>;
