@@ -204,7 +204,7 @@ gpu_test! {
                 let e = a.write_encoding();
                 assert_eq!(e.encoder, "gpu", "{}: {e}", c.name);
             }
-            // Small staging slots (a chunk each; nvCOMP calls of 32 slots: 32 KiB) and
+            // Small staging slots (a chunk each; nvCOMP calls of 16 slots: 16 KiB) and
             // three workers: several calls per write, many slots per call.
             a.set_read_options(ReadOptions { threads: Some(3), slot_bytes: 1 << 10, ..ReadOptions::default() }).unwrap();
             let elem = c.element.size();

@@ -16,6 +16,8 @@ use std::ops::Range;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use rayon::prelude::*;
+
 use zarrs::array::{Array, ArrayBytes, CodecOptions};
 use zarrs::storage::ReadableWritableStorageTraits;
 
@@ -226,8 +228,11 @@ impl Work<'_, '_> {
                             Some((slot, piece))
                         };
                         if let Some((ps, pp)) = pending.take() {
-                            let bytes = lane.downloaded(ps)?;
-                            for (k, j) in pp.clone().enumerate() {
+                            let bytes: &[u8] = lane.downloaded(ps)?;
+                            // The slot's chunks are stored in parallel (the CPU's share
+                            // of a GPU-encoded write: checksums, indexes, file writes).
+                            pp.clone().into_par_iter().try_for_each(|j| {
+                                let k = j - pp.start;
                                 let u = &batch[j];
                                 let what = || {
                                     format!(
@@ -246,8 +251,8 @@ impl Work<'_, '_> {
                                         &sizes[j * g.cells..(j + 1) * g.cells],
                                         &what,
                                     )
-                                })?;
-                            }
+                                })
+                            })?;
                         }
                         pending = next;
                     }
@@ -332,16 +337,16 @@ impl Work<'_, '_> {
 }
 
 /// Chunks per nvCOMP call of a device write, in staging slots (`ReadOptions::slot_bytes`,
-/// 4 MiB by default: calls of 128 MiB; at least one chunk): nvCOMP compresses chunks in
+/// 4 MiB by default: calls of 64 MiB; at least one chunk): nvCOMP compresses chunks in
 /// parallel within a call, so its rate grows with the chunks per call (measured on an
 /// H100, zstd, 256 KiB chunks: 8.6 GB/s in calls of 256 MiB, 3.9 in calls of 32 MiB from
 /// four threads). Each GPU worker holds about three calls' bytes of device memory
 /// (gathered chunks, their cells, the compressed cells).
-const GPU_CALL_SLOTS: usize = 32;
+const GPU_CALL_SLOTS: usize = 16;
 
-/// Workers of a GPU-encoded write: while one worker's call runs, the other downloads,
-/// checksums and stores its chunks.
-const GPU_WORKERS: usize = 2;
+/// Workers of a GPU-encoded write: while one worker's call runs, the others download,
+/// checksum and store their chunks (each slot's chunks in parallel, on rayon's pool).
+const GPU_WORKERS: usize = 4;
 
 /// A claim function: the next batch, or `None` when all are taken or a worker failed.
 type Claim<'a> = &'a dyn Fn() -> Option<Range<usize>>;
