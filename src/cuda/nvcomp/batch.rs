@@ -362,6 +362,21 @@ impl CompressBatch {
         })
     }
 
+    /// State whose calls all run on `stream`, with its device workspace from the
+    /// context's stream-ordered pool (as [`DecompressBatch::on_stream`]).
+    #[cfg_attr(not(feature = "zarrs"), allow(dead_code))] // used by the write engine
+    pub(crate) fn on_stream(stream: &Stream) -> Result<Self> {
+        let mut b = Self::new(stream.context())?;
+        b.ws.pool_stream = Some(stream.clone());
+        Ok(b)
+    }
+
+    /// The stream of a state made by [`on_stream`](Self::on_stream).
+    #[cfg_attr(not(feature = "zarrs"), allow(dead_code))] // used by the write engine
+    pub(crate) fn stream(&self) -> Option<&Stream> {
+        self.ws.pool_stream.as_ref()
+    }
+
     /// The context this state belongs to.
     pub fn context(&self) -> &Context {
         &self.ws.ctx
