@@ -43,9 +43,9 @@ pub use io::{DeviceBufferReader, DeviceBufferWriter};
 pub use ipc::{IpcEventHandle, IpcMemHandle};
 pub use mempool::DevicePoolStats;
 pub use stream::{Event, EventFlags, Stream};
-#[cfg(feature = "zarrs")]
-pub(crate) use transfer::UploadLane;
 pub use transfer::{
     DirectMode, HostSink, HostSource, PageableMode, Pending, ScatterMode, ScopedPending,
     TransferConfig, TransferScope, TransferStats, copy_many_from_host, copy_many_to_host, scope,
 };
+#[cfg(feature = "zarrs")]
+pub(crate) use transfer::{UploadLane, as_lease_holder};

@@ -48,6 +48,24 @@ pub(crate) fn lease_held_here() -> bool {
     LEASED_HERE.with(|n| n.get() > 0)
 }
 
+/// Runs `f` on this thread as on a thread that holds a lane's kit: copies in it do not
+/// wait for the page-locked pool (they go through the driver when it is full). For work
+/// a lane holder hands to other threads and waits for (the write engine's parallel
+/// stores on rayon's pool): those threads would otherwise wait for kits that only the
+/// waiting holder could release.
+#[cfg_attr(not(feature = "zarrs"), allow(dead_code))] // used by the write engine
+pub(crate) fn as_lease_holder<T>(f: impl FnOnce() -> T) -> T {
+    struct Held;
+    impl Drop for Held {
+        fn drop(&mut self) {
+            LEASED_HERE.with(|n| n.set(n.get().saturating_sub(1)));
+        }
+    }
+    LEASED_HERE.with(|n| n.set(n.get() + 1));
+    let _held = Held;
+    f()
+}
+
 /// A producer's double-buffered path to the device through the page-locked pool.
 #[cfg_attr(not(feature = "zarrs"), allow(dead_code))]
 pub(crate) struct UploadLane {

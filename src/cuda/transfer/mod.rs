@@ -29,7 +29,7 @@ use std::sync::atomic::Ordering;
 
 pub(crate) use engine::EngineCell;
 #[cfg(feature = "zarrs")]
-pub(crate) use lane::UploadLane;
+pub(crate) use lane::{UploadLane, as_lease_holder};
 pub use pending::{HostSink, HostSource, Pending, ScopedPending, TransferScope, scope};
 
 use self::engine::{Engine, Request};

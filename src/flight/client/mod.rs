@@ -614,8 +614,20 @@ fn conn((transport, origin): (Transport, tonic::codegen::http::Uri), o: &ClientO
 /// server is an error now; for `grpc+tls://` tonic's channel with rustls.
 async fn channel(uri: &str, o: &ClientOptions) -> Result<(Transport, tonic::codegen::http::Uri)> {
     let (http, tls) = endpoint_uri(uri)?;
-    let origin: tonic::codegen::http::Uri = http
+    // Scheme and authority only: tonic puts an origin's path in front of every call's.
+    let parsed: tonic::codegen::http::Uri = http
         .parse()
+        .map_err(|e| Error::invalid(format!("Flight URI {uri:?}: {e}")))?;
+    let origin = tonic::codegen::http::Uri::builder()
+        .scheme(parsed.scheme_str().unwrap_or("http"))
+        .authority(
+            parsed
+                .authority()
+                .map(|a| a.as_str().to_string())
+                .unwrap_or_default(),
+        )
+        .path_and_query("/")
+        .build()
         .map_err(|e| Error::invalid(format!("Flight URI {uri:?}: {e}")))?;
     let connect_err = |e: &dyn std::error::Error| Error::Io {
         op: "connecting to an Arrow Flight server",

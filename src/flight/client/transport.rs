@@ -95,6 +95,7 @@ pub(crate) async fn plain(origin: &http::Uri, o: &ClientOptions) -> Result<Trans
         .http2_keep_alive_while_idle(false)
         .timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(None::<Duration>)
         .build(tcp);
     Ok(Transport::Plain(Box::new(client)))
 }

@@ -39,7 +39,8 @@ type Storage = dyn zarrs::storage::ReadableWritableStorageTraits;
 #[non_exhaustive]
 pub enum Encoder {
     /// nvCOMP for chunks it can encode (see [`Gpu`](Self::Gpu)) of at most
-    /// [`AUTO_GPU_MAX_CHUNK_BYTES`] when nvCOMP is available; otherwise the CPU.
+    /// [`AUTO_GPU_MAX_CHUNK_BYTES`] with a zstd level of at most
+    /// [`AUTO_MAX_ZSTD_LEVEL`], when nvCOMP is available; otherwise the CPU.
     /// [`ZarrArray::write_encoding`](super::ZarrArray::write_encoding) says which and why.
     #[default]
     Auto,
@@ -52,6 +53,10 @@ pub enum Encoder {
     /// are read, updated and encoded on the CPU.
     Gpu,
 }
+
+/// Highest zstd `level` that [`Encoder::Auto`] gives to nvCOMP, which has no levels (its
+/// frames compress about as level 1): arrays asking for more stay on the CPU.
+pub const AUTO_MAX_ZSTD_LEVEL: i64 = 3;
 
 /// Largest chunk (or inner chunk of a shard) that [`Encoder::Auto`] gives to nvCOMP:
 /// 64 KiB (see [`Encoder`] for the measurements).
@@ -119,7 +124,7 @@ pub(crate) struct GpuEncode {
     pub cell_bytes: usize,
     /// Cells per chunk (1 unless sharded).
     pub cells: usize,
-    /// Output bytes reserved per cell (nvCOMP's bound, rounded up to 256).
+    /// Output bytes reserved per cell (nvCOMP's bound, rounded up to 8).
     pub cap: usize,
     /// Each cell's compressed bytes are followed by their crc32c.
     pub crc32c: bool,
@@ -143,6 +148,13 @@ pub(crate) fn choose(
         return (None, String::new());
     }
     match gpu_plan(array, chunk_shape, elem, swap_width) {
+        Ok(_) if encoder == Encoder::Auto && zstd_config(array).1 > AUTO_MAX_ZSTD_LEVEL => (
+            None,
+            format!(
+                "zstd level {}: nvCOMP compresses about as level 1 (Encoder::Gpu forces it)",
+                zstd_config(array).1
+            ),
+        ),
         Ok(p) if encoder == Encoder::Auto && p.cell_bytes > AUTO_GPU_MAX_CHUNK_BYTES => (
             None,
             format!(
@@ -196,7 +208,7 @@ fn gpu_plan(
     if chain.swap.is_some() {
         return Err("the chunks are stored big-endian".into());
     }
-    if zstd_checksum(array) {
+    if zstd_config(array).0 {
         return Err(
             "the zstd codec asks for content checksums, which nvCOMP does not write".into(),
         );
@@ -251,10 +263,22 @@ fn gpu_plan(
     let bound = lib
         .max_compressed_chunk_size(GpuCodec::Zstd, cell_bytes)
         .map_err(|e| format!("nvCOMP: {e}"))?;
+    // Outputs at multiples of 8 bytes (nvCOMP's output alignment is at most that).
+    let cap = bound.div_ceil(8) * 8;
+    let chunk_bytes = cell_bytes.saturating_mul(cells);
+    match cells.checked_mul(cap) {
+        Some(staged) if staged <= chunk_bytes.saturating_mul(2) => {}
+        _ => {
+            return Err(format!(
+                "nvCOMP reserves {cap} bytes for each compressed chunk of {cell_bytes} bytes: \
+                 staging its output would take more than twice the chunk"
+            ));
+        }
+    }
     Ok(GpuEncode {
         cell_bytes,
         cells,
-        cap: bound.div_ceil(256) * 256,
+        cap,
         crc32c: chain.crc32c,
         index,
         relayout,
@@ -284,33 +308,42 @@ fn relayout(
     Relayout { shape, src, dst }
 }
 
-/// Whether a `zstd` codec of the array (or of its shards' inner chunks) has
-/// `checksum: true`.
-fn zstd_checksum(array: &Array<Storage>) -> bool {
+/// Of the `zstd` codecs of the array (and of its shards' inner chunks): whether one has
+/// `checksum: true`, and the highest `level` (unreadable metadata: a checksum).
+fn zstd_config(array: &Array<Storage>) -> (bool, i64) {
     let codecs = match array.metadata() {
         ArrayMetadata::V3(m) => m.codecs.clone(),
         ArrayMetadata::V2(m) => match zarrs::convert::array_metadata_v2_to_v3(m) {
             Ok(v3) => v3.codecs,
-            Err(_) => return true,
+            Err(_) => return (true, 0),
         },
     };
-    fn any(codecs: &[MetadataV3]) -> bool {
-        codecs.iter().any(|c| {
+    fn walk(codecs: &[MetadataV3], out: &mut (bool, i64)) {
+        for c in codecs {
             let cfg = c.configuration();
             match c.name() {
-                "zstd" => cfg
-                    .and_then(|m| m.get("checksum"))
-                    .and_then(|v| v.as_bool())
-                    .unwrap_or(false),
-                "sharding_indexed" => cfg
-                    .and_then(|m| m.get("codecs"))
-                    .and_then(|v| serde_json::from_value::<Vec<MetadataV3>>(v.clone()).ok())
-                    .is_some_and(|inner| any(&inner)),
-                _ => false,
+                "zstd" => {
+                    let get = |k: &str| cfg.and_then(|m| m.get(k));
+                    out.0 |= get("checksum").and_then(|v| v.as_bool()).unwrap_or(false);
+                    out.1 = out
+                        .1
+                        .max(get("level").and_then(|v| v.as_i64()).unwrap_or(0));
+                }
+                "sharding_indexed" => {
+                    if let Some(inner) = cfg
+                        .and_then(|m| m.get("codecs"))
+                        .and_then(|v| serde_json::from_value::<Vec<MetadataV3>>(v.clone()).ok())
+                    {
+                        walk(&inner, out);
+                    }
+                }
+                _ => {}
             }
-        })
+        }
     }
-    any(&codecs)
+    let mut out = (false, i64::MIN);
+    walk(&codecs, &mut out);
+    out
 }
 
 /// Stores one GPU-encoded chunk: cell `k`'s compressed bytes are the first `sizes[k]`

@@ -75,7 +75,9 @@ mod validate;
 mod write;
 
 pub use array::ZarrArray;
-pub use encode::{AUTO_GPU_MAX_CHUNK_BYTES, Encoder, WriteEncoding, WriteOptions};
+pub use encode::{
+    AUTO_GPU_MAX_CHUNK_BYTES, AUTO_MAX_ZSTD_LEVEL, Encoder, WriteEncoding, WriteOptions,
+};
 pub use metadata::ZarrMetadata;
 pub use read::{DEFAULT_SLOT_BYTES, Decoder, ReadOptions, ReadReport};
 pub use spec::{ArraySpec, Compressor};

@@ -8,8 +8,10 @@
 //!
 //! With nvCOMP as the encoder (`encode.rs`, [`Encoder`](super::Encoder)) the chunks a
 //! write covers whole are compressed on the device instead: gather, lay the cells
-//! (inner chunks of a shard) out one after another, one batched nvCOMP call, one DMA of
-//! the compressed cells; the host adds checksums and shard indexes and stores.
+//! (inner chunks of a shard) out one after another, one batched nvCOMP call into device
+//! memory, then the compressed cells to the host a staging slot at a time (a device copy
+//! into the slot's scratch buffer, one DMA); the host adds checksums and shard indexes
+//! and stores, a slot's chunks in parallel.
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -26,7 +28,7 @@ use super::guard;
 use super::read::plan::{self as rplan, Request, Unit, c_strides};
 use crate::cuda::kernels::ops::{fill, strided_copy};
 use crate::cuda::nvcomp::{CompressBatch, GpuCodec};
-use crate::cuda::{Context, DeviceBuffer, Stream, UploadLane};
+use crate::cuda::{Context, DeviceBuffer, Stream, UploadLane, as_lease_holder};
 use crate::error::{Error, Result};
 
 type Storage = dyn ReadableWritableStorageTraits;
@@ -234,26 +236,31 @@ impl Work<'_, '_> {
                             let bytes: &[u8] = lane.downloaded(ps)?;
                             // The slot's chunks are stored in parallel (the CPU's share
                             // of a GPU-encoded write: checksums, indexes, file writes).
+                            // Its threads store as this lane holder would: without
+                            // waiting for the page-locked pool (a device memory store's
+                            // copy would wait for the kits that this worker holds).
                             pp.clone().into_par_iter().try_for_each(|j| {
-                                let k = j - pp.start;
-                                let u = &batch[j];
-                                let what = || {
-                                    format!(
-                                        "writing chunk {:?} (key {}) of {}",
-                                        u.cell,
-                                        t.array.chunk_key(&u.cell),
-                                        t.location
-                                    )
-                                };
-                                guard(&what(), || {
-                                    encode::store(
-                                        t.array,
-                                        &u.cell,
-                                        g,
-                                        &bytes[k * out_per_chunk..(k + 1) * out_per_chunk],
-                                        &sizes[j * g.cells..(j + 1) * g.cells],
-                                        &what,
-                                    )
+                                as_lease_holder(|| {
+                                    let k = j - pp.start;
+                                    let u = &batch[j];
+                                    let what = || {
+                                        format!(
+                                            "writing chunk {:?} (key {}) of {}",
+                                            u.cell,
+                                            t.array.chunk_key(&u.cell),
+                                            t.location
+                                        )
+                                    };
+                                    guard(&what(), || {
+                                        encode::store(
+                                            t.array,
+                                            &u.cell,
+                                            g,
+                                            &bytes[k * out_per_chunk..(k + 1) * out_per_chunk],
+                                            &sizes[j * g.cells..(j + 1) * g.cells],
+                                            &what,
+                                        )
+                                    })
                                 })
                             })?;
                         }
@@ -356,13 +363,16 @@ const GPU_CALL_SLOTS: usize = 16;
 const GPU_WORKERS: usize = 4;
 
 /// nvCOMP compression states kept between device writes, at most
-/// [`GPU_WORKERS`] per context: making one allocates page-locked tables and device
+/// [`GPU_WORKERS`] per primary context: making one allocates page-locked tables and device
 /// workspace, and freeing page-locked memory waits for the device (it would stall the
 /// other workers' calls at the end of every write).
 static COMPRESSORS: Mutex<Vec<CompressBatch>> = Mutex::new(Vec::new());
 
 /// A kept compression state of `ctx` (on its own stream), or a new one.
 fn take_compressor(ctx: &Context) -> Result<CompressBatch> {
+    if !ctx.is_primary() {
+        return CompressBatch::on_stream(&Stream::new(ctx)?);
+    }
     let mut kept = COMPRESSORS.lock().unwrap_or_else(|p| p.into_inner());
     match kept.iter().position(|b| b.context().same_as(ctx)) {
         Some(i) => Ok(kept.swap_remove(i)),
@@ -373,8 +383,13 @@ fn take_compressor(ctx: &Context) -> Result<CompressBatch> {
     }
 }
 
-/// Keeps `b` for the next write (unless its context has enough kept already).
+/// Keeps `b` for the next write (unless its context has enough kept already). Only
+/// states of primary contexts are kept: a kept state holds its context, and a dedicated
+/// context must go away with its last handle.
 fn give_back_compressor(b: CompressBatch) {
+    if !b.context().is_primary() {
+        return;
+    }
     let mut kept = COMPRESSORS.lock().unwrap_or_else(|p| p.into_inner());
     if kept
         .iter()

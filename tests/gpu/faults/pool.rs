@@ -2,7 +2,8 @@
 //! than the bound completes through one kit; concurrent transfers wait for it and
 //! complete; a thread that holds the only kit (as a zarr worker holds its upload lane)
 //! and copies does not wait for itself; zarr writes whose lanes fill the pool do not
-//! hang; a zarr read whose chunks cannot fit the bound is a clear error. Counters go
+//! hang (nor do nvCOMP-encoded ones, whose stores run on rayon's threads); a zarr read
+//! whose chunks cannot fit the bound is a clear error. Counters go
 //! back to where they were.
 
 use std::sync::{Arc, mpsc};
@@ -248,6 +249,50 @@ mod zarr_at_the_bound {
             drop((a, back, store));
             let now = held(&c);
             assert_eq!(now, base, "counters of the primary context");
+        }
+
+        /// nvCOMP-encoded writes from four workers whose lanes fill the pool, into a
+        /// device memory store whose copies are staged: each worker hands a slot's chunks
+        /// to rayon's threads and waits for them, so their copies must not wait for the
+        /// kits the workers hold (a hang). The array reads back exactly.
+        fn faults_gpu_encoded_writes_whose_lanes_fill_the_pool_do_not_hang() {
+            use devbuf::cuda::nvcomp::{self, GpuCodec};
+            use devbuf::zarr::zarrs::{Compressor, Encoder, WriteOptions};
+            if crate::zarrs::nvcomp_missing("faults_gpu_encoded_writes_whose_lanes_fill_the_pool_do_not_hang") {
+                return;
+            }
+            let c = Context::new(0).unwrap();
+            let _restore = RestoreConfig::of(&c);
+            let chunk_elems = 256 * KIB; // 1 MiB of float32
+            let cap = nvcomp::library().unwrap().max_compressed_chunk_size(GpuCodec::Zstd, 4 * chunk_elems).unwrap().next_multiple_of(256);
+            // Staging slots of 1 MiB: one compressed chunk (`cap` bytes) per slot, kits of
+            // two; nvCOMP calls of 16 slots (15 chunks); 64 chunks: four workers.
+            let kit = 2 * cap;
+            c.set_transfer_config(TransferConfig {
+                max_pinned_bytes: 4 * kit, // the four workers' lanes, nothing more
+                staging_min_bytes: 64 * KIB, // the store's copies of compressed chunks are staged
+                ..TransferConfig::default()
+            })
+            .unwrap();
+            c.trim_transfer_pool();
+            let store = Arc::new(DeviceMemoryStore::new(0).unwrap());
+            let n = 64 * chunk_elems;
+            let spec = ArraySpec::new(&[n as u64], &[chunk_elems as u64], DataType::FLOAT32)
+                .with_compressor(Compressor::Zstd { level: 1 });
+            let mut a = ZarrArray::create_in_store(store.clone(), "g", &spec).unwrap();
+            a.set_read_options(ReadOptions { threads: Some(4), slot_bytes: MIB, ..ReadOptions::default() }).unwrap();
+            a.set_write_options(WriteOptions { encoder: Encoder::Gpu });
+            let bytes = fast_random(4 * n, 79);
+            let values = NDBuffer::from_memory(bytes.clone(), &[n], DataType::FLOAT32, Order::C)
+                .unwrap()
+                .to_prototype(&DEV)
+                .unwrap();
+            let a2 = Arc::new(a);
+            within("a GPU-encoded zarr write whose lanes fill the pool", move || a2.write_subset(&[0], &values)).unwrap();
+            let s = c.transfer_stats();
+            assert!(s.pinned_bytes <= 4 * kit, "the pool holds no more than its bound: {s:?}");
+            let back = ZarrArray::open_store(store.clone(), "g").unwrap().read_all(&BufferPrototype::Host).unwrap();
+            assert!(bytes_of(&back) == bytes, "the written array reads back");
         }
 
         /// A device read stages whole chunks, in two slots per worker: with 1 MiB chunks
