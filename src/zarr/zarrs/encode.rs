@@ -25,9 +25,9 @@ type Storage = dyn zarrs::storage::ReadableWritableStorageTraits;
 /// nvCOMP compresses many chunks per call, in parallel across chunks; the CPU workers
 /// one chunk per core, and nvCOMP's rate grows with the number of chunks per call, not
 /// with their size. Measured on an H100 with 16 cores (512 MiB of float32, zstd-1;
-/// docs/performance.md): 16 MiB shards of 64 KiB inner chunks 4.2-4.4 GB/s with nvCOMP
-/// against 3.6-3.9 on the CPU; plain chunks of 256 KiB to 16 MiB 2.2-3.1 GB/s with
-/// nvCOMP against 4.4-5.9 on the CPU. So [`Encoder::Auto`] gives nvCOMP chunks (or inner
+/// docs/performance.md): 16 MiB shards of 64 KiB inner chunks 4.0-5.0 GB/s with nvCOMP
+/// against 3.5-4.9 on the CPU (on a par to 1.22x); plain chunks of 256 KiB to 16 MiB
+/// 1.5-3.1 GB/s with nvCOMP against 3.6-6.1 on the CPU. So [`Encoder::Auto`] gives nvCOMP chunks (or inner
 /// chunks) of up to [`AUTO_GPU_MAX_CHUNK_BYTES`].
 ///
 /// The GPU writes standard zstd frames (one per chunk) that every zarr reader decodes;
