@@ -269,8 +269,7 @@ gpu_test! {
 
 gpu_test_exclusive! {
     /// After a GPU-encoded write, device memory and page-locked staging are back where
-    /// they were after the first one (gather, cell and output buffers freed; the
-    /// workers' nvCOMP states are kept for the next write, not made again).
+    /// they were (every worker's nvCOMP state, gather, cell and output buffers freed).
     fn zarrs_gpu_encoded_writes_free_everything() {
         if nvcomp_missing("zarrs_gpu_encoded_writes_free_everything") {
             return;

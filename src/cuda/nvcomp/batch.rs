@@ -371,12 +371,6 @@ impl CompressBatch {
         Ok(b)
     }
 
-    /// The stream of a state made by [`on_stream`](Self::on_stream).
-    #[cfg_attr(not(feature = "zarrs"), allow(dead_code))] // used by the write engine
-    pub(crate) fn stream(&self) -> Option<&Stream> {
-        self.ws.pool_stream.as_ref()
-    }
-
     /// The context this state belongs to.
     pub fn context(&self) -> &Context {
         &self.ws.ctx

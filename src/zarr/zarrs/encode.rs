@@ -7,10 +7,10 @@
 use std::fmt;
 
 use bytes::Bytes;
-use zarrs::array::{Array, ArrayMetadata};
+use zarrs::array::Array;
 use zarrs::metadata::v3::MetadataV3;
 
-use super::read::codec::{Codecs, Compression, ShardIndex};
+use super::read::codec::{Codecs, Compression, ShardIndex, codec_list};
 use super::read::plan::{c_strides, f_strides};
 use crate::cuda::kernels::ops::MAX_DIMS;
 use crate::cuda::nvcomp::{self, GpuCodec};
@@ -147,12 +147,12 @@ pub(crate) fn choose(
     if encoder == Encoder::Cpu {
         return (None, String::new());
     }
+    let level = zstd_config(array).1;
     match gpu_plan(array, chunk_shape, elem, swap_width) {
-        Ok(_) if encoder == Encoder::Auto && zstd_config(array).1 > AUTO_MAX_ZSTD_LEVEL => (
+        Ok(_) if encoder == Encoder::Auto && level > AUTO_MAX_ZSTD_LEVEL => (
             None,
             format!(
-                "zstd level {}: nvCOMP compresses about as level 1 (Encoder::Gpu forces it)",
-                zstd_config(array).1
+                "zstd level {level}: nvCOMP compresses about as level 1 (Encoder::Gpu forces it)"
             ),
         ),
         Ok(p) if encoder == Encoder::Auto && p.cell_bytes > AUTO_GPU_MAX_CHUNK_BYTES => (
@@ -311,12 +311,8 @@ fn relayout(
 /// Of the `zstd` codecs of the array (and of its shards' inner chunks): whether one has
 /// `checksum: true`, and the highest `level` (unreadable metadata: a checksum).
 fn zstd_config(array: &Array<Storage>) -> (bool, i64) {
-    let codecs = match array.metadata() {
-        ArrayMetadata::V3(m) => m.codecs.clone(),
-        ArrayMetadata::V2(m) => match zarrs::convert::array_metadata_v2_to_v3(m) {
-            Ok(v3) => v3.codecs,
-            Err(_) => return (true, 0),
-        },
+    let Ok(codecs) = codec_list(array) else {
+        return (true, 0);
     };
     fn walk(codecs: &[MetadataV3], out: &mut (bool, i64)) {
         for c in codecs {

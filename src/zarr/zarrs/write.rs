@@ -179,11 +179,8 @@ impl Work<'_, '_> {
             else {
                 return Ok(());
             };
-            let mut nv = take_compressor(self.ctx)?;
-            let stream = match nv.stream() {
-                Some(s) => s.clone(),
-                None => Stream::new(self.ctx)?,
-            };
+            let stream = Stream::new(self.ctx)?;
+            let mut nv = CompressBatch::on_stream(&stream)?;
             let n = per_call.min(units.len());
             let gathered = self.ctx.allocate_pooled(n * stride, Some(&stream))?;
             let cells = match g.relayout {
@@ -270,11 +267,7 @@ impl Work<'_, '_> {
                 Ok(())
             })();
             let finished = lane.finish();
-            let synced = stream.synchronize();
-            if ran.is_ok() && finished.is_ok() && synced.is_ok() {
-                give_back_compressor(nv);
-            }
-            ran.and(finished).and(synced)
+            ran.and(finished).and(stream.synchronize())
         })
     }
 
@@ -361,45 +354,6 @@ const GPU_CALL_SLOTS: usize = 16;
 /// Workers of a GPU-encoded write: while one worker's call runs, the others download,
 /// checksum and store their chunks (each slot's chunks in parallel, on rayon's pool).
 const GPU_WORKERS: usize = 4;
-
-/// nvCOMP compression states kept between device writes, at most
-/// [`GPU_WORKERS`] per primary context: making one allocates page-locked tables and device
-/// workspace, and freeing page-locked memory waits for the device (it would stall the
-/// other workers' calls at the end of every write).
-static COMPRESSORS: Mutex<Vec<CompressBatch>> = Mutex::new(Vec::new());
-
-/// A kept compression state of `ctx` (on its own stream), or a new one.
-fn take_compressor(ctx: &Context) -> Result<CompressBatch> {
-    if !ctx.is_primary() {
-        return CompressBatch::on_stream(&Stream::new(ctx)?);
-    }
-    let mut kept = COMPRESSORS.lock().unwrap_or_else(|p| p.into_inner());
-    match kept.iter().position(|b| b.context().same_as(ctx)) {
-        Some(i) => Ok(kept.swap_remove(i)),
-        None => {
-            drop(kept);
-            CompressBatch::on_stream(&Stream::new(ctx)?)
-        }
-    }
-}
-
-/// Keeps `b` for the next write (unless its context has enough kept already). Only
-/// states of primary contexts are kept: a kept state holds its context, and a dedicated
-/// context must go away with its last handle.
-fn give_back_compressor(b: CompressBatch) {
-    if !b.context().is_primary() {
-        return;
-    }
-    let mut kept = COMPRESSORS.lock().unwrap_or_else(|p| p.into_inner());
-    if kept
-        .iter()
-        .filter(|k| k.context().same_as(b.context()))
-        .count()
-        < GPU_WORKERS
-    {
-        kept.push(b);
-    }
-}
 
 /// A claim function: the next batch, or `None` when all are taken or a worker failed.
 type Claim<'a> = &'a dyn Fn() -> Option<Range<usize>>;

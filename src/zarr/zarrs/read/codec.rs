@@ -84,12 +84,9 @@ pub(crate) enum Codecs {
 impl Codecs {
     /// The codecs of `array`, as the engine will decode them.
     pub(crate) fn of<T: ?Sized>(array: &Array<T>, elem_swap_width: usize) -> Codecs {
-        let codecs = match array.metadata() {
-            ArrayMetadata::V3(m) => m.codecs.clone(),
-            ArrayMetadata::V2(m) => match zarrs::convert::array_metadata_v2_to_v3(m) {
-                Ok(v3) => v3.codecs,
-                Err(e) => return Codecs::Zarrs(format!("zarr v2 metadata: {e}")),
-            },
+        let codecs = match codec_list(array) {
+            Ok(c) => c,
+            Err(why) => return Codecs::Zarrs(why),
         };
         if !array.storage_transformers().create_metadatas().is_empty() {
             return Codecs::Zarrs("storage transformers".into());
@@ -114,6 +111,19 @@ impl Codecs {
             Codecs::Sharded { chain, .. } => format!("sharded {}", chain.compression.name()),
             Codecs::Zarrs(why) => format!("zarrs ({why})"),
         }
+    }
+}
+
+/// The array's codecs as zarr v3 metadata (a v2 array's compressor, filters and order
+/// converted).
+pub(crate) fn codec_list<T: ?Sized>(
+    array: &Array<T>,
+) -> std::result::Result<Vec<MetadataV3>, String> {
+    match array.metadata() {
+        ArrayMetadata::V3(m) => Ok(m.codecs.clone()),
+        ArrayMetadata::V2(m) => zarrs::convert::array_metadata_v2_to_v3(m)
+            .map(|v3| v3.codecs)
+            .map_err(|e| format!("zarr v2 metadata: {e}")),
     }
 }
 
