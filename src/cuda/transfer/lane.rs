@@ -92,14 +92,40 @@ impl UploadLane {
     /// context's page-locked pool: when the pool is at its bound this waits for a
     /// release if `wait`, else returns `Ok(None)`.
     pub(crate) fn new(ctx: &Context, slot_bytes: usize, wait: bool) -> Result<Option<UploadLane>> {
-        Self::make(ctx, slot_bytes, wait, true)
+        Self::make(ctx, slot_bytes, wait, true, None)
+    }
+
+    /// [`new`](Self::new), with its work queued on `stream` (shared with other lanes)
+    /// instead of a stream of its own. A device has few hardware queues (8 unless
+    /// `CUDA_DEVICE_MAX_CONNECTIONS` says otherwise) and streams beyond them share one:
+    /// a lane's copy then waits behind whatever long kernel another stream queued there
+    /// (a GPU decode). Lanes that share a few streams keep their short copies and
+    /// placements off the queues the decoders use.
+    pub(crate) fn new_on(
+        ctx: &Context,
+        slot_bytes: usize,
+        wait: bool,
+        stream: &Stream,
+    ) -> Result<Option<UploadLane>> {
+        Self::make(ctx, slot_bytes, wait, true, Some(stream))
     }
 
     /// A lane with two page-locked slots of `slot_bytes` each and no device scratch
     /// buffers: for [`upload_into`](Self::upload_into) only. Waits for the pool as
     /// [`new`](Self::new).
     pub(crate) fn bare(ctx: &Context, slot_bytes: usize, wait: bool) -> Result<Option<UploadLane>> {
-        Self::make(ctx, slot_bytes, wait, false)
+        Self::make(ctx, slot_bytes, wait, false, None)
+    }
+
+    /// [`bare`](Self::bare) without a stream of its own (`stream`: one the caller
+    /// already has; a bare lane queues nothing on it, its drop waits for it).
+    pub(crate) fn bare_on(
+        ctx: &Context,
+        slot_bytes: usize,
+        wait: bool,
+        stream: &Stream,
+    ) -> Result<Option<UploadLane>> {
+        Self::make(ctx, slot_bytes, wait, false, Some(stream))
     }
 
     fn make(
@@ -107,6 +133,7 @@ impl UploadLane {
         slot_bytes: usize,
         wait: bool,
         with_scratch: bool,
+        stream: Option<&Stream>,
     ) -> Result<Option<UploadLane>> {
         if slot_bytes == 0 {
             return Err(Error::invalid(
@@ -119,7 +146,15 @@ impl UploadLane {
         };
         // From here on a failure gives the kit back (nothing was queued with it).
         let made = (|| {
-            let stream = Stream::new(ctx)?;
+            let stream = match stream {
+                Some(s) if s.context().same_as(ctx) => s.clone(),
+                Some(_) => {
+                    return Err(Error::invalid(
+                        "upload lane: the stream belongs to another context",
+                    ));
+                }
+                None => Stream::new(ctx)?,
+            };
             if !with_scratch {
                 return Ok::<_, Error>((stream, None));
             }

@@ -17,8 +17,10 @@
 //! GPU's latency is longer than the CPU workers need for the rest).
 //!
 //! Tuning (environment, read per read; for benchmarks): `DEVBUF_GPU_CLAIM_MIB` (decoded
-//! MiB per nvCOMP call at most, default 64), `DEVBUF_GPU_DEPTH` (claims in flight per
-//! worker, default 3), `DEVBUF_GPU_READERS` (reader threads per worker, default 4),
+//! MiB per nvCOMP call at most, default 128), `DEVBUF_GPU_DEPTH` (claims in flight per
+//! worker, default 3), `DEVBUF_GPU_FLIGHTS` (claims in flight over all workers, default
+//! 6), `DEVBUF_GPU_READERS` (reader threads per worker, default 6; with `Decoder::Gpu`
+//! two workers share every thread),
 //! `DEVBUF_GPU_MODEL=0` (GPU workers take claims while there are any).
 
 use std::ops::Range;
@@ -26,7 +28,8 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::codec::Chain;
-use super::pipeline::{Counts, GpuPlan, Run, aligned, note, place_units};
+use super::pipeline::{Counts, GpuPlan, Run, aligned, note};
+use super::place::place_units;
 use super::plan::Unit;
 use super::sched::GpuModel;
 use super::source::Source;
@@ -36,8 +39,22 @@ use crate::cuda::nvcomp::{DecompressBatch, GpuCodec};
 use crate::cuda::{Context, DeviceBuffer, Event, EventFlags, Stream, UploadLane};
 use crate::error::Result;
 
-/// Decoded bytes a GPU worker decodes per nvCOMP call at most (by default).
-pub(crate) const GPU_CLAIM_BYTES: usize = 64 << 20;
+/// Decoded bytes a GPU worker decodes per nvCOMP call at most (by default). nvCOMP
+/// decodes large calls much faster than small ones, however many run at once:
+/// measured on an H100 (512 MiB of zstd-1 float32 already on the device, 1 MiB
+/// chunks), one call of 512 MiB 36 GB/s, calls of 128 MiB from 4 threads 28, calls
+/// of 32 MiB from 4 threads 14 (`bench_zarrs` prints these limits).
+pub(crate) const GPU_CLAIM_BYTES: usize = 128 << 20;
+
+/// Claims in flight over all GPU workers of a read (by default): each has a stream,
+/// and a device has 8 hardware queues unless `CUDA_DEVICE_MAX_CONNECTIONS` says
+/// otherwise; streams beyond them share one, and work queued on one waits behind the
+/// other's (measured: 4 workers with 8 claims in flight each read at half the rate of 3
+/// each). The CPU workers' lanes share 4 more streams (`pipeline`).
+pub(crate) const GPU_FLIGHTS: usize = 6;
+
+/// Reader threads per GPU worker in a read with both decoders (by default).
+pub(crate) const GPU_READERS: usize = 6;
 
 /// The nvCOMP codec for a chain, or why the GPU cannot decode it.
 pub(crate) fn gpu_codec(chain: &Chain) -> std::result::Result<GpuCodec, String> {
@@ -61,8 +78,12 @@ pub(crate) struct Tuning {
     pub claim_bytes: usize,
     /// Claims in flight per worker.
     pub depth: usize,
-    /// Reader threads per worker.
-    pub readers: usize,
+    /// Claims in flight over all workers of a read (each on a stream of its own: see
+    /// `UploadLane::new_on` on the device's few hardware queues).
+    pub flights: usize,
+    /// Reader threads per worker (`None`: [`GPU_READERS`], or with `Decoder::Gpu`
+    /// every thread but the workers' own).
+    pub readers: Option<usize>,
     /// Whether GPU workers consult the model before a claim.
     pub model: bool,
 }
@@ -79,9 +100,17 @@ impl Tuning {
             claim_bytes: num("DEVBUF_GPU_CLAIM_MIB")
                 .map_or(GPU_CLAIM_BYTES, |m| m.clamp(1, 4096) << 20),
             depth: num("DEVBUF_GPU_DEPTH").map_or(3, |d| d.clamp(1, 16)),
-            readers: num("DEVBUF_GPU_READERS").map_or(4, |r| r.clamp(1, 64)),
+            flights: num("DEVBUF_GPU_FLIGHTS").map_or(GPU_FLIGHTS, |d| d.clamp(1, 64)),
+            readers: num("DEVBUF_GPU_READERS").map(|r| r.clamp(1, 64)),
             model: num("DEVBUF_GPU_MODEL") != Some(0),
         }
+    }
+}
+
+impl Tuning {
+    /// Reader threads per worker.
+    pub(crate) fn readers(&self) -> usize {
+        self.readers.unwrap_or(GPU_READERS)
     }
 }
 
@@ -184,7 +213,8 @@ impl Drop for Flight {
 /// CPU workers, then `then` (the worker's CPU work) while its last claims finish on
 /// the device, then waits for them. `(claim_batches, per)`: batches a claim takes,
 /// and the most units that makes. When the pool has no room for its staging (and
-/// `wait` is false) it runs `then` only.
+/// `wait` is false) it runs `then` only. `stream`: one its staging lane may wait on
+/// (the lane queues nothing itself), else the lane makes one.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn worker(
     src: &Source<'_>,
@@ -195,6 +225,7 @@ pub(crate) fn worker(
     ctx: &Context,
     (claim_batches, per): (usize, usize),
     wait: bool,
+    stream: Option<&Stream>,
     counts: &Counts,
     then: &dyn Fn() -> Result<()>,
 ) -> Result<()> {
@@ -205,7 +236,12 @@ pub(crate) fn worker(
     if !model.should_claim(true, run.remaining(), cpu_done) {
         return then();
     }
-    let Some(mut lane) = UploadLane::bare(ctx, per * room, wait)? else {
+    // The lane queues nothing on a stream of its own: it need not make one.
+    let lane = match stream {
+        Some(s) => UploadLane::bare_on(ctx, per * room, wait, s)?,
+        None => UploadLane::bare(ctx, per * room, wait)?,
+    };
+    let Some(mut lane) = lane else {
         return then();
     };
     counts.gpu_workers.fetch_add(1, Ordering::Relaxed);
@@ -231,7 +267,7 @@ pub(crate) fn worker(
             let units = &run.units[range.clone()];
             let (got, used) = {
                 let slot = lane.slot()?;
-                read_claim(src, &plan.chain, units, slot, plan.tuning.readers)?
+                read_claim(src, &plan.chain, units, slot, plan.tuning.readers())?
             };
             counts
                 .gpu_read_us
@@ -388,7 +424,8 @@ mod tests {
         let t = Tuning {
             claim_bytes: 64 << 20,
             depth: 3,
-            readers: 4,
+            flights: 8,
+            readers: None,
             model: true,
         };
         // 512 MiB of 1 MiB chunks, 2 workers: about 43 chunks a claim.

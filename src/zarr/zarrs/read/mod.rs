@@ -8,6 +8,7 @@
 //! * `codec`: the chains the engine decodes itself, bounded;
 //! * `source`: an opened array as the engine sees it (decode grid, fetch, decode);
 //! * `pipeline`: the worker threads, host and device;
+//! * `place`: the placement of decoded units on the device (merged strided copies);
 //! * `gpu`: the GPU decode workers (stored bytes -> one DMA -> one nvCOMP call, several
 //!   claims in flight per worker while the next one is read);
 //! * `stored`: a GPU claim's host side (parallel reads into a page-locked slot, checks);
@@ -20,6 +21,7 @@ pub(crate) mod codec;
 mod gpu;
 pub(crate) mod hostmem;
 pub(crate) mod pipeline;
+mod place;
 pub(crate) mod plan;
 mod sched;
 mod source;
@@ -92,10 +94,11 @@ pub struct ReadOptions {
     /// CPU worker threads (`None`: one per core).
     pub threads: Option<usize>,
     /// Of the threads, how many feed nvCOMP in a read with both decoders (`None`: an
-    /// eighth, at least one). A GPU worker reads stored bytes with its own four reader
+    /// eighth, at least one). A GPU worker reads stored bytes with its own six reader
     /// threads and queues them for the GPU; the CPU workers decode. With
-    /// [`Decoder::Gpu`] the threads are split into GPU workers of one thread and its
-    /// four readers each (16 threads: 4 workers).
+    /// [`Decoder::Gpu`] the threads are split between two GPU workers (one below four
+    /// threads), each with the rest of its half as readers (16 threads: 2 workers of
+    /// 7 readers).
     pub gpu_workers: Option<usize>,
     /// Bytes of one staging slot of a device read (`DEFAULT_SLOT_BYTES`; a slot
     /// always holds at least one decoded chunk). Each worker holds two slots, and the
@@ -334,13 +337,21 @@ fn choose_gpu(
     })();
     match why_not {
         Ok((chain, codec)) => {
-            let tuning = gpu::Tuning::from_env();
+            let mut tuning = gpu::Tuning::from_env();
             let (workers, schedule) = match options.decoder {
-                // Every thread feeds nvCOMP: a worker and its readers.
-                Decoder::Gpu => (
-                    threads.div_ceil(tuning.readers + 1).max(1),
-                    sched::Schedule::Always,
-                ),
+                // Every thread feeds nvCOMP: two workers (one on fewer than 4 threads)
+                // and their readers, unless the readers per worker are set.
+                Decoder::Gpu => {
+                    let workers = match tuning.readers {
+                        Some(r) => threads.div_ceil(r + 1).max(1),
+                        None => {
+                            let w = if threads >= 4 { 2 } else { 1 };
+                            tuning.readers = Some((threads / w).saturating_sub(1).max(1));
+                            w
+                        }
+                    };
+                    (workers, sched::Schedule::Always)
+                }
                 d => (
                     options
                         .gpu_workers

@@ -19,11 +19,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use super::codec::Chain;
 use super::gpu::Tuning;
+use super::place::{place_units, src_offset};
 use super::plan::{Placement, Unit};
 use super::sched::{GpuModel, Schedule};
 use super::source::Source;
 use crate::cuda::kernels::ops::layout;
-use crate::cuda::kernels::ops::strided_copy;
 use crate::cuda::nvcomp::GpuCodec;
 use crate::cuda::{Context, DeviceBuffer, UploadLane};
 use crate::error::{Error, Result};
@@ -225,15 +225,6 @@ pub(crate) fn is_contiguous(shape: &[u64], strides: &[isize], elem: usize) -> bo
     true
 }
 
-/// Byte offset of `start` in a decoded unit.
-fn src_offset(src: &Source<'_>, start: &[u64]) -> usize {
-    start
-        .iter()
-        .zip(&src.cell_strides)
-        .map(|(&i, &s)| i as isize * s)
-        .sum::<isize>() as usize
-}
-
 /// Copies placement `p` of a decoded unit (`unit`, laid out as `src` says) into the
 /// host output.
 fn place_host(src: &Source<'_>, unit: &[u8], p: &Placement, out: &HostOut) -> Result<()> {
@@ -270,35 +261,6 @@ pub(crate) fn aligned(n: usize) -> usize {
 pub(crate) fn slot_layout(cell_bytes: usize, target: usize) -> (usize, usize) {
     let per = (target / aligned(cell_bytes)).max(1);
     (per * aligned(cell_bytes), per)
-}
-
-/// Queues the placements of `units`, decoded at multiples of `stride` in `scratch`,
-/// into `out` on `stream`.
-pub(crate) fn place_units(
-    src: &Source<'_>,
-    units: &[Unit],
-    stride: usize,
-    stream: &crate::cuda::Stream,
-    scratch: &DeviceBuffer,
-    out: &DeviceBuffer,
-) -> Result<()> {
-    for (j, u) in units.iter().enumerate() {
-        for p in &u.placements {
-            let shape: Vec<usize> = p.shape.iter().map(|&n| n as usize).collect();
-            strided_copy(
-                scratch,
-                j * stride + src_offset(src, &p.start),
-                &src.cell_strides,
-                out,
-                p.dst_offset,
-                &p.dst_strides,
-                &shape,
-                src.elem,
-                Some(stream),
-            )?;
-        }
-    }
-    Ok(())
 }
 
 /// GPU decoding of a device read: the chain, its nvCOMP codec, how many of the
@@ -357,7 +319,11 @@ pub(crate) fn read_device(
             (
                 claim_batches,
                 gpu_per,
-                g.tuning.depth.min(room / one).max(1),
+                g.tuning
+                    .depth
+                    .min(g.tuning.flights / g.workers.max(1))
+                    .min(room / one)
+                    .max(1),
             )
         }
         None => (1, per, 1),
@@ -369,13 +335,18 @@ pub(crate) fn read_device(
             src.cell_bytes,
             gpu_per,
             threads.saturating_sub(g.workers),
-            g.tuning.readers,
+            g.tuning.readers(),
         )
     });
+    // The CPU workers' lanes share a few streams (see `UploadLane::new_on`).
+    let streams = (0..lane_streams())
+        .map(|_| crate::cuda::Stream::new(ctx))
+        .collect::<Result<Vec<_>>>()?;
     on_threads(threads, &run, &|t| {
+        let stream = (!streams.is_empty()).then(|| &streams[t % streams.len()]);
         // The first CPU worker waits for a lane (the bound on page-locked memory is the
         // pool's); the others join only when the pool has room.
-        let cpu = |wait: bool| cpu_worker(src, &run, &out, ctx, slot_bytes, wait, counts);
+        let cpu = |wait: bool| cpu_worker(src, &run, &out, ctx, slot_bytes, wait, stream, counts);
         if let (Some(g), Some(model)) = (gpu.filter(|g| t < g.workers), model.as_ref()) {
             // In a GPU-only read the first GPU worker waits for staging: someone must.
             let wait = t == 0 && g.workers >= threads;
@@ -395,6 +366,7 @@ pub(crate) fn read_device(
                 ctx,
                 (claim_batches, gpu_per),
                 wait,
+                stream,
                 counts,
                 &then,
             );
@@ -405,9 +377,19 @@ pub(crate) fn read_device(
     Ok(out)
 }
 
+/// Streams the CPU workers' lanes of a device read share: `DEVBUF_LANE_STREAMS`
+/// (read per read; for benchmarks), default 4; 0: a stream per lane.
+fn lane_streams() -> usize {
+    std::env::var("DEVBUF_LANE_STREAMS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .map_or(4, |n| n.min(64))
+}
+
 /// One CPU worker of a device read: decodes batches into its lane's slots until the
 /// work runs out. Does nothing when no work is left or (unless `wait`) the pool has
-/// no room for its lane.
+/// no room for its lane. `stream`: the lane's (shared) stream, else one of its own.
+#[allow(clippy::too_many_arguments)]
 fn cpu_worker(
     src: &Source<'_>,
     run: &Run<'_>,
@@ -415,12 +397,17 @@ fn cpu_worker(
     ctx: &Context,
     slot_bytes: usize,
     wait: bool,
+    stream: Option<&crate::cuda::Stream>,
     counts: &Counts,
 ) -> Result<()> {
     if run.remaining() == 0 {
         return Ok(());
     }
-    let Some(mut lane) = UploadLane::new(ctx, slot_bytes, wait)? else {
+    let lane = match stream {
+        Some(s) => UploadLane::new_on(ctx, slot_bytes, wait, s)?,
+        None => UploadLane::new(ctx, slot_bytes, wait)?,
+    };
+    let Some(mut lane) = lane else {
         return Ok(());
     };
     let stride = aligned(src.cell_bytes);
