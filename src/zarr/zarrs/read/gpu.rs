@@ -105,9 +105,7 @@ impl Tuning {
             model: num("DEVBUF_GPU_MODEL") != Some(0),
         }
     }
-}
 
-impl Tuning {
     /// Reader threads per worker.
     pub(crate) fn readers(&self) -> usize {
         self.readers.unwrap_or(GPU_READERS)

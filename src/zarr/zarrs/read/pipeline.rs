@@ -339,7 +339,7 @@ pub(crate) fn read_device(
         )
     });
     // The CPU workers' lanes share a few streams (see `UploadLane::new_on`).
-    let streams = (0..lane_streams())
+    let streams = (0..lane_streams().min(threads))
         .map(|_| crate::cuda::Stream::new(ctx))
         .collect::<Result<Vec<_>>>()?;
     on_threads(threads, &run, &|t| {
