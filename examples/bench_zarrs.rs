@@ -537,6 +537,33 @@ mod bench {
         stores(&a, ctx)
     }
 
+    /// Runs `call(state, from)` for every start in `calls`, one thread per state taking
+    /// the next start until none is left (the nvCOMP limits: a state is a stream and
+    /// its batch). The first error, if any.
+    fn on_states<S: Send>(
+        states: &mut [S],
+        calls: &[usize],
+        call: &(dyn Fn(&mut S, usize) -> devbuf::Result<()> + Sync),
+    ) -> devbuf::Result<()> {
+        use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+        let next = AtomicUsize::new(0);
+        std::thread::scope(|sc| {
+            let hs: Vec<_> = states
+                .iter_mut()
+                .map(|st| {
+                    let next = &next;
+                    sc.spawn(move || -> devbuf::Result<()> {
+                        while let Some(&from) = calls.get(next.fetch_add(1, Relaxed)) {
+                            call(st, from)?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            hs.into_iter().try_for_each(|h| h.join().unwrap_or(Ok(())))
+        })
+    }
+
     /// nvCOMP's zstd compression of 256 MiB of this data already on the device, by chunk
     /// size: in one call, and in calls of 32 MiB from 4 threads at once (each with its own
     /// stream), as the write path makes them. GB/s of uncompressed bytes, best of 3.
@@ -579,24 +606,9 @@ mod bench {
                 .map(|_| Ok((Stream::new(ctx)?, CompressBatch::new(ctx)?)))
                 .collect::<devbuf::Result<_>>()?;
             let split = time(3, &mut || {
-                let next = std::sync::atomic::AtomicUsize::new(0);
-                std::thread::scope(|sc| {
-                    let hs: Vec<_> = states
-                        .iter_mut()
-                        .map(|(st, b)| {
-                            let (next, calls, src, dst) = (&next, &calls, &src, &dst);
-                            sc.spawn(move || -> devbuf::Result<()> {
-                                while let Some(&from) = calls
-                                    .get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
-                                {
-                                    let (i, o) = ranges(from, per_call.min(n - from));
-                                    b.compress(st, GpuCodec::Zstd, src, &i, dst, &o)?;
-                                }
-                                Ok(())
-                            })
-                        })
-                        .collect();
-                    hs.into_iter().try_for_each(|h| h.join().unwrap_or(Ok(())))
+                on_states(&mut states, &calls, &|(st, b), from| {
+                    let (i, o) = ranges(from, per_call.min(n - from));
+                    b.compress(st, GpuCodec::Zstd, &src, &i, &dst, &o).map(drop)
                 })
             })?;
             print!(
@@ -617,7 +629,6 @@ mod bench {
     fn nvcomp_decode_rates(ctx: &Context) -> devbuf::Result<()> {
         use devbuf::cuda::nvcomp::{self, CompressBatch, DecompressBatch, GpuCodec};
         use devbuf::cuda::{DeviceBuffer, Stream};
-        use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
         let total = 512usize << 20;
         let raw = field(8192, 16384).to_buffer()?.to_bytes()?;
         let src = DeviceBuffer::from_host(ctx, &raw)?;
@@ -653,30 +664,10 @@ mod bench {
                     .map(|_| Ok((Stream::new(ctx)?, DecompressBatch::new(ctx)?)))
                     .collect::<devbuf::Result<_>>()?;
                 let secs = time(3, &mut || {
-                    let next = AtomicUsize::new(0);
-                    std::thread::scope(|sc| {
-                        let hs: Vec<_> = states
-                            .iter_mut()
-                            .map(|(st, b)| {
-                                let (next, calls, stored, plain) = (&next, &calls, &stored, &plain);
-                                let (packed, dst) = (&packed, &dst);
-                                sc.spawn(move || -> devbuf::Result<()> {
-                                    while let Some(&from) = calls.get(next.fetch_add(1, Relaxed)) {
-                                        let to = (from + per).min(n);
-                                        b.decompress(
-                                            st,
-                                            GpuCodec::Zstd,
-                                            packed,
-                                            &stored[from..to],
-                                            dst,
-                                            &plain[from..to],
-                                        )?;
-                                    }
-                                    Ok(())
-                                })
-                            })
-                            .collect();
-                        hs.into_iter().try_for_each(|h| h.join().unwrap_or(Ok(())))
+                    on_states(&mut states, &calls, &|(st, b), from| {
+                        let to = (from + per).min(n);
+                        let (i, o) = (&stored[from..to], &plain[from..to]);
+                        b.decompress(st, GpuCodec::Zstd, &packed, i, &dst, o)
                     })
                 })?;
                 rates.push(format!("{:.1}", gbs(total as f64, secs)));
