@@ -82,6 +82,17 @@ impl DecompressBatch {
         Ok(b)
     }
 
+    /// Sizes the page-locked tables for calls of up to `chunks` chunks now: a call
+    /// that outgrows them replaces them, and freeing page-locked memory waits for all
+    /// of the device's work (every stream's), which would stall a pipeline that keeps
+    /// several calls in flight.
+    #[cfg_attr(not(feature = "zarrs"), allow(dead_code))] // used by the read engine
+    pub(crate) fn reserve_chunks(&mut self, chunks: usize) -> Result<()> {
+        let n = chunks.max(1);
+        self.ws
+            .reserve_host(Layout::new(n, n, n, 0, 0).table_bytes())
+    }
+
     /// The context this state belongs to.
     pub fn context(&self) -> &Context {
         &self.ws.ctx

@@ -62,6 +62,17 @@ impl Workspace {
         }
     }
 
+    /// Makes the page-locked mirror at least `bytes` long now, so that later calls of
+    /// up to that size do not replace it (freeing page-locked memory waits for all of
+    /// the device's work, other streams' too).
+    pub(crate) fn reserve_host(&mut self, bytes: usize) -> Result<()> {
+        if self.host.as_ref().is_none_or(|h| h.len() < bytes) {
+            self.host = None;
+            self.host = Some(self.ctx.allocate_host(plan::round_up(bytes, 4096))?);
+        }
+        Ok(())
+    }
+
     /// Makes room for `layout`; returns the device workspace's address. Old space is
     /// freed first (every call waits for its work, so nothing still uses it).
     pub(crate) fn ensure(&mut self, layout: &Layout) -> Result<u64> {

@@ -250,20 +250,27 @@ impl UploadLane {
         placed
     }
 
-    /// Copies the first `used` bytes of the current slot into `dst` (from its start) on
-    /// `stream`, records the slot's event on `stream` right after that copy and moves to
-    /// the other slot. The slot is handed out again once the copy is done: what the
-    /// caller queues on `stream` afterwards does not hold it. Returns without waiting.
-    pub(crate) fn upload_into(
+    /// Copies the byte ranges `ranges` of the current slot into the same offsets of
+    /// `dst` on `stream` (one DMA per range, in order; only the bytes the device needs
+    /// cross the bus and host memory), records the slot's event on `stream` right after
+    /// the copies and moves to the other slot. The slot is handed out again once the
+    /// copies are done: what the caller queues on `stream` afterwards does not hold it.
+    /// Returns without waiting.
+    pub(crate) fn upload_ranges_into(
         &mut self,
-        used: usize,
+        ranges: &[std::ops::Range<usize>],
         stream: &Stream,
         dst: &DeviceBuffer,
     ) -> Result<()> {
-        if used > self.bytes || used > dst.len() {
+        if let Some(r) = ranges
+            .iter()
+            .find(|r| r.start > r.end || r.end > self.bytes || r.end > dst.len())
+        {
             return Err(Error::invalid(format!(
-                "upload lane: {used} bytes submitted from a slot of {} bytes into a buffer of \
+                "upload lane: bytes {}..{} submitted from a slot of {} bytes into a buffer of \
                  {} bytes",
+                r.start,
+                r.end,
                 self.bytes,
                 dst.len()
             )));
@@ -279,14 +286,21 @@ impl UploadLane {
         }
         dst.check_writable("an upload lane's copy")?;
         driver::ctx_set_current(ctx)?;
-        if used > 0 {
-            // Safety: `ptr` is the kit's page-locked slot (valid for `bytes >= used`
-            // bytes), not written by the CPU until the slot's event, recorded below on
-            // the same stream after this copy, has completed (`slot()` waits for it, and
-            // so does the lane's drop); `dst` is a live device buffer of this context of
-            // at least `used` bytes (checked above), kept alive by the caller until its
-            // stream's work is done.
-            unsafe { driver::transfer::memcpy_htod_async(dst.address(), ptr, used, stream.raw())? };
+        for r in ranges.iter().filter(|r| r.end > r.start) {
+            // Safety: `ptr` is the kit's page-locked slot, valid for `bytes >= r.end`
+            // bytes (checked above), not written by the CPU until the slot's event,
+            // recorded below on the same stream after these copies, has completed
+            // (`slot()` waits for it, and so does the lane's drop); `dst` is a live
+            // device buffer of this context of at least `r.end` bytes (checked above),
+            // kept alive by the caller until its stream's work is done.
+            unsafe {
+                driver::transfer::memcpy_htod_async(
+                    dst.address() + r.start as u64,
+                    ptr.add(r.start),
+                    r.len(),
+                    stream.raw(),
+                )?
+            };
         }
         driver::event_record(event, stream.raw())?;
         self.queued[self.slot] = true;

@@ -16,11 +16,14 @@
 //! decides when a GPU worker stops taking claims (near the end of a read, where the
 //! GPU's latency is longer than the CPU workers need for the rest).
 //!
-//! Tuning (environment, read per read; for benchmarks): `DEVBUF_GPU_CLAIM_MIB` (decoded
-//! MiB per nvCOMP call at most, default 128), `DEVBUF_GPU_DEPTH` (claims in flight per
-//! worker, default 3), `DEVBUF_GPU_FLIGHTS` (claims in flight over all workers, default
-//! 6), `DEVBUF_GPU_READERS` (reader threads per worker, default 6; with `Decoder::Gpu`
-//! two workers share every thread),
+//! Tuning (environment, read per read; for benchmarks; defaults for `Decoder::Both` /
+//! `Auto`, then for `Decoder::Gpu`): `DEVBUF_GPU_CLAIM_MIB` (decoded MiB per nvCOMP
+//! call at most, 128), `DEVBUF_GPU_DEPTH` (claims in flight per worker, 3 / 4),
+//! `DEVBUF_GPU_FLIGHTS` (claims in flight over all workers, 6 / 8),
+//! `DEVBUF_GPU_READERS` (reader threads per worker, 6; with `Decoder::Gpu` two workers
+//! share every thread), `DEVBUF_GPU_SPREAD` (claims per flight over a read at least,
+//! 2 / 1: smaller claims start the device sooner), `DEVBUF_GPU_RAMP` (a worker's first
+//! claims are `2^-RAMP`, `2^-(RAMP-1)`, ... of the full size, 0 / 2),
 //! `DEVBUF_GPU_MODEL=0` (GPU workers take claims while there are any).
 
 use std::ops::Range;
@@ -53,6 +56,10 @@ pub(crate) const GPU_CLAIM_BYTES: usize = 128 << 20;
 /// each). The CPU workers' lanes share 4 more streams (`pipeline`).
 pub(crate) const GPU_FLIGHTS: usize = 6;
 
+/// Claims in flight over all GPU workers of a `Decoder::Gpu` read (by default): there
+/// are no CPU workers' lanes then, and more chunks in flight hide nvCOMP's latency.
+pub(crate) const GPU_ONLY_FLIGHTS: usize = 8;
+
 /// Reader threads per GPU worker in a read with both decoders (by default).
 pub(crate) const GPU_READERS: usize = 6;
 
@@ -84,13 +91,25 @@ pub(crate) struct Tuning {
     /// Reader threads per worker (`None`: [`GPU_READERS`], or with `Decoder::Gpu`
     /// every thread but the workers' own).
     pub readers: Option<usize>,
+    /// Claims per flight over a read at least (claims are smaller when the read is).
+    pub spread: usize,
+    /// A worker's first claims are `2^-ramp`, `2^-(ramp-1)`, ... of the full size, so
+    /// the device starts sooner.
+    pub ramp: u32,
     /// Whether GPU workers consult the model before a claim.
     pub model: bool,
 }
 
 impl Tuning {
     /// The defaults, overridden by the `DEVBUF_GPU_*` environment variables.
-    pub(crate) fn from_env() -> Tuning {
+    /// `gpu_only` (`Decoder::Gpu`: nothing but nvCOMP decodes) keeps more and smaller
+    /// claims in flight and starts with small ones: nvCOMP's latency per chunk is
+    /// long, so the device should get chunks as early and as many at once as it can
+    /// (measured on the H100, three interleaved runs each: 1 MiB chunks 17.0-17.7 GB/s
+    /// against 14.8-15.2 with the settings of a read with both decoders, 4 MiB
+    /// 15.3-15.9 against 13.9-14.1). With both decoders the CPU workers need the cores
+    /// more than the device needs an early start.
+    pub(crate) fn from_env(gpu_only: bool) -> Tuning {
         let num = |k: &str| {
             std::env::var(k)
                 .ok()
@@ -99,11 +118,27 @@ impl Tuning {
         Tuning {
             claim_bytes: num("DEVBUF_GPU_CLAIM_MIB")
                 .map_or(GPU_CLAIM_BYTES, |m| m.clamp(1, 4096) << 20),
-            depth: num("DEVBUF_GPU_DEPTH").map_or(3, |d| d.clamp(1, 16)),
-            flights: num("DEVBUF_GPU_FLIGHTS").map_or(GPU_FLIGHTS, |d| d.clamp(1, 64)),
+            depth: num("DEVBUF_GPU_DEPTH").map_or(if gpu_only { 4 } else { 3 }, |d| d.clamp(1, 16)),
+            flights: num("DEVBUF_GPU_FLIGHTS").map_or(
+                if gpu_only {
+                    GPU_ONLY_FLIGHTS
+                } else {
+                    GPU_FLIGHTS
+                },
+                |d| d.clamp(1, 64),
+            ),
             readers: num("DEVBUF_GPU_READERS").map(|r| r.clamp(1, 64)),
+            spread: num("DEVBUF_GPU_SPREAD")
+                .map_or(if gpu_only { 1 } else { 2 }, |d| d.clamp(1, 64)),
+            ramp: num("DEVBUF_GPU_RAMP").map_or(if gpu_only { 2 } else { 0 }, |d| d.min(8) as u32),
             model: num("DEVBUF_GPU_MODEL") != Some(0),
         }
+    }
+
+    /// Batches the `k`th claim of a worker takes when a full claim takes `full`.
+    pub(crate) fn claim_batches(&self, k: usize, full: usize) -> usize {
+        let shift = (self.ramp as usize).saturating_sub(k);
+        (full >> shift.min(16)).max(1)
     }
 
     /// Reader threads per worker.
@@ -123,7 +158,7 @@ pub(crate) fn units_per_claim(
 ) -> usize {
     let most = (t.claim_bytes / cell_bytes.max(1)).clamp(1, 4096);
     units
-        .div_ceil(2 * workers.max(1) * t.depth.max(1))
+        .div_ceil(t.spread.max(1) * workers.max(1) * t.depth.max(1))
         .clamp(1, most)
 }
 
@@ -150,16 +185,24 @@ struct Busy {
 }
 
 impl Flight {
-    fn new(ctx: &Context, stored_bytes: usize, decoded_bytes: usize) -> Result<Flight> {
+    /// A flight for claims of up to `units` units.
+    fn new(
+        ctx: &Context,
+        units: usize,
+        stored_bytes: usize,
+        decoded_bytes: usize,
+    ) -> Result<Flight> {
         let stream = Stream::new(ctx)?;
         let timing = EventFlags {
             timing: true,
             ..EventFlags::default()
         };
+        let mut batch = DecompressBatch::on_stream(&stream)?;
+        batch.reserve_chunks(units)?;
         let f = Flight {
             stored: ctx.allocate_pooled(stored_bytes, Some(&stream))?,
             decoded: ctx.allocate_pooled(decoded_bytes, Some(&stream))?,
-            batch: DecompressBatch::on_stream(&stream)?,
+            batch,
             begin: Event::new(ctx, timing)?,
             end: Event::new(ctx, timing)?,
             stream,
@@ -258,7 +301,7 @@ pub(crate) fn worker(
             if !model.should_claim(k == 0, run.remaining(), cpu_done) {
                 break;
             }
-            let Some(range) = run.claim_many(claim_batches) else {
+            let Some(range) = run.claim_many(plan.tuning.claim_batches(k, claim_batches)) else {
                 break;
             };
             let t0 = Instant::now();
@@ -270,13 +313,16 @@ pub(crate) fn worker(
             counts
                 .gpu_read_us
                 .fetch_add(micros(t0.elapsed()), Ordering::Relaxed);
+            counts
+                .gpu_read_end_us
+                .fetch_max(micros(run.started.elapsed()), Ordering::Relaxed);
             let f = k % depth;
             if f < flights.len() {
                 flights[f].complete(src, run, model, counts)?;
             }
             let t1 = Instant::now();
             if f == flights.len() {
-                flights.push(Flight::new(ctx, per * room, per * stride)?);
+                flights.push(Flight::new(ctx, per, per * room, per * stride)?);
             }
             let flight = &mut flights[f];
             let owners = queue_claim(
@@ -293,6 +339,12 @@ pub(crate) fn worker(
             counts
                 .gpu_queue_us
                 .fetch_add(micros(t1.elapsed()), Ordering::Relaxed);
+            let _ = counts.gpu_first_us.compare_exchange(
+                0,
+                micros(run.started.elapsed()).max(1),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
             flight.busy = Some(Busy {
                 units: range,
                 owners,
@@ -305,6 +357,9 @@ pub(crate) fn worker(
         for f in &mut flights {
             f.complete(src, run, model, counts)?;
         }
+        counts
+            .gpu_end_us
+            .fetch_max(micros(run.started.elapsed()), Ordering::Relaxed);
         Ok(())
     })();
     // On error the flights' drops wait for their streams, then the lane's for its slots.
@@ -342,7 +397,11 @@ fn queue_claim(
         }
     }
     flight.begin.record(s)?;
-    lane.upload_into(used, s, &flight.stored)?;
+    lane.upload_ranges_into(
+        &upload_ranges(got, room, src.cell_bytes, used),
+        s,
+        &flight.stored,
+    )?;
     flight
         .batch
         .queue_decompress(
@@ -386,6 +445,28 @@ fn queue_claim(
     Ok(owners)
 }
 
+/// The bytes of a claim's slot the device needs (the stored bytes nvCOMP decodes, the
+/// units decoded on the host), as few ranges as are apart by more than 64 KiB: the
+/// rest of each unit's region (room for the worst case, about a third of it for
+/// zstd-1 float32) stays on the host, and the DMA moves a third fewer bytes.
+fn upload_ranges(got: &[Got], room: usize, cell_bytes: usize, used: usize) -> Vec<Range<usize>> {
+    const GAP: usize = 64 << 10;
+    let mut out: Vec<Range<usize>> = Vec::new();
+    for (j, g) in got.iter().enumerate() {
+        let r = match g {
+            Got::Missing => continue,
+            Got::Host => j * room..j * room + cell_bytes,
+            Got::Gpu(r) => r.clone(),
+        };
+        let r = r.start.min(used)..r.end.min(used);
+        match out.last_mut() {
+            Some(last) if r.start <= last.end + GAP => last.end = last.end.max(r.end),
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
 /// Counts one queued claim's units.
 fn tally(got: &[Got], cell_bytes: usize, counts: &Counts) {
     let (mut gpu, mut missing) = (0u64, 0u64);
@@ -424,6 +505,8 @@ mod tests {
             depth: 3,
             flights: 8,
             readers: None,
+            spread: 2,
+            ramp: 0,
             model: true,
         };
         // 512 MiB of 1 MiB chunks, 2 workers: about 43 chunks a claim.
@@ -433,5 +516,52 @@ mod tests {
         // A small read: one or two units a claim.
         assert_eq!(units_per_claim(4096, 10, 2, &t), 1);
         assert_eq!(units_per_claim(usize::MAX, 10, 2, &t), 1);
+        // One claim per flight: 512 / 6 chunks.
+        let one = Tuning {
+            spread: 1,
+            claim_bytes: 128 << 20,
+            ..t
+        };
+        assert_eq!(units_per_claim(1 << 20, 512, 2, &one), 86);
+    }
+
+    #[test]
+    fn a_ramp_starts_small_and_doubles() {
+        let t = Tuning {
+            claim_bytes: 64 << 20,
+            depth: 3,
+            flights: 8,
+            readers: None,
+            spread: 2,
+            ramp: 2,
+            model: true,
+        };
+        let sizes: Vec<usize> = (0..4).map(|k| t.claim_batches(k, 10)).collect();
+        assert_eq!(sizes, [2, 5, 10, 10]);
+        assert_eq!(t.claim_batches(0, 1), 1);
+        assert_eq!(Tuning { ramp: 0, ..t }.claim_batches(0, 10), 10);
+    }
+
+    #[test]
+    fn uploads_cover_what_the_device_reads_and_skip_large_gaps() {
+        let room = 1 << 20;
+        let got = [
+            Got::Gpu(0..700_000),
+            Got::Missing,
+            Got::Gpu(2 * room..2 * room + 1_000_000),
+            Got::Host,
+            Got::Gpu(4 * room..4 * room + 10),
+        ];
+        let r = upload_ranges(&got, room, 900_000, 4 * room + 10);
+        // Unit 2 ends 48 KiB before unit 3's region: one range; unit 4 apart.
+        assert_eq!(
+            r,
+            [
+                0..700_000,
+                2 * room..3 * room + 900_000,
+                4 * room..4 * room + 10
+            ]
+        );
+        assert!(upload_ranges(&[Got::Missing], room, 10, 0).is_empty());
     }
 }

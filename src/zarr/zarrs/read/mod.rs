@@ -157,6 +157,17 @@ pub struct ReadReport {
     /// Microseconds the GPU workers spent queueing claims on the device (the host side
     /// of the nvCOMP calls and launches, a flight's first allocations; summed).
     pub gpu_queue_us: u64,
+    /// When the first GPU claim was queued, microseconds from the start of decoding
+    /// (0: none was).
+    pub gpu_first_us: u64,
+    /// When the GPU workers' last read of stored bytes ended (microseconds from the
+    /// start of decoding).
+    pub gpu_read_end_us: u64,
+    /// When the GPU workers' last claim finished on the device (microseconds from the
+    /// start of decoding).
+    pub gpu_end_us: u64,
+    /// Microseconds the whole read took (planning, allocation and decoding).
+    pub elapsed_us: u64,
     /// Of those, chunks not stored (read as the fill value).
     pub missing_chunks: u64,
     /// Decoded bytes (whole chunks, before selection).
@@ -193,6 +204,17 @@ impl std::fmt::Display for ReadReport {
                 self.gpu_decode_us as f64 / 1e3,
                 self.gpu_wait_us as f64 / 1e3
             )?;
+            write!(
+                f,
+                "; first claim queued at {:.1} ms, last read at {:.1} ms, device done at {:.1} \
+                 ms",
+                self.gpu_first_us as f64 / 1e3,
+                self.gpu_read_end_us as f64 / 1e3,
+                self.gpu_end_us as f64 / 1e3
+            )?;
+        }
+        if self.elapsed_us > 0 {
+            write!(f, "; read in {:.1} ms", self.elapsed_us as f64 / 1e3)?;
         }
         if !self.gpu_note.is_empty() {
             write!(f, "; GPU not used: {}", self.gpu_note)?;
@@ -219,6 +241,7 @@ pub(crate) fn read(
             "ReadOptions::threads is {threads}; at most 1024 worker threads are allowed"
         )));
     }
+    let started = std::time::Instant::now();
     let counts = pipeline::Counts::default();
     let (gpu, gpu_note) = choose_gpu(src, ctx.is_some(), threads, options)?;
     // The result first: a selection too large for memory fails here, before planning.
@@ -289,6 +312,10 @@ pub(crate) fn read(
         gpu_decode_us: counts.gpu_decode_us.load(Ordering::Relaxed),
         gpu_wait_us: counts.gpu_wait_us.load(Ordering::Relaxed),
         gpu_queue_us: counts.gpu_queue_us.load(Ordering::Relaxed),
+        gpu_first_us: counts.gpu_first_us.load(Ordering::Relaxed),
+        gpu_read_end_us: counts.gpu_read_end_us.load(Ordering::Relaxed),
+        gpu_end_us: counts.gpu_end_us.load(Ordering::Relaxed),
+        elapsed_us: started.elapsed().as_micros().min(u64::MAX as u128) as u64,
         codecs: src.codecs.describe(),
         cpu_chunks,
         missing_chunks: counts.missing_units.load(Ordering::Relaxed),
@@ -337,7 +364,7 @@ fn choose_gpu(
     })();
     match why_not {
         Ok((chain, codec)) => {
-            let mut tuning = gpu::Tuning::from_env();
+            let mut tuning = gpu::Tuning::from_env(options.decoder == Decoder::Gpu);
             let (workers, schedule) = match options.decoder {
                 // Every thread feeds nvCOMP: two workers (one on fewer than 4 threads)
                 // and their readers, unless the readers per worker are set.

@@ -48,6 +48,11 @@ pub(crate) struct Counts {
     /// Microseconds GPU workers spent queueing claims (host side: nvCOMP's set-up,
     /// the launches, a flight's first allocations).
     pub gpu_queue_us: AtomicU64,
+    /// When (microseconds from the pipeline's start) the first GPU claim was queued,
+    /// the GPU workers' last read ended, and their last claim finished on the device.
+    pub gpu_first_us: AtomicU64,
+    pub gpu_read_end_us: AtomicU64,
+    pub gpu_end_us: AtomicU64,
     pub missing_units: AtomicU64,
     pub decoded_bytes: AtomicU64,
     pub workers: AtomicUsize,
@@ -60,6 +65,8 @@ pub(crate) struct Run<'a> {
     next: AtomicUsize,
     failed: AtomicBool,
     error: Mutex<Option<Error>>,
+    /// When the workers were started.
+    pub started: std::time::Instant,
 }
 
 impl Run<'_> {
@@ -153,6 +160,7 @@ pub(crate) fn read_host(
         next: AtomicUsize::new(0),
         failed: AtomicBool::new(false),
         error: Mutex::new(None),
+        started: std::time::Instant::now(),
     };
     let (ptr, len) = out.raw();
     let host = HostOut { ptr, len };
@@ -300,6 +308,7 @@ pub(crate) fn read_device(
         next: AtomicUsize::new(0),
         failed: AtomicBool::new(false),
         error: Mutex::new(None),
+        started: std::time::Instant::now(),
     };
     let gpu_workers = gpu.map_or(0, |g| g.workers);
     let threads = match gpu {
