@@ -30,7 +30,7 @@ pub(crate) struct Placement {
 }
 
 /// One decode unit: its index in the decode grid and its placements.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Unit {
     pub cell: Vec<u64>,
     pub placements: Vec<Placement>,
@@ -74,6 +74,11 @@ pub(crate) fn plan(
             "decode grid {cell_shape:?} does not fit an array of shape {array_shape:?}"
         )));
     }
+    // One box touches each cell once, in C order already: its units are built in
+    // place (a read of a sharded array plans thousands of units). Several boxes may
+    // share cells: their placements are gathered per cell.
+    let single = requests.iter().filter(|r| !r.shape.contains(&0)).count() <= 1;
+    let mut direct: Vec<Unit> = Vec::new();
     let mut units: BTreeMap<Vec<u64>, Vec<Placement>> = BTreeMap::new();
     for (req, r) in requests.iter().enumerate() {
         if r.start.len() != nd || r.shape.len() != nd {
@@ -93,7 +98,8 @@ pub(crate) fn plan(
             .collect();
         let mut cell = lo.clone();
         'cells: loop {
-            if units.len() >= max_units && !units.contains_key(&cell) {
+            let count = if single { direct.len() } else { units.len() };
+            if count >= max_units && (single || !units.contains_key(&cell)) {
                 return Err(Error::invalid(format!(
                     "the selection touches more than {max_units} chunks"
                 )));
@@ -109,13 +115,21 @@ pub(crate) fn plan(
                 shape.push(b - a);
                 dst += (a - r.start[k]) as isize * strides[k];
             }
-            units.entry(cell.clone()).or_default().push(Placement {
+            let p = Placement {
                 req,
                 start,
                 shape,
                 dst_offset: dst as usize,
                 dst_strides: strides.clone(),
-            });
+            };
+            if single {
+                direct.push(Unit {
+                    cell: cell.clone(),
+                    placements: vec![p],
+                });
+            } else {
+                units.entry(cell.clone()).or_default().push(p);
+            }
             // Next cell, C order; done after the last.
             let mut k = nd;
             loop {
@@ -130,6 +144,9 @@ pub(crate) fn plan(
                 cell[k] = lo[k];
             }
         }
+    }
+    if single {
+        return Ok(direct);
     }
     Ok(units
         .into_iter()
@@ -213,6 +230,40 @@ mod tests {
         sorted.sort();
         sorted.dedup();
         assert_eq!(cells, sorted);
+    }
+
+    /// One box is planned without gathering per cell: the same units and placements
+    /// as when the same box is asked for twice (gathered), in C order of cells.
+    #[test]
+    fn one_box_plans_like_gathered_boxes() {
+        let (array, cell) = ([10u64, 7, 5], [4u64, 3, 2]);
+        let r = Request {
+            start: vec![1, 2, 0],
+            shape: vec![8, 5, 5],
+            offset: 0,
+        };
+        let empty = Request {
+            start: vec![0, 0, 0],
+            shape: vec![0, 3, 3],
+            offset: 0,
+        };
+        let one = plan(&[r.clone(), empty], &array, &cell, 4, 1000).unwrap();
+        let twice = plan(&[r.clone(), r], &array, &cell, 4, 1000).unwrap();
+        assert_eq!(one.len(), 3 * 3 * 3);
+        assert_eq!(one.len(), twice.len());
+        for (a, b) in one.iter().zip(&twice) {
+            assert_eq!(a.cell, b.cell);
+            assert_eq!(a.placements.len(), 1);
+            assert_eq!(a.placements[0], b.placements[0]);
+        }
+        // The bound on units holds on both paths.
+        let big = Request {
+            start: vec![0, 0, 0],
+            shape: vec![10, 7, 5],
+            offset: 0,
+        };
+        assert!(plan(std::slice::from_ref(&big), &array, &cell, 4, 5).is_err());
+        assert!(plan(&[big.clone(), big], &array, &cell, 4, 5).is_err());
     }
 
     #[test]

@@ -83,6 +83,14 @@ thread_local! {
     static STORED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
+/// A stored file kept open across units (see [`Source::open_stored_with`]).
+pub(crate) struct OpenFile {
+    path: std::path::PathBuf,
+    /// The open file.
+    pub file: File,
+    len: u64,
+}
+
 impl<'a> Source<'a> {
     /// The engine's view of `array` (chunks of `chunk_shape`, elements of `elem`
     /// bytes, swapped in `swap_width` units, fill value `fill`).
@@ -164,8 +172,42 @@ impl<'a> Source<'a> {
     /// other, in index order (so that they are read together: one file region, or one
     /// coalesced range request); chunks of unsharded arrays stay in C order.
     pub(crate) fn order_units(&self, units: &mut [super::plan::Unit]) {
-        if let Codecs::Sharded { .. } = &self.codecs {
+        let Codecs::Sharded { inner_shape, .. } = &self.codecs else {
+            return;
+        };
+        // Two numbers per unit, no allocation (a sharded read has thousands of units);
+        // the same order as `key_of`'s, which a grid too large for them falls back to.
+        let per: Vec<u64> = self
+            .chunk_shape
+            .iter()
+            .zip(inner_shape)
+            .map(|(&c, &i)| (c / i.max(1)).max(1))
+            .collect();
+        let grid: Vec<u64> = self
+            .array
+            .shape()
+            .iter()
+            .zip(&self.chunk_shape)
+            .map(|(&n, &c)| n.div_ceil(c.max(1)))
+            .collect();
+        let mut keyed = Vec::new();
+        if keyed.try_reserve_exact(units.len()).is_ok() {
+            for (i, u) in units.iter().enumerate() {
+                match shard_order(&u.cell, &per, &grid) {
+                    Some(k) => keyed.push((k, i)),
+                    None => break,
+                }
+            }
+        }
+        if keyed.len() != units.len() {
             units.sort_by_cached_key(|u| self.key_of(&u.cell));
+            return;
+        }
+        keyed.sort_unstable();
+        // Apply the permutation: unit at `keyed[j].1` goes to position `j`.
+        let mut taken: Vec<super::plan::Unit> = units.iter_mut().map(std::mem::take).collect();
+        for (slot, (_, from)) in units.iter_mut().zip(keyed) {
+            *slot = std::mem::take(&mut taken[from]);
         }
     }
 
@@ -467,6 +509,11 @@ impl<'a> Source<'a> {
         Ok(true)
     }
 
+    /// Whether units are inner chunks of shards (many units to a stored file).
+    pub(crate) fn sharded(&self) -> bool {
+        matches!(self.codecs, Codecs::Sharded { .. })
+    }
+
     /// Whether chunk files are read directly (a filesystem store).
     pub(crate) fn has_files(&self) -> bool {
         self.root.is_some()
@@ -475,42 +522,67 @@ impl<'a> Source<'a> {
     /// Opens the file holding `cell`'s stored bytes: the file, their offset and
     /// length, or `None` when the unit is not stored.
     pub(crate) fn open_stored(&self, cell: &[u64]) -> Result<Option<(File, u64, u64)>> {
+        let mut last = None;
+        let Some((offset, len)) = self.open_stored_with(cell, &mut last)? else {
+            return Ok(None);
+        };
+        // `open_stored_with` returns a range only with the file open in `last`.
+        Ok(last.map(|l| (l.file, offset, len)))
+    }
+
+    /// [`open_stored`](Self::open_stored) keeping the file open in `last` for the next
+    /// unit of the same file (the inner chunks of a shard, read one after another by
+    /// one reader, open their shard file once): returns the offset and length of
+    /// `cell`'s bytes in `last`'s file.
+    pub(crate) fn open_stored_with(
+        &self,
+        cell: &[u64],
+        last: &mut Option<OpenFile>,
+    ) -> Result<Option<(u64, u64)>> {
         let Some((path, range)) = self.file_range(cell)? else {
             return Ok(None);
         };
         let what = || self.describe(cell);
         let io =
             |e: std::io::Error| self.storage_err(&format!("{} ({})", what(), path.display()), e);
-        // Non-blocking open: a FIFO in place of a chunk file must not hang the read.
-        let file = match std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(&path)
-        {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io(e)),
-        };
-        let meta = file.metadata().map_err(io)?;
-        if !meta.is_file() {
-            return Err(Error::invalid(format!(
-                "{}: {}",
-                what(),
-                super::super::fs_store::not_regular_message(&path, meta.file_type())
-            )));
+        if last.as_ref().is_none_or(|l| l.path != path) {
+            *last = None;
+            // Non-blocking open: a FIFO in place of a chunk file must not hang the read.
+            let file = match std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+                .open(&path)
+            {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(io(e)),
+            };
+            let meta = file.metadata().map_err(io)?;
+            if !meta.is_file() {
+                return Err(Error::invalid(format!(
+                    "{}: {}",
+                    what(),
+                    super::super::fs_store::not_regular_message(&path, meta.file_type())
+                )));
+            }
+            *last = Some(OpenFile {
+                len: meta.len(),
+                path,
+                file,
+            });
         }
+        let len = last.as_ref().map_or(0, |l| l.len);
         match range {
-            None => Ok(Some((file, 0, meta.len()))),
+            None => Ok(Some((0, len))),
             Some((o, n)) => {
-                if o.checked_add(n).is_none_or(|end| end > meta.len()) {
+                if o.checked_add(n).is_none_or(|end| end > len) {
                     return Err(Error::Malformed(format!(
-                        "{}: the shard index names bytes {o}..{} of a {}-byte shard file",
+                        "{}: the shard index names bytes {o}..{} of a {len}-byte shard file",
                         what(),
                         o.saturating_add(n),
-                        meta.len()
                     )));
                 }
-                Ok(Some((file, o, n)))
+                Ok(Some((o, n)))
             }
         }
     }
@@ -567,4 +639,59 @@ pub(crate) fn index_len(spec: &ShardIndex, n: u64, what: &dyn Fn() -> String) ->
 /// Reads exactly `buf.len()` bytes at `offset` (a file that is shorter is an error).
 pub(crate) fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
     file.read_exact_at(buf, offset)
+}
+
+/// Where inner-chunk cell `cell` comes in a read of a sharded array: its shard's
+/// position in C order of a grid of `grid` shards, then its own in C order of its
+/// shard (`per` inner chunks per axis). `None` when that does not fit 128 bits or the
+/// cell lies outside the grid.
+fn shard_order(cell: &[u64], per: &[u64], grid: &[u64]) -> Option<(u128, u128)> {
+    if cell.len() != per.len() || cell.len() != grid.len() {
+        return None;
+    }
+    let (mut shard, mut inner) = (0u128, 0u128);
+    for k in 0..cell.len() {
+        let s = cell[k] / per[k].max(1);
+        if s >= grid[k] {
+            return None;
+        }
+        shard = shard
+            .checked_mul(u128::from(grid[k]))?
+            .checked_add(u128::from(s))?;
+        inner = inner
+            .checked_mul(u128::from(per[k]))?
+            .checked_add(u128::from(cell[k] % per[k].max(1)))?;
+    }
+    Some((shard, inner))
+}
+
+#[cfg(test)]
+mod order_tests {
+    use super::shard_order;
+
+    #[test]
+    fn shard_order_groups_units_by_shard_in_c_order() {
+        // A 3 x 5 grid of shards of 2 x 3 inner chunks: every cell's key sorts like
+        // (shard index vector, inner index in C order).
+        let (per, grid) = ([2u64, 3], [3u64, 5]);
+        let mut cells = Vec::new();
+        for i in 0..6u64 {
+            for j in 0..15u64 {
+                cells.push(vec![i, j]);
+            }
+        }
+        let by_vec = |c: &Vec<u64>| (vec![c[0] / 2, c[1] / 3], (c[0] % 2) * 3 + c[1] % 3);
+        let mut a = cells.clone();
+        a.sort_by_key(by_vec);
+        let mut b = cells.clone();
+        b.sort_by_key(|c| shard_order(c, &per, &grid).unwrap());
+        assert_eq!(a, b);
+        // Outside the grid, or too large for 128 bits: no key.
+        assert_eq!(shard_order(&[6, 0], &per, &grid), None);
+        assert_eq!(shard_order(&[1, 1, 1, 1], &[1; 4], &[u64::MAX; 4]), None);
+        assert_eq!(
+            shard_order(&[0, 0, 0, 1], &[1; 4], &[u64::MAX; 4]),
+            Some((1, 0))
+        );
+    }
 }

@@ -9,7 +9,7 @@ use std::ops::Range;
 
 use super::codec::{self, Chain, Compression};
 use super::plan::Unit;
-use super::source::{Source, Stored};
+use super::source::{OpenFile, Source, Stored};
 use crate::error::{Error, Result};
 
 /// Room for the stored bytes of one unit of `cell_bytes` decoded bytes: what zstd and
@@ -73,9 +73,15 @@ pub(crate) fn read_claim(
     let groups = readers.clamp(1, jobs.len().max(1));
     let per = jobs.len().div_ceil(groups).max(1);
     let mut got = vec![Got::Missing; units.len()];
+    // A file is kept open for the reader's next unit only when units share files.
+    let keep_open = src.sharded();
     if groups == 1 {
+        let mut last = None;
         for (j, u, region) in &mut jobs {
-            got[*j] = one_unit(src, chain, u, region, *j * room)?;
+            got[*j] = one_unit(src, chain, u, region, *j * room, &mut last)?;
+            if !keep_open {
+                last = None;
+            }
         }
     } else {
         let results: Vec<Result<Vec<(usize, Got)>>> = std::thread::scope(|sc| {
@@ -83,10 +89,17 @@ pub(crate) fn read_claim(
                 .chunks_mut(per)
                 .map(|group| {
                     sc.spawn(move || {
+                        // Consecutive units of one file (a shard's inner chunks) open it
+                        // once.
+                        let mut last = None;
                         group
                             .iter_mut()
                             .map(|(j, u, region)| {
-                                one_unit(src, chain, u, region, *j * room).map(|g| (*j, g))
+                                let g = one_unit(src, chain, u, region, *j * room, &mut last);
+                                if !keep_open {
+                                    last = None;
+                                }
+                                g.map(|g| (*j, g))
                             })
                             .collect::<Result<Vec<_>>>()
                     })
@@ -116,23 +129,25 @@ pub(crate) fn read_claim(
 }
 
 /// Reads one unit into `region` (at slot offset `at`) and checks it; decodes it on
-/// the host into the region when nvCOMP should not have it.
+/// the host into the region when nvCOMP should not have it. `last`: the file the
+/// previous unit of this reader came from, kept open.
 fn one_unit(
     src: &Source<'_>,
     chain: &Chain,
     u: &Unit,
     region: &mut [u8],
     at: usize,
+    last: &mut Option<OpenFile>,
 ) -> Result<Got> {
     // A store without files: the unit's bytes, taken once (an object store's fetch
     // stage hands each unit's bytes out once) and kept for a host decode.
     let mut held = None;
     let len = if src.has_files() {
-        match src.open_stored(&u.cell)? {
+        match src.open_stored_with(&u.cell, last)? {
             None => return Ok(Got::Missing),
-            Some((file, offset, len)) => match usize::try_from(len) {
-                Ok(n) if n <= region.len() => {
-                    super::source::read_exact_at(&file, &mut region[..n], offset)
+            Some((offset, len)) => match (usize::try_from(len), last.as_ref()) {
+                (Ok(n), Some(open)) if n <= region.len() => {
+                    super::source::read_exact_at(&open.file, &mut region[..n], offset)
                         .map_err(|e| src.storage_err(&src.describe(&u.cell), e))?;
                     Some(n)
                 }
