@@ -498,17 +498,22 @@ pub(crate) fn flight_bytes(per: usize, cell_bytes: usize) -> usize {
 mod tests {
     use super::*;
 
-    #[test]
-    fn claims_are_bounded_and_small_reads_still_use_every_flight() {
-        let t = Tuning {
+    /// Claims of 64 MiB at most, 3 per worker, 2 per flight, `ramp`.
+    fn tuning(ramp: u32) -> Tuning {
+        Tuning {
             claim_bytes: 64 << 20,
             depth: 3,
             flights: 8,
             readers: None,
             spread: 2,
-            ramp: 0,
+            ramp,
             model: true,
-        };
+        }
+    }
+
+    #[test]
+    fn claims_are_bounded_and_small_reads_still_use_every_flight() {
+        let t = tuning(0);
         // 512 MiB of 1 MiB chunks, 2 workers: about 43 chunks a claim.
         assert_eq!(units_per_claim(1 << 20, 512, 2, &t), 43);
         // 16 MiB chunks: at most 4 (64 MiB) a claim.
@@ -527,15 +532,7 @@ mod tests {
 
     #[test]
     fn a_ramp_starts_small_and_doubles() {
-        let t = Tuning {
-            claim_bytes: 64 << 20,
-            depth: 3,
-            flights: 8,
-            readers: None,
-            spread: 2,
-            ramp: 2,
-            model: true,
-        };
+        let t = tuning(2);
         let sizes: Vec<usize> = (0..4).map(|k| t.claim_batches(k, 10)).collect();
         assert_eq!(sizes, [2, 5, 10, 10]);
         assert_eq!(t.claim_batches(0, 1), 1);

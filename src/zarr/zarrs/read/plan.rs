@@ -30,7 +30,7 @@ pub(crate) struct Placement {
 }
 
 /// One decode unit: its index in the decode grid and its placements.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Unit {
     pub cell: Vec<u64>,
     pub placements: Vec<Placement>,

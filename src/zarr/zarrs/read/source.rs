@@ -190,24 +190,13 @@ impl<'a> Source<'a> {
             .zip(&self.chunk_shape)
             .map(|(&n, &c)| n.div_ceil(c.max(1)))
             .collect();
-        let mut keyed = Vec::new();
-        if keyed.try_reserve_exact(units.len()).is_ok() {
-            for (i, u) in units.iter().enumerate() {
-                match shard_order(&u.cell, &per, &grid) {
-                    Some(k) => keyed.push((k, i)),
-                    None => break,
-                }
-            }
-        }
-        if keyed.len() != units.len() {
+        if units
+            .iter()
+            .all(|u| shard_order(&u.cell, &per, &grid).is_some())
+        {
+            units.sort_by_cached_key(|u| shard_order(&u.cell, &per, &grid));
+        } else {
             units.sort_by_cached_key(|u| self.key_of(&u.cell));
-            return;
-        }
-        keyed.sort_unstable();
-        // Apply the permutation: unit at `keyed[j].1` goes to position `j`.
-        let mut taken: Vec<super::plan::Unit> = units.iter_mut().map(std::mem::take).collect();
-        for (slot, (_, from)) in units.iter_mut().zip(keyed) {
-            *slot = std::mem::take(&mut taken[from]);
         }
     }
 
