@@ -30,10 +30,13 @@ mod object_store;
 mod peer;
 #[path = "../common/random.rs"]
 mod random;
+mod shuffle;
 mod tensor;
 mod transfer;
 mod zarr;
 #[cfg(feature = "zarrs")]
 mod zarrs;
+#[cfg(feature = "zarrs")]
+mod zarrs_blosc;
 #[cfg(feature = "zarrs")]
 mod zarrs_write;

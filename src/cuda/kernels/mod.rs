@@ -64,6 +64,12 @@ pub(crate) static STRIDED: PtxModule = PtxModule {
     ptx: concat!(include_str!("ptx/strided.ptx"), "\0"),
 };
 
+/// blosc's byte shuffle undone (`shuffle.cu`).
+pub(crate) static SHUFFLE: PtxModule = PtxModule {
+    name: "shuffle",
+    ptx: concat!(include_str!("ptx/shuffle.ptx"), "\0"),
+};
+
 /// In-place byte swaps (`byteswap.cu`).
 pub(crate) static BYTESWAP: PtxModule = PtxModule {
     name: "byteswap",
@@ -82,6 +88,7 @@ pub fn shipped_ptx() -> Vec<(&'static str, &'static str)> {
         &CAST,
         &STRIDED,
         &BYTESWAP,
+        &SHUFFLE,
     ]
     .iter()
     .map(|m| (m.name, m.ptx.trim_end_matches('\0')))

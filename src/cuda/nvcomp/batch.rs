@@ -168,7 +168,7 @@ impl DecompressBatch {
         dst: &DeviceBuffer,
         outputs: &[Range<usize>],
     ) -> Result<()> {
-        self.queue_decompress(stream, codec, src, inputs, dst, outputs, &[])?;
+        self.queue_decompress(stream, codec, src, inputs, dst, outputs, &[], &[])?;
         self.finish()
     }
 
@@ -180,6 +180,11 @@ impl DecompressBatch {
     /// `stream` uses, kept allocated for good with `src` and `dst` if the stream never
     /// finishes (see [`set_timeout`](Self::set_timeout)). Until `finish`, `src`, `dst`
     /// and this state must not be reused: dropping the state waits.
+    ///
+    /// `copies`: `src` ranges copied verbatim to `dst` offsets after the decode (blosc
+    /// streams stored uncompressed), checked like the chunks (in range, no copy's
+    /// destination over an input, an output or another copy's destination). A call of
+    /// copies only (no `inputs`) runs just the copies.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn queue_decompress(
         &mut self,
@@ -189,6 +194,7 @@ impl DecompressBatch {
         inputs: &[Range<usize>],
         dst: &DeviceBuffer,
         outputs: &[Range<usize>],
+        copies: &[(Range<usize>, usize)],
         keep: &[&DeviceBuffer],
     ) -> Result<()> {
         self.finish()?;
@@ -207,8 +213,21 @@ impl DecompressBatch {
             dst.len(),
             outputs,
         )?;
-        if inputs.is_empty() {
+        if inputs.is_empty() && copies.is_empty() {
             return Ok(());
+        }
+        for (k, (r, to)) in copies.iter().enumerate() {
+            let fits = r.start <= r.end
+                && r.end <= src.len()
+                && to.checked_add(r.len()).is_some_and(|e| e <= dst.len());
+            if !fits {
+                return Err(Error::invalid(format!(
+                    "nvCOMP batch: copy {k} of bytes {r:?} to offset {to}: outside the {} \
+                     source or {} destination bytes",
+                    src.len(),
+                    dst.len()
+                )));
+            }
         }
         self.ws.check_context(stream, src, dst)?;
         dst.check_writable("nvCOMP decompression")?;
@@ -226,7 +245,21 @@ impl DecompressBatch {
             .map(|r| dst.address() + r.start as u64)
             .collect();
         let out_len: Vec<usize> = outputs.iter().map(|r| r.len()).collect();
-        plan::check_overlaps(&pairs(&in_addr, &in_len), &pairs(&out_addr, &out_len))?;
+        // Copies are checked as further chunks: their sources as inputs, their
+        // destinations as outputs.
+        let copy_src: Vec<(u64, usize)> = copies
+            .iter()
+            .map(|(r, _)| (src.address() + r.start as u64, r.len()))
+            .collect();
+        let copy_dst: Vec<(u64, usize)> = copies
+            .iter()
+            .map(|(r, to)| (dst.address() + *to as u64, r.len()))
+            .collect();
+        let mut all_in = pairs(&in_addr, &in_len);
+        all_in.extend_from_slice(&copy_src);
+        let mut all_out = pairs(&out_addr, &out_len);
+        all_out.extend_from_slice(&copy_dst);
+        plan::check_overlaps(&all_in, &all_out)?;
 
         // In place: nvCOMP may write exactly the output ranges (misaligned ones staged).
         // Scratch: every chunk gets a slot with room to spare, copied out afterwards.
@@ -248,19 +281,38 @@ impl DecompressBatch {
         let max_cap = out_cap.iter().copied().max().unwrap_or(0);
         let total_cap: usize = out_cap.iter().sum();
         self.ws.ctx.bind()?;
-        let temp_bytes = api
-            .decompress_temp_size(n, max_cap, total_cap)
-            .map_err(|s| lib.call_error(api.call_name(Call::DecompressGetTempSize), s))?;
+        let temp_bytes = if n == 0 {
+            0
+        } else {
+            api.decompress_temp_size(n, max_cap, total_cap)
+                .map_err(|s| lib.call_error(api.call_name(Call::DecompressGetTempSize), s))?
+        };
         let k_in = in_stage.iter().flatten().count();
         let k_out = out_stage.iter().flatten().count();
-        let layout = Layout::new(n, k_in, k_out, temp_bytes, in_total + out_total);
+        let layout = Layout::new(
+            n,
+            k_in,
+            k_out + copies.len(),
+            temp_bytes,
+            in_total + out_total,
+        );
         let base = self.ws.ensure(&layout)?;
         let stage_in = base + layout.staging as u64;
         let stage_out = stage_in + in_total as u64;
         let eff_in = effective(&in_addr, &in_stage, stage_in);
         let eff_out = effective(&out_addr, &out_stage, stage_out);
         let segs_in = segments(&in_stage, &eff_in, &in_addr, &in_len);
-        let segs_out = segments(&out_stage, &out_addr, &eff_out, &out_len);
+        let mut segs_out = segments(&out_stage, &out_addr, &eff_out, &out_len);
+        segs_out.extend(
+            copy_src
+                .iter()
+                .zip(&copy_dst)
+                .map(|(&(from, len), &(to, _))| Segment {
+                    dst: to,
+                    src: from,
+                    len: len as u64,
+                }),
+        );
         let tables = Tables {
             in_ptrs: &eff_in,
             in_len: &in_len,
@@ -273,6 +325,9 @@ impl DecompressBatch {
 
         let what = format!("nvCOMP {codec} decompression of {n} chunks");
         let queued = self.ws.queue(&layout, base, stream, &tables, || {
+            if n == 0 {
+                return Ok(());
+            }
             let args = args(&layout, base, temp_bytes, 0, stream);
             // Safety: the tables were uploaded to `base` before, on the same stream;
             // every pointer in them lies inside `src`, `dst` (ranges checked above, the

@@ -201,7 +201,7 @@ fn gpu_plan(
                     .into(),
             );
         }
-        Compression::Blosc => {
+        Compression::Blosc(_) => {
             return Err("blosc: nvCOMP writes no blosc containers".into());
         }
     }

@@ -23,7 +23,20 @@ pub(crate) enum Compression {
     None,
     Zstd,
     Gzip,
-    Blosc,
+    /// blosc's container, with the compressor its metadata names.
+    Blosc(BloscInner),
+}
+
+/// The compressor inside a blosc container, as the array's metadata names it (each
+/// chunk's header says again which one compressed it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BloscInner {
+    /// `lz4` or `lz4hc` (both write LZ4 blocks).
+    Lz4,
+    /// `zstd`.
+    Zstd,
+    /// `blosclz`, `zlib`, `snappy`, or no name.
+    Other,
 }
 
 impl Compression {
@@ -32,7 +45,7 @@ impl Compression {
             Compression::None => "none",
             Compression::Zstd => "zstd",
             Compression::Gzip => "gzip",
-            Compression::Blosc => "blosc",
+            Compression::Blosc(_) => "blosc",
         }
     }
 }
@@ -175,7 +188,11 @@ fn chain(
         let this = match c.name() {
             "zstd" => Compression::Zstd,
             "gzip" => Compression::Gzip,
-            "blosc" => Compression::Blosc,
+            "blosc" => Compression::Blosc(match config_str(c, "cname") {
+                Some("lz4" | "lz4hc") => BloscInner::Lz4,
+                Some("zstd") => BloscInner::Zstd,
+                _ => BloscInner::Other,
+            }),
             "crc32c" => {
                 crc32c = true;
                 continue;
@@ -405,7 +422,7 @@ pub(crate) fn decode_into(
                 Err(e) => return Err(Error::Malformed(format!("{}: gzip: {e}", what()))),
             }
         }
-        Compression::Blosc => blosc_into(body, dst, what)?,
+        Compression::Blosc(_) => blosc_into(body, dst, what)?,
     }
     if let Some(w) = chain.swap {
         crate::memory::host_ops::swap_in_place(dst, w);
@@ -583,10 +600,23 @@ mod tests {
     #[test]
     fn blosc_header_checked() {
         let mut out = vec![0u8; 64];
-        let e =
-            decode_into(&plain(Compression::Blosc), &[2, 1, 0, 4], &mut out, &what).unwrap_err();
+        let e = decode_into(
+            &plain(Compression::Blosc(BloscInner::Lz4)),
+            &[2, 1, 0, 4],
+            &mut out,
+            &what,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("blosc header"), "{e}");
         let junk = [0xffu8; 64];
-        assert!(decode_into(&plain(Compression::Blosc), &junk, &mut out, &what).is_err());
+        assert!(
+            decode_into(
+                &plain(Compression::Blosc(BloscInner::Lz4)),
+                &junk,
+                &mut out,
+                &what
+            )
+            .is_err()
+        );
     }
 }

@@ -30,14 +30,17 @@ use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::codec::Chain;
+use super::blosc;
+use super::codec::{Chain, Compression};
 use super::pipeline::{Counts, GpuPlan, Run, aligned, note};
 use super::place::place_units;
 use super::plan::Unit;
 use super::sched::GpuModel;
 use super::source::Source;
 use super::stored::{Got, name_chunk, read_claim, stored_room};
-use crate::cuda::kernels::ops::{byteswap, fill, strided_copy};
+use crate::cuda::kernels::ops::{
+    ShuffledBlocks, byteswap, fill, strided_copy, unshuffle as kernel_unshuffle,
+};
 use crate::cuda::nvcomp::{DecompressBatch, GpuCodec};
 use crate::cuda::{Context, DeviceBuffer, Event, EventFlags, Stream, UploadLane};
 use crate::error::Result;
@@ -65,13 +68,15 @@ pub(crate) const GPU_READERS: usize = 6;
 
 /// The nvCOMP codec for a chain, or why the GPU cannot decode it.
 pub(crate) fn gpu_codec(chain: &Chain) -> std::result::Result<GpuCodec, String> {
-    use super::codec::Compression;
+    use super::codec::{BloscInner, Compression};
     match chain.compression {
         Compression::Zstd => Ok(GpuCodec::Zstd),
         Compression::Gzip => Ok(GpuCodec::Deflate),
-        Compression::Blosc => Err(
-            "blosc chunks hold blosc's own block and shuffle container, which nvCOMP does not \
-             decode"
+        Compression::Blosc(BloscInner::Lz4) => Ok(GpuCodec::Lz4),
+        Compression::Blosc(BloscInner::Zstd) => Ok(GpuCodec::Zstd),
+        Compression::Blosc(BloscInner::Other) => Err(
+            "blosc chunks compressed with blosclz, zlib or snappy: nvCOMP decodes the LZ4 and \
+             zstd streams of blosc containers only"
                 .into(),
         ),
         Compression::None => Err("uncompressed chunks need no decoder".into()),
@@ -168,6 +173,9 @@ struct Flight {
     stream: Stream,
     stored: DeviceBuffer,
     decoded: DeviceBuffer,
+    /// Reads of blosc chunks: their shuffled bytes (nvCOMP's output), unit `j` at the
+    /// same offset as in `decoded`.
+    shuffled: Option<DeviceBuffer>,
     batch: DecompressBatch,
     begin: Event,
     end: Event,
@@ -186,11 +194,14 @@ struct Busy {
 
 impl Flight {
     /// A flight for claims of up to `units` units.
+    /// `streams`: nvCOMP chunks a claim is expected to have (its tables are sized for
+    /// them); `blosc`: the claims are blosc chunks (a buffer for their shuffled bytes).
     fn new(
         ctx: &Context,
-        units: usize,
+        streams: usize,
         stored_bytes: usize,
         decoded_bytes: usize,
+        blosc: bool,
     ) -> Result<Flight> {
         let stream = Stream::new(ctx)?;
         let timing = EventFlags {
@@ -198,10 +209,14 @@ impl Flight {
             ..EventFlags::default()
         };
         let mut batch = DecompressBatch::on_stream(&stream)?;
-        batch.reserve_chunks(units)?;
+        batch.reserve_chunks(streams)?;
         let f = Flight {
             stored: ctx.allocate_pooled(stored_bytes, Some(&stream))?,
             decoded: ctx.allocate_pooled(decoded_bytes, Some(&stream))?,
+            shuffled: match blosc {
+                true => Some(ctx.allocate_pooled(decoded_bytes, Some(&stream))?),
+                false => None,
+            },
             batch,
             begin: Event::new(ctx, timing)?,
             end: Event::new(ctx, timing)?,
@@ -322,7 +337,14 @@ pub(crate) fn worker(
             }
             let t1 = Instant::now();
             if f == flights.len() {
-                flights.push(Flight::new(ctx, per, per * room, per * stride)?);
+                let blosc = matches!(plan.chain.compression, Compression::Blosc(_));
+                // A blosc chunk is many streams: about one per 32 KiB.
+                let streams = if blosc {
+                    per.saturating_mul((src.cell_bytes >> 15).clamp(1, 256))
+                } else {
+                    per
+                };
+                flights.push(Flight::new(ctx, streams, per * room, per * stride, blosc)?);
             }
             let flight = &mut flights[f];
             let owners = queue_claim(
@@ -389,13 +411,32 @@ fn queue_claim(
     let mut inputs = Vec::with_capacity(units.len());
     let mut outputs = Vec::with_capacity(units.len());
     let mut owners = Vec::with_capacity(units.len());
+    let mut copies = Vec::new();
     for (j, g) in got.iter().enumerate() {
-        if let Got::Gpu(r) = g {
-            inputs.push(r.clone());
-            outputs.push(j * stride..j * stride + src.cell_bytes);
-            owners.push(j);
+        match g {
+            Got::Gpu(r) => {
+                inputs.push(r.clone());
+                outputs.push(j * stride..j * stride + src.cell_bytes);
+                owners.push(j);
+            }
+            Got::Blosc(r, b) => {
+                let at = j * stride;
+                for p in &b.streams {
+                    inputs.push(r.start + p.src..r.start + p.src + p.len);
+                    outputs.push(at + p.dst..at + p.dst + p.out);
+                    owners.push(j);
+                }
+                copies.extend(
+                    b.copies
+                        .iter()
+                        .map(|p| (r.start + p.src..r.start + p.src + p.len, at + p.dst)),
+                );
+            }
+            Got::Missing | Got::Host => {}
         }
     }
+    // nvCOMP's output: the units themselves, or blosc's shuffled bytes.
+    let target = flight.shuffled.as_ref().unwrap_or(&flight.decoded);
     flight.begin.record(s)?;
     lane.upload_ranges_into(
         &upload_ranges(got, room, src.cell_bytes, used),
@@ -409,11 +450,15 @@ fn queue_claim(
             plan.codec,
             &flight.stored,
             &inputs,
-            &flight.decoded,
+            target,
             &outputs,
-            &[out],
+            &copies,
+            &[out, &flight.decoded],
         )
         .map_err(|e| name_chunk(e, src, units, &owners))?;
+    if let Some(shuffled) = &flight.shuffled {
+        unshuffle(got, src.cell_bytes, stride, shuffled, &flight.decoded, s)?;
+    }
     // Before the swap, in stored order like nvCOMP's output: the fill value of missing
     // units and the units decoded on the host.
     for (j, g) in got.iter().enumerate() {
@@ -434,7 +479,7 @@ fn queue_claim(
                 1,
                 Some(s),
             )?,
-            Got::Gpu(_) => {}
+            Got::Gpu(_) | Got::Blosc(..) => {}
         }
     }
     if let Some(w) = plan.chain.swap {
@@ -443,6 +488,77 @@ fn queue_claim(
     place_units(src, units, stride, s, &flight.decoded, out)?;
     flight.end.record(s)?;
     Ok(owners)
+}
+
+/// Undoes blosc's byte shuffle of a claim's blosc units, from `shuffled` into
+/// `decoded` (unit `j` at `j * stride` in both), for each run of consecutive units with
+/// the same block size and type size: the whole blocks of the run in one
+/// [`unshuffle`](kernel_unshuffle) (one launch of the vector kernel for type sizes 2,
+/// 4, 8 and 16), the rest as strided copies with an axis over the run's units.
+fn unshuffle(
+    got: &[Got],
+    cell_bytes: usize,
+    stride: usize,
+    shuffled: &DeviceBuffer,
+    decoded: &DeviceBuffer,
+    s: &Stream,
+) -> Result<()> {
+    let layout = |g: &Got| match g {
+        Got::Blosc(_, b) => Some((b.blocksize, b.typesize)),
+        _ => None,
+    };
+    let mut j = 0;
+    while j < got.len() {
+        let Some((blocksize, typesize)) = layout(&got[j]) else {
+            j += 1;
+            continue;
+        };
+        let run = got[j..]
+            .iter()
+            .take_while(|g| layout(g) == Some((blocksize, typesize)))
+            .count();
+        let stride_i = stride as isize;
+        for step in blosc::unshuffle_steps(cell_bytes, blocksize, typesize) {
+            match step {
+                blosc::Step::Blocks {
+                    count,
+                    stride: bstride,
+                    n,
+                    typesize,
+                } => {
+                    let blocks = ShuffledBlocks {
+                        offset: j * stride,
+                        groups: run,
+                        ustride: stride,
+                        blocks: count,
+                        bstride,
+                        n,
+                        typesize,
+                    };
+                    kernel_unshuffle(shuffled, decoded, &blocks, Some(s))?;
+                }
+                blosc::Step::Copy((at, shape, from, to)) => {
+                    let shape: Vec<usize> = std::iter::once(run).chain(shape).collect();
+                    let from: Vec<isize> = std::iter::once(stride_i).chain(from).collect();
+                    let to: Vec<isize> = std::iter::once(stride_i).chain(to).collect();
+                    let base = j * stride + at;
+                    strided_copy(
+                        shuffled,
+                        base,
+                        &from,
+                        decoded,
+                        base,
+                        &to,
+                        &shape,
+                        1,
+                        Some(s),
+                    )?;
+                }
+            }
+        }
+        j += run;
+    }
+    Ok(())
 }
 
 /// The bytes of a claim's slot the device needs (the stored bytes nvCOMP decodes, the
@@ -456,7 +572,7 @@ fn upload_ranges(got: &[Got], room: usize, cell_bytes: usize, used: usize) -> Ve
         let r = match g {
             Got::Missing => continue,
             Got::Host => j * room..j * room + cell_bytes,
-            Got::Gpu(r) => r.clone(),
+            Got::Gpu(r) | Got::Blosc(r, _) => r.clone(),
         };
         let r = r.start.min(used)..r.end.min(used);
         match out.last_mut() {
@@ -474,7 +590,7 @@ fn tally(got: &[Got], cell_bytes: usize, counts: &Counts) {
         match g {
             Got::Missing => missing += 1,
             Got::Host => note(counts, true, cell_bytes),
-            Got::Gpu(_) => gpu += 1,
+            Got::Gpu(_) | Got::Blosc(..) => gpu += 1,
         }
     }
     counts.gpu_units.fetch_add(gpu, Ordering::Relaxed);
@@ -489,9 +605,11 @@ fn micros(d: std::time::Duration) -> u64 {
 }
 
 /// Device bytes one flight holds for claims of `per` units of `cell_bytes` (its
-/// buffers and nvCOMP's scratch, about the decoded size again).
-pub(crate) fn flight_bytes(per: usize, cell_bytes: usize) -> usize {
-    per.saturating_mul(stored_room(cell_bytes) + 2 * aligned(cell_bytes))
+/// buffers and nvCOMP's scratch, about the decoded size again; blosc chunks: their
+/// shuffled bytes too).
+pub(crate) fn flight_bytes(per: usize, cell_bytes: usize, blosc: bool) -> usize {
+    let decoded = if blosc { 3 } else { 2 };
+    per.saturating_mul(stored_room(cell_bytes) + decoded * aligned(cell_bytes))
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@
 //!
 //! The device write engine (`../write.rs`) reuses `plan`, `codec` and the staging lanes.
 
+mod blosc;
 pub(crate) mod codec;
 mod gpu;
 pub(crate) mod hostmem;
@@ -54,8 +55,8 @@ pub const DEFAULT_SLOT_BYTES: usize = 4 << 20;
 #[non_exhaustive]
 pub enum Decoder {
     /// The CPU workers, plus GPU workers (as [`Both`](Self::Both), except that a GPU
-    /// worker takes no chunk the cost model gives to the CPU) on device reads of zstd or
-    /// gzip chunks that carry a crc32c checksum (verified on the host before nvCOMP sees
+    /// worker takes no chunk the cost model gives to the CPU) on device reads of zstd,
+    /// gzip or blosc (LZ4 or zstd inside) chunks that carry a crc32c checksum (verified on the host before nvCOMP sees
     /// them), when nvCOMP is available. Unprotected chunks go to the GPU only when asked
     /// for: nvCOMP checks less than the CPU decoders. The cost model weighs the GPU's
     /// measured latency per call against the CPU workers' measured rate, so reads of
@@ -65,8 +66,12 @@ pub enum Decoder {
     Auto,
     /// CPU worker threads only.
     Cpu,
-    /// nvCOMP only (device reads of zstd or gzip chunks; otherwise an error that says
-    /// why). zstd frames are checked on the host first (declared size, complete frame
+    /// nvCOMP only (device reads of zstd or gzip chunks, and of blosc chunks whose
+    /// metadata names lz4, lz4hc or zstd; otherwise an error that says why). blosc
+    /// containers are taken apart on the host, their streams decoded by nvCOMP and the
+    /// byte shuffle undone on the device; a blosc chunk the host parser does not take on
+    /// (bit shuffle, another compressor than the metadata names) is decoded on the CPU
+    /// inside the GPU claim. zstd frames are checked on the host first (declared size, complete frame
     /// with intact block headers; frames with a content checksum are decoded on the CPU,
     /// which verifies it); gzip members have their header and size checked, not their
     /// CRC-32. Damage inside compressed data that these checks cannot see may decode to

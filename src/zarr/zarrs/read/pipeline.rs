@@ -323,7 +323,8 @@ pub(crate) fn read_device(
                 super::gpu::units_per_claim(src.cell_bytes, units.len(), g.workers, &g.tuning);
             let claim_batches = want.div_ceil(per).max(1);
             let gpu_per = claim_batches * per;
-            let one = super::gpu::flight_bytes(gpu_per, src.cell_bytes).max(1);
+            let blosc = matches!(g.chain.compression, super::codec::Compression::Blosc(_));
+            let one = super::gpu::flight_bytes(gpu_per, src.cell_bytes, blosc).max(1);
             let room = ctx.free_memory().unwrap_or(0) / 4 / g.workers.max(1);
             (
                 claim_batches,

@@ -7,6 +7,7 @@
 
 use std::ops::Range;
 
+use super::blosc::{self, BloscUnit};
 use super::codec::{self, Chain, Compression};
 use super::plan::Unit;
 use super::source::{OpenFile, Source, Stored};
@@ -30,6 +31,18 @@ pub(crate) enum Got {
     Host,
     /// nvCOMP decodes this range of the slot.
     Gpu(Range<usize>),
+    /// A blosc container in this range of the slot, whose streams nvCOMP decodes (and
+    /// whose verbatim streams are copied) into the unit's shuffled bytes.
+    Blosc(Range<usize>, Box<BloscUnit>),
+}
+
+/// What nvCOMP is given of one unit's stored bytes (ranges from the start of the
+/// bytes checked).
+pub(crate) enum Input {
+    /// One compressed stream.
+    Stream(Range<usize>),
+    /// A blosc container (the range holds it all).
+    Blosc(Range<usize>, Box<BloscUnit>),
 }
 
 impl Got {
@@ -38,7 +51,7 @@ impl Got {
         match self {
             Got::Missing => 0,
             Got::Host => at + cell_bytes,
-            Got::Gpu(r) => r.end,
+            Got::Gpu(r) | Got::Blosc(r, _) => r.end,
         }
     }
 }
@@ -174,7 +187,8 @@ fn one_unit(
         None => None,
     };
     match input {
-        Some(r) => Ok(Got::Gpu(at + r.start..at + r.end)),
+        Some(Input::Stream(r)) => Ok(Got::Gpu(at + r.start..at + r.end)),
+        Some(Input::Blosc(r, b)) => Ok(Got::Blosc(at + r.start..at + r.end, b)),
         None => {
             // Valid input nvCOMP should not be given, or too large for the region: the
             // host decoder (bounded) decides, from the bytes already taken, or reading
@@ -198,15 +212,16 @@ fn one_unit(
 
 /// The byte range nvCOMP decodes of one unit's stored bytes `slot[r]`, after the
 /// host-side checks: crc32c, the gzip member's header and size, the zstd frame's
-/// declared size and completeness. `None`: decode this unit on the CPU instead (a
-/// valid encoding nvCOMP should not be given, e.g. several zstd frames).
+/// declared size and completeness, blosc's container taken apart ([`blosc`]). `None`:
+/// decode this unit on the CPU instead (a valid encoding nvCOMP should not be given,
+/// e.g. several zstd frames, or blosc that its parser leaves to c-blosc).
 pub(crate) fn gpu_input(
     src: &Source<'_>,
     chain: &Chain,
     slot: &[u8],
     r: Range<usize>,
     what: &dyn Fn() -> String,
-) -> Result<Option<Range<usize>>> {
+) -> Result<Option<Input>> {
     let mut body = r.clone();
     if chain.crc32c {
         let inner = codec::strip_crc32c(&slot[body.clone()], what)?;
@@ -215,7 +230,9 @@ pub(crate) fn gpu_input(
     match chain.compression {
         Compression::Gzip => {
             let g = codec::gzip_deflate_range(&slot[body.clone()], src.cell_bytes, what)?;
-            Ok(Some(body.start + g.start..body.start + g.end))
+            Ok(Some(Input::Stream(
+                body.start + g.start..body.start + g.end,
+            )))
         }
         Compression::Zstd => {
             let frame = &slot[body.clone()];
@@ -228,7 +245,7 @@ pub(crate) fn gpu_input(
                 return Ok(None);
             }
             match zstd::zstd_safe::find_frame_compressed_size(frame) {
-                Ok(n) if n == frame.len() => Ok(Some(body)),
+                Ok(n) if n == frame.len() => Ok(Some(Input::Stream(body))),
                 // Several frames: valid zstd, decoded on the CPU.
                 Ok(_) => Ok(None),
                 Err(_) => Err(Error::Malformed(format!(
@@ -238,7 +255,9 @@ pub(crate) fn gpu_input(
                 ))),
             }
         }
-        _ => Err(Error::invalid("not a chain for nvCOMP")),
+        Compression::Blosc(inner) => Ok(blosc::parse(&slot[body.clone()], src.cell_bytes, inner)?
+            .map(|b| Input::Blosc(body, Box::new(b)))),
+        Compression::None => Err(Error::invalid("not a chain for nvCOMP")),
     }
 }
 

@@ -6,12 +6,15 @@
 
 mod cast;
 mod equal;
+mod shuffle;
 mod strided;
 #[cfg(test)]
 mod tests;
 
 pub(super) use cast::cast;
 pub(super) use equal::all_equal;
+pub use shuffle::ShuffledBlocks;
+pub(super) use shuffle::unshuffle;
 pub(super) use strided::strided_copy;
 #[allow(unused_imports)]
 use {cast::*, equal::*, strided::*};
@@ -25,7 +28,7 @@ use super::{ElementType, EqualMode};
 use crate::cuda::context::Context;
 use crate::cuda::driver::{self, CUdeviceptr, CUfunction, CUstream};
 use crate::cuda::kernels::{
-    BLOCK, BYTESWAP, CAST, EQUAL, FILL, PtxModule, STRIDED, Scratch, function,
+    BLOCK, BYTESWAP, CAST, EQUAL, FILL, PtxModule, SHUFFLE, STRIDED, Scratch, function,
 };
 use crate::cuda::{DeviceBuffer, Stream};
 use crate::element::{Val, decode};
@@ -60,6 +63,16 @@ kernel_params!(FillParams, size 288 {
     period: u32 = 24,
     reserved: u32 = 28,
     table: [u32; 64] = 32,
+});
+
+kernel_params!(UnshuffleParams, size 56 {
+    src: u64 = 0,
+    dst: u64 = 8,
+    groups: u64 = 16,
+    ustride: u64 = 24,
+    blocks: u64 = 32,
+    bstride: u64 = 40,
+    n: u64 = 48,
 });
 
 kernel_params!(EqualParams, size 560 {
