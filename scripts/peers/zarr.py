@@ -507,7 +507,8 @@ def chunk_pieces(path, meta):
     if len(names) == 1:
         raise Skip("uncompressed: nothing to decode")
     if len(names) != 2 or names[1] not in NVCOMP_ALGO:
-        why = ("blosc frames hold their own block + shuffle container, which nvCOMP cannot decode"
+        why = ("blosc frames hold their own block + shuffle container: nvCOMP's Python API decodes "
+               "whole chunks only (devbuf takes the containers apart itself)"
                if "blosc" in names else "nvCOMP peer handles one zstd or gzip codec after `bytes`")
         raise Skip(f"codecs {names}: {why}")
     pieces = []

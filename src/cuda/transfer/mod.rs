@@ -28,8 +28,10 @@ mod staging;
 use std::sync::atomic::Ordering;
 
 pub(crate) use engine::EngineCell;
+#[cfg(any(feature = "zarrs", feature = "test-support"))]
+pub(crate) use lane::UploadLane;
 #[cfg(feature = "zarrs")]
-pub(crate) use lane::{UploadLane, as_lease_holder};
+pub(crate) use lane::as_lease_holder;
 pub use pending::{HostSink, HostSource, Pending, ScopedPending, TransferScope, scope};
 
 use self::engine::{Engine, Request};
