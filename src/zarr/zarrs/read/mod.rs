@@ -76,8 +76,10 @@ pub enum Decoder {
     /// which verifies it); gzip members have their header and size checked, not their
     /// CRC-32. Damage inside compressed data that these checks cannot see may decode to
     /// wrong values unnoticed (nvCOMP reports success for some damaged input; so may the
-    /// CPU's zstd decoder for a frame without a checksum): use it for trusted stores, or
-    /// stores whose chunks carry crc32c.
+    /// CPU's zstd decoder for a frame without a checksum), and nvCOMP may even fault the
+    /// device on it (its deflate decoder was seen writing past its scratch area on a
+    /// truncated stream), which ends every CUDA context of the process: use it for
+    /// trusted stores, or stores whose chunks carry crc32c.
     Gpu,
     /// CPU workers and GPU workers on the same read
     /// ([`ReadOptions::gpu_workers`] of the threads feed nvCOMP, each with its own
