@@ -75,6 +75,10 @@ gpu_test! {
         assert!(e.to_string().contains("overlap"), "{e}");
         let e = ops::unshuffle(&d, &c.allocate(64).unwrap().read_only(), &one, None).unwrap_err();
         assert!(matches!(e, Error::ReadOnly(_)), "{e}");
+        let e = ops::unshuffle(&c.allocate(256).unwrap(), &c.allocate(256).unwrap(), &ShuffledBlocks { blocks: 3, bstride: 32, ..one }, None).unwrap_err();
+        assert!(e.to_string().contains("overlap"), "{e}");
+        let e = ops::unshuffle(&c.allocate(256).unwrap(), &c.allocate(256).unwrap(), &ShuffledBlocks { groups: 2, ustride: 0, ..one }, None).unwrap_err();
+        assert!(e.to_string().contains("overlap"), "{e}");
         let huge = ShuffledBlocks { groups: usize::MAX, ustride: usize::MAX, ..one };
         let e = ops::unshuffle(&d, &c.allocate(64).unwrap(), &huge, None).unwrap_err();
         assert!(e.to_string().contains("overflow"), "{e}");

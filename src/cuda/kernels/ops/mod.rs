@@ -284,8 +284,9 @@ pub use device::ShuffledBlocks;
 /// `on`: `None` runs on the legacy default stream and waits; `Some(stream)` queues on
 /// `stream`.
 ///
-/// Errors: [`Error::InvalidArgument`] when a block lies outside either buffer, the
-/// buffers overlap or belong to different contexts, or the stream to another context;
+/// Errors: [`Error::InvalidArgument`] when a block lies outside either buffer, blocks
+/// overlap each other, the buffers overlap or belong to different contexts, or the
+/// stream to another context;
 /// [`Error::ReadOnly`] for a read-only destination.
 ///
 /// ```no_run

@@ -30,6 +30,16 @@ const MAX_SPLITS: usize = 16;
 /// c-blosc's `MIN_BUFFERSIZE`: a block is split only into streams of this many bytes
 /// or more.
 const MIN_SPLIT: usize = 128;
+/// c-blosc's `BLOSC_MAX_BUFFERSIZE`: the most decoded bytes of a buffer.
+const MAX_BUFFER: usize = i32::MAX as usize - HEADER;
+/// c-blosc's `BLOSC_MAX_BLOCKSIZE`.
+const MAX_BLOCK: usize = (i32::MAX as usize - 255 * 4) / 3;
+/// Bytes of a chunk per stream that the GPU takes on at least (16 streams more in any
+/// chunk): each stream is an nVCOMP chunk with a scratch slot of at least 8 KiB beyond
+/// its size, so chunks of many tiny streams (legal, and cheap to forge) would cost far
+/// more device memory than a claim is sized for. blosc's own blocks give streams of 4
+/// KiB and more (32 KiB blocks of 8-byte elements) for chunks of 64 KiB and more.
+const BYTES_PER_STREAM: usize = 4096;
 
 /// One stream of a blosc chunk: `len` stored bytes at `src` (from the start of the
 /// blosc buffer) that decode to `out` bytes at `dst` (from the start of the chunk's
@@ -82,6 +92,8 @@ pub(crate) fn parse(buf: &[u8], nbytes: usize, inner: BloscInner) -> Result<Opti
         || typesize == 0
         || blocksize == 0
         || blocksize > nbytes
+        || blocksize > MAX_BLOCK
+        || nbytes > MAX_BUFFER
         || i32::try_from(stored).is_err()
     {
         return Ok(None);
@@ -128,6 +140,9 @@ pub(crate) fn parse(buf: &[u8], nbytes: usize, inner: BloscInner) -> Result<Opti
     let mut streams = Vec::new();
     let mut copies = Vec::new();
     let pieces = nblocks.saturating_mul(splits);
+    if pieces > nbytes / BYTES_PER_STREAM + 16 {
+        return Ok(None);
+    }
     streams.try_reserve(pieces).map_err(|_| {
         Error::invalid(format!(
             "a blosc chunk of {pieces} streams: no memory to list them"
@@ -178,11 +193,12 @@ pub(crate) fn parse(buf: &[u8], nbytes: usize, inner: BloscInner) -> Result<Opti
 }
 
 /// Whether a zstd stream of a blosc block is one complete frame that declares
-/// `expect` decoded bytes and carries no checksum (nvCOMP would not verify it).
+/// `expect` decoded bytes and carries no checksum (nvCOMP would not verify it) and no
+/// dictionary ID (c-blosc, which has no dictionary, refuses such frames).
 fn zstd_stream_ok(frame: &[u8], expect: usize) -> bool {
     matches!(zstd::zstd_safe::get_frame_content_size(frame), Ok(Some(d)) if d == expect as u64)
         && frame.len() > 4
-        && frame[4] & 0x04 == 0
+        && frame[4] & 0x07 == 0
         && matches!(zstd::zstd_safe::find_frame_compressed_size(frame), Ok(n) if n == frame.len())
 }
 
@@ -380,7 +396,7 @@ mod tests {
                 (262_144usize, 4usize, 0usize),
                 (100_003, 4, 0),
                 (50_000, 4, 4096),
-                (50_001, 4, 1000),
+                (50_001, 4, 8000),
                 (33_333, 8, 0),
                 (9_999, 2, 512),
                 (77_777, 1, 0),
@@ -485,6 +501,28 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn chunks_of_many_tiny_streams_go_to_the_host() {
+        // 64 KiB of float32 in 256-byte zstd blocks (zstd blocks are not split, nor
+        // enlarged): 256 streams, more than 64 KiB / 4 KiB + 16 = 32.
+        let data = floats(16_384, 9);
+        let tiny = compress(&data, "zstd", true, 4, 256);
+        assert_eq!(
+            u32::from_le_bytes(tiny[8..12].try_into().unwrap()),
+            256,
+            "block size"
+        );
+        assert_eq!(parse(&tiny, data.len(), BloscInner::Zstd).unwrap(), None);
+        // blosc's own block size for the same chunk: a few streams, taken.
+        let own = compress(&data, "zstd", true, 4, 0);
+        let u = parse(&own, data.len(), BloscInner::Zstd).unwrap().unwrap();
+        assert!(
+            u.streams.len() + u.copies.len() <= 32,
+            "{}",
+            u.streams.len()
+        );
     }
 
     #[test]

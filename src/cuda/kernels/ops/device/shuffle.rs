@@ -56,6 +56,14 @@ pub(in crate::cuda::kernels::ops) fn unshuffle(
             "unshuffle: blocks {b:?} overflow the address space"
         ))
     })?;
+    // Blocks that overlap would be written by several threads at once.
+    let block = b.n * b.typesize; // no overflow: `end` covers it
+    let span = (b.blocks - 1) * b.bstride + block;
+    if (b.blocks > 1 && b.bstride < block) || (b.groups > 1 && b.ustride < span) {
+        return Err(Error::invalid(format!(
+            "unshuffle: blocks {b:?} overlap (a block is {block} bytes, a group {span})"
+        )));
+    }
     for (what, buf) in [("source", src), ("destination", dst)] {
         if end > buf.len() {
             return Err(Error::invalid(format!(
@@ -104,6 +112,7 @@ pub(in crate::cuda::kernels::ops) fn unshuffle(
         bstride: b.bstride as u64,
         n: b.n as u64,
     };
+    // No overflow: the blocks are disjoint and inside the buffers (checked above).
     let threads = (b.groups as u64) * (b.blocks as u64) * (b.n as u64 / 16);
     // Safety: `UnshuffleParams` mirrors the kernel's parameter; every block it reads
     // and writes lies inside `src` and `dst` (checked above: `end`), which do not
