@@ -193,9 +193,10 @@ struct Busy {
 }
 
 impl Flight {
-    /// A flight for claims of up to `units` units.
-    /// `streams`: nvCOMP chunks a claim is expected to have (its tables are sized for
-    /// them); `blosc`: the claims are blosc chunks (a buffer for their shuffled bytes).
+    /// A flight whose buffers hold `stored_bytes` of a claim's stored bytes and
+    /// `decoded_bytes` of its units. `streams`: nvCOMP chunks a claim is expected to
+    /// have (its tables are sized for them); `blosc`: the claims are blosc chunks (a
+    /// buffer for their shuffled bytes too).
     fn new(
         ctx: &Context,
         streams: usize,
