@@ -14,7 +14,7 @@ use devbuf::zarr::{BufferPrototype, DataType, ElementType, Endianness};
 use rand::Rng;
 use rand::rngs::SmallRng;
 
-use super::zarrs::zarrs_common::TempDir;
+use super::zarrs::zarrs_common::{TempDir, files_under};
 use super::zarrs::{bytes_of, check_reads, fixtures_dir, host_nd, nvcomp_missing};
 use crate::common::*;
 
@@ -81,7 +81,8 @@ fn set_cname(path: &Path, cname: &str, recompress: bool) {
         return;
     }
     let name = std::ffi::CString::new(cname).unwrap();
-    for f in walk(&path.join("c")) {
+    // Not sharded: every file is one chunk.
+    for (_, f) in files_under(&path.join("c")) {
         let stored = std::fs::read(&f).unwrap();
         let (mut nbytes, mut cbytes, mut block) = (0usize, 0usize, 0usize);
         // Safety: `stored` holds at least the 16 bytes of a blosc header.
@@ -126,20 +127,6 @@ fn set_cname(path: &Path, cname: &str, recompress: bool) {
         out.truncate(n as usize);
         std::fs::write(&f, out).unwrap();
     }
-}
-
-/// The chunk files under `dir` (not sharded: every file is one chunk).
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
 
 /// `Decoder::Gpu` reads of `path` equal the host's on every read path; every stored

@@ -362,26 +362,36 @@ mod tests {
             shuffled[p.dst..p.dst + p.out].copy_from_slice(&buf[p.src..p.src + p.len]);
         }
         let mut out = vec![0u8; nbytes];
-        for (at, shape, ss, ds) in unshuffle_steps(nbytes, u.blocksize, u.typesize)
-            .iter()
-            .map(Step::as_strided)
-        {
-            let mut idx = vec![0usize; shape.len()];
-            'all: loop {
-                let so: isize = idx.iter().zip(&ss).map(|(&i, &s)| i as isize * s).sum();
-                let d: isize = idx.iter().zip(&ds).map(|(&i, &s)| i as isize * s).sum();
-                out[at + d as usize] = shuffled[at + so as usize];
-                for k in (0..shape.len()).rev() {
-                    idx[k] += 1;
-                    if idx[k] < shape[k] {
-                        continue 'all;
-                    }
-                    idx[k] = 0;
-                }
-                break;
+        for step in unshuffle_steps(nbytes, u.blocksize, u.typesize) {
+            for (from, to) in byte_moves(&step) {
+                out[to] = shuffled[from];
             }
         }
         out
+    }
+
+    /// Every (source, destination) byte offset a step moves, in index order.
+    fn byte_moves(step: &Step) -> Vec<(usize, usize)> {
+        let (at, shape, ss, ds) = step.as_strided();
+        let mut moves = Vec::new();
+        let mut idx = vec![0usize; shape.len()];
+        'all: loop {
+            let off = |st: &[isize]| {
+                idx.iter()
+                    .zip(st)
+                    .map(|(&i, &s)| i as isize * s)
+                    .sum::<isize>()
+            };
+            moves.push((at + off(&ss) as usize, at + off(&ds) as usize));
+            for k in (0..shape.len()).rev() {
+                idx[k] += 1;
+                if idx[k] < shape[k] {
+                    continue 'all;
+                }
+                idx[k] = 0;
+            }
+            return moves;
+        }
     }
 
     #[test]
@@ -536,19 +546,9 @@ mod tests {
             (999, 500, 3),
         ] {
             let mut hit = vec![0u8; nbytes];
-            for (at, shape, _, ds) in unshuffle_steps(nbytes, bs, t).iter().map(Step::as_strided) {
-                let mut idx = vec![0usize; shape.len()];
-                'all: loop {
-                    let d: isize = idx.iter().zip(&ds).map(|(&i, &s)| i as isize * s).sum();
-                    hit[at + d as usize] += 1;
-                    for k in (0..shape.len()).rev() {
-                        idx[k] += 1;
-                        if idx[k] < shape[k] {
-                            continue 'all;
-                        }
-                        idx[k] = 0;
-                    }
-                    break;
+            for step in unshuffle_steps(nbytes, bs, t) {
+                for (_, to) in byte_moves(&step) {
+                    hit[to] += 1;
                 }
             }
             assert!(hit.iter().all(|&h| h == 1), "{nbytes} {bs} {t}");
