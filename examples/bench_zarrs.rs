@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --features zarrs,object_store,flight --example bench_zarrs -- [--mib N] [--only a,b] [--repeat N]
-//!     [--decoders host,cpu,gpu,both,auto] [--gpu-workers N] [--no-writes] [--no-limits] [--reports] [--keep DIR]
+//!     [--decoders host,into,cpu,gpu,both,auto] [--gpu-workers N] [--no-writes] [--no-limits] [--reports] [--keep DIR]
 //! cargo run --release --features zarrs,object_store,flight --example bench_zarrs -- --store PATH [--store PATH ...]
 //! cargo run --release --features zarrs,object_store,flight --example bench_zarrs -- --manifest DIR/manifest.json
 //! ```
@@ -16,7 +16,7 @@
 //! `scripts/peers/zarr.py write` made, so the peers (tensorstore, zarr-python, nvCOMP)
 //! are timed on the same files.
 //!
-//! Per store: host read; device read; device write (device -> a new store of the same
+//! Per store: host read (into new memory, and into one reused buffer: `host into`); device read; device write (device -> a new store of the same
 //! codecs, own sweep only) with the CPU encoders and, for zstd, with nvCOMP (and the
 //! ratio of nvCOMP's store). `--decoders` times only the reads named, `--gpu-workers`
 //! sets `ReadOptions::gpu_workers`, `--no-writes` skips the writes, `--no-limits` the limits, `--reports` prints
@@ -81,7 +81,7 @@ mod bench {
             repeat: 5,
             stores: Vec::new(),
             manifest: None,
-            decoders: ["host", "cpu", "gpu", "both", "auto"]
+            decoders: ["host", "into", "cpu", "gpu", "both", "auto"]
                 .map(String::from)
                 .to_vec(),
             gpu_workers: None,
@@ -255,6 +255,8 @@ mod bench {
         name: String,
         ratio: f64,
         host: f64,
+        /// Host reads into one buffer reused for every read (`read_all_into`).
+        into: f64,
         /// Device reads: CPU decode, GPU decode, both, Auto.
         device: [f64; 4],
         /// Device writes with the CPU encoders, with nvCOMP, and the ratio of nvCOMP's store.
@@ -290,6 +292,13 @@ mod bench {
         let host = BufferPrototype::Host;
         let host_s = if args.wants("host") {
             time(repeat, &mut || a.read_all(&host).map(drop))?
+        } else {
+            f64::NAN
+        };
+        let into_s = if args.wants("into") {
+            // One buffer for every read, touched once before the timing.
+            let mut out = vec![0u8; bytes as usize];
+            time(repeat, &mut || a.read_all_into(&mut out).map(drop))?
         } else {
             f64::NAN
         };
@@ -368,6 +377,7 @@ mod bench {
             name: name.to_string(),
             ratio,
             host: gbs(bytes, host_s),
+            into: gbs(bytes, into_s),
             device,
             write,
             report,
@@ -385,10 +395,11 @@ mod bench {
             .filter(|x| !x.is_nan())
             .fold(f64::NAN, f64::max);
         println!(
-            "| {:<20} | {:>5.2} | {:>6.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>6.2} | {:>6} | {:>6} | {:>5} | {} |",
+            "| {:<20} | {:>5.2} | {:>6.2} | {:>6.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>6.2} | {:>6} | {:>6} | {:>5} | {} |",
             r.name,
             r.ratio,
             r.host,
+            r.into,
             r.device[0],
             r.device[1],
             r.device[2],
@@ -681,9 +692,9 @@ mod bench {
     /// Times every store asked for.
     fn stores(a: &Args, ctx: Option<&Context>) -> devbuf::Result<()> {
         println!(
-            "\n| store | ratio | host | dev cpu | dev gpu | dev both | dev auto | best/host | write cpu | write gpu | gpu ratio | read engine (both) |"
+            "\n| store | ratio | host | host into | dev cpu | dev gpu | dev both | dev auto | best/host | write cpu | write gpu | gpu ratio | read engine (both) |"
         );
-        println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         let wanted = |n: &str| a.only.as_ref().is_none_or(|o| o.iter().any(|x| x == n));
         if let Some(m) = &a.manifest {
             let text = std::fs::read_to_string(m).map_err(|e| devbuf::Error::Io {

@@ -335,11 +335,14 @@ fn random_boxes_and_stepped_selections_read_bit_exactly() {
             let nd = a.read_subset(&ranges, &host()).unwrap();
             let got_shape: Vec<u64> = nd.shape().iter().map(|&s| s as u64).collect();
             assert_eq!(got_shape, shape);
-            assert!(
-                bytes_of(&nd) == f.expected_box(&start, &shape),
-                "{} box {ranges:?}",
-                f.name
-            );
+            let want = f.expected_box(&start, &shape);
+            assert!(bytes_of(&nd) == want, "{} box {ranges:?}", f.name);
+            // The same box into memory the caller holds, filled with noise first:
+            // every byte is written (missing chunks as the fill value included).
+            let mut into: Vec<u8> = (0..want.len()).map(|_| rng.random()).collect();
+            let report = a.read_subset_into(&ranges, &mut into).unwrap();
+            assert_eq!(report.target, "host (the caller's memory)");
+            assert!(into == want, "{} box {ranges:?} read into noise", f.name);
         }
         // Stepped selection with a negative index: compared element by element.
         if f.shape.len() == 2 {
@@ -359,6 +362,37 @@ fn random_boxes_and_stepped_selections_read_bit_exactly() {
             assert!(bytes_of(&dense) == want, "{} stepped", f.name);
         }
     }
+}
+
+#[test]
+fn reads_into_the_callers_memory_check_its_size() {
+    let a = ZarrArray::open(fixtures_dir().join("v3_float32_zstd.zarr")).unwrap();
+    let shape = a.shape().to_vec();
+    let n: usize = shape.iter().product::<u64>() as usize * 4;
+    let want = bytes_of(&a.read_all(&host()).unwrap());
+    for wrong in [0, n - 1, n + 1] {
+        let mut out = vec![0u8; wrong];
+        let e = a.read_all_into(&mut out).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("holds {wrong} bytes"))
+                && e.contains(&format!("exactly {n} bytes")),
+            "{e}"
+        );
+    }
+    let mut out = vec![0x5Au8; n];
+    let r = a.read_all_into(out.as_mut_slice()).unwrap();
+    assert!(out == want);
+    assert_eq!(
+        (r.decoder, r.target.as_str()),
+        ("cpu", "host (the caller's memory)")
+    );
+    assert!(r.cpu_chunks > 0 && r.decoded_bytes as usize >= n);
+    // An empty box reads into empty memory; a box past the array is refused as for
+    // `read_subset`.
+    let empty: Vec<_> = shape.iter().map(|_| 0..0).collect();
+    a.read_subset_into(&empty, &mut Vec::new()).unwrap();
+    let past: Vec<_> = shape.iter().map(|&s| 0..s + 1).collect();
+    assert!(a.read_subset_into(&past, &mut out).is_err());
 }
 
 #[test]

@@ -61,6 +61,13 @@ fn all_reads_fail(a: &ZarrArray, key: &str, want: &str) {
             "read",
             Box::new(|| a.read(&[AxisSel::Index(35)], &HOST).map(drop)),
         ),
+        (
+            "read_subset_into",
+            Box::new(|| {
+                let mut out = vec![0u8; 30 * 35 * 4];
+                a.read_subset_into(&[10..40, 5..40], &mut out).map(drop)
+            }),
+        ),
     ];
     for (name, r) in reads {
         let e = r().expect_err(name).to_string();

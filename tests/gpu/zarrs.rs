@@ -124,9 +124,17 @@ pub(crate) fn check_reads(a: &ZarrArray, rng: &mut SmallRng, what: &str) {
                 s..rng.random_range(s..=n)
             })
             .collect();
+        let host = a.read_subset(&ranges, &HOST).unwrap();
         assert_same(
             &a.read_subset(&ranges, &DEV).unwrap(),
-            &a.read_subset(&ranges, &HOST).unwrap(),
+            &host,
+            &format!("{what} box {ranges:?}"),
+        );
+        check_read_into(
+            a,
+            &ranges,
+            &bytes_of(&host),
+            rng,
             &format!("{what} box {ranges:?}"),
         );
     }
@@ -396,6 +404,93 @@ pub(crate) fn nvcomp_missing(test: &str) -> bool {
             true
         }
         None => false,
+    }
+}
+
+/// `ranges` read into the caller's memory gives `want`: a view in the middle of a
+/// device allocation filled with noise (the bytes around it untouched), and host memory
+/// filled with noise.
+fn check_read_into(
+    a: &ZarrArray,
+    ranges: &[std::ops::Range<u64>],
+    want: &[u8],
+    rng: &mut SmallRng,
+    what: &str,
+) {
+    let ctx = Context::new(0).unwrap();
+    let n = want.len();
+    let noise: Vec<u8> = (0..n + 512).map(|_| rng.random()).collect();
+    let whole = devbuf::cuda::DeviceBuffer::from_host(&ctx, &noise).unwrap();
+    let view = whole.slice(256, n).unwrap();
+    let r = a.read_subset_into(ranges, &view).unwrap();
+    assert!(
+        r.target.starts_with("device 0 (the caller's memory)"),
+        "{what}: {r}"
+    );
+    let got = whole.to_host_vec().unwrap();
+    assert!(
+        got[256..256 + n] == *want,
+        "{what}: device bytes read into a view differ from host"
+    );
+    assert!(
+        got[..256] == noise[..256] && got[256 + n..] == noise[256 + n..],
+        "{what}: bytes around the view changed"
+    );
+    let mut host: Vec<u8> = noise[..n].to_vec();
+    a.read_subset_into(ranges, &mut host).unwrap();
+    assert!(host == want, "{what}: host bytes read into noise differ");
+}
+
+gpu_test! {
+    /// Reads into the caller's device memory: no allocation for the result (device
+    /// memory stays at the baseline), the values at the buffer's own address, errors
+    /// for a read-only buffer or a wrong size (naming both sizes), and a damaged chunk
+    /// is an error naming its key.
+    fn zarrs_reads_into_device_memory() {
+        let ctx = ctx();
+        let mut rng = rng("zarrs_reads_into_device_memory");
+        let dir = TempDir::new("read-into");
+        let shape = [300u64, 260];
+        let a = ZarrArray::create(dir.0.join("a"), &ArraySpec::new(&shape, &[64, 48], DataType::FLOAT32).with_compressor(Compressor::Zstd { level: 1 })).unwrap();
+        let n = 300 * 260;
+        a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, ElementType::Float32, n), &shape, ElementType::Float32)).unwrap();
+        let want = bytes_of(&a.read_all(&HOST).unwrap());
+        let out = ctx.allocate(n * 4).unwrap();
+        let address = out.address();
+        ctx.synchronize().unwrap();
+        let before = ctx.bytes_allocated();
+        for k in 0..3 {
+            out.fill(0xA5 ^ k).unwrap();
+            let r = a.read_all_into(&out).unwrap();
+            assert_eq!(r.target, "device 0 (the caller's memory)");
+            assert_eq!(out.address(), address);
+            assert!(out.to_host_vec().unwrap() == want, "read {k}");
+            ctx.synchronize().unwrap();
+            assert_eq!(ctx.bytes_allocated(), before, "read {k}: no device memory kept for the result");
+        }
+        let e = a.read_all_into(&out.read_only()).unwrap_err();
+        assert!(matches!(e, devbuf::Error::ReadOnly(_)), "{e}");
+        let short = out.slice(0, n * 4 - 4).unwrap();
+        let e = a.read_all_into(&short).unwrap_err().to_string();
+        assert!(e.contains(&format!("holds {} bytes", n * 4 - 4)) && e.contains(&format!("exactly {} bytes", n * 4)), "{e}");
+        // A damaged chunk: an error naming it, on the CPU decoder and on nvCOMP.
+        let chunk = dir.0.join("a").join("c").join("2").join("3");
+        let original = std::fs::read(&chunk).unwrap();
+        std::fs::write(&chunk, &original[..original.len() / 2]).unwrap();
+        let mut decoders = vec![Decoder::Cpu];
+        if !nvcomp_missing("zarrs_reads_into_device_memory (nvCOMP part)") {
+            decoders.push(Decoder::Gpu);
+        }
+        for decoder in decoders {
+            let mut b = ZarrArray::open(dir.0.join("a")).unwrap();
+            b.set_read_options(ReadOptions { decoder, ..ReadOptions::default() }).unwrap();
+            let e = b.read_all_into(&out).unwrap_err().to_string();
+            assert!(e.contains("c/2/3"), "{decoder:?}: {e}");
+            ctx.synchronize().unwrap();
+            assert_eq!(ctx.bytes_allocated(), before, "{decoder:?}: device memory back after the error");
+        }
+        std::fs::write(&chunk, &original).unwrap();
+        assert!(a.read_all_into(&out).is_ok() && out.to_host_vec().unwrap() == want);
     }
 }
 

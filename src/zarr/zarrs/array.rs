@@ -94,7 +94,7 @@ fn shape_usize(shape: &[u64]) -> Result<Vec<usize>> {
 }
 
 /// Bytes of a C-order box of `shape`, checked for overflow.
-fn checked_bytes(shape: &[u64], elem: usize) -> Result<usize> {
+pub(super) fn checked_bytes(shape: &[u64], elem: usize) -> Result<usize> {
     shape
         .iter()
         .try_fold(elem, |acc, &s| {
@@ -516,6 +516,21 @@ impl ZarrArray {
         prototype: &BufferPrototype,
     ) -> Result<(Memory, ReadReport)> {
         let ctx = prototype.context()?;
+        match self.run_read_to(requests, total, read::Dest::New(ctx.as_ref()))? {
+            (Some(mem), report) => Ok((mem, report)),
+            (None, _) => Err(Error::invalid(
+                "read engine: no result memory for a new read",
+            )),
+        }
+    }
+
+    /// Runs the read engine over `requests` into `dest`.
+    pub(super) fn run_read_to(
+        &self,
+        requests: &[Request],
+        total: usize,
+        dest: read::Dest<'_>,
+    ) -> Result<(Option<Memory>, ReadReport)> {
         let fill = self.meta.fill_value.to_bytes_as(self.dtype());
         let src = Source::new(
             &self.array,
@@ -526,7 +541,7 @@ impl ZarrArray {
             fill,
             &self.direct,
         )?;
-        read::read(&src, requests, total, ctx.as_ref(), &self.read_options)
+        read::read(&src, requests, total, dest, &self.read_options)
     }
 
     /// Reads a numpy-style selection (integers, ranges, [`Slice`](crate::zarr::Slice)s

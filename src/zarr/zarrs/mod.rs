@@ -62,6 +62,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use crate::error::{Error, Result};
 
 mod array;
+mod array_into;
 #[cfg(feature = "object_store")]
 mod array_url;
 mod array_write;
@@ -75,6 +76,7 @@ mod validate;
 mod write;
 
 pub use array::ZarrArray;
+pub use array_into::ReadInto;
 pub use encode::{
     AUTO_GPU_MAX_CHUNK_BYTES, AUTO_MAX_ZSTD_LEVEL, Encoder, WriteEncoding, WriteOptions,
 };

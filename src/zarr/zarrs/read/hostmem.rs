@@ -98,6 +98,18 @@ impl HostResult {
         }
     }
 
+    /// The memory as a slice, for the workers to write.
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        let (p, n) = self.raw();
+        if n == 0 {
+            return &mut [];
+        }
+        // Safety: `p..p+n` is memory owned by `self` (a live mapping or the Vec's
+        // buffer), zero-filled and so initialised; the borrow of `self` keeps it
+        // alive and exclusive for the slice's lifetime.
+        unsafe { std::slice::from_raw_parts_mut(p, n) }
+    }
+
     /// The filled memory, without a copy.
     pub(crate) fn into_bytes(self) -> Bytes {
         match self.inner {

@@ -33,7 +33,7 @@ use std::sync::atomic::Ordering;
 pub(crate) use plan::Request;
 pub(crate) use source::{Direct, Source};
 
-use crate::cuda::Context;
+use crate::cuda::{Context, DeviceBuffer};
 use crate::error::{Error, Result};
 use crate::zarr::Memory;
 
@@ -230,15 +230,26 @@ impl std::fmt::Display for ReadReport {
     }
 }
 
+/// Where a read's result goes.
+pub(crate) enum Dest<'a> {
+    /// New memory: host memory (`None`) or an allocation of the context.
+    New(Option<&'a Context>),
+    /// The caller's host memory, exactly the result's bytes.
+    Host(&'a mut [u8]),
+    /// The caller's device memory: a writable buffer (or view) of exactly the result's
+    /// bytes.
+    Device(&'a DeviceBuffer),
+}
+
 /// Reads `requests` (boxes at output offsets, `total` output bytes) from `src` into
-/// host memory (`ctx` `None`) or a new allocation of `ctx`.
+/// `dest`: the new memory (`None` when `dest` was the caller's) and what ran.
 pub(crate) fn read(
     src: &Source<'_>,
     requests: &[Request],
     total: usize,
-    ctx: Option<&Context>,
+    dest: Dest<'_>,
     options: &ReadOptions,
-) -> Result<(Memory, ReadReport)> {
+) -> Result<(Option<Memory>, ReadReport)> {
     let threads = options
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get()))
@@ -250,15 +261,26 @@ pub(crate) fn read(
     }
     let started = std::time::Instant::now();
     let counts = pipeline::Counts::default();
-    let (gpu, gpu_note) = choose_gpu(src, ctx.is_some(), threads, options)?;
+    let device = matches!(dest, Dest::New(Some(_)) | Dest::Device(_));
+    let (gpu, gpu_note) = choose_gpu(src, device, threads, options)?;
     // The result first: a selection too large for memory fails here, before planning.
-    enum Out {
-        Host(hostmem::HostResult),
-        Device(crate::cuda::DeviceBuffer),
+    enum Out<'b> {
+        New(hostmem::HostResult),
+        Host(&'b mut [u8]),
+        Device(DeviceBuffer, bool),
     }
-    let out = match ctx {
-        None => Out::Host(hostmem::HostResult::new(total)?),
-        Some(ctx) => Out::Device(ctx.allocate(total)?),
+    let out = match dest {
+        Dest::New(None) => Out::New(hostmem::HostResult::new(total)?),
+        Dest::New(Some(ctx)) => Out::Device(ctx.allocate(total)?, true),
+        Dest::Host(h) => {
+            check_len(h.len(), total, "host")?;
+            Out::Host(h)
+        }
+        Dest::Device(d) => {
+            check_len(d.len(), total, "device")?;
+            d.check_writable("a zarr read")?;
+            Out::Device(d.clone(), false)
+        }
     };
     // Every unit places at least one element: more units than output elements means
     // the plan is wrong (and bounds the plan's memory by the output's).
@@ -274,25 +296,39 @@ pub(crate) fn read(
     // An object store starts fetching every unit's bytes now, ahead of the workers.
     src.prefetch(&units)?;
 
-    let (mem, target) = match (ctx, out) {
-        (_, Out::Host(out)) => (
-            Memory::Host(pipeline::read_host(src, &units, out, threads, &counts)?),
-            "host".to_string(),
-        ),
-        (Some(ctx), Out::Device(out)) => (
-            Memory::Device(pipeline::read_device(
+    let (mem, target) = match out {
+        Out::New(mut out) => {
+            pipeline::read_host(src, &units, out.as_mut_slice(), threads, &counts)?;
+            (Some(Memory::Host(out.into_bytes())), "host".to_string())
+        }
+        Out::Host(out) => {
+            pipeline::read_host(src, &units, out, threads, &counts)?;
+            (None, "host (the caller's memory)".to_string())
+        }
+        Out::Device(out, new) => {
+            let ctx = out.context().clone();
+            let out = pipeline::read_device(
                 src,
                 &units,
                 out,
-                ctx,
+                &ctx,
                 threads,
                 options.slot_bytes,
                 gpu.as_ref(),
                 &counts,
-            )?),
-            format!("device {}", ctx.ordinal()),
-        ),
-        (None, Out::Device(_)) => return Err(Error::invalid("device result without a context")),
+            )?;
+            if new {
+                (
+                    Some(Memory::Device(out)),
+                    format!("device {}", ctx.ordinal()),
+                )
+            } else {
+                (
+                    None,
+                    format!("device {} (the caller's memory)", ctx.ordinal()),
+                )
+            }
+        }
     };
     let (cpu_chunks, gpu_chunks) = (
         counts.cpu_units.load(Ordering::Relaxed),
@@ -331,6 +367,17 @@ pub(crate) fn read(
         target,
     };
     Ok((mem, report))
+}
+
+/// The caller's memory must hold exactly the result.
+fn check_len(given: usize, total: usize, what: &str) -> Result<()> {
+    if given != total {
+        return Err(Error::invalid(format!(
+            "the {what} memory to read into holds {given} bytes; the selection needs exactly \
+             {total} bytes (its element count times the element size, C order)"
+        )));
+    }
+    Ok(())
 }
 
 /// Whether (and how) nvCOMP decodes this read: the plan, or why not (empty when the

@@ -145,14 +145,15 @@ struct HostOut {
 // worker); the buffer outlives the scoped threads.
 unsafe impl Sync for HostOut {}
 
-/// Reads `units` (each `src.cell_bytes` decoded) into the host memory `out`.
+/// Reads `units` (each `src.cell_bytes` decoded) into the host memory `out`, every
+/// byte of which belongs to exactly one placement (`out` need not be zeroed).
 pub(crate) fn read_host(
     src: &Source<'_>,
     units: &[Unit],
-    mut out: super::hostmem::HostResult,
+    out: &mut [u8],
     threads: usize,
     counts: &Counts,
-) -> Result<bytes::Bytes> {
+) -> Result<()> {
     let batches = super::plan::batches(units.len(), 1, 1);
     let run = Run {
         units,
@@ -162,8 +163,10 @@ pub(crate) fn read_host(
         error: Mutex::new(None),
         started: std::time::Instant::now(),
     };
-    let (ptr, len) = out.raw();
-    let host = HostOut { ptr, len };
+    let host = HostOut {
+        ptr: out.as_mut_ptr(),
+        len: out.len(),
+    };
     let threads = threads.clamp(1, batches.len().max(1));
     counts.workers.store(threads, Ordering::Relaxed);
     let whole_c = src.cell_strides == super::plan::c_strides(&src.cell_shape, src.elem);
@@ -204,8 +207,7 @@ pub(crate) fn read_host(
         }
         Ok(())
     });
-    run.finish()?;
-    Ok(out.into_bytes())
+    run.finish()
 }
 
 pub(crate) fn note(counts: &Counts, stored: bool, bytes: usize) {
