@@ -13,7 +13,8 @@
 //!   claims in flight per worker while the next one is read);
 //! * `stored`: a GPU claim's host side (parallel reads into a page-locked slot, checks);
 //! * `sched`: when a GPU worker takes another claim (the CPU / GPU split);
-//! * `hostmem`: the fresh (huge-page) memory a host read fills.
+//! * `hostmem`: the fresh (huge-page) memory a host read fills;
+//! * `stream`: streamed decoding of large units straight into a host output.
 //!
 //! The device write engine (`../write.rs`) reuses `plan`, `codec` and the staging lanes.
 
@@ -27,6 +28,7 @@ pub(crate) mod plan;
 mod sched;
 mod source;
 mod stored;
+mod stream;
 
 use std::sync::atomic::Ordering;
 

@@ -170,8 +170,12 @@ pub(crate) fn read_host(
     let threads = threads.clamp(1, batches.len().max(1));
     counts.workers.store(threads, Ordering::Relaxed);
     let whole_c = src.cell_strides == super::plan::c_strides(&src.cell_shape, src.elem);
+    let (stream_min, piece_bytes) = super::stream::settings();
+    let streamed = super::stream::streams(src, stream_min);
     on_threads(threads, &run, &|_| {
         let mut scratch: Vec<u8> = Vec::new();
+        let mut piece: Vec<u8> = Vec::new();
+        let mut runs: Vec<super::stream::Run> = Vec::new();
         while let Some(b) = run.claim() {
             for u in &run.units[b] {
                 // A unit that fills one contiguous region of the output, in C order:
@@ -195,6 +199,36 @@ pub(crate) fn read_host(
                     };
                     note(counts, src.decode(&u.cell, dst)?, src.cell_bytes);
                     continue;
+                }
+                // A large unit placed once: its pieces go straight to their places.
+                if let [p] = u.placements.as_slice()
+                    && streamed
+                {
+                    if piece.is_empty() {
+                        piece = zeroed_vec(piece_bytes)?;
+                    }
+                    super::stream::runs_of(src, p, host.len, &mut runs)?;
+                    let mut next = 0;
+                    let stored =
+                        super::stream::decode(src, &u.cell, &mut piece, &mut |at, bytes| {
+                            super::stream::scatter(&runs, &mut next, at, bytes, &mut |d, b| {
+                                // Safety: the runs come from `layout::plan`, which checked that
+                                // every destination byte lies within the output's `len`
+                                // bytes; they belong to this unit's placement alone (see
+                                // `HostOut`).
+                                unsafe {
+                                    std::ptr::copy_nonoverlapping(
+                                        b.as_ptr(),
+                                        host.ptr.add(d),
+                                        b.len(),
+                                    )
+                                }
+                            })
+                        })?;
+                    if let Some(stored) = stored {
+                        note(counts, stored, src.cell_bytes);
+                        continue;
+                    }
                 }
                 if scratch.is_empty() {
                     scratch = zeroed_vec(src.cell_bytes)?;

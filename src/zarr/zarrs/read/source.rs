@@ -83,6 +83,29 @@ thread_local! {
     static STORED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Runs `f` on the calling worker's buffer for stored bytes, `n` bytes long (grown as
+/// needed; an error naming the chunk when `n` bytes cannot be had).
+pub(crate) fn with_stored_buf<T>(
+    n: usize,
+    what: &dyn Fn() -> String,
+    f: impl FnOnce(&mut [u8]) -> Result<T>,
+) -> Result<T> {
+    STORED.with(|cell_buf| {
+        let mut buf = cell_buf.borrow_mut();
+        if buf.len() < n {
+            let more = n - buf.len();
+            buf.try_reserve(more).map_err(|_| {
+                Error::invalid(format!(
+                    "{}: cannot allocate {n} bytes to read the chunk file",
+                    what()
+                ))
+            })?;
+            buf.resize(n, 0);
+        }
+        f(&mut buf[..n])
+    })
+}
+
 /// A stored file kept open across units (see [`Source::open_stored_with`]).
 pub(crate) struct OpenFile {
     path: std::path::PathBuf,
@@ -480,20 +503,9 @@ impl<'a> Source<'a> {
             .ok()
             .filter(|&n| n <= isize::MAX as usize)
             .ok_or_else(|| Error::invalid(format!("{}: a {len}-byte chunk file", what())))?;
-        STORED.with(|cell_buf| {
-            let mut buf = cell_buf.borrow_mut();
-            if buf.len() < n {
-                let more = n - buf.len();
-                buf.try_reserve(more).map_err(|_| {
-                    Error::invalid(format!(
-                        "{}: cannot allocate {n} bytes to read the chunk file",
-                        what()
-                    ))
-                })?;
-                buf.resize(n, 0);
-            }
-            read_exact_at(&file, &mut buf[..n], offset).map_err(io)?;
-            codec::decode_into(chain, &buf[..n], dst, &what)
+        with_stored_buf(n, &what, |buf| {
+            read_exact_at(&file, buf, offset).map_err(io)?;
+            codec::decode_into(chain, buf, dst, &what)
         })?;
         Ok(true)
     }
