@@ -98,6 +98,37 @@ impl HostResult {
         }
     }
 
+    /// Touches every page of a fresh mapping from `threads` threads at once, before
+    /// the workers write it (`DEVBUF_PREFAULT=0` skips this; for benchmarks). Measured
+    /// on the GPU machine (gVisor), where the first touch of fresh memory costs most.
+    pub(crate) fn prefault(&mut self, threads: usize) {
+        if std::env::var("DEVBUF_PREFAULT").is_ok_and(|v| v.trim() == "0") {
+            return;
+        }
+        let Inner::Map(m) = &self.inner else {
+            return;
+        };
+        let (base, n) = (m.ptr as usize, m.len);
+        let threads = threads.clamp(1, n.div_ceil(2 << 20).max(1));
+        let per = n.div_ceil(threads).next_multiple_of(4096);
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let (lo, hi) = (t * per, ((t + 1) * per).min(n));
+                if lo >= hi {
+                    break;
+                }
+                s.spawn(move || {
+                    for off in (lo..hi).step_by(4096) {
+                        // Safety: `off` lies within the mapping (`< n`), which `self`
+                        // keeps alive for the scope; the threads write disjoint pages,
+                        // and a zero keeps the memory's zeroed contents.
+                        unsafe { std::ptr::write_volatile((base + off) as *mut u8, 0) };
+                    }
+                });
+            }
+        });
+    }
+
     /// The memory as a slice, for the workers to write.
     pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
         let (p, n) = self.raw();

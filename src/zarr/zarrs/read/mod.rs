@@ -300,6 +300,7 @@ pub(crate) fn read(
 
     let (mem, target) = match out {
         Out::New(mut out) => {
+            out.prefault(threads);
             pipeline::read_host(src, &units, out.as_mut_slice(), threads, &counts)?;
             (Some(Memory::Host(out.into_bytes())), "host".to_string())
         }

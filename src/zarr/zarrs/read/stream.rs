@@ -3,8 +3,9 @@
 //! instead of decoding the whole chunk into the worker's scratch and copying it from
 //! there. A decoded chunk of several MiB does not fit a core's cache, so the scratch
 //! copy read it back from memory; a piece does (measured on the GPU machine, host reads
-//! into a reused buffer: 9.4 GB/s for 4 MiB zstd-1 chunks and 6.6 for 16 MiB ones,
-//! against 10.3 for 1 MiB chunks, whose scratch stays in the cache).
+//! into a reused buffer, before: 8.4 GB/s for 4 MiB zstd-1 chunks, 5.8-6.4 for 16 MiB
+//! ones and 23.4 for 4 MiB uncompressed ones, against 10 for 1 MiB zstd-1 chunks, whose
+//! scratch stays in the cache; figures with streaming at [`PIECE`]).
 //!
 //! Streamed: units of [`STREAM_MIN`] bytes or more, read from a filesystem store,
 //! uncompressed (without crc32c), zstd or gzip, with one placement. Others (blosc, chains
@@ -24,8 +25,11 @@ use crate::cuda::kernels::ops::layout;
 use crate::error::{Error, Result};
 
 /// Bytes per piece (a multiple of every element size; fits a core's L2 cache beside the
-/// zstd window).
-pub(crate) const PIECE: usize = 128 << 10;
+/// zstd window). Measured on the GPU machine, host reads into a reused buffer, two
+/// interleaved rounds: 512 KiB pieces 8.6-9.1 GB/s (4 MiB zstd-1 chunks), 7.9-8.2 (16
+/// MiB), 29.9-31.0 (4 MiB uncompressed); 128 KiB pieces 8.2-8.9, 7.5-7.6, 30.0-30.6;
+/// without streaming 8.4-8.5, 5.8-6.4, 23.4-23.6.
+pub(crate) const PIECE: usize = 512 << 10;
 
 /// Units from this size on are streamed; smaller ones are decoded whole into the
 /// worker's scratch, which stays in the cache.
