@@ -271,7 +271,8 @@ impl Drop for Flight {
 /// the device, then waits for them. `(claim_batches, per)`: batches a claim takes,
 /// and the most units that makes. When the pool has no room for its staging (and
 /// `wait` is false) it runs `then` only. `stream`: one its staging lane may wait on
-/// (the lane queues nothing itself), else the lane makes one.
+/// (the lane queues nothing itself), else the lane makes one. `claimed` is called once
+/// the worker took its first claim or will take none (and may be called again).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn worker(
     src: &Source<'_>,
@@ -284,6 +285,7 @@ pub(crate) fn worker(
     wait: bool,
     stream: Option<&Stream>,
     counts: &Counts,
+    claimed: &dyn Fn(),
     then: &dyn Fn() -> Result<()>,
 ) -> Result<()> {
     let room = stored_room(src.cell_bytes);
@@ -291,6 +293,7 @@ pub(crate) fn worker(
     // No staging held by a worker the model sends home at once.
     let cpu_done = counts.cpu_units.load(Ordering::Relaxed);
     if !model.should_claim(true, run.remaining(), cpu_done) {
+        claimed();
         return then();
     }
     // The lane queues nothing on a stream of its own: it need not make one.
@@ -299,6 +302,7 @@ pub(crate) fn worker(
         None => UploadLane::bare(ctx, per * room, wait)?,
     };
     let Some(mut lane) = lane else {
+        claimed();
         return then();
     };
     counts.gpu_workers.fetch_add(1, Ordering::Relaxed);
@@ -317,7 +321,11 @@ pub(crate) fn worker(
             if !model.should_claim(k == 0, run.remaining(), cpu_done) {
                 break;
             }
-            let Some(range) = run.claim_many(plan.tuning.claim_batches(k, claim_batches)) else {
+            let claim = run.claim_many(plan.tuning.claim_batches(k, claim_batches));
+            if k == 0 {
+                claimed();
+            }
+            let Some(range) = claim else {
                 break;
             };
             let t0 = Instant::now();
@@ -376,6 +384,7 @@ pub(crate) fn worker(
             tally(&got, src.cell_bytes, counts);
             k += 1;
         }
+        claimed();
         then()?;
         for f in &mut flights {
             f.complete(src, run, model, counts)?;

@@ -85,7 +85,9 @@ pub enum Decoder {
     Gpu,
     /// CPU workers and GPU workers on the same read
     /// ([`ReadOptions::gpu_workers`] of the threads feed nvCOMP, each with its own
-    /// reader threads); every GPU worker takes at least one claim.
+    /// reader threads); every GPU worker takes at least one claim (the CPU workers
+    /// start once each has, so a small read cannot be finished by the CPU workers while
+    /// the GPU workers set up).
     Both,
 }
 

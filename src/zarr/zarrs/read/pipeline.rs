@@ -388,6 +388,13 @@ pub(crate) fn read_device(
     let streams = (0..lane_streams().min(threads))
         .map(|_| crate::cuda::Stream::new(ctx))
         .collect::<Result<Vec<_>>>()?;
+    // With both decoders asked for, the CPU workers start once every GPU worker took
+    // its first claim: otherwise they may take all of a small read while the GPU
+    // workers set up.
+    let gate = Gate::new(match gpu {
+        Some(g) if g.schedule == Schedule::AfterFirst && !g.gpu_only => g.workers,
+        _ => 0,
+    });
     on_threads(threads, &run, &|t| {
         let stream = (!streams.is_empty()).then(|| &streams[t % streams.len()]);
         // The first CPU worker waits for a lane (the bound on page-locked memory is the
@@ -403,7 +410,13 @@ pub(crate) fn read_device(
             // A GPU worker the model sends home decodes on the CPU from then on (while
             // its last claims finish on the device).
             let then = || if g.gpu_only { Ok(()) } else { cpu(false) };
-            return super::gpu::worker(
+            let arrived = std::cell::Cell::new(false);
+            let claimed = || {
+                if !arrived.replace(true) {
+                    gate.arrive();
+                }
+            };
+            let r = super::gpu::worker(
                 src,
                 &plan,
                 model,
@@ -414,13 +427,49 @@ pub(crate) fn read_device(
                 wait,
                 stream,
                 counts,
+                &claimed,
                 &then,
             );
+            claimed(); // an error before the first claim
+            return r;
         }
+        gate.wait();
         cpu(t == gpu_workers)
     });
     run.finish()?;
     Ok(out)
+}
+
+/// Holds threads until a count of others arrived.
+struct Gate {
+    left: Mutex<usize>,
+    open: std::sync::Condvar,
+}
+
+impl Gate {
+    fn new(count: usize) -> Gate {
+        Gate {
+            left: Mutex::new(count),
+            open: std::sync::Condvar::new(),
+        }
+    }
+
+    /// One of the awaited threads arrived (each calls this once).
+    fn arrive(&self) {
+        let mut left = self.left.lock().unwrap_or_else(|p| p.into_inner());
+        *left = left.saturating_sub(1);
+        if *left == 0 {
+            self.open.notify_all();
+        }
+    }
+
+    /// Waits until every awaited thread arrived.
+    fn wait(&self) {
+        let mut left = self.left.lock().unwrap_or_else(|p| p.into_inner());
+        while *left > 0 {
+            left = self.open.wait(left).unwrap_or_else(|p| p.into_inner());
+        }
+    }
 }
 
 /// Streams the CPU workers' lanes of a device read share: `DEVBUF_LANE_STREAMS`
