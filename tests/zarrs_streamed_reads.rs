@@ -145,66 +145,119 @@ fn large_chunks_read_bit_exactly_for_every_streamed_codec() {
     }
 }
 
-/// A v3 array written by hand: int16, big-endian, F order (transpose), zstd, crc32c,
-/// fill value 7, in 1024 x 1024 chunks (2 MiB).
-fn big_endian_f_order(dir: &TempDir) -> ZarrArray {
-    let path = dir.join("be_f");
+/// A v3 int16 array written by hand, 1500 x 1100 in 1024 x 1024 chunks (2 MiB), fill
+/// value 7, with `codecs` (a JSON list).
+fn int16_array(dir: &TempDir, name: &str, codecs: &str) -> ZarrArray {
+    let path = dir.join(name);
     std::fs::create_dir_all(&path).unwrap();
     std::fs::write(
         path.join("zarr.json"),
-        r#"{"zarr_format": 3, "node_type": "array", "shape": [1500, 1100], "data_type": "int16",
-            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1024, 1024]}},
-            "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
-            "fill_value": 7,
-            "codecs": [{"name": "transpose", "configuration": {"order": [1, 0]}},
-                       {"name": "bytes", "configuration": {"endian": "big"}},
-                       {"name": "zstd", "configuration": {"level": 1, "checksum": false}},
-                       {"name": "crc32c"}],
-            "attributes": {}}"#,
+        format!(
+            r#"{{"zarr_format": 3, "node_type": "array", "shape": [1500, 1100], "data_type": "int16",
+            "chunk_grid": {{"name": "regular", "configuration": {{"chunk_shape": [1024, 1024]}}}},
+            "chunk_key_encoding": {{"name": "default", "configuration": {{"separator": "/"}}}},
+            "fill_value": 7, "codecs": {codecs}, "attributes": {{}}}}"#
+        ),
     )
     .unwrap();
     ZarrArray::open(&path).unwrap()
 }
 
 #[test]
-fn big_endian_f_order_chunks_with_crc32c_stream_in_native_c_order() {
+fn big_endian_and_f_order_chunks_read_in_native_c_order() {
     let mut rng = SmallRng::seed_from_u64(0xbe_f0);
     let dir = TempDir::new("streamed-be");
-    let a = big_endian_f_order(&dir);
-    let v: Vec<i16> = (0..1500 * 1100)
-        .map(|i| (i % 3001) as i16 - 1500 + (rng.random::<u8>() as i16 & 7))
-        .collect();
-    let nd = NDBuffer::from_ndarray(ndarray::Array2::from_shape_vec((1500, 1100), v).unwrap());
-    // Chunk [1, 1] stays missing: the fill value.
-    a.write_subset(
-        &[0, 0],
-        &nd.get(&[(0..1024usize).into(), (0..1100usize).into()])
-            .unwrap()
-            .copy()
-            .unwrap(),
+    let big = r#"{"name": "bytes", "configuration": {"endian": "big"}}"#;
+    let zstd = r#"{"name": "zstd", "configuration": {"level": 1, "checksum": false}}"#;
+    let transpose = r#"{"name": "transpose", "configuration": {"order": [1, 0]}}"#;
+    for (name, codecs) in [
+        // Streamed, swapped per piece: zstd with crc32c, and uncompressed (pread pieces).
+        (
+            "be_zstd_crc",
+            format!(r#"[{big}, {zstd}, {{"name": "crc32c"}}]"#),
+        ),
+        ("be_none", format!("[{big}]")),
+        // Transposed: two-byte runs, decoded whole through the scratch.
+        (
+            "be_f_zstd_crc",
+            format!(r#"[{transpose}, {big}, {zstd}, {{"name": "crc32c"}}]"#),
+        ),
+    ] {
+        let a = int16_array(&dir, name, &codecs);
+        let v: Vec<i16> = (0..1500 * 1100)
+            .map(|i| (i % 3001) as i16 - 1500 + (rng.random::<u8>() as i16 & 7))
+            .collect();
+        let nd = NDBuffer::from_ndarray(ndarray::Array2::from_shape_vec((1500, 1100), v).unwrap());
+        // Chunk [1, 1] stays missing: the fill value.
+        let part = |r: Range<usize>, c: Range<usize>| {
+            nd.get(&[r.into(), c.into()]).unwrap().copy().unwrap()
+        };
+        a.write_subset(&[0, 0], &part(0..1024, 0..1100)).unwrap();
+        a.write_subset(&[1024, 0], &part(1024..1500, 0..1024))
+            .unwrap();
+        assert!(!a.chunk_is_stored(&[1, 1]).unwrap());
+        let mut all = bytes_of(&nd);
+        let fill: Vec<u8> = std::iter::repeat_n(7i16.to_ne_bytes(), 476 * 76)
+            .flatten()
+            .collect();
+        zarrs_common::put_box(&mut all, &[1500, 1100], 2, &[1024, 1024], &[476, 76], &fill);
+        check_every_read(&a, &all, 2, &mut rng, name);
+    }
+}
+
+#[test]
+fn zstd_frames_the_whole_chunk_decoder_accepts_stream_too() {
+    let dir = TempDir::new("streamed-frames");
+    let mut rng = SmallRng::seed_from_u64(11);
+    let a = ZarrArray::create(
+        dir.join("a"),
+        &ArraySpec::new(&[1024, 1024], &[1024, 512], DataType::FLOAT32)
+            .with_compressor(Compressor::Zstd { level: 1 }),
     )
     .unwrap();
-    a.write_subset(
-        &[1024, 0],
-        &nd.get(&[(1024..1500usize).into(), (0..1024usize).into()])
-            .unwrap()
-            .copy()
-            .unwrap(),
-    )
-    .unwrap();
-    assert!(!a.chunk_is_stored(&[1, 1]).unwrap());
-    let mut all = bytes_of(&nd);
-    let fill: Vec<u8> = std::iter::repeat_n(7i16.to_ne_bytes(), 476 * 76)
-        .flatten()
-        .collect();
-    zarrs_common::put_box(&mut all, &[1500, 1100], 2, &[1024, 1024], &[476, 76], &fill);
-    check_every_read(
-        &a,
-        &all,
-        2,
-        &mut rng,
-        "int16 big-endian F order zstd crc32c",
-    );
+    let v = f32_values(1 << 20, &mut rng);
+    let nd = NDBuffer::from_ndarray(ndarray::Array2::from_shape_vec((1024, 1024), v).unwrap());
+    a.write_subset(&[0, 0], &nd).unwrap();
+    let all = bytes_of(&nd);
+    let chunk = dir.join("a").join("c").join("0").join("1");
+    let original = std::fs::read(&chunk).unwrap();
+    let decoded = sub_box(&all, &[1024, 1024], 4, &[0, 512], &[1024, 512]);
+    // An empty frame that asks for a 2 GiB window and declares no size.
+    let empty_big_window = {
+        let mut out = Vec::new();
+        let mut enc = zstd::stream::Encoder::new(&mut out, 1).unwrap();
+        enc.include_contentsize(false).unwrap();
+        enc.set_parameter(zstd::stream::raw::CParameter::WindowLog(31))
+            .unwrap();
+        enc.finish().unwrap();
+        out
+    };
+    let skippable = [0x50u8, 0x2a, 0x4d, 0x18, 3, 0, 0, 0, 1, 2, 3];
+    let undeclared = {
+        let mut out = Vec::new();
+        let mut enc = zstd::stream::Encoder::new(&mut out, 1).unwrap();
+        enc.include_contentsize(false).unwrap();
+        std::io::Write::write_all(&mut enc, &decoded).unwrap();
+        enc.finish().unwrap();
+        out
+    };
+    for (case, bytes) in [
+        (
+            "a skippable frame after",
+            [original.as_slice(), &skippable].concat(),
+        ),
+        (
+            "an empty frame with a 2 GiB window after",
+            [original.as_slice(), &empty_big_window].concat(),
+        ),
+        ("no declared size (decoded whole)", undeclared),
+    ] {
+        std::fs::write(&chunk, &bytes).unwrap();
+        assert!(bytes_of(&a.read_all(&HOST).unwrap()) == all, "{case}");
+        let mut into = vec![0u8; all.len()];
+        a.read_all_into(&mut into).unwrap();
+        assert!(into == all, "{case}: into");
+    }
 }
 
 #[test]

@@ -62,6 +62,11 @@ impl ZarrArray {
     /// On an error (a damaged chunk, a failed fetch) `out` may hold part of the
     /// selection; its contents are unspecified until a read into it succeeds.
     ///
+    /// A device `out` is written on the read engine's own streams, which do not wait
+    /// for other work: device work queued elsewhere that still reads or writes `out`
+    /// must have finished first (synchronize its stream), as for any copy into device
+    /// memory.
+    ///
     /// ```
     /// use devbuf::zarr::zarrs::ZarrArray;
     /// use devbuf::zarr::BufferPrototype;

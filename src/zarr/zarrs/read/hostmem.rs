@@ -111,21 +111,27 @@ impl HostResult {
         let (base, n) = (m.ptr as usize, m.len);
         let threads = threads.clamp(1, n.div_ceil(2 << 20).max(1));
         let per = n.div_ceil(threads).next_multiple_of(4096);
+        let touch = move |lo: usize, hi: usize| {
+            for off in (lo..hi).step_by(4096) {
+                // Safety: `off` lies within the mapping (`< n`), which `self` keeps
+                // alive for the scope; the threads write disjoint pages, and a zero
+                // keeps the memory's zeroed contents.
+                unsafe { std::ptr::write_volatile((base + off) as *mut u8, 0) };
+            }
+        };
         std::thread::scope(|s| {
-            for t in 0..threads {
+            for t in 1..threads {
                 let (lo, hi) = (t * per, ((t + 1) * per).min(n));
                 if lo >= hi {
                     break;
                 }
-                s.spawn(move || {
-                    for off in (lo..hi).step_by(4096) {
-                        // Safety: `off` lies within the mapping (`< n`), which `self`
-                        // keeps alive for the scope; the threads write disjoint pages,
-                        // and a zero keeps the memory's zeroed contents.
-                        unsafe { std::ptr::write_volatile((base + off) as *mut u8, 0) };
-                    }
-                });
+                let spawned = std::thread::Builder::new().spawn_scoped(s, move || touch(lo, hi));
+                if spawned.is_err() {
+                    // No thread to be had: the pages are touched by the workers.
+                    break;
+                }
             }
+            touch(0, per.min(n));
         });
     }
 

@@ -176,6 +176,8 @@ pub(crate) fn read_host(
         let mut scratch: Vec<u8> = Vec::new();
         let mut piece: Vec<u8> = Vec::new();
         let mut runs: Vec<super::stream::Run> = Vec::new();
+        // The worker's open chunk (shard) file, for this read only.
+        let mut last = None;
         while let Some(b) = run.claim() {
             for u in &run.units[b] {
                 // A unit that fills one contiguous region of the output, in C order:
@@ -197,20 +199,29 @@ pub(crate) fn read_host(
                     let dst = unsafe {
                         std::slice::from_raw_parts_mut(host.ptr.add(p.dst_offset), src.cell_bytes)
                     };
-                    note(counts, src.decode(&u.cell, dst)?, src.cell_bytes);
+                    note(
+                        counts,
+                        src.decode_in(&u.cell, dst, &mut last)?,
+                        src.cell_bytes,
+                    );
                     continue;
                 }
-                // A large unit placed once: its pieces go straight to their places.
+                // A large unit placed once in long runs: its pieces go straight to
+                // their places.
                 if let [p] = u.placements.as_slice()
                     && streamed
+                    && super::stream::runs_of(src, p, host.len, &mut runs)?
                 {
                     if piece.is_empty() {
                         piece = zeroed_vec(piece_bytes)?;
                     }
-                    super::stream::runs_of(src, p, host.len, &mut runs)?;
                     let mut next = 0;
-                    let stored =
-                        super::stream::decode(src, &u.cell, &mut piece, &mut |at, bytes| {
+                    let stored = super::stream::decode(
+                        src,
+                        &u.cell,
+                        &mut piece,
+                        &mut last,
+                        &mut |at, bytes| {
                             super::stream::scatter(&runs, &mut next, at, bytes, &mut |d, b| {
                                 // Safety: the runs come from `layout::plan`, which checked that
                                 // every destination byte lies within the output's `len`
@@ -224,7 +235,8 @@ pub(crate) fn read_host(
                                     )
                                 }
                             })
-                        })?;
+                        },
+                    )?;
                     if let Some(stored) = stored {
                         note(counts, stored, src.cell_bytes);
                         continue;
@@ -233,7 +245,11 @@ pub(crate) fn read_host(
                 if scratch.is_empty() {
                     scratch = zeroed_vec(src.cell_bytes)?;
                 }
-                note(counts, src.decode(&u.cell, &mut scratch)?, src.cell_bytes);
+                note(
+                    counts,
+                    src.decode_in(&u.cell, &mut scratch, &mut last)?,
+                    src.cell_bytes,
+                );
                 for p in &u.placements {
                     place_host(src, &scratch, p, &host)?;
                 }
@@ -392,7 +408,7 @@ pub(crate) fn read_device(
     // its first claim: otherwise they may take all of a small read while the GPU
     // workers set up.
     let gate = Gate::new(match gpu {
-        Some(g) if g.schedule == Schedule::AfterFirst && !g.gpu_only => g.workers,
+        Some(g) if g.schedule != Schedule::Model && !g.gpu_only => g.workers,
         _ => 0,
     });
     on_threads(threads, &run, &|t| {
@@ -410,12 +426,13 @@ pub(crate) fn read_device(
             // A GPU worker the model sends home decodes on the CPU from then on (while
             // its last claims finish on the device).
             let then = || if g.gpu_only { Ok(()) } else { cpu(false) };
-            let arrived = std::cell::Cell::new(false);
-            let claimed = || {
-                if !arrived.replace(true) {
-                    gate.arrive();
-                }
+            // Arrives once: at the first claim, or when the worker returns or
+            // unwinds before it.
+            let arrival = Arrival {
+                gate: &gate,
+                done: std::cell::Cell::new(false),
             };
+            let claimed = || arrival.arrive();
             let r = super::gpu::worker(
                 src,
                 &plan,
@@ -430,7 +447,6 @@ pub(crate) fn read_device(
                 &claimed,
                 &then,
             );
-            claimed(); // an error before the first claim
             return r;
         }
         gate.wait();
@@ -472,6 +488,27 @@ impl Gate {
     }
 }
 
+/// One awaited thread's arrival at a [`Gate`]: at most once, and on drop at the latest
+/// (an error or a panic before the thread arrived must not hold the others for ever).
+struct Arrival<'a> {
+    gate: &'a Gate,
+    done: std::cell::Cell<bool>,
+}
+
+impl Arrival<'_> {
+    fn arrive(&self) {
+        if !self.done.replace(true) {
+            self.gate.arrive();
+        }
+    }
+}
+
+impl Drop for Arrival<'_> {
+    fn drop(&mut self) {
+        self.arrive();
+    }
+}
+
 /// Streams the CPU workers' lanes of a device read share: `DEVBUF_LANE_STREAMS`
 /// (read per read; for benchmarks), default 4; 0: a stream per lane.
 fn lane_streams() -> usize {
@@ -507,6 +544,8 @@ fn cpu_worker(
     };
     let stride = aligned(src.cell_bytes);
     counts.workers.fetch_add(1, Ordering::Relaxed);
+    // The worker's open chunk (shard) file, for this read only.
+    let mut last = None;
     while let Some(b) = run.claim() {
         let batch = &run.units[b];
         {
@@ -515,7 +554,7 @@ fn cpu_worker(
                 let at = j * stride;
                 note(
                     counts,
-                    src.decode(&u.cell, &mut slot[at..at + src.cell_bytes])?,
+                    src.decode_in(&u.cell, &mut slot[at..at + src.cell_bytes], &mut last)?,
                     src.cell_bytes,
                 );
             }

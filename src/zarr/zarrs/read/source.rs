@@ -429,6 +429,19 @@ impl<'a> Source<'a> {
     /// laid out with [`cell_strides`](Self::cell_strides)). Returns whether it was
     /// stored (a missing unit is the fill value).
     pub(crate) fn decode(&self, cell: &[u64], dst: &mut [u8]) -> Result<bool> {
+        self.decode_in(cell, dst, &mut None)
+    }
+
+    /// [`decode`](Self::decode) keeping the stored file open in `last` for the next
+    /// unit of the same file (a worker's inner chunks of one shard, in order, open the
+    /// shard file once instead of once each). `last` must not outlive the read: a
+    /// file replaced in the store meanwhile would still be read through it.
+    pub(crate) fn decode_in(
+        &self,
+        cell: &[u64],
+        dst: &mut [u8],
+        last: &mut Option<OpenFile>,
+    ) -> Result<bool> {
         if dst.len() != self.cell_bytes {
             return Err(Error::invalid(format!(
                 "decode of {}: {} bytes given for a {}-byte chunk",
@@ -441,7 +454,7 @@ impl<'a> Source<'a> {
             return self.decode_with_zarrs(cell, dst);
         };
         if self.root.is_some() {
-            return self.decode_from_file(chain, cell, dst);
+            return self.decode_from_file(chain, cell, dst, last);
         }
         match self.fetch(cell)? {
             Stored::Missing => {
@@ -475,11 +488,21 @@ impl<'a> Source<'a> {
 
     /// Reads `cell`'s stored bytes from its file and decodes them into `dst`: an
     /// uncompressed unit straight into `dst`, others through the thread's buffer.
-    fn decode_from_file(&self, chain: &codec::Chain, cell: &[u64], dst: &mut [u8]) -> Result<bool> {
-        let Some((file, offset, len)) = self.open_stored(cell)? else {
+    fn decode_from_file(
+        &self,
+        chain: &codec::Chain,
+        cell: &[u64],
+        dst: &mut [u8],
+        last: &mut Option<OpenFile>,
+    ) -> Result<bool> {
+        let Some((offset, len)) = self.open_stored_with(cell, last)? else {
             self.fill_into(dst);
             return Ok(false);
         };
+        let file = &last
+            .as_ref()
+            .ok_or_else(|| Error::invalid("read engine: no open file for a stored unit"))?
+            .file;
         let what = || self.describe(cell);
         let io = |e: std::io::Error| self.storage_err(&what(), e);
         let plain = chain.compression == codec::Compression::None && !chain.crc32c;
@@ -491,7 +514,7 @@ impl<'a> Source<'a> {
                     dst.len()
                 )));
             }
-            read_exact_at(&file, dst, offset).map_err(io)?;
+            read_exact_at(file, dst, offset).map_err(io)?;
             if let Some(w) = chain.swap {
                 crate::memory::host_ops::swap_in_place(dst, w);
             }
@@ -504,7 +527,7 @@ impl<'a> Source<'a> {
             .filter(|&n| n <= isize::MAX as usize)
             .ok_or_else(|| Error::invalid(format!("{}: a {len}-byte chunk file", what())))?;
         with_stored_buf(n, &what, |buf| {
-            read_exact_at(&file, buf, offset).map_err(io)?;
+            read_exact_at(file, buf, offset).map_err(io)?;
             codec::decode_into(chain, buf, dst, &what)
         })?;
         Ok(true)
@@ -520,21 +543,10 @@ impl<'a> Source<'a> {
         self.root.is_some()
     }
 
-    /// Opens the file holding `cell`'s stored bytes: the file, their offset and
-    /// length, or `None` when the unit is not stored.
-    pub(crate) fn open_stored(&self, cell: &[u64]) -> Result<Option<(File, u64, u64)>> {
-        let mut last = None;
-        let Some((offset, len)) = self.open_stored_with(cell, &mut last)? else {
-            return Ok(None);
-        };
-        // `open_stored_with` returns a range only with the file open in `last`.
-        Ok(last.map(|l| (l.file, offset, len)))
-    }
-
-    /// [`open_stored`](Self::open_stored) keeping the file open in `last` for the next
-    /// unit of the same file (the inner chunks of a shard, read one after another by
-    /// one reader, open their shard file once): returns the offset and length of
-    /// `cell`'s bytes in `last`'s file.
+    /// Opens the file holding `cell`'s stored bytes into `last`, unless `last` already
+    /// holds it (the inner chunks of a shard, read one after another by one reader or
+    /// worker, open their shard file once): returns the offset and length of `cell`'s
+    /// bytes in `last`'s file, or `None` when the unit is not stored.
     pub(crate) fn open_stored_with(
         &self,
         cell: &[u64],

@@ -8,10 +8,14 @@
 //! scratch stays in the cache; figures with streaming at [`PIECE`]).
 //!
 //! Streamed: units of [`STREAM_MIN`] bytes or more, read from a filesystem store,
-//! uncompressed (without crc32c), zstd or gzip, with one placement. Others (blosc, chains
-//! zarrs decodes, object stores, units placed more than once) keep the scratch path.
+//! uncompressed (without crc32c), zstd or gzip, with one placement whose contiguous runs
+//! are at least [`MIN_RUN`] bytes. Others (blosc, chains zarrs decodes, object stores,
+//! units placed more than once, transposed chunks) keep the scratch path.
 //! The bounds are those of the whole-chunk decoders: a chunk decodes to exactly its
-//! size or is an error naming it, and a zstd decoder's window is limited to the chunk.
+//! size or is an error naming it. The streaming zstd decoder's buffer is bounded by
+//! the chunk (only a first frame that declares the chunk's size streams; frames after
+//! it must decode to nothing and are checked without a window), and each worker's
+//! decoder keeps that buffer for its next chunk.
 
 use std::cell::RefCell;
 use std::io::Read;
@@ -20,7 +24,7 @@ use zstd::stream::raw::{DParameter, Decoder, InBuffer, Operation, OutBuffer};
 
 use super::codec::{self, Compression};
 use super::plan::Placement;
-use super::source::Source;
+use super::source::{OpenFile, Source};
 use crate::cuda::kernels::ops::layout;
 use crate::error::{Error, Result};
 
@@ -70,14 +74,20 @@ pub(crate) fn streams(src: &Source<'_>, min: usize) -> bool {
         })
 }
 
+/// Shortest contiguous run worth streaming: shorter runs (a transposed chunk, a narrow
+/// column of a wide one) would make a list longer than the unit itself; such units go
+/// through the scratch path.
+const MIN_RUN: usize = 256;
+
 /// The runs of placement `p` of a unit into an output of `out_len` bytes, sorted by
-/// source offset, into `runs` (cleared first).
+/// source offset, into `runs` (cleared first). `false` (and no runs) when the runs are
+/// shorter than [`MIN_RUN`]: the unit is not streamed.
 pub(crate) fn runs_of(
     src: &Source<'_>,
     p: &Placement,
     out_len: usize,
     runs: &mut Vec<Run>,
-) -> Result<()> {
+) -> Result<bool> {
     runs.clear();
     let shape: Vec<usize> = p.shape.iter().map(|&n| n as usize).collect();
     let Some(plan) = layout::plan(
@@ -91,11 +101,21 @@ pub(crate) fn runs_of(
         src.elem,
     )?
     else {
-        return Ok(());
+        return Ok(true);
     };
+    // The run `for_each_run` copies: the innermost axis when it is contiguous on both
+    // sides, else one unit.
+    let unit = plan.unit as i64;
+    let run = match plan.axes().split_last() {
+        Some((last, _)) if last.s == unit && last.d == unit => last.n as usize * plan.unit,
+        _ => plan.unit,
+    };
+    if run < MIN_RUN.min(src.cell_bytes) {
+        return Ok(false);
+    }
     crate::memory::host_ops::for_each_run(&plan, |s, d, n| runs.push((s, d, n)));
     runs.sort_unstable_by_key(|r| r.0);
-    Ok(())
+    Ok(true)
 }
 
 /// Copies the piece of unit bytes starting at `offset` to where `runs` (sorted, from
@@ -128,7 +148,7 @@ pub(crate) fn scatter(
 /// Decodes unit `cell` of `src` (see [`streams`]) in pieces: `sink(offset, bytes)` gets
 /// every piece in order, `bytes` in native order (swapped when the chain says so), all
 /// of them together exactly `src.cell_bytes`. `piece` is the worker's buffer (a
-/// multiple of 16 bytes). Returns whether the unit was stored (a missing one is the fill value), or
+/// multiple of 16 bytes); `last` its open file (see `Source::decode_in`). Returns whether the unit was stored (a missing one is the fill value), or
 /// `None`, before any piece went out, for a zstd frame that does not declare its size
 /// (a streaming decoder would hold a window as large as the frame asks for; the
 /// whole-chunk decoder needs none): decode that unit whole.
@@ -136,6 +156,7 @@ pub(crate) fn decode(
     src: &Source<'_>,
     cell: &[u64],
     piece: &mut [u8],
+    last: &mut Option<OpenFile>,
     sink: &mut dyn FnMut(usize, &[u8]),
 ) -> Result<Option<bool>> {
     let chain = src
@@ -151,7 +172,7 @@ pub(crate) fn decode(
         swap: chain.swap,
         sink,
     };
-    let Some((file, offset, len)) = src.open_stored(cell)? else {
+    let Some((offset, len)) = src.open_stored_with(cell, last)? else {
         src.fill_into(out.piece);
         while out.done < n {
             let k = (n - out.done).min(out.piece.len());
@@ -160,6 +181,10 @@ pub(crate) fn decode(
         }
         return Ok(Some(false));
     };
+    let file = &last
+        .as_ref()
+        .ok_or_else(|| Error::invalid("read engine: no open file for a stored unit"))?
+        .file;
     let io = |e: std::io::Error| src.storage_err(&what(), e);
     if chain.compression == Compression::None {
         if len != n as u64 {
@@ -170,7 +195,7 @@ pub(crate) fn decode(
         }
         while out.done < n {
             let k = (n - out.done).min(out.piece.len());
-            super::source::read_exact_at(&file, &mut out.piece[..k], offset + out.done as u64)
+            super::source::read_exact_at(file, &mut out.piece[..k], offset + out.done as u64)
                 .map_err(io)?;
             out.filled = k;
             out.emit();
@@ -182,7 +207,7 @@ pub(crate) fn decode(
         .filter(|&s| s <= isize::MAX as usize)
         .ok_or_else(|| Error::invalid(format!("{}: a {len}-byte chunk file", what())))?;
     super::source::with_stored_buf(stored, &what, |buf| {
-        super::source::read_exact_at(&file, buf, offset).map_err(io)?;
+        super::source::read_exact_at(file, buf, offset).map_err(io)?;
         let body = if chain.crc32c {
             codec::strip_crc32c(buf, &what)?
         } else {
@@ -282,9 +307,17 @@ fn zstd_pieces(body: &[u8], out: &mut Pieces<'_, '_>, what: &dyn Fn() -> String)
         // Any window the format allows: the frame declares its size, and the decoder's
         // buffer is the smaller of the window and that size (the chunk's).
         d.set_parameter(DParameter::WindowLogMax(31)).map_err(err)?;
-        let mut input = InBuffer::around(body);
+        // The first frame streams (it declares the chunk's size, so the decoder's buffer
+        // is at most that); whatever follows it must decode to nothing, checked by the
+        // whole-chunk decoder, which holds no window (a later frame may ask for one of
+        // up to 2 GiB).
+        let first = zstd::zstd_safe::find_frame_compressed_size(body)
+            .map_err(|c| err(std::io::Error::other(zstd::zstd_safe::get_error_name(c))))?
+            .min(body.len());
+        let (frame, rest) = body.split_at(first);
+        let mut input = InBuffer::around(frame);
         let mut hint = 1;
-        while input.pos() < body.len() || hint != 0 {
+        while input.pos() < frame.len() || hint != 0 {
             let room = out.room();
             if room == 0 {
                 if out.done + out.filled == out.n {
@@ -319,6 +352,12 @@ fn zstd_pieces(body: &[u8], out: &mut Pieces<'_, '_>, what: &dyn Fn() -> String)
         out.emit();
         if out.done != out.n {
             return Err(out.too_short("zstd", what));
+        }
+        if !rest.is_empty() {
+            match zstd::bulk::decompress_to_buffer(rest, &mut [0u8; 0][..]) {
+                Ok(0) => {}
+                Ok(_) | Err(_) => return Err(out.too_long("zstd", what)),
+            }
         }
         Ok(())
     })
