@@ -148,10 +148,11 @@ pub(crate) fn scatter(
 /// Decodes unit `cell` of `src` (see [`streams`]) in pieces: `sink(offset, bytes)` gets
 /// every piece in order, `bytes` in native order (swapped when the chain says so), all
 /// of them together exactly `src.cell_bytes`. `piece` is the worker's buffer (a
-/// multiple of 16 bytes); `last` its open file (see `Source::decode_in`). Returns whether the unit was stored (a missing one is the fill value), or
-/// `None`, before any piece went out, for a zstd frame that does not declare its size
-/// (a streaming decoder would hold a window as large as the frame asks for; the
-/// whole-chunk decoder needs none): decode that unit whole.
+/// multiple of 64 bytes); `last` its open file (see `Source::decode_in`). Returns
+/// whether the unit was stored (a missing one is the fill value), or `None`, before any
+/// piece went out, for a zstd frame that does not declare its size (a streaming
+/// decoder would hold a window as large as the frame asks for; the whole-chunk decoder
+/// needs none): decode that unit whole.
 pub(crate) fn decode(
     src: &Source<'_>,
     cell: &[u64],
