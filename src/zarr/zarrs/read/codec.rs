@@ -258,6 +258,34 @@ thread_local! {
     static ZSTD: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
 }
 
+/// Runs `f` on the calling thread's zstd decoder kept in `key` (made by `make` on the
+/// thread's first use, reused for every later chunk).
+pub(crate) fn with_zstd<T: 'static, R>(
+    key: &'static std::thread::LocalKey<RefCell<Option<T>>>,
+    make: fn() -> std::io::Result<T>,
+    f: impl FnOnce(&mut T) -> Result<R>,
+) -> Result<R> {
+    key.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let d = match &mut *slot {
+            Some(d) => d,
+            empty => empty.insert(make().map_err(|e| Error::Io {
+                op: "creating a zstd decoder",
+                message: e.to_string(),
+            })?),
+        };
+        f(d)
+    })
+}
+
+/// A zstd decoder's error on a chunk that holds exactly `n` bytes.
+pub(crate) fn zstd_error(what: &dyn Fn() -> String, n: usize, e: std::io::Error) -> Error {
+    Error::Malformed(format!(
+        "{}: zstd: {e} (the chunk holds exactly {n} bytes)",
+        what()
+    ))
+}
+
 /// Checks and strips a trailing crc32c.
 pub(crate) fn strip_crc32c<'a>(src: &'a [u8], what: &dyn Fn() -> String) -> Result<&'a [u8]> {
     let Some(body_len) = src.len().checked_sub(4) else {
@@ -382,23 +410,9 @@ pub(crate) fn decode_into(
         }
         Compression::Zstd => {
             zstd_declared_size(body, n, what)?;
-            let got = ZSTD.with(|cell| -> Result<usize> {
-                let mut slot = cell.borrow_mut();
-                if slot.is_none() {
-                    *slot = Some(zstd::bulk::Decompressor::new().map_err(|e| Error::Io {
-                        op: "creating a zstd decoder",
-                        message: e.to_string(),
-                    })?);
-                }
-                let d = slot
-                    .as_mut()
-                    .ok_or_else(|| Error::invalid("no zstd decoder"))?;
-                d.decompress_to_buffer(body, dst).map_err(|e| {
-                    Error::Malformed(format!(
-                        "{}: zstd: {e} (the chunk holds exactly {n} bytes)",
-                        what()
-                    ))
-                })
+            let got = with_zstd(&ZSTD, zstd::bulk::Decompressor::new, |d| {
+                d.decompress_to_buffer(body, dst)
+                    .map_err(|e| zstd_error(what, n, e))
             })?;
             if got != n {
                 return Err(wrong(format!("{got} bytes")));

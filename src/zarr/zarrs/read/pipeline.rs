@@ -19,11 +19,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use super::codec::Chain;
 use super::gpu::Tuning;
-use super::place::{place_units, src_offset};
+use super::place::place_units;
 use super::plan::{Placement, Unit};
 use super::sched::{GpuModel, Schedule};
 use super::source::Source;
-use crate::cuda::kernels::ops::layout;
 use crate::cuda::nvcomp::GpuCodec;
 use crate::cuda::{Context, DeviceBuffer, UploadLane};
 use crate::error::{Error, Result};
@@ -288,18 +287,12 @@ pub(crate) fn is_contiguous(shape: &[u64], strides: &[isize], elem: usize) -> bo
 /// Copies placement `p` of a decoded unit (`unit`, laid out as `src` says) into the
 /// host output.
 fn place_host(src: &Source<'_>, unit: &[u8], p: &Placement, out: &HostOut) -> Result<()> {
-    let shape: Vec<usize> = p.shape.iter().map(|&n| n as usize).collect();
-    let Some(plan) = layout::plan(
-        unit.len(),
-        src_offset(src, &p.start),
-        &src.cell_strides,
-        out.len,
-        p.dst_offset,
-        &p.dst_strides,
-        &shape,
-        src.elem,
-    )?
-    else {
+    if unit.len() != src.cell_bytes {
+        return Err(Error::invalid(
+            "read engine: a decoded unit of the wrong size",
+        ));
+    }
+    let Some(plan) = super::place::unit_plan(src, p, out.len)? else {
         return Ok(());
     };
     crate::memory::host_ops::for_each_run(&plan, |s, d, run| {

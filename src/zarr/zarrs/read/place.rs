@@ -7,9 +7,9 @@
 //! instead of 256 (each launch costs the queueing thread some microseconds, which
 //! bounded GPU reads of sharded arrays).
 
-use super::plan::Unit;
+use super::plan::{Placement, Unit};
 use super::source::Source;
-use crate::cuda::kernels::ops::layout::MAX_DIMS;
+use crate::cuda::kernels::ops::layout::{self, MAX_DIMS};
 use crate::cuda::kernels::ops::strided_copy;
 use crate::cuda::{DeviceBuffer, Stream};
 use crate::error::Result;
@@ -40,6 +40,26 @@ pub(crate) fn src_offset(src: &Source<'_>, start: &[u64]) -> usize {
         .zip(&src.cell_strides)
         .map(|(&i, &s)| i as isize * s)
         .sum::<isize>() as usize
+}
+
+/// The copy of placement `p` from a decoded unit (`src.cell_bytes`, laid out as `src`
+/// says) into an output of `out_len` bytes, checked (`None`: nothing to copy).
+pub(crate) fn unit_plan(
+    src: &Source<'_>,
+    p: &Placement,
+    out_len: usize,
+) -> Result<Option<layout::Plan>> {
+    let shape: Vec<usize> = p.shape.iter().map(|&n| n as usize).collect();
+    layout::plan(
+        src.cell_bytes,
+        src_offset(src, &p.start),
+        &src.cell_strides,
+        out_len,
+        p.dst_offset,
+        &p.dst_strides,
+        &shape,
+        src.elem,
+    )
 }
 
 /// The copies that place `units`, decoded at multiples of `stride` bytes, into the

@@ -25,7 +25,6 @@ use zstd::stream::raw::{DParameter, Decoder, InBuffer, Operation, OutBuffer};
 use super::codec::{self, Compression};
 use super::plan::Placement;
 use super::source::{OpenFile, Source};
-use crate::cuda::kernels::ops::layout;
 use crate::error::{Error, Result};
 
 /// Bytes per piece (a multiple of every element size; fits a core's L2 cache beside the
@@ -89,18 +88,7 @@ pub(crate) fn runs_of(
     runs: &mut Vec<Run>,
 ) -> Result<bool> {
     runs.clear();
-    let shape: Vec<usize> = p.shape.iter().map(|&n| n as usize).collect();
-    let Some(plan) = layout::plan(
-        src.cell_bytes,
-        super::place::src_offset(src, &p.start),
-        &src.cell_strides,
-        out_len,
-        p.dst_offset,
-        &p.dst_strides,
-        &shape,
-        src.elem,
-    )?
-    else {
+    let Some(plan) = super::place::unit_plan(src, p, out_len)? else {
         return Ok(true);
     };
     // The run `for_each_run` copies: the innermost axis when it is contiguous on both
@@ -287,23 +275,8 @@ impl Pieces<'_, '_> {
 /// `out.n` bytes.
 fn zstd_pieces(body: &[u8], out: &mut Pieces<'_, '_>, what: &dyn Fn() -> String) -> Result<()> {
     let n = out.n;
-    let err = |e: std::io::Error| {
-        Error::Malformed(format!(
-            "{}: zstd: {e} (the chunk holds exactly {n} bytes)",
-            what()
-        ))
-    };
-    ZSTD.with(|cell| -> Result<()> {
-        let mut slot = cell.borrow_mut();
-        if slot.is_none() {
-            *slot = Some(Decoder::new().map_err(|e| Error::Io {
-                op: "creating a zstd decoder",
-                message: e.to_string(),
-            })?);
-        }
-        let d = slot
-            .as_mut()
-            .ok_or_else(|| Error::invalid("no zstd decoder"))?;
+    let err = |e: std::io::Error| codec::zstd_error(what, n, e);
+    codec::with_zstd(&ZSTD, Decoder::new, |d| {
         d.reinit().map_err(err)?;
         // Any window the format allows: the frame declares its size, and the decoder's
         // buffer is the smaller of the window and that size (the chunk's).
