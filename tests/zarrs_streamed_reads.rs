@@ -150,16 +150,8 @@ fn large_chunks_read_bit_exactly_for_every_streamed_codec() {
 fn int16_array(dir: &TempDir, name: &str, codecs: &str) -> ZarrArray {
     let path = dir.join(name);
     std::fs::create_dir_all(&path).unwrap();
-    std::fs::write(
-        path.join("zarr.json"),
-        format!(
-            r#"{{"zarr_format": 3, "node_type": "array", "shape": [1500, 1100], "data_type": "int16",
-            "chunk_grid": {{"name": "regular", "configuration": {{"chunk_shape": [1024, 1024]}}}},
-            "chunk_key_encoding": {{"name": "default", "configuration": {{"separator": "/"}}}},
-            "fill_value": 7, "codecs": {codecs}, "attributes": {{}}}}"#
-        ),
-    )
-    .unwrap();
+    let meta = zarrs_common::v3_metadata(&[1500, 1100], "int16", &[1024, 1024], "7", codecs);
+    std::fs::write(path.join("zarr.json"), meta).unwrap();
     ZarrArray::open(&path).unwrap()
 }
 

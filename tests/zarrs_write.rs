@@ -576,17 +576,8 @@ fn corrupt_chunks_are_errors_not_panics() {
 fn huge_shapes_in_metadata_are_errors_not_panics() {
     let dir = TempDir::new("huge");
     let write = |shape: [u64; 2]| {
-        std::fs::write(
-            dir.join("a/zarr.json"),
-            format!(
-                r#"{{"zarr_format":3,"node_type":"array","shape":[{},{}],"data_type":"int8",
-                "chunk_grid":{{"name":"regular","configuration":{{"chunk_shape":[1,1]}}}},
-                "chunk_key_encoding":{{"name":"default","configuration":{{"separator":"/"}}}},
-                "fill_value":3,"codecs":[{{"name":"bytes"}}],"attributes":{{}}}}"#,
-                shape[0], shape[1]
-            ),
-        )
-        .unwrap()
+        let meta = zarrs_common::v3_metadata(&shape, "int8", &[1, 1], "3", r#"[{"name":"bytes"}]"#);
+        std::fs::write(dir.join("a/zarr.json"), meta).unwrap()
     };
     let path = dir.join("a");
     std::fs::create_dir_all(&path).unwrap();

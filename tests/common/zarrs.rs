@@ -34,6 +34,23 @@ impl Drop for TempDir {
     }
 }
 
+/// A zarr v3 array's `zarr.json`: `shape` and `chunk_shape` in a regular grid, default
+/// `/` chunk keys, `fill_value` and `codecs` as JSON text.
+pub fn v3_metadata(
+    shape: &[u64],
+    data_type: &str,
+    chunk_shape: &[u64],
+    fill_value: &str,
+    codecs: &str,
+) -> String {
+    format!(
+        r#"{{"zarr_format": 3, "node_type": "array", "shape": {shape:?}, "data_type": "{data_type}",
+        "chunk_grid": {{"name": "regular", "configuration": {{"chunk_shape": {chunk_shape:?}}}}},
+        "chunk_key_encoding": {{"name": "default", "configuration": {{"separator": "/"}}}},
+        "fill_value": {fill_value}, "codecs": {codecs}, "attributes": {{}}}}"#
+    )
+}
+
 /// Every chunk index of a grid, C order.
 pub fn grid_indices(grid: &[u64]) -> Vec<Vec<u64>> {
     let n: u64 = grid.iter().product();
