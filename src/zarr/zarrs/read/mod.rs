@@ -14,6 +14,7 @@
 //! * `stored`: a GPU claim's host side (parallel reads into a page-locked slot, checks);
 //! * `sched`: when a GPU worker takes another claim (the CPU / GPU split);
 //! * `hostmem`: the fresh (huge-page) memory a host read fills;
+//! * `scratch`: a worker's reused buffers (huge pages when large);
 //! * `stream`: streamed decoding of large units straight into a host output.
 //!
 //! The device write engine (`../write.rs`) reuses `plan`, `codec` and the staging lanes.
@@ -26,6 +27,7 @@ pub(crate) mod pipeline;
 mod place;
 pub(crate) mod plan;
 mod sched;
+mod scratch;
 mod source;
 mod stored;
 mod stream;
