@@ -84,7 +84,9 @@ pub(crate) fn read_claim(
         .map(|(j, (r, u))| (j, u, r))
         .collect();
     let groups = readers.clamp(1, jobs.len().max(1));
-    let per = jobs.len().div_ceil(groups).max(1);
+    // Four groups per reader, taken by whichever reader is free: a slow file holds
+    // up a quarter of a reader's share, not all of it.
+    let per = jobs.len().div_ceil(groups * 4).max(1);
     let mut got = vec![Got::Missing; units.len()];
     // A file is kept open for the reader's next unit only when units share files.
     let keep_open = src.sharded();
@@ -97,34 +99,49 @@ pub(crate) fn read_claim(
             }
         }
     } else {
+        // Reads one group of units (consecutive units of one file, a shard's inner
+        // chunks, open it once).
+        let read_group = |group: &mut [(usize, &Unit, &mut [u8])]| {
+            let mut last = None;
+            group
+                .iter_mut()
+                .map(|(j, u, region)| {
+                    let g = one_unit(src, chain, u, region, *j * room, &mut last);
+                    if !keep_open {
+                        last = None;
+                    }
+                    g.map(|g| (*j, g))
+                })
+                .collect::<Result<Vec<_>>>()
+        };
+        // The groups go to whichever reader is free: the spawned ones and this thread
+        // (which reads them all when no thread can be had).
+        let queue = std::sync::Mutex::new(jobs.chunks_mut(per));
+        let reader = || {
+            let mut out = Vec::new();
+            loop {
+                let next = queue.lock().unwrap_or_else(|p| p.into_inner()).next();
+                let Some(group) = next else {
+                    return Ok(out);
+                };
+                out.extend(read_group(group)?);
+            }
+        };
         let results: Vec<Result<Vec<(usize, Got)>>> = std::thread::scope(|sc| {
-            let handles: Vec<_> = jobs
-                .chunks_mut(per)
-                .map(|group| {
-                    sc.spawn(move || {
-                        // Consecutive units of one file (a shard's inner chunks) open it
-                        // once.
-                        let mut last = None;
-                        group
-                            .iter_mut()
-                            .map(|(j, u, region)| {
-                                let g = one_unit(src, chain, u, region, *j * room, &mut last);
-                                if !keep_open {
-                                    last = None;
-                                }
-                                g.map(|g| (*j, g))
-                            })
-                            .collect::<Result<Vec<_>>>()
-                    })
+            let handles: Vec<_> = (1..groups)
+                .map_while(|_| {
+                    std::thread::Builder::new()
+                        .name("devbuf-gpu-reader".into())
+                        .spawn_scoped(sc, reader)
+                        .ok()
                 })
                 .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(Error::invalid("a GPU reader thread panicked")))
-                })
-                .collect()
+            let mut results = vec![reader()];
+            results.extend(handles.into_iter().map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::invalid("a GPU reader thread panicked")))
+            }));
+            results
         });
         for r in results {
             for (j, g) in r? {
