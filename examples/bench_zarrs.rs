@@ -22,7 +22,8 @@
 //! sets `ReadOptions::gpu_workers`, `--no-writes` skips the writes, `--no-limits` the limits, `--reports` prints
 //! every decoder's read report, `--keep DIR` writes the own sweep's stores into DIR and
 //! keeps them (for later runs with `--store`). The limits printed first are measured in the same run:
-//! page-locked host -> device copy (PCIe), one core's zstd-1 decode rate, fresh host
+//! page-locked host -> device copy (PCIe), one core's zstd-1 decode rate and every
+//! core's at once (in-memory frames into one 512 MiB buffer), fresh host
 //! memory and (unless `--no-writes`) the file system's rate for new and rewritten chunk
 //! files and one core's zstd-1 encode rate.
 
@@ -444,6 +445,53 @@ mod bench {
         Ok((gbs(n, dec), gbs(n, enc)))
     }
 
+    /// `threads` threads decoding zstd-1 frames of this data (4 MiB each, already in
+    /// memory) into one reused `n`-byte buffer, each thread its own frames' places, GB/s
+    /// of decoded bytes: what a host read into a reused buffer (and the CPU decoders of
+    /// a device read) cannot beat, with every core's output going to memory at once.
+    fn zstd_parallel_rate(n: usize, threads: usize) -> devbuf::Result<f64> {
+        let f = field(1024, 1024);
+        let raw = f.to_buffer()?.to_bytes()?;
+        let err = |e: std::io::Error| devbuf::Error::invalid(e.to_string());
+        let z = zstd::bulk::compress(&raw, 1).map_err(err)?;
+        let frames = (n / raw.len()).max(1);
+        let mut out = vec![1u8; frames * raw.len()];
+        let secs = time(5, &mut || {
+            let parts: Vec<&mut [u8]> = out.chunks_mut(raw.len()).collect();
+            let per = frames.div_ceil(threads.max(1));
+            let mut groups: Vec<Vec<&mut [u8]>> = Vec::new();
+            let mut it = parts.into_iter();
+            loop {
+                let g: Vec<&mut [u8]> = it.by_ref().take(per).collect();
+                if g.is_empty() {
+                    break;
+                }
+                groups.push(g);
+            }
+            std::thread::scope(|s| {
+                let hs: Vec<_> = groups
+                    .into_iter()
+                    .map(|g| {
+                        let z = &z;
+                        s.spawn(move || -> std::io::Result<()> {
+                            let mut d = zstd::bulk::Decompressor::new()?;
+                            for dst in g {
+                                d.decompress_to_buffer(&z[..], dst)?;
+                            }
+                            Ok(())
+                        })
+                    })
+                    .collect();
+                hs.into_iter().try_for_each(|h| {
+                    h.join()
+                        .map_err(|_| devbuf::Error::invalid("a decode thread panicked"))?
+                        .map_err(err)
+                })
+            })
+        })?;
+        Ok(gbs((frames * raw.len()) as f64, secs))
+    }
+
     /// `threads` threads writing `count` new files of `size` bytes into a new directory
     /// under `base` (then rewriting them in place, truncated), GB/s: what a store write
     /// of that many chunk files cannot beat on this file system.
@@ -522,8 +570,10 @@ mod bench {
             fresh_huge_memory(512 << 20, cores)?
         );
         print!(
-            "limits in this run: zstd-1 decode {core:.2} GB/s per core (x{cores} = {:.1})",
-            core * cores as f64
+            "limits in this run: zstd-1 decode {core:.2} GB/s per core (x{cores} = {:.1}; \
+             {cores} threads decoding in-memory frames into one reused 512 MiB buffer {:.1})",
+            core * cores as f64,
+            zstd_parallel_rate(512 << 20, cores)?
         );
         match ctx {
             Some(c) => println!(", page-locked host->device {:.1} GB/s", pcie(c)?),

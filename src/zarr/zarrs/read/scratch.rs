@@ -15,6 +15,12 @@ use crate::error::{Error, Result};
 /// Scratch from this size on is mapped (smaller: the ordinary allocator).
 pub(crate) const MAP_FROM: usize = 256 << 10;
 
+/// Whether large scratch is mapped: `DEVBUF_SCRATCH_MAP=0` (read when a buffer grows;
+/// for benchmarks) uses the ordinary allocator for every size.
+fn mapped() -> bool {
+    std::env::var("DEVBUF_SCRATCH_MAP").map_or(true, |v| v.trim() != "0")
+}
+
 /// A worker's growable scratch buffer.
 pub(crate) struct Scratch {
     mem: Mem,
@@ -48,7 +54,7 @@ impl Scratch {
         if self.capacity() < n {
             // Give the old memory back first: the new buffer replaces it.
             self.mem = Mem::Vec(Vec::new());
-            self.mem = if n < MAP_FROM {
+            self.mem = if n < MAP_FROM || !mapped() {
                 Mem::Vec(crate::memory::zeroed_vec(n)?)
             } else {
                 Mem::Map(Mapping::new(n).map_err(|e| {
