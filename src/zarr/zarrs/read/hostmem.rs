@@ -13,65 +13,10 @@ use crate::memory::zeroed_vec;
 /// Results from this size on get their own mapping.
 const MAP_MIN: usize = 8 << 20;
 
-/// Huge-page size the mappings are aligned to.
-const HUGE: usize = 2 << 20;
-
-/// An anonymous private mapping of zeroed memory, asked for huge pages
-/// (`MADV_HUGEPAGE`; a refusal changes nothing else) and aligned to 2 MiB so that the
-/// kernel can back all of it with them; unmapped on drop.
-pub(crate) struct Mapping {
-    /// What mmap returned, and its length (for munmap).
-    base: *mut u8,
-    mapped: usize,
-    /// The usable memory: `len` bytes from `ptr`, 2 MiB-aligned, within the mapping.
+/// An anonymous private mapping, unmapped on drop.
+struct Mapping {
     ptr: *mut u8,
     len: usize,
-}
-
-impl Mapping {
-    /// `len` bytes (at least one) of fresh zeroed memory.
-    pub(crate) fn new(len: usize) -> std::io::Result<Mapping> {
-        let too_big = || std::io::Error::from_raw_os_error(libc::ENOMEM);
-        let mapped = len
-            .max(1)
-            .checked_next_multiple_of(HUGE)
-            .and_then(|n| n.checked_add(HUGE))
-            .filter(|&n| n <= isize::MAX as usize)
-            .ok_or_else(too_big)?;
-        // Safety: an anonymous private mapping of `mapped` bytes; the arguments are
-        // valid for any length, and failure is reported as MAP_FAILED.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                mapped,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        let base = p.cast::<u8>();
-        let skip = (base as usize).next_multiple_of(HUGE) - base as usize;
-        // Safety: `skip < HUGE` and `mapped >= len + HUGE`, so `base + skip .. + len`
-        // lies within the mapping made above; so does the advised range.
-        let ptr = unsafe { base.add(skip) };
-        // Safety: see above.
-        unsafe { libc::madvise(ptr.cast(), len.max(1), libc::MADV_HUGEPAGE) };
-        Ok(Mapping {
-            base,
-            mapped,
-            ptr,
-            len,
-        })
-    }
-
-    /// The memory's start (2 MiB-aligned) and length.
-    pub(crate) fn raw(&self) -> (*mut u8, usize) {
-        (self.ptr, self.len)
-    }
 }
 
 // Safety: the mapping is plain memory owned by this value alone; it may be read from
@@ -90,9 +35,9 @@ impl AsRef<[u8]> for Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        // Safety: `base`/`mapped` are exactly what mmap returned; nothing refers to
-        // the memory after the owner drops (Bytes keeps the owner alive while borrowed).
-        unsafe { libc::munmap(self.base.cast(), self.mapped) };
+        // Safety: `ptr`/`len` are exactly what mmap returned; nothing refers to the
+        // memory after the owner drops (Bytes keeps the owner alive while borrowed).
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
 }
 
@@ -116,13 +61,32 @@ impl HostResult {
                 inner: Inner::Vec(zeroed_vec(n)?),
             });
         }
-        let m = Mapping::new(n).map_err(|e| {
-            Error::invalid(format!(
-                "cannot map {n} bytes of host memory for the read's result ({e})"
-            ))
-        })?;
+        // Safety: an anonymous private mapping of `n` bytes; the arguments are valid
+        // for any `n`, and failure is reported as MAP_FAILED.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                n,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(Error::invalid(format!(
+                "cannot map {n} bytes of host memory for the read's result ({})",
+                std::io::Error::last_os_error()
+            )));
+        }
+        // Huge pages where the kernel offers them; a refusal changes nothing else.
+        // Safety: `p..p+n` is the mapping made above.
+        unsafe { libc::madvise(p, n, libc::MADV_HUGEPAGE) };
         Ok(HostResult {
-            inner: Inner::Map(m),
+            inner: Inner::Map(Mapping {
+                ptr: p.cast(),
+                len: n,
+            }),
         })
     }
 
@@ -130,7 +94,7 @@ impl HostResult {
     pub(crate) fn raw(&mut self) -> (*mut u8, usize) {
         match &mut self.inner {
             Inner::Vec(v) => (v.as_mut_ptr(), v.len()),
-            Inner::Map(m) => m.raw(),
+            Inner::Map(m) => (m.ptr, m.len),
         }
     }
 

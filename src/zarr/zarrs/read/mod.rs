@@ -14,7 +14,6 @@
 //! * `stored`: a GPU claim's host side (parallel reads into a page-locked slot, checks);
 //! * `sched`: when a GPU worker takes another claim (the CPU / GPU split);
 //! * `hostmem`: the fresh (huge-page) memory a host read fills;
-//! * `scratch`: a worker's reused buffers (huge pages when large);
 //! * `stream`: streamed decoding of large units straight into a host output.
 //!
 //! The device write engine (`../write.rs`) reuses `plan`, `codec` and the staging lanes.
@@ -27,7 +26,6 @@ pub(crate) mod pipeline;
 mod place;
 pub(crate) mod plan;
 mod sched;
-mod scratch;
 mod source;
 mod stored;
 mod stream;

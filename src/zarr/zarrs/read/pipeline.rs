@@ -26,6 +26,7 @@ use super::source::Source;
 use crate::cuda::nvcomp::GpuCodec;
 use crate::cuda::{Context, DeviceBuffer, UploadLane};
 use crate::error::{Error, Result};
+use crate::memory::zeroed_vec;
 
 /// Alignment of units within a staging slot (keeps the placement kernels' 16-byte
 /// accesses aligned).
@@ -171,8 +172,8 @@ pub(crate) fn read_host(
     let (stream_min, piece_bytes) = super::stream::settings();
     let streamed = super::stream::streams(src, stream_min);
     on_threads(threads, &run, &|_| {
-        let mut scratch = super::scratch::Scratch::new();
-        let mut piece = super::scratch::Scratch::new();
+        let mut scratch: Vec<u8> = Vec::new();
+        let mut piece: Vec<u8> = Vec::new();
         let mut runs: Vec<super::stream::Run> = Vec::new();
         // The worker's open chunk (shard) file, for this read only.
         let mut last = None;
@@ -210,11 +211,14 @@ pub(crate) fn read_host(
                     && streamed
                     && super::stream::runs_of(src, p, host.len, &mut runs)?
                 {
+                    if piece.is_empty() {
+                        piece = zeroed_vec(piece_bytes)?;
+                    }
                     let mut next = 0;
                     let stored = super::stream::decode(
                         src,
                         &u.cell,
-                        piece.get(piece_bytes)?,
+                        &mut piece,
                         &mut last,
                         &mut |at, bytes| {
                             super::stream::scatter(&runs, &mut next, at, bytes, &mut |d, b| {
@@ -237,14 +241,16 @@ pub(crate) fn read_host(
                         continue;
                     }
                 }
-                let scratch = scratch.get(src.cell_bytes)?;
+                if scratch.is_empty() {
+                    scratch = zeroed_vec(src.cell_bytes)?;
+                }
                 note(
                     counts,
-                    src.decode_in(&u.cell, scratch, &mut last)?,
+                    src.decode_in(&u.cell, &mut scratch, &mut last)?,
                     src.cell_bytes,
                 );
                 for p in &u.placements {
-                    place_host(src, scratch, p, &host)?;
+                    place_host(src, &scratch, p, &host)?;
                 }
             }
         }

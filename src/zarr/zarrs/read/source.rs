@@ -79,10 +79,8 @@ pub(crate) enum Direct {
 }
 
 thread_local! {
-    /// Each worker's buffer for stored bytes, reused across chunks (and across reads
-    /// on the caller's thread; see [`Scratch`](super::scratch::Scratch)).
-    static STORED: RefCell<super::scratch::Scratch> =
-        const { RefCell::new(super::scratch::Scratch::new()) };
+    /// Each worker's buffer for stored bytes, reused across chunks and reads.
+    static STORED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs `f` on the calling worker's buffer for stored bytes, `n` bytes long (grown as
@@ -94,10 +92,17 @@ pub(crate) fn with_stored_buf<T>(
 ) -> Result<T> {
     STORED.with(|cell_buf| {
         let mut buf = cell_buf.borrow_mut();
-        let buf = buf.get(n).map_err(|e| {
-            Error::invalid(format!("{}: reading its {n}-byte chunk file: {e}", what()))
-        })?;
-        f(buf)
+        if buf.len() < n {
+            let more = n - buf.len();
+            buf.try_reserve(more).map_err(|_| {
+                Error::invalid(format!(
+                    "{}: cannot allocate {n} bytes to read the chunk file",
+                    what()
+                ))
+            })?;
+            buf.resize(n, 0);
+        }
+        f(&mut buf[..n])
     })
 }
 
