@@ -296,15 +296,25 @@ pub(crate) fn worker(
         claimed();
         return then();
     }
+    // A first claim taken only because both decoders were asked for (the model would
+    // leave the read to the CPU workers: large chunks) is one batch, and the worker's
+    // staging holds only that: the CPU workers need the page-locked pool more.
+    let forced = !model.advises(run.remaining(), cpu_done);
+    let (claim_batches, per) = if forced {
+        (1, per / claim_batches.max(1))
+    } else {
+        (claim_batches, per)
+    };
     // The lane queues nothing on a stream of its own: it need not make one.
     let lane = match stream {
         Some(s) => UploadLane::bare_on(ctx, per * room, wait, s)?,
         None => UploadLane::bare(ctx, per * room, wait)?,
     };
-    let Some(mut lane) = lane else {
+    let Some(lane) = lane else {
         claimed();
         return then();
     };
+    let mut lane = Some(lane);
     counts.gpu_workers.fetch_add(1, Ordering::Relaxed);
     // The fill value in stored byte order, like nvCOMP's output: the claim's byte swap
     // covers every unit.
@@ -318,9 +328,12 @@ pub(crate) fn worker(
     let result = (|| {
         loop {
             let cpu_done = counts.cpu_units.load(Ordering::Relaxed);
-            if !model.should_claim(k == 0, run.remaining(), cpu_done) {
+            if (forced && k > 0) || !model.should_claim(k == 0, run.remaining(), cpu_done) {
                 break;
             }
+            let Some(lane) = lane.as_mut() else {
+                break;
+            };
             let claim = run.claim_many(plan.tuning.claim_batches(k, claim_batches));
             if k == 0 {
                 claimed();
@@ -356,17 +369,7 @@ pub(crate) fn worker(
                 flights.push(Flight::new(ctx, streams, per * room, per * stride, blosc)?);
             }
             let flight = &mut flights[f];
-            let owners = queue_claim(
-                src,
-                plan,
-                units,
-                &got,
-                used,
-                &fill_value,
-                &mut lane,
-                flight,
-                out,
-            )?;
+            let owners = queue_claim(src, plan, units, &got, used, &fill_value, lane, flight, out)?;
             counts
                 .gpu_queue_us
                 .fetch_add(micros(t1.elapsed()), Ordering::Relaxed);
@@ -385,6 +388,9 @@ pub(crate) fn worker(
             k += 1;
         }
         claimed();
+        // Its slots' copies are done or queued: the staging goes back to the pool (the
+        // drop waits for the copies), where the worker's CPU work below finds room.
+        drop(lane.take());
         then()?;
         for f in &mut flights {
             f.complete(src, run, model, counts)?;

@@ -117,7 +117,14 @@ impl GpuModel {
             Schedule::AfterFirst => !first,
             Schedule::Model => true,
         };
-        if !consult || self.cpu_workers == 0 {
+        !consult || self.advises(remaining, cpu_done)
+    }
+
+    /// What the model says of another GPU claim, whatever the schedule: whether its
+    /// expected latency is below the time the CPU workers would need for the
+    /// `remaining` units (`cpu_done`: units they decoded so far).
+    pub(crate) fn advises(&self, remaining: usize, cpu_done: u64) -> bool {
+        if self.cpu_workers == 0 {
             return true;
         }
         let elapsed = self.start.elapsed().as_secs_f64();
@@ -152,6 +159,8 @@ mod tests {
         // Both: the first claim whatever the model says; Gpu: always.
         let m = GpuModel::new(Schedule::AfterFirst, Compression::Zstd, 16 * mib, 3, 14, 4);
         assert!(m.should_claim(true, 1, 0));
+        // ... though the model would not take it (the worker then claims one batch).
+        assert!(!m.advises(32, 0));
         assert!(!m.should_claim(false, 1, 0));
         let m = GpuModel::new(Schedule::Always, Compression::Zstd, 16 * mib, 3, 14, 4);
         assert!(m.should_claim(false, 1, 0));
