@@ -183,6 +183,26 @@ impl UploadLane {
         }
     }
 
+    /// This lane with device scratch buffers (a [`bare`](Self::bare) lane gets two of
+    /// its slot size from the context's stream-ordered pool; a lane that has them is
+    /// returned as is), so that it can [`submit`](Self::submit): a producer that
+    /// uploaded into its own memory goes on with the same page-locked kit. Copies still
+    /// queued from its slots are waited for by [`slot`](Self::slot) as always.
+    pub(crate) fn with_scratch(mut self) -> Result<UploadLane> {
+        if self.scratch.is_none() {
+            let ctx = self.stream.context().clone();
+            let a = ctx.allocate_pooled(self.bytes, Some(&self.stream))?;
+            let b = ctx.allocate_pooled(self.bytes, Some(&self.stream))?;
+            self.scratch = Some([a, b]);
+        }
+        Ok(self)
+    }
+
+    /// Bytes of each slot.
+    pub(crate) fn slot_bytes(&self) -> usize {
+        self.bytes
+    }
+
     fn kit(&self) -> Result<&Kit> {
         self.kit
             .as_ref()

@@ -267,8 +267,8 @@ impl Drop for Flight {
 }
 
 /// Runs one GPU worker until the work runs out or the model leaves the rest to the
-/// CPU workers, then `then` (the worker's CPU work) while its last claims finish on
-/// the device, then waits for them. `(claim_batches, per)`: batches a claim takes,
+/// CPU workers, then `then` (the worker's CPU work, given the worker's staging lane
+/// when it had one) while its last claims finish on the device, then waits for them. `(claim_batches, per)`: batches a claim takes,
 /// and the most units that makes. When the pool has no room for its staging (and
 /// `wait` is false) it runs `then` only. `stream`: one its staging lane may wait on
 /// (the lane queues nothing itself), else the lane makes one. `claimed` is called once
@@ -286,7 +286,7 @@ pub(crate) fn worker(
     stream: Option<&Stream>,
     counts: &Counts,
     claimed: &dyn Fn(),
-    then: &dyn Fn() -> Result<()>,
+    then: &dyn Fn(Option<UploadLane>) -> Result<()>,
 ) -> Result<()> {
     let room = stored_room(src.cell_bytes);
     let stride = aligned(src.cell_bytes);
@@ -294,7 +294,7 @@ pub(crate) fn worker(
     let cpu_done = counts.cpu_units.load(Ordering::Relaxed);
     if !model.should_claim(true, run.remaining(), cpu_done) {
         claimed();
-        return then();
+        return then(None);
     }
     // A first claim taken only because both decoders were asked for (the model would
     // leave the read to the CPU workers: large chunks) is one batch, and the worker's
@@ -312,7 +312,7 @@ pub(crate) fn worker(
     };
     let Some(lane) = lane else {
         claimed();
-        return then();
+        return then(None);
     };
     let mut lane = Some(lane);
     counts.gpu_workers.fetch_add(1, Ordering::Relaxed);
@@ -388,10 +388,9 @@ pub(crate) fn worker(
             k += 1;
         }
         claimed();
-        // Its slots' copies are done or queued: the staging goes back to the pool (the
-        // drop waits for the copies), where the worker's CPU work below finds room.
-        drop(lane.take());
-        then()?;
+        // The worker's CPU work goes on with the same staging (its slots are handed
+        // out once their copies are done): no second kit of the pool.
+        then(lane.take())?;
         for f in &mut flights {
             f.complete(src, run, model, counts)?;
         }

@@ -87,7 +87,10 @@ pub enum Decoder {
     /// ([`ReadOptions::gpu_workers`] of the threads feed nvCOMP, each with its own
     /// reader threads); every GPU worker takes at least one claim (the CPU workers
     /// start once each has, so a small read cannot be finished by the CPU workers while
-    /// the GPU workers set up).
+    /// the GPU workers set up). Where the cost model would leave the read to the CPU
+    /// (large chunks), that first claim is one batch (one 16 MiB chunk, say), and a GPU
+    /// worker done with claims decodes on the CPU with the page-locked staging it
+    /// already holds.
     Both,
 }
 

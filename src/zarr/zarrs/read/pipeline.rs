@@ -408,7 +408,9 @@ pub(crate) fn read_device(
         let stream = (!streams.is_empty()).then(|| &streams[t % streams.len()]);
         // The first CPU worker waits for a lane (the bound on page-locked memory is the
         // pool's); the others join only when the pool has room.
-        let cpu = |wait: bool| cpu_worker(src, &run, &out, ctx, slot_bytes, wait, stream, counts);
+        let cpu = |wait: bool, lane: Option<UploadLane>| {
+            cpu_worker(src, &run, &out, ctx, slot_bytes, wait, stream, lane, counts)
+        };
         if let (Some(g), Some(model)) = (gpu.filter(|g| t < g.workers), model.as_ref()) {
             // In a GPU-only read the first GPU worker waits for staging: someone must.
             let wait = t == 0 && g.workers >= threads;
@@ -418,7 +420,7 @@ pub(crate) fn read_device(
             };
             // A GPU worker the model sends home decodes on the CPU from then on (while
             // its last claims finish on the device).
-            let then = || if g.gpu_only { Ok(()) } else { cpu(false) };
+            let then = |lane| if g.gpu_only { Ok(()) } else { cpu(false, lane) };
             // Arrives once: at the first claim, or when the worker returns or
             // unwinds before it.
             let arrival = Arrival {
@@ -443,7 +445,7 @@ pub(crate) fn read_device(
             return r;
         }
         gate.wait();
-        cpu(t == gpu_workers)
+        cpu(t == gpu_workers, None)
     });
     run.finish()?;
     Ok(out)
@@ -514,6 +516,8 @@ fn lane_streams() -> usize {
 /// One CPU worker of a device read: decodes batches into its lane's slots until the
 /// work runs out. Does nothing when no work is left or (unless `wait`) the pool has
 /// no room for its lane. `stream`: the lane's (shared) stream, else one of its own.
+/// `lane`: staging the worker already holds (a GPU worker's, now decoding on the CPU),
+/// used when its slots hold a batch.
 #[allow(clippy::too_many_arguments)]
 fn cpu_worker(
     src: &Source<'_>,
@@ -523,14 +527,18 @@ fn cpu_worker(
     slot_bytes: usize,
     wait: bool,
     stream: Option<&crate::cuda::Stream>,
+    lane: Option<UploadLane>,
     counts: &Counts,
 ) -> Result<()> {
     if run.remaining() == 0 {
         return Ok(());
     }
-    let lane = match stream {
-        Some(s) => UploadLane::new_on(ctx, slot_bytes, wait, s)?,
-        None => UploadLane::new(ctx, slot_bytes, wait)?,
+    let lane = match lane.filter(|l| l.slot_bytes() >= slot_bytes) {
+        Some(l) => Some(l.with_scratch()?),
+        None => match stream {
+            Some(s) => UploadLane::new_on(ctx, slot_bytes, wait, s)?,
+            None => UploadLane::new(ctx, slot_bytes, wait)?,
+        },
     };
     let Some(mut lane) = lane else {
         return Ok(());
