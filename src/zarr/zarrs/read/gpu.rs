@@ -299,8 +299,13 @@ pub(crate) fn worker(
     }
     // A first claim taken only because both decoders were asked for (the model would
     // leave the read to the CPU workers: large chunks) is one batch, and the worker's
-    // staging holds only that: the CPU workers need the page-locked pool more.
+    // staging holds only that: the CPU workers need the page-locked pool more. None at
+    // all when that one batch would keep the read waiting (see `forced_claim_pays`).
     let forced = !model.advises(run.remaining(), cpu_done);
+    if forced && !model.forced_claim_pays(run.remaining(), cpu_done) {
+        claimed();
+        return then(None);
+    }
     let (claim_batches, per) = if forced {
         (1, per / claim_batches.max(1))
     } else {

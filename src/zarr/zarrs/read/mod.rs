@@ -88,9 +88,12 @@ pub enum Decoder {
     /// reader threads); every GPU worker takes at least one claim (the CPU workers
     /// start once each has, so a small read cannot be finished by the CPU workers while
     /// the GPU workers set up). Where the cost model would leave the read to the CPU
-    /// (large chunks), that first claim is one batch (one 16 MiB chunk, say), and a GPU
-    /// worker done with claims decodes on the CPU with the page-locked staging it
-    /// already holds.
+    /// (large chunks), that first claim is one batch (one 16 MiB chunk, say), or none
+    /// when even that batch is expected to take longer than both the CPU workers' whole
+    /// read and 0.1 s (4 MiB gzip chunks: nvCOMP takes most of a second for one; the
+    /// report then says that the cost model left every chunk to the CPU). A GPU worker
+    /// done with claims decodes on the CPU with the page-locked staging it already
+    /// holds.
     Both,
 }
 

@@ -53,13 +53,22 @@ fn core_rate(c: Compression) -> f64 {
 }
 
 /// Prior nvCOMP rate of one chunk (decoded bytes per second; one thread block
-/// decodes it): 4 MiB zstd chunks take about 15 ms on the H100.
+/// decodes it): 4 MiB zstd chunks take about 15 ms on the H100; deflate is far
+/// slower per chunk (`bench_zarrs`' gzip-1 float32 stores with `Decoder::Gpu`, every
+/// chunk in flight at once: 0.73 GB/s for 128 chunks of 4 MiB, 0.19 for 32 of 16 MiB,
+/// so one chunk decodes at about 6 MB/s).
 fn chunk_rate(c: Compression) -> f64 {
     match c {
-        Compression::Gzip => 0.15e9,
+        Compression::Gzip => 0.008e9,
         _ => 0.3e9,
     }
 }
+
+/// A claim `Decoder::Both` forces on a GPU worker may be expected to take this long
+/// even when the CPU workers would finish sooner: small reads still use both, and so
+/// do 16 MiB zstd chunks (about 60 ms for one on the GPU, as long as the CPU workers
+/// take for all 32 of a 512 MiB array), but not 4 MiB gzip chunks.
+const FORCED_MAX_S: f64 = 0.1;
 
 /// Prior rate of one reader thread moving stored bytes from the page cache into a
 /// page-locked slot (bytes per second).
@@ -127,6 +136,25 @@ impl GpuModel {
         if self.cpu_workers == 0 {
             return true;
         }
+        (self.expected_us() as f64) * 1e-6 <= self.cpu_seconds(remaining, cpu_done)
+    }
+
+    /// Whether `Decoder::Both` should still give a GPU worker the first claim the model
+    /// would not take (one batch): only when its expected latency is below the CPU
+    /// workers' time for the `remaining` units or [`FORCED_MAX_S`], whichever is
+    /// longer. A longer one would keep the whole read waiting for it (a 4 MiB gzip
+    /// chunk takes nvCOMP most of a second, the CPU workers a quarter of that for 128).
+    pub(crate) fn forced_claim_pays(&self, remaining: usize, cpu_done: u64) -> bool {
+        let limit = match self.cpu_workers {
+            0 => f64::INFINITY,
+            _ => self.cpu_seconds(remaining, cpu_done).max(FORCED_MAX_S),
+        };
+        (self.expected_us() as f64) * 1e-6 <= limit
+    }
+
+    /// The CPU workers' time for `remaining` units, at their rate measured on this
+    /// read once each finished a unit or two (`cpu_done` so far), a prior before.
+    fn cpu_seconds(&self, remaining: usize, cpu_done: u64) -> f64 {
         let elapsed = self.start.elapsed().as_secs_f64();
         let prior = self.cpu_workers as f64 * self.core_rate;
         // Measured once every CPU worker has finished a unit or two.
@@ -136,8 +164,7 @@ impl GpuModel {
         } else {
             prior
         };
-        let cpu_s = remaining as f64 * self.cell_bytes as f64 / rate.max(1.0);
-        (self.expected_us() as f64) * 1e-6 <= cpu_s
+        remaining as f64 * self.cell_bytes as f64 / rate.max(1.0)
     }
 }
 
@@ -159,8 +186,22 @@ mod tests {
         // Both: the first claim whatever the model says; Gpu: always.
         let m = GpuModel::new(Schedule::AfterFirst, Compression::Zstd, 16 * mib, 3, 14, 4);
         assert!(m.should_claim(true, 1, 0));
-        // ... though the model would not take it (the worker then claims one batch).
+        // ... though the model would not take it (the worker then claims one batch,
+        // its latency being well under a second).
         assert!(!m.advises(32, 0));
+        assert!(m.forced_claim_pays(32, 0));
+        // A 4 MiB gzip chunk would keep the read waiting far longer than the CPU
+        // workers need for all 128: not even the forced claim.
+        let g = GpuModel::new(Schedule::AfterFirst, Compression::Gzip, 4 * mib, 11, 14, 4);
+        assert!(!g.advises(128, 0));
+        assert!(!g.forced_claim_pays(128, 0));
+        // 256 KiB gzip chunks go to the GPU (measured: 7.7 GB/s there, 2 on 16 cores).
+        let g = GpuModel::new(Schedule::Model, Compression::Gzip, 256 << 10, 256, 14, 4);
+        assert!(g.advises(2048, 0));
+        // A small read: the forced claim is taken (tests of both decoders use small
+        // arrays).
+        let small = GpuModel::new(Schedule::AfterFirst, Compression::Zstd, 64 << 10, 1, 14, 4);
+        assert!(small.forced_claim_pays(4, 0));
         assert!(!m.should_claim(false, 1, 0));
         let m = GpuModel::new(Schedule::Always, Compression::Zstd, 16 * mib, 3, 14, 4);
         assert!(m.should_claim(false, 1, 0));
