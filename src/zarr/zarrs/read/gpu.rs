@@ -270,8 +270,9 @@ impl Drop for Flight {
 /// CPU workers, then `then` (the worker's CPU work, given the worker's staging lane
 /// when it had one) while its last claims finish on the device, then waits for them.
 /// `(claim_batches, per)`: batches a claim takes, and the most units that makes (one
-/// batch when the model would not take the first claim that `Decoder::Both` forces). When the pool has no room for its staging (and
-/// `wait` is false) it runs `then` only. `stream`: one its staging lane may wait on
+/// batch when the model would not take the first claim that `Decoder::Both` forces).
+/// When the pool has no room for its staging (and `wait` is false) it runs `then`
+/// only. `stream`: one its staging lane may wait on
 /// (the lane queues nothing itself), else the lane makes one. `claimed` is called once
 /// the worker took its first claim or will take none (and may be called again).
 #[allow(clippy::too_many_arguments)]
