@@ -531,8 +531,13 @@ impl ZarrArray {
         total: usize,
         dest: read::Dest<'_>,
     ) -> Result<(Option<Memory>, ReadReport)> {
+        read::read(&self.source()?, requests, total, dest, &self.read_options)
+    }
+
+    /// The read engine's view of this array.
+    pub(crate) fn source(&self) -> Result<Source<'_>> {
         let fill = self.meta.fill_value.to_bytes_as(self.dtype());
-        let src = Source::new(
+        Source::new(
             &self.array,
             &self.location,
             &self.meta.chunk_shape,
@@ -540,8 +545,7 @@ impl ZarrArray {
             self.meta.stored_dtype.element().swap_width(),
             fill,
             &self.direct,
-        )?;
-        read::read(&src, requests, total, dest, &self.read_options)
+        )
     }
 
     /// Reads a numpy-style selection (integers, ranges, [`Slice`](crate::zarr::Slice)s

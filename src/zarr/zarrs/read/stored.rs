@@ -319,6 +319,61 @@ mod tests {
         }
     }
 
+    /// A claim read by one reader and by several (each taking groups of units from one
+    /// queue) gives the same regions, the same verdict per unit and the same bytes, on
+    /// every compressed fixture (zstd, gzip, blosc; plain and sharded; missing chunks).
+    #[test]
+    fn every_reader_count_reads_the_same_claim() {
+        use super::super::codec::Compression;
+        use super::super::plan::{Request, plan};
+        let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/zarr");
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".zarr"))
+            .collect();
+        names.sort();
+        let (mut checked, mut stored, mut sharded) = (0, 0, 0);
+        for name in names {
+            let Ok(a) = crate::zarr::zarrs::ZarrArray::open(dir.join(&name)) else {
+                continue;
+            };
+            let src = a.source().unwrap();
+            let Some(&chain) = src.chain() else {
+                continue;
+            };
+            if chain.compression == Compression::None {
+                continue;
+            }
+            let shape = a.metadata().shape.clone();
+            let whole = Request {
+                start: vec![0; shape.len()],
+                shape: shape.clone(),
+                offset: 0,
+            };
+            let units = plan(&[whole], &shape, &src.cell_shape, src.elem, usize::MAX).unwrap();
+            let room = stored_room(src.cell_bytes);
+            let read = |readers: usize| {
+                let mut slot = vec![0u8; units.len() * room];
+                let (got, used) = read_claim(&src, &chain, &units, &mut slot, readers).unwrap();
+                slot.truncate(used);
+                (got, used, slot)
+            };
+            let one = read(1);
+            for readers in [2, 3, 16] {
+                assert!(read(readers) == one, "{name}: {readers} readers");
+            }
+            stored += one.0.iter().filter(|g| !matches!(g, Got::Missing)).count();
+            sharded += usize::from(src.sharded());
+            checked += 1;
+        }
+        assert!(
+            checked >= 5 && sharded > 0 && stored > 20,
+            "{checked} {sharded} {stored}"
+        );
+    }
+
     #[test]
     fn used_bytes_end_at_the_last_region_with_data() {
         assert_eq!(Got::Missing.end(100, 10), 0);
