@@ -422,60 +422,57 @@ mod bench {
         Ok(gbs(n as f64, s))
     }
 
+    /// One 4 MiB piece of this data and its zstd-1 frame.
+    fn zstd1_frame() -> devbuf::Result<(Vec<u8>, Vec<u8>)> {
+        let raw = field(1024, 1024).to_buffer()?.to_bytes()?.to_vec();
+        let z = zstd::bulk::compress(&raw, 1).map_err(io_err)?;
+        Ok((raw, z))
+    }
+
+    fn io_err(e: std::io::Error) -> devbuf::Error {
+        devbuf::Error::invalid(e.to_string())
+    }
+
     /// One core's zstd-1 decode and encode rates of this data (GB/s of decoded bytes).
     fn zstd_core_rates() -> devbuf::Result<(f64, f64)> {
-        let f = field(1024, 1024);
-        let raw = f.to_buffer()?.to_bytes()?;
-        let err = |e: std::io::Error| devbuf::Error::invalid(e.to_string());
-        let z = zstd::bulk::compress(&raw, 1).map_err(err)?;
+        let (raw, z) = zstd1_frame()?;
         let mut out = vec![0u8; raw.len().max(zstd::zstd_safe::compress_bound(raw.len()))];
-        let mut d = zstd::bulk::Decompressor::new().map_err(err)?;
+        let mut d = zstd::bulk::Decompressor::new().map_err(io_err)?;
         let dec = time(5, &mut || {
             d.decompress_to_buffer(&z[..], &mut out[..])
                 .map(drop)
-                .map_err(err)
+                .map_err(io_err)
         })?;
-        let mut c = zstd::bulk::Compressor::new(1).map_err(err)?;
+        let mut c = zstd::bulk::Compressor::new(1).map_err(io_err)?;
         let enc = time(5, &mut || {
             c.compress_to_buffer(&raw[..], &mut out[..])
                 .map(drop)
-                .map_err(err)
+                .map_err(io_err)
         })?;
         let n = raw.len() as f64;
         Ok((gbs(n, dec), gbs(n, enc)))
     }
 
     /// `threads` threads decoding zstd-1 frames of this data (4 MiB each, already in
-    /// memory) into one reused `n`-byte buffer, each thread its own frames' places, GB/s
-    /// of decoded bytes: what a host read into a reused buffer (and the CPU decoders of
-    /// a device read) cannot beat, with every core's output going to memory at once.
+    /// memory) into one reused `n`-byte buffer, each thread a contiguous share of it,
+    /// GB/s of decoded bytes: what a host read into a reused buffer (and the CPU
+    /// decoders of a device read) cannot beat, with every core's output going to memory
+    /// at once.
     fn zstd_parallel_rate(n: usize, threads: usize) -> devbuf::Result<f64> {
-        let f = field(1024, 1024);
-        let raw = f.to_buffer()?.to_bytes()?;
-        let err = |e: std::io::Error| devbuf::Error::invalid(e.to_string());
-        let z = zstd::bulk::compress(&raw, 1).map_err(err)?;
-        let frames = (n / raw.len()).max(1);
-        let mut out = vec![1u8; frames * raw.len()];
+        let (raw, z) = zstd1_frame()?;
+        let frame = raw.len();
+        let frames = (n / frame).max(1);
+        let share = frames.div_ceil(threads.max(1)) * frame;
+        let mut out = vec![1u8; frames * frame];
         let secs = time(5, &mut || {
-            let parts: Vec<&mut [u8]> = out.chunks_mut(raw.len()).collect();
-            let per = frames.div_ceil(threads.max(1));
-            let mut groups: Vec<Vec<&mut [u8]>> = Vec::new();
-            let mut it = parts.into_iter();
-            loop {
-                let g: Vec<&mut [u8]> = it.by_ref().take(per).collect();
-                if g.is_empty() {
-                    break;
-                }
-                groups.push(g);
-            }
             std::thread::scope(|s| {
-                let hs: Vec<_> = groups
-                    .into_iter()
-                    .map(|g| {
+                let hs: Vec<_> = out
+                    .chunks_mut(share)
+                    .map(|part| {
                         let z = &z;
                         s.spawn(move || -> std::io::Result<()> {
                             let mut d = zstd::bulk::Decompressor::new()?;
-                            for dst in g {
+                            for dst in part.chunks_mut(frame) {
                                 d.decompress_to_buffer(&z[..], dst)?;
                             }
                             Ok(())
@@ -485,11 +482,11 @@ mod bench {
                 hs.into_iter().try_for_each(|h| {
                     h.join()
                         .map_err(|_| devbuf::Error::invalid("a decode thread panicked"))?
-                        .map_err(err)
+                        .map_err(io_err)
                 })
             })
         })?;
-        Ok(gbs((frames * raw.len()) as f64, secs))
+        Ok(gbs((frames * frame) as f64, secs))
     }
 
     /// `threads` threads writing `count` new files of `size` bytes into a new directory
