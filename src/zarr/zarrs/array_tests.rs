@@ -1,16 +1,11 @@
 //! Unit tests of `array.rs`: the read engine against zarrs' own subset decoding.
-use std::path::PathBuf;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::*;
 
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/zarr")
-        .join(name)
-}
+use super::super::fixtures::path as fixture;
 
 fn host_bytes(nd: &NDBuffer) -> Vec<u8> {
     nd.to_buffer().unwrap().to_bytes().unwrap()
@@ -31,16 +26,8 @@ fn random_ranges(rng: &mut SmallRng, shape: &[u64]) -> Vec<Range<u64>> {
 #[test]
 fn engine_reads_equal_zarrs_reads() {
     let mut rng = SmallRng::seed_from_u64(11);
-    let dir = fixture("");
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".zarr"))
-        .collect();
-    names.sort();
     let mut checked = 0;
-    for name in names {
+    for name in super::super::fixtures::names() {
         let Ok(mut a) = ZarrArray::open(fixture(&name)) else {
             continue;
         };

@@ -100,3 +100,29 @@ pub(crate) fn guard<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
         }
     }
 }
+
+/// The zarr fixtures under `tests/fixtures/zarr` (zarr-python wrote them), for unit
+/// tests of the engine's parts.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use std::path::PathBuf;
+
+    /// The path of fixture `name` (`""`: the fixtures' directory).
+    pub(crate) fn path(name: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/zarr")
+            .join(name)
+    }
+
+    /// Every fixture's name (`*.zarr`), sorted.
+    pub(crate) fn names() -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(path(""))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".zarr"))
+            .collect();
+        names.sort();
+        names
+    }
+}

@@ -326,17 +326,10 @@ mod tests {
     fn every_reader_count_reads_the_same_claim() {
         use super::super::codec::Compression;
         use super::super::plan::{Request, plan};
-        let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/zarr");
-        let mut names: Vec<String> = std::fs::read_dir(&dir)
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(".zarr"))
-            .collect();
-        names.sort();
+        use crate::zarr::zarrs::fixtures;
         let (mut checked, mut stored, mut sharded) = (0, 0, 0);
-        for name in names {
-            let Ok(a) = crate::zarr::zarrs::ZarrArray::open(dir.join(&name)) else {
+        for name in fixtures::names() {
+            let Ok(a) = crate::zarr::zarrs::ZarrArray::open(fixtures::path(&name)) else {
                 continue;
             };
             let src = a.source().unwrap();
