@@ -39,4 +39,6 @@ mod zarrs;
 #[cfg(feature = "zarrs")]
 mod zarrs_blosc;
 #[cfg(feature = "zarrs")]
+mod zarrs_pieces;
+#[cfg(feature = "zarrs")]
 mod zarrs_write;

@@ -187,12 +187,16 @@ gpu_test! {
                 )
                 .unwrap();
                 a.write_chunk(&[1, 1, 0], &fill).unwrap();
-                // Small staging slots (one chunk each, many rounds per worker) and
-                // larger ones (many chunks per slot), on several workers.
+                // Small staging slots (one chunk each, many rounds per worker), larger
+                // ones (many chunks per slot) and tiny ones, on several workers.
                 let mut a = ZarrArray::open(&path).unwrap();
                 a.set_read_options(ReadOptions { threads: Some(3), slot_bytes: 4096, ..ReadOptions::default() }).unwrap();
                 check_reads(&a, &mut rng, &what);
                 a.set_read_options(ReadOptions { threads: Some(5), slot_bytes: 64 << 10, ..ReadOptions::default() }).unwrap();
+                check_reads(&a, &mut rng, &what);
+                // Slots smaller than a chunk: chunks of the codecs that stream go to the
+                // device in pieces (`read/pieces.rs`).
+                a.set_read_options(ReadOptions { threads: Some(2), slot_bytes: 256, ..ReadOptions::default() }).unwrap();
                 check_reads(&a, &mut rng, &what);
             }
         }

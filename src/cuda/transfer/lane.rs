@@ -270,6 +270,56 @@ impl UploadLane {
         placed
     }
 
+    /// The stream the lane queues its work on (its own, or the one it was made on).
+    pub(crate) fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// Copies the first `used` bytes of the current slot to `dst` from byte `at` on the
+    /// lane's stream, records the slot's event right after the copy and moves to the
+    /// other slot (handed out again once the copy is done). What the caller queues on
+    /// [`stream`](Self::stream) afterwards sees the bytes. Returns without waiting.
+    pub(crate) fn upload_to(&mut self, used: usize, dst: &DeviceBuffer, at: usize) -> Result<()> {
+        let end = at.checked_add(used);
+        if used > self.bytes || end.is_none_or(|e| e > dst.len()) {
+            return Err(Error::invalid(format!(
+                "upload lane: {used} bytes from a slot of {} bytes to byte {at} of a buffer \
+                 of {} bytes",
+                self.bytes,
+                dst.len()
+            )));
+        }
+        let (event, ptr, ctx) = {
+            let kit = self.kit()?;
+            (kit.event(self.slot), kit.host_ptr(self.slot), kit.context())
+        };
+        if !dst.context().same_as(self.stream.context()) {
+            return Err(Error::invalid(
+                "upload lane: the buffer belongs to another context",
+            ));
+        }
+        dst.check_writable("an upload lane's copy")?;
+        driver::ctx_set_current(ctx)?;
+        // Safety: `ptr` is the kit's page-locked slot, valid for `bytes >= used` bytes,
+        // not written by the CPU until the slot's event, recorded below on the same
+        // stream after this copy, has completed (`slot()` waits for it, and so does the
+        // lane's drop); `dst` is a live device buffer of the lane's context with
+        // `at + used <= len` (checked above), kept alive by the caller until the
+        // lane's stream is done with it.
+        unsafe {
+            driver::transfer::memcpy_htod_async(
+                dst.address() + at as u64,
+                ptr,
+                used,
+                self.stream.raw(),
+            )?
+        };
+        driver::event_record(event, self.stream.raw())?;
+        self.queued[self.slot] = true;
+        self.slot ^= 1;
+        Ok(())
+    }
+
     /// Copies the byte ranges `ranges` of the current slot into the same offsets of
     /// `dst` on `stream` (one DMA per range, in order; only the bytes the device needs
     /// cross the bus and host memory), records the slot's event on `stream` right after

@@ -14,7 +14,8 @@
 //! * `stored`: a GPU claim's host side (parallel reads into a page-locked slot, checks);
 //! * `sched`: when a GPU worker takes another claim (the CPU / GPU split);
 //! * `hostmem`: the fresh (huge-page) memory a host read fills;
-//! * `stream`: streamed decoding of large units straight into a host output.
+//! * `stream`: streamed decoding of large units straight into a host output;
+//! * `pieces`: the CPU workers of a device read of large units, a piece at a time.
 //!
 //! The device write engine (`../write.rs`) reuses `plan`, `codec` and the staging lanes.
 
@@ -22,6 +23,7 @@ mod blosc;
 pub(crate) mod codec;
 mod gpu;
 pub(crate) mod hostmem;
+mod pieces;
 pub(crate) mod pipeline;
 mod place;
 pub(crate) mod plan;
@@ -117,10 +119,15 @@ pub struct ReadOptions {
     /// threads), each with the rest of its half as readers (16 threads: 2 workers of
     /// 7 readers).
     pub gpu_workers: Option<usize>,
-    /// Bytes of one staging slot of a device read (`DEFAULT_SLOT_BYTES`; a slot
-    /// always holds at least one decoded chunk). Each worker holds two slots, and the
-    /// context's page-locked pool bounds what all workers hold together: workers that
-    /// find the pool full do not join the read.
+    /// Bytes of one staging slot of a device read (`DEFAULT_SLOT_BYTES`). Each worker
+    /// holds two slots, and the context's page-locked pool bounds what all workers hold
+    /// together: workers that find the pool full do not join the read.
+    ///
+    /// Chunks (inner chunks) of 2 MiB and more, or larger than a slot, that are
+    /// uncompressed, zstd or gzip in a filesystem store go to the device in pieces of
+    /// at most 512 KiB and at most a slot (rounded up to 256 bytes) while they are
+    /// decoded. Other chunks are decoded whole into a slot, which then holds at least
+    /// one chunk, and as many as fit.
     pub slot_bytes: usize,
 }
 

@@ -69,7 +69,8 @@ pub(crate) struct Run<'a> {
 }
 
 impl Run<'_> {
-    fn claim(&self) -> Option<std::ops::Range<usize>> {
+    /// The next batch of units, if any is left and no worker failed.
+    pub(crate) fn claim(&self) -> Option<std::ops::Range<usize>> {
         if self.failed.load(Ordering::Acquire) {
             return None;
         }
@@ -215,12 +216,9 @@ pub(crate) fn read_host(
                         piece = zeroed_vec(piece_bytes)?;
                     }
                     let mut next = 0;
-                    let stored = super::stream::decode(
-                        src,
-                        &u.cell,
-                        &mut piece,
-                        &mut last,
-                        &mut |at, bytes| {
+                    let mut sink = super::stream::Scatter {
+                        piece: &mut piece,
+                        put: |at: usize, bytes: &[u8]| {
                             super::stream::scatter(&runs, &mut next, at, bytes, &mut |d, b| {
                                 // Safety: the runs come from `layout::plan`, which checked that
                                 // every destination byte lies within the output's `len`
@@ -235,7 +233,8 @@ pub(crate) fn read_host(
                                 }
                             })
                         },
-                    )?;
+                    };
+                    let stored = super::stream::decode(src, &u.cell, &mut last, &mut sink)?;
                     if let Some(stored) = stored {
                         note(counts, stored, src.cell_bytes);
                         continue;
@@ -345,7 +344,21 @@ pub(crate) fn read_device(
     if units.is_empty() {
         return Ok(out);
     }
-    let (slot_bytes, per) = slot_layout(src.cell_bytes, slot_target);
+    // Units of a chain that streams go to the device in pieces when they are large
+    // (from the size host reads stream at) or do not fit a slot; the others are decoded
+    // whole into slots of about `slot_target` bytes.
+    let (stream_min, piece_bytes) = super::stream::settings();
+    let pieces = (src.cell_bytes >= stream_min || src.cell_bytes > slot_target)
+        && super::stream::streams(src, 0);
+    let (slot_bytes, per) = if pieces {
+        let piece = piece_bytes
+            .min(slot_target)
+            .next_multiple_of(ALIGN)
+            .max(ALIGN);
+        (piece, 1)
+    } else {
+        slot_layout(src.cell_bytes, slot_target)
+    };
     let batches = super::plan::batches(units.len(), 1, per);
     let run = Run {
         units,
@@ -409,7 +422,11 @@ pub(crate) fn read_device(
         // The first CPU worker waits for a lane (the bound on page-locked memory is the
         // pool's); the others join only when the pool has room.
         let cpu = |wait: bool, lane: Option<UploadLane>| {
-            cpu_worker(src, &run, &out, ctx, slot_bytes, wait, stream, lane, counts)
+            if pieces {
+                super::pieces::worker(src, &run, &out, ctx, slot_bytes, wait, stream, lane, counts)
+            } else {
+                cpu_worker(src, &run, &out, ctx, slot_bytes, wait, stream, lane, counts)
+            }
         };
         if let (Some(g), Some(model)) = (gpu.filter(|g| t < g.workers), model.as_ref()) {
             // In a GPU-only read the first GPU worker waits for staging: someone must.

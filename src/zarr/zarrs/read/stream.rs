@@ -1,16 +1,20 @@
-//! Streamed decoding for host reads of large chunks: the decoder hands out a chunk's
-//! bytes in pieces of [`PIECE`] bytes that go straight to their places in the output,
-//! instead of decoding the whole chunk into the worker's scratch and copying it from
-//! there. A decoded chunk of several MiB does not fit a core's cache, so the scratch
-//! copy read it back from memory; a piece does (measured on the GPU machine, host reads
-//! into a reused buffer, before: 8.4 GB/s for 4 MiB zstd-1 chunks, 5.8-6.4 for 16 MiB
-//! ones and 23.4 for 4 MiB uncompressed ones, against 10 for 1 MiB zstd-1 chunks, whose
-//! scratch stays in the cache; figures with streaming at [`PIECE`]).
+//! Streamed decoding of large chunks: the decoder hands out a chunk's bytes in pieces
+//! to a [`Sink`]. In host reads the pieces, of [`PIECE`] bytes, go straight to their
+//! places in the output, instead of decoding the whole chunk into the worker's scratch
+//! and copying it from there. A decoded chunk of several MiB does not fit a core's
+//! cache, so the scratch copy read it back from memory; a piece does (measured on the
+//! GPU machine, host reads into a reused buffer, before: 8.4 GB/s for 4 MiB zstd-1
+//! chunks, 5.8-6.4 for 16 MiB ones and 23.4 for 4 MiB uncompressed ones, against 10
+//! for 1 MiB zstd-1 chunks, whose scratch stays in the cache; figures with streaming at
+//! [`PIECE`]). In device reads the pieces are page-locked slots on their way to the
+//! device (`pieces`).
 //!
-//! Streamed: units of [`STREAM_MIN`] bytes or more, read from a filesystem store,
-//! uncompressed (without crc32c), zstd or gzip, with one placement whose contiguous runs
-//! are at least [`MIN_RUN`] bytes. Others (blosc, chains zarrs decodes, object stores,
-//! units placed more than once, transposed chunks) keep the scratch path.
+//! Host reads stream units of [`STREAM_MIN`] bytes or more, read from a filesystem
+//! store, uncompressed (without crc32c), zstd or gzip, with one placement whose
+//! contiguous runs are at least [`MIN_RUN`] bytes. Others (blosc, chains zarrs decodes,
+//! object stores, units placed more than once, transposed chunks) keep the scratch
+//! path. Device reads place units on the device, so there only the codec and the store
+//! decide.
 //! The bounds are those of the whole-chunk decoders: a chunk decodes to exactly its
 //! size or is an error naming it. The streaming zstd decoder's buffer is bounded by
 //! the chunk (only a first frame that declares the chunk's size streams; frames after
@@ -38,9 +42,11 @@ pub(crate) const PIECE: usize = 512 << 10;
 /// worker's scratch, which stays in the cache.
 pub(crate) const STREAM_MIN: usize = 2 << 20;
 
-/// How a host read streams: the smallest unit streamed and the piece size. The defaults
-/// ([`STREAM_MIN`], [`PIECE`]), or for benchmarks `DEVBUF_STREAM_MIN` and
-/// `DEVBUF_STREAM_PIECE` (bytes; read per read; the piece is rounded up to 64 bytes).
+/// How reads stream: the smallest unit streamed and the piece size (host reads; device
+/// reads stream these units too, and any unit larger than their slots, see
+/// `pieces`). The defaults ([`STREAM_MIN`], [`PIECE`]), or for benchmarks
+/// `DEVBUF_STREAM_MIN` and `DEVBUF_STREAM_PIECE` (bytes; read per read; the piece is
+/// rounded up to 64 bytes).
 pub(crate) fn settings() -> (usize, usize) {
     let var = |k: &str| {
         std::env::var(k)
@@ -133,20 +139,50 @@ pub(crate) fn scatter(
     }
 }
 
-/// Decodes unit `cell` of `src` (see [`streams`]) in pieces: `sink(offset, bytes)` gets
-/// every piece in order, `bytes` in native order (swapped when the chain says so), all
-/// of them together exactly `src.cell_bytes`. `piece` is the worker's buffer (a
-/// multiple of 64 bytes); `last` its open file (see `Source::decode_in`). Returns
-/// whether the unit was stored (a missing one is the fill value), or `None`, before any
-/// piece went out, for a zstd frame that does not declare its size (a streaming
-/// decoder would hold a window as large as the frame asks for; the whole-chunk decoder
-/// needs none): decode that unit whole.
+/// Where a streamed unit's pieces go: a host read's piece buffer and its scatter into
+/// the output, or a device read's page-locked slots and their DMAs.
+pub(crate) trait Sink {
+    /// The buffer the next piece is decoded into: the same one until [`put`](Self::put)
+    /// is called, the next one may be another; never empty, its length a multiple of
+    /// 64 bytes (whole elements of every type).
+    fn buf(&mut self) -> Result<&mut [u8]>;
+
+    /// The buffer's first `len` bytes are the unit's bytes from `offset` (native
+    /// order): take them.
+    fn put(&mut self, offset: usize, len: usize) -> Result<()>;
+}
+
+/// A [`Sink`] over one buffer: `put(offset, bytes)` gets each piece.
+pub(crate) struct Scatter<'a, F: FnMut(usize, &[u8])> {
+    /// The piece buffer (a multiple of 64 bytes).
+    pub piece: &'a mut [u8],
+    /// Takes each piece: its offset in the unit and its bytes.
+    pub put: F,
+}
+
+impl<F: FnMut(usize, &[u8])> Sink for Scatter<'_, F> {
+    fn buf(&mut self) -> Result<&mut [u8]> {
+        Ok(self.piece)
+    }
+
+    fn put(&mut self, offset: usize, len: usize) -> Result<()> {
+        (self.put)(offset, &self.piece[..len]);
+        Ok(())
+    }
+}
+
+/// Decodes unit `cell` of `src` (see [`streams`]) in pieces: `sink` gets every piece
+/// in order, in native order (swapped when the chain says so), all of them together
+/// exactly `src.cell_bytes`. `last` is the worker's open file (see
+/// `Source::decode_in`). Returns whether the unit was stored (a missing one is the fill
+/// value), or `None`, before any piece went out, for a zstd frame that does not declare
+/// its size (a streaming decoder would hold a window as large as the frame asks for;
+/// the whole-chunk decoder needs none): decode that unit whole.
 pub(crate) fn decode(
     src: &Source<'_>,
     cell: &[u64],
-    piece: &mut [u8],
     last: &mut Option<OpenFile>,
-    sink: &mut dyn FnMut(usize, &[u8]),
+    sink: &mut dyn Sink,
 ) -> Result<Option<bool>> {
     let chain = src
         .chain()
@@ -154,7 +190,6 @@ pub(crate) fn decode(
     let n = src.cell_bytes;
     let what = || src.describe(cell);
     let mut out = Pieces {
-        piece,
         filled: 0,
         done: 0,
         n,
@@ -162,10 +197,11 @@ pub(crate) fn decode(
         sink,
     };
     let Some((offset, len)) = src.open_stored_with(cell, last)? else {
-        src.fill_into(out.piece);
         while out.done < n {
-            let k = (n - out.done).min(out.piece.len());
-            (out.sink)(out.done, &out.piece[..k]);
+            let buf = out.sink.buf()?;
+            let k = (n - out.done).min(buf.len());
+            src.fill_into(&mut buf[..k]);
+            out.sink.put(out.done, k)?;
             out.done += k;
         }
         return Ok(Some(false));
@@ -183,11 +219,12 @@ pub(crate) fn decode(
             )));
         }
         while out.done < n {
-            let k = (n - out.done).min(out.piece.len());
-            super::source::read_exact_at(file, &mut out.piece[..k], offset + out.done as u64)
+            let buf = out.sink.buf()?;
+            let k = (n - out.done).min(buf.len());
+            super::source::read_exact_at(file, &mut buf[..k], offset + out.done as u64)
                 .map_err(io)?;
             out.filled = k;
-            out.emit();
+            out.emit()?;
         }
         return Ok(Some(true));
     }
@@ -222,34 +259,43 @@ pub(crate) fn decode(
 
 /// A unit's decoded bytes on their way to the sink: `piece[..filled]` not handed out
 /// yet, `done` bytes handed out, `n` in all.
-struct Pieces<'a, 'b> {
-    piece: &'a mut [u8],
+struct Pieces<'a> {
     filled: usize,
     done: usize,
     n: usize,
     swap: Option<usize>,
-    sink: &'b mut dyn FnMut(usize, &[u8]),
+    sink: &'a mut dyn Sink,
 }
 
-impl Pieces<'_, '_> {
-    /// Room left in the piece, never past the unit's end.
-    fn room(&self) -> usize {
-        (self.piece.len() - self.filled).min(self.n - self.done - self.filled)
+impl Pieces<'_> {
+    /// The sink's buffer from the first byte not filled yet, at most up to the unit's
+    /// end (empty when the buffer is full).
+    fn room(&mut self) -> Result<&mut [u8]> {
+        let left = self.n - self.done - self.filled;
+        let buf = self.sink.buf()?;
+        if buf.is_empty() {
+            // Nothing could ever be decoded into it (and nothing emitted from it).
+            return Err(Error::invalid("streamed decode: an empty piece buffer"));
+        }
+        let start = self.filled.min(buf.len());
+        let end = buf.len().min(start + left);
+        Ok(&mut buf[start..end])
     }
 
-    /// Hands out the filled part of the piece (whole elements: a piece is full, or the
-    /// unit's last).
-    fn emit(&mut self) {
+    /// Hands out the filled part of the buffer (whole elements: the buffer is full, or
+    /// the unit's last).
+    fn emit(&mut self) -> Result<()> {
         if self.filled == 0 {
-            return;
+            return Ok(());
         }
-        let bytes = &mut self.piece[..self.filled];
         if let Some(w) = self.swap {
-            crate::memory::host_ops::swap_in_place(bytes, w);
+            let buf = self.sink.buf()?;
+            crate::memory::host_ops::swap_in_place(&mut buf[..self.filled], w);
         }
-        (self.sink)(self.done, bytes);
+        self.sink.put(self.done, self.filled)?;
         self.done += self.filled;
         self.filled = 0;
+        Ok(())
     }
 
     fn too_long(&self, codec: &str, what: &dyn Fn() -> String) -> Error {
@@ -273,7 +319,7 @@ impl Pieces<'_, '_> {
 
 /// zstd frame(s) `body`, the first declaring exactly `out.n` bytes -> pieces, exactly
 /// `out.n` bytes.
-fn zstd_pieces(body: &[u8], out: &mut Pieces<'_, '_>, what: &dyn Fn() -> String) -> Result<()> {
+fn zstd_pieces(body: &[u8], out: &mut Pieces<'_>, what: &dyn Fn() -> String) -> Result<()> {
     let n = out.n;
     let err = |e: std::io::Error| codec::zstd_error(what, n, e);
     codec::with_zstd(&ZSTD, Decoder::new, |d| {
@@ -292,29 +338,28 @@ fn zstd_pieces(body: &[u8], out: &mut Pieces<'_, '_>, what: &dyn Fn() -> String)
         let mut input = InBuffer::around(frame);
         let mut hint = 1;
         while input.pos() < frame.len() || hint != 0 {
-            let room = out.room();
-            if room == 0 {
-                if out.done + out.filled == out.n {
-                    // Everything expected is out: the rest of the input must decode to
-                    // nothing (the end of the frame, empty or skippable frames).
-                    let mut spare = [0u8; 1];
-                    let mut o = OutBuffer::around(&mut spare[..]);
-                    let before = input.pos();
-                    hint = d.run(&mut input, &mut o).map_err(err)?;
-                    if o.pos() > 0 {
-                        return Err(out.too_long("zstd", what));
-                    }
-                    if input.pos() == before && hint != 0 {
-                        return Err(out.too_short("zstd", what)); // truncated frame
-                    }
-                    continue;
+            if out.done + out.filled == out.n {
+                // Everything expected is out: the rest of the input must decode to
+                // nothing (the end of the frame, empty or skippable frames).
+                let mut spare = [0u8; 1];
+                let mut o = OutBuffer::around(&mut spare[..]);
+                let before = input.pos();
+                hint = d.run(&mut input, &mut o).map_err(err)?;
+                if o.pos() > 0 {
+                    return Err(out.too_long("zstd", what));
                 }
-                out.emit();
+                if input.pos() == before && hint != 0 {
+                    return Err(out.too_short("zstd", what)); // truncated frame
+                }
                 continue;
             }
-            let start = out.filled;
             let before = input.pos();
-            let mut o = OutBuffer::around(&mut out.piece[start..start + room]);
+            let room = out.room()?;
+            if room.is_empty() {
+                out.emit()?;
+                continue;
+            }
+            let mut o = OutBuffer::around(room);
             hint = d.run(&mut input, &mut o).map_err(err)?;
             let got = o.pos();
             out.filled += got;
@@ -323,7 +368,7 @@ fn zstd_pieces(body: &[u8], out: &mut Pieces<'_, '_>, what: &dyn Fn() -> String)
                 return Err(out.too_short("zstd", what));
             }
         }
-        out.emit();
+        out.emit()?;
         if out.done != out.n {
             return Err(out.too_short("zstd", what));
         }
@@ -338,16 +383,15 @@ fn zstd_pieces(body: &[u8], out: &mut Pieces<'_, '_>, what: &dyn Fn() -> String)
 }
 
 /// A gzip member `body` -> pieces, exactly `out.n` bytes.
-fn gzip_pieces(body: &[u8], out: &mut Pieces<'_, '_>, what: &dyn Fn() -> String) -> Result<()> {
+fn gzip_pieces(body: &[u8], out: &mut Pieces<'_>, what: &dyn Fn() -> String) -> Result<()> {
     let mut dec = flate2::read::GzDecoder::new(body);
     while out.done + out.filled < out.n {
-        let room = out.room();
-        if room == 0 {
-            out.emit();
+        let room = out.room()?;
+        if room.is_empty() {
+            out.emit()?;
             continue;
         }
-        let start = out.filled;
-        match dec.read(&mut out.piece[start..start + room]) {
+        match dec.read(room) {
             Ok(0) => return Err(out.too_short("gzip", what)),
             Ok(k) => out.filled += k,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -360,6 +404,6 @@ fn gzip_pieces(body: &[u8], out: &mut Pieces<'_, '_>, what: &dyn Fn() -> String)
         Ok(_) => return Err(out.too_long("gzip", what)),
         Err(e) => return Err(Error::Malformed(format!("{}: gzip: {e}", what()))),
     }
-    out.emit();
+    out.emit()?;
     Ok(())
 }
