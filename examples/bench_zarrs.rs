@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --features zarrs,object_store,flight --example bench_zarrs -- [--mib N] [--only a,b] [--repeat N]
-//!     [--decoders host,into,cpu,gpu,both,auto] [--gpu-workers N] [--no-writes] [--no-limits] [--reports] [--keep DIR]
+//!     [--decoders host,into,cpu,gpu,both,auto] [--gpu-workers N] [--slot-bytes N] [--no-writes] [--no-limits] [--reports] [--keep DIR]
 //! cargo run --release --features zarrs,object_store,flight --example bench_zarrs -- --store PATH [--store PATH ...]
 //! cargo run --release --features zarrs,object_store,flight --example bench_zarrs -- --manifest DIR/manifest.json
 //! ```
@@ -19,7 +19,7 @@
 //! Per store: host read (into new memory, and into one reused buffer: `host into`); device read; device write (device -> a new store of the same
 //! codecs, own sweep only) with the CPU encoders and, for zstd, with nvCOMP (and the
 //! ratio of nvCOMP's store). `--decoders` times only the reads named, `--gpu-workers`
-//! sets `ReadOptions::gpu_workers`, `--no-writes` skips the writes, `--no-limits` the limits, `--reports` prints
+//! sets `ReadOptions::gpu_workers`, `--slot-bytes` `ReadOptions::slot_bytes`, `--no-writes` skips the writes, `--no-limits` the limits, `--reports` prints
 //! every decoder's read report, `--keep DIR` writes the own sweep's stores into DIR and
 //! keeps them (for later runs with `--store`). The limits printed first are measured in the same run:
 //! page-locked host -> device copy (PCIe), one core's zstd-1 decode rate and every
@@ -63,6 +63,7 @@ mod bench {
         manifest: Option<PathBuf>,
         decoders: Vec<String>,
         gpu_workers: Option<usize>,
+        slot_bytes: usize,
         writes: bool,
         reports: bool,
         keep: Option<PathBuf>,
@@ -86,6 +87,7 @@ mod bench {
                 .map(String::from)
                 .to_vec(),
             gpu_workers: None,
+            slot_bytes: devbuf::zarr::zarrs::DEFAULT_SLOT_BYTES,
             writes: true,
             reports: false,
             keep: None,
@@ -112,6 +114,11 @@ mod bench {
                             .parse()
                             .map_err(|_| bad("--gpu-workers: a number".into()))?,
                     )
+                }
+                "--slot-bytes" => {
+                    a.slot_bytes = val()?
+                        .parse()
+                        .map_err(|_| bad("--slot-bytes: a number".into()))?
                 }
                 "--no-writes" => a.writes = false,
                 "--no-limits" => a.limits = false,
@@ -323,6 +330,7 @@ mod bench {
                 a.set_read_options(ReadOptions {
                     decoder,
                     gpu_workers: args.gpu_workers,
+                    slot_bytes: args.slot_bytes,
                     ..ReadOptions::default()
                 })?;
                 if matches!(decoder, Decoder::Gpu | Decoder::Both) && a.read_all(&dev).is_err() {
@@ -346,6 +354,7 @@ mod bench {
                     Decoder::Both
                 },
                 gpu_workers: args.gpu_workers,
+                slot_bytes: args.slot_bytes,
                 ..ReadOptions::default()
             })?;
             let (on_dev, r) = a.read_all_with_report(&dev)?;

@@ -1,8 +1,9 @@
 //! Device reads of large chunks, which the CPU workers send to the device a piece at a
 //! time (`src/zarr/zarrs/read/pieces.rs`): bit-exact against the host read for every
 //! codec that streams (none, zstd, gzip; big-endian with crc32c; transposed; sharded
-//! inner chunks), with edge and missing chunks, at the default piece size and with
-//! slots of a few KiB (hundreds of pieces a chunk); zstd frames the whole-chunk decoder
+//! inner chunks), with edge and missing chunks, with slots of 1 MiB (2 MiB chunks in
+//! two pieces, 2.5 MiB ones in three) and of a few KiB (hundreds of pieces a chunk);
+//! zstd frames the whole-chunk decoder
 //! takes but the streaming one does not; and damaged chunks are errors naming the
 //! chunk, with device memory and the page-locked pool back where they were.
 
@@ -27,13 +28,10 @@ fn f32_nd(rows: usize, cols: usize, rng: &mut SmallRng) -> NDBuffer {
     NDBuffer::from_ndarray(ndarray::Array2::from_shape_vec((rows, cols), v).unwrap())
 }
 
-/// `check_reads` with the CPU decoders at the default piece size, then with slots of
-/// `small` bytes on three workers (many pieces a chunk, many rounds a worker).
+/// `check_reads` with the CPU decoders and slots of 1 MiB, then with slots of `small`
+/// bytes on three workers (many pieces a chunk, many rounds a worker).
 fn check_in_pieces(a: &mut ZarrArray, small: usize, rng: &mut SmallRng, what: &str) {
-    for (threads, slot_bytes) in [
-        (None, devbuf::zarr::zarrs::DEFAULT_SLOT_BYTES),
-        (Some(3), small),
-    ] {
+    for (threads, slot_bytes) in [(None, 1 << 20), (Some(3), small)] {
         a.set_read_options(ReadOptions {
             decoder: Decoder::Cpu,
             threads,
@@ -51,7 +49,7 @@ gpu_test! {
     fn zarrs_device_reads_of_large_chunks_in_pieces_equal_host() {
         let mut rng = rng("zarrs_device_reads_of_large_chunks_in_pieces_equal_host");
         let dir = TempDir::new("pieces");
-        // 1100 x 700 float32 in 1024 x 640 chunks (2.5 MiB, streamed from 2 MiB on):
+        // 1100 x 700 float32 in 1024 x 640 chunks (2.5 MiB):
         // three of four chunks clipped at the edges, the last one missing; one sharded
         // case with 2 MiB inner chunks.
         for (k, (comp, sharded)) in [
@@ -134,7 +132,7 @@ gpu_test! {
             ("no declared size (decoded whole, sent in pieces)", undeclared),
         ] {
             std::fs::write(&chunk, &bytes).unwrap();
-            for slot_bytes in [devbuf::zarr::zarrs::DEFAULT_SLOT_BYTES, 4096] {
+            for slot_bytes in [1 << 20, 4096] {
                 a.set_read_options(ReadOptions { decoder: Decoder::Cpu, slot_bytes, ..ReadOptions::default() }).unwrap();
                 assert!(bytes_of(&a.read_all(&DEV).unwrap()) == all, "{case}, slots of {slot_bytes}");
             }
@@ -169,7 +167,7 @@ gpu_test_exclusive! {
                 cases.push(("declares half", zstd::bulk::compress(&vec![3u8; 1 << 20], 1).unwrap()));
             }
             let mut a = ZarrArray::open(&path).unwrap();
-            for slot_bytes in [devbuf::zarr::zarrs::DEFAULT_SLOT_BYTES, 4096] {
+            for slot_bytes in [1 << 20, 4096] {
                 a.set_read_options(ReadOptions { decoder: Decoder::Cpu, slot_bytes, ..ReadOptions::default() }).unwrap();
                 std::fs::write(&chunk, &original).unwrap();
                 drop(a.read_all(&DEV).unwrap());

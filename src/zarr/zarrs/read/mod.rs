@@ -123,11 +123,11 @@ pub struct ReadOptions {
     /// holds two slots, and the context's page-locked pool bounds what all workers hold
     /// together: workers that find the pool full do not join the read.
     ///
-    /// Chunks (inner chunks) of 2 MiB and more, or larger than a slot, that are
-    /// uncompressed, zstd or gzip in a filesystem store go to the device in pieces of
-    /// at most 512 KiB and at most a slot (rounded up to 256 bytes) while they are
-    /// decoded. Other chunks are decoded whole into a slot, which then holds at least
-    /// one chunk, and as many as fit.
+    /// Chunks (inner chunks) larger than a slot that are uncompressed, zstd or gzip in
+    /// a filesystem store go to the device in pieces of a slot (rounded up to 256
+    /// bytes) while they are decoded, so the slot bounds the staging of any chunk
+    /// size. Other chunks are decoded whole into a slot, which then holds at least one
+    /// chunk, and as many as fit.
     pub slot_bytes: usize,
 }
 

@@ -7,14 +7,14 @@
 //! chunks, 5.8-6.4 for 16 MiB ones and 23.4 for 4 MiB uncompressed ones, against 10
 //! for 1 MiB zstd-1 chunks, whose scratch stays in the cache; figures with streaming at
 //! [`PIECE`]). In device reads the pieces are page-locked slots on their way to the
-//! device (`pieces`).
+//! device (`pieces`: units larger than a slot).
 //!
 //! Host reads stream units of [`STREAM_MIN`] bytes or more, read from a filesystem
 //! store, uncompressed (without crc32c), zstd or gzip, with one placement whose
 //! contiguous runs are at least [`MIN_RUN`] bytes. Others (blosc, chains zarrs decodes,
 //! object stores, units placed more than once, transposed chunks) keep the scratch
-//! path. Device reads place units on the device, so there only the codec and the store
-//! decide.
+//! path. Device reads place units on the device, so there only the codec, the store and
+//! the unit's size against the slot's decide.
 //! The bounds are those of the whole-chunk decoders: a chunk decodes to exactly its
 //! size or is an error naming it. The streaming zstd decoder's buffer is bounded by
 //! the chunk (only a first frame that declares the chunk's size streams; frames after
@@ -42,11 +42,9 @@ pub(crate) const PIECE: usize = 512 << 10;
 /// worker's scratch, which stays in the cache.
 pub(crate) const STREAM_MIN: usize = 2 << 20;
 
-/// How reads stream: the smallest unit streamed and the piece size (host reads; device
-/// reads stream these units too, and any unit larger than their slots, see
-/// `pieces`). The defaults ([`STREAM_MIN`], [`PIECE`]), or for benchmarks
-/// `DEVBUF_STREAM_MIN` and `DEVBUF_STREAM_PIECE` (bytes; read per read; the piece is
-/// rounded up to 64 bytes).
+/// How a host read streams: the smallest unit streamed and the piece size. The defaults
+/// ([`STREAM_MIN`], [`PIECE`]), or for benchmarks `DEVBUF_STREAM_MIN` and
+/// `DEVBUF_STREAM_PIECE` (bytes; read per read; the piece is rounded up to 64 bytes).
 pub(crate) fn settings() -> (usize, usize) {
     let var = |k: &str| {
         std::env::var(k)
