@@ -15,7 +15,8 @@
 //! * `sched`: when a GPU worker takes another claim (the CPU / GPU split);
 //! * `hostmem`: the fresh (huge-page) memory a host read fills;
 //! * `stream`: streamed decoding of large units straight into a host output;
-//! * `pieces`: the CPU workers of a device read of large units, a piece at a time.
+//! * `pieces`: the CPU workers of a device read of large uncompressed units, a piece
+//!   at a time.
 //!
 //! The device write engine (`../write.rs`) reuses `plan`, `codec` and the staging lanes.
 
@@ -123,11 +124,10 @@ pub struct ReadOptions {
     /// holds two slots, and the context's page-locked pool bounds what all workers hold
     /// together: workers that find the pool full do not join the read.
     ///
-    /// Chunks (inner chunks) larger than a slot that are uncompressed, zstd or gzip in
-    /// a filesystem store go to the device in pieces of a slot (rounded up to 256
-    /// bytes) while they are decoded, so the slot bounds the staging of any chunk
-    /// size. Other chunks are decoded whole into a slot, which then holds at least one
-    /// chunk, and as many as fit.
+    /// Uncompressed chunks (inner chunks) larger than a slot in a filesystem store go to
+    /// the device in pieces of a slot (at most 2 MiB, rounded up to 256 bytes) while
+    /// they are read. Other chunks are decoded whole into a slot, which then holds at
+    /// least one chunk, and as many as fit.
     pub slot_bytes: usize,
 }
 

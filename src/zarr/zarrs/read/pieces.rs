@@ -1,23 +1,28 @@
-//! Device reads of large units in pieces: a CPU worker decodes a unit of a streamed
-//! chain (uncompressed, zstd or gzip from a filesystem store, see `stream`) one
-//! page-locked slot at a time. Each full slot goes by DMA to its place in a device
-//! buffer of the whole unit while the worker decodes the next piece into the lane's
-//! other slot, and the unit's placement runs on the device from that buffer, queued on
-//! the same stream after its last piece.
+//! Device reads of large uncompressed units in pieces: a CPU worker reads a unit larger
+//! than a slot (uncompressed, from a filesystem store, see `stream`) one page-locked
+//! piece at a time. Each piece goes by DMA to its place in a device buffer of the whole
+//! unit while the worker reads the next piece into the lane's other slot, and the
+//! unit's placement runs on the device from that buffer, queued on the same stream
+//! after its last piece.
 //!
-//! Against decoding the whole unit into a slot as large as the unit and sending it in
-//! one DMA (`pipeline::cpu_worker`, which units that fit a slot still take):
-//! * the slot bounds the page-locked memory a worker holds, whatever the chunk size:
-//!   two slots, not two units (16 workers and 16 MiB chunks: 128 MiB, not 512);
-//! * the DMAs run while the unit is decoded, so a worker's last unit reaches the device
-//!   one piece after its decode ends, not one unit after (16 MiB uncompressed chunks,
-//!   4 MiB slots: 30.6 GB/s before, about 40 now).
+//! Against reading the whole unit into a slot as large as the unit and sending it in
+//! one DMA (`pipeline::cpu_worker`, which the other units take):
+//! * the DMAs run while the unit is read, so a worker's last unit reaches the device
+//!   one piece after its read ends, not one unit after. Measured on the GPU machine (16
+//!   workers, 512 MiB, interleaved with whole units in two calls): 16 MiB chunks 27.8-31.4
+//!   GB/s whole, 39.7-40.7 in pieces of 2 MiB; pieces of 1 MiB 33.9-34.7, of 4 MiB
+//!   31.4-35.9, of 256 KiB 16.7 (each DMA has a cost of its own, and 16 workers' copies
+//!   queue on the lanes' few streams);
+//! * the slot bounds the page-locked memory a worker holds, whatever the chunk size.
 //!
-//! Pieces much smaller than a MiB are slower: each DMA has a cost of its own, and 16
-//! workers' small copies queue behind each other on the lanes' few streams.
+//! Compressed units are not sent in pieces: the streaming zstd decoder writes through a
+//! window buffer of its own, one more copy than decoding the whole unit straight into
+//! a slot, and 16 MiB zstd-1 chunks read 5-20% slower in 4 MiB pieces (equal in 512 KiB
+//! pieces, which stay in the cache, but no faster either); gzip was no faster.
 
 use std::sync::atomic::Ordering;
 
+use super::codec::Compression;
 use super::pipeline::{Run, note};
 use super::place::place_units;
 use super::source::Source;
@@ -25,6 +30,25 @@ use super::stream::Sink;
 use crate::cuda::{Context, DeviceBuffer, Stream, UploadLane};
 use crate::error::{Error, Result};
 use crate::memory::zeroed_vec;
+
+/// Largest piece: see the measurements above.
+const PIECE: usize = 2 << 20;
+
+/// Whether a device read with slots of `slot_target` bytes sends `src`'s units in
+/// pieces: uncompressed units larger than a slot that stream (see `stream::streams`).
+pub(crate) fn applies(src: &Source<'_>, slot_target: usize) -> bool {
+    src.cell_bytes > slot_target
+        && super::stream::streams(src, 0)
+        && src
+            .chain()
+            .is_some_and(|c| c.compression == Compression::None)
+}
+
+/// Bytes of a piece with slots of `slot_target` bytes: the slot, at most [`PIECE`],
+/// a multiple of 256.
+pub(crate) fn piece_bytes(slot_target: usize) -> usize {
+    slot_target.min(PIECE).next_multiple_of(256).max(256)
+}
 
 /// The lane's slots as a [`Sink`]: each piece is decoded into the current slot and
 /// sent to its offset in `dst`, the device buffer of the unit.
@@ -48,8 +72,9 @@ impl Sink for LaneSink<'_> {
     }
 }
 
-/// One CPU worker of a device read whose units decode in pieces of `piece` bytes (a
-/// multiple of 256): decodes its claims' units until the work runs out. Does nothing
+/// One CPU worker of a device read whose units go in pieces of `piece` bytes (a
+/// multiple of 256, see [`piece_bytes`]): sends its claims' units until the work runs
+/// out. Does nothing
 /// when no work is left or (unless `wait`) the pool has no room for its lane.
 /// `stream`: the lane's (shared) stream, else one of its own. `lane`: staging the
 /// worker already holds (a GPU worker's, now decoding on the CPU), used when its slots
@@ -85,7 +110,8 @@ pub(crate) fn worker(
     let unit = ctx.allocate_pooled(src.cell_bytes, Some(lane.stream()))?;
     // The worker's open chunk (shard) file, for this read only.
     let mut last = None;
-    // A unit that does not stream (a zstd frame without its size) is decoded whole here.
+    // A unit that does not stream is decoded whole here (a zstd frame without its size;
+    // not with the chains of `applies`, but `stream::decode` may say so of any).
     let mut whole: Vec<u8> = Vec::new();
     while let Some(b) = run.claim() {
         for u in &run.units[b] {
@@ -120,4 +146,38 @@ pub(crate) fn worker(
         }
     }
     lane.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::zarr::zarrs::{ZarrArray, fixtures};
+
+    #[test]
+    fn only_uncompressed_units_larger_than_a_slot_go_in_pieces() {
+        let source = |name: &str| ZarrArray::open(fixtures::path(name)).unwrap();
+        let none = source("v3_float32_none.zarr");
+        let none = none.source().unwrap();
+        let n = none.cell_bytes;
+        assert!(n > 1, "the fixture's chunks: {n} bytes");
+        assert!(applies(&none, n - 1));
+        assert!(applies(&none, 0));
+        assert!(!applies(&none, n), "a unit that fits a slot is read whole");
+        for name in [
+            "v3_float32_zstd.zarr",
+            "v3_float32_gzip.zarr",
+            "v3_float32_blosc.zarr",
+        ] {
+            let a = source(name);
+            let src = a.source().unwrap();
+            assert!(
+                !applies(&src, 256),
+                "{name}: compressed units are decoded whole"
+            );
+        }
+        assert_eq!(piece_bytes(4 << 20), 2 << 20);
+        assert_eq!(piece_bytes(1000), 1024);
+        assert_eq!(piece_bytes(0), 256);
+        assert_eq!(piece_bytes(usize::MAX), 2 << 20);
+    }
 }

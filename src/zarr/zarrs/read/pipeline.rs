@@ -344,15 +344,11 @@ pub(crate) fn read_device(
     if units.is_empty() {
         return Ok(out);
     }
-    // Units larger than a slot of a chain that streams go to the device in pieces of a
-    // slot; the others are decoded whole into slots of about `slot_target` bytes (at
-    // least one unit each). Measured on the GPU machine (16 CPU workers, 512 MiB,
-    // interleaved with whole units): 16 MiB uncompressed chunks 30.6 GB/s whole, 16.7 /
-    // 33.9 / 40.7 in pieces of 256 KiB / 1 MiB / 2 MiB (small DMAs cost more than they
-    // save); 16 MiB zstd-1 chunks 8.3-8.6 either way (the decode bounds them).
-    let pieces = src.cell_bytes > slot_target && super::stream::streams(src, 0);
+    // Uncompressed units larger than a slot go to the device in pieces; the others are
+    // decoded whole into slots of about `slot_target` bytes (at least one unit each).
+    let pieces = super::pieces::applies(src, slot_target);
     let (slot_bytes, per) = if pieces {
-        (slot_target.next_multiple_of(ALIGN).max(ALIGN), 1)
+        (super::pieces::piece_bytes(slot_target), 1)
     } else {
         slot_layout(src.cell_bytes, slot_target)
     };

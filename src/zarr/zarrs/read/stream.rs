@@ -6,15 +6,14 @@
 //! GPU machine, host reads into a reused buffer, before: 8.4 GB/s for 4 MiB zstd-1
 //! chunks, 5.8-6.4 for 16 MiB ones and 23.4 for 4 MiB uncompressed ones, against 10
 //! for 1 MiB zstd-1 chunks, whose scratch stays in the cache; figures with streaming at
-//! [`PIECE`]). In device reads the pieces are page-locked slots on their way to the
-//! device (`pieces`: units larger than a slot).
+//! [`PIECE`]). In device reads of uncompressed units larger than a slot the pieces are
+//! page-locked slots on their way to the device (`pieces`).
 //!
 //! Host reads stream units of [`STREAM_MIN`] bytes or more, read from a filesystem
 //! store, uncompressed (without crc32c), zstd or gzip, with one placement whose
 //! contiguous runs are at least [`MIN_RUN`] bytes. Others (blosc, chains zarrs decodes,
 //! object stores, units placed more than once, transposed chunks) keep the scratch
-//! path. Device reads place units on the device, so there only the codec, the store and
-//! the unit's size against the slot's decide.
+//! path.
 //! The bounds are those of the whole-chunk decoders: a chunk decodes to exactly its
 //! size or is an error naming it. The streaming zstd decoder's buffer is bounded by
 //! the chunk (only a first frame that declares the chunk's size streams; frames after
