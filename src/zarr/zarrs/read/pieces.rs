@@ -9,10 +9,10 @@
 //! one DMA (`pipeline::cpu_worker`, which the other units take):
 //! * the DMAs run while the unit is read, so a worker's last unit reaches the device
 //!   one piece after its read ends, not one unit after. Measured on the GPU machine (16
-//!   workers, 512 MiB, interleaved with whole units in two calls): 16 MiB chunks 27.8-31.4
-//!   GB/s whole, 39.7-40.7 in pieces of 2 MiB; pieces of 1 MiB 33.9-34.7, of 4 MiB
-//!   31.4-35.9, of 256 KiB 16.7 (each DMA has a cost of its own, and 16 workers' copies
-//!   queue on the lanes' few streams);
+//!   workers, 512 MiB, interleaved with whole units in three calls): 16 MiB chunks
+//!   26.7-31.4 GB/s whole, 32.5-40.7 in pieces of 2 MiB (16-38% more in the same call);
+//!   pieces of 1 MiB 31.5-34.7, of 4 MiB 31.4-35.9, of 256 KiB 16.7 (each DMA has a
+//!   cost of its own, and 16 workers' copies queue on the lanes' few streams);
 //! * the slot bounds the page-locked memory a worker holds, whatever the chunk size.
 //!
 //! Compressed units are not sent in pieces: the streaming zstd decoder writes through a
