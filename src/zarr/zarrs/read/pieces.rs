@@ -29,7 +29,6 @@ use super::source::Source;
 use super::stream::Sink;
 use crate::cuda::{Context, DeviceBuffer, Stream, UploadLane};
 use crate::error::{Error, Result};
-use crate::memory::zeroed_vec;
 
 /// Largest piece: see the measurements above.
 const PIECE: usize = 2 << 20;
@@ -74,9 +73,8 @@ impl Sink for LaneSink<'_> {
 
 /// One CPU worker of a device read whose units go in pieces of `piece` bytes (a
 /// multiple of 256, see [`piece_bytes`]): sends its claims' units until the work runs
-/// out. Does nothing
-/// when no work is left or (unless `wait`) the pool has no room for its lane.
-/// `stream`: the lane's (shared) stream, else one of its own. `lane`: staging the
+/// out. Does nothing when no work is left or (unless `wait`) the pool has no room for
+/// its lane. `stream`: the lane's (shared) stream, else one of its own. `lane`: staging the
 /// worker already holds (a GPU worker's, now decoding on the CPU), used when its slots
 /// hold a piece.
 #[allow(clippy::too_many_arguments)]
@@ -110,9 +108,6 @@ pub(crate) fn worker(
     let unit = ctx.allocate_pooled(src.cell_bytes, Some(lane.stream()))?;
     // The worker's open chunk (shard) file, for this read only.
     let mut last = None;
-    // A unit that does not stream is decoded whole here (a zstd frame without its size;
-    // not with the chains of `applies`, but `stream::decode` may say so of any).
-    let mut whole: Vec<u8> = Vec::new();
     while let Some(b) = run.claim() {
         for u in &run.units[b] {
             let mut sink = LaneSink {
@@ -120,20 +115,15 @@ pub(crate) fn worker(
                 piece,
                 dst: &unit,
             };
-            let stored = match super::stream::decode(src, &u.cell, &mut last, &mut sink)? {
-                Some(stored) => stored,
-                None => {
-                    if whole.is_empty() {
-                        whole = zeroed_vec(src.cell_bytes)?;
-                    }
-                    let stored = src.decode_in(&u.cell, &mut whole, &mut last)?;
-                    for (k, part) in whole.chunks(piece).enumerate() {
-                        lane.slot()?[..part.len()].copy_from_slice(part);
-                        lane.upload_to(part.len(), &unit, k * piece)?;
-                    }
-                    stored
-                }
-            };
+            // Uncompressed units always stream (only a zstd frame without its size
+            // does not, and `applies` keeps compressed chains out).
+            let stored =
+                super::stream::decode(src, &u.cell, &mut last, &mut sink)?.ok_or_else(|| {
+                    Error::invalid(format!(
+                        "{}: read engine: a unit sent in pieces did not stream",
+                        src.describe(&u.cell)
+                    ))
+                })?;
             note(counts, stored, src.cell_bytes);
             place_units(
                 src,
