@@ -93,6 +93,7 @@ fn large_chunks_read_bit_exactly_for_every_streamed_codec() {
         (Compressor::None, false),
         (Compressor::Zstd { level: 1 }, false),
         (Compressor::Gzip { level: 1 }, false),
+        (Compressor::Zlib { level: 1 }, false),
         (Compressor::Zstd { level: 3 }, true),
     ]
     .into_iter()
@@ -260,6 +261,7 @@ fn damaged_large_chunks_are_errors_naming_them() {
         ("none", Compressor::None),
         ("zstd", Compressor::Zstd { level: 1 }),
         ("gzip", Compressor::Gzip { level: 1 }),
+        ("zlib", Compressor::Zlib { level: 1 }),
     ] {
         let a = ZarrArray::create(
             dir.join(name),
@@ -282,9 +284,9 @@ fn damaged_large_chunks_are_errors_naming_them() {
             ("truncated", original[..original.len() / 2].to_vec()),
             ("one byte short", original[..original.len() - 1].to_vec()),
         ];
-        if name != "gzip" {
-            // (A gzip member ends where its trailer says; bytes after it are not read,
-            // as by the whole-chunk decoder.)
+        if name != "gzip" && name != "zlib" {
+            // (A gzip member or zlib stream ends where its last block and trailer say;
+            // bytes after it are not read, as by the whole-chunk decoder.)
             cases.push(("one byte more", [original.as_slice(), &[0]].concat()));
         }
         match name {
@@ -316,6 +318,17 @@ fn damaged_large_chunks_are_errors_naming_them() {
                 std::io::Write::write_all(&mut enc, &[decoded.as_slice(), &decoded[..8]].concat())
                     .unwrap();
                 cases.push(("8 bytes too long", enc.finish().unwrap()));
+            }
+            "zlib" => {
+                let mut enc =
+                    flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::new(1));
+                std::io::Write::write_all(&mut enc, &[decoded.as_slice(), &decoded[..8]].concat())
+                    .unwrap();
+                cases.push(("8 bytes too long", enc.finish().unwrap()));
+                let mut adler = original.clone();
+                let last = adler.len() - 1;
+                adler[last] ^= 1;
+                cases.push(("a damaged Adler-32", adler));
             }
             _ => {}
         }

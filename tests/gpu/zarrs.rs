@@ -159,6 +159,7 @@ gpu_test! {
             Compressor::Zstd { level: 3 },
             Compressor::Gzip { level: 5 },
             Compressor::Blosc { level: 5 },
+            Compressor::Zlib { level: 3 },
         ];
         for (k, element) in ElementType::ALL.into_iter().enumerate() {
             for (j, bo) in [Endianness::Little, Endianness::Big].into_iter().enumerate() {
@@ -170,7 +171,7 @@ gpu_test! {
                 } else {
                     ArraySpec::new(&shape, &[16, 10, 2], dtype)
                 }
-                .with_compressor(compressors[(k + j) % 4]);
+                .with_compressor(compressors[(k + j) % compressors.len()]);
                 let what = format!("{dtype} sharded={sharded}");
                 let path = dir.0.join(format!("{element}-{bo}"));
                 let a = ZarrArray::create(&path, &spec).unwrap();
@@ -355,7 +356,7 @@ gpu_test_exclusive! {
         let mut rng = rng("zarrs_bad_chunks_fail_device_reads_and_free_everything");
         let shape = [128u64, 96];
         let ctx = Context::new(0).unwrap();
-        for comp in [Compressor::None, Compressor::Zstd { level: 1 }, Compressor::Gzip { level: 1 }, Compressor::Blosc { level: 5 }] {
+        for comp in [Compressor::None, Compressor::Zstd { level: 1 }, Compressor::Gzip { level: 1 }, Compressor::Zlib { level: 1 }, Compressor::Blosc { level: 5 }] {
             let path = dir.0.join(format!("{comp:?}").replace([' ', '{', '}', ':'], ""));
             let a = ZarrArray::create(&path, &ArraySpec::new(&shape, &[32, 32], DataType::INT32).with_compressor(comp)).unwrap();
             a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, ElementType::Int32, 128 * 96), &shape, ElementType::Int32)).unwrap();
@@ -506,8 +507,8 @@ gpu_test_exclusive! {
 }
 
 gpu_test! {
-    /// nvCOMP alone and nvCOMP with CPU workers give exactly the host's bytes, for zstd
-    /// and gzip, plain and sharded, either byte order, with missing chunks, for every
+    /// nvCOMP alone and nvCOMP with CPU workers give exactly the host's bytes, for zstd,
+    /// gzip and zlib, plain and sharded, either byte order, with missing chunks, for every
     /// kind of selection; the report counts the GPU's chunks.
     fn zarrs_gpu_decoded_reads_equal_host() {
         if nvcomp_missing("zarrs_gpu_decoded_reads_equal_host") {
@@ -516,7 +517,7 @@ gpu_test! {
         let mut rng = rng("zarrs_gpu_decoded_reads_equal_host");
         let dir = TempDir::new("gpu-decode");
         let mut k = 0;
-        for comp in [Compressor::Zstd { level: 1 }, Compressor::Gzip { level: 1 }] {
+        for comp in [Compressor::Zstd { level: 1 }, Compressor::Gzip { level: 1 }, Compressor::Zlib { level: 1 }] {
             for (element, bo) in [(ElementType::Float32, Endianness::Little), (ElementType::Int16, Endianness::Big), (ElementType::Float64, Endianness::Little)] {
                 for sharded in [false, true] {
                     k += 1;
@@ -584,7 +585,7 @@ gpu_test_exclusive! {
         let dir = TempDir::new("gpu-bad");
         let mut rng = rng("zarrs_gpu_decode_errors_name_the_chunk_and_free_everything");
         let ctx = Context::new(0).unwrap();
-        for comp in [Compressor::Zstd { level: 1 }, Compressor::Gzip { level: 1 }] {
+        for comp in [Compressor::Zstd { level: 1 }, Compressor::Gzip { level: 1 }, Compressor::Zlib { level: 1 }] {
             let path = dir.0.join(format!("{comp:?}").replace([' ', '{', '}', ':'], ""));
             let a = ZarrArray::create(&path, &ArraySpec::new(&[128, 96], &[32, 32], DataType::INT32).with_compressor(comp)).unwrap();
             a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, ElementType::Int32, 128 * 96), &[128, 96], ElementType::Int32)).unwrap();
@@ -611,6 +612,18 @@ gpu_test_exclusive! {
                 let mut sized = original.clone();
                 sized.truncate(original.len() - 3); // the last block runs past the end
                 bad_inputs.push(("short block", sized));
+            }
+            if matches!(comp, Compressor::Zlib { .. }) {
+                let mut header = original.clone();
+                header[1] ^= 0x01; // the header's check bits
+                bad_inputs.push(("header", header));
+                // A stream of the chunk's bytes and 8 more: zlib records no size, so
+                // nvCOMP's output bound catches it.
+                let mut long = bytes_of(&a.read_chunk(&[2, 1], &HOST).unwrap());
+                long.extend_from_slice(&[9u8; 8]);
+                let mut enc = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::new(1));
+                std::io::Write::write_all(&mut enc, &long).unwrap();
+                bad_inputs.push(("8 bytes too long", enc.finish().unwrap()));
             }
             let _ = garbage;
             for (how, bad) in bad_inputs {

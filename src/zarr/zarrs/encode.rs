@@ -194,6 +194,13 @@ fn gpu_plan(
     match chain.compression {
         Compression::Zstd => {}
         Compression::None => return Err("the chunks are not compressed".into()),
+        Compression::Zlib => {
+            return Err(
+                "zlib: its trailer holds an Adler-32 of the uncompressed bytes, which are not \
+                 on the host"
+                    .into(),
+            );
+        }
         Compression::Gzip => {
             return Err(
                 "gzip: its trailer holds a CRC-32 of the uncompressed bytes, which are not on \

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use ::zarrs::array::BytesToBytesCodecTraits;
 use ::zarrs::array::codec::{
-    BloscCodec, BloscCompressionLevel, BloscCompressor, BloscShuffleMode, GzipCodec, ZstdCodec,
+    BloscCodec, BloscCompressionLevel, BloscCompressor, BloscShuffleMode, GzipCodec, ZlibCodec,
+    ZlibCompressionLevel, ZstdCodec,
 };
 
 use crate::error::{Error, Result};
@@ -26,6 +27,12 @@ pub enum Compressor {
     },
     /// `gzip` at this level (0..=9).
     Gzip {
+        /// Compression level.
+        level: u32,
+    },
+    /// `numcodecs.zlib` at this level (0..=9): zarr v2's `zlib` compressor, a zlib
+    /// stream (header, deflate, Adler-32) per chunk.
+    Zlib {
         /// Compression level.
         level: u32,
     },
@@ -130,6 +137,9 @@ impl ArraySpec {
             Compressor::Gzip { level } if level > 9 => Err(Error::invalid(format!(
                 "gzip level {level} is out of range (0..=9)"
             ))),
+            Compressor::Zlib { level } if level > 9 => Err(Error::invalid(format!(
+                "zlib level {level} is out of range (0..=9)"
+            ))),
             Compressor::Blosc { level } if level > 9 => Err(Error::invalid(format!(
                 "blosc level {level} is out of range (0..=9)"
             ))),
@@ -147,6 +157,12 @@ impl ArraySpec {
             Compressor::Gzip { level } => vec![Arc::new(
                 GzipCodec::new(level).map_err(|e| Error::invalid(format!("gzip: {e}")))?,
             )],
+            Compressor::Zlib { level } => {
+                let level = ZlibCompressionLevel::try_from(level).map_err(|l| {
+                    Error::invalid(format!("zlib level {l} is out of range (0..=9)"))
+                })?;
+                vec![Arc::new(ZlibCodec::new(level))]
+            }
             Compressor::Blosc { level } => {
                 let clevel = BloscCompressionLevel::try_from(level)
                     .map_err(|e| Error::invalid(format!("blosc level {level}: {e}")))?;

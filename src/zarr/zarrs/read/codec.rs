@@ -23,6 +23,8 @@ pub(crate) enum Compression {
     None,
     Zstd,
     Gzip,
+    /// `numcodecs.zlib` (zarr v2's `zlib`): a zlib stream (RFC 1950), deflate inside.
+    Zlib,
     /// blosc's container, with the compressor its metadata names.
     Blosc(BloscInner),
 }
@@ -45,6 +47,7 @@ impl Compression {
             Compression::None => "none",
             Compression::Zstd => "zstd",
             Compression::Gzip => "gzip",
+            Compression::Zlib => "zlib",
             Compression::Blosc(_) => "blosc",
         }
     }
@@ -188,6 +191,7 @@ fn chain(
         let this = match c.name() {
             "zstd" => Compression::Zstd,
             "gzip" => Compression::Gzip,
+            "numcodecs.zlib" | "zlib" => Compression::Zlib,
             "blosc" => Compression::Blosc(match config_str(c, "cname") {
                 Some("lz4" | "lz4hc") => BloscInner::Lz4,
                 Some("zstd") => BloscInner::Zstd,
@@ -356,6 +360,36 @@ pub(crate) fn gzip_deflate_range(
     Ok(at..end)
 }
 
+/// The raw deflate stream inside a zlib stream (RFC 1950) of one chunk, for nvCOMP:
+/// the 2-byte header checked (deflate, a window of at most 32 KiB, the header's check
+/// bits, no preset dictionary), the 4-byte Adler-32 trailer left off. zlib does not
+/// record the decoded size: nvCOMP's actual size is checked against the chunk's after
+/// the decode, and the Adler-32 is not checked on the GPU (as gzip's CRC-32).
+pub(crate) fn zlib_deflate_range(
+    src: &[u8],
+    what: &dyn Fn() -> String,
+) -> Result<std::ops::Range<usize>> {
+    let bad = |m: &str| Error::Malformed(format!("{}: zlib: {m}", what()));
+    if src.len() < 2 + 4 + 1 {
+        return Err(bad(&format!(
+            "{} bytes cannot hold a zlib stream (header, deflate, trailer: 7 bytes or more)",
+            src.len()
+        )));
+    }
+    let (cmf, flg) = (src[0], src[1]);
+    if cmf & 0x0f != 8 || cmf >> 4 > 7 || (u16::from(cmf) << 8 | u16::from(flg)) % 31 != 0 {
+        return Err(bad(
+            "not a zlib stream (bad method, window size or header check)",
+        ));
+    }
+    if flg & 0x20 != 0 {
+        return Err(bad(
+            "a preset dictionary, which zarr's zlib codec never uses",
+        ));
+    }
+    Ok(2..src.len() - 4)
+}
+
 /// The decoded size a zstd frame declares in its header, checked: `Ok(Some(n))` when it
 /// declares exactly `expect` bytes, `Ok(None)` when it declares none, an error naming
 /// the chunk when it declares another size or is no zstd frame at all.
@@ -419,22 +453,10 @@ pub(crate) fn decode_into(
             }
         }
         Compression::Gzip => {
-            let mut dec = flate2::read::GzDecoder::new(body);
-            let mut filled = 0;
-            while filled < n {
-                match dec.read(&mut dst[filled..]) {
-                    Ok(0) => return Err(wrong(format!("{filled} bytes"))),
-                    Ok(k) => filled += k,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(Error::Malformed(format!("{}: gzip: {e}", what()))),
-                }
-            }
-            let mut extra = [0u8; 1];
-            match dec.read(&mut extra) {
-                Ok(0) => {}
-                Ok(_) => return Err(wrong(format!("more than {n} bytes"))),
-                Err(e) => return Err(Error::Malformed(format!("{}: gzip: {e}", what()))),
-            }
+            inflate_into(flate2::read::GzDecoder::new(body), "gzip", dst, what)?;
+        }
+        Compression::Zlib => {
+            inflate_into(flate2::read::ZlibDecoder::new(body), "zlib", dst, what)?;
         }
         Compression::Blosc(_) => blosc_into(body, dst, what)?,
     }
@@ -442,6 +464,42 @@ pub(crate) fn decode_into(
         crate::memory::host_ops::swap_in_place(dst, w);
     }
     Ok(())
+}
+
+/// A deflate decoder's output -> `dst`: exactly `dst.len()` bytes, never more read
+/// from it than one byte past that (gzip and zlib check their trailers, CRC-32 or
+/// Adler-32, when their stream ends).
+fn inflate_into(
+    mut dec: impl Read,
+    codec: &str,
+    dst: &mut [u8],
+    what: &dyn Fn() -> String,
+) -> Result<()> {
+    let n = dst.len();
+    let wrong = |got: String| {
+        Error::Malformed(format!(
+            "{}: {codec} chunk decodes to {got}, the chunk holds exactly {n} bytes",
+            what()
+        ))
+    };
+    let mut filled = 0;
+    while filled < n {
+        match dec.read(&mut dst[filled..]) {
+            Ok(0) => return Err(wrong(format!("{filled} bytes"))),
+            Ok(k) => filled += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::Malformed(format!("{}: {codec}: {e}", what()))),
+        }
+    }
+    let mut extra = [0u8; 1];
+    loop {
+        match dec.read(&mut extra) {
+            Ok(0) => return Ok(()),
+            Ok(_) => return Err(wrong(format!("more than {n} bytes"))),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::Malformed(format!("{}: {codec}: {e}", what()))),
+        }
+    }
 }
 
 /// Blosc 1 buffer -> `dst`, after checking that its header agrees with its length and
@@ -588,6 +646,43 @@ mod tests {
         unterminated[3] = 0x08;
         unterminated.extend_from_slice(&[b'x'; 20]);
         assert!(gzip_deflate_range(&unterminated, 1, &what).is_err());
+    }
+
+    #[test]
+    fn zlib_streams_yield_their_deflate_stream_and_decode_bounded() {
+        use std::io::Write;
+        let data: Vec<u8> = (0..30_000u32).map(|i| (i % 97) as u8).collect();
+        let mut enc = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::new(1));
+        enc.write_all(&data).unwrap();
+        let z = enc.finish().unwrap();
+        let r = zlib_deflate_range(&z, &what).unwrap();
+        let mut raw = Vec::new();
+        flate2::read::DeflateDecoder::new(&z[r])
+            .read_to_end(&mut raw)
+            .unwrap();
+        assert_eq!(raw, data);
+        assert!(zlib_deflate_range(&z[..6], &what).is_err());
+        for (at, v) in [(0usize, 0x79u8), (0, 0x88), (1, z[1] ^ 1), (1, z[1] | 0x20)] {
+            let mut bad = z.clone();
+            bad[at] = v;
+            let e = zlib_deflate_range(&bad, &what).unwrap_err();
+            assert!(e.to_string().contains("zlib"), "{e}");
+        }
+        // The CPU decoder: exact size, or an error naming the sizes.
+        let chain = plain(Compression::Zlib);
+        let mut out = vec![0u8; data.len()];
+        decode_into(&chain, &z, &mut out, &what).unwrap();
+        assert_eq!(out, data);
+        let e = decode_into(&chain, &z, &mut vec![0u8; data.len() - 1], &what).unwrap_err();
+        assert!(e.to_string().contains("more than 29999 bytes"), "{e}");
+        let e = decode_into(&chain, &z, &mut vec![0u8; data.len() + 1], &what).unwrap_err();
+        assert!(e.to_string().contains("30000 bytes"), "{e}");
+        // A damaged Adler-32 is an error on the CPU.
+        let mut bad = z.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        assert!(decode_into(&chain, &bad, &mut out, &what).is_err());
+        assert!(decode_into(&chain, &z[..z.len() / 2], &mut out, &what).is_err());
     }
 
     #[test]

@@ -71,7 +71,7 @@ pub(crate) fn gpu_codec(chain: &Chain) -> std::result::Result<GpuCodec, String> 
     use super::codec::{BloscInner, Compression};
     match chain.compression {
         Compression::Zstd => Ok(GpuCodec::Zstd),
-        Compression::Gzip => Ok(GpuCodec::Deflate),
+        Compression::Gzip | Compression::Zlib => Ok(GpuCodec::Deflate),
         Compression::Blosc(BloscInner::Lz4) => Ok(GpuCodec::Lz4),
         Compression::Blosc(BloscInner::Zstd) => Ok(GpuCodec::Zstd),
         Compression::Blosc(BloscInner::Other) => Err(

@@ -47,7 +47,7 @@ pub(crate) struct GpuModel {
 /// H100 machine's cores, miniz_oxide for deflate.
 fn core_rate(c: Compression) -> f64 {
     match c {
-        Compression::Gzip => 0.1e9,
+        Compression::Gzip | Compression::Zlib => 0.1e9,
         _ => 0.7e9,
     }
 }
@@ -59,7 +59,7 @@ fn core_rate(c: Compression) -> f64 {
 /// so one chunk decodes at about 6 MB/s).
 fn chunk_rate(c: Compression) -> f64 {
     match c {
-        Compression::Gzip => 0.008e9,
+        Compression::Gzip | Compression::Zlib => 0.008e9,
         _ => 0.3e9,
     }
 }

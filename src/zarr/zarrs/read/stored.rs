@@ -228,7 +228,8 @@ fn one_unit(
 }
 
 /// The byte range nvCOMP decodes of one unit's stored bytes `slot[r]`, after the
-/// host-side checks: crc32c, the gzip member's header and size, the zstd frame's
+/// host-side checks: crc32c, the gzip member's header and size, the zlib stream's
+/// header, the zstd frame's
 /// declared size and completeness, blosc's container taken apart ([`blosc`]). `None`:
 /// decode this unit on the CPU instead (a valid encoding nvCOMP should not be given,
 /// e.g. several zstd frames, or blosc that its parser leaves to c-blosc).
@@ -249,6 +250,12 @@ pub(crate) fn gpu_input(
             let g = codec::gzip_deflate_range(&slot[body.clone()], src.cell_bytes, what)?;
             Ok(Some(Input::Stream(
                 body.start + g.start..body.start + g.end,
+            )))
+        }
+        Compression::Zlib => {
+            let z = codec::zlib_deflate_range(&slot[body.clone()], what)?;
+            Ok(Some(Input::Stream(
+                body.start + z.start..body.start + z.end,
             )))
         }
         Compression::Zstd => {

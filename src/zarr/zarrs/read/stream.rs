@@ -10,7 +10,7 @@
 //! page-locked slots on their way to the device (`pieces`).
 //!
 //! Host reads stream units of [`STREAM_MIN`] bytes or more, read from a filesystem
-//! store, uncompressed (without crc32c), zstd or gzip, with one placement whose
+//! store, uncompressed (without crc32c), zstd, gzip or zlib, with one placement whose
 //! contiguous runs are at least [`MIN_RUN`] bytes. Others (blosc, chains zarrs decodes,
 //! object stores, units placed more than once, transposed chunks) keep the scratch
 //! path.
@@ -71,7 +71,7 @@ pub(crate) fn streams(src: &Source<'_>, min: usize) -> bool {
         && src.has_files()
         && src.chain().is_some_and(|c| match c.compression {
             Compression::None => !c.crc32c,
-            Compression::Zstd | Compression::Gzip => true,
+            Compression::Zstd | Compression::Gzip | Compression::Zlib => true,
             Compression::Blosc(_) => false,
         })
 }
@@ -243,7 +243,15 @@ pub(crate) fn decode(
                 }
                 zstd_pieces(body, &mut out, &what)?;
             }
-            Compression::Gzip => gzip_pieces(body, &mut out, &what)?,
+            Compression::Gzip => {
+                inflate_pieces(flate2::read::GzDecoder::new(body), "gzip", &mut out, &what)?
+            }
+            Compression::Zlib => inflate_pieces(
+                flate2::read::ZlibDecoder::new(body),
+                "zlib",
+                &mut out,
+                &what,
+            )?,
             _ => {
                 return Err(Error::invalid(
                     "streamed decode of a codec that does not stream",
@@ -379,9 +387,14 @@ fn zstd_pieces(body: &[u8], out: &mut Pieces<'_>, what: &dyn Fn() -> String) -> 
     })
 }
 
-/// A gzip member `body` -> pieces, exactly `out.n` bytes.
-fn gzip_pieces(body: &[u8], out: &mut Pieces<'_>, what: &dyn Fn() -> String) -> Result<()> {
-    let mut dec = flate2::read::GzDecoder::new(body);
+/// A deflate decoder's output (a gzip member or a zlib stream) -> pieces, exactly
+/// `out.n` bytes.
+fn inflate_pieces(
+    mut dec: impl Read,
+    codec: &str,
+    out: &mut Pieces<'_>,
+    what: &dyn Fn() -> String,
+) -> Result<()> {
     while out.done + out.filled < out.n {
         let room = out.room()?;
         if room.is_empty() {
@@ -389,17 +402,20 @@ fn gzip_pieces(body: &[u8], out: &mut Pieces<'_>, what: &dyn Fn() -> String) -> 
             continue;
         }
         match dec.read(room) {
-            Ok(0) => return Err(out.too_short("gzip", what)),
+            Ok(0) => return Err(out.too_short(codec, what)),
             Ok(k) => out.filled += k,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(Error::Malformed(format!("{}: gzip: {e}", what()))),
+            Err(e) => return Err(Error::Malformed(format!("{}: {codec}: {e}", what()))),
         }
     }
     let mut extra = [0u8; 1];
-    match dec.read(&mut extra) {
-        Ok(0) => {}
-        Ok(_) => return Err(out.too_long("gzip", what)),
-        Err(e) => return Err(Error::Malformed(format!("{}: gzip: {e}", what()))),
+    loop {
+        match dec.read(&mut extra) {
+            Ok(0) => break,
+            Ok(_) => return Err(out.too_long(codec, what)),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::Malformed(format!("{}: {codec}: {e}", what()))),
+        }
     }
     out.emit()?;
     Ok(())
