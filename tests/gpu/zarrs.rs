@@ -259,7 +259,11 @@ gpu_test! {
             let bo = if k % 2 == 0 { Endianness::Little } else { Endianness::Big };
             let shape = [37u64, 29];
             let mut spec = ArraySpec::new(&shape, &[8, 8], DataType::new(element, bo))
-                .with_compressor(if k % 3 == 0 { Compressor::Blosc { level: 5 } } else { Compressor::Zstd { level: 3 } });
+                .with_compressor(match k % 3 {
+                    0 => Compressor::Blosc { level: 5 },
+                    1 if k % 2 == 1 => Compressor::Zlib { level: 1 },
+                    _ => Compressor::Zstd { level: 3 },
+                });
             if k % 4 == 1 {
                 spec = spec.with_subchunks(&[4, 4]);
             }
