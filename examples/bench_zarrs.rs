@@ -10,7 +10,8 @@
 //!
 //! Without `--store`/`--manifest` it writes its own sweep first (float32, `--mib` MiB
 //! each, default 512 with a GPU and 32 without): chunk sizes 256 KiB, 1 MiB, 4 MiB and
-//! 16 MiB x codecs none, zstd-1, zstd-3, gzip-1, zlib-1, blosc-lz4 with shuffle, plus a sharded
+//! 16 MiB x codecs none, zstd-1, zstd-3, gzip-1, zlib-1, numcodecs' LZ4, blosc-lz4 with
+//! shuffle, plus a sharded
 //! store (16 MiB shards of 64 KiB inner chunks, zstd-1). The data is a smooth field plus
 //! noise, quantised (zstd-1 compresses it about 1.4x). `--manifest` reads the stores that
 //! `scripts/peers/zarr.py write` made, so the peers (tensorstore, zarr-python, nvCOMP)
@@ -239,6 +240,7 @@ mod bench {
             ("zstd3", Compressor::Zstd { level: 3 }),
             ("gzip1", Compressor::Gzip { level: 1 }),
             ("zlib1", Compressor::Zlib { level: 1 }),
+            ("lz4", Compressor::Lz4),
             ("blosclz4", Compressor::Blosc { level: 5 }),
         ];
         for (c, comp) in codecs {

@@ -277,28 +277,20 @@ fn reads_too_large_for_memory_are_errors() {
     );
 }
 
-/// zarr v2's `zlib` compressor (numcodecs' `Zlib`: one zlib stream per chunk), written
-/// here the way numcodecs writes it: the engine decodes it itself (the report says
-/// "zlib", not zarrs), bit-exactly, on every read path; a damaged Adler-32, a
-/// truncated stream and one that decodes to the wrong size are errors naming the chunk.
-#[test]
-fn zarr_v2_zlib_chunks_are_decoded_by_the_engine() {
-    let dir = TempDir::new("v2-zlib");
-    let path = dir.join("z");
+/// A zarr v2 array of `values(64 * 48)` (int32, 16 x 16 chunks) with `compressor`,
+/// its chunk files written here by `encode` the way numcodecs writes them.
+fn v2_array(dir: &TempDir, name: &str, compressor: &str, encode: &dyn Fn(&[u8]) -> Vec<u8>) {
+    let path = dir.join(name);
     std::fs::create_dir_all(&path).unwrap();
     std::fs::write(
         path.join(".zarray"),
-        r#"{"zarr_format": 2, "shape": [64, 48], "chunks": [16, 16], "dtype": "<i4",
-            "compressor": {"id": "zlib", "level": 1}, "fill_value": 0, "order": "C",
-            "filters": null}"#,
+        format!(
+            r#"{{"zarr_format": 2, "shape": [64, 48], "chunks": [16, 16], "dtype": "<i4",
+                "compressor": {compressor}, "fill_value": 0, "order": "C", "filters": null}}"#
+        ),
     )
     .unwrap();
     let all = values(64 * 48);
-    let zlib = |bytes: &[u8]| {
-        let mut enc = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::new(1));
-        std::io::Write::write_all(&mut enc, bytes).unwrap();
-        enc.finish().unwrap()
-    };
     for ci in 0..4usize {
         for cj in 0..3usize {
             let chunk: Vec<u8> = (0..16)
@@ -308,13 +300,17 @@ fn zarr_v2_zlib_chunks_are_decoded_by_the_engine() {
                 })
                 .flat_map(|v| v.to_le_bytes())
                 .collect();
-            std::fs::write(path.join(format!("{ci}.{cj}")), zlib(&chunk)).unwrap();
+            std::fs::write(path.join(format!("{ci}.{cj}")), encode(&chunk)).unwrap();
         }
     }
-    let a = ZarrArray::open(&path).unwrap();
+}
+
+/// The array of [`v2_array`] read by the engine (the report names `codec`, not zarrs)
+/// on every read path, bit-exactly.
+fn check_v2_reads(a: &ZarrArray, codec: &str) {
     let (v, r) = a.read_all_with_report(&HOST).unwrap();
-    assert_eq!(r.codecs, "zlib", "{r}");
-    let want = ndarray::Array2::from_shape_vec((64, 48), all.clone()).unwrap();
+    assert_eq!(r.codecs, codec, "{r}");
+    let want = ndarray::Array2::from_shape_vec((64, 48), values(64 * 48)).unwrap();
     assert_eq!(v.to_ndarray::<i32>().unwrap(), want.clone().into_dyn());
     let sub = a.read_subset(&[10..40, 5..40], &HOST).unwrap();
     assert_eq!(
@@ -324,7 +320,23 @@ fn zarr_v2_zlib_chunks_are_decoded_by_the_engine() {
     let mut into = vec![0u8; 30 * 35 * 4];
     a.read_subset_into(&[10..40, 5..40], &mut into).unwrap();
     assert_eq!(into, sub.to_buffer().unwrap().to_bytes().unwrap());
+}
 
+/// zarr v2's `zlib` compressor (numcodecs' `Zlib`: one zlib stream per chunk): the
+/// engine decodes it itself, on every read path; a damaged Adler-32, a truncated stream
+/// and one that decodes to the wrong size are errors naming the chunk.
+#[test]
+fn zarr_v2_zlib_chunks_are_decoded_by_the_engine() {
+    let dir = TempDir::new("v2-zlib");
+    let zlib = |bytes: &[u8]| {
+        let mut enc = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::new(1));
+        std::io::Write::write_all(&mut enc, bytes).unwrap();
+        enc.finish().unwrap()
+    };
+    v2_array(&dir, "z", r#"{"id": "zlib", "level": 1}"#, &zlib);
+    let path = dir.join("z");
+    let a = ZarrArray::open(&path).unwrap();
+    check_v2_reads(&a, "zlib");
     let chunk = path.join("2.1");
     let original = std::fs::read(&chunk).unwrap();
     let mut adler = original.clone();
@@ -337,8 +349,65 @@ fn zarr_v2_zlib_chunks_are_decoded_by_the_engine() {
     std::fs::write(&chunk, zlib(&vec![7u8; 16 * 16 * 4 + 4])).unwrap();
     all_reads_fail(&a, "2.1", "more than 1024 bytes");
     std::fs::write(&chunk, &original).unwrap();
+    check_v2_reads(&a, "zlib");
+}
+
+/// zarr v2's `lz4` compressor (numcodecs' `LZ4`: the size, then an LZ4 block), which
+/// zarrs has no codec for: devbuf's codec opens it and the engine decodes it; a size
+/// prefix that lies (a bomb's among them), a truncated block and one that decodes to
+/// more than its prefix says are errors naming the chunk, before any large allocation. A v3 array made with
+/// `Compressor::Lz4` round-trips, a partial chunk write too (zarrs decodes it through
+/// devbuf's codec).
+#[test]
+fn lz4_chunks_open_and_are_decoded_by_the_engine() {
+    let dir = TempDir::new("v2-lz4");
+    v2_array(&dir, "l", r#"{"id": "lz4", "acceleration": 1}"#, &|b| {
+        lz4_flex::block::compress_prepend_size(b)
+    });
+    let path = dir.join("l");
+    let a = ZarrArray::open(&path).unwrap();
+    check_v2_reads(&a, "lz4");
+    let chunk = path.join("2.1");
+    let original = std::fs::read(&chunk).unwrap();
+    let mut bomb = original.clone();
+    bomb[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+    std::fs::write(&chunk, &bomb).unwrap();
+    all_reads_fail(&a, "2.1", "declares 4294967295 bytes");
+    std::fs::write(&chunk, &original[..original.len() / 2]).unwrap();
+    all_reads_fail(&a, "2.1", "lz4");
+    std::fs::write(&chunk, &original[..3]).unwrap();
+    all_reads_fail(&a, "2.1", "prefix");
+    // A block of the right size behind a prefix one byte short.
+    let mut short = original.clone();
+    short[..4].copy_from_slice(&1023u32.to_le_bytes());
+    std::fs::write(&chunk, &short).unwrap();
+    all_reads_fail(&a, "2.1", "declares 1023 bytes");
+    // A block that decodes to more than its prefix says.
+    let mut long = lz4_flex::block::compress_prepend_size(&[5u8; 1030]);
+    long[..4].copy_from_slice(&1024u32.to_le_bytes());
+    std::fs::write(&chunk, &long).unwrap();
+    all_reads_fail(&a, "2.1", "lz4");
+    std::fs::write(&chunk, &original).unwrap();
+    check_v2_reads(&a, "lz4");
+
+    let v3 = make(&dir, "v3", Compressor::Lz4);
+    let meta = std::fs::read_to_string(dir.join("v3").join("zarr.json")).unwrap();
+    assert!(meta.contains("numcodecs.lz4"), "{meta}");
+    let want = ndarray::Array2::from_shape_vec((64, 48), values(64 * 48)).unwrap();
     assert_eq!(
-        a.read_all(&HOST).unwrap().to_ndarray::<i32>().unwrap(),
-        want.into_dyn()
+        v3.read_all(&HOST).unwrap().to_ndarray::<i32>().unwrap(),
+        want.clone().into_dyn()
     );
+    // A partial chunk: zarrs reads the chunk back through devbuf's codec.
+    let patch = ndarray::Array2::from_shape_vec((3, 5), vec![-7i32; 15]).unwrap();
+    v3.write_subset(&[17, 18], &NDBuffer::from_ndarray(patch))
+        .unwrap();
+    let mut want = want;
+    want.slice_mut(ndarray::s![17..20, 18..23]).fill(-7);
+    let (v, r) = ZarrArray::open(dir.join("v3"))
+        .unwrap()
+        .read_all_with_report(&HOST)
+        .unwrap();
+    assert_eq!(r.codecs, "lz4", "{r}");
+    assert_eq!(v.to_ndarray::<i32>().unwrap(), want.into_dyn());
 }

@@ -160,6 +160,7 @@ gpu_test! {
             Compressor::Gzip { level: 5 },
             Compressor::Blosc { level: 5 },
             Compressor::Zlib { level: 3 },
+            Compressor::Lz4,
         ];
         for (k, element) in ElementType::ALL.into_iter().enumerate() {
             for (j, bo) in [Endianness::Little, Endianness::Big].into_iter().enumerate() {
@@ -360,7 +361,7 @@ gpu_test_exclusive! {
         let mut rng = rng("zarrs_bad_chunks_fail_device_reads_and_free_everything");
         let shape = [128u64, 96];
         let ctx = Context::new(0).unwrap();
-        for comp in [Compressor::None, Compressor::Zstd { level: 1 }, Compressor::Gzip { level: 1 }, Compressor::Zlib { level: 1 }, Compressor::Blosc { level: 5 }] {
+        for comp in [Compressor::None, Compressor::Zstd { level: 1 }, Compressor::Gzip { level: 1 }, Compressor::Zlib { level: 1 }, Compressor::Lz4, Compressor::Blosc { level: 5 }] {
             let path = dir.0.join(format!("{comp:?}").replace([' ', '{', '}', ':'], ""));
             let a = ZarrArray::create(&path, &ArraySpec::new(&shape, &[32, 32], DataType::INT32).with_compressor(comp)).unwrap();
             a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, ElementType::Int32, 128 * 96), &shape, ElementType::Int32)).unwrap();
@@ -389,9 +390,10 @@ gpu_test_exclusive! {
                 ];
                 for (k, read) in reads.iter().enumerate() {
                     match read() {
-                        // Some corruptions of uncompressed or blosc chunks still decode
-                        // to the right size: then the values differ, but never the size.
-                        Ok(()) => assert!(matches!(comp, Compressor::None | Compressor::Blosc { .. }) && bad.len() == original.len(), "{comp:?} read {k} accepted a bad chunk of {} bytes", bad.len()),
+                        // Some corruptions of uncompressed, blosc or LZ4 chunks (no
+                        // checksums) still decode to the right size: then the values
+                        // differ, but never the size.
+                        Ok(()) => assert!(matches!(comp, Compressor::None | Compressor::Blosc { .. } | Compressor::Lz4) && bad.len() == original.len(), "{comp:?} read {k} accepted a bad chunk of {} bytes", bad.len()),
                         Err(e) => assert!(e.to_string().contains("c/2/1"), "{comp:?} read {k}: {e}"),
                     }
                     ctx.synchronize().unwrap();
@@ -512,7 +514,7 @@ gpu_test_exclusive! {
 
 gpu_test! {
     /// nvCOMP alone and nvCOMP with CPU workers give exactly the host's bytes, for zstd,
-    /// gzip and zlib, plain and sharded, either byte order, with missing chunks, for every
+    /// gzip, zlib and numcodecs' LZ4, plain and sharded, either byte order, with missing chunks, for every
     /// kind of selection; the report counts the GPU's chunks.
     fn zarrs_gpu_decoded_reads_equal_host() {
         if nvcomp_missing("zarrs_gpu_decoded_reads_equal_host") {
@@ -521,7 +523,7 @@ gpu_test! {
         let mut rng = rng("zarrs_gpu_decoded_reads_equal_host");
         let dir = TempDir::new("gpu-decode");
         let mut k = 0;
-        for comp in [Compressor::Zstd { level: 1 }, Compressor::Gzip { level: 1 }, Compressor::Zlib { level: 1 }] {
+        for comp in [Compressor::Zstd { level: 1 }, Compressor::Gzip { level: 1 }, Compressor::Zlib { level: 1 }, Compressor::Lz4] {
             for (element, bo) in [(ElementType::Float32, Endianness::Little), (ElementType::Int16, Endianness::Big), (ElementType::Float64, Endianness::Little)] {
                 for sharded in [false, true] {
                     k += 1;
@@ -589,7 +591,7 @@ gpu_test_exclusive! {
         let dir = TempDir::new("gpu-bad");
         let mut rng = rng("zarrs_gpu_decode_errors_name_the_chunk_and_free_everything");
         let ctx = Context::new(0).unwrap();
-        for comp in [Compressor::Zstd { level: 1 }, Compressor::Gzip { level: 1 }, Compressor::Zlib { level: 1 }] {
+        for comp in [Compressor::Zstd { level: 1 }, Compressor::Gzip { level: 1 }, Compressor::Zlib { level: 1 }, Compressor::Lz4] {
             let path = dir.0.join(format!("{comp:?}").replace([' ', '{', '}', ':'], ""));
             let a = ZarrArray::create(&path, &ArraySpec::new(&[128, 96], &[32, 32], DataType::INT32).with_compressor(comp)).unwrap();
             a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, ElementType::Int32, 128 * 96), &[128, 96], ElementType::Int32)).unwrap();
@@ -628,6 +630,16 @@ gpu_test_exclusive! {
                 let mut enc = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::new(1));
                 std::io::Write::write_all(&mut enc, &long).unwrap();
                 bad_inputs.push(("8 bytes too long", enc.finish().unwrap()));
+            }
+            if matches!(comp, Compressor::Lz4) {
+                // The size prefix is checked on the host; a block that decodes to more
+                // than the chunk by nvCOMP's output bound.
+                let mut prefix = original.clone();
+                prefix[..4].copy_from_slice(&4095u32.to_le_bytes());
+                bad_inputs.push(("prefix", prefix));
+                let mut long = lz4_flex::block::compress_prepend_size(&[5u8; 4096 + 64]);
+                long[..4].copy_from_slice(&4096u32.to_le_bytes());
+                bad_inputs.push(("decodes past the chunk", long));
             }
             let _ = garbage;
             for (how, bad) in bad_inputs {

@@ -194,6 +194,9 @@ fn gpu_plan(
     match chain.compression {
         Compression::Zstd => {}
         Compression::None => return Err("the chunks are not compressed".into()),
+        Compression::Lz4 => {
+            return Err("lz4: the GPU encoder writes zstd chunks only".into());
+        }
         Compression::Zlib => {
             return Err(
                 "zlib: its trailer holds an Adler-32 of the uncompressed bytes, which are not \

@@ -68,6 +68,7 @@ mod array_url;
 mod array_write;
 mod encode;
 mod fs_store;
+pub(crate) mod lz4;
 mod metadata;
 pub(crate) mod read;
 mod spec;

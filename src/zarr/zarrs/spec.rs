@@ -36,6 +36,9 @@ pub enum Compressor {
         /// Compression level.
         level: u32,
     },
+    /// `numcodecs.lz4`: zarr v2's `lz4` compressor (numcodecs' `LZ4`), the decoded
+    /// size then one LZ4 block per chunk.
+    Lz4,
     /// `blosc` with lz4 and byte shuffle at this level (0..=9).
     Blosc {
         /// Compression level.
@@ -163,6 +166,7 @@ impl ArraySpec {
                 })?;
                 vec![Arc::new(ZlibCodec::new(level))]
             }
+            Compressor::Lz4 => vec![Arc::new(super::lz4::Lz4Codec::new())],
             Compressor::Blosc { level } => {
                 let clevel = BloscCompressionLevel::try_from(level)
                     .map_err(|e| Error::invalid(format!("blosc level {level}: {e}")))?;

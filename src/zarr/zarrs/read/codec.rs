@@ -25,6 +25,9 @@ pub(crate) enum Compression {
     Gzip,
     /// `numcodecs.zlib` (zarr v2's `zlib`): a zlib stream (RFC 1950), deflate inside.
     Zlib,
+    /// `numcodecs.lz4` (zarr v2's `lz4`): the decoded size (4 bytes, little-endian),
+    /// then one LZ4 block (`super::super::lz4`).
+    Lz4,
     /// blosc's container, with the compressor its metadata names.
     Blosc(BloscInner),
 }
@@ -48,6 +51,7 @@ impl Compression {
             Compression::Zstd => "zstd",
             Compression::Gzip => "gzip",
             Compression::Zlib => "zlib",
+            Compression::Lz4 => "lz4",
             Compression::Blosc(_) => "blosc",
         }
     }
@@ -192,6 +196,7 @@ fn chain(
             "zstd" => Compression::Zstd,
             "gzip" => Compression::Gzip,
             "numcodecs.zlib" | "zlib" => Compression::Zlib,
+            "numcodecs.lz4" | "lz4" => Compression::Lz4,
             "blosc" => Compression::Blosc(match config_str(c, "cname") {
                 Some("lz4" | "lz4hc") => BloscInner::Lz4,
                 Some("zstd") => BloscInner::Zstd,
@@ -458,6 +463,8 @@ pub(crate) fn decode_into(
         Compression::Zlib => {
             inflate_into(flate2::read::ZlibDecoder::new(body), "zlib", dst, what)?;
         }
+        Compression::Lz4 => super::super::lz4::decode_into(body, dst)
+            .map_err(|e| Error::Malformed(format!("{}: {e}", what())))?,
         Compression::Blosc(_) => blosc_into(body, dst, what)?,
     }
     if let Some(w) = chain.swap {

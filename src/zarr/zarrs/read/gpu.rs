@@ -72,6 +72,7 @@ pub(crate) fn gpu_codec(chain: &Chain) -> std::result::Result<GpuCodec, String> 
     match chain.compression {
         Compression::Zstd => Ok(GpuCodec::Zstd),
         Compression::Gzip | Compression::Zlib => Ok(GpuCodec::Deflate),
+        Compression::Lz4 => Ok(GpuCodec::Lz4),
         Compression::Blosc(BloscInner::Lz4) => Ok(GpuCodec::Lz4),
         Compression::Blosc(BloscInner::Zstd) => Ok(GpuCodec::Zstd),
         Compression::Blosc(BloscInner::Other) => Err(

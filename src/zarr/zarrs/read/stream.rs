@@ -72,7 +72,7 @@ pub(crate) fn streams(src: &Source<'_>, min: usize) -> bool {
         && src.chain().is_some_and(|c| match c.compression {
             Compression::None => !c.crc32c,
             Compression::Zstd | Compression::Gzip | Compression::Zlib => true,
-            Compression::Blosc(_) => false,
+            Compression::Blosc(_) | Compression::Lz4 => false,
         })
 }
 
