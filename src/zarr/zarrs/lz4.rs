@@ -146,6 +146,74 @@ pub(crate) fn decode_into(stored: &[u8], dst: &mut [u8]) -> Result<(), String> {
     }
 }
 
+/// Checks an LZ4 block's structure without decoding it, for nvCOMP, which was
+/// measured to report success on blocks truncated to half (it reads past the block,
+/// into whatever follows in its input buffer): every sequence's literals lie within
+/// the block, every match offset points into bytes already decoded, and the sequences
+/// decode to exactly `n` bytes, the last one literals only (as the format says). One
+/// pass over the compressed bytes; what it cannot see is damage that keeps this
+/// structure (the values then differ, as LZ4 has no checksum).
+pub(crate) fn check_block(block: &[u8], n: usize) -> Result<(), String> {
+    let len = block.len();
+    let short = || format!("truncated lz4 block ({len} bytes; a chunk of {n} bytes expected)");
+    let mut i = 0usize;
+    let mut out = 0usize;
+    // A length nibble of 15 goes on in bytes, each 255 but the last.
+    let extend = |i: &mut usize, mut v: usize| -> Result<usize, String> {
+        loop {
+            let b = *block.get(*i).ok_or_else(short)?;
+            *i += 1;
+            v = v.checked_add(b as usize).ok_or_else(short)?;
+            if b != 255 {
+                return Ok(v);
+            }
+        }
+    };
+    loop {
+        let token = *block.get(i).ok_or_else(short)?;
+        i += 1;
+        let mut lit = (token >> 4) as usize;
+        if lit == 15 {
+            lit = extend(&mut i, lit)?;
+        }
+        if lit > len - i {
+            return Err(short());
+        }
+        i += lit;
+        out = out.saturating_add(lit);
+        if out > n {
+            return Err(format!("lz4 block decodes to more than {n} bytes"));
+        }
+        if i == len {
+            break; // the last sequence: literals only
+        }
+        let off = match block.get(i..i + 2) {
+            Some(o) => u16::from_le_bytes([o[0], o[1]]) as usize,
+            None => return Err(short()),
+        };
+        i += 2;
+        if off == 0 || off > out {
+            return Err(format!(
+                "lz4 block: a match {off} bytes back from byte {out} of the chunk"
+            ));
+        }
+        let mut ml = (token & 15) as usize;
+        if ml == 15 {
+            ml = extend(&mut i, ml)?;
+        }
+        out = out.saturating_add(ml + 4);
+        if out > n {
+            return Err(format!("lz4 block decodes to more than {n} bytes"));
+        }
+    }
+    if out != n {
+        return Err(format!(
+            "lz4 block decodes to {out} bytes, the chunk holds exactly {n} bytes"
+        ));
+    }
+    Ok(())
+}
+
 impl BytesToBytesCodecTraits for Lz4Codec {
     fn into_dyn(self: Arc<Self>) -> Arc<dyn BytesToBytesCodecTraits> {
         self as Arc<dyn BytesToBytesCodecTraits>
@@ -239,6 +307,27 @@ mod tests {
         assert_eq!(enc.as_ref(), stored.as_slice());
         let dec = codec.decode(enc, &rep, &CodecOptions::default()).unwrap();
         assert_eq!(dec.as_ref(), data.as_slice());
+        // The structure check: intact, truncated anywhere, a bad offset, too long.
+        check_block(&stored[PREFIX..], data.len()).unwrap();
+        for cut in [1, 2, 7, stored.len() / 2, stored.len() - PREFIX - 1] {
+            let e = check_block(&stored[PREFIX..stored.len() - cut], data.len()).unwrap_err();
+            assert!(
+                e.contains("truncated") || e.contains("decodes to"),
+                "{cut}: {e}"
+            );
+        }
+        assert!(check_block(&stored[PREFIX..], data.len() - 1).is_err());
+        assert!(check_block(&stored[PREFIX..], data.len() + 1).is_err());
+        let random: Vec<u8> = (0..4096u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        let r = lz4_flex::block::compress(&random);
+        check_block(&r, random.len()).unwrap();
+        assert!(check_block(&r[..r.len() / 2], random.len()).is_err());
+        // A first sequence with a match: nothing decoded yet to point back into.
+        assert!(check_block(&[0x00, 0x01, 0x00, 0x00], 4).is_err());
+        check_block(&[0x00], 0).unwrap();
+        check_block(&[0x30, 1, 2, 3], 3).unwrap();
         // A bomb's prefix is refused before anything is allocated.
         let mut bomb = stored.clone();
         bomb[..4].copy_from_slice(&u32::MAX.to_le_bytes());

@@ -229,7 +229,7 @@ fn one_unit(
 
 /// The byte range nvCOMP decodes of one unit's stored bytes `slot[r]`, after the
 /// host-side checks: crc32c, the gzip member's header and size, the zlib stream's
-/// header, the LZ4 chunk's size prefix, the zstd frame's
+/// header, the LZ4 chunk's size prefix and block structure, the zstd frame's
 /// declared size and completeness, blosc's container taken apart ([`blosc`]). `None`:
 /// decode this unit on the CPU instead (a valid encoding nvCOMP should not be given,
 /// e.g. several zstd frames, or blosc that its parser leaves to c-blosc).
@@ -259,8 +259,9 @@ pub(crate) fn gpu_input(
             )))
         }
         Compression::Lz4 => {
-            // The prefix must declare the chunk's size; nvCOMP's actual size is checked
-            // after the decode.
+            // The prefix must declare the chunk's size, and the block's structure must
+            // hold together (nvCOMP reports success on truncated LZ4 blocks); nvCOMP's
+            // actual size is checked after the decode.
             let n = crate::zarr::zarrs::lz4::declared_size(&slot[body.clone()])
                 .map_err(|e| Error::Malformed(format!("{}: {e}", what())))?;
             if n != src.cell_bytes {
@@ -271,6 +272,8 @@ pub(crate) fn gpu_input(
                 )));
             }
             let p = crate::zarr::zarrs::lz4::PREFIX;
+            crate::zarr::zarrs::lz4::check_block(&slot[body.start + p..body.end], n)
+                .map_err(|e| Error::Malformed(format!("{}: {e}", what())))?;
             Ok(Some(Input::Stream(body.start + p..body.end)))
         }
         Compression::Zstd => {
