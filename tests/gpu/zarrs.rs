@@ -539,6 +539,9 @@ gpu_test! {
                     }
                     .with_compressor(comp)
                     .with_fill_value(fill);
+                    // zlib goes to nvCOMP only with crc32c (its size is unknown on the host).
+                    let crc = matches!(comp, Compressor::Zlib { .. });
+                    let spec = if crc { spec.with_crc32c() } else { spec };
                     let path = dir.0.join(format!("a{k}"));
                     let a = ZarrArray::create(&path, &spec).unwrap();
                     let n: u64 = shape.iter().product();
@@ -556,7 +559,7 @@ gpu_test! {
                         let (_, r) = a.read_all_with_report(&DEV).unwrap();
                         if decoder == Decoder::Auto {
                             // Chunks without crc32c go to the GPU only when asked for.
-                            assert!(r.gpu_chunks == 0 && r.gpu_note.contains("crc32c"), "{what}: {r}");
+                            assert!(crc || (r.gpu_chunks == 0 && r.gpu_note.contains("crc32c")), "{what}: {r}");
                             continue;
                         }
                         assert!(r.gpu_chunks > 0, "{what} {decoder:?}: {r}");
@@ -567,6 +570,17 @@ gpu_test! {
                 }
             }
         }
+        // zlib without crc32c: never on the GPU (a truncated stream could fault the
+        // device); an explicit Gpu is an error saying why, Auto says so too.
+        let path = dir.0.join("zlib-no-crc");
+        let a = ZarrArray::create(&path, &ArraySpec::new(&[64, 64], &[16, 16], DataType::FLOAT32).with_compressor(Compressor::Zlib { level: 1 })).unwrap();
+        a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, ElementType::Float32, 4096), &[64, 64], ElementType::Float32)).unwrap();
+        let (_, r) = a.read_all_with_report(&DEV).unwrap();
+        assert!(r.gpu_chunks == 0 && r.gpu_note.contains("zlib chunks without crc32c"), "{r}");
+        let mut a = ZarrArray::open(&path).unwrap();
+        a.set_read_options(ReadOptions { decoder: Decoder::Gpu, ..ReadOptions::default() }).unwrap();
+        let e = a.read_all(&DEV).unwrap_err().to_string();
+        assert!(e.contains("zlib chunks without crc32c"), "{e}");
         // blosc (LZ4 inside) without crc32c: Auto leaves it to the CPU and says why, Gpu
         // decodes it (zarrs_blosc.rs tests it in depth).
         let path = dir.0.join("blosc");
@@ -593,7 +607,11 @@ gpu_test_exclusive! {
         let ctx = Context::new(0).unwrap();
         for comp in [Compressor::Zstd { level: 1 }, Compressor::Gzip { level: 1 }, Compressor::Zlib { level: 1 }, Compressor::Lz4] {
             let path = dir.0.join(format!("{comp:?}").replace([' ', '{', '}', ':'], ""));
-            let a = ZarrArray::create(&path, &ArraySpec::new(&[128, 96], &[32, 32], DataType::INT32).with_compressor(comp)).unwrap();
+            let zlib = matches!(comp, Compressor::Zlib { .. });
+            let spec = ArraySpec::new(&[128, 96], &[32, 32], DataType::INT32).with_compressor(comp);
+            // zlib goes to nvCOMP only with crc32c.
+            let spec = if zlib { spec.with_crc32c() } else { spec };
+            let a = ZarrArray::create(&path, &spec).unwrap();
             a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, ElementType::Int32, 128 * 96), &[128, 96], ElementType::Int32)).unwrap();
             let mut a = ZarrArray::open(&path).unwrap();
             a.set_read_options(ReadOptions { decoder: Decoder::Gpu, threads: Some(2), ..ReadOptions::default() }).unwrap();
@@ -619,17 +637,21 @@ gpu_test_exclusive! {
                 sized.truncate(original.len() - 3); // the last block runs past the end
                 bad_inputs.push(("short block", sized));
             }
-            if matches!(comp, Compressor::Zlib { .. }) {
-                let mut header = original.clone();
-                header[1] ^= 0x01; // the header's check bits
-                bad_inputs.push(("header", header));
-                // A stream of the chunk's bytes and 8 more: zlib records no size, so
-                // nvCOMP's output bound catches it.
+            if zlib {
+                // A stream of the chunk's bytes and 8 more, with a valid crc32c: zlib
+                // records no size, so nvCOMP's output bound catches it.
                 let mut long = bytes_of(&a.read_chunk(&[2, 1], &HOST).unwrap());
                 long.extend_from_slice(&[9u8; 8]);
                 let mut enc = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::new(1));
                 std::io::Write::write_all(&mut enc, &long).unwrap();
-                bad_inputs.push(("8 bytes too long", enc.finish().unwrap()));
+                let z = enc.finish().unwrap();
+                let crc = crc32c::crc32c(&z).to_le_bytes();
+                bad_inputs.push(("8 bytes too long", [z.as_slice(), &crc].concat()));
+                // A damaged header behind a valid crc32c: refused on the host.
+                let mut header = original[..original.len() - 4].to_vec();
+                header[1] ^= 0x01; // the header's check bits
+                let crc = crc32c::crc32c(&header).to_le_bytes();
+                bad_inputs.push(("header", [header.as_slice(), &crc].concat()));
             }
             if matches!(comp, Compressor::Lz4) {
                 // The size prefix is checked on the host; a block that decodes to more

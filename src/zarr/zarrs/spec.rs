@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use ::zarrs::array::BytesToBytesCodecTraits;
 use ::zarrs::array::codec::{
-    BloscCodec, BloscCompressionLevel, BloscCompressor, BloscShuffleMode, GzipCodec, ZlibCodec,
-    ZlibCompressionLevel, ZstdCodec,
+    BloscCodec, BloscCompressionLevel, BloscCompressor, BloscShuffleMode, Crc32cCodec, GzipCodec,
+    ZlibCodec, ZlibCompressionLevel, ZstdCodec,
 };
 
 use crate::error::{Error, Result};
@@ -66,6 +66,7 @@ pub struct ArraySpec {
     pub(super) fill_value: Option<Scalar>,
     pub(super) compressor: Compressor,
     pub(super) subchunk_shape: Option<Vec<u64>>,
+    pub(super) crc32c: bool,
 }
 
 impl ArraySpec {
@@ -79,6 +80,7 @@ impl ArraySpec {
             fill_value: None,
             compressor: Compressor::None,
             subchunk_shape: None,
+            crc32c: false,
         }
     }
 
@@ -91,6 +93,14 @@ impl ArraySpec {
     /// The compressor of each chunk (of each inner chunk when sharded).
     pub fn with_compressor(mut self, compressor: Compressor) -> ArraySpec {
         self.compressor = compressor;
+        self
+    }
+
+    /// A `crc32c` checksum after the compressor of each chunk (of each inner chunk
+    /// when sharded). The read engine verifies it on the host, and
+    /// [`Decoder::Auto`](super::Decoder::Auto) sends only such chunks to nvCOMP.
+    pub fn with_crc32c(mut self) -> ArraySpec {
+        self.crc32c = true;
         self
     }
 
@@ -154,6 +164,14 @@ impl ArraySpec {
     }
 
     pub(super) fn compressors(&self) -> Result<Vec<Arc<dyn BytesToBytesCodecTraits>>> {
+        let mut codecs = self.compressor_codecs()?;
+        if self.crc32c {
+            codecs.push(Arc::new(Crc32cCodec::new()));
+        }
+        Ok(codecs)
+    }
+
+    fn compressor_codecs(&self) -> Result<Vec<Arc<dyn BytesToBytesCodecTraits>>> {
         Ok(match self.compressor {
             Compressor::None => vec![],
             Compressor::Zstd { level } => vec![Arc::new(ZstdCodec::new(level, false))],

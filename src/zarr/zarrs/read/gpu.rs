@@ -71,7 +71,14 @@ pub(crate) fn gpu_codec(chain: &Chain) -> std::result::Result<GpuCodec, String> 
     use super::codec::{BloscInner, Compression};
     match chain.compression {
         Compression::Zstd => Ok(GpuCodec::Zstd),
-        Compression::Gzip | Compression::Zlib => Ok(GpuCodec::Deflate),
+        Compression::Gzip => Ok(GpuCodec::Deflate),
+        Compression::Zlib if !chain.crc32c => Err(
+            "zlib chunks without crc32c: zlib records no size, so the host cannot rule out a \
+             truncated stream, and nvCOMP's deflate decoder has faulted the device on \
+             truncated input (docs/nvcomp.md); they are decoded on the CPU"
+                .into(),
+        ),
+        Compression::Zlib => Ok(GpuCodec::Deflate),
         Compression::Lz4 => Ok(GpuCodec::Lz4),
         Compression::Blosc(BloscInner::Lz4) => Ok(GpuCodec::Lz4),
         Compression::Blosc(BloscInner::Zstd) => Ok(GpuCodec::Zstd),

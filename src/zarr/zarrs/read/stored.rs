@@ -254,6 +254,13 @@ pub(crate) fn gpu_input(
         }
         Compression::Zlib => {
             let z = codec::zlib_deflate_range(&slot[body.clone()], what)?;
+            // zlib records no size, so the host cannot tell a truncated stream (gzip's
+            // size field can), and nvCOMP's deflate decoder has faulted the device on
+            // truncated streams (docs/nvcomp.md): only a stream whose crc32c the host
+            // verified above goes to nvCOMP; the others are decoded here.
+            if !chain.crc32c {
+                return Ok(None);
+            }
             Ok(Some(Input::Stream(
                 body.start + z.start..body.start + z.end,
             )))
