@@ -514,8 +514,9 @@ gpu_test_exclusive! {
 
 gpu_test! {
     /// nvCOMP alone and nvCOMP with CPU workers give exactly the host's bytes, for zstd,
-    /// gzip, zlib and numcodecs' LZ4, plain and sharded, either byte order, with missing chunks, for every
-    /// kind of selection; the report counts the GPU's chunks.
+    /// gzip, zlib (with crc32c) and numcodecs' LZ4, plain and sharded, either byte
+    /// order, with missing chunks, for every kind of selection; the report counts the
+    /// GPU's chunks.
     fn zarrs_gpu_decoded_reads_equal_host() {
         if nvcomp_missing("zarrs_gpu_decoded_reads_equal_host") {
             return;

@@ -426,8 +426,8 @@ fn choose_gpu(
             return Err(
                 "the chunks carry no crc32c checksum: nvCOMP checks less than the CPU decoders \
                  (damage inside compressed data can decode to wrong values unnoticed, and \
-                 gzip's CRC-32 and zlib's Adler-32 are not checked), so the GPU decodes unprotected chunks only when \
-                 asked for (Decoder::Gpu or Both)"
+                 gzip's CRC-32 and zlib's Adler-32 are not checked), so the GPU decodes \
+                 unprotected chunks only when asked for (Decoder::Gpu or Both)"
                     .to_string(),
             );
         }
