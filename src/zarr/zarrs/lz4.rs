@@ -25,6 +25,9 @@ use zarrs::plugin::{PluginCreateError, ZarrVersion};
 /// Bytes of the size prefix.
 pub(crate) const PREFIX: usize = 4;
 
+/// liblz4's largest input (`LZ4_MAX_INPUT_SIZE`): numcodecs cannot read larger chunks.
+const MAX_INPUT: usize = 0x7E00_0000;
+
 /// numcodecs' `LZ4` compressor (see the module documentation).
 #[derive(Clone, Debug)]
 pub(crate) struct Lz4Codec {
@@ -152,7 +155,8 @@ pub(crate) fn decode_into(stored: &[u8], dst: &mut [u8]) -> Result<(), String> {
 /// the block, every match offset points into bytes already decoded, and the sequences
 /// decode to exactly `n` bytes, the last one literals only (as the format says). One
 /// pass over the compressed bytes; what it cannot see is damage that keeps this
-/// structure (the values then differ, as LZ4 has no checksum).
+/// structure (the values then differ, as LZ4 has no checksum). Matches must also keep
+/// the format's end-of-block rules, as liblz4's decoder requires.
 pub(crate) fn check_block(block: &[u8], n: usize) -> Result<(), String> {
     let len = block.len();
     let short = || format!("truncated lz4 block ({len} bytes; a chunk of {n} bytes expected)");
@@ -201,10 +205,14 @@ pub(crate) fn check_block(block: &[u8], n: usize) -> Result<(), String> {
         if ml == 15 {
             ml = extend(&mut i, ml)?;
         }
-        out = out.saturating_add(ml + 4);
-        if out > n {
-            return Err(format!("lz4 block decodes to more than {n} bytes"));
+        // The format's end-of-block rules (liblz4's decoder enforces them): a match
+        // starts at least 12 bytes before the end and ends at least 5 before it.
+        if n < 12 || out > n - 12 || out.saturating_add(ml + 4) > n - 5 {
+            return Err(format!(
+                "lz4 block: a match at byte {out} of {n} breaks the end-of-block rules"
+            ));
         }
+        out += ml + 4;
     }
     if out != n {
         return Err(format!(
@@ -231,9 +239,9 @@ impl BytesToBytesCodecTraits for Lz4Codec {
         decoded_value: ArrayBytesRaw<'a>,
         _options: &CodecOptions,
     ) -> Result<ArrayBytesRaw<'a>, CodecError> {
-        if u32::try_from(decoded_value.len()).is_err() {
+        if decoded_value.len() > MAX_INPUT {
             return Err(CodecError::Other(format!(
-                "lz4: a chunk of {} bytes; numcodecs' LZ4 holds at most 4 GiB - 1",
+                "lz4: a chunk of {} bytes; LZ4 (liblz4, numcodecs) takes at most {MAX_INPUT}",
                 decoded_value.len()
             )));
         }
@@ -250,13 +258,25 @@ impl BytesToBytesCodecTraits for Lz4Codec {
     ) -> Result<ArrayBytesRaw<'a>, CodecError> {
         let declared = declared_size(&encoded_value).map_err(CodecError::Other)?;
         // The size is checked before the allocation: a prefix cannot make this
-        // allocate more than the chunk.
-        if let Some(n) = decoded_representation.size()
-            && n != declared as u64
-        {
-            return Err(CodecError::Other(format!(
-                "lz4 chunk declares {declared} bytes, the chunk holds exactly {n} bytes"
-            )));
+        // allocate more than the chunk, or (a chunk of unknown size) more than an LZ4
+        // block of these bytes can hold (each byte decodes to at most 255).
+        match decoded_representation.size() {
+            Some(n) if n != declared as u64 => {
+                return Err(CodecError::Other(format!(
+                    "lz4 chunk declares {declared} bytes, the chunk holds exactly {n} bytes"
+                )));
+            }
+            None if declared
+                > (encoded_value.len() - PREFIX)
+                    .saturating_mul(255)
+                    .saturating_add(64) =>
+            {
+                return Err(CodecError::Other(format!(
+                    "lz4 chunk declares {declared} bytes, more than its {} bytes can hold",
+                    encoded_value.len()
+                )));
+            }
+            _ => {}
         }
         let mut out = Vec::new();
         out.try_reserve_exact(declared)
@@ -328,6 +348,23 @@ mod tests {
         assert!(check_block(&[0x00, 0x01, 0x00, 0x00], 4).is_err());
         check_block(&[0x00], 0).unwrap();
         check_block(&[0x30, 1, 2, 3], 3).unwrap();
+        // A match that ends the block (no 5 literals after it): liblz4 refuses it.
+        let mut tail = vec![0xc0u8];
+        tail.extend_from_slice(&[7u8; 12]);
+        tail.extend_from_slice(&[12, 0]);
+        assert!(check_block(&tail, 12 + 4).is_err());
+        // ... and one 12 bytes before the end, ending 8 before it: kept.
+        tail.push(0x80);
+        tail.extend_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
+        check_block(&tail, 12 + 4 + 8).unwrap();
+        let mut out = vec![0u8; 24];
+        assert_eq!(
+            lz4_flex::block::decompress_into(&tail, &mut out).unwrap(),
+            24
+        );
+        // Only 5 literals after it: the match starts 9 bytes before the end.
+        let short_tail = [&tail[..tail.len() - 9], &[0x50u8, 1, 2, 3, 4, 5][..]].concat();
+        assert!(check_block(&short_tail, 12 + 4 + 5).is_err());
         // A bomb's prefix is refused before anything is allocated.
         let mut bomb = stored.clone();
         bomb[..4].copy_from_slice(&u32::MAX.to_le_bytes());

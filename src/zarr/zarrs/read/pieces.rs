@@ -43,6 +43,13 @@ pub(crate) fn applies(src: &Source<'_>, slot_target: usize) -> bool {
             .is_some_and(|c| c.compression == Compression::None)
 }
 
+/// Workers of a read in pieces: each holds a device buffer of one unit, and together
+/// they take at most a quarter of the device's free memory (at least one worker).
+pub(crate) fn max_workers(ctx: &Context, cell_bytes: usize) -> usize {
+    let room = ctx.free_memory().unwrap_or(0) / 4;
+    (room / cell_bytes.max(1)).max(1)
+}
+
 /// Bytes of a piece with slots of `slot_target` bytes: the slot, at most [`PIECE`],
 /// a multiple of 256.
 pub(crate) fn piece_bytes(slot_target: usize) -> usize {
@@ -102,10 +109,16 @@ pub(crate) fn worker(
     let Some(mut lane) = lane else {
         return Ok(());
     };
-    counts.workers.fetch_add(1, Ordering::Relaxed);
     // One unit's device buffer: the next unit's pieces are queued on the same stream
-    // after this unit's placement, so one buffer serves every unit of the worker.
-    let unit = ctx.allocate_pooled(src.cell_bytes, Some(lane.stream()))?;
+    // after this unit's placement, so one buffer serves every unit of the worker. The
+    // first worker must have it; the others join only when the device has room (the
+    // read bounds their number by free memory too, see `max_workers`).
+    let unit = match ctx.allocate_pooled(src.cell_bytes, Some(lane.stream())) {
+        Ok(u) => u,
+        Err(Error::OutOfMemory { .. }) if !wait => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    counts.workers.fetch_add(1, Ordering::Relaxed);
     // The worker's open chunk (shard) file, for this read only.
     let mut last = None;
     while let Some(b) = run.claim() {

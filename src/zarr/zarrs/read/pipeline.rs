@@ -366,6 +366,12 @@ pub(crate) fn read_device(
         Some(g) if g.gpu_only => g.workers,
         _ => threads.clamp(1, batches.len().max(gpu_workers)),
     };
+    // Workers of a read in pieces each hold a device buffer of a whole unit.
+    let threads = if pieces {
+        threads.min(super::pieces::max_workers(ctx, src.cell_bytes).max(gpu_workers + 1))
+    } else {
+        threads
+    };
     // GPU claims: whole batches, about `units_per_claim` units each, with as many
     // claims in flight per worker as the device's free memory allows (a quarter of it).
     let (claim_batches, gpu_per, depth) = match gpu {
