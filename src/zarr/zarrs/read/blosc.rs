@@ -179,13 +179,6 @@ pub(crate) fn parse(buf: &[u8], nbytes: usize, inner: BloscInner) -> Result<Opti
                 if inner == BloscInner::Zstd && !zstd_stream_ok(&buf[at..at + cbytes], neblock) {
                     return Ok(None);
                 }
-                // nvCOMP's LZ4 reports success on truncated blocks (reading on into the
-                // next stream): a block whose structure does not hold goes to c-blosc.
-                if inner == BloscInner::Lz4
-                    && crate::zarr::zarrs::lz4::check_block(&buf[at..at + cbytes], neblock).is_err()
-                {
-                    return Ok(None);
-                }
                 streams.push(p);
             }
             at += cbytes;
