@@ -99,6 +99,26 @@ fn odd_chunk_files_are_errors_not_hangs() {
 #[test]
 fn wrong_size_and_bomb_chunks_are_refused_on_every_path() {
     let dir = TempDir::new("bombs");
+    // Zeros written `mib` MiB at a time into `enc`.
+    fn zeros<W: std::io::Write>(mut enc: W, mib: usize) -> W {
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..mib {
+            enc.write_all(&zeros).unwrap();
+        }
+        enc
+    }
+    let mut zstd_enc = zstd::stream::Encoder::new(Vec::new(), 3).unwrap();
+    zstd_enc.set_pledged_src_size(Some(1 << 30)).unwrap();
+    let level = flate2::Compression::new(9);
+    let bombs = [
+        zeros(zstd_enc, 1024).finish().unwrap(),
+        zeros(flate2::write::GzEncoder::new(Vec::new(), level), 256)
+            .finish()
+            .unwrap(),
+        zeros(flate2::write::ZlibEncoder::new(Vec::new(), level), 256)
+            .finish()
+            .unwrap(),
+    ];
     for (name, comp) in [
         ("none", Compressor::None),
         ("zstd", Compressor::Zstd { level: 1 }),
@@ -113,40 +133,11 @@ fn wrong_size_and_bomb_chunks_are_refused_on_every_path() {
         std::fs::write(&chunk, &original[..original.len() / 2]).unwrap();
         all_reads_fail(&a, "c/2/1", "");
         // A zstd frame of 1 GiB of zeros in a 1 KiB chunk: refused before decoding
-        // (the process would otherwise allocate and fill 1 GiB).
-        let bomb = {
-            let mut enc = zstd::stream::Encoder::new(Vec::new(), 3).unwrap();
-            enc.set_pledged_src_size(Some(1 << 30)).unwrap();
-            let zeros = vec![0u8; 1 << 20];
-            for _ in 0..1024 {
-                std::io::Write::write_all(&mut enc, &zeros).unwrap();
-            }
-            enc.finish().unwrap()
-        };
-        std::fs::write(&chunk, &bomb).unwrap();
-        all_reads_fail(&a, "c/2/1", "");
-        // A gzip bomb.
-        let gz = {
-            let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(9));
-            let zeros = vec![0u8; 1 << 20];
-            for _ in 0..256 {
-                std::io::Write::write_all(&mut enc, &zeros).unwrap();
-            }
-            enc.finish().unwrap()
-        };
-        std::fs::write(&chunk, &gz).unwrap();
-        all_reads_fail(&a, "c/2/1", "");
-        // A zlib bomb.
-        let z = {
-            let mut enc = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::new(9));
-            let zeros = vec![0u8; 1 << 20];
-            for _ in 0..256 {
-                std::io::Write::write_all(&mut enc, &zeros).unwrap();
-            }
-            enc.finish().unwrap()
-        };
-        std::fs::write(&chunk, &z).unwrap();
-        all_reads_fail(&a, "c/2/1", "");
+        // (the process would otherwise allocate and fill 1 GiB); gzip and zlib bombs.
+        for bomb in &bombs {
+            std::fs::write(&chunk, bomb).unwrap();
+            all_reads_fail(&a, "c/2/1", "");
+        }
         std::fs::write(&chunk, &original).unwrap();
         assert!(a.read_all(&HOST).is_ok(), "{name}: restored");
     }
