@@ -129,23 +129,17 @@ pub(crate) fn declared_size(stored: &[u8]) -> Result<usize, String> {
     }
 }
 
-/// Checks that the LZ4 chunk `stored` declares exactly `n` decoded bytes.
-pub(crate) fn check_prefix(stored: &[u8], n: usize) -> Result<(), String> {
+/// Decodes the LZ4 chunk `stored` into `dst`, which holds exactly the chunk's decoded
+/// size: the prefix must declare that size, and the block must decode to exactly it
+/// (never writing past `dst`).
+pub(crate) fn decode_into(stored: &[u8], dst: &mut [u8]) -> Result<(), String> {
+    let n = dst.len();
     let declared = declared_size(stored)?;
     if declared != n {
         return Err(format!(
             "lz4 chunk declares {declared} bytes, the chunk holds exactly {n} bytes"
         ));
     }
-    Ok(())
-}
-
-/// Decodes the LZ4 chunk `stored` into `dst`, which holds exactly the chunk's decoded
-/// size: the prefix must declare that size, and the block must decode to exactly it
-/// (never writing past `dst`).
-pub(crate) fn decode_into(stored: &[u8], dst: &mut [u8]) -> Result<(), String> {
-    let n = dst.len();
-    check_prefix(stored, n)?;
     match lz4_flex::block::decompress_into(&stored[PREFIX..], dst) {
         Ok(got) if got == n => Ok(()),
         Ok(got) => Err(format!(

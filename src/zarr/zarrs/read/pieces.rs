@@ -99,8 +99,14 @@ pub(crate) fn worker(
     if run.remaining() == 0 {
         return Ok(());
     }
-    let Some(mut lane) = super::pipeline::worker_lane(ctx, piece, wait, stream, lane, false)?
-    else {
+    let lane = match lane.filter(|l| l.slot_bytes() >= piece) {
+        Some(l) => Some(l),
+        None => match stream {
+            Some(s) => UploadLane::bare_on(ctx, piece, wait, s)?,
+            None => UploadLane::bare(ctx, piece, wait)?,
+        },
+    };
+    let Some(mut lane) = lane else {
         return Ok(());
     };
     // One unit's device buffer: the next unit's pieces are queued on the same stream

@@ -529,29 +529,6 @@ fn lane_streams() -> usize {
         .map_or(4, |n| n.min(64))
 }
 
-/// A CPU worker's staging: `held` (a GPU worker's lane, now decoding on the CPU) when
-/// its slots hold `bytes`, else a lane of the context's pool on `stream` (shared) or
-/// a stream of its own; with device scratch buffers when `scratch` (for
-/// [`UploadLane::submit`]). `None` when the pool has no room and not `wait`.
-pub(crate) fn worker_lane(
-    ctx: &Context,
-    bytes: usize,
-    wait: bool,
-    stream: Option<&crate::cuda::Stream>,
-    held: Option<UploadLane>,
-    scratch: bool,
-) -> Result<Option<UploadLane>> {
-    if let Some(l) = held.filter(|l| l.slot_bytes() >= bytes) {
-        return Ok(Some(if scratch { l.with_scratch()? } else { l }));
-    }
-    match (stream, scratch) {
-        (Some(s), true) => UploadLane::new_on(ctx, bytes, wait, s),
-        (None, true) => UploadLane::new(ctx, bytes, wait),
-        (Some(s), false) => UploadLane::bare_on(ctx, bytes, wait, s),
-        (None, false) => UploadLane::bare(ctx, bytes, wait),
-    }
-}
-
 /// One CPU worker of a device read: decodes batches into its lane's slots until the
 /// work runs out. Does nothing when no work is left or (unless `wait`) the pool has
 /// no room for its lane. `stream`: the lane's (shared) stream, else one of its own.
@@ -572,7 +549,14 @@ fn cpu_worker(
     if run.remaining() == 0 {
         return Ok(());
     }
-    let Some(mut lane) = worker_lane(ctx, slot_bytes, wait, stream, lane, true)? else {
+    let lane = match lane.filter(|l| l.slot_bytes() >= slot_bytes) {
+        Some(l) => Some(l.with_scratch()?),
+        None => match stream {
+            Some(s) => UploadLane::new_on(ctx, slot_bytes, wait, s)?,
+            None => UploadLane::new(ctx, slot_bytes, wait)?,
+        },
+    };
+    let Some(mut lane) = lane else {
         return Ok(());
     };
     let stride = aligned(src.cell_bytes);

@@ -269,9 +269,15 @@ pub(crate) fn gpu_input(
             // The prefix must declare the chunk's size, and the block's structure must
             // hold together (nvCOMP reports success on truncated LZ4 blocks); nvCOMP's
             // actual size is checked after the decode.
-            let n = src.cell_bytes;
-            crate::zarr::zarrs::lz4::check_prefix(&slot[body.clone()], n)
+            let n = crate::zarr::zarrs::lz4::declared_size(&slot[body.clone()])
                 .map_err(|e| Error::Malformed(format!("{}: {e}", what())))?;
+            if n != src.cell_bytes {
+                return Err(Error::Malformed(format!(
+                    "{}: lz4 chunk declares {n} bytes, the chunk holds exactly {} bytes",
+                    what(),
+                    src.cell_bytes
+                )));
+            }
             let p = crate::zarr::zarrs::lz4::PREFIX;
             // With a crc32c verified above the bytes are the writer's; without one a
             // truncated or damaged block must not reach nvCOMP (one pass over it).
