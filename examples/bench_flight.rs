@@ -13,7 +13,7 @@
 //! and prints a table (best of `--repeat` runs, GB/s of array bytes).
 //!
 //! ```sh
-//! cargo run --release --features zarrs,object_store,flight --example bench_flight -- \
+//! cargo run --release --features zarr,object_store,flight --example bench_flight -- \
 //!     [--gib 1] [--chunk-mib 4] [--endpoints 8] [--repeat 3] [--dir DIR] [--device 0] \
 //!     [--pyarrow-script scripts/flight_check.py] [--python python3]
 //! ```
@@ -25,7 +25,7 @@ use std::time::Instant;
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::{FlightClient, FlightDescriptor};
 use devbuf::flight::{Client, ClientOptions, Server, ServerConfig, generate_token};
-use devbuf::zarr::zarrs::{ArraySpec, ZarrArray};
+use devbuf::zarr::{ArraySpec, ZarrArray};
 use devbuf::zarr::{BufferPrototype, DataType, NDBuffer, Order};
 use futures::TryStreamExt;
 

@@ -2,7 +2,7 @@
 //! in another process.
 //!
 //! ```text
-//! cargo run --release --features zarrs,object_store,flight --example bench_ipc
+//! cargo run --release --features zarr,object_store,flight --example bench_ipc
 //! ```
 //!
 //! Tables (markdown):

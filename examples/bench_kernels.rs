@@ -2,8 +2,8 @@
 //! a device-to-device copy of the same bytes in the same run.
 //!
 //! ```text
-//! cargo run --release --features zarrs,object_store,flight --example bench_kernels            # on a machine with a GPU
-//! cargo run --release --features zarrs,object_store,flight --example bench_kernels -- 20      # 20 timed runs per op
+//! cargo run --release --features zarr,object_store,flight --example bench_kernels            # on a machine with a GPU
+//! cargo run --release --features zarr,object_store,flight --example bench_kernels -- 20      # 20 timed runs per op
 //! ```
 //!
 //! Each op is warmed up, then timed `runs` times (default 15) with CUDA events; the

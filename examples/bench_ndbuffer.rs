@@ -8,7 +8,7 @@
 //! run. Destinations are preallocated (as a chunk pipeline reuses its buffers), so the
 //! timings are the kernels, not `cuMemAlloc`.
 //!
-//! `cargo run --release --features zarrs,object_store,flight --example bench_ndbuffer`. Without a GPU it says so and exits 0.
+//! `cargo run --release --features zarr,object_store,flight --example bench_ndbuffer`. Without a GPU it says so and exits 0.
 
 #[path = "common/mod.rs"]
 mod common;

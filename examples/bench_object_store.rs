@@ -3,7 +3,7 @@
 //! one run:
 //!
 //! ```text
-//! cargo run --release --features zarrs,object_store,flight --example bench_object_store -- \
+//! cargo run --release --features zarr,object_store,flight --example bench_object_store -- \
 //!     [--mib 512] [--repeat 5] [--concurrency 64] [--only c1m,sh64k] [--no-peers]
 //! ```
 //!
@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use devbuf::cuda;
 use devbuf::zarr::object_store::{ObjectStoreOptions, UrlStore};
-use devbuf::zarr::zarrs::{ArraySpec, Compressor, ZarrArray};
+use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
 use devbuf::zarr::{BufferPrototype, DataType};
 use futures::StreamExt;
 

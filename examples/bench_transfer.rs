@@ -2,7 +2,7 @@
 //! sweeps that tune the transfer engine.
 //!
 //! ```text
-//! cargo run --release --features zarrs,object_store,flight --example bench_transfer -- [--quick] [--csv out.csv] [--only a,b]
+//! cargo run --release --features zarr,object_store,flight --example bench_transfer -- [--quick] [--csv out.csv] [--only a,b]
 //! ```
 //!
 //! Sections (all by default; `--only` picks some):

@@ -2,10 +2,10 @@
 //! GB/s of decoded bytes, page cache warm, median of `--repeat` runs after a warm-up.
 //!
 //! ```text
-//! cargo run --release --features zarrs,object_store,flight --example bench_zarrs -- [--mib N] [--only a,b] [--repeat N]
+//! cargo run --release --features zarr,object_store,flight --example bench_zarrs -- [--mib N] [--only a,b] [--repeat N]
 //!     [--decoders host,into,cpu,gpu,both,auto] [--gpu-workers N] [--slot-bytes N] [--no-writes] [--no-limits] [--reports] [--keep DIR]
-//! cargo run --release --features zarrs,object_store,flight --example bench_zarrs -- --store PATH [--store PATH ...]
-//! cargo run --release --features zarrs,object_store,flight --example bench_zarrs -- --manifest DIR/manifest.json
+//! cargo run --release --features zarr,object_store,flight --example bench_zarrs -- --store PATH [--store PATH ...]
+//! cargo run --release --features zarr,object_store,flight --example bench_zarrs -- --manifest DIR/manifest.json
 //! ```
 //!
 //! Without `--store`/`--manifest` it writes its own sweep first (float32, `--mib` MiB
@@ -28,12 +28,12 @@
 //! memory and (unless `--no-writes`) the file system's rate for new and rewritten chunk
 //! files and one core's zstd-1 encode rate.
 
-#[cfg(not(feature = "zarrs"))]
+#[cfg(not(feature = "zarr"))]
 fn main() {
-    println!("bench_zarrs: built without the `zarrs` feature; run it with --features zarrs");
+    println!("bench_zarrs: built without the `zarrs` feature; run it with --features zarr");
 }
 
-#[cfg(feature = "zarrs")]
+#[cfg(feature = "zarr")]
 fn main() {
     if let Err(e) = bench::main() {
         eprintln!("bench_zarrs: error: {e}");
@@ -41,17 +41,17 @@ fn main() {
     }
 }
 
-#[cfg(feature = "zarrs")]
+#[cfg(feature = "zarr")]
 #[path = "common/field.rs"]
 mod field;
 
-#[cfg(feature = "zarrs")]
+#[cfg(feature = "zarr")]
 mod bench {
     use std::path::{Path, PathBuf};
     use std::time::Instant;
 
     use devbuf::cuda::{self, Context};
-    use devbuf::zarr::zarrs::{
+    use devbuf::zarr::{
         ArraySpec, Compressor, Decoder, Encoder, ReadOptions, ReadReport, WriteOptions, ZarrArray,
     };
     use devbuf::zarr::{BufferPrototype, DataType};
@@ -88,7 +88,7 @@ mod bench {
                 .map(String::from)
                 .to_vec(),
             gpu_workers: None,
-            slot_bytes: devbuf::zarr::zarrs::DEFAULT_SLOT_BYTES,
+            slot_bytes: devbuf::zarr::DEFAULT_SLOT_BYTES,
             writes: true,
             reports: false,
             keep: None,

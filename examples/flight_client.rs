@@ -1,7 +1,7 @@
 //! An Arrow Flight client of `flight_server` (the second terminal; see docs/flight.md).
 //!
 //! ```sh
-//! cargo run --release --features zarrs,object_store,flight --example flight_client -- \
+//! cargo run --release --features zarr,object_store,flight --example flight_client -- \
 //!     --uri grpc://127.0.0.1:8815 --token-file /tmp/flight.token [--tls-ca cert.pem] \
 //!     [--tls-domain NAME] \
 //!     [--device N] COMMAND

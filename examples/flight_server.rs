@@ -2,7 +2,7 @@
 //! client is `flight_client`, or any Flight client: see docs/flight.md).
 //!
 //! ```sh
-//! cargo run --release --features zarrs,object_store,flight --example flight_server -- \
+//! cargo run --release --features zarr,object_store,flight --example flight_server -- \
 //!     --root /data/zarr --token-file /tmp/flight.token [--addr 0.0.0.0:8815] \
 //!     [--tls-self-signed /tmp/flight-tls | --tls-cert cert.pem --tls-key key.pem] \
 //!     [--endpoints 4] [--locations grpc://a:8815,grpc://b:8815] [--basic user:password] \
@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use devbuf::flight::{Event, Server, ServerConfig, generate_token, read_token_file};
-use devbuf::zarr::zarrs::{ArraySpec, Compressor, ZarrArray};
+use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
 use devbuf::zarr::{DataType, NDBuffer, Order, Scalar};
 
 mod common;

@@ -2,8 +2,8 @@
 //! host memory), reads it without copying, prints it and checks it.
 //!
 //! ```text
-//! cargo run --release --features zarrs,object_store,flight --example ipc_consumer -- /tmp/batch.handle
-//! cargo run --release --features zarrs,object_store,flight --example ipc_consumer -- <handle hex> <schema hex>
+//! cargo run --release --features zarr,object_store,flight --example ipc_consumer -- /tmp/batch.handle
+//! cargo run --release --features zarr,object_store,flight --example ipc_consumer -- <handle hex> <schema hex>
 //! ```
 //!
 //! With a path, it creates `<path>.done` when finished, which lets the producer exit.

@@ -2,8 +2,8 @@
 //! host memory), prints the handle, and waits until a consumer is done.
 //!
 //! ```text
-//! cargo run --release --features zarrs,object_store,flight --example ipc_producer -- /tmp/batch.handle     # terminal 1
-//! cargo run --release --features zarrs,object_store,flight --example ipc_consumer -- /tmp/batch.handle     # terminal 2
+//! cargo run --release --features zarr,object_store,flight --example ipc_producer -- /tmp/batch.handle     # terminal 1
+//! cargo run --release --features zarr,object_store,flight --example ipc_consumer -- /tmp/batch.handle     # terminal 2
 //! ```
 //!
 //! With a path, the producer writes two lines there (the buffer handle and the schema,
@@ -87,7 +87,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             println!("handle: {}", handle.to_hex());
             println!("schema: {schema}");
             println!(
-                "run: cargo run --release --features zarrs,object_store,flight --example ipc_consumer -- <handle> <schema>"
+                "run: cargo run --release --features zarr,object_store,flight --example ipc_consumer -- <handle> <schema>"
             );
             println!("press Enter when the consumer is done ...");
             let mut line = String::new();

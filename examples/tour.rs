@@ -1,7 +1,7 @@
 //! The devbuf pipeline, end to end:
 //!
 //! ```text
-//! cargo run --release --features zarrs,object_store,flight --example tour
+//! cargo run --release --features zarr,object_store,flight --example tour
 //! ```
 //!
 //! 1. opens a zarr array written by zarr-python (the bundled fixture) and a larger one
@@ -40,7 +40,7 @@ use devbuf::arrow::{
 };
 use devbuf::cuda::{self, Context};
 use devbuf::ipc::IpcHandle;
-use devbuf::zarr::zarrs::{ArraySpec, Compressor, ZarrArray};
+use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
 use devbuf::zarr::{BufferPrototype, DataType, ElementType, NDBuffer};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;

@@ -2,7 +2,7 @@
 //! host memory on a machine without one, and print its shape, data type and sum.
 //!
 //! ```text
-//! cargo run --release --features zarrs,object_store,flight --example zarrs_read [PATH.zarr | URL]
+//! cargo run --release --features zarr,object_store,flight --example zarrs_read [PATH.zarr | URL]
 //! ```
 //!
 //! A URL (`s3://bucket/array.zarr`, `gs://...`, `az://...`, `https://...`, `file://...`)
@@ -14,27 +14,27 @@
 //! small array of its own and reads that. Built without the `zarrs` feature it only says
 //! how to build it.
 
-#[cfg(feature = "zarrs")]
+#[cfg(feature = "zarr")]
 #[path = "common/mod.rs"]
 mod common;
 
-#[cfg(not(feature = "zarrs"))]
+#[cfg(not(feature = "zarr"))]
 fn main() {
-    println!("zarrs_read: built without the `zarrs` feature; run it with --features zarrs");
+    println!("zarrs_read: built without the `zarrs` feature; run it with --features zarr");
 }
 
-#[cfg(feature = "zarrs")]
+#[cfg(feature = "zarr")]
 fn main() -> std::process::ExitCode {
     common::exit(run())
 }
 
-#[cfg(feature = "zarrs")]
+#[cfg(feature = "zarr")]
 fn run() -> devbuf::Result<()> {
     use std::path::PathBuf;
     use std::time::Instant;
 
     use devbuf::cuda;
-    use devbuf::zarr::zarrs::{ArraySpec, Compressor, ZarrArray};
+    use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
     use devbuf::zarr::{BufferPrototype, DataType, NDBuffer};
 
     let default = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -3,7 +3,7 @@
 #
 #   scripts/build-kernels.sh            # uses $NVCC, else nvcc on PATH, else /usr/local/cuda/bin/nvcc
 #
-# Each src/cuda/kernels/NAME.cu becomes src/cuda/kernels/ptx/NAME.ptx, prefixed with a line
+# Each crates/devbuf-core/src/cuda/kernels/NAME.cu becomes .../kernels/ptx/NAME.ptx, prefixed with a line
 # that records the SHA-256 of the source it came from. A host test (tests/kernels_ptx.rs)
 # fails when a source changed without its PTX being regenerated.
 #
@@ -22,6 +22,7 @@ if [ ! -x "$NVCC" ]; then
 fi
 "$NVCC" --version | tail -2
 ARCH="${KERNEL_ARCH:-compute_75}"
+cd crates/devbuf-core
 mkdir -p src/cuda/kernels/ptx
 for src in src/cuda/kernels/*.cu; do
     name="$(basename "$src" .cu)"

@@ -20,7 +20,7 @@ echo "-- pyarrow.flight against examples/flight_server"
 python3 -m venv "$WORK/venv"
 "$WORK/venv/bin/pip" install --quiet --disable-pip-version-check pyarrow numpy
 "$WORK/venv/bin/python" -c 'import pyarrow, pyarrow.flight; print("pyarrow", pyarrow.__version__)'
-cargo build --features zarrs,object_store,flight --example flight_server
+cargo build --features zarr,object_store,flight --example flight_server
 SERVER="$TARGET/debug/examples/flight_server"
 
 # Starts the example server with the given arguments; prints its URI once it serves.

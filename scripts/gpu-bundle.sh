@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the GPU bundle: release binaries with `--features cuda-tests,zarrs,object_store,flight`, stripped, plus
+# Builds the GPU bundle: release binaries with `--features cuda-tests,zarr,object_store,flight`, stripped, plus
 # run.sh and the peer benchmark scripts, in one folder (default .gpu/) that can be
 # carried to any x86-64 Linux machine with an NVIDIA driver. cudarc loads libcuda at run
 # time, so no CUDA toolkit is needed to build it.
@@ -15,14 +15,14 @@ EXAMPLES="$(ls examples/*.rs | xargs -n1 basename | sed 's/\.rs$//' | tr '\n' ' 
 
 echo "building the GPU test binary and examples (release, --features cuda-tests)..."
 LOG="$(mktemp)"
-cargo test --release --features cuda-tests,zarrs,object_store,flight --test gpu --no-run 2>&1 | tee "$LOG" >&2
+cargo test --release --features cuda-tests,zarr,object_store,flight --test gpu --no-run 2>&1 | tee "$LOG" >&2
 TEST_BIN="$(grep -oE 'Executable tests/gpu/main.rs \(([^)]+)\)' "$LOG" | sed -E 's/.*\((.*)\)/\1/' | tail -1)"
 rm -f "$LOG"
 if [ -z "$TEST_BIN" ] || [ ! -x "$TEST_BIN" ]; then
     echo "could not find the GPU test binary" >&2
     exit 1
 fi
-cargo build --release --features cuda-tests,zarrs,object_store,flight --examples >&2
+cargo build --release --features cuda-tests,zarr,object_store,flight --examples >&2
 
 rm -rf "$OUT"
 FINAL="$OUT"

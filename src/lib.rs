@@ -3,16 +3,19 @@
 //! One buffer layer for Arrow pipelines and zarr chunk I/O, over host memory and CUDA
 //! devices.
 //!
-//! | module | what it is for |
-//! |---|---|
-//! | [`cuda`] | contexts, [`DeviceBuffer`](cuda::DeviceBuffer) (device memory with zero-copy slices and checked copies host↔device↔device), [`HostBuffer`](cuda::HostBuffer) (page-locked host memory), the transfer engine (ordinary memory at page-locked speed, batched and async copies), IPC handles, streams, device kernels |
-//! | [`arrow`] | conversions into arrow-rs types without host copies, device-resident arrays and record batches, Arrow IPC in device memory, the Arrow C Device Data Interface, NDBuffer tensors, `ChunkBatch` |
-//! | [`ipc`] | sharing buffers between processes: device memory handles, and shared host memory where there is no GPU |
-//! | [`memory`] | host-or-device memory as one value ([`Memory`](memory::Memory)) and the host twins of the device kernels ([`host_ops`](memory::host_ops)) |
-//! | [`element`] | the element types ([`ElementType`]) and comparison modes ([`EqualMode`]) that every layer shares |
-//! | [`zarr`] | zarr's buffer layer (`Buffer`, `NDBuffer`, `BufferPrototype`, memory stores) on host or device; with the `zarrs` feature, real zarr v2/v3 arrays |
-//! | `flight` | (feature `flight`) an Arrow Flight server of zarr arrays and record batches, and a client that reads them into host or device memory |
-//! | [`error`] | the one [`Error`] type |
+//! This crate is the facade of a workspace whose crates are devbuf's layers; it
+//! re-exports them behind features, as the `arrow` crate does for arrow-rs:
+//!
+//! | module | crate | feature | what it is for |
+//! |---|---|---|---|
+//! | [`cuda`] | `devbuf-core` | — | contexts, [`DeviceBuffer`](cuda::DeviceBuffer) (device memory with zero-copy slices and checked copies host↔device↔device), [`HostBuffer`](cuda::HostBuffer) (page-locked host memory), the transfer engine, IPC handles, streams, device kernels, nvCOMP |
+//! | [`arrow`] | `devbuf-core` | — | conversions into arrow-rs types without host copies, device-resident arrays and record batches, Arrow IPC in device memory, the Arrow C Device Data Interface, NDBuffer tensors, `ChunkBatch` |
+//! | [`ipc`] | `devbuf-core` | — | sharing buffers between processes: device memory handles, and shared host memory where there is no GPU |
+//! | [`memory`] | `devbuf-core` | — | host-or-device memory as one value and the host twins of the device kernels |
+//! | [`element`] | `devbuf-core` | — | the element types ([`ElementType`]) and comparison modes ([`EqualMode`]) that every layer shares |
+//! | [`zarr`] | `devbuf-core`, `devbuf-zarr` | `zarr` for the arrays | zarr's buffer layer (`NDBuffer`, `BufferPrototype`, memory stores) on host or device; with `zarr`, real zarr v2/v3 arrays read onto the host or a GPU and written back ([`zarr::ZarrArray`]), with `object_store` also from object storage |
+//! | `flight` | `devbuf-flight` | `flight` | an Arrow Flight server of zarr arrays and record batches, and a client that reads them into host or device memory |
+//! | [`error`] | `devbuf-core` | — | the one [`Error`] type |
 //!
 //! The CUDA driver is loaded at run time: the crate builds without CUDA installed, and on
 //! a machine without a GPU [`cuda::is_available`] is `false` and CUDA entry points return
@@ -40,21 +43,24 @@
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod arrow;
-pub mod cuda;
-pub mod element;
-pub mod error;
-#[cfg(feature = "flight")]
-pub mod flight;
-pub mod ipc;
-pub mod memory;
-#[cfg(any(feature = "object_store", feature = "flight"))]
-mod tls;
-mod wire;
-pub mod zarr;
+pub use devbuf_core::{ElementType, EqualMode, Error, Result};
+pub use devbuf_core::{arrow, cuda, element, error, ipc, memory};
 
-pub use element::{ElementType, EqualMode};
-pub use error::{Error, Result};
+/// zarr: the buffer layer of zarr-python (`NDBuffer`, `BufferPrototype`, memory stores;
+/// from `devbuf-core`) and, with the feature `zarr`, real zarr v2/v3 arrays
+/// ([`ZarrArray`], from `devbuf-zarr`).
+pub mod zarr {
+    pub use devbuf_core::zarr::*;
+    #[cfg(feature = "zarr")]
+    pub use devbuf_zarr::*;
+}
+
+/// Arrow Flight (feature `flight`, crate `devbuf-flight`): a server of zarr arrays and
+/// record batches, and a client that reads them into host or device memory.
+#[cfg(feature = "flight")]
+pub mod flight {
+    pub use devbuf_flight::*;
+}
 
 /// The README's examples are compiled as doc tests.
 #[cfg(doctest)]

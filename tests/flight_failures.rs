@@ -16,7 +16,7 @@ use arrow_flight::{
     HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaResult, Ticket,
 };
 use devbuf::flight::{Client, Event, Query, Server, ServerConfig, Service, StreamEnd, Target};
-use devbuf::zarr::zarrs::{ArraySpec, Compressor, ZarrArray};
+use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
 use devbuf::zarr::{BufferPrototype, DataType, Scalar};
 use futures::StreamExt;
 use futures::stream::BoxStream;

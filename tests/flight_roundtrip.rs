@@ -13,8 +13,8 @@ use arrow_array::{Array, Float32Array, Int64Array, RecordBatch};
 use devbuf::arrow::{CHUNK_COLUMN, FIXED_SHAPE_TENSOR};
 use devbuf::flight::ticket::Part;
 use devbuf::flight::{Batch, Client, ClientOptions, Query, Server, ServerConfig, Target};
-use devbuf::zarr::zarrs::{Compressor, ZarrArray};
 use devbuf::zarr::{AxisSel, BufferPrototype, DataType, ElementType, Scalar, Slice};
+use devbuf::zarr::{Compressor, ZarrArray};
 use rand::Rng;
 use rand::rngs::SmallRng;
 

@@ -10,7 +10,7 @@
 //! chunk). A panic, a hang or a read of the wrong size fails; a panic inside `zarrs`
 //! that devbuf caught is reported as a finding (a failure with `DEVBUF_FUZZ_STRICT=1`).
 
-#![cfg(feature = "zarrs")]
+#![cfg(feature = "zarr")]
 
 #[path = "common/fuzz.rs"]
 mod fuzz;
@@ -19,7 +19,7 @@ mod zarr_fuzz;
 
 use std::sync::Arc;
 
-use devbuf::zarr::zarrs::{ArraySpec, Compressor, ZarrArray};
+use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
 use devbuf::zarr::{BufferPrototype, DataType, ElementType, MemoryStore, NDBuffer, Order, Store};
 use fuzz::{Damage, apply, fuzz};
 use proptest::prelude::*;

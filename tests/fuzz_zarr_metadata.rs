@@ -11,14 +11,14 @@
 //! read of the wrong size fails; a panic inside `zarrs` that devbuf caught is reported
 //! as a finding (a failure with `DEVBUF_FUZZ_STRICT=1`).
 
-#![cfg(feature = "zarrs")]
+#![cfg(feature = "zarr")]
 
 #[path = "common/fuzz.rs"]
 mod fuzz;
 #[path = "common/zarr_fuzz.rs"]
 mod zarr_fuzz;
 
-use devbuf::zarr::zarrs::{MAX_CHUNK_BYTES, MAX_RANK, ZarrArray};
+use devbuf::zarr::{MAX_CHUNK_BYTES, MAX_RANK, ZarrArray};
 use fuzz::{Damage, apply, fuzz};
 use proptest::prelude::*;
 use serde_json::{Number, Value};

@@ -1,12 +1,12 @@
 //! The shipped PTX must have been generated from the kernel sources as they are now.
-//! After editing a `src/cuda/kernels/*.cu`, run `scripts/build-kernels.sh`.
+//! After editing a `crates/devbuf-core/src/cuda/kernels/*.cu`, run `scripts/build-kernels.sh`.
 
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
 #[test]
 fn every_kernel_source_has_up_to_date_ptx() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cuda/kernels");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/devbuf-core/src/cuda/kernels");
     let mut sources = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
@@ -42,7 +42,7 @@ fn every_kernel_source_has_up_to_date_ptx() {
 
 #[test]
 fn every_shipped_module_is_a_built_source() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cuda/kernels");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/devbuf-core/src/cuda/kernels");
     for (name, ptx) in devbuf::cuda::kernels::shipped_ptx() {
         let on_disk = std::fs::read_to_string(dir.join("ptx").join(format!("{name}.ptx"))).unwrap();
         assert_eq!(

@@ -15,7 +15,7 @@
 mod batches;
 #[path = "common/peer.rs"]
 mod peer;
-#[cfg(feature = "zarrs")]
+#[cfg(feature = "zarr")]
 #[path = "common/zarrs.rs"]
 mod zarrs_common;
 
@@ -72,7 +72,7 @@ fn shared_mappings() -> usize {
 }
 
 struct Shared {
-    #[cfg(feature = "zarrs")]
+    #[cfg(feature = "zarr")]
     zarr: zarrs_common::LoadArray,
     peer: Mutex<Option<Peer>>,
 }
@@ -165,13 +165,13 @@ fn chunk_batch(_: &Shared, r: &mut SmallRng) -> Check {
     Ok(())
 }
 
-#[cfg(feature = "zarrs")]
+#[cfg(feature = "zarr")]
 fn zarr(s: &Shared, r: &mut SmallRng) -> Check {
     s.zarr.read(r, &BufferPrototype::Host)
 }
 
 /// Without the `zarrs` feature there is no zarr reader: counted, nothing done.
-#[cfg(not(feature = "zarrs"))]
+#[cfg(not(feature = "zarr"))]
 fn zarr(_: &Shared, _: &mut SmallRng) -> Check {
     Ok(())
 }
@@ -217,7 +217,7 @@ fn load_sixteen_threads_mixing_host_work() {
     println!("load_host: seed {seed}");
     let mut r = SmallRng::seed_from_u64(seed);
     let shared = Arc::new(Shared {
-        #[cfg(feature = "zarrs")]
+        #[cfg(feature = "zarr")]
         zarr: zarrs_common::LoadArray::new(r.random()),
         peer: Mutex::new(Some(Peer::spawn("child_entry", ROLE, "echo", &[]))),
     });
@@ -278,7 +278,7 @@ fn load_sixteen_threads_mixing_host_work() {
         "load_host: {total} operations by {THREADS} threads in {secs} s: {}",
         tally.join(", ")
     );
-    if cfg!(not(feature = "zarrs")) {
+    if cfg!(not(feature = "zarr")) {
         println!("load_host: no zarr reads (built without the zarrs feature)");
     }
     for (k, c) in KINDS.iter().zip(counts.iter()) {

@@ -2,7 +2,7 @@
 //! against real servers on 127.0.0.1: an S3-compatible server (`s3s-fs`) and a plain
 //! HTTP server with byte ranges and faults (`scripts/http_store_server.py`).
 //!
-//! Run with `cargo test --features zarrs,object_store,flight`. Without `s3s-fs` the S3 tests
+//! Run with `cargo test --features zarr,object_store,flight`. Without `s3s-fs` the S3 tests
 //! print `SKIPPED` (CI installs it and sets `DEVBUF_REQUIRE_SERVERS=1`, which turns a
 //! missing server into a failure).
 #![cfg(feature = "object_store")]
@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use devbuf::Error;
 use devbuf::zarr::object_store::{ObjectStoreOptions, UrlStore};
-use devbuf::zarr::zarrs::{ArraySpec, Compressor, ZarrArray};
+use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
 use devbuf::zarr::{Buffer, BufferPrototype, ByteRequest, DataType, NDBuffer, Scalar, Store};
 use rand::Rng;
 

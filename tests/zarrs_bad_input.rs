@@ -1,10 +1,10 @@
 //! Bad zarr input of issue 11 (items 1-3): metadata whose shapes overflow, odd files in
 //! a store directory, and the kinds and lengths of the errors. Each case is an error
 //! that names what was wrong, never a panic (caught or not), a hang or wrong data; run
-//! in release mode too (`cargo test --release --features zarrs --test zarrs_bad_input`),
+//! in release mode too (`cargo test --release --features zarr --test zarrs_bad_input`),
 //! where an overflow wraps instead of panicking.
 
-#![cfg(feature = "zarrs")]
+#![cfg(feature = "zarr")]
 
 #[path = "common/zarrs.rs"]
 mod zarrs_common;
@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use devbuf::Error;
-use devbuf::zarr::zarrs::{ArraySpec, MAX_CHUNK_BYTES, MAX_RANK, ZarrArray};
+use devbuf::zarr::{ArraySpec, MAX_CHUNK_BYTES, MAX_RANK, ZarrArray};
 use devbuf::zarr::{
     AxisSel, Buffer, BufferPrototype, DataType, MemoryStore, NDBuffer, Slice, Store,
 };

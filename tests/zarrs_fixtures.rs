@@ -3,15 +3,15 @@
 //! metadata against the manifest, the whole array, every chunk, every inner chunk of a
 //! shard, random boxes and stepped selections against `expected/<name>.bin`.
 //!
-//! Run with `cargo test --features zarrs`.
-#![cfg(feature = "zarrs")]
+//! Run with `cargo test --features zarr`.
+#![cfg(feature = "zarr")]
 
 use std::path::{Path, PathBuf};
 
-use devbuf::zarr::zarrs::{ZarrArray, ZarrMetadata};
 use devbuf::zarr::{
     AxisSel, BufferPrototype, DataType, ElementType, Endianness, Order, Scalar, Slice,
 };
+use devbuf::zarr::{ZarrArray, ZarrMetadata};
 use num_complex::{Complex32, Complex64};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

@@ -2,11 +2,11 @@
 //! name the path (a FIFO never blocks the read), wrong-size and bomb chunks are refused
 //! on every read path with the chunk's key, a chain the engine does not decode itself
 //! goes through zarrs (and says so), and reports count what ran.
-#![cfg(feature = "zarrs")]
+#![cfg(feature = "zarr")]
 
 use std::sync::Arc;
 
-use devbuf::zarr::zarrs::{ArraySpec, Compressor, ReadOptions, ZarrArray};
+use devbuf::zarr::{ArraySpec, Compressor, ReadOptions, ZarrArray};
 use devbuf::zarr::{AxisSel, BufferPrototype, DataType, MemoryStore, NDBuffer};
 
 #[path = "common/zarrs.rs"]

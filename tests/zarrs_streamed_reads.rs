@@ -4,11 +4,11 @@
 //! chunks with crc32c, sharded inner chunks, edge chunks, missing chunks, every read
 //! path; and damaged chunks (truncated, too long, a second frame, a frame without a
 //! declared size) are errors naming the chunk, never data.
-#![cfg(feature = "zarrs")]
+#![cfg(feature = "zarr")]
 
 use std::ops::Range;
 
-use devbuf::zarr::zarrs::{ArraySpec, Compressor, ZarrArray};
+use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
 use devbuf::zarr::{BufferPrototype, DataType, NDBuffer};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

@@ -4,14 +4,14 @@
 //! adapter, zarr-python reading what devbuf wrote (when python3 and zarr are
 //! installed), and clear errors for bad input.
 //!
-//! Run with `cargo test --features zarrs`.
-#![cfg(feature = "zarrs")]
+//! Run with `cargo test --features zarr`.
+#![cfg(feature = "zarr")]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use devbuf::Error;
-use devbuf::zarr::zarrs::{ArraySpec, Compressor, ZarrArray};
+use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
 use devbuf::zarr::{
     AxisSel, BufferPrototype, DataType, ElementType, Endianness, MemoryStore, NDBuffer, Order,
     Scalar, Store,
@@ -324,7 +324,7 @@ fn store_adapter_lists_only_keys_under_the_prefix() {
             .set(k, &devbuf::zarr::Buffer::from_bytes(&b"1"[..]))
             .unwrap();
     }
-    let adapter = devbuf::zarr::zarrs::StoreAdapter::new(Arc::new(store));
+    let adapter = devbuf::zarr::StoreAdapter::new(Arc::new(store));
     // Keys outside the prefix (shorter ones included) are skipped, not sliced (a panic).
     let listed = adapter
         .list_dir(&StorePrefix::new("abc/").unwrap())
@@ -620,7 +620,7 @@ fn device_prototypes_without_a_gpu_are_errors() {
 /// before nvCOMP is looked for; without nvCOMP the reason names it; `Cpu` gives no note.
 #[test]
 fn write_encoding_says_which_encoder_and_why() {
-    use devbuf::zarr::zarrs::{Encoder, WriteOptions};
+    use devbuf::zarr::{Encoder, WriteOptions};
     let dir = TempDir::new("encoding");
     let make = |name: &str, comp: Compressor| {
         let spec = ArraySpec::new(&[64, 64], &[16, 16], DataType::FLOAT32).with_compressor(comp);

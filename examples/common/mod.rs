@@ -19,10 +19,10 @@ pub fn exit<E: Display>(result: Result<(), E>) -> ExitCode {
 /// Opens the zarr array at `source`: a directory, or with the `object_store` feature a
 /// URL (`s3://`, `gs://`, `az://`, `http(s)://`, `file://`; credentials and endpoint
 /// from the environment, e.g. `AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`).
-#[cfg(feature = "zarrs")]
+#[cfg(feature = "zarr")]
 #[allow(dead_code)]
-pub fn open_array(source: &str) -> devbuf::Result<devbuf::zarr::zarrs::ZarrArray> {
-    use devbuf::zarr::zarrs::ZarrArray;
+pub fn open_array(source: &str) -> devbuf::Result<devbuf::zarr::ZarrArray> {
+    use devbuf::zarr::ZarrArray;
     if !source.contains("://") {
         return ZarrArray::open(source);
     }
@@ -35,6 +35,6 @@ pub fn open_array(source: &str) -> devbuf::Result<devbuf::zarr::zarrs::ZarrArray
     }
     #[cfg(not(feature = "object_store"))]
     Err(devbuf::Error::invalid(format!(
-        "{source} is a URL: build with --features zarrs,object_store,flight to read object stores"
+        "{source} is a URL: build with --features zarr,object_store,flight to read object stores"
     )))
 }

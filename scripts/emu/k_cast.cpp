@@ -1,5 +1,5 @@
 // Registers the kernels of cast.cu with the CPU emulator.
-#include "../../src/cuda/kernels/cast.cu"
+#include "../../crates/devbuf-core/src/cuda/kernels/cast.cu"
 #include "emu.h"
 #define EMU_CAST(s, d) EMU_KERNEL(devbuf_cast_##s##_##d, devbuf_cast_##s##_##d(*(const u8**)a[0], *(u8**)a[1], *(u64*)a[2]))
 #define EMU_CAST_FROM(s) \

@@ -1,5 +1,5 @@
 // Registers the kernels of shuffle.cu with the CPU emulator.
-#include "../../src/cuda/kernels/shuffle.cu"
+#include "../../crates/devbuf-core/src/cuda/kernels/shuffle.cu"
 #include "emu.h"
 EMU_KERNEL_STRUCT(devbuf_unshuffle_2, UnshuffleParams)
 EMU_KERNEL_STRUCT(devbuf_unshuffle_4, UnshuffleParams)

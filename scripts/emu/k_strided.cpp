@@ -1,5 +1,5 @@
 // Registers the kernels of strided.cu with the CPU emulator.
-#include "../../src/cuda/kernels/strided.cu"
+#include "../../crates/devbuf-core/src/cuda/kernels/strided.cu"
 #include "emu.h"
 EMU_KERNEL_STRUCT(devbuf_strided_runs, RunsParams)
 #define EMU_W(w)                                                          \

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use arrow_flight::flight_service_client::FlightServiceClient;
 use devbuf::flight::{Server, ServerConfig};
-use devbuf::zarr::zarrs::{ArraySpec, Compressor, ZarrArray};
+use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
 use devbuf::zarr::{DataType, NDBuffer, Scalar};
 use tonic::transport::Channel;
 

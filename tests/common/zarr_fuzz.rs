@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use devbuf::Error;
-use devbuf::zarr::zarrs::ZarrArray;
+use devbuf::zarr::ZarrArray;
 use devbuf::zarr::{Buffer, BufferPrototype, MemoryStore, Store};
 
 /// Arrays larger than this (decoded) are not read whole, chunks larger than this not

@@ -139,7 +139,7 @@ pub fn files_under(dir: &std::path::Path) -> Vec<(String, PathBuf)> {
 /// [`LoadArray::bytes`].
 pub struct LoadArray {
     /// The array (read with 4 worker threads).
-    pub array: devbuf::zarr::zarrs::ZarrArray,
+    pub array: devbuf::zarr::ZarrArray,
     /// Its C-order bytes.
     pub bytes: Vec<u8>,
 }
@@ -152,7 +152,7 @@ impl LoadArray {
 
     /// Makes the array from `seed`.
     pub fn new(seed: u64) -> LoadArray {
-        use devbuf::zarr::zarrs::{ArraySpec, Compressor, ReadOptions, ZarrArray};
+        use devbuf::zarr::{ArraySpec, Compressor, ReadOptions, ZarrArray};
         use devbuf::zarr::{DataType, MemoryStore, NDBuffer, Order};
         use rand::{RngCore, SeedableRng};
         let [rows, cols] = Self::SHAPE.map(|n| n as usize);

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use arrow_array::{Float64Array, Int32Array, RecordBatch};
 use devbuf::arrow::{ChunkBatch, read_record_batch, serialize_record_batch};
 use devbuf::flight::{Batch, Client};
-use devbuf::zarr::zarrs::{Compressor, ZarrArray};
 use devbuf::zarr::{AxisSel, BufferPrototype, DataType, ElementType, Endianness, Scalar, Slice};
+use devbuf::zarr::{Compressor, ZarrArray};
 use rand::Rng;
 
 use crate::common::*;

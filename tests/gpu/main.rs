@@ -34,11 +34,11 @@ mod shuffle;
 mod tensor;
 mod transfer;
 mod zarr;
-#[cfg(feature = "zarrs")]
+#[cfg(feature = "zarr")]
 mod zarrs;
-#[cfg(feature = "zarrs")]
+#[cfg(feature = "zarr")]
 mod zarrs_blosc;
-#[cfg(feature = "zarrs")]
+#[cfg(feature = "zarr")]
 mod zarrs_pieces;
-#[cfg(feature = "zarrs")]
+#[cfg(feature = "zarr")]
 mod zarrs_write;

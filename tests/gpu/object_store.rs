@@ -6,7 +6,7 @@
 //! the tests print SKIPPED.
 
 use devbuf::zarr::object_store::UrlStore;
-use devbuf::zarr::zarrs::{ArraySpec, Compressor, Decoder, ReadOptions, ZarrArray};
+use devbuf::zarr::{ArraySpec, Compressor, Decoder, ReadOptions, ZarrArray};
 use devbuf::zarr::{Buffer, BufferPrototype, DataType, ElementType, Endianness, Scalar, Store};
 
 use crate::common::*;

@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use devbuf::zarr::zarrs::{ArraySpec, Compressor, Decoder, ReadOptions, ZarrArray};
+use devbuf::zarr::{ArraySpec, Compressor, Decoder, ReadOptions, ZarrArray};
 use devbuf::zarr::{BufferPrototype, DataType, ElementType, Endianness};
 use rand::Rng;
 use rand::rngs::SmallRng;

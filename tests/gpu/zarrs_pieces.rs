@@ -7,7 +7,7 @@
 //! memory and the page-locked pool back where they were.
 
 use devbuf::cuda::Context;
-use devbuf::zarr::zarrs::{ArraySpec, Compressor, Decoder, ReadOptions, ZarrArray};
+use devbuf::zarr::{ArraySpec, Compressor, Decoder, ReadOptions, ZarrArray};
 use devbuf::zarr::{BufferPrototype, DataType, NDBuffer};
 use rand::Rng;
 use rand::rngs::SmallRng;

@@ -9,8 +9,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use devbuf::zarr::zarrs::{Encoder, ReadOptions, WriteOptions, ZarrArray};
 use devbuf::zarr::{BufferPrototype, ElementType};
+use devbuf::zarr::{Encoder, ReadOptions, WriteOptions, ZarrArray};
 use rand::Rng;
 use serde_json::{Value, json};
 

@@ -68,7 +68,7 @@ fn child_entry() {
 /// What the threads share.
 struct Shared {
     own: Context,
-    #[cfg(feature = "zarrs")]
+    #[cfg(feature = "zarr")]
     zarr: crate::zarrs::zarrs_common::LoadArray,
     peer: Mutex<Option<Peer>>,
 }
@@ -265,13 +265,13 @@ fn chunk_batch(_: &Shared, r: &mut SmallRng) -> Check {
 
 /// A random box or a few whole chunks of a zstd array read into the device, compared
 /// with its bytes.
-#[cfg(feature = "zarrs")]
+#[cfg(feature = "zarr")]
 fn zarr(s: &Shared, r: &mut SmallRng) -> Check {
     s.zarr.read(r, &DEV)
 }
 
 /// Without the `zarrs` feature there is no zarr reader: counted, nothing done.
-#[cfg(not(feature = "zarrs"))]
+#[cfg(not(feature = "zarr"))]
 fn zarr(_: &Shared, _: &mut SmallRng) -> Check {
     Ok(())
 }
@@ -303,7 +303,7 @@ gpu_test_exclusive! {
         let primary = Context::new(0).unwrap();
         let shared = Arc::new(Shared {
             own: Context::new_dedicated(0).unwrap(),
-            #[cfg(feature = "zarrs")]
+            #[cfg(feature = "zarr")]
             zarr: crate::zarrs::zarrs_common::LoadArray::new(r.random()),
             peer: Mutex::new(Some(Peer::spawn(CHILD, ROLE, "echo", &[]))),
         });
@@ -354,7 +354,7 @@ gpu_test_exclusive! {
         }
         let tally: Vec<String> = KINDS.iter().zip(counts.iter()).map(|(k, c)| format!("{k} {}", c.load(Ordering::Relaxed))).collect();
         println!("load: {total} operations by {THREADS} threads in {secs} s: {}", tally.join(", "));
-        if cfg!(not(feature = "zarrs")) {
+        if cfg!(not(feature = "zarr")) {
             println!("load: no zarr reads (built without the zarrs feature)");
         }
         for (k, c) in KINDS.iter().zip(counts.iter()) {

@@ -211,13 +211,13 @@ gpu_test_exclusive! {
     }
 }
 
-#[cfg(feature = "zarrs")]
+#[cfg(feature = "zarr")]
 gpu_test_exclusive! {
     /// A zarr read into the device whose result is twice the device's memory: an
     /// `OutOfMemory` for the whole result before anything is read, nothing held
     /// afterwards (the primary context's counters), and a read that fits still works.
     fn faults_a_zarr_read_larger_than_the_device_is_out_of_memory() {
-        use devbuf::zarr::zarrs::{ArraySpec, ZarrArray};
+        use devbuf::zarr::{ArraySpec, ZarrArray};
         use devbuf::zarr::{BufferPrototype, DataType, MemoryStore, NDBuffer, Order};
         use std::sync::Arc;
         let c = Context::new(0).unwrap();

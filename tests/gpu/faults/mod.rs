@@ -69,13 +69,13 @@ pub const NOTHING: Held = Held {
 
 /// Restores a context's transfer configuration when dropped (also when the test fails),
 /// for the tests that must change the primary context's (all of them zarr tests).
-#[cfg_attr(not(feature = "zarrs"), allow(dead_code))]
+#[cfg_attr(not(feature = "zarr"), allow(dead_code))]
 pub struct RestoreConfig {
     ctx: Context,
     config: TransferConfig,
 }
 
-#[cfg_attr(not(feature = "zarrs"), allow(dead_code))]
+#[cfg_attr(not(feature = "zarr"), allow(dead_code))]
 impl RestoreConfig {
     /// Remembers `ctx`'s configuration now.
     pub fn of(ctx: &Context) -> RestoreConfig {

@@ -159,9 +159,9 @@ gpu_test! {
     }
 }
 
-#[cfg(feature = "zarrs")]
+#[cfg(feature = "zarr")]
 mod zarr_at_the_bound {
-    use devbuf::zarr::zarrs::{ArraySpec, ReadOptions, ZarrArray};
+    use devbuf::zarr::{ArraySpec, ReadOptions, ZarrArray};
     use devbuf::zarr::{
         BufferPrototype, DataType, DeviceMemoryStore, MemoryStore, NDBuffer, Order,
     };
@@ -257,7 +257,7 @@ mod zarr_at_the_bound {
         /// kits the workers hold (a hang). The array reads back exactly.
         fn faults_gpu_encoded_writes_whose_lanes_fill_the_pool_do_not_hang() {
             use devbuf::cuda::nvcomp::{self, GpuCodec};
-            use devbuf::zarr::zarrs::{Compressor, Encoder, WriteOptions};
+            use devbuf::zarr::{Compressor, Encoder, WriteOptions};
             if crate::zarrs::nvcomp_missing("faults_gpu_encoded_writes_whose_lanes_fill_the_pool_do_not_hang") {
                 return;
             }

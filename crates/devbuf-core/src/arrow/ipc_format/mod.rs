@@ -1,0 +1,371 @@
+//! The Arrow IPC *format* (`ipc_format`): record batches serialized into device memory
+//! (and, as the host fallback, into shared host memory) and read back. Not to be confused
+//! with the process handles of [`crate::ipc`] and [`crate::cuda::ipc`], which share
+//! those bytes with another process.
+//!
+//! The serialized form is the Arrow IPC *encapsulated message* format: each message is
+//! the continuation marker `0xFFFFFFFF`, a little-endian `i32` metadata length, the
+//! flatbuffer `Message` padded to 64 bytes, then the body (64-byte aligned buffers).
+//! A batch with dictionary columns is preceded by one `DictionaryBatch` message per
+//! dictionary; a batch without is exactly one `RecordBatch` message (what
+//! `pyarrow.cuda.serialize_record_batch` writes, so either side can read the other's).
+//! The schema travels separately (see [`schema_to_bytes`]); a leading `Schema` message
+//! is accepted and checked against it.
+//!
+//! Reading copies only the messages' metadata to the host; every body buffer stays
+//! where it is, as a zero-copy slice of the input. The reader is one piece of code,
+//! generic over where the bytes live: the host path ([`read_record_batch_host`]) runs it
+//! on every machine, and the device path ([`read_record_batch`]) runs the same code on
+//! device memory.
+//!
+//! Writing is one encoder too: the writers of a host batch differ only in who owns the
+//! bytes they return — device memory ([`serialize_record_batch`], a [`DeviceBuffer`]
+//! that exports over CUDA IPC), shared host memory ([`serialize_record_batch_shared`], a
+//! [`SharedMemory`] that exports as a host handle) or a `Vec`
+//! ([`serialize_record_batch_to_vec`]); a batch already on the device is written device
+//! to device by [`serialize_device_record_batch`](super::serialize_device_record_batch).
+//!
+//! This file: writing, the schema, the public readers and [`DeviceRecordBatch`].
+//! `parse.rs`: the one parser. The device encoder is `arrow/ipc_format_encode.rs`.
+
+mod parse;
+
+use parse::parse;
+#[allow(unused_imports)]
+use parse::*;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, RecordBatch, RecordBatchOptions, make_array};
+use arrow_buffer::Buffer;
+use arrow_ipc::writer::{
+    DictionaryTracker, EncodedData, IpcDataGenerator, IpcWriteContext, IpcWriteOptions,
+    write_message,
+};
+use arrow_ipc::{MessageHeader, MetadataVersion};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, UnionMode};
+
+use super::device::{ByteLen, DeviceArray, Parts, child_fields, layout_of};
+use crate::cuda::{Context, DeviceBuffer, DeviceBufferWriter};
+use crate::error::{Error, Result};
+use crate::ipc::SharedMemory;
+
+const ALIGNMENT: u8 = 64;
+const CONTINUATION: [u8; 4] = [0xff; 4];
+
+fn malformed(msg: impl std::fmt::Display) -> Error {
+    Error::Malformed(format!("Arrow IPC message: {msg}"))
+}
+
+fn write_options() -> Result<IpcWriteOptions> {
+    Ok(IpcWriteOptions::try_new(
+        ALIGNMENT as usize,
+        false,
+        MetadataVersion::V5,
+    )?)
+}
+
+// ---------------------------------------------------------------------------
+// Writing
+// ---------------------------------------------------------------------------
+
+/// A record batch encoded as IPC messages: (prefix + metadata, body) per message.
+pub(crate) struct Encoded {
+    pieces: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Encoded {
+    /// Encodes `batch` (dictionary messages, then the record batch message).
+    pub(crate) fn new(batch: &RecordBatch) -> Result<Encoded> {
+        let options = write_options()?;
+        let generator = IpcDataGenerator::default();
+        let mut tracker = DictionaryTracker::new(false);
+        // Assigns the dictionary ids, exactly as a reader of the schema will.
+        generator.schema_to_bytes_with_dictionary_tracker(
+            batch.schema_ref(),
+            &mut tracker,
+            &options,
+        );
+        let (dictionaries, message) = generator.encode(
+            batch,
+            &mut tracker,
+            &options,
+            &mut IpcWriteContext::default(),
+        )?;
+        let mut pieces = Vec::with_capacity(dictionaries.len() + 1);
+        for ed in dictionaries.into_iter().chain(std::iter::once(message)) {
+            let mut head = Vec::new();
+            let meta = EncodedData {
+                ipc_message: ed.ipc_message,
+                arrow_data: Vec::new(),
+            };
+            write_message(&mut head, meta, &options)?;
+            pieces.push((head, ed.arrow_data));
+        }
+        Ok(Encoded { pieces })
+    }
+
+    /// Total length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.pieces.iter().map(|(h, b)| h.len() + b.len()).sum()
+    }
+
+    /// Writes every message in order.
+    pub(crate) fn write_to(&self, w: &mut impl Write) -> Result<()> {
+        for (h, b) in &self.pieces {
+            for part in [h, b] {
+                w.write_all(part).map_err(|e| Error::Io {
+                    op: "writing an Arrow IPC message",
+                    message: e.to_string(),
+                })?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Serializes a record batch as Arrow IPC messages (see the [module docs](self)) into
+/// a new device buffer on `ctx`: the batch's bytes cross PCIe once, through a
+/// page-locked staging buffer. Sliced batches are written correctly (only the slice's
+/// data is written).
+///
+/// Read it back with [`read_record_batch`], in this process or, after
+/// [`DeviceBuffer::export_ipc`], in another one.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use arrow_array::{Int32Array, RecordBatch, StringArray};
+/// use devbuf_core::arrow::{read_record_batch, serialize_record_batch};
+/// use devbuf_core::cuda::Context;
+/// let ctx = Context::new(0)?;
+/// let batch = RecordBatch::try_from_iter([
+///     ("id", Arc::new(Int32Array::from(vec![1, 2, 3])) as _),
+///     ("name", Arc::new(StringArray::from(vec!["a", "b", "c"])) as _),
+/// ])?;
+/// let message = serialize_record_batch(&batch, &ctx)?;
+/// let on_device = read_record_batch(&message, batch.schema())?;
+/// assert_eq!(on_device.num_rows(), 3);
+/// assert_eq!(on_device.to_host()?, batch);
+/// # Ok::<(), devbuf_core::Error>(())
+/// ```
+pub fn serialize_record_batch(batch: &RecordBatch, ctx: &Context) -> Result<DeviceBuffer> {
+    let encoded = Encoded::new(batch)?;
+    let buf = ctx.allocate(encoded.len())?;
+    let staging = encoded.len().min(4 << 20);
+    let mut w = DeviceBufferWriter::with_capacity(buf, staging)?;
+    encoded.write_to(&mut w)?;
+    w.into_inner()
+}
+
+/// Serializes a record batch as Arrow IPC messages into new [`SharedMemory`] (the host
+/// fallback of [`serialize_record_batch`]): export it with
+/// [`SharedMemory::export_ipc`] and read it in another process with
+/// [`read_record_batch_host`] over [`HostIpcHandle::open`](crate::ipc::HostIpcHandle::open)'s
+/// buffer.
+///
+/// ```
+/// # if cfg!(not(target_os = "linux")) { return Ok(()); }
+/// use std::sync::Arc;
+/// use arrow_array::{Int64Array, RecordBatch};
+/// use devbuf_core::arrow::{read_record_batch_host, serialize_record_batch_shared};
+/// let batch = RecordBatch::try_from_iter([("x", Arc::new(Int64Array::from(vec![7, 8])) as _)])?;
+/// let shm = serialize_record_batch_shared(&batch)?;
+/// let handle = shm.export_ipc()?; // send handle.to_hex() to a consumer
+/// let mapped = handle.open()?; // read-only mapping, zero-copy
+/// let back = read_record_batch_host(&mapped, batch.schema())?;
+/// assert_eq!(back, batch);
+/// # Ok::<(), devbuf_core::Error>(())
+/// ```
+pub fn serialize_record_batch_shared(batch: &RecordBatch) -> Result<SharedMemory> {
+    let encoded = Encoded::new(batch)?;
+    let mut shm = SharedMemory::create(encoded.len())?;
+    let mut out: &mut [u8] = &mut shm;
+    encoded.write_to(&mut out)?;
+    Ok(shm)
+}
+
+/// Serializes a record batch as Arrow IPC messages into a host vector (the format of
+/// [`serialize_record_batch`]).
+pub fn serialize_record_batch_to_vec(batch: &RecordBatch) -> Result<Vec<u8>> {
+    let encoded = Encoded::new(batch)?;
+    let mut v = Vec::with_capacity(encoded.len());
+    encoded.write_to(&mut v)?;
+    Ok(v)
+}
+
+/// The schema as an Arrow IPC `Schema` message (continuation marker, length,
+/// flatbuffer), for handing it to the reading side.
+pub fn schema_to_bytes(schema: &Schema) -> Result<Vec<u8>> {
+    let (ed, options) = schema_message(schema)?;
+    let mut v = Vec::new();
+    write_message(&mut v, ed, &options)?;
+    Ok(v)
+}
+
+/// The schema's IPC `Schema` message (flatbuffer only), as a writer encodes it (with
+/// its dictionary ids), and the options it was encoded with.
+fn schema_message(schema: &Schema) -> Result<(EncodedData, IpcWriteOptions)> {
+    let options = write_options()?;
+    let mut tracker = DictionaryTracker::new(false);
+    let ed = IpcDataGenerator::default().schema_to_bytes_with_dictionary_tracker(
+        schema,
+        &mut tracker,
+        &options,
+    );
+    Ok((ed, options))
+}
+
+/// Parses [`schema_to_bytes`]'s output.
+pub fn schema_from_bytes(bytes: &[u8]) -> Result<SchemaRef> {
+    arrow_ipc::convert::try_schema_from_ipc_buffer(bytes)
+        .map(Arc::new)
+        .map_err(|e| Error::Malformed(format!("Arrow IPC schema message: {e}")))
+}
+
+fn strip(e: &Error) -> String {
+    match e {
+        Error::InvalidArgument(m) | Error::Malformed(m) => m.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn build_batch(schema: SchemaRef, rows: usize, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
+    Ok(RecordBatch::try_new_with_options(
+        schema,
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(rows)),
+    )?)
+}
+
+/// Reads a record batch from Arrow IPC messages in host memory (the host fallback of
+/// [`read_record_batch`]): the returned arrays' buffers are zero-copy slices of
+/// `message` (e.g. a read-only mapping of another process's shared memory; a buffer
+/// misaligned for its type is the only thing copied). Every array is fully validated.
+///
+/// `schema` must be the schema the batch was written with. Malformed input is an
+/// [`Error::Malformed`] saying what is wrong; never a panic.
+pub fn read_record_batch_host(message: &Buffer, schema: SchemaRef) -> Result<RecordBatch> {
+    let parsed = parse(message, &schema)?;
+    let columns = parsed
+        .columns
+        .into_iter()
+        .map(|p| Ok(make_array(p.into_array_data()?)))
+        .collect::<Result<Vec<_>>>()?;
+    build_batch(schema, parsed.rows, columns)
+}
+
+/// Reads a record batch from Arrow IPC messages in device memory: only the metadata is
+/// copied to the host; every column's buffers are zero-copy slices of `message`.
+///
+/// `schema` must be the schema the batch was written with (see [`schema_to_bytes`]).
+/// Malformed metadata — truncated, bad flatbuffers, buffers outside the body, too
+/// small for their arrays, a schema that does not match — is an error, never a panic;
+/// the values themselves (offsets, UTF-8, dictionary keys) are checked by
+/// [`DeviceRecordBatch::to_host`].
+pub fn read_record_batch(message: &DeviceBuffer, schema: SchemaRef) -> Result<DeviceRecordBatch> {
+    let parsed = parse(message, &schema)?;
+    Ok(DeviceRecordBatch {
+        schema,
+        num_rows: parsed.rows,
+        columns: parsed
+            .columns
+            .into_iter()
+            .map(DeviceArray::from_parts)
+            .collect(),
+        message: message.clone(),
+    })
+}
+
+/// A record batch whose columns live in device memory: see [`read_record_batch`].
+#[derive(Clone, Debug)]
+pub struct DeviceRecordBatch {
+    schema: SchemaRef,
+    num_rows: usize,
+    columns: Vec<DeviceArray>,
+    message: DeviceBuffer,
+}
+
+impl DeviceRecordBatch {
+    /// A batch of `columns` (checked against `schema` by the caller) whose buffers lie
+    /// in `message` (built by `ChunkBatch`, not read from IPC).
+    pub(crate) fn from_device_columns(
+        schema: SchemaRef,
+        num_rows: usize,
+        columns: Vec<DeviceArray>,
+        message: DeviceBuffer,
+    ) -> DeviceRecordBatch {
+        DeviceRecordBatch {
+            schema,
+            num_rows,
+            columns,
+            message,
+        }
+    }
+
+    /// The schema.
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    /// Number of rows.
+    pub fn num_rows(&self) -> usize {
+        self.num_rows
+    }
+
+    /// Number of columns.
+    pub fn num_columns(&self) -> usize {
+        self.columns.len()
+    }
+
+    /// The columns.
+    pub fn columns(&self) -> &[DeviceArray] {
+        &self.columns
+    }
+
+    /// Column `i` (`None` past the end).
+    pub fn column(&self, i: usize) -> Option<&DeviceArray> {
+        self.columns.get(i)
+    }
+
+    /// The column named `name`.
+    pub fn column_by_name(&self, name: &str) -> Option<&DeviceArray> {
+        self.schema
+            .index_of(name)
+            .ok()
+            .and_then(|i| self.columns.get(i))
+    }
+
+    /// The device buffer the batch was read from (its columns slice it).
+    pub fn message(&self) -> &DeviceBuffer {
+        &self.message
+    }
+
+    /// Copies the batch to the host — the whole message in one transfer, into
+    /// page-locked memory that the arrays then share without further copies — and
+    /// validates every array fully.
+    pub fn to_host(&self) -> Result<RecordBatch> {
+        let base = self.message.address();
+        let end = base + self.message.len() as u64;
+        let host = self.message.to_arrow_buffer()?;
+        let ctx = self.message.context().clone();
+        let mut map = |b: &DeviceBuffer| -> Result<Buffer> {
+            if b.is_empty() {
+                return Ok(Buffer::from_vec(Vec::<u8>::new()));
+            }
+            let a = b.address();
+            if b.context().same_as(&ctx) && a >= base && a + b.len() as u64 <= end {
+                Ok(host.slice_with_length((a - base) as usize, b.len()))
+            } else {
+                b.to_arrow_buffer()
+            }
+        };
+        let columns = self
+            .columns
+            .iter()
+            .map(|c| c.to_host_with(&mut map))
+            .collect::<Result<Vec<_>>>()?;
+        build_batch(self.schema.clone(), self.num_rows, columns)
+    }
+}

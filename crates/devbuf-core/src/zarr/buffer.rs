@@ -1,0 +1,321 @@
+//! [`Buffer`]: a flat, contiguous block of bytes on the host or a device.
+
+use std::fmt;
+
+use bytes::Bytes;
+
+use super::index::{AxisSel, Resolved};
+use super::prototype::BufferPrototype;
+use crate::cuda::{DeviceBuffer, HostBuffer};
+use crate::error::{Error, Result};
+use crate::memory::{Memory, Place};
+
+/// zarr's `Buffer`: untyped, contiguous bytes in host or device memory (sizes and
+/// indices are in bytes).
+///
+/// A `Buffer` is a value: clones and slices share memory, and a write
+/// ([`set`](Self::set)) copies first when anyone else can see the memory
+/// (copy-on-write), so a write is never visible through another handle.
+///
+/// ```
+/// use devbuf_core::zarr::{Buffer, Slice};
+/// let a = Buffer::from_bytes(&b"hello "[..]);
+/// let b = Buffer::from_bytes(&b"world"[..]);
+/// let ab = a.combine([&b])?;
+/// assert_eq!(ab.to_bytes()?, b"hello world");
+/// assert_eq!(ab.get(6..)?.to_bytes()?, b"world");
+/// assert_eq!(ab.get(Slice::range(-5, -3))?.to_bytes()?, b"wo");
+/// assert!(ab.get(Slice::every(2)).is_err()); // steps are an error
+/// # Ok::<(), devbuf_core::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Buffer {
+    mem: Memory,
+}
+
+impl Buffer {
+    /// `from_bytes`: host bytes, zero-copy.
+    pub fn from_bytes(bytes: impl Into<Bytes>) -> Buffer {
+        Buffer {
+            mem: Memory::Host(bytes.into()),
+        }
+    }
+
+    /// `from_array_like`: wraps memory (a [`Memory`], [`DeviceBuffer`], [`HostBuffer`],
+    /// `Bytes`, `Vec<u8>` or `arrow_buffer::Buffer`) without copying.
+    ///
+    /// ```
+    /// use devbuf_core::zarr::Buffer;
+    /// let arrow = arrow_buffer::Buffer::from_vec(vec![1u8, 2, 3]);
+    /// let b = Buffer::from_array_like(arrow.clone());
+    /// assert_eq!(b.as_array_like().address(), arrow.as_ptr() as u64); // zero-copy
+    /// ```
+    pub fn from_array_like(memory: impl Into<Memory>) -> Buffer {
+        Buffer { mem: memory.into() }
+    }
+
+    /// `create_zero_length` on the host (see
+    /// [`BufferPrototype::create_zero_length`] for other memories).
+    pub fn create_zero_length() -> Buffer {
+        Buffer::from_bytes(Bytes::new())
+    }
+
+    /// `from_buffer`: this buffer in `prototype`'s memory; zero-copy when it is already
+    /// there, else one copy (host→device, device→host, device→device).
+    pub fn to_prototype(&self, prototype: &BufferPrototype) -> Result<Buffer> {
+        if prototype.holds(&self.mem) {
+            return Ok(self.clone());
+        }
+        let place = prototype.place()?;
+        Ok(Buffer {
+            mem: place.bring(&self.mem, 0, self.len())?,
+        })
+    }
+
+    /// `as_array_like`: the underlying memory, never a copy.
+    pub fn as_array_like(&self) -> &Memory {
+        &self.mem
+    }
+
+    /// The underlying memory, by value.
+    pub fn into_memory(self) -> Memory {
+        self.mem
+    }
+
+    /// The prototype whose memory this is.
+    pub fn prototype(&self) -> BufferPrototype {
+        BufferPrototype::of(&self.mem)
+    }
+
+    /// True for host memory.
+    pub fn is_host(&self) -> bool {
+        self.mem.is_host()
+    }
+
+    /// True for device memory.
+    pub fn is_device(&self) -> bool {
+        self.mem.is_device()
+    }
+
+    /// `as_numpy_array`: the bytes in host memory (the same bytes for host memory; one
+    /// copy into page-locked memory for device memory).
+    pub fn to_host(&self) -> Result<Bytes> {
+        self.mem.to_host()
+    }
+
+    /// `to_bytes`: a new vector with a copy of the bytes.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        match &self.mem {
+            Memory::Host(b) => Ok(b.to_vec()),
+            Memory::Device(d) => d.to_host_vec(),
+        }
+    }
+
+    /// Length in bytes (`len(buffer)`).
+    pub fn len(&self) -> usize {
+        self.mem.len()
+    }
+
+    /// True when the buffer holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.mem.is_empty()
+    }
+
+    fn resolve_1d(&self, sel: AxisSel) -> Result<(usize, usize)> {
+        if let AxisSel::Index(i) = sel {
+            return Err(Error::invalid(format!(
+                "buffer keys must be contiguous slices, got the integer index {i}"
+            )));
+        }
+        match sel.resolve(0, self.len())? {
+            Resolved::Range { start, count, step } => {
+                if step != 1 {
+                    return Err(Error::invalid(format!(
+                        "slice must be contiguous: step {step} given, only 1 is allowed"
+                    )));
+                }
+                Ok((start, count))
+            }
+            Resolved::Index(_) => Err(Error::invalid("buffer keys must be slices")),
+        }
+    }
+
+    /// `buffer[key]` for a contiguous 1-D slice (zero-copy). Steps other than 1 and
+    /// integer indices are errors; Rust ranges past the end are errors, [`Slice`]s clip
+    /// like Python.
+    ///
+    /// [`Slice`]: super::Slice
+    pub fn get(&self, key: impl Into<AxisSel>) -> Result<Buffer> {
+        let (start, len) = self.resolve_1d(key.into())?;
+        Ok(Buffer {
+            mem: self.mem.slice(start, len)?,
+        })
+    }
+
+    /// `buffer[key] = value`: overwrites a contiguous slice with `value`'s bytes (of the
+    /// same length, from host or device memory). Copies this buffer first when its
+    /// memory is shared (copy-on-write).
+    pub fn set(&mut self, key: impl Into<AxisSel>, value: &Buffer) -> Result<()> {
+        let (start, len) = self.resolve_1d(key.into())?;
+        if value.len() != len {
+            return Err(Error::invalid(format!(
+                "could not broadcast a value of {} bytes into a slice of {len} bytes",
+                value.len()
+            )));
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        if !self.mem.is_exclusive() {
+            self.mem = match &self.mem {
+                Memory::Host(b) => Memory::from(b.to_vec()),
+                Memory::Device(src) => {
+                    let d = src.context().allocate(src.len())?;
+                    d.copy_from_device(0, src)?;
+                    Memory::Device(d)
+                }
+            };
+        }
+        self.mem.write(|m| match (m, &value.mem) {
+            (crate::memory::MemMut::Host(dst), Memory::Host(src)) => {
+                dst[start..start + len].copy_from_slice(src);
+                Ok(())
+            }
+            (crate::memory::MemMut::Host(dst), Memory::Device(src)) => {
+                src.copy_to_host_into(0, &mut dst[start..start + len])
+            }
+            (crate::memory::MemMut::Device(dst), Memory::Host(src)) => {
+                dst.copy_from_host(start, src)
+            }
+            (crate::memory::MemMut::Device(dst), Memory::Device(src)) => {
+                dst.copy_from_device(start, src)
+            }
+        })
+    }
+
+    /// `combine`: this buffer followed by `others`, in this buffer's memory, with one
+    /// allocation and one copy of each part (parts in other memories are moved as they
+    /// are copied).
+    pub fn combine<'a>(&self, others: impl IntoIterator<Item = &'a Buffer>) -> Result<Buffer> {
+        let mut parts: Vec<&Buffer> = vec![self];
+        for o in others {
+            parts.push(o);
+        }
+        Buffer::concat_in(&self.mem.place(), &parts)
+    }
+
+    /// Concatenates `buffers` into one new buffer of `prototype`'s memory (one
+    /// allocation, one copy of each part).
+    pub fn concat<'a>(
+        prototype: &BufferPrototype,
+        buffers: impl IntoIterator<Item = &'a Buffer>,
+    ) -> Result<Buffer> {
+        let parts: Vec<&Buffer> = buffers.into_iter().collect();
+        Buffer::concat_in(&prototype.place()?, &parts)
+    }
+
+    fn concat_in(place: &Place, parts: &[&Buffer]) -> Result<Buffer> {
+        let total = parts.iter().try_fold(0usize, |acc, b| {
+            acc.checked_add(b.len())
+                .ok_or_else(|| Error::invalid("combined length overflows"))
+        })?;
+        match place {
+            Place::Host => {
+                let mut out = Vec::new();
+                out.try_reserve_exact(total).map_err(|_| {
+                    Error::invalid(format!(
+                        "cannot allocate {total} bytes of host memory for the combined buffer"
+                    ))
+                })?;
+                for b in parts {
+                    match &b.mem {
+                        Memory::Host(h) => out.extend_from_slice(h),
+                        Memory::Device(d) => {
+                            let at = out.len();
+                            out.resize(at + d.len(), 0);
+                            d.copy_to_host_into(0, &mut out[at..])?;
+                        }
+                    }
+                }
+                Ok(Buffer::from_array_like(out))
+            }
+            Place::Device(ctx) => {
+                let out = ctx.allocate(total)?;
+                let mut at = 0;
+                for b in parts {
+                    match &b.mem {
+                        Memory::Host(h) => out.copy_from_host(at, h)?,
+                        Memory::Device(d) => out.copy_from_device(at, d)?,
+                    }
+                    at += b.len();
+                }
+                Ok(Buffer::from_array_like(out))
+            }
+        }
+    }
+
+    /// Whether both buffers hold the same bytes, wherever they live (device buffers
+    /// are compared on the device).
+    pub fn equals(&self, other: &Buffer) -> Result<bool> {
+        if self.len() != other.len() {
+            return Ok(false);
+        }
+        match (&self.mem, &other.mem) {
+            (Memory::Host(a), Memory::Host(b)) => Ok(a == b),
+            (Memory::Device(a), Memory::Device(b)) => a.equals(b),
+            (Memory::Host(h), Memory::Device(d)) | (Memory::Device(d), Memory::Host(h)) => {
+                Ok(d.to_host_vec()? == h.as_ref())
+            }
+        }
+    }
+}
+
+impl PartialEq for Buffer {
+    /// [`equals`](Buffer::equals); a device error (which `==` cannot report) counts as
+    /// unequal.
+    fn eq(&self, other: &Buffer) -> bool {
+        self.equals(other).unwrap_or(false)
+    }
+}
+
+impl fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Buffer").field("memory", &self.mem).finish()
+    }
+}
+
+impl From<Bytes> for Buffer {
+    fn from(b: Bytes) -> Buffer {
+        Buffer::from_array_like(b)
+    }
+}
+
+impl From<Vec<u8>> for Buffer {
+    fn from(v: Vec<u8>) -> Buffer {
+        Buffer::from_array_like(v)
+    }
+}
+
+impl From<DeviceBuffer> for Buffer {
+    fn from(d: DeviceBuffer) -> Buffer {
+        Buffer::from_array_like(d)
+    }
+}
+
+impl From<HostBuffer> for Buffer {
+    fn from(h: HostBuffer) -> Buffer {
+        Buffer::from_array_like(h)
+    }
+}
+
+impl From<arrow_buffer::Buffer> for Buffer {
+    fn from(b: arrow_buffer::Buffer) -> Buffer {
+        Buffer::from_array_like(b)
+    }
+}
+
+impl From<Memory> for Buffer {
+    fn from(m: Memory) -> Buffer {
+        Buffer::from_array_like(m)
+    }
+}

@@ -1,0 +1,53 @@
+//! zarr's buffer layer — `Buffer`, `NDBuffer`, `BufferPrototype` and memory stores —
+//! over host memory or a CUDA device, with zarr-python's behaviour.
+//!
+//! | zarr-python | devbuf |
+//! |---|---|
+//! | `zarr.core.buffer.Buffer` (cpu / gpu) | [`Buffer`] over a [`Memory`] (host `Bytes` or a [`DeviceBuffer`](crate::cuda::DeviceBuffer)) |
+//! | `zarr.core.buffer.NDBuffer` (cpu / gpu) | [`NDBuffer`]: memory + [`DataType`] + shape + byte strides + offset |
+//! | `BufferPrototype`, `default_buffer_prototype()` | [`BufferPrototype`], [`default_buffer_prototype`] |
+//! | `zarr.config.enable_gpu()` | [`enable_gpu`] / [`disable_gpu`] |
+//! | `zarr.abc.store.Store`, `ByteRequest` | [`Store`], [`ByteRequest`] |
+//! | `MemoryStore`, `GpuMemoryStore` | [`MemoryStore`], [`DeviceMemoryStore`] |
+//!
+//! One type serves both memories: there is no `cpu::NDBuffer` / `gpu::NDBuffer` pair.
+//! Each operation runs where the data is — on the device through the kernels of
+//! `cuda::kernels::ops`, on the host through the same primitives computed on the CPU —
+//! and the GPU tests check that both give identical results. `docs/zarr.md` has the
+//! method-by-method correspondence and the design notes.
+//!
+//! The crate `devbuf-zarr` (`devbuf::zarr` with the facade's feature `zarr`) opens real
+//! zarr v2/v3 arrays (on disk, in a [`Store`] or in object storage) and reads and writes
+//! them as `NDBuffer`s on the host or a GPU (`docs/zarr.md`, "Real zarr stores").
+//!
+//! ```
+//! use devbuf_core::zarr::{BufferPrototype, DataType, NDBuffer, Order, Scalar};
+//! let proto = BufferPrototype::Host; // BufferPrototype::Device(0) on a GPU
+//! let mut chunk = NDBuffer::create(&proto, &[4, 4], DataType::UINT16, Order::F, Some(Scalar::from(0u16)))?;
+//! assert!(chunk.all_equal(Some(Scalar::from(0u16)), true)?); // an empty chunk: skip writing it
+//! chunk.set_scalar(&[(1..3).into(), 2.into()], Scalar::from(7u16))?;
+//! assert!(!chunk.all_equal(Some(Scalar::from(0u16)), true)?);
+//! let bytes = chunk.to_buffer()?; // C-order bytes, as the bytes codec writes them
+//! assert_eq!(bytes.len(), 32);
+//! # Ok::<(), devbuf_core::Error>(())
+//! ```
+
+mod buffer;
+mod dtype;
+pub mod index;
+mod layout;
+mod ndbuffer;
+mod prototype;
+mod store;
+pub use crate::element::ElementType;
+pub use crate::memory::Memory;
+pub use buffer::Buffer;
+pub use dtype::{DataType, Element, Endianness, Scalar, promote_types};
+pub use index::{AxisSel, Slice};
+pub use layout::Order;
+pub use ndbuffer::{NDBuffer, NdArrayLike};
+pub use prototype::{
+    BufferPrototype, default_buffer_prototype, disable_gpu, enable_gpu,
+    set_default_buffer_prototype,
+};
+pub use store::{ByteRequest, DeviceMemoryStore, MemoryStore, Store};

@@ -1,0 +1,236 @@
+//! Fetching endpoints: every endpoint of a flight concurrently (at most
+//! [`ClientOptions::concurrency`](super::ClientOptions::concurrency) at once), each
+//! message handed to a [`Handler`] on a blocking thread; the first failure ends the
+//! whole fetch (the other streams are cancelled). [`Claims`] checks that a stream
+//! delivered exactly the chunks its ticket names. [`ReceivedStream`] is one endpoint as
+//! an iterator, for callers that consume batches one by one.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_flight::{FlightData, Ticket};
+use futures::TryStreamExt;
+use tonic::Streaming;
+
+use super::super::decode::{Decoded, Decoder};
+use super::super::status::from_status;
+use super::super::ticket::ChunkRegion;
+use super::{Client, Endpoint};
+use devbuf_core::error::{Error, Result};
+
+/// What happens to the messages of each endpoint (on tokio's blocking threads).
+pub(crate) trait Handler: Send + Sync + 'static {
+    /// Per-endpoint state.
+    type State: Send + 'static;
+    /// Before the first message of endpoint `i`.
+    fn begin(&self, i: usize) -> Result<Self::State>;
+    /// One message.
+    fn message(&self, state: &mut Self::State, fd: FlightData) -> Result<()>;
+    /// After the last message (the stream ended cleanly).
+    fn end(&self, i: usize, state: Self::State) -> Result<()>;
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| Error::Io {
+        op: "receiving an Arrow Flight stream",
+        message: format!("a receiving task ended: {e}"),
+    })
+}
+
+const DOGET: &str = "Arrow Flight DoGet";
+
+impl Client {
+    /// Fetches every endpoint into `handler`.
+    pub(crate) fn fetch_all<H: Handler>(
+        &self,
+        endpoints: &[Endpoint],
+        handler: Arc<H>,
+    ) -> Result<()> {
+        let n = self.options().concurrency;
+        self.block_on(async {
+            futures::stream::iter(endpoints.iter().enumerate().map(Ok))
+                .try_for_each_concurrent(n, |(i, ep)| self.fetch_one(i, ep, handler.clone()))
+                .await
+        })
+    }
+
+    async fn open(&self, ep: &Endpoint, slot: usize) -> Result<Streaming<FlightData>> {
+        let mut conn = self.conn_for(&ep.locations, slot).await?;
+        let req = self.request(Ticket::new(ep.ticket.clone()))?;
+        Ok(conn
+            .do_get(req)
+            .await
+            .map_err(|s| from_status(DOGET, &s))?
+            .into_inner())
+    }
+
+    async fn fetch_one<H: Handler>(&self, i: usize, ep: &Endpoint, handler: Arc<H>) -> Result<()> {
+        let mut stream = self.open(ep, i % self.options().concurrency).await?;
+        let h = handler.clone();
+        let mut state = blocking(move || h.begin(i)).await??;
+        let idle = self.options().idle_timeout;
+        loop {
+            let next = stream.message();
+            let m = match idle {
+                None => next.await,
+                Some(t) => tokio::time::timeout(t, next).await.map_err(|_| Error::Io {
+                    op: "receiving an Arrow Flight stream",
+                    message: format!(
+                        "endpoint {i}: the server sent nothing for {} s (ClientOptions::idle_timeout)",
+                        t.as_secs_f64()
+                    ),
+                })?,
+            }
+            .map_err(|s| {
+                from_status(DOGET, &s).context(format_args!("endpoint {i}: the stream broke off"))
+            })?;
+            let Some(m) = m else { break };
+            let h = handler.clone();
+            let (s, r) = blocking(move || {
+                let mut s = state;
+                let r = h.message(&mut s, m);
+                (s, r)
+            })
+            .await?;
+            r.map_err(|e| e.context(format_args!("endpoint {i}")))?;
+            state = s;
+        }
+        blocking(move || handler.end(i, state)).await?
+    }
+
+    /// One endpoint's record batches (host memory) as an iterator: each `next` waits
+    /// for the next batch. Dropping the iterator cancels the stream.
+    pub fn stream(&self, endpoint: &Endpoint) -> Result<ReceivedStream<'_>> {
+        let stream = self.block_on(self.open(endpoint, 0))?;
+        Ok(ReceivedStream {
+            client: self,
+            stream: Some(stream),
+            decoder: Decoder::default(),
+        })
+    }
+}
+
+/// One endpoint's record batches, received one by one ([`Client::stream`]).
+pub struct ReceivedStream<'a> {
+    client: &'a Client,
+    stream: Option<Streaming<FlightData>>,
+    decoder: Decoder,
+}
+
+impl std::fmt::Debug for ReceivedStream<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReceivedStream")
+            .field("open", &self.stream.is_some())
+            .finish()
+    }
+}
+
+impl Iterator for ReceivedStream<'_> {
+    type Item = Result<RecordBatch>;
+
+    fn next(&mut self) -> Option<Result<RecordBatch>> {
+        loop {
+            let s = self.stream.as_mut()?;
+            let m = match self
+                .client
+                .block_on(async { s.message().await.map_err(|s| from_status(DOGET, &s)) })
+            {
+                Ok(Some(m)) => m,
+                Ok(None) => {
+                    self.stream = None;
+                    return None;
+                }
+                Err(e) => {
+                    self.stream = None;
+                    return Some(Err(e));
+                }
+            };
+            match self.decoder.decode(&m) {
+                Ok(Decoded::Batch(b)) => return Some(Ok(b)),
+                Ok(_) => continue,
+                Err(e) => {
+                    self.stream = None;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}
+
+/// The chunks one endpoint must deliver (`range` of `region`), and those it did.
+pub(crate) struct Claims {
+    region: ChunkRegion,
+    range: Range<u64>,
+    bits: Vec<u64>,
+    got: u64,
+}
+
+impl Claims {
+    /// The claims of `range` of `region` (the bitmap is allocated fallibly: its size
+    /// comes from the server's ticket).
+    pub(crate) fn new(region: ChunkRegion, range: Range<u64>) -> Result<Claims> {
+        let n = usize::try_from((range.end - range.start).div_ceil(64)).map_err(|_| {
+            Error::invalid(format!("a ticket of {} chunks", range.end - range.start))
+        })?;
+        let mut bits = Vec::new();
+        bits.try_reserve_exact(n).map_err(|_| {
+            Error::invalid(format!(
+                "a ticket of {} chunks cannot be tracked in memory",
+                range.end - range.start
+            ))
+        })?;
+        bits.resize(n, 0);
+        Ok(Claims {
+            region,
+            range,
+            bits,
+            got: 0,
+        })
+    }
+
+    /// Claims chunk `coords`: an error when it is not one of the endpoint's chunks or
+    /// came before.
+    pub(crate) fn claim(&mut self, coords: &[u64]) -> Result<()> {
+        let lin = self
+            .region
+            .linear(coords)
+            .filter(|l| self.range.contains(l))
+            .ok_or_else(|| {
+                Error::Malformed(format!(
+                    "the server sent chunk {coords:?}, which is not among the ticket's chunks \
+                     {}..{} of the region {:?}..{:?}",
+                    self.range.start,
+                    self.range.end,
+                    self.region.start(),
+                    self.region.end()
+                ))
+            })?;
+        let k = (lin - self.range.start) as usize;
+        let (w, b) = (k / 64, 1u64 << (k % 64));
+        if self.bits[w] & b != 0 {
+            return Err(Error::Malformed(format!(
+                "the server sent chunk {coords:?} twice"
+            )));
+        }
+        self.bits[w] |= b;
+        self.got += 1;
+        Ok(())
+    }
+
+    /// Checks that every chunk arrived.
+    pub(crate) fn finish(&self, i: usize) -> Result<()> {
+        let want = self.range.end - self.range.start;
+        if self.got != want {
+            return Err(Error::Io {
+                op: "receiving an Arrow Flight stream",
+                message: format!(
+                    "endpoint {i} ended after {} of its {want} chunks: the result would be \
+                     incomplete",
+                    self.got
+                ),
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,677 @@
+//! [`Client`]: a blocking Arrow Flight client on a tokio runtime of its own — connect
+//! (plain or TLS) with a bearer token, list, describe, read arrays and batches into host
+//! or device memory, upload batches.
+//!
+//! This file: connecting, calls that move no bulk data, uploads, and the description of
+//! a flight ([`Flight`], [`Endpoint`]). `fetch.rs`: fetching endpoints concurrently and
+//! checking completeness. `read.rs`: [`Client::read`] (the assembly of a selection);
+//! `chunks.rs`: its host fast path. `collect.rs`: [`Client::read_chunks`],
+//! [`Client::get_batches`], [`Client::fetch`]. `receive.rs`: messages
+//! into host or device batches.
+
+mod chunks;
+mod collect;
+mod fetch;
+mod read;
+mod receive;
+mod transport;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arrow_flight::flight_service_client::FlightServiceClient;
+use arrow_flight::{Action, Criteria, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest};
+use arrow_schema::SchemaRef;
+use bytes::Bytes;
+use futures::StreamExt;
+use tonic::Request;
+use tonic::metadata::MetadataValue;
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint as TonicEndpoint};
+
+pub use fetch::ReceivedStream;
+use transport::Transport;
+
+use super::auth::{check_token, encode_base64};
+use super::encode::{Batch, Encoder};
+use super::service::REMOVE_ACTION;
+use super::status::from_status;
+use super::ticket::{Part, Query, Target};
+use devbuf_core::error::{Error, Result};
+
+/// How a [`Client`] connects and reads.
+///
+/// ```
+/// use devbuf_flight::ClientOptions;
+/// let o = ClientOptions::new().token("s3cret").concurrency(16);
+/// # let _ = o;
+/// ```
+#[derive(Clone)]
+pub struct ClientOptions {
+    pub(crate) token: Option<String>,
+    pub(crate) tls_ca_pem: Option<Vec<u8>>,
+    pub(crate) tls_domain: Option<String>,
+    pub(crate) concurrency: usize,
+    pub(crate) max_message_bytes: usize,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) idle_timeout: Option<Duration>,
+    pub(crate) runtime_threads: usize,
+    pub(crate) max_frame_bytes: u32,
+}
+
+impl std::fmt::Debug for ClientOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientOptions")
+            .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .field("tls_ca_pem", &self.tls_ca_pem.is_some())
+            .field("tls_domain", &self.tls_domain)
+            .field("concurrency", &self.concurrency)
+            .field("max_message_bytes", &self.max_message_bytes)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("runtime_threads", &self.runtime_threads)
+            .field("max_frame_bytes", &self.max_frame_bytes)
+            .finish()
+    }
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions::new()
+    }
+}
+
+impl ClientOptions {
+    /// Defaults: no token, the web PKI roots for TLS, 8 endpoints fetched at once, 1 GiB
+    /// per message, 10 s to connect, 300 s of silence before a stream counts as dead, a
+    /// runtime thread per core (2 to 8), HTTP/2 frames of up to 1 MiB.
+    pub fn new() -> ClientOptions {
+        ClientOptions {
+            token: None,
+            tls_ca_pem: None,
+            tls_domain: None,
+            concurrency: 8,
+            max_message_bytes: 1 << 30,
+            connect_timeout: Duration::from_secs(10),
+            idle_timeout: Some(Duration::from_secs(300)),
+            runtime_threads: std::thread::available_parallelism()
+                .map_or(2, |n| n.get())
+                .clamp(2, 8),
+            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+        }
+    }
+
+    /// Sends `authorization: Bearer <token>` with every call.
+    pub fn token(mut self, token: impl Into<String>) -> ClientOptions {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// Trusts this PEM certificate (a private CA, or the server's self-signed
+    /// certificate) for `grpc+tls://` servers instead of the web PKI roots.
+    pub fn tls_ca(mut self, pem: impl Into<Vec<u8>>) -> ClientOptions {
+        self.tls_ca_pem = Some(pem.into());
+        self
+    }
+
+    /// The name the server's certificate must carry (default: the URI's host).
+    pub fn tls_domain(mut self, domain: impl Into<String>) -> ClientOptions {
+        self.tls_domain = Some(domain.into());
+        self
+    }
+
+    /// How many endpoints are fetched at once (1 to 1024).
+    pub fn concurrency(mut self, n: usize) -> ClientOptions {
+        self.concurrency = n;
+        self
+    }
+
+    /// Largest message accepted from a server (1 KiB to 2 GiB).
+    pub fn max_message_bytes(mut self, n: usize) -> ClientOptions {
+        self.max_message_bytes = n;
+        self
+    }
+
+    /// How long a connection may take to open.
+    pub fn connect_timeout(mut self, t: Duration) -> ClientOptions {
+        self.connect_timeout = t;
+        self
+    }
+
+    /// How long a stream may send nothing before the fetch fails (`None`: wait as long
+    /// as the connection lives; HTTP/2 keep-alive pings still detect a vanished server).
+    pub fn idle_timeout(mut self, t: Option<Duration>) -> ClientOptions {
+        self.idle_timeout = t;
+        self
+    }
+
+    /// Threads of the client's tokio runtime (1 to 64; default one per core, 2 to 8).
+    /// Each connection's HTTP/2 task and each received message's copy out of the
+    /// connection run on them.
+    pub fn runtime_threads(mut self, n: usize) -> ClientOptions {
+        self.runtime_threads = n;
+        self
+    }
+
+    /// The largest HTTP/2 frame the client accepts on plain (`grpc://`) connections
+    /// (16384 to 16777215; default 1 MiB, [`DEFAULT_MAX_FRAME_BYTES`]). A server sends a
+    /// DoGet body in frames of at most this size, one write each: 16 KiB (HTTP/2's
+    /// default) means 65536 frames per GiB. `grpc+tls://` connections go through
+    /// tonic's channel, which keeps 16 KiB.
+    ///
+    /// ```
+    /// use devbuf_flight::ClientOptions;
+    /// let o = ClientOptions::new().max_frame_bytes(16 << 10); // HTTP/2's default
+    /// # let _ = o;
+    /// ```
+    pub fn max_frame_bytes(mut self, n: u32) -> ClientOptions {
+        self.max_frame_bytes = n;
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        if !(1..=1024).contains(&self.concurrency) {
+            return Err(Error::invalid(format!(
+                "ClientOptions::concurrency is {}, valid: 1 to 1024",
+                self.concurrency
+            )));
+        }
+        if !(1 << 10..=2 << 30).contains(&self.max_message_bytes) {
+            return Err(Error::invalid(format!(
+                "ClientOptions::max_message_bytes is {}, valid: 1024 to {}",
+                self.max_message_bytes,
+                2u64 << 30
+            )));
+        }
+        if !(MIN_FRAME_BYTES..=MAX_FRAME_BYTES).contains(&self.max_frame_bytes) {
+            return Err(Error::invalid(format!(
+                "ClientOptions::max_frame_bytes is {}, valid: {MIN_FRAME_BYTES} to \
+                 {MAX_FRAME_BYTES} (HTTP/2's bounds)",
+                self.max_frame_bytes
+            )));
+        }
+        if !(1..=64).contains(&self.runtime_threads) {
+            return Err(Error::invalid(format!(
+                "ClientOptions::runtime_threads is {}, valid: 1 to 64",
+                self.runtime_threads
+            )));
+        }
+        if let Some(t) = &self.token {
+            check_token(t).map_err(|e| e.context("ClientOptions::token"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Default of [`ClientOptions::max_frame_bytes`]: 1 MiB.
+pub const DEFAULT_MAX_FRAME_BYTES: u32 = 1 << 20;
+const MIN_FRAME_BYTES: u32 = 1 << 14;
+const MAX_FRAME_BYTES: u32 = (1 << 24) - 1;
+
+/// A Flight URI (`grpc://`, `grpc+tcp://`, `grpc+tls://`, `http://`, `https://`) as the
+/// `http(s)://` URI tonic connects to, and whether it uses TLS.
+pub(crate) fn endpoint_uri(uri: &str) -> Result<(String, bool)> {
+    let (scheme, rest) = uri.split_once("://").ok_or_else(|| {
+        Error::invalid(format!(
+            "Flight URI {uri:?} has no scheme (use grpc://host:port or grpc+tls://host:port)"
+        ))
+    })?;
+    let (http, tls) = match scheme {
+        "grpc" | "grpc+tcp" | "http" => ("http", false),
+        "grpc+tls" | "https" => ("https", true),
+        _ => {
+            return Err(Error::invalid(format!(
+                "Flight URI {uri:?}: scheme {scheme:?} is not grpc, grpc+tcp, grpc+tls, http or \
+                 https"
+            )));
+        }
+    };
+    let out = format!("{http}://{rest}");
+    TonicEndpoint::from_shared(out.clone())
+        .map_err(|e| Error::invalid(format!("Flight URI {uri:?}: {e}")))?;
+    Ok((out, tls))
+}
+
+/// One endpoint of a flight: its ticket and where to fetch it (empty: the server that
+/// described the flight).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Endpoint {
+    /// The ticket, as the server gave it.
+    pub ticket: Bytes,
+    /// Servers that can serve the ticket (any one of them).
+    pub locations: Vec<String>,
+    /// The ticket read as a devbuf ticket (`None` for another server's tickets).
+    pub part: Option<Part>,
+}
+
+/// A flight as `GetFlightInfo` or `ListFlights` describes it.
+#[derive(Clone, Debug)]
+pub struct Flight {
+    /// What it is (`None` when the descriptor is not one of devbuf's).
+    pub target: Option<Target>,
+    /// The schema of its record batches.
+    pub schema: SchemaRef,
+    /// Its endpoints, in order.
+    pub endpoints: Vec<Endpoint>,
+    /// Records (chunks, or rows of batches) in all; -1 when unknown.
+    pub total_records: i64,
+    /// Bytes in all (as the server holds them); -1 when unknown.
+    pub total_bytes: i64,
+    /// The descriptor.
+    pub descriptor: Option<FlightDescriptor>,
+}
+
+impl Flight {
+    fn from_info(info: FlightInfo) -> Result<Flight> {
+        let descriptor = info.flight_descriptor.clone();
+        let target = descriptor
+            .as_ref()
+            .and_then(|d| Query::from_descriptor(d).ok())
+            .map(|q| q.target);
+        let endpoints = info
+            .endpoint
+            .iter()
+            .map(|e| {
+                let ticket = e
+                    .ticket
+                    .as_ref()
+                    .map(|t| t.ticket.clone())
+                    .unwrap_or_default();
+                Endpoint {
+                    part: Part::decode(&ticket).ok(),
+                    ticket,
+                    locations: e.location.iter().map(|l| l.uri.clone()).collect(),
+                }
+            })
+            .collect();
+        let (total_records, total_bytes) = (info.total_records, info.total_bytes);
+        let schema = crate::decode::guarded("reading a flight's schema", || {
+            info.try_decode_schema()
+                .map_err(|e| Error::Malformed(format!("the flight's schema: {e}")))
+        })?;
+        Ok(Flight {
+            target,
+            schema: Arc::new(schema),
+            endpoints,
+            total_records,
+            total_bytes,
+            descriptor,
+        })
+    }
+}
+
+type Conn = FlightServiceClient<Transport>;
+
+/// A blocking Arrow Flight client (any Flight server for the generic calls; devbuf's
+/// for [`read`](Self::read) and [`read_chunks`](Self::read_chunks), which need its
+/// tickets).
+///
+/// Every method blocks on the client's own runtime; calling one from inside another
+/// tokio runtime is an error (wrap it in `spawn_blocking`). The client is `Send +
+/// Sync`: share it between threads.
+///
+/// **Failures.** A refused call is an [`Error::Io`] whose message starts with the gRPC
+/// status (`"Unauthenticated: ..."`, `"NotFound: ..."`); a stream that breaks off is an
+/// error, never a shorter result. Nothing is retried: to retry, fetch the failed
+/// endpoint again with [`fetch`](Self::fetch) (tickets are stateless, so any endpoint
+/// can be fetched again, from any of its locations).
+pub struct Client {
+    runtime: Option<tokio::runtime::Runtime>,
+    uri: String,
+    options: ClientOptions,
+    token: Mutex<Option<String>>,
+    home: Conn,
+    /// Connections by (location, fetch slot); the empty location is this client's server.
+    peers: Mutex<HashMap<(String, usize), Conn>>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("uri", &self.uri)
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl Client {
+    /// Connects to `uri` (`grpc://host:port`, or `grpc+tls://` with the web PKI roots)
+    /// and sends `token` as a bearer token with every call.
+    pub fn connect(uri: &str, token: Option<&str>) -> Result<Client> {
+        let mut o = ClientOptions::new();
+        if let Some(t) = token {
+            o = o.token(t);
+        }
+        Client::connect_with(uri, o)
+    }
+
+    /// Connects to `uri` with `options`.
+    pub fn connect_with(uri: &str, options: ClientOptions) -> Result<Client> {
+        options.validate()?;
+        not_in_runtime()?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(options.runtime_threads)
+            .thread_name("devbuf-flight-client")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Io {
+                op: "starting the Flight client's runtime",
+                message: e.to_string(),
+            })?;
+        let home = runtime.block_on(channel(uri, &options))?;
+        Ok(Client {
+            home: conn(home, &options),
+            runtime: Some(runtime),
+            uri: uri.to_string(),
+            token: Mutex::new(options.token.clone()),
+            options,
+            peers: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The URI this client connected to.
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    /// The bearer token sent with calls (set by the options or by
+    /// [`handshake`](Self::handshake)).
+    pub fn token(&self) -> Option<String> {
+        self.token.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The Flight handshake with HTTP Basic credentials: the server issues a token,
+    /// which this client then sends with every call (and returns).
+    pub fn handshake(&self, user: &str, password: &str) -> Result<String> {
+        let basic = format!(
+            "Basic {}",
+            encode_base64(format!("{user}:{password}").as_bytes())
+        );
+        let value: MetadataValue<_> = basic
+            .parse()
+            .map_err(|_| Error::invalid("the user name or password cannot travel in a header"))?;
+        let mut conn = self.home.clone();
+        let token = self.block_on(async move {
+            let mut req =
+                Request::new(futures::stream::once(async { HandshakeRequest::default() }));
+            req.metadata_mut().insert("authorization", value);
+            let resp = conn
+                .handshake(req)
+                .await
+                .map_err(|s| from_status("the Arrow Flight handshake", &s))?;
+            let header = resp
+                .metadata()
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.split_once(' ').map(|(_, t)| t.trim().to_string()));
+            let mut stream = resp.into_inner();
+            let payload = match stream.next().await {
+                Some(Ok(r)) => String::from_utf8(r.payload.to_vec()).ok(),
+                Some(Err(s)) => return Err(from_status("the Arrow Flight handshake", &s)),
+                None => None,
+            };
+            header.or(payload).ok_or_else(|| Error::Io {
+                op: "the Arrow Flight handshake",
+                message: "the server answered without a token".into(),
+            })
+        })?;
+        let token = check_token(&token).map_err(|e| e.context("the issued token"))?;
+        *self.token.lock().unwrap_or_else(|p| p.into_inner()) = Some(token.clone());
+        Ok(token)
+    }
+
+    /// Every flight the server lists (devbuf's servers: its arrays and batches).
+    pub fn list(&self) -> Result<Vec<Flight>> {
+        self.list_prefix("")
+    }
+
+    /// The flights whose path starts with `prefix`.
+    pub fn list_prefix(&self, prefix: &str) -> Result<Vec<Flight>> {
+        let req = self.request(Criteria {
+            expression: Bytes::copy_from_slice(prefix.as_bytes()),
+        })?;
+        let mut conn = self.home.clone();
+        let infos = self.block_on(async move {
+            let mut s = conn
+                .list_flights(req)
+                .await
+                .map_err(|s| from_status("Arrow Flight ListFlights", &s))?
+                .into_inner();
+            let mut out = Vec::new();
+            while let Some(i) = s.next().await {
+                out.push(i.map_err(|s| from_status("Arrow Flight ListFlights", &s))?);
+            }
+            Ok(out)
+        })?;
+        infos.into_iter().map(Flight::from_info).collect()
+    }
+
+    /// The description of what `query` asks for.
+    pub fn info(&self, query: &Query) -> Result<Flight> {
+        let req = self.request(query.descriptor())?;
+        let mut conn = self.home.clone();
+        let info = self.block_on(async move {
+            conn.get_flight_info(req)
+                .await
+                .map(|r| r.into_inner())
+                .map_err(|s| from_status("Arrow Flight GetFlightInfo", &s))
+        })?;
+        Flight::from_info(info)
+    }
+
+    /// Uploads one batch (host or device memory) under `name` (DoPut); the server
+    /// refuses a name it already serves.
+    pub fn put(&self, name: &str, batch: impl Into<Batch>) -> Result<()> {
+        self.put_all(name, &[batch.into()])
+    }
+
+    /// Uploads batches (all of one schema, at least one) under `name`. A device batch is
+    /// encoded on the device and crosses PCIe once; the server keeps uploads in host
+    /// memory.
+    pub fn put_all(&self, name: &str, batches: &[Batch]) -> Result<()> {
+        let target = Target::batch(name)?;
+        let first = batches
+            .first()
+            .ok_or_else(|| Error::invalid("put_all needs at least one batch"))?;
+        let schema = first.schema();
+        let mut enc = Encoder::new()?;
+        let mut messages: Vec<FlightData> =
+            vec![enc.schema(&schema).with_descriptor(target.descriptor())];
+        for (i, b) in batches.iter().enumerate() {
+            if b.schema().fields() != schema.fields() {
+                return Err(Error::invalid(format!(
+                    "batch {i} has another schema than batch 0"
+                )));
+            }
+            messages.extend(enc.batch(b)?);
+        }
+        let req = self.request(futures::stream::iter(messages))?;
+        let mut conn = self.home.clone();
+        self.block_on(async move {
+            let mut s = conn
+                .do_put(req)
+                .await
+                .map_err(|s| from_status("Arrow Flight DoPut", &s))?
+                .into_inner();
+            while let Some(r) = s.next().await {
+                r.map_err(|s| from_status("Arrow Flight DoPut", &s))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Removes the batches the server serves under `name` (its `remove` action).
+    pub fn remove(&self, name: &str) -> Result<()> {
+        let req = self.request(Action::new(REMOVE_ACTION, name.to_string()))?;
+        let mut conn = self.home.clone();
+        self.block_on(async move {
+            let mut s = conn
+                .do_action(req)
+                .await
+                .map_err(|s| from_status("Arrow Flight DoAction", &s))?
+                .into_inner();
+            while let Some(r) = s.next().await {
+                r.map_err(|s| from_status("Arrow Flight DoAction", &s))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// A request carrying the bearer token.
+    pub(crate) fn request<T>(&self, msg: T) -> Result<Request<T>> {
+        let mut req = Request::new(msg);
+        if let Some(t) = self.token() {
+            let v = format!("Bearer {t}")
+                .parse()
+                .map_err(|_| Error::invalid("the token cannot travel in a header"))?;
+            req.metadata_mut().insert("authorization", v);
+        }
+        Ok(req)
+    }
+
+    /// The connection for the fetch in `slot` (0 to `concurrency - 1`) of an endpoint:
+    /// to the first of its locations that connects, or to this client's server when it
+    /// names none. Each slot has a connection of its own per server (kept for later
+    /// reads): one HTTP/2 connection is served by one task on each side, so streams that
+    /// share one share a core.
+    pub(crate) async fn conn_for(&self, locations: &[String], slot: usize) -> Result<Conn> {
+        let home = [String::new()];
+        let keys = if locations.is_empty() {
+            &home[..]
+        } else {
+            locations
+        };
+        let mut last = None;
+        for key in keys {
+            if key.is_empty() && slot == 0 {
+                return Ok(self.home.clone());
+            }
+            if let Some(c) = self
+                .peers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&(key.clone(), slot))
+            {
+                return Ok(c.clone());
+            }
+            let uri = if key.is_empty() { &self.uri } else { key };
+            match channel(uri, &self.options).await {
+                Ok(ch) => {
+                    let c = conn(ch, &self.options);
+                    self.peers
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert((key.clone(), slot), c.clone());
+                    return Ok(c);
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::invalid("an endpoint without locations")))
+    }
+
+    pub(crate) fn options(&self) -> &ClientOptions {
+        &self.options
+    }
+
+    pub(crate) fn block_on<T>(&self, f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        not_in_runtime()?;
+        match &self.runtime {
+            Some(rt) => rt.block_on(f),
+            None => Err(Error::invalid("the Flight client was shut down")),
+        }
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        // Without blocking: a client may be dropped inside an async context, where
+        // waiting for the runtime's tasks is not allowed. Open streams are cancelled.
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+fn not_in_runtime() -> Result<()> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Err(Error::invalid(
+            "the blocking Flight client was called from inside a tokio runtime: call it from \
+             tokio::task::spawn_blocking or a plain thread",
+        ));
+    }
+    Ok(())
+}
+
+fn conn((transport, origin): (Transport, tonic::codegen::http::Uri), o: &ClientOptions) -> Conn {
+    FlightServiceClient::with_origin(transport, origin)
+        .max_decoding_message_size(o.max_message_bytes)
+        .max_encoding_message_size(usize::MAX)
+}
+
+/// A connection to `uri`: for `grpc://` a hyper HTTP/2 client of its own (large frames,
+/// see [`ClientOptions::max_frame_bytes`]), reached once here so that an unreachable
+/// server is an error now; for `grpc+tls://` tonic's channel with rustls.
+async fn channel(uri: &str, o: &ClientOptions) -> Result<(Transport, tonic::codegen::http::Uri)> {
+    let (http, tls) = endpoint_uri(uri)?;
+    // Scheme and authority only: tonic puts an origin's path in front of every call's.
+    let parsed: tonic::codegen::http::Uri = http
+        .parse()
+        .map_err(|e| Error::invalid(format!("Flight URI {uri:?}: {e}")))?;
+    let origin = tonic::codegen::http::Uri::builder()
+        .scheme(parsed.scheme_str().unwrap_or("http"))
+        .authority(
+            parsed
+                .authority()
+                .map(|a| a.as_str().to_string())
+                .unwrap_or_default(),
+        )
+        .path_and_query("/")
+        .build()
+        .map_err(|e| Error::invalid(format!("Flight URI {uri:?}: {e}")))?;
+    let connect_err = |e: &dyn std::error::Error| Error::Io {
+        op: "connecting to an Arrow Flight server",
+        message: format!("{uri}: {e}{}", source_chain(e)),
+    };
+    if !tls {
+        let t = transport::plain(&origin, o)
+            .await
+            .map_err(|e| connect_err(&*e))?;
+        return Ok((t, origin));
+    }
+    let mut ep = TonicEndpoint::from_shared(http)
+        .map_err(|e| Error::invalid(format!("Flight URI {uri:?}: {e}")))?
+        .connect_timeout(o.connect_timeout)
+        .tcp_nodelay(true)
+        .initial_stream_window_size(Some(transport::STREAM_WINDOW))
+        .initial_connection_window_size(Some(transport::CONNECTION_WINDOW))
+        .http2_keep_alive_interval(transport::KEEP_ALIVE_INTERVAL)
+        .keep_alive_timeout(transport::KEEP_ALIVE_TIMEOUT)
+        .keep_alive_while_idle(false);
+    devbuf_zarr::tls::ensure_crypto_provider();
+    let mut cfg = ClientTlsConfig::new();
+    cfg = match &o.tls_ca_pem {
+        Some(pem) => cfg.ca_certificate(Certificate::from_pem(pem)),
+        None => cfg.with_webpki_roots(),
+    };
+    if let Some(d) = &o.tls_domain {
+        cfg = cfg.domain_name(d.clone());
+    }
+    ep = ep
+        .tls_config(cfg)
+        .map_err(|e| Error::invalid(format!("TLS settings for {uri:?}: {e}")))?;
+    let ch = ep.connect().await.map_err(|e| connect_err(&e))?;
+    Ok((Transport::Tonic(ch), origin))
+}
+
+/// The causes of an error, for messages (`": cause: cause"`).
+pub(crate) fn source_chain(e: &dyn std::error::Error) -> String {
+    let mut out = String::new();
+    let mut s = e.source();
+    while let Some(c) = s {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        s = c.source();
+    }
+    out
+}

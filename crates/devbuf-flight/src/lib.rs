@@ -1,0 +1,78 @@
+//! Arrow Flight (feature `flight`): a gRPC server that serves zarr arrays as chunk record
+//! batches and registered record batches, and a client that reads them into host or
+//! device memory — on the `arrow-flight` crate and its tonic/tokio stack, with no
+//! transport of devbuf's own.
+//!
+//! * **Server** ([`Server`], configured by [`ServerConfig`]): the zarr arrays under a
+//!   root directory, read by the read engine, and record batches that clients uploaded
+//!   (DoPut) or that the program registered ([`Server::register`], host or device
+//!   memory). `ListFlights` lists them; `GetFlightInfo` gives the schema (chunk
+//!   coordinates and an `arrow.fixed_shape_tensor` column, as
+//!   [`ChunkBatch`](devbuf_core::arrow::ChunkBatch) makes them), the totals and several
+//!   endpoints, each a range of chunks, possibly on other servers
+//!   ([`ServerConfig::locations`]); `DoGet` streams a ticket's chunks with bounded memory
+//!   (a producer thread that blocks when the stream's queue is full, and HTTP/2 flow
+//!   control behind it); every call needs a bearer token ([`auth`]); TLS through rustls
+//!   when a certificate is given. [`Service`] is the `FlightService` itself, for a tonic
+//!   server of your own.
+//! * **Client** ([`Client`]): [`Client::read`] fetches every endpoint of a selection
+//!   concurrently and assembles the selection into an [`NDBuffer`](devbuf_core::zarr::NDBuffer)
+//!   in host or device memory; [`Client::read_chunks`] returns the received
+//!   [`ChunkBatch`](devbuf_core::arrow::ChunkBatch)es (zero-copy on the host; on a device the
+//!   bodies go through the transfer engine's page-locked staging, one copy per batch);
+//!   [`Client::put`] uploads host or device record batches. A stream that breaks gives an
+//!   error, never a partial result: the client checks that every chunk of the selection
+//!   arrived exactly once.
+//! * **Names** ([`Target`]): a zarr array is the descriptor path `["zarr", <components of
+//!   its path under the root>...]`, a registered batch `["batch", <name>]`. Tickets are
+//!   small JSON documents ([`ticket`]) parsed strictly: no absolute paths, no `.` or `..`,
+//!   no symbolic link out of the root, bounded sizes; anything else is
+//!   `InvalidArgument`, `NotFound` or `PermissionDenied` with a message saying what was
+//!   wrong.
+//!
+//! Both sides present a blocking API and run their async work on a tokio runtime of
+//! their own; calling the client from inside another tokio runtime is an error (use
+//! `spawn_blocking`). `docs/flight.md` describes deployments (one or several servers,
+//! tokens, TLS) and the commands.
+//!
+//! ```no_run
+//! use devbuf_flight::{Client, Server, ServerConfig};
+//! use devbuf_core::zarr::{AxisSel, BufferPrototype};
+//! let server = Server::start(
+//!     ServerConfig::new().root("tests/fixtures/zarr").token("s3cret"),
+//!     "127.0.0.1:0",
+//! )?;
+//! let client = Client::connect(&server.uri(), Some("s3cret"))?;
+//! let all = client.read("v3_float32.zarr", &[], &BufferPrototype::Host)?;
+//! let part = client.read("v3_float32.zarr", &[AxisSel::from(2..7)], &BufferPrototype::Host)?;
+//! assert_eq!(part.shape()[0], 5);
+//! # let _ = all;
+//! # Ok::<(), devbuf_core::Error>(())
+//! ```
+
+#![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod auth;
+mod client;
+mod decode;
+mod encode;
+mod info;
+mod produce;
+mod registry;
+mod root;
+mod server;
+mod service;
+mod status;
+mod stream;
+pub mod ticket;
+
+pub use auth::{generate_token, read_token_file};
+pub use client::{
+    Client, ClientOptions, DEFAULT_MAX_FRAME_BYTES, Endpoint, Flight, ReceivedStream,
+};
+pub use encode::Batch;
+pub use server::{Event, Observer, Server, ServerConfig, ServerStats, StreamEnd};
+pub use service::{REMOVE_ACTION, Service};
+pub use stream::DoGetStream;
+pub use ticket::{Query, Target};

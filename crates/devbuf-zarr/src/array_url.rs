@@ -1,0 +1,87 @@
+//! [`ZarrArray::open_url`] and [`ZarrArray::create_url`]: arrays in object storage
+//! (feature `object_store`).
+
+use std::sync::Arc;
+
+use super::array::ZarrArray;
+use super::read::Direct;
+use super::spec::ArraySpec;
+use super::storage::StoreAdapter;
+use crate::object_store::{ObjectStoreOptions, UrlStore};
+use devbuf_core::error::{Error, Result};
+use devbuf_core::zarr::Store;
+
+impl ZarrArray {
+    /// Opens the zarr array (v3 `zarr.json` or v2 `.zarray`) at `url`: `s3://bucket/path`,
+    /// `gs://bucket/path`, `az://container/path`, `http(s)://host/path` (read-only) or
+    /// `file:///path`. Credentials and endpoints come from the environment
+    /// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`,
+    /// ...) and from `options`, which also set the request concurrency, the read-ahead
+    /// bound, timeouts and retries ([`ObjectStoreOptions`]).
+    ///
+    /// Reads fetch every chunk they need with many requests in flight, ahead of the
+    /// decoders; a shard the read needs all of is fetched whole (one GET), otherwise its
+    /// index is read once and only the inner chunks the selection needs are fetched, with
+    /// byte ranges (neighbours coalesced). A
+    /// missing chunk reads as the fill value; any failed request is an error naming the
+    /// key and the URL (after the retries the options allow), and no partial result is
+    /// returned. Errors never show credentials.
+    ///
+    /// ```
+    /// use devbuf_zarr::ZarrArray;
+    /// use devbuf_zarr::object_store::ObjectStoreOptions;
+    /// use devbuf_core::zarr::BufferPrototype;
+    /// let here = std::env::current_dir().unwrap();
+    /// let url = format!("file://{}/tests/fixtures/zarr/v3_float32_sharded.zarr", here.display());
+    /// let a = ZarrArray::open_url(&url, &ObjectStoreOptions::default())?;
+    /// let local = ZarrArray::open("tests/fixtures/zarr/v3_float32_sharded.zarr")?;
+    /// let (x, y) = (a.read_all(&BufferPrototype::Host)?, local.read_all(&BufferPrototype::Host)?);
+    /// assert_eq!(x.to_buffer()?.to_bytes()?, y.to_buffer()?.to_bytes()?); // NaNs too
+    /// # Ok::<(), devbuf_core::Error>(())
+    /// ```
+    pub fn open_url(url: &str, options: &ObjectStoreOptions) -> Result<ZarrArray> {
+        let store = Arc::new(UrlStore::open(url, options)?);
+        Self::open_url_store(store)
+    }
+
+    /// Opens the array at the root of `store` (a [`UrlStore`] made by hand, e.g. from
+    /// [`UrlStore::from_object_store`]), with the read engine's concurrent fetches.
+    pub fn open_url_store(store: Arc<UrlStore>) -> Result<ZarrArray> {
+        let location = store.url().to_string();
+        let dynstore: Arc<dyn Store> = store.clone();
+        let mut a = Self::open_storage(Arc::new(StoreAdapter::new(dynstore)), "/", location)?;
+        a.direct = Direct::Url(store);
+        Ok(a)
+    }
+
+    /// Creates a zarr v3 array described by `spec` at `url` (see
+    /// [`open_url`](Self::open_url)) and writes its metadata. Errors when an array
+    /// already exists there, or the store is read-only (`http(s)://`).
+    ///
+    /// Writes PUT each chunk (or shard) once, from the encoding workers, many at a time.
+    pub fn create_url(
+        url: &str,
+        spec: &ArraySpec,
+        options: &ObjectStoreOptions,
+    ) -> Result<ZarrArray> {
+        let store = Arc::new(UrlStore::open(url, options)?);
+        let location = store.url().to_string();
+        if store.read_only() {
+            return Err(Error::ReadOnly(format!(
+                "cannot create a zarr array at {location}: the store is read-only"
+            )));
+        }
+        for meta in ["zarr.json", ".zarray"] {
+            if store.exists(meta)? {
+                return Err(Error::invalid(format!(
+                    "a zarr array already exists at {location}"
+                )));
+            }
+        }
+        let dynstore: Arc<dyn Store> = store.clone();
+        let mut a =
+            Self::create_storage(Arc::new(StoreAdapter::new(dynstore)), "/", location, spec)?;
+        a.direct = Direct::Url(store);
+        Ok(a)
+    }
+}

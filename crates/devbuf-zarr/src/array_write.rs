@@ -1,0 +1,271 @@
+//! Writing a [`ZarrArray`]: chunks, many chunks or a box, from host or device arrays.
+//! Host values are encoded by zarrs in parallel; device values go through the device
+//! write engine (`write.rs`).
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use ::zarrs::array::{ArrayBytes, CodecOptions};
+use rayon::prelude::*;
+
+use super::ZarrArray;
+use super::encode::{self, Encoder, WriteEncoding, WriteOptions};
+use super::read::Request;
+use devbuf_core::cuda::DeviceBuffer;
+use devbuf_core::error::{Error, Result};
+use devbuf_core::zarr::{DataType, Memory, NDBuffer};
+
+impl ZarrArray {
+    // ------------------------------------------------------------------ writing
+
+    /// Writes `value` into the box of chunk `indices` clipped to the array (its shape
+    /// must be that box's shape; see [`chunk_ranges`](Self::chunk_ranges)). `value` may
+    /// be on the host or a device, of the array's element type in either byte order,
+    /// in any layout.
+    pub fn write_chunk(&self, indices: &[u64], value: &NDBuffer) -> Result<()> {
+        self.write_chunks(&[indices], std::slice::from_ref(value))
+    }
+
+    /// Writes many chunks: `values[i]` into the clipped box of `chunks[i]`. Each chunk
+    /// may be listed once. Host values are encoded in parallel; device values come back
+    /// through page-locked memory in batches (values that are consecutive slices of one
+    /// device allocation, as [`read_chunks`](Self::read_chunks) returns them, in one
+    /// copy per batch), encoded in parallel while the next batch is copied.
+    ///
+    /// ```
+    /// use devbuf_zarr::{ArraySpec, ZarrArray};
+    /// use devbuf_core::zarr::{BufferPrototype, DataType, MemoryStore, Order, Scalar};
+    /// let a = ZarrArray::create_in_store(std::sync::Arc::new(MemoryStore::new()), "",
+    ///     &ArraySpec::new(&[5], &[2], DataType::INT8))?;
+    /// let one = BufferPrototype::Host.nd_create(&[2], DataType::INT8, Order::C, Some(Scalar::from(1i8)))?;
+    /// let edge = BufferPrototype::Host.nd_create(&[1], DataType::INT8, Order::C, Some(Scalar::from(2i8)))?;
+    /// a.write_chunks(&[[0u64], [2]], &[one, edge])?;
+    /// let v = a.read_all(&BufferPrototype::Host)?.to_ndarray::<i8>()?;
+    /// assert_eq!(v.as_slice().unwrap(), &[1, 1, 0, 0, 2]);
+    /// # Ok::<(), devbuf_core::Error>(())
+    /// ```
+    pub fn write_chunks<I: AsRef<[u64]>>(&self, chunks: &[I], values: &[NDBuffer]) -> Result<()> {
+        if chunks.len() != values.len() {
+            return Err(Error::invalid(format!(
+                "write_chunks: {} chunk indices but {} values",
+                chunks.len(),
+                values.len()
+            )));
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut host = Vec::new();
+        let mut device = Vec::new();
+        for (c, v) in chunks.iter().zip(values) {
+            let idx = c.as_ref();
+            if !seen.insert(idx.to_vec()) {
+                return Err(Error::invalid(format!(
+                    "write_chunks: chunk {idx:?} is listed more than once"
+                )));
+            }
+            let (start, shape) = self.chunk_box(idx)?;
+            let v = self.prepare(v, &shape, &format!("chunk {idx:?}"))?;
+            if v.is_device() {
+                device.push((start, shape, v));
+            } else {
+                host.push((start, shape, v));
+            }
+        }
+        host.par_iter()
+            .try_for_each(|(start, shape, v)| self.encode_host(start, shape, v))?;
+        if device.is_empty() {
+            return Ok(());
+        }
+        let mut requests = Vec::with_capacity(device.len());
+        let mut bufs = Vec::with_capacity(device.len());
+        for (start, shape, v) in device {
+            requests.push(Request {
+                start,
+                shape,
+                offset: 0,
+            });
+            bufs.push(device_bytes(&v)?);
+        }
+        self.write_device(&requests, &bufs)
+    }
+
+    /// Writes `value` into the box that starts at `start` (per axis) and has `value`'s
+    /// shape, which must lie within the array. `value` may be on the host or a device,
+    /// of the array's element type in either byte order, in any layout. Chunks the box
+    /// covers partly are read, updated and rewritten.
+    ///
+    /// ```
+    /// use devbuf_zarr::{ArraySpec, ZarrArray};
+    /// use devbuf_core::zarr::{BufferPrototype, DataType, MemoryStore, NDBuffer};
+    /// let a = ZarrArray::create_in_store(std::sync::Arc::new(MemoryStore::new()), "",
+    ///     &ArraySpec::new(&[4, 4], &[2, 2], DataType::FLOAT32))?;
+    /// a.write_subset(&[1, 1], &NDBuffer::from_ndarray(ndarray::arr2(&[[1.0f32, 2.0], [3.0, 4.0]])))?;
+    /// let v = a.read_subset(&[1..3, 1..3], &BufferPrototype::Host)?.to_ndarray::<f32>()?;
+    /// assert_eq!(v.as_slice().unwrap(), &[1.0, 2.0, 3.0, 4.0]);
+    /// // Wrong element type: an error, no conversion.
+    /// assert!(a.write_subset(&[0, 0], &NDBuffer::from_ndarray(ndarray::arr1(&[1i32]))).is_err());
+    /// # Ok::<(), devbuf_core::Error>(())
+    /// ```
+    pub fn write_subset(&self, start: &[u64], value: &NDBuffer) -> Result<()> {
+        if start.len() != self.meta.ndim() {
+            return Err(Error::invalid(format!(
+                "write_subset: start {start:?} has {} coordinate(s), the array has {} \
+                 dimension(s) (shape {:?})",
+                start.len(),
+                self.meta.ndim(),
+                self.meta.shape
+            )));
+        }
+        let shape: Vec<u64> = value.shape().iter().map(|&s| s as u64).collect();
+        let ranges: Vec<Range<u64>> = start
+            .iter()
+            .zip(&shape)
+            .map(|(&s, &n)| s..s.saturating_add(n))
+            .collect();
+        let (start, shape) = self.check_ranges(&ranges)?;
+        let v = self.prepare(value, &shape, "write_subset")?;
+        if !v.is_device() {
+            return self.encode_host(&start, &shape, &v);
+        }
+        let request = Request {
+            start,
+            shape,
+            offset: 0,
+        };
+        self.write_device(std::slice::from_ref(&request), &[device_bytes(&v)?])
+    }
+
+    /// How writes run: the encoder of device writes.
+    pub fn write_options(&self) -> &WriteOptions {
+        &self.write_options
+    }
+
+    /// Sets how writes run (see [`WriteOptions`], [`Encoder`]).
+    ///
+    /// ```
+    /// use devbuf_zarr::{Encoder, WriteOptions, ZarrArray};
+    /// let mut a = ZarrArray::open("tests/fixtures/zarr/v2_int16_zstd.zarr")?;
+    /// a.set_write_options(WriteOptions { encoder: Encoder::Cpu });
+    /// assert_eq!(a.write_encoding().encoder, "cpu");
+    /// # Ok::<(), devbuf_core::Error>(())
+    /// ```
+    pub fn set_write_options(&mut self, options: WriteOptions) {
+        self.write_options = options;
+    }
+
+    /// Which encoder a write from device memory would use on this array under its
+    /// [`WriteOptions`], and why the GPU would not (nvCOMP missing, a codec it does not
+    /// write, chunks above [`AUTO_GPU_MAX_CHUNK_BYTES`](super::AUTO_GPU_MAX_CHUNK_BYTES)
+    /// for [`Encoder::Auto`]). With [`Encoder::Gpu`] and a `"cpu"` answer, device writes
+    /// fail with that reason.
+    pub fn write_encoding(&self) -> WriteEncoding {
+        let (plan, note) = self.encode_plan();
+        encode::describe(&plan, note)
+    }
+
+    fn encode_plan(&self) -> (Option<encode::GpuEncode>, String) {
+        encode::choose(
+            &self.array,
+            &self.meta.chunk_shape,
+            self.elem(),
+            self.meta.stored_dtype.element().swap_width(),
+            self.write_options.encoder,
+        )
+    }
+
+    /// Writes device values (C-order native) into the boxes of `requests` through the
+    /// device write engine (`write.rs`).
+    fn write_device(&self, requests: &[Request], values: &[DeviceBuffer]) -> Result<()> {
+        let Some(ctx) = values.first().map(|v| v.context().clone()) else {
+            return Ok(());
+        };
+        let (gpu, note) = self.encode_plan();
+        if gpu.is_none() && self.write_options.encoder == Encoder::Gpu {
+            return Err(Error::invalid(format!(
+                "writing {} with Encoder::Gpu: nvCOMP cannot encode its chunks: {note}",
+                self.location
+            )));
+        }
+        let fill = self.meta.fill_value.to_bytes_as(self.dtype());
+        let target = super::write::Target {
+            array: &self.array,
+            location: &self.location,
+            shape: &self.meta.shape,
+            chunk_shape: &self.meta.chunk_shape,
+            elem: self.elem(),
+            fill: &fill,
+            gpu: gpu.as_ref(),
+        };
+        let threads = self
+            .read_options
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get()));
+        super::write::write_device(
+            &target,
+            requests,
+            values,
+            &ctx,
+            threads,
+            self.read_options.slot_bytes,
+        )
+    }
+
+    /// Encodes C-order native bytes of the box `start`/`shape` into the array.
+    fn encode_from(&self, start: &[u64], shape: &[u64], bytes: &[u8]) -> Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        self.on_subset("writing", start, shape, |subset, what| {
+            self.array
+                .store_array_subset_opt(
+                    subset,
+                    ArrayBytes::new_flen(Cow::Borrowed(bytes)),
+                    &CodecOptions::default(),
+                )
+                .map_err(|e| self.array_err(what, e))
+        })
+    }
+
+    /// A host value (already prepared: native, C-contiguous) into the box.
+    fn encode_host(&self, start: &[u64], shape: &[u64], v: &NDBuffer) -> Result<()> {
+        let bytes = v.to_buffer()?.to_host()?;
+        self.encode_from(start, shape, &bytes)
+    }
+
+    /// Checks a value against the box it is written to, and brings it to native byte
+    /// order and C order (on its own side: host or device).
+    fn prepare(&self, value: &NDBuffer, shape: &[u64], what: &str) -> Result<NDBuffer> {
+        let element = self.meta.stored_dtype.element();
+        if value.dtype().element() != element {
+            return Err(Error::invalid(format!(
+                "{what}: data type mismatch: the array at {} holds {element}, the value is {} \
+                 (convert it with NDBuffer::astype first)",
+                self.location,
+                value.dtype()
+            )));
+        }
+        let vshape: Vec<u64> = value.shape().iter().map(|&s| s as u64).collect();
+        if vshape != shape {
+            return Err(Error::invalid(format!(
+                "{what}: the value has shape {vshape:?}, the destination box of {} has shape \
+                 {shape:?}",
+                self.location
+            )));
+        }
+        let native = DataType::native(element);
+        let v = if value.dtype() != native {
+            value.astype(native)?
+        } else {
+            value.clone()
+        };
+        if v.is_c_contiguous() { Ok(v) } else { v.copy() }
+    }
+}
+
+/// The device bytes of a prepared (C-contiguous) device value.
+fn device_bytes(v: &NDBuffer) -> Result<DeviceBuffer> {
+    let buf = v.to_buffer()?;
+    match buf.as_array_like() {
+        Memory::Device(d) => Ok(d.clone()),
+        Memory::Host(_) => Err(Error::invalid("expected a device value")),
+    }
+}

@@ -1,0 +1,136 @@
+//! devbuf's zarr engine (the facade's feature `zarr`): zarr v2 and v3 arrays on disk or in a devbuf
+//! [`Store`](devbuf_core::zarr::Store), read with the [`zarrs`] crate into
+//! [`NDBuffer`](devbuf_core::zarr::NDBuffer)s on the host or a GPU, and written back.
+//!
+//! * [`ZarrArray`]: open ([`open`](ZarrArray::open) a directory,
+//!   [`open_store`](ZarrArray::open_store) a devbuf store), create
+//!   ([`create`](ZarrArray::create) from an [`ArraySpec`]), read a chunk, many chunks, a
+//!   box or a numpy-style selection into any [`BufferPrototype`](devbuf_core::zarr::BufferPrototype),
+//!   write a chunk, many chunks or a box from host or device arrays.
+//! * [`ZarrMetadata`]: shape, chunk shape and grid, inner chunks of shards, stored data
+//!   type (element type + byte order), fill value as a [`Scalar`](devbuf_core::zarr::Scalar),
+//!   stored order, codecs.
+//! * [`StoreAdapter`]: a devbuf store as `zarrs` storage.
+//!
+//! **What opens.** Metadata is input like any other, and is checked before anything
+//! computes with it: every product of extents and element size fits 64 bits, chunk
+//! extents are non-zero, a chunk (or shard) holds at most [`MAX_CHUNK_BYTES`], an
+//! array has at most [`MAX_RANK`] axes, a shard's inner chunks divide it (at most
+//! [`MAX_SHARDING_DEPTH`] levels, [`MAX_SHARD_PRODUCT`]), a codec list has at most
+//! [`MAX_CODECS`] codecs. A document that breaks one of these is an error naming the
+//! field, its value and the valid range: [`Error::Malformed`]
+//! when no valid array could have it, [`Error::InvalidArgument`]
+//! when it is beyond devbuf's bounds. In a directory store only regular files (or
+//! symbolic links to them) are read and written: a FIFO, a device or a directory where a
+//! chunk or a metadata document should be is an error naming its path, never a hang.
+//!
+//! **What reads return.** Always native-endian, C-contiguous arrays of the stored element
+//! type: big-endian chunks are swapped and zarr v2 `order: "F"` chunks transposed while
+//! decoding (by `zarrs`' `bytes` and `transpose` codecs), so the values are those numpy
+//! and zarr-python return. Missing chunks read as the fill value.
+//!
+//! **Where the work happens.** Codecs (blosc, gzip, zstd, crc32c, sharding, transpose,
+//! bytes) run on the host, in parallel over chunks. Host reads decode straight into the
+//! result. Device reads decode into page-locked staging buffers owned by the array, a
+//! batch at a time, and copy each batch to the device in one transfer while the next
+//! batch is decoded; device writes run the same pipeline backwards. See `docs/zarr.md`,
+//! "Real zarr stores".
+//!
+//! ```
+//! use devbuf_zarr::ZarrArray;
+//! use devbuf_core::zarr::{BufferPrototype, default_buffer_prototype};
+//!
+//! let a = ZarrArray::open("tests/fixtures/zarr/v3_float32_sharded.zarr")?;
+//! let m = a.metadata();
+//! println!("{:?} {} in chunks of {:?}", m.shape, a.dtype(), m.chunk_shape);
+//! // default_buffer_prototype() is a GPU after enable_gpu(); here the host.
+//! let proto = default_buffer_prototype();
+//! let grid = &m.grid_shape;
+//! let indices: Vec<[u64; 2]> = (0..grid[0]).flat_map(|i| (0..grid[1]).map(move |j| [i, j])).collect();
+//! let chunks = a.read_chunks(&indices, &proto)?;
+//! let mut sum = 0.0f64;
+//! for c in &chunks {
+//!     sum += c.to_ndarray::<f32>()?.iter().map(|&v| v as f64).sum::<f64>();
+//! }
+//! assert_eq!(chunks.len(), 4);
+//! # let _ = (sum, BufferPrototype::Host);
+//! # Ok::<(), devbuf_core::Error>(())
+//! ```
+
+#![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use devbuf_core::error::{Error, Result};
+
+mod array;
+mod array_into;
+#[cfg(feature = "object_store")]
+mod array_url;
+mod array_write;
+mod encode;
+mod fs_store;
+pub(crate) mod lz4;
+mod metadata;
+#[cfg(feature = "object_store")]
+pub mod object_store;
+pub(crate) mod read;
+mod spec;
+mod storage;
+#[cfg(feature = "tls")]
+pub mod tls;
+mod validate;
+mod write;
+
+pub use array::ZarrArray;
+pub use array_into::ReadInto;
+pub use encode::{
+    AUTO_GPU_MAX_CHUNK_BYTES, AUTO_MAX_ZSTD_LEVEL, Encoder, WriteEncoding, WriteOptions,
+};
+pub use metadata::ZarrMetadata;
+pub use read::{DEFAULT_SLOT_BYTES, Decoder, ReadOptions, ReadReport};
+pub use spec::{ArraySpec, Compressor};
+pub use storage::StoreAdapter;
+pub use validate::{
+    MAX_CHUNK_BYTES, MAX_CODECS, MAX_METADATA_BYTES, MAX_RANK, MAX_SHARD_PRODUCT,
+    MAX_SHARDING_DEPTH,
+};
+
+/// Runs a `zarrs` call, turning a panic inside it into an error (devbuf never panics
+/// on bad input; `zarrs` may on malformed data it does not expect).
+pub(crate) fn guard<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = devbuf_core::error::panic_message(p.as_ref());
+            Err(Error::Malformed(format!("{what}: zarrs panicked: {msg}")))
+        }
+    }
+}
+
+/// The zarr fixtures under `tests/fixtures/zarr` (zarr-python wrote them), for unit
+/// tests of the engine's parts.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use std::path::PathBuf;
+
+    /// The path of fixture `name` (`""`: the fixtures' directory).
+    pub(crate) fn path(name: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/zarr")
+            .join(name)
+    }
+
+    /// Every fixture's name (`*.zarr`), sorted.
+    pub(crate) fn names() -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(path(""))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".zarr"))
+            .collect();
+        names.sort();
+        names
+    }
+}

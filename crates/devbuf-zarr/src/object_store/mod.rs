@@ -1,0 +1,27 @@
+//! zarr stores in object storage, by URL (feature `object_store`): S3 and
+//! S3-compatible servers, Google Cloud Storage, Azure Blob Storage, plain HTTP(S)
+//! servers (read-only) and local files, on the Apache Arrow project's
+//! [`object_store`](https://docs.rs/object_store) crate.
+//!
+//! * [`UrlStore`]: a store by URL as a devbuf [`Store`](devbuf_core::zarr::Store);
+//! * [`ObjectStoreOptions`]: credentials and endpoints beside the environment's,
+//!   request concurrency, read-ahead bound, timeouts and retries;
+//! * [`ZarrArray::open_url`](crate::ZarrArray::open_url) and
+//!   [`ZarrArray::create_url`](crate::ZarrArray::create_url): arrays in
+//!   such stores. Their reads go through the read engine, whose fetch stage (`fetch`)
+//!   keeps many requests in flight ahead of the decoders (shards: whole in one GET
+//!   when the read needs all of them, else the index once,
+//!   then byte ranges of the inner chunks a selection needs, neighbours coalesced);
+//!   their writes PUT chunks (or shards) from the encoding workers concurrently.
+//!
+//! Requests run on a tokio runtime of devbuf's own (a few I/O threads, started on first
+//! use); the API stays synchronous. See `docs/object-store.md`.
+
+mod fetch;
+mod options;
+mod runtime;
+mod store;
+
+pub(crate) use fetch::{FetchRequest, Prefetch, Span};
+pub use options::ObjectStoreOptions;
+pub use store::UrlStore;

@@ -1,0 +1,53 @@
+//! The tokio runtime object stores run on: one per process, started on first use, with
+//! a few I/O threads (requests are I/O-bound; decoding runs on the read engine's own
+//! workers, never here).
+
+use std::future::Future;
+use std::sync::OnceLock;
+
+use devbuf_core::error::{Error, Result};
+
+static RUNTIME: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+
+/// The process's object-store runtime.
+pub(crate) fn runtime() -> Result<&'static tokio::runtime::Runtime> {
+    RUNTIME
+        .get_or_init(|| {
+            let threads = std::thread::available_parallelism()
+                .map_or(2, |n| n.get())
+                .clamp(2, 8);
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(threads)
+                .thread_name("devbuf-io")
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| Error::Io {
+            op: "starting the object-store runtime",
+            message: e.clone(),
+        })
+}
+
+/// Runs `fut` to completion from synchronous code.
+///
+/// Called from a thread of a multi-threaded tokio runtime (a caller's async code), the
+/// thread is first handed over with `block_in_place`; from a current-thread runtime,
+/// where blocking would deadlock it, it is an error saying what to do instead.
+pub(crate) fn block_on<F: Future>(fut: F) -> Result<F::Output> {
+    let rt = runtime()?;
+    match tokio::runtime::Handle::try_current() {
+        Err(_) => Ok(rt.block_on(fut)),
+        Ok(h) => match h.runtime_flavor() {
+            tokio::runtime::RuntimeFlavor::MultiThread => {
+                Ok(tokio::task::block_in_place(|| rt.handle().block_on(fut)))
+            }
+            _ => Err(Error::invalid(
+                "a devbuf object-store call was made from a current-thread tokio runtime, \
+                 which it would block; call it from tokio::task::spawn_blocking or a \
+                 multi-threaded runtime",
+            )),
+        },
+    }
+}

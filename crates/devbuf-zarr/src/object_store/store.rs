@@ -1,0 +1,549 @@
+//! [`UrlStore`]: a zarr store in object storage (S3 and S3-compatible servers, Google
+//! Cloud Storage, Azure Blob Storage, plain HTTP(S) servers read-only, local files),
+//! opened by URL, as a devbuf [`Store`].
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{
+    GetOptions, GetRange, ObjectStore, ObjectStoreExt, ObjectStoreScheme, PutPayload,
+};
+
+use super::fetch::Span;
+use super::options::{ObjectStoreOptions, SECRET_ENV, is_secret};
+use super::runtime::block_on;
+use devbuf_core::error::{Error, Result};
+use devbuf_core::zarr::{Buffer, BufferPrototype, ByteRequest, Store};
+
+/// A zarr store in object storage, by URL: `s3://bucket/path`, `gs://bucket/path`,
+/// `az://container/path` (and the `https://` forms of these services), a plain
+/// `http(s)://host/path` server (read-only: GET with byte ranges), or `file:///path`.
+///
+/// It is a devbuf [`Store`] (synchronous; requests run on a small runtime of devbuf's
+/// own), so [`ZarrArray::open_store`](crate::ZarrArray::open_store) and
+/// every store API work on it; [`ZarrArray::open_url`](crate::ZarrArray::open_url)
+/// opens an array with it and lets the read engine fetch many chunks at once
+/// ([`ObjectStoreOptions::concurrency`]), ahead of its decoders.
+///
+/// **Errors** name the operation, the key and the store's URL; a missing key is
+/// `Ok(None)` (a missing chunk reads as the fill value), a refused or failed request is
+/// [`Error::Io`] after the retries [`ObjectStoreOptions`] allows for transient failures.
+/// No credential appears in an error message or in `Debug` output: the URL is shown
+/// without user information or query, and the values of secret configuration keys
+/// and environment variables are replaced by `***` wherever a message would hold them.
+///
+/// ```
+/// use devbuf_zarr::object_store::{ObjectStoreOptions, UrlStore};
+/// use devbuf_core::zarr::{Buffer, BufferPrototype, Store};
+/// let dir = std::env::temp_dir().join(format!("devbuf-doc-urlstore-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let store = UrlStore::open(&format!("file://{}", dir.display()), &ObjectStoreOptions::default())?;
+/// store.set("a/zarr.json", &Buffer::from_bytes(&b"{}"[..]))?;
+/// assert_eq!(store.list()?, vec!["a/zarr.json".to_string()]);
+/// assert!(store.get("a/missing", &BufferPrototype::Host, None)?.is_none());
+/// std::fs::remove_dir_all(&dir).ok();
+/// # Ok::<(), devbuf_core::Error>(())
+/// ```
+pub struct UrlStore {
+    inner: Arc<dyn ObjectStore>,
+    prefix: Path,
+    url: String,
+    secrets: Vec<String>,
+    options: ObjectStoreOptions,
+}
+
+impl std::fmt::Debug for UrlStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UrlStore")
+            .field("url", &self.url)
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+/// `url` without user information, query and fragment (where credentials may be).
+fn redacted(url: &url::Url) -> String {
+    let mut u = url.clone();
+    let _ = u.set_username("");
+    let _ = u.set_password(None);
+    u.set_query(None);
+    u.set_fragment(None);
+    u.to_string().trim_end_matches('/').to_string()
+}
+
+fn millis(d: std::time::Duration) -> String {
+    format!("{}ms", d.as_millis())
+}
+
+/// Applies `config` to a builder through its typed key parser, naming an unknown key.
+macro_rules! configure {
+    ($builder:expr, $key:ty, $service:literal, $opts:expr) => {{
+        let mut b = $builder;
+        let defaults = [
+            ("timeout", millis($opts.request_timeout)),
+            ("connect_timeout", millis($opts.connect_timeout)),
+        ];
+        for (k, v) in defaults
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .chain(
+                $opts
+                    .config
+                    .iter()
+                    .map(|(k, v)| (k.to_ascii_lowercase(), v.clone())),
+            )
+        {
+            let key: $key = k.parse().map_err(|_| {
+                Error::invalid(format!(
+                    "unknown {} configuration key {k:?} (see object_store's {} for the \
+                     valid keys)",
+                    $service,
+                    stringify!($key)
+                ))
+            })?;
+            b = b.with_config(key, v);
+        }
+        b.with_retry(retry(&$opts))
+    }};
+}
+
+fn retry(o: &ObjectStoreOptions) -> object_store::RetryConfig {
+    object_store::RetryConfig {
+        backoff: object_store::BackoffConfig::default(),
+        max_retries: o.max_retries,
+        retry_timeout: o.retry_timeout,
+    }
+}
+
+impl UrlStore {
+    /// Opens the store at `url` (see the type's docs for the schemes and
+    /// [`ObjectStoreOptions`] for credentials). Nothing is requested yet: a wrong
+    /// endpoint or credential shows at the first read or write.
+    pub fn open(url: &str, options: &ObjectStoreOptions) -> Result<UrlStore> {
+        options.validate()?;
+        crate::tls::ensure_crypto_provider();
+        let parsed = url::Url::parse(url).map_err(|e| {
+            // Not echoed whole: a malformed URL may still hold a credential.
+            let head: String = url.chars().take_while(|&c| c != ':' && c != '@').collect();
+            Error::invalid(format!(
+                "the store URL (starting {head:?}) is not a URL ({e}); expected s3://, gs://, \
+                 az://, http(s):// or file:// followed by a path"
+            ))
+        })?;
+        let shown = redacted(&parsed);
+        let (scheme, path) = ObjectStoreScheme::parse(&parsed).map_err(|e| {
+            Error::invalid(format!(
+                "{shown}: {e} (supported: s3://, s3a://, gs://, az://, abfs(s)://, \
+                 http(s):// and file://)"
+            ))
+        })?;
+        let mut options = options.clone();
+        let built: std::result::Result<Arc<dyn ObjectStore>, Error> = match scheme {
+            ObjectStoreScheme::AmazonS3 => {
+                let b = object_store::aws::AmazonS3Builder::from_env().with_url(url);
+                let b = configure!(b, object_store::aws::AmazonS3ConfigKey, "S3", options);
+                b.build()
+                    .map(|s| Arc::new(s) as _)
+                    .map_err(|e| build_err(&shown, e))
+            }
+            ObjectStoreScheme::GoogleCloudStorage => {
+                let b = object_store::gcp::GoogleCloudStorageBuilder::from_env().with_url(url);
+                let b = configure!(b, object_store::gcp::GoogleConfigKey, "GCS", options);
+                b.build()
+                    .map(|s| Arc::new(s) as _)
+                    .map_err(|e| build_err(&shown, e))
+            }
+            ObjectStoreScheme::MicrosoftAzure => {
+                let b = object_store::azure::MicrosoftAzureBuilder::from_env().with_url(url);
+                let b = configure!(b, object_store::azure::AzureConfigKey, "Azure", options);
+                b.build()
+                    .map(|s| Arc::new(s) as _)
+                    .map_err(|e| build_err(&shown, e))
+            }
+            ObjectStoreScheme::Http => {
+                options.read_only = true;
+                if parsed.scheme() == "http" {
+                    // An http:// URL asks for plain HTTP: no need to say it twice.
+                    options
+                        .config
+                        .insert(0, ("allow_http".into(), "true".into()));
+                }
+                let base = &parsed[..url::Position::BeforePath];
+                let b = object_store::http::HttpBuilder::new().with_url(base);
+                let b = configure!(b, object_store::ClientConfigKey, "HTTP", options);
+                b.build()
+                    .map(|s| Arc::new(s) as _)
+                    .map_err(|e| build_err(&shown, e))
+            }
+            ObjectStoreScheme::Local => {
+                if let Some((k, _)) = options.config.first() {
+                    return Err(Error::invalid(format!(
+                        "{shown}: file:// stores take no configuration keys (got {k:?})"
+                    )));
+                }
+                Ok(Arc::new(object_store::local::LocalFileSystem::new()) as _)
+            }
+            other => Err(Error::invalid(format!(
+                "{shown}: {other:?} URLs are not supported (supported: s3://, gs://, az://, \
+                 http(s):// and file://)"
+            ))),
+        };
+        let mut secrets: Vec<String> = options
+            .config
+            .iter()
+            .filter(|(k, _)| is_secret(k))
+            .map(|(_, v)| v.clone())
+            .collect();
+        secrets.extend(SECRET_ENV.iter().filter_map(|k| std::env::var(k).ok()));
+        if let Some(p) = parsed.password() {
+            secrets.push(p.to_string());
+        }
+        secrets.extend(parsed.query_pairs().map(|(_, v)| v.into_owned()));
+        secrets.retain(|s| s.len() >= 4);
+        let store = UrlStore {
+            inner: built.map_err(|e| scrub_err(e, &secrets))?,
+            prefix: path,
+            url: shown,
+            secrets,
+            options,
+        };
+        Ok(store)
+    }
+
+    /// A store over any [`ObjectStore`] (a client configured by hand, a wrapper that
+    /// adds metrics, an in-memory store), with keys under `prefix`; `name` is how errors
+    /// name the store.
+    pub fn from_object_store(
+        store: Arc<dyn ObjectStore>,
+        prefix: &str,
+        name: &str,
+        options: &ObjectStoreOptions,
+    ) -> Result<UrlStore> {
+        options.validate()?;
+        crate::tls::ensure_crypto_provider();
+        let prefix = Path::parse(prefix.trim_matches('/'))
+            .map_err(|e| Error::invalid(format!("store prefix {prefix:?}: {e}")))?;
+        Ok(UrlStore {
+            inner: store,
+            prefix,
+            url: name.to_string(),
+            secrets: Vec::new(),
+            options: options.clone(),
+        })
+    }
+
+    /// The store's URL as errors show it (no user information or query).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The `object_store` client underneath (to wrap it, e.g. with metrics, and build
+    /// another store with [`from_object_store`](Self::from_object_store)).
+    pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
+        &self.inner
+    }
+
+    /// The object path under which keys live (empty: the bucket's root).
+    pub fn prefix(&self) -> &str {
+        self.prefix.as_ref()
+    }
+
+    /// The options it was opened with.
+    pub fn options(&self) -> &ObjectStoreOptions {
+        &self.options
+    }
+
+    /// The object path of `key`.
+    pub(crate) fn path(&self, key: &str) -> Result<Path> {
+        let full = if self.prefix.as_ref().is_empty() {
+            key.to_string()
+        } else {
+            format!("{}/{key}", self.prefix)
+        };
+        Path::parse(&full).map_err(|e| {
+            Error::invalid(format!("zarr key {key:?} is not a valid object path: {e}"))
+        })
+    }
+
+    /// An error of the client: the message with its causes (where "timed out" or
+    /// "connection refused" is said).
+    pub(crate) fn client_error(&self, op: &str, key: &str, e: &object_store::Error) -> Error {
+        let mut text = e.to_string();
+        let mut cause = std::error::Error::source(e);
+        while let Some(c) = cause {
+            let c_text = c.to_string();
+            if !text.contains(&c_text) {
+                text.push_str(": ");
+                text.push_str(&c_text);
+            }
+            cause = c.source();
+        }
+        self.error(op, key, text)
+    }
+
+    /// An error of `op` on `key`, naming the store and without secrets.
+    pub(crate) fn error(&self, op: &str, key: &str, e: impl std::fmt::Display) -> Error {
+        let message = scrub(&format!("{op} {key} of {}: {e}", self.url), &self.secrets);
+        let denied = message.contains("403")
+            || message.contains("401")
+            || message.contains("ermission")
+            || message.contains("nauthenticated");
+        Error::Io {
+            op: if denied {
+                "object store request refused (check the credentials)"
+            } else {
+                "object store request"
+            },
+            message,
+        }
+    }
+
+    /// Fetches `span` of `key`: `None` when the key does not exist. A response
+    /// shorter or longer than asked for is an error.
+    pub(crate) async fn fetch(&self, key: &str, span: Span) -> Result<Option<Bytes>> {
+        let (range, exact) = match span {
+            Span::Whole => (None, None),
+            Span::Bytes(r) => (Some(GetRange::Bounded(r.clone())), Some(r.end - r.start)),
+            Span::Last(n) => (Some(GetRange::Suffix(n)), Some(n)),
+        };
+        let got = self.fetch_range(key, range).await?;
+        if let (Some(b), Some(n)) = (&got, exact)
+            && b.len() as u64 != n
+        {
+            return Err(self.error(
+                "GET",
+                key,
+                format!(
+                    "{} bytes came back, {n} were asked for (the object is shorter than its \
+                     index or metadata says)",
+                    b.len()
+                ),
+            ));
+        }
+        Ok(got)
+    }
+
+    async fn fetch_range(&self, key: &str, range: Option<GetRange>) -> Result<Option<Bytes>> {
+        let path = self.path(key)?;
+        let want = match &range {
+            Some(GetRange::Bounded(r)) => Some(r.end.saturating_sub(r.start)),
+            _ => None,
+        };
+        let opts = GetOptions {
+            range,
+            ..GetOptions::default()
+        };
+        let got = match self.inner.get_opts(&path, opts).await {
+            Ok(g) => g,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(self.client_error("GET", key, &e)),
+        };
+        let expected = got.range.end.saturating_sub(got.range.start);
+        let bytes = got
+            .bytes()
+            .await
+            .map_err(|e| self.client_error("GET (reading the response)", key, &e))?;
+        if bytes.len() as u64 != expected || want.is_some_and(|w| w != expected) {
+            return Err(self.error(
+                "GET",
+                key,
+                format!(
+                    "the response holds {} bytes, {} were asked for (a response cut short, or \
+                     a range past the object's end)",
+                    bytes.len(),
+                    want.unwrap_or(expected)
+                ),
+            ));
+        }
+        Ok(Some(bytes))
+    }
+
+    /// Stores `bytes` under `key` (one PUT).
+    pub(crate) async fn put(&self, key: &str, bytes: Bytes) -> Result<()> {
+        self.writable("PUT", key)?;
+        let path = self.path(key)?;
+        self.inner
+            .put(&path, PutPayload::from_bytes(bytes))
+            .await
+            .map(|_| ())
+            .map_err(|e| self.client_error("PUT", key, &e))
+    }
+
+    fn writable(&self, op: &str, key: &str) -> Result<()> {
+        if self.options.read_only {
+            return Err(Error::ReadOnly(format!(
+                "{op} {key} of {}: the store is read-only",
+                self.url
+            )));
+        }
+        Ok(())
+    }
+
+    /// Every key under the directory `dir` (`""`: all), relative to the store's prefix.
+    fn keys_under(&self, dir: &str) -> Result<Vec<String>> {
+        let dir = dir.trim_end_matches('/');
+        let at = if dir.is_empty() {
+            self.prefix.clone()
+        } else {
+            self.path(dir)?
+        };
+        let listed: Vec<object_store::ObjectMeta> = block_on(async {
+            self.inner
+                .list(Some(&at))
+                .try_collect::<Vec<_>>()
+                .await
+                .map_err(|e| self.client_error("LIST", dir, &e))
+        })??;
+        let mut keys: Vec<String> = listed
+            .into_iter()
+            .filter_map(|m| self.relative(&m.location))
+            .collect();
+        keys.sort();
+        Ok(keys)
+    }
+
+    fn relative(&self, p: &Path) -> Option<String> {
+        let parts: Vec<_> = p.prefix_match(&self.prefix)?.collect();
+        Some(
+            parts
+                .iter()
+                .map(|x| x.as_ref())
+                .collect::<Vec<_>>()
+                .join("/"),
+        )
+    }
+}
+
+fn build_err(url: &str, e: object_store::Error) -> Error {
+    Error::invalid(format!("cannot open the object store at {url}: {e}"))
+}
+
+/// `message` with every secret replaced by `***`.
+fn scrub(message: &str, secrets: &[String]) -> String {
+    let mut m = message.to_string();
+    for s in secrets {
+        if m.contains(s.as_str()) {
+            m = m.replace(s.as_str(), "***");
+        }
+    }
+    m
+}
+
+fn scrub_err(e: Error, secrets: &[String]) -> Error {
+    match e {
+        Error::InvalidArgument(m) => Error::InvalidArgument(scrub(&m, secrets)),
+        Error::Io { op, message } => Error::Io {
+            op,
+            message: scrub(&message, secrets),
+        },
+        e => e,
+    }
+}
+
+impl Store for UrlStore {
+    fn get(
+        &self,
+        key: &str,
+        prototype: &BufferPrototype,
+        byte_range: Option<ByteRequest>,
+    ) -> Result<Option<Buffer>> {
+        let range = match byte_range {
+            None => None,
+            Some(ByteRequest::Range { start, end }) => {
+                if start > end {
+                    return Err(Error::invalid(format!(
+                        "byte range {start}..{end} is reversed (start must not exceed end)"
+                    )));
+                }
+                if start == end {
+                    // An empty range of an existing key: no request for bytes.
+                    return Ok(self.getsize(key)?.map(|_| Buffer::create_zero_length()));
+                }
+                Some(GetRange::Bounded(start..end))
+            }
+            Some(ByteRequest::Offset(o)) => Some(GetRange::Offset(o)),
+            Some(ByteRequest::Suffix(n)) => Some(GetRange::Suffix(n)),
+        };
+        match block_on(self.fetch_range(key, range))?? {
+            None => Ok(None),
+            Some(b) => Ok(Some(Buffer::from_bytes(b).to_prototype(prototype)?)),
+        }
+    }
+
+    fn set(&self, key: &str, value: &Buffer) -> Result<()> {
+        self.writable("PUT", key)?;
+        let bytes = value.to_host()?;
+        block_on(self.put(key, bytes))?
+    }
+
+    fn delete(&self, key: &str) -> Result<()> {
+        self.writable("DELETE", key)?;
+        let path = self.path(key)?;
+        block_on(async {
+            match self.inner.delete(&path).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(self.client_error("DELETE", key, &e)),
+            }
+        })?
+    }
+
+    fn exists(&self, key: &str) -> Result<bool> {
+        Ok(self.getsize(key)?.is_some())
+    }
+
+    fn list(&self) -> Result<Vec<String>> {
+        self.keys_under("")
+    }
+
+    fn list_prefix(&self, prefix: &str) -> Result<Vec<String>> {
+        // Object stores list whole path segments: list the prefix's directory, then
+        // keep the keys that start with it.
+        let dir = prefix.rsplit_once('/').map_or("", |(d, _)| d);
+        Ok(self
+            .keys_under(dir)?
+            .into_iter()
+            .filter(|k| k.starts_with(prefix))
+            .collect())
+    }
+
+    fn list_dir(&self, prefix: &str) -> Result<Vec<String>> {
+        let dir = prefix.trim_end_matches('/');
+        let at = if dir.is_empty() {
+            self.prefix.clone()
+        } else {
+            self.path(dir)?
+        };
+        let listed = block_on(async {
+            self.inner
+                .list_with_delimiter(Some(&at))
+                .await
+                .map_err(|e| self.client_error("LIST", dir, &e))
+        })??;
+        let mut names: Vec<String> = listed
+            .common_prefixes
+            .iter()
+            .chain(listed.objects.iter().map(|m| &m.location))
+            .filter_map(|p| p.filename().map(str::to_string))
+            .collect();
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
+    fn read_only(&self) -> bool {
+        self.options.read_only
+    }
+
+    fn getsize(&self, key: &str) -> Result<Option<usize>> {
+        let path = self.path(key)?;
+        block_on(async {
+            match self.inner.head(&path).await {
+                Ok(m) => Ok(Some(usize::try_from(m.size).unwrap_or(usize::MAX))),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(self.client_error("HEAD", key, &e)),
+            }
+        })?
+    }
+}

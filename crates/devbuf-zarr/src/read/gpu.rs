@@ -1,0 +1,712 @@
+//! The GPU decode workers of a device read. A worker claims a run of units, its reader
+//! threads read their *stored* bytes into one page-locked slot ([`stored`](super::stored):
+//! each unit in its own region, checked on the host), and the worker queues on one of
+//! its *flights* (a stream with its own device scratch and nvCOMP state): one DMA of
+//! the slot, one batched nvCOMP call, the fill values of missing units and the units
+//! decoded on the host (both in stored byte order, like nvCOMP's output), the byte
+//! swap of every unit, and the placement into the output. It does not wait:
+//! it reads the next claim into its other slot while the device works, with up to
+//! `depth` claims in flight on their streams. A slot is handed out again once its DMA
+//! is done (an event recorded right after the copy); a flight is reused only after
+//! its stream finished, when nvCOMP's statuses are checked (an error names the chunk).
+//! On any error the worker waits for all its flights before it returns, so nothing is
+//! freed under queued work and the caller discards the output.
+//!
+//! CPU workers and GPU workers claim from the same counter; [`sched`](super::sched)
+//! decides when a GPU worker stops taking claims (near the end of a read, where the
+//! GPU's latency is longer than the CPU workers need for the rest).
+//!
+//! Tuning (environment, read per read; for benchmarks; defaults for `Decoder::Both` /
+//! `Auto`, then for `Decoder::Gpu`): `DEVBUF_GPU_CLAIM_MIB` (decoded MiB per nvCOMP
+//! call at most, 128), `DEVBUF_GPU_DEPTH` (claims in flight per worker, 3 / 4),
+//! `DEVBUF_GPU_FLIGHTS` (claims in flight over all workers, 6 / 8),
+//! `DEVBUF_GPU_READERS` (reader threads per worker, 6; with `Decoder::Gpu` two workers
+//! share every thread), `DEVBUF_GPU_SPREAD` (claims per flight over a read at least,
+//! 2 / 1: smaller claims start the device sooner), `DEVBUF_GPU_RAMP` (a worker's first
+//! claims are `2^-RAMP`, `2^-(RAMP-1)`, ... of the full size, 0 / 2),
+//! `DEVBUF_GPU_MODEL=0` (GPU workers take claims while there are any).
+
+use std::ops::Range;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::blosc;
+use super::codec::{Chain, Compression};
+use super::pipeline::{Counts, GpuPlan, Run, aligned, note};
+use super::place::place_units;
+use super::plan::Unit;
+use super::sched::GpuModel;
+use super::source::Source;
+use super::stored::{Got, name_chunk, read_claim, stored_room};
+use devbuf_core::cuda::kernels::ops::{
+    ShuffledBlocks, byteswap, fill, strided_copy, unshuffle as kernel_unshuffle,
+};
+use devbuf_core::cuda::nvcomp::{DecompressBatch, GpuCodec};
+use devbuf_core::cuda::{Context, DeviceBuffer, Event, EventFlags, Stream, UploadLane};
+use devbuf_core::error::Result;
+
+/// Decoded bytes a GPU worker decodes per nvCOMP call at most (by default). nvCOMP
+/// decodes large calls much faster than small ones, however many run at once:
+/// measured on an H100 (512 MiB of zstd-1 float32 already on the device, 1 MiB
+/// chunks), one call of 512 MiB 36 GB/s, calls of 128 MiB from 4 threads 28, calls
+/// of 32 MiB from 4 threads 14 (`bench_zarrs` prints these limits).
+pub(crate) const GPU_CLAIM_BYTES: usize = 128 << 20;
+
+/// Claims in flight over all GPU workers of a read (by default): each has a stream,
+/// and a device has 8 hardware queues unless `CUDA_DEVICE_MAX_CONNECTIONS` says
+/// otherwise; streams beyond them share one, and work queued on one waits behind the
+/// other's (measured: 4 workers with 8 claims in flight each read at half the rate of 3
+/// each). The CPU workers' lanes share 4 more streams (`pipeline`).
+pub(crate) const GPU_FLIGHTS: usize = 6;
+
+/// Claims in flight over all GPU workers of a `Decoder::Gpu` read (by default): there
+/// are no CPU workers' lanes then, and more chunks in flight hide nvCOMP's latency.
+pub(crate) const GPU_ONLY_FLIGHTS: usize = 8;
+
+/// Reader threads per GPU worker in a read with both decoders (by default).
+pub(crate) const GPU_READERS: usize = 6;
+
+/// The nvCOMP codec for a chain, or why the GPU cannot decode it.
+pub(crate) fn gpu_codec(chain: &Chain) -> std::result::Result<GpuCodec, String> {
+    use super::codec::{BloscInner, Compression};
+    match chain.compression {
+        Compression::Zstd => Ok(GpuCodec::Zstd),
+        Compression::Gzip => Ok(GpuCodec::Deflate),
+        Compression::Zlib if !chain.crc32c => Err(
+            "zlib chunks without crc32c: zlib records no size, so the host cannot rule out a \
+             truncated stream, and nvCOMP's deflate decoder has faulted the device on \
+             truncated input (docs/nvcomp.md); they are decoded on the CPU"
+                .into(),
+        ),
+        Compression::Zlib => Ok(GpuCodec::Deflate),
+        Compression::Lz4 => Ok(GpuCodec::Lz4),
+        Compression::Blosc(BloscInner::Lz4) => Ok(GpuCodec::Lz4),
+        Compression::Blosc(BloscInner::Zstd) => Ok(GpuCodec::Zstd),
+        Compression::Blosc(BloscInner::Other) => Err(
+            "blosc chunks compressed with blosclz, zlib or snappy: nvCOMP decodes the LZ4 and \
+             zstd streams of blosc containers only"
+                .into(),
+        ),
+        Compression::None => Err("uncompressed chunks need no decoder".into()),
+    }
+}
+
+/// How the GPU workers of a read are sized.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Tuning {
+    /// Decoded bytes per nvCOMP call at most.
+    pub claim_bytes: usize,
+    /// Claims in flight per worker.
+    pub depth: usize,
+    /// Claims in flight over all workers of a read (each on a stream of its own: see
+    /// `UploadLane::new_on` on the device's few hardware queues).
+    pub flights: usize,
+    /// Reader threads per worker (`None`: [`GPU_READERS`], or with `Decoder::Gpu`
+    /// every thread but the workers' own).
+    pub readers: Option<usize>,
+    /// Claims per flight over a read at least (claims are smaller when the read is).
+    pub spread: usize,
+    /// A worker's first claims are `2^-ramp`, `2^-(ramp-1)`, ... of the full size, so
+    /// the device starts sooner.
+    pub ramp: u32,
+    /// Whether GPU workers consult the model before a claim.
+    pub model: bool,
+}
+
+impl Tuning {
+    /// The defaults, overridden by the `DEVBUF_GPU_*` environment variables.
+    /// `gpu_only` (`Decoder::Gpu`: nothing but nvCOMP decodes) keeps more and smaller
+    /// claims in flight and starts with small ones: nvCOMP's latency per chunk is
+    /// long, so the device should get chunks as early and as many at once as it can
+    /// (measured on the H100, three interleaved runs each: 1 MiB chunks 17.0-17.7 GB/s
+    /// against 14.8-15.2 with the settings of a read with both decoders, 4 MiB
+    /// 15.3-15.9 against 13.9-14.1). With both decoders the CPU workers need the cores
+    /// more than the device needs an early start.
+    pub(crate) fn from_env(gpu_only: bool) -> Tuning {
+        let num = |k: &str| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.trim().parse::<usize>().ok())
+        };
+        Tuning {
+            claim_bytes: num("DEVBUF_GPU_CLAIM_MIB")
+                .map_or(GPU_CLAIM_BYTES, |m| m.clamp(1, 4096) << 20),
+            depth: num("DEVBUF_GPU_DEPTH").map_or(if gpu_only { 4 } else { 3 }, |d| d.clamp(1, 16)),
+            flights: num("DEVBUF_GPU_FLIGHTS").map_or(
+                if gpu_only {
+                    GPU_ONLY_FLIGHTS
+                } else {
+                    GPU_FLIGHTS
+                },
+                |d| d.clamp(1, 64),
+            ),
+            readers: num("DEVBUF_GPU_READERS").map(|r| r.clamp(1, 64)),
+            spread: num("DEVBUF_GPU_SPREAD")
+                .map_or(if gpu_only { 1 } else { 2 }, |d| d.clamp(1, 64)),
+            ramp: num("DEVBUF_GPU_RAMP").map_or(if gpu_only { 2 } else { 0 }, |d| d.min(8) as u32),
+            model: num("DEVBUF_GPU_MODEL") != Some(0),
+        }
+    }
+
+    /// Batches the `k`th claim of a worker takes when a full claim takes `full`.
+    pub(crate) fn claim_batches(&self, k: usize, full: usize) -> usize {
+        let shift = (self.ramp as usize).saturating_sub(k);
+        (full >> shift.min(16)).max(1)
+    }
+
+    /// Reader threads per worker.
+    pub(crate) fn readers(&self) -> usize {
+        self.readers.unwrap_or(GPU_READERS)
+    }
+}
+
+/// Units per GPU claim for a read of `units` units of `cell_bytes` with `workers` GPU
+/// workers: at most `claim_bytes` of decoded bytes, and small enough that every
+/// worker's flights take a claim or two (a small read still overlaps its stages).
+pub(crate) fn units_per_claim(
+    cell_bytes: usize,
+    units: usize,
+    workers: usize,
+    t: &Tuning,
+) -> usize {
+    let most = (t.claim_bytes / cell_bytes.max(1)).clamp(1, 4096);
+    units
+        .div_ceil(t.spread.max(1) * workers.max(1) * t.depth.max(1))
+        .clamp(1, most)
+}
+
+/// One claim's device side: a stream, the slot's copy, the decoded units, nvCOMP's
+/// state, and two timing events around its work.
+struct Flight {
+    stream: Stream,
+    stored: DeviceBuffer,
+    decoded: DeviceBuffer,
+    /// Reads of blosc chunks: their shuffled bytes (nvCOMP's output), unit `j` at the
+    /// same offset as in `decoded`.
+    shuffled: Option<DeviceBuffer>,
+    batch: DecompressBatch,
+    begin: Event,
+    end: Event,
+    /// The claim queued on it, if not finished yet.
+    busy: Option<Busy>,
+}
+
+/// What a queued claim needs when it is finished.
+struct Busy {
+    units: Range<usize>,
+    /// The call's chunk `i` is unit `owners[i]` of the claim.
+    owners: Vec<usize>,
+    /// Host time from the claim to the end of queueing, microseconds.
+    host_us: u64,
+}
+
+impl Flight {
+    /// A flight whose buffers hold `stored_bytes` of a claim's stored bytes and
+    /// `decoded_bytes` of its units. `streams`: nvCOMP chunks a claim is expected to
+    /// have (its tables are sized for them); `blosc`: the claims are blosc chunks (a
+    /// buffer for their shuffled bytes too).
+    fn new(
+        ctx: &Context,
+        streams: usize,
+        stored_bytes: usize,
+        decoded_bytes: usize,
+        blosc: bool,
+    ) -> Result<Flight> {
+        let stream = Stream::new(ctx)?;
+        let timing = EventFlags {
+            timing: true,
+            ..EventFlags::default()
+        };
+        let mut batch = DecompressBatch::on_stream(&stream)?;
+        batch.reserve_chunks(streams)?;
+        let f = Flight {
+            stored: ctx.allocate_pooled(stored_bytes, Some(&stream))?,
+            decoded: ctx.allocate_pooled(decoded_bytes, Some(&stream))?,
+            shuffled: match blosc {
+                true => Some(ctx.allocate_pooled(decoded_bytes, Some(&stream))?),
+                false => None,
+            },
+            batch,
+            begin: Event::new(ctx, timing)?,
+            end: Event::new(ctx, timing)?,
+            stream,
+            busy: None,
+        };
+        Ok(f)
+    }
+
+    /// Waits for the queued claim, checks nvCOMP's statuses (an error names the
+    /// chunk), and records its latency in the model.
+    fn complete(
+        &mut self,
+        src: &Source<'_>,
+        run: &Run<'_>,
+        model: &GpuModel,
+        counts: &Counts,
+    ) -> Result<()> {
+        let Some(b) = self.busy.take() else {
+            return Ok(());
+        };
+        let t0 = Instant::now();
+        let finished = self.batch.finish();
+        let synced = self.stream.synchronize();
+        counts
+            .gpu_wait_us
+            .fetch_add(micros(t0.elapsed()), Ordering::Relaxed);
+        finished.map_err(|e| name_chunk(e, src, &run.units[b.units.clone()], &b.owners))?;
+        synced?;
+        let device_us = (self.begin.elapsed_ms(&self.end)? as f64 * 1e3) as u64;
+        counts.gpu_decode_us.fetch_add(device_us, Ordering::Relaxed);
+        model.observe(b.host_us + device_us);
+        Ok(())
+    }
+}
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        // Nothing of the flight (nor the output its placements write) may be freed
+        // under queued work: wait for it, unless nvCOMP never finished (then the batch
+        // kept the buffers for good and waiting would block for ever).
+        let _ = self.batch.finish();
+        if self.batch.leaked_bytes() == 0 {
+            let _ = self.stream.synchronize();
+        }
+    }
+}
+
+/// Runs one GPU worker until the work runs out or the model leaves the rest to the
+/// CPU workers, then `then` (the worker's CPU work, given the worker's staging lane
+/// when it had one) while its last claims finish on the device, then waits for them.
+/// `(claim_batches, per)`: batches a claim takes, and the most units that makes (one
+/// batch when the model would not take the first claim that `Decoder::Both` forces).
+/// When the pool has no room for its staging (and `wait` is false) it runs `then`
+/// only. `stream`: one its staging lane may wait on
+/// (the lane queues nothing itself), else the lane makes one. `claimed` is called once
+/// the worker took its first claim or will take none (and may be called again).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn worker(
+    src: &Source<'_>,
+    plan: &GpuPlan,
+    model: &GpuModel,
+    run: &Run<'_>,
+    out: &DeviceBuffer,
+    ctx: &Context,
+    (claim_batches, per): (usize, usize),
+    wait: bool,
+    stream: Option<&Stream>,
+    counts: &Counts,
+    claimed: &dyn Fn(),
+    then: &dyn Fn(Option<UploadLane>) -> Result<()>,
+) -> Result<()> {
+    let room = stored_room(src.cell_bytes);
+    let stride = aligned(src.cell_bytes);
+    // No staging held by a worker the model sends home at once.
+    let cpu_done = counts.cpu_units.load(Ordering::Relaxed);
+    if !model.should_claim(true, run.remaining(), cpu_done) {
+        claimed();
+        return then(None);
+    }
+    // A first claim taken only because both decoders were asked for (the model would
+    // leave the read to the CPU workers: large chunks) is one batch, and the worker's
+    // staging holds only that: the CPU workers need the page-locked pool more. None at
+    // all when that one batch would keep the read waiting (see `forced_claim_pays`).
+    let forced = !model.advises(run.remaining(), cpu_done);
+    if forced && !model.forced_claim_pays(run.remaining(), cpu_done) {
+        claimed();
+        return then(None);
+    }
+    let (claim_batches, per) = if forced {
+        (1, per / claim_batches.max(1))
+    } else {
+        (claim_batches, per)
+    };
+    // The lane queues nothing on a stream of its own: it need not make one.
+    let lane = match stream {
+        Some(s) => UploadLane::bare_on(ctx, per * room, wait, s)?,
+        None => UploadLane::bare(ctx, per * room, wait)?,
+    };
+    let Some(lane) = lane else {
+        claimed();
+        return then(None);
+    };
+    let mut lane = Some(lane);
+    counts.gpu_workers.fetch_add(1, Ordering::Relaxed);
+    // The fill value in stored byte order, like nvCOMP's output: the claim's byte swap
+    // covers every unit.
+    let mut fill_value = src.fill.clone();
+    if let Some(w) = plan.chain.swap {
+        devbuf_core::memory::host_ops::swap_in_place(&mut fill_value, w);
+    }
+    let depth = plan.tuning.depth.max(1);
+    let mut flights: Vec<Flight> = Vec::with_capacity(depth);
+    let mut k = 0usize;
+    let result = (|| {
+        loop {
+            let cpu_done = counts.cpu_units.load(Ordering::Relaxed);
+            if (forced && k > 0) || !model.should_claim(k == 0, run.remaining(), cpu_done) {
+                break;
+            }
+            let Some(lane) = lane.as_mut() else {
+                break;
+            };
+            let claim = run.claim_many(plan.tuning.claim_batches(k, claim_batches));
+            if k == 0 {
+                claimed();
+            }
+            let Some(range) = claim else {
+                break;
+            };
+            let t0 = Instant::now();
+            let units = &run.units[range.clone()];
+            let (got, used) = {
+                let slot = lane.slot()?;
+                read_claim(src, &plan.chain, units, slot, plan.tuning.readers())?
+            };
+            counts
+                .gpu_read_us
+                .fetch_add(micros(t0.elapsed()), Ordering::Relaxed);
+            counts
+                .gpu_read_end_us
+                .fetch_max(micros(run.started.elapsed()), Ordering::Relaxed);
+            let f = k % depth;
+            if f < flights.len() {
+                flights[f].complete(src, run, model, counts)?;
+            }
+            let t1 = Instant::now();
+            if f == flights.len() {
+                let blosc = matches!(plan.chain.compression, Compression::Blosc(_));
+                // A blosc chunk is many streams: about one per 32 KiB.
+                let streams = if blosc {
+                    per.saturating_mul((src.cell_bytes >> 15).clamp(1, 256))
+                } else {
+                    per
+                };
+                flights.push(Flight::new(ctx, streams, per * room, per * stride, blosc)?);
+            }
+            let flight = &mut flights[f];
+            let owners = queue_claim(src, plan, units, &got, used, &fill_value, lane, flight, out)?;
+            counts
+                .gpu_queue_us
+                .fetch_add(micros(t1.elapsed()), Ordering::Relaxed);
+            let _ = counts.gpu_first_us.compare_exchange(
+                0,
+                micros(run.started.elapsed()).max(1),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            flight.busy = Some(Busy {
+                units: range,
+                owners,
+                host_us: micros(t0.elapsed()),
+            });
+            tally(&got, src.cell_bytes, counts);
+            k += 1;
+        }
+        claimed();
+        // The worker's CPU work goes on with the same staging (its slots are handed
+        // out once their copies are done): no second kit of the pool.
+        then(lane.take())?;
+        for f in &mut flights {
+            f.complete(src, run, model, counts)?;
+        }
+        counts
+            .gpu_end_us
+            .fetch_max(micros(run.started.elapsed()), Ordering::Relaxed);
+        Ok(())
+    })();
+    // On error the flights' drops wait for their streams, then the lane's for its slots.
+    drop(flights);
+    result
+}
+
+/// Queues one claim on `flight`: the slot's DMA, the nvCOMP call, the fill values
+/// (`fill_value`: in stored byte order) and host-decoded units (put in stored byte
+/// order by their reader), the byte swap of every unit, the placement. Returns which
+/// unit each of the call's chunks is.
+#[allow(clippy::too_many_arguments)]
+fn queue_claim(
+    src: &Source<'_>,
+    plan: &GpuPlan,
+    units: &[Unit],
+    got: &[Got],
+    used: usize,
+    fill_value: &[u8],
+    lane: &mut UploadLane,
+    flight: &mut Flight,
+    out: &DeviceBuffer,
+) -> Result<Vec<usize>> {
+    let room = stored_room(src.cell_bytes);
+    let stride = aligned(src.cell_bytes);
+    let s = &flight.stream;
+    let mut inputs = Vec::with_capacity(units.len());
+    let mut outputs = Vec::with_capacity(units.len());
+    let mut owners = Vec::with_capacity(units.len());
+    let mut copies = Vec::new();
+    for (j, g) in got.iter().enumerate() {
+        match g {
+            Got::Gpu(r) => {
+                inputs.push(r.clone());
+                outputs.push(j * stride..j * stride + src.cell_bytes);
+                owners.push(j);
+            }
+            Got::Blosc(r, b) => {
+                let at = j * stride;
+                for p in &b.streams {
+                    inputs.push(r.start + p.src..r.start + p.src + p.len);
+                    outputs.push(at + p.dst..at + p.dst + p.out);
+                    owners.push(j);
+                }
+                copies.extend(
+                    b.copies
+                        .iter()
+                        .map(|p| (r.start + p.src..r.start + p.src + p.len, at + p.dst)),
+                );
+            }
+            Got::Missing | Got::Host => {}
+        }
+    }
+    // nvCOMP's output: the units themselves, or blosc's shuffled bytes.
+    let target = flight.shuffled.as_ref().unwrap_or(&flight.decoded);
+    flight.begin.record(s)?;
+    lane.upload_ranges_into(
+        &upload_ranges(got, room, src.cell_bytes, used),
+        s,
+        &flight.stored,
+    )?;
+    flight
+        .batch
+        .queue_decompress(
+            s,
+            plan.codec,
+            &flight.stored,
+            &inputs,
+            target,
+            &outputs,
+            &copies,
+            &[out, &flight.decoded],
+        )
+        .map_err(|e| name_chunk(e, src, units, &owners))?;
+    if let Some(shuffled) = &flight.shuffled {
+        unshuffle(got, src.cell_bytes, stride, shuffled, &flight.decoded, s)?;
+    }
+    // Before the swap, in stored order like nvCOMP's output: the fill value of missing
+    // units and the units decoded on the host.
+    for (j, g) in got.iter().enumerate() {
+        match g {
+            Got::Missing => fill(
+                &flight.decoded.slice(j * stride, src.cell_bytes)?,
+                fill_value,
+                Some(s),
+            )?,
+            Got::Host => strided_copy(
+                &flight.stored,
+                j * room,
+                &[1],
+                &flight.decoded,
+                j * stride,
+                &[1],
+                &[src.cell_bytes],
+                1,
+                Some(s),
+            )?,
+            Got::Gpu(_) | Got::Blosc(..) => {}
+        }
+    }
+    if let Some(w) = plan.chain.swap {
+        byteswap(&flight.decoded.slice(0, units.len() * stride)?, w, Some(s))?;
+    }
+    place_units(src, units, stride, s, &flight.decoded, out)?;
+    flight.end.record(s)?;
+    Ok(owners)
+}
+
+/// Undoes blosc's byte shuffle of a claim's blosc units, from `shuffled` into
+/// `decoded` (unit `j` at `j * stride` in both), for each run of consecutive units with
+/// the same block size and type size: the whole blocks of the run in one
+/// [`unshuffle`](kernel_unshuffle) (one launch of the vector kernel for type sizes 2,
+/// 4, 8 and 16), the rest as strided copies with an axis over the run's units.
+fn unshuffle(
+    got: &[Got],
+    cell_bytes: usize,
+    stride: usize,
+    shuffled: &DeviceBuffer,
+    decoded: &DeviceBuffer,
+    s: &Stream,
+) -> Result<()> {
+    let layout = |g: &Got| match g {
+        Got::Blosc(_, b) => Some((b.blocksize, b.typesize)),
+        _ => None,
+    };
+    let mut j = 0;
+    while j < got.len() {
+        let Some((blocksize, typesize)) = layout(&got[j]) else {
+            j += 1;
+            continue;
+        };
+        let run = got[j..]
+            .iter()
+            .take_while(|g| layout(g) == Some((blocksize, typesize)))
+            .count();
+        let stride_i = stride as isize;
+        for step in blosc::unshuffle_steps(cell_bytes, blocksize, typesize) {
+            match step {
+                blosc::Step::Blocks {
+                    count,
+                    stride: bstride,
+                    n,
+                    typesize,
+                } => {
+                    let blocks = ShuffledBlocks {
+                        offset: j * stride,
+                        groups: run,
+                        ustride: stride,
+                        blocks: count,
+                        bstride,
+                        n,
+                        typesize,
+                    };
+                    kernel_unshuffle(shuffled, decoded, &blocks, Some(s))?;
+                }
+                blosc::Step::Copy((at, shape, from, to)) => {
+                    let shape: Vec<usize> = std::iter::once(run).chain(shape).collect();
+                    let from: Vec<isize> = std::iter::once(stride_i).chain(from).collect();
+                    let to: Vec<isize> = std::iter::once(stride_i).chain(to).collect();
+                    let base = j * stride + at;
+                    strided_copy(
+                        shuffled,
+                        base,
+                        &from,
+                        decoded,
+                        base,
+                        &to,
+                        &shape,
+                        1,
+                        Some(s),
+                    )?;
+                }
+            }
+        }
+        j += run;
+    }
+    Ok(())
+}
+
+/// The bytes of a claim's slot the device needs (the stored bytes nvCOMP decodes, the
+/// units decoded on the host), as few ranges as are apart by more than 64 KiB: the
+/// rest of each unit's region (room for the worst case, about a third of it for
+/// zstd-1 float32) stays on the host, and the DMA moves a third fewer bytes.
+fn upload_ranges(got: &[Got], room: usize, cell_bytes: usize, used: usize) -> Vec<Range<usize>> {
+    const GAP: usize = 64 << 10;
+    let mut out: Vec<Range<usize>> = Vec::new();
+    for (j, g) in got.iter().enumerate() {
+        let r = match g {
+            Got::Missing => continue,
+            Got::Host => j * room..j * room + cell_bytes,
+            Got::Gpu(r) | Got::Blosc(r, _) => r.clone(),
+        };
+        let r = r.start.min(used)..r.end.min(used);
+        match out.last_mut() {
+            Some(last) if r.start <= last.end + GAP => last.end = last.end.max(r.end),
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
+/// Counts one queued claim's units.
+fn tally(got: &[Got], cell_bytes: usize, counts: &Counts) {
+    let (mut gpu, mut missing) = (0u64, 0u64);
+    for g in got {
+        match g {
+            Got::Missing => missing += 1,
+            Got::Host => note(counts, true, cell_bytes),
+            Got::Gpu(_) | Got::Blosc(..) => gpu += 1,
+        }
+    }
+    counts.gpu_units.fetch_add(gpu, Ordering::Relaxed);
+    counts
+        .decoded_bytes
+        .fetch_add(gpu * cell_bytes as u64, Ordering::Relaxed);
+    counts.missing_units.fetch_add(missing, Ordering::Relaxed);
+}
+
+fn micros(d: std::time::Duration) -> u64 {
+    d.as_micros().min(u64::MAX as u128) as u64
+}
+
+/// Device bytes one flight holds for claims of `per` units of `cell_bytes` (its
+/// buffers and nvCOMP's scratch, about the decoded size again; blosc chunks: their
+/// shuffled bytes too).
+pub(crate) fn flight_bytes(per: usize, cell_bytes: usize, blosc: bool) -> usize {
+    let decoded = if blosc { 3 } else { 2 };
+    per.saturating_mul(stored_room(cell_bytes) + decoded * aligned(cell_bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Claims of 64 MiB at most, 3 per worker, 2 per flight, `ramp`.
+    fn tuning(ramp: u32) -> Tuning {
+        Tuning {
+            claim_bytes: 64 << 20,
+            depth: 3,
+            flights: 8,
+            readers: None,
+            spread: 2,
+            ramp,
+            model: true,
+        }
+    }
+
+    #[test]
+    fn claims_are_bounded_and_small_reads_still_use_every_flight() {
+        let t = tuning(0);
+        // 512 MiB of 1 MiB chunks, 2 workers: about 43 chunks a claim.
+        assert_eq!(units_per_claim(1 << 20, 512, 2, &t), 43);
+        // 16 MiB chunks: at most 4 (64 MiB) a claim.
+        assert_eq!(units_per_claim(16 << 20, 32, 1, &t), 4);
+        // A small read: one or two units a claim.
+        assert_eq!(units_per_claim(4096, 10, 2, &t), 1);
+        assert_eq!(units_per_claim(usize::MAX, 10, 2, &t), 1);
+        // One claim per flight: 512 / 6 chunks.
+        let one = Tuning {
+            spread: 1,
+            claim_bytes: 128 << 20,
+            ..t
+        };
+        assert_eq!(units_per_claim(1 << 20, 512, 2, &one), 86);
+    }
+
+    #[test]
+    fn a_ramp_starts_small_and_doubles() {
+        let t = tuning(2);
+        let sizes: Vec<usize> = (0..4).map(|k| t.claim_batches(k, 10)).collect();
+        assert_eq!(sizes, [2, 5, 10, 10]);
+        assert_eq!(t.claim_batches(0, 1), 1);
+        assert_eq!(Tuning { ramp: 0, ..t }.claim_batches(0, 10), 10);
+    }
+
+    #[test]
+    fn uploads_cover_what_the_device_reads_and_skip_large_gaps() {
+        let room = 1 << 20;
+        let got = [
+            Got::Gpu(0..700_000),
+            Got::Missing,
+            Got::Gpu(2 * room..2 * room + 1_000_000),
+            Got::Host,
+            Got::Gpu(4 * room..4 * room + 10),
+        ];
+        let r = upload_ranges(&got, room, 900_000, 4 * room + 10);
+        // Unit 2 ends 48 KiB before unit 3's region: one range; unit 4 apart.
+        assert_eq!(
+            r,
+            [
+                0..700_000,
+                2 * room..3 * room + 900_000,
+                4 * room..4 * room + 10
+            ]
+        );
+        assert!(upload_ranges(&[Got::Missing], room, 10, 0).is_empty());
+    }
+}

@@ -1,0 +1,605 @@
+//! The streaming read pipeline: worker threads (one per core unless told otherwise)
+//! claim batches of decode units from one counter, fetch and decode each unit once, and
+//! place its selected parts into the output.
+//!
+//! * Host output: a unit that is the whole of one contiguous output region is decoded
+//!   straight into the output; others are decoded into the worker's scratch and copied
+//!   into place.
+//! * Device output: each worker holds an [`UploadLane`] of the context's page-locked
+//!   pool; it decodes a batch of units chunk-contiguous into one slot, the slot goes to
+//!   the device in one DMA, and the placement (strided-copy kernel, or one device copy
+//!   when contiguous) runs on the device from there, while the worker decodes the next
+//!   batch into the other slot. Backpressure is the two slots: a worker waits for its
+//!   older slot's DMA before refilling it.
+//!
+//! The first error stops every worker; the caller gets it and no output.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use super::codec::Chain;
+use super::gpu::Tuning;
+use super::place::place_units;
+use super::plan::{Placement, Unit};
+use super::sched::{GpuModel, Schedule};
+use super::source::Source;
+use devbuf_core::cuda::nvcomp::GpuCodec;
+use devbuf_core::cuda::{Context, DeviceBuffer, UploadLane};
+use devbuf_core::error::{Error, Result};
+use devbuf_core::memory::zeroed_vec;
+
+/// Alignment of units within a staging slot (keeps the placement kernels' 16-byte
+/// accesses aligned).
+const ALIGN: usize = 256;
+
+/// What a pipeline run did.
+#[derive(Debug, Default)]
+pub(crate) struct Counts {
+    pub cpu_units: AtomicU64,
+    pub gpu_units: AtomicU64,
+    pub gpu_workers: AtomicUsize,
+    /// Microseconds GPU workers spent reading stored bytes, the device time of their
+    /// claims (upload, nvCOMP, placement; events), and the time they waited for the
+    /// device (summed over workers and claims).
+    pub gpu_read_us: AtomicU64,
+    pub gpu_decode_us: AtomicU64,
+    pub gpu_wait_us: AtomicU64,
+    /// Microseconds GPU workers spent queueing claims (host side: nvCOMP's set-up,
+    /// the launches, a flight's first allocations).
+    pub gpu_queue_us: AtomicU64,
+    /// When (microseconds from the pipeline's start) the first GPU claim was queued,
+    /// the GPU workers' last read ended, and their last claim finished on the device.
+    pub gpu_first_us: AtomicU64,
+    pub gpu_read_end_us: AtomicU64,
+    pub gpu_end_us: AtomicU64,
+    pub missing_units: AtomicU64,
+    pub decoded_bytes: AtomicU64,
+    pub workers: AtomicUsize,
+}
+
+/// Shared state of one run: the work counter and the first error.
+pub(crate) struct Run<'a> {
+    pub units: &'a [Unit],
+    batches: &'a [std::ops::Range<usize>],
+    next: AtomicUsize,
+    failed: AtomicBool,
+    error: Mutex<Option<Error>>,
+    /// When the workers were started.
+    pub started: std::time::Instant,
+}
+
+impl Run<'_> {
+    /// The next batch of units, if any is left and no worker failed.
+    pub(crate) fn claim(&self) -> Option<std::ops::Range<usize>> {
+        if self.failed.load(Ordering::Acquire) {
+            return None;
+        }
+        let b = self.next.fetch_add(1, Ordering::AcqRel);
+        self.batches.get(b).cloned()
+    }
+
+    /// Units not claimed yet.
+    pub(crate) fn remaining(&self) -> usize {
+        let b = self.next.load(Ordering::Acquire);
+        match self.batches.get(b) {
+            Some(r) => self.units.len().saturating_sub(r.start),
+            None => 0,
+        }
+    }
+
+    /// Up to `k` consecutive batches at once: the units they hold.
+    pub(crate) fn claim_many(&self, k: usize) -> Option<std::ops::Range<usize>> {
+        if self.failed.load(Ordering::Acquire) {
+            return None;
+        }
+        let b = self.next.fetch_add(k.max(1), Ordering::AcqRel);
+        let first = self.batches.get(b)?;
+        let last = &self.batches[(b + k.max(1)).min(self.batches.len()) - 1];
+        Some(first.start..last.end)
+    }
+
+    fn fail(&self, e: Error) {
+        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(e);
+        }
+        self.failed.store(true, Ordering::Release);
+    }
+
+    fn finish(self) -> Result<()> {
+        match self.error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Runs `work` on `threads` scoped threads (the caller's thread is one of them).
+fn on_threads(threads: usize, run: &Run<'_>, work: &(dyn Fn(usize) -> Result<()> + Sync)) {
+    std::thread::scope(|s| {
+        for t in 1..threads {
+            let spawned = std::thread::Builder::new()
+                .name(format!("devbuf-read-{t}"))
+                .spawn_scoped(s, move || {
+                    if let Err(e) = work(t) {
+                        run.fail(e);
+                    }
+                });
+            if spawned.is_err() {
+                break; // fewer workers; the others take the work
+            }
+        }
+        if let Err(e) = work(0) {
+            run.fail(e);
+        }
+    });
+}
+
+/// The output memory of a host read, written by several workers at disjoint bytes.
+struct HostOut {
+    ptr: *mut u8,
+    len: usize,
+}
+// Safety: workers write disjoint byte ranges of the output (every output element
+// belongs to exactly one placement of one unit, and each unit is decoded by one
+// worker); the buffer outlives the scoped threads.
+unsafe impl Sync for HostOut {}
+
+/// Reads `units` (each `src.cell_bytes` decoded) into the host memory `out`, every
+/// byte of which belongs to exactly one placement (`out` need not be zeroed).
+pub(crate) fn read_host(
+    src: &Source<'_>,
+    units: &[Unit],
+    out: &mut [u8],
+    threads: usize,
+    counts: &Counts,
+) -> Result<()> {
+    let batches = super::plan::batches(units.len(), 1, 1);
+    let run = Run {
+        units,
+        batches: &batches,
+        next: AtomicUsize::new(0),
+        failed: AtomicBool::new(false),
+        error: Mutex::new(None),
+        started: std::time::Instant::now(),
+    };
+    let host = HostOut {
+        ptr: out.as_mut_ptr(),
+        len: out.len(),
+    };
+    let threads = threads.clamp(1, batches.len().max(1));
+    counts.workers.store(threads, Ordering::Relaxed);
+    let whole_c = src.cell_strides == super::plan::c_strides(&src.cell_shape, src.elem);
+    let (stream_min, piece_bytes) = super::stream::settings();
+    let streamed = super::stream::streams(src, stream_min);
+    on_threads(threads, &run, &|_| {
+        let mut scratch: Vec<u8> = Vec::new();
+        let mut piece: Vec<u8> = Vec::new();
+        let mut runs: Vec<super::stream::Run> = Vec::new();
+        // The worker's open chunk (shard) file, for this read only.
+        let mut last = None;
+        while let Some(b) = run.claim() {
+            for u in &run.units[b] {
+                // A unit that fills one contiguous region of the output, in C order:
+                // decoded in place.
+                if let [p] = u.placements.as_slice()
+                    && whole_c
+                    && p.shape == src.cell_shape
+                    && is_contiguous(&p.shape, &p.dst_strides, src.elem)
+                {
+                    let end = p
+                        .dst_offset
+                        .checked_add(src.cell_bytes)
+                        .filter(|&e| e <= host.len);
+                    let Some(_) = end else {
+                        return Err(Error::invalid("read plan: a unit lies past the output"));
+                    };
+                    // Safety: `dst_offset..end` lies within the output (checked) and no
+                    // other worker writes these bytes (see `HostOut`).
+                    let dst = unsafe {
+                        std::slice::from_raw_parts_mut(host.ptr.add(p.dst_offset), src.cell_bytes)
+                    };
+                    note(
+                        counts,
+                        src.decode_in(&u.cell, dst, &mut last)?,
+                        src.cell_bytes,
+                    );
+                    continue;
+                }
+                // A large unit placed once in long runs: its pieces go straight to
+                // their places.
+                if let [p] = u.placements.as_slice()
+                    && streamed
+                    && super::stream::runs_of(src, p, host.len, &mut runs)?
+                {
+                    if piece.is_empty() {
+                        piece = zeroed_vec(piece_bytes)?;
+                    }
+                    let mut next = 0;
+                    let mut sink = super::stream::Scatter {
+                        piece: &mut piece,
+                        put: |at: usize, bytes: &[u8]| {
+                            super::stream::scatter(&runs, &mut next, at, bytes, &mut |d, b| {
+                                // Safety: the runs come from `layout::plan`, which checked that
+                                // every destination byte lies within the output's `len`
+                                // bytes; they belong to this unit's placement alone (see
+                                // `HostOut`).
+                                unsafe {
+                                    std::ptr::copy_nonoverlapping(
+                                        b.as_ptr(),
+                                        host.ptr.add(d),
+                                        b.len(),
+                                    )
+                                }
+                            })
+                        },
+                    };
+                    let stored = super::stream::decode(src, &u.cell, &mut last, &mut sink)?;
+                    if let Some(stored) = stored {
+                        note(counts, stored, src.cell_bytes);
+                        continue;
+                    }
+                }
+                if scratch.is_empty() {
+                    scratch = zeroed_vec(src.cell_bytes)?;
+                }
+                note(
+                    counts,
+                    src.decode_in(&u.cell, &mut scratch, &mut last)?,
+                    src.cell_bytes,
+                );
+                for p in &u.placements {
+                    place_host(src, &scratch, p, &host)?;
+                }
+            }
+        }
+        Ok(())
+    });
+    run.finish()
+}
+
+pub(crate) fn note(counts: &Counts, stored: bool, bytes: usize) {
+    counts.cpu_units.fetch_add(1, Ordering::Relaxed);
+    counts
+        .decoded_bytes
+        .fetch_add(bytes as u64, Ordering::Relaxed);
+    if !stored {
+        counts.missing_units.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Whether a box of `shape` with byte `strides` covers one contiguous C-order run.
+pub(crate) fn is_contiguous(shape: &[u64], strides: &[isize], elem: usize) -> bool {
+    let mut want = elem as isize;
+    for (&n, &s) in shape.iter().zip(strides).rev() {
+        if n == 1 {
+            continue;
+        }
+        if s != want {
+            return false;
+        }
+        want = want.saturating_mul(n as isize);
+    }
+    true
+}
+
+/// Copies placement `p` of a decoded unit (`unit`, laid out as `src` says) into the
+/// host output.
+fn place_host(src: &Source<'_>, unit: &[u8], p: &Placement, out: &HostOut) -> Result<()> {
+    if unit.len() != src.cell_bytes {
+        return Err(Error::invalid(
+            "read engine: a decoded unit of the wrong size",
+        ));
+    }
+    let Some(plan) = super::place::unit_plan(src, p, out.len)? else {
+        return Ok(());
+    };
+    devbuf_core::memory::host_ops::for_each_run(&plan, |s, d, run| {
+        // Safety: `layout::plan` checked that every byte the copy touches lies within
+        // `unit` (source) and within the output's `len` bytes (destination); the
+        // destination bytes belong to this unit's placement alone (see `HostOut`).
+        unsafe { std::ptr::copy_nonoverlapping(unit.as_ptr().add(s), out.ptr.add(d), run) };
+    });
+    Ok(())
+}
+
+/// Bytes of one unit's place in a staging slot.
+pub(crate) fn aligned(n: usize) -> usize {
+    n.div_ceil(ALIGN).saturating_mul(ALIGN).max(ALIGN)
+}
+
+/// Staging slot size and units per slot for units of `cell_bytes`, aiming at
+/// `target` bytes per slot.
+pub(crate) fn slot_layout(cell_bytes: usize, target: usize) -> (usize, usize) {
+    let per = (target / aligned(cell_bytes)).max(1);
+    (per * aligned(cell_bytes), per)
+}
+
+/// GPU decoding of a device read: the chain, its nvCOMP codec, how many of the
+/// workers decode on the GPU, how they are sized, and when they take claims.
+pub(crate) struct GpuPlan {
+    pub chain: Chain,
+    pub codec: GpuCodec,
+    pub workers: usize,
+    pub tuning: Tuning,
+    pub schedule: Schedule,
+    /// Every worker feeds nvCOMP (`Decoder::Gpu`): no CPU workers.
+    pub gpu_only: bool,
+}
+
+/// Reads `units` into the device allocation `out` of `ctx`, decoding on
+/// `threads` workers (the first `gpu.workers` of them through nvCOMP) through staging
+/// slots of about `slot_target` bytes.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn read_device(
+    src: &Source<'_>,
+    units: &[Unit],
+    out: DeviceBuffer,
+    ctx: &Context,
+    threads: usize,
+    slot_target: usize,
+    gpu: Option<&GpuPlan>,
+    counts: &Counts,
+) -> Result<DeviceBuffer> {
+    if units.is_empty() {
+        return Ok(out);
+    }
+    // Uncompressed units larger than a slot go to the device in pieces; the others are
+    // decoded whole into slots of about `slot_target` bytes (at least one unit each).
+    let pieces = super::pieces::applies(src, slot_target);
+    let (slot_bytes, per) = if pieces {
+        (super::pieces::piece_bytes(slot_target), 1)
+    } else {
+        slot_layout(src.cell_bytes, slot_target)
+    };
+    let batches = super::plan::batches(units.len(), 1, per);
+    let run = Run {
+        units,
+        batches: &batches,
+        next: AtomicUsize::new(0),
+        failed: AtomicBool::new(false),
+        error: Mutex::new(None),
+        started: std::time::Instant::now(),
+    };
+    let gpu_workers = gpu.map_or(0, |g| g.workers);
+    let threads = match gpu {
+        Some(g) if g.gpu_only => g.workers,
+        _ => threads.clamp(1, batches.len().max(gpu_workers)),
+    };
+    // Workers of a read in pieces each hold a device buffer of a whole unit.
+    let threads = if pieces {
+        threads.min(super::pieces::max_workers(ctx, src.cell_bytes).max(gpu_workers + 1))
+    } else {
+        threads
+    };
+    // GPU claims: whole batches, about `units_per_claim` units each, with as many
+    // claims in flight per worker as the device's free memory allows (a quarter of it).
+    let (claim_batches, gpu_per, depth) = match gpu {
+        Some(g) => {
+            let want =
+                super::gpu::units_per_claim(src.cell_bytes, units.len(), g.workers, &g.tuning);
+            let claim_batches = want.div_ceil(per).max(1);
+            let gpu_per = claim_batches * per;
+            let blosc = matches!(g.chain.compression, super::codec::Compression::Blosc(_));
+            let one = super::gpu::flight_bytes(gpu_per, src.cell_bytes, blosc).max(1);
+            let room = ctx.free_memory().unwrap_or(0) / 4 / g.workers.max(1);
+            (
+                claim_batches,
+                gpu_per,
+                g.tuning
+                    .depth
+                    .min(g.tuning.flights / g.workers.max(1))
+                    .min(room / one)
+                    .max(1),
+            )
+        }
+        None => (1, per, 1),
+    };
+    let model = gpu.map(|g| {
+        GpuModel::new(
+            g.schedule,
+            g.chain.compression,
+            src.cell_bytes,
+            gpu_per,
+            threads.saturating_sub(g.workers),
+            g.tuning.readers(),
+        )
+    });
+    // The CPU workers' lanes share a few streams (see `UploadLane::new_on`).
+    let streams = (0..lane_streams().min(threads))
+        .map(|_| devbuf_core::cuda::Stream::new(ctx))
+        .collect::<Result<Vec<_>>>()?;
+    // With both decoders asked for, the CPU workers start once every GPU worker took
+    // its first claim: otherwise they may take all of a small read while the GPU
+    // workers set up.
+    let gate = Gate::new(match gpu {
+        Some(g) if g.schedule != Schedule::Model && !g.gpu_only => g.workers,
+        _ => 0,
+    });
+    on_threads(threads, &run, &|t| {
+        let stream = (!streams.is_empty()).then(|| &streams[t % streams.len()]);
+        // The first CPU worker waits for a lane (the bound on page-locked memory is the
+        // pool's); the others join only when the pool has room.
+        let cpu = |wait: bool, lane: Option<UploadLane>| {
+            if pieces {
+                super::pieces::worker(src, &run, &out, ctx, slot_bytes, wait, stream, lane, counts)
+            } else {
+                cpu_worker(src, &run, &out, ctx, slot_bytes, wait, stream, lane, counts)
+            }
+        };
+        if let (Some(g), Some(model)) = (gpu.filter(|g| t < g.workers), model.as_ref()) {
+            // In a GPU-only read the first GPU worker waits for staging: someone must.
+            let wait = t == 0 && g.workers >= threads;
+            let plan = GpuPlan {
+                tuning: Tuning { depth, ..g.tuning },
+                ..*g
+            };
+            // A GPU worker the model sends home decodes on the CPU from then on (while
+            // its last claims finish on the device).
+            let then = |lane| if g.gpu_only { Ok(()) } else { cpu(false, lane) };
+            // Arrives once: at the first claim, or when the worker returns or
+            // unwinds before it.
+            let arrival = Arrival {
+                gate: &gate,
+                done: std::cell::Cell::new(false),
+            };
+            let claimed = || arrival.arrive();
+            let r = super::gpu::worker(
+                src,
+                &plan,
+                model,
+                &run,
+                &out,
+                ctx,
+                (claim_batches, gpu_per),
+                wait,
+                stream,
+                counts,
+                &claimed,
+                &then,
+            );
+            return r;
+        }
+        gate.wait();
+        cpu(t == gpu_workers, None)
+    });
+    run.finish()?;
+    Ok(out)
+}
+
+/// Holds threads until a count of others arrived.
+struct Gate {
+    left: Mutex<usize>,
+    open: std::sync::Condvar,
+}
+
+impl Gate {
+    fn new(count: usize) -> Gate {
+        Gate {
+            left: Mutex::new(count),
+            open: std::sync::Condvar::new(),
+        }
+    }
+
+    /// One of the awaited threads arrived (each calls this once).
+    fn arrive(&self) {
+        let mut left = self.left.lock().unwrap_or_else(|p| p.into_inner());
+        *left = left.saturating_sub(1);
+        if *left == 0 {
+            self.open.notify_all();
+        }
+    }
+
+    /// Waits until every awaited thread arrived.
+    fn wait(&self) {
+        let mut left = self.left.lock().unwrap_or_else(|p| p.into_inner());
+        while *left > 0 {
+            left = self.open.wait(left).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// One awaited thread's arrival at a [`Gate`]: at most once, and on drop at the latest
+/// (an error or a panic before the thread arrived must not hold the others for ever).
+struct Arrival<'a> {
+    gate: &'a Gate,
+    done: std::cell::Cell<bool>,
+}
+
+impl Arrival<'_> {
+    fn arrive(&self) {
+        if !self.done.replace(true) {
+            self.gate.arrive();
+        }
+    }
+}
+
+impl Drop for Arrival<'_> {
+    fn drop(&mut self) {
+        self.arrive();
+    }
+}
+
+/// Streams the CPU workers' lanes of a device read share: `DEVBUF_LANE_STREAMS`
+/// (read per read; for benchmarks), default 4; 0: a stream per lane.
+fn lane_streams() -> usize {
+    std::env::var("DEVBUF_LANE_STREAMS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .map_or(4, |n| n.min(64))
+}
+
+/// One CPU worker of a device read: decodes batches into its lane's slots until the
+/// work runs out. Does nothing when no work is left or (unless `wait`) the pool has
+/// no room for its lane. `stream`: the lane's (shared) stream, else one of its own.
+/// `lane`: staging the worker already holds (a GPU worker's, now decoding on the CPU),
+/// used when its slots hold a batch.
+#[allow(clippy::too_many_arguments)]
+fn cpu_worker(
+    src: &Source<'_>,
+    run: &Run<'_>,
+    out: &DeviceBuffer,
+    ctx: &Context,
+    slot_bytes: usize,
+    wait: bool,
+    stream: Option<&devbuf_core::cuda::Stream>,
+    lane: Option<UploadLane>,
+    counts: &Counts,
+) -> Result<()> {
+    if run.remaining() == 0 {
+        return Ok(());
+    }
+    let lane = match lane.filter(|l| l.slot_bytes() >= slot_bytes) {
+        Some(l) => Some(l.with_scratch()?),
+        None => match stream {
+            Some(s) => UploadLane::new_on(ctx, slot_bytes, wait, s)?,
+            None => UploadLane::new(ctx, slot_bytes, wait)?,
+        },
+    };
+    let Some(mut lane) = lane else {
+        return Ok(());
+    };
+    let stride = aligned(src.cell_bytes);
+    counts.workers.fetch_add(1, Ordering::Relaxed);
+    // The worker's open chunk (shard) file, for this read only.
+    let mut last = None;
+    while let Some(b) = run.claim() {
+        let batch = &run.units[b];
+        {
+            let slot = lane.slot()?;
+            for (j, u) in batch.iter().enumerate() {
+                let at = j * stride;
+                note(
+                    counts,
+                    src.decode_in(&u.cell, &mut slot[at..at + src.cell_bytes], &mut last)?,
+                    src.cell_bytes,
+                );
+            }
+        }
+        let used = (batch.len() - 1) * stride + src.cell_bytes;
+        lane.submit(used, |stream, scratch| {
+            place_units(src, batch, stride, stream, scratch, out)
+        })?;
+    }
+    lane.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contiguity() {
+        assert!(is_contiguous(&[2, 3], &[12, 4], 4));
+        assert!(is_contiguous(&[1, 3], &[400, 4], 4));
+        assert!(!is_contiguous(&[2, 3], &[16, 4], 4));
+        assert!(is_contiguous(&[], &[], 4));
+    }
+
+    #[test]
+    fn slots_hold_whole_aligned_units() {
+        assert_eq!(slot_layout(1000, 4096), (4096, 4));
+        assert_eq!(slot_layout(10 << 20, 4 << 20), (10 << 20, 1));
+        assert_eq!(slot_layout(1, 0), (256, 1));
+    }
+}
