@@ -89,7 +89,10 @@ pub use encode::{
     AUTO_GPU_MAX_CHUNK_BYTES, AUTO_MAX_ZSTD_LEVEL, Encoder, WriteEncoding, WriteOptions,
 };
 pub use metadata::ZarrMetadata;
-pub use read::{DEFAULT_SLOT_BYTES, Decoder, ReadOptions, ReadReport};
+pub use read::{
+    DEFAULT_LANE_STREAMS, DEFAULT_SLOT_BYTES, DEFAULT_STREAM_MIN_BYTES, DEFAULT_STREAM_PIECE_BYTES,
+    Decoder, GpuTuning, ReadOptions, ReadReport,
+};
 pub use spec::{ArraySpec, Compressor};
 pub use storage::StoreAdapter;
 pub use validate::{

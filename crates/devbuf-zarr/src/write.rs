@@ -85,7 +85,7 @@ pub(crate) fn write_device(
         threads,
         slot_target,
         chunk_bytes,
-        stride: super::read::pipeline::aligned(chunk_bytes),
+        stride: super::read::work::aligned(chunk_bytes),
         strides: c_strides(t.chunk_shape, t.elem),
     };
     // Chunks the write covers whole go to nvCOMP (when it encodes this array); the
@@ -122,8 +122,7 @@ impl Work<'_, '_> {
     /// The CPU encoders: gather a batch, one DMA into a page-locked slot, encode and
     /// store each chunk with zarrs while the next batch is gathered and copied.
     fn cpu(&self, units: &[Unit]) -> Result<()> {
-        let (slot_bytes, per) =
-            super::read::pipeline::slot_layout(self.chunk_bytes, self.slot_target);
+        let (slot_bytes, per) = super::read::work::slot_layout(self.chunk_bytes, self.slot_target);
         let batches = rplan::batches(units.len(), 1, per);
         let (t, stride, chunk_bytes) = (self.t, self.stride, self.chunk_bytes);
         pool(self.threads, &batches, &|w, claim| {

@@ -16,15 +16,8 @@
 //! decides when a GPU worker stops taking claims (near the end of a read, where the
 //! GPU's latency is longer than the CPU workers need for the rest).
 //!
-//! Tuning (environment, read per read; for benchmarks; defaults for `Decoder::Both` /
-//! `Auto`, then for `Decoder::Gpu`): `DEVBUF_GPU_CLAIM_MIB` (decoded MiB per nvCOMP
-//! call at most, 128), `DEVBUF_GPU_DEPTH` (claims in flight per worker, 3 / 4),
-//! `DEVBUF_GPU_FLIGHTS` (claims in flight over all workers, 6 / 8),
-//! `DEVBUF_GPU_READERS` (reader threads per worker, 6; with `Decoder::Gpu` two workers
-//! share every thread), `DEVBUF_GPU_SPREAD` (claims per flight over a read at least,
-//! 2 / 1: smaller claims start the device sooner), `DEVBUF_GPU_RAMP` (a worker's first
-//! claims are `2^-RAMP`, `2^-(RAMP-1)`, ... of the full size, 0 / 2),
-//! `DEVBUF_GPU_MODEL=0` (GPU workers take claims while there are any).
+//! Tuning: [`GpuTuning`](super::GpuTuning) in the read's options, resolved for the
+//! decoder by [`Tuning::resolve`].
 
 use std::ops::Range;
 use std::sync::atomic::Ordering;
@@ -32,25 +25,19 @@ use std::time::Instant;
 
 use super::blosc;
 use super::codec::{Chain, Compression};
-use super::pipeline::{Counts, GpuPlan, Run, aligned, note};
 use super::place::place_units;
 use super::plan::Unit;
 use super::sched::GpuModel;
+use super::sched::Schedule;
 use super::source::Source;
 use super::stored::{Got, name_chunk, read_claim, stored_room};
+use super::work::{DeviceWork, ReadCounters, WorkQueue, aligned};
 use devbuf_core::cuda::kernels::ops::{
     ShuffledBlocks, byteswap, fill, strided_copy, unshuffle as kernel_unshuffle,
 };
 use devbuf_core::cuda::nvcomp::{DecompressBatch, GpuCodec};
 use devbuf_core::cuda::{Context, DeviceBuffer, Event, EventFlags, Stream, UploadLane};
 use devbuf_core::error::Result;
-
-/// Decoded bytes a GPU worker decodes per nvCOMP call at most (by default). nvCOMP
-/// decodes large calls much faster than small ones, however many run at once:
-/// measured on an H100 (512 MiB of zstd-1 float32 already on the device, 1 MiB
-/// chunks), one call of 512 MiB 36 GB/s, calls of 128 MiB from 4 threads 28, calls
-/// of 32 MiB from 4 threads 14 (`bench_zarrs` prints these limits).
-pub(crate) const GPU_CLAIM_BYTES: usize = 128 << 20;
 
 /// Claims in flight over all GPU workers of a read (by default): each has a stream,
 /// and a device has 8 hardware queues unless `CUDA_DEVICE_MAX_CONNECTIONS` says
@@ -114,37 +101,26 @@ pub(crate) struct Tuning {
 }
 
 impl Tuning {
-    /// The defaults, overridden by the `DEVBUF_GPU_*` environment variables.
-    /// `gpu_only` (`Decoder::Gpu`: nothing but nvCOMP decodes) keeps more and smaller
-    /// claims in flight and starts with small ones: nvCOMP's latency per chunk is
-    /// long, so the device should get chunks as early and as many at once as it can
-    /// (measured on the H100, three interleaved runs each: 1 MiB chunks 17.0-17.7 GB/s
-    /// against 14.8-15.2 with the settings of a read with both decoders, 4 MiB
-    /// 15.3-15.9 against 13.9-14.1). With both decoders the CPU workers need the cores
-    /// more than the device needs an early start.
-    pub(crate) fn from_env(gpu_only: bool) -> Tuning {
-        let num = |k: &str| {
-            std::env::var(k)
-                .ok()
-                .and_then(|v| v.trim().parse::<usize>().ok())
+    /// The options' values, with the defaults for the decoder where they are `None`
+    /// (`options` was validated). `gpu_only` (`Decoder::Gpu`: nothing but nvCOMP
+    /// decodes) keeps more and smaller claims in flight and starts with small ones:
+    /// nvCOMP's latency per chunk is long, so the device should get chunks as early
+    /// and as many at once as it can (measured on the H100, three interleaved runs
+    /// each: 1 MiB chunks 17.0-17.7 GB/s against 14.8-15.2 with the settings of a read
+    /// with both decoders, 4 MiB 15.3-15.9 against 13.9-14.1). With both decoders the
+    /// CPU workers need the cores more than the device needs an early start.
+    pub(crate) fn resolve(options: &super::GpuTuning, gpu_only: bool) -> Tuning {
+        let pick = |v: Option<usize>, both: usize, gpu: usize| {
+            v.unwrap_or(if gpu_only { gpu } else { both })
         };
         Tuning {
-            claim_bytes: num("DEVBUF_GPU_CLAIM_MIB")
-                .map_or(GPU_CLAIM_BYTES, |m| m.clamp(1, 4096) << 20),
-            depth: num("DEVBUF_GPU_DEPTH").map_or(if gpu_only { 4 } else { 3 }, |d| d.clamp(1, 16)),
-            flights: num("DEVBUF_GPU_FLIGHTS").map_or(
-                if gpu_only {
-                    GPU_ONLY_FLIGHTS
-                } else {
-                    GPU_FLIGHTS
-                },
-                |d| d.clamp(1, 64),
-            ),
-            readers: num("DEVBUF_GPU_READERS").map(|r| r.clamp(1, 64)),
-            spread: num("DEVBUF_GPU_SPREAD")
-                .map_or(if gpu_only { 1 } else { 2 }, |d| d.clamp(1, 64)),
-            ramp: num("DEVBUF_GPU_RAMP").map_or(if gpu_only { 2 } else { 0 }, |d| d.min(8) as u32),
-            model: num("DEVBUF_GPU_MODEL") != Some(0),
+            claim_bytes: options.claim_bytes,
+            depth: pick(options.claims_per_worker, 3, 4),
+            flights: pick(options.claims_in_flight, GPU_FLIGHTS, GPU_ONLY_FLIGHTS),
+            readers: options.readers,
+            spread: pick(options.spread, 2, 1),
+            ramp: options.ramp.unwrap_or(if gpu_only { 2 } else { 0 }),
+            model: options.cost_model,
         }
     }
 
@@ -158,6 +134,18 @@ impl Tuning {
     pub(crate) fn readers(&self) -> usize {
         self.readers.unwrap_or(GPU_READERS)
     }
+}
+
+/// GPU decoding of a device read: the chain, its nvCOMP codec, how many of the
+/// workers decode on the GPU, how they are sized, and when they take claims.
+pub(crate) struct GpuDecode {
+    pub chain: Chain,
+    pub codec: GpuCodec,
+    pub workers: usize,
+    pub tuning: Tuning,
+    pub schedule: Schedule,
+    /// Every worker feeds nvCOMP (`Decoder::Gpu`): no CPU workers.
+    pub gpu_only: bool,
 }
 
 /// Units per GPU claim for a read of `units` units of `cell_bytes` with `workers` GPU
@@ -240,9 +228,9 @@ impl Flight {
     fn complete(
         &mut self,
         src: &Source<'_>,
-        run: &Run<'_>,
+        run: &WorkQueue<'_>,
         model: &GpuModel,
-        counts: &Counts,
+        counts: &ReadCounters,
     ) -> Result<()> {
         let Some(b) = self.busy.take() else {
             return Ok(());
@@ -274,7 +262,8 @@ impl Drop for Flight {
     }
 }
 
-/// Runs one GPU worker until the work runs out or the model leaves the rest to the
+/// One GPU worker of a device read, as a value with its inputs. [`run`](Self::run)
+/// runs it until the work runs out or the model leaves the rest to the
 /// CPU workers, then `then` (the worker's CPU work, given the worker's staging lane
 /// when it had one) while its last claims finish on the device, then waits for them.
 /// `(claim_batches, per)`: batches a claim takes, and the most units that makes (one
@@ -283,158 +272,207 @@ impl Drop for Flight {
 /// only. `stream`: one its staging lane may wait on
 /// (the lane queues nothing itself), else the lane makes one. `claimed` is called once
 /// the worker took its first claim or will take none (and may be called again).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn worker(
-    src: &Source<'_>,
-    plan: &GpuPlan,
-    model: &GpuModel,
-    run: &Run<'_>,
-    out: &DeviceBuffer,
-    ctx: &Context,
-    (claim_batches, per): (usize, usize),
-    wait: bool,
-    stream: Option<&Stream>,
-    counts: &Counts,
-    claimed: &dyn Fn(),
-    then: &dyn Fn(Option<UploadLane>) -> Result<()>,
-) -> Result<()> {
-    let room = stored_room(src.cell_bytes);
-    let stride = aligned(src.cell_bytes);
-    // No staging held by a worker the model sends home at once.
-    let cpu_done = counts.cpu_units.load(Ordering::Relaxed);
-    if !model.should_claim(true, run.remaining(), cpu_done) {
-        claimed();
-        return then(None);
-    }
-    // A first claim taken only because both decoders were asked for (the model would
-    // leave the read to the CPU workers: large chunks) is one batch, and the worker's
-    // staging holds only that: the CPU workers need the page-locked pool more. None at
-    // all when that one batch would keep the read waiting (see `forced_claim_pays`).
-    let forced = !model.advises(run.remaining(), cpu_done);
-    if forced && !model.forced_claim_pays(run.remaining(), cpu_done) {
-        claimed();
-        return then(None);
-    }
-    let (claim_batches, per) = if forced {
-        (1, per / claim_batches.max(1))
-    } else {
-        (claim_batches, per)
-    };
-    // The lane queues nothing on a stream of its own: it need not make one.
-    let lane = match stream {
-        Some(s) => UploadLane::bare_on(ctx, per * room, wait, s)?,
-        None => UploadLane::bare(ctx, per * room, wait)?,
-    };
-    let Some(lane) = lane else {
-        claimed();
-        return then(None);
-    };
-    let mut lane = Some(lane);
-    counts.gpu_workers.fetch_add(1, Ordering::Relaxed);
-    // The fill value in stored byte order, like nvCOMP's output: the claim's byte swap
-    // covers every unit.
-    let mut fill_value = src.fill.clone();
-    if let Some(w) = plan.chain.swap {
-        devbuf_core::memory::host_ops::swap_in_place(&mut fill_value, w);
-    }
-    let depth = plan.tuning.depth.max(1);
-    let mut flights: Vec<Flight> = Vec::with_capacity(depth);
-    let mut k = 0usize;
-    let result = (|| {
-        loop {
-            let cpu_done = counts.cpu_units.load(Ordering::Relaxed);
-            if (forced && k > 0) || !model.should_claim(k == 0, run.remaining(), cpu_done) {
-                break;
-            }
-            let Some(lane) = lane.as_mut() else {
-                break;
-            };
-            let claim = run.claim_many(plan.tuning.claim_batches(k, claim_batches));
-            if k == 0 {
-                claimed();
-            }
-            let Some(range) = claim else {
-                break;
-            };
-            let t0 = Instant::now();
-            let units = &run.units[range.clone()];
-            let (got, used) = {
-                let slot = lane.slot()?;
-                read_claim(src, &plan.chain, units, slot, plan.tuning.readers())?
-            };
-            counts
-                .gpu_read_us
-                .fetch_add(micros(t0.elapsed()), Ordering::Relaxed);
-            counts
-                .gpu_read_end_us
-                .fetch_max(micros(run.started.elapsed()), Ordering::Relaxed);
-            let f = k % depth;
-            if f < flights.len() {
-                flights[f].complete(src, run, model, counts)?;
-            }
-            let t1 = Instant::now();
-            if f == flights.len() {
-                let blosc = matches!(plan.chain.compression, Compression::Blosc(_));
-                // A blosc chunk is many streams: about one per 32 KiB.
-                let streams = if blosc {
-                    per.saturating_mul((src.cell_bytes >> 15).clamp(1, 256))
-                } else {
-                    per
+pub(crate) struct GpuWorker<'a> {
+    /// The read's shared inputs.
+    pub work: DeviceWork<'a>,
+    /// The GPU side of the read.
+    pub gpu: &'a GpuDecode,
+    /// The cost model the worker asks before each claim.
+    pub model: &'a GpuModel,
+    /// Batches a claim takes.
+    pub claim_batches: usize,
+    /// The most units a claim makes.
+    pub per: usize,
+    /// Whether the worker waits for page-locked staging (else it does not join when the
+    /// pool is full).
+    pub wait: bool,
+    /// A stream its staging lane may wait on (the lane queues nothing itself), else the
+    /// lane makes one.
+    pub stream: Option<&'a Stream>,
+}
+
+impl GpuWorker<'_> {
+    /// Runs the worker (see the type's docs); `claimed` is called once the worker took
+    /// its first claim or will take none (and may be called again), `then` runs the
+    /// worker's CPU work.
+    pub(crate) fn run(
+        &self,
+        claimed: &dyn Fn(),
+        then: &dyn Fn(Option<UploadLane>) -> Result<()>,
+    ) -> Result<()> {
+        let GpuWorker {
+            work,
+            gpu: plan,
+            model,
+            claim_batches,
+            per,
+            wait,
+            stream,
+        } = *self;
+        let DeviceWork {
+            src,
+            queue: run,
+            out,
+            ctx,
+            counts,
+        } = work;
+        let room = stored_room(src.cell_bytes);
+        let stride = aligned(src.cell_bytes);
+        // No staging held by a worker the model sends home at once.
+        let cpu_done = counts.cpu_units.load(Ordering::Relaxed);
+        if !model.should_claim(true, run.remaining(), cpu_done) {
+            claimed();
+            return then(None);
+        }
+        // A first claim taken only because both decoders were asked for (the model would
+        // leave the read to the CPU workers: large chunks) is one batch, and the worker's
+        // staging holds only that: the CPU workers need the page-locked pool more. None at
+        // all when that one batch would keep the read waiting (see `forced_claim_pays`).
+        let forced = !model.advises(run.remaining(), cpu_done);
+        if forced && !model.forced_claim_pays(run.remaining(), cpu_done) {
+            claimed();
+            return then(None);
+        }
+        let (claim_batches, per) = if forced {
+            (1, per / claim_batches.max(1))
+        } else {
+            (claim_batches, per)
+        };
+        // The lane queues nothing on a stream of its own: it need not make one.
+        let lane = match stream {
+            Some(s) => UploadLane::bare_on(ctx, per * room, wait, s)?,
+            None => UploadLane::bare(ctx, per * room, wait)?,
+        };
+        let Some(lane) = lane else {
+            claimed();
+            return then(None);
+        };
+        let mut lane = Some(lane);
+        counts.gpu_workers.fetch_add(1, Ordering::Relaxed);
+        // The fill value in stored byte order, like nvCOMP's output: the claim's byte swap
+        // covers every unit.
+        let mut fill_value = src.fill.clone();
+        if let Some(w) = plan.chain.swap {
+            devbuf_core::memory::host_ops::swap_in_place(&mut fill_value, w);
+        }
+        let depth = plan.tuning.depth.max(1);
+        let mut flights: Vec<Flight> = Vec::with_capacity(depth);
+        let mut k = 0usize;
+        let result = (|| {
+            loop {
+                let cpu_done = counts.cpu_units.load(Ordering::Relaxed);
+                if (forced && k > 0) || !model.should_claim(k == 0, run.remaining(), cpu_done) {
+                    break;
+                }
+                let Some(lane) = lane.as_mut() else {
+                    break;
                 };
-                flights.push(Flight::new(ctx, streams, per * room, per * stride, blosc)?);
+                let claim = run.claim_many(plan.tuning.claim_batches(k, claim_batches));
+                if k == 0 {
+                    claimed();
+                }
+                let Some(range) = claim else {
+                    break;
+                };
+                let t0 = Instant::now();
+                let units = &run.units[range.clone()];
+                let (got, used) = {
+                    let slot = lane.slot()?;
+                    read_claim(src, &plan.chain, units, slot, plan.tuning.readers())?
+                };
+                counts
+                    .gpu_read_us
+                    .fetch_add(micros(t0.elapsed()), Ordering::Relaxed);
+                counts
+                    .gpu_read_end_us
+                    .fetch_max(micros(run.started.elapsed()), Ordering::Relaxed);
+                let f = k % depth;
+                if f < flights.len() {
+                    flights[f].complete(src, run, model, counts)?;
+                }
+                let t1 = Instant::now();
+                if f == flights.len() {
+                    let blosc = matches!(plan.chain.compression, Compression::Blosc(_));
+                    // A blosc chunk is many streams: about one per 32 KiB.
+                    let streams = if blosc {
+                        per.saturating_mul((src.cell_bytes >> 15).clamp(1, 256))
+                    } else {
+                        per
+                    };
+                    flights.push(Flight::new(ctx, streams, per * room, per * stride, blosc)?);
+                }
+                let flight = &mut flights[f];
+                let owners = queue_claim(
+                    src,
+                    plan,
+                    Claim {
+                        units,
+                        got: &got,
+                        used,
+                    },
+                    &fill_value,
+                    lane,
+                    flight,
+                    out,
+                )?;
+                counts
+                    .gpu_queue_us
+                    .fetch_add(micros(t1.elapsed()), Ordering::Relaxed);
+                let _ = counts.gpu_first_us.compare_exchange(
+                    0,
+                    micros(run.started.elapsed()).max(1),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+                flight.busy = Some(Busy {
+                    units: range,
+                    owners,
+                    host_us: micros(t0.elapsed()),
+                });
+                tally(&got, src.cell_bytes, counts);
+                k += 1;
             }
-            let flight = &mut flights[f];
-            let owners = queue_claim(src, plan, units, &got, used, &fill_value, lane, flight, out)?;
+            claimed();
+            // The worker's CPU work goes on with the same staging (its slots are handed
+            // out once their copies are done): no second kit of the pool.
+            then(lane.take())?;
+            for f in &mut flights {
+                f.complete(src, run, model, counts)?;
+            }
             counts
-                .gpu_queue_us
-                .fetch_add(micros(t1.elapsed()), Ordering::Relaxed);
-            let _ = counts.gpu_first_us.compare_exchange(
-                0,
-                micros(run.started.elapsed()).max(1),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
-            flight.busy = Some(Busy {
-                units: range,
-                owners,
-                host_us: micros(t0.elapsed()),
-            });
-            tally(&got, src.cell_bytes, counts);
-            k += 1;
-        }
-        claimed();
-        // The worker's CPU work goes on with the same staging (its slots are handed
-        // out once their copies are done): no second kit of the pool.
-        then(lane.take())?;
-        for f in &mut flights {
-            f.complete(src, run, model, counts)?;
-        }
-        counts
-            .gpu_end_us
-            .fetch_max(micros(run.started.elapsed()), Ordering::Relaxed);
-        Ok(())
-    })();
-    // On error the flights' drops wait for their streams, then the lane's for its slots.
-    drop(flights);
-    result
+                .gpu_end_us
+                .fetch_max(micros(run.started.elapsed()), Ordering::Relaxed);
+            Ok(())
+        })();
+        // On error the flights' drops wait for their streams, then the lane's for its slots.
+        drop(flights);
+        result
+    }
+}
+
+/// One claim as its readers left it: its units, what each reader got, and the bytes
+/// of the slot they used.
+#[derive(Clone, Copy)]
+struct Claim<'a> {
+    units: &'a [Unit],
+    got: &'a [Got],
+    used: usize,
 }
 
 /// Queues one claim on `flight`: the slot's DMA, the nvCOMP call, the fill values
 /// (`fill_value`: in stored byte order) and host-decoded units (put in stored byte
 /// order by their reader), the byte swap of every unit, the placement. Returns which
 /// unit each of the call's chunks is.
-#[allow(clippy::too_many_arguments)]
 fn queue_claim(
     src: &Source<'_>,
-    plan: &GpuPlan,
-    units: &[Unit],
-    got: &[Got],
-    used: usize,
+    plan: &GpuDecode,
+    claim: Claim<'_>,
     fill_value: &[u8],
     lane: &mut UploadLane,
     flight: &mut Flight,
     out: &DeviceBuffer,
 ) -> Result<Vec<usize>> {
+    let Claim { units, got, used } = claim;
     let room = stored_room(src.cell_bytes);
     let stride = aligned(src.cell_bytes);
     let s = &flight.stream;
@@ -614,12 +652,12 @@ fn upload_ranges(got: &[Got], room: usize, cell_bytes: usize, used: usize) -> Ve
 }
 
 /// Counts one queued claim's units.
-fn tally(got: &[Got], cell_bytes: usize, counts: &Counts) {
+fn tally(got: &[Got], cell_bytes: usize, counts: &ReadCounters) {
     let (mut gpu, mut missing) = (0u64, 0u64);
     for g in got {
         match g {
             Got::Missing => missing += 1,
-            Got::Host => note(counts, true, cell_bytes),
+            Got::Host => counts.note_cpu_unit(true, cell_bytes),
             Got::Gpu(_) | Got::Blosc(..) => gpu += 1,
         }
     }

@@ -23,10 +23,10 @@
 use std::sync::atomic::Ordering;
 
 use super::codec::Compression;
-use super::pipeline::{Run, note};
 use super::place::place_units;
 use super::source::Source;
 use super::stream::Sink;
+use super::work::DeviceWork;
 use devbuf_core::cuda::{Context, DeviceBuffer, Stream, UploadLane};
 use devbuf_core::error::{Error, Result};
 
@@ -84,18 +84,20 @@ impl Sink for LaneSink<'_> {
 /// its lane. `stream`: the lane's (shared) stream, else one of its own. `lane`: staging the
 /// worker already holds (a GPU worker's, now decoding on the CPU), used when its slots
 /// hold a piece.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn worker(
-    src: &Source<'_>,
-    run: &Run<'_>,
-    out: &DeviceBuffer,
-    ctx: &Context,
+    work: DeviceWork<'_>,
     piece: usize,
     wait: bool,
     stream: Option<&Stream>,
     lane: Option<UploadLane>,
-    counts: &super::pipeline::Counts,
 ) -> Result<()> {
+    let DeviceWork {
+        src,
+        queue: run,
+        out,
+        ctx,
+        counts,
+    } = work;
     if run.remaining() == 0 {
         return Ok(());
     }
@@ -137,7 +139,7 @@ pub(crate) fn worker(
                         src.describe(&u.cell)
                     ))
                 })?;
-            note(counts, stored, src.cell_bytes);
+            counts.note_cpu_unit(stored, src.cell_bytes);
             place_units(
                 src,
                 std::slice::from_ref(u),

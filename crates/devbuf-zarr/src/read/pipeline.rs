@@ -15,125 +15,18 @@
 //! The first error stops every worker; the caller gets it and no output.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
-use super::codec::Chain;
-use super::gpu::Tuning;
+use super::gpu::{GpuDecode, Tuning};
+use super::options::ReadOptions;
 use super::place::place_units;
 use super::plan::{Placement, Unit};
 use super::sched::{GpuModel, Schedule};
 use super::source::Source;
-use devbuf_core::cuda::nvcomp::GpuCodec;
-use devbuf_core::cuda::{Context, DeviceBuffer, UploadLane};
+use super::work::{DeviceWork, ReadCounters, WorkQueue, aligned, on_threads, slot_layout};
+use devbuf_core::cuda::{DeviceBuffer, UploadLane};
 use devbuf_core::error::{Error, Result};
 use devbuf_core::memory::zeroed_vec;
-
-/// Alignment of units within a staging slot (keeps the placement kernels' 16-byte
-/// accesses aligned).
-const ALIGN: usize = 256;
-
-/// What a pipeline run did.
-#[derive(Debug, Default)]
-pub(crate) struct Counts {
-    pub cpu_units: AtomicU64,
-    pub gpu_units: AtomicU64,
-    pub gpu_workers: AtomicUsize,
-    /// Microseconds GPU workers spent reading stored bytes, the device time of their
-    /// claims (upload, nvCOMP, placement; events), and the time they waited for the
-    /// device (summed over workers and claims).
-    pub gpu_read_us: AtomicU64,
-    pub gpu_decode_us: AtomicU64,
-    pub gpu_wait_us: AtomicU64,
-    /// Microseconds GPU workers spent queueing claims (host side: nvCOMP's set-up,
-    /// the launches, a flight's first allocations).
-    pub gpu_queue_us: AtomicU64,
-    /// When (microseconds from the pipeline's start) the first GPU claim was queued,
-    /// the GPU workers' last read ended, and their last claim finished on the device.
-    pub gpu_first_us: AtomicU64,
-    pub gpu_read_end_us: AtomicU64,
-    pub gpu_end_us: AtomicU64,
-    pub missing_units: AtomicU64,
-    pub decoded_bytes: AtomicU64,
-    pub workers: AtomicUsize,
-}
-
-/// Shared state of one run: the work counter and the first error.
-pub(crate) struct Run<'a> {
-    pub units: &'a [Unit],
-    batches: &'a [std::ops::Range<usize>],
-    next: AtomicUsize,
-    failed: AtomicBool,
-    error: Mutex<Option<Error>>,
-    /// When the workers were started.
-    pub started: std::time::Instant,
-}
-
-impl Run<'_> {
-    /// The next batch of units, if any is left and no worker failed.
-    pub(crate) fn claim(&self) -> Option<std::ops::Range<usize>> {
-        if self.failed.load(Ordering::Acquire) {
-            return None;
-        }
-        let b = self.next.fetch_add(1, Ordering::AcqRel);
-        self.batches.get(b).cloned()
-    }
-
-    /// Units not claimed yet.
-    pub(crate) fn remaining(&self) -> usize {
-        let b = self.next.load(Ordering::Acquire);
-        match self.batches.get(b) {
-            Some(r) => self.units.len().saturating_sub(r.start),
-            None => 0,
-        }
-    }
-
-    /// Up to `k` consecutive batches at once: the units they hold.
-    pub(crate) fn claim_many(&self, k: usize) -> Option<std::ops::Range<usize>> {
-        if self.failed.load(Ordering::Acquire) {
-            return None;
-        }
-        let b = self.next.fetch_add(k.max(1), Ordering::AcqRel);
-        let first = self.batches.get(b)?;
-        let last = &self.batches[(b + k.max(1)).min(self.batches.len()) - 1];
-        Some(first.start..last.end)
-    }
-
-    fn fail(&self, e: Error) {
-        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
-        if slot.is_none() {
-            *slot = Some(e);
-        }
-        self.failed.store(true, Ordering::Release);
-    }
-
-    fn finish(self) -> Result<()> {
-        match self.error.into_inner().unwrap_or_else(|p| p.into_inner()) {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-}
-
-/// Runs `work` on `threads` scoped threads (the caller's thread is one of them).
-fn on_threads(threads: usize, run: &Run<'_>, work: &(dyn Fn(usize) -> Result<()> + Sync)) {
-    std::thread::scope(|s| {
-        for t in 1..threads {
-            let spawned = std::thread::Builder::new()
-                .name(format!("devbuf-read-{t}"))
-                .spawn_scoped(s, move || {
-                    if let Err(e) = work(t) {
-                        run.fail(e);
-                    }
-                });
-            if spawned.is_err() {
-                break; // fewer workers; the others take the work
-            }
-        }
-        if let Err(e) = work(0) {
-            run.fail(e);
-        }
-    });
-}
 
 /// The output memory of a host read, written by several workers at disjoint bytes.
 struct HostOut {
@@ -152,17 +45,11 @@ pub(crate) fn read_host(
     units: &[Unit],
     out: &mut [u8],
     threads: usize,
-    counts: &Counts,
+    options: &ReadOptions,
+    counts: &ReadCounters,
 ) -> Result<()> {
     let batches = super::plan::batches(units.len(), 1, 1);
-    let run = Run {
-        units,
-        batches: &batches,
-        next: AtomicUsize::new(0),
-        failed: AtomicBool::new(false),
-        error: Mutex::new(None),
-        started: std::time::Instant::now(),
-    };
+    let run = WorkQueue::new(units, &batches);
     let host = HostOut {
         ptr: out.as_mut_ptr(),
         len: out.len(),
@@ -170,12 +57,15 @@ pub(crate) fn read_host(
     let threads = threads.clamp(1, batches.len().max(1));
     counts.workers.store(threads, Ordering::Relaxed);
     let whole_c = src.cell_strides == super::plan::c_strides(&src.cell_shape, src.elem);
-    let (stream_min, piece_bytes) = super::stream::settings();
+    let (stream_min, piece_bytes) = (
+        options.stream_min_bytes,
+        options.stream_piece_bytes.next_multiple_of(64),
+    );
     let streamed = super::stream::streams(src, stream_min);
     on_threads(threads, &run, &|_| {
         let mut scratch: Vec<u8> = Vec::new();
         let mut piece: Vec<u8> = Vec::new();
-        let mut runs: Vec<super::stream::Run> = Vec::new();
+        let mut runs: Vec<super::stream::CopyRun> = Vec::new();
         // The worker's open chunk (shard) file, for this read only.
         let mut last = None;
         while let Some(b) = run.claim() {
@@ -199,11 +89,7 @@ pub(crate) fn read_host(
                     let dst = unsafe {
                         std::slice::from_raw_parts_mut(host.ptr.add(p.dst_offset), src.cell_bytes)
                     };
-                    note(
-                        counts,
-                        src.decode_in(&u.cell, dst, &mut last)?,
-                        src.cell_bytes,
-                    );
+                    counts.note_cpu_unit(src.decode_in(&u.cell, dst, &mut last)?, src.cell_bytes);
                     continue;
                 }
                 // A large unit placed once in long runs: its pieces go straight to
@@ -236,15 +122,14 @@ pub(crate) fn read_host(
                     };
                     let stored = super::stream::decode(src, &u.cell, &mut last, &mut sink)?;
                     if let Some(stored) = stored {
-                        note(counts, stored, src.cell_bytes);
+                        counts.note_cpu_unit(stored, src.cell_bytes);
                         continue;
                     }
                 }
                 if scratch.is_empty() {
                     scratch = zeroed_vec(src.cell_bytes)?;
                 }
-                note(
-                    counts,
+                counts.note_cpu_unit(
                     src.decode_in(&u.cell, &mut scratch, &mut last)?,
                     src.cell_bytes,
                 );
@@ -256,16 +141,6 @@ pub(crate) fn read_host(
         Ok(())
     });
     run.finish()
-}
-
-pub(crate) fn note(counts: &Counts, stored: bool, bytes: usize) {
-    counts.cpu_units.fetch_add(1, Ordering::Relaxed);
-    counts
-        .decoded_bytes
-        .fetch_add(bytes as u64, Ordering::Relaxed);
-    if !stored {
-        counts.missing_units.fetch_add(1, Ordering::Relaxed);
-    }
 }
 
 /// Whether a box of `shape` with byte `strides` covers one contiguous C-order run.
@@ -303,30 +178,6 @@ fn place_host(src: &Source<'_>, unit: &[u8], p: &Placement, out: &HostOut) -> Re
     Ok(())
 }
 
-/// Bytes of one unit's place in a staging slot.
-pub(crate) fn aligned(n: usize) -> usize {
-    n.div_ceil(ALIGN).saturating_mul(ALIGN).max(ALIGN)
-}
-
-/// Staging slot size and units per slot for units of `cell_bytes`, aiming at
-/// `target` bytes per slot.
-pub(crate) fn slot_layout(cell_bytes: usize, target: usize) -> (usize, usize) {
-    let per = (target / aligned(cell_bytes)).max(1);
-    (per * aligned(cell_bytes), per)
-}
-
-/// GPU decoding of a device read: the chain, its nvCOMP codec, how many of the
-/// workers decode on the GPU, how they are sized, and when they take claims.
-pub(crate) struct GpuPlan {
-    pub chain: Chain,
-    pub codec: GpuCodec,
-    pub workers: usize,
-    pub tuning: Tuning,
-    pub schedule: Schedule,
-    /// Every worker feeds nvCOMP (`Decoder::Gpu`): no CPU workers.
-    pub gpu_only: bool,
-}
-
 /// Reads `units` into the device allocation `out` of `ctx`, decoding on
 /// `threads` workers (the first `gpu.workers` of them through nvCOMP) through staging
 /// slots of about `slot_target` bytes.
@@ -335,15 +186,16 @@ pub(crate) fn read_device(
     src: &Source<'_>,
     units: &[Unit],
     out: DeviceBuffer,
-    ctx: &Context,
     threads: usize,
-    slot_target: usize,
-    gpu: Option<&GpuPlan>,
-    counts: &Counts,
+    options: &ReadOptions,
+    gpu: Option<&GpuDecode>,
+    counts: &ReadCounters,
 ) -> Result<DeviceBuffer> {
     if units.is_empty() {
         return Ok(out);
     }
+    let ctx = &out.context().clone();
+    let slot_target = options.slot_bytes;
     // Uncompressed units larger than a slot go to the device in pieces; the others are
     // decoded whole into slots of about `slot_target` bytes (at least one unit each).
     let pieces = super::pieces::applies(src, slot_target);
@@ -353,14 +205,7 @@ pub(crate) fn read_device(
         slot_layout(src.cell_bytes, slot_target)
     };
     let batches = super::plan::batches(units.len(), 1, per);
-    let run = Run {
-        units,
-        batches: &batches,
-        next: AtomicUsize::new(0),
-        failed: AtomicBool::new(false),
-        error: Mutex::new(None),
-        started: std::time::Instant::now(),
-    };
+    let run = WorkQueue::new(units, &batches);
     let gpu_workers = gpu.map_or(0, |g| g.workers);
     let threads = match gpu {
         Some(g) if g.gpu_only => g.workers,
@@ -406,7 +251,7 @@ pub(crate) fn read_device(
         )
     });
     // The CPU workers' lanes share a few streams (see `UploadLane::new_on`).
-    let streams = (0..lane_streams().min(threads))
+    let streams = (0..options.lane_streams.min(threads))
         .map(|_| devbuf_core::cuda::Stream::new(ctx))
         .collect::<Result<Vec<_>>>()?;
     // With both decoders asked for, the CPU workers start once every GPU worker took
@@ -420,17 +265,24 @@ pub(crate) fn read_device(
         let stream = (!streams.is_empty()).then(|| &streams[t % streams.len()]);
         // The first CPU worker waits for a lane (the bound on page-locked memory is the
         // pool's); the others join only when the pool has room.
+        let work = DeviceWork {
+            src,
+            queue: &run,
+            out: &out,
+            ctx,
+            counts,
+        };
         let cpu = |wait: bool, lane: Option<UploadLane>| {
             if pieces {
-                super::pieces::worker(src, &run, &out, ctx, slot_bytes, wait, stream, lane, counts)
+                super::pieces::worker(work, slot_bytes, wait, stream, lane)
             } else {
-                cpu_worker(src, &run, &out, ctx, slot_bytes, wait, stream, lane, counts)
+                cpu_worker(work, slot_bytes, wait, stream, lane)
             }
         };
         if let (Some(g), Some(model)) = (gpu.filter(|g| t < g.workers), model.as_ref()) {
             // In a GPU-only read the first GPU worker waits for staging: someone must.
             let wait = t == 0 && g.workers >= threads;
-            let plan = GpuPlan {
+            let plan = GpuDecode {
                 tuning: Tuning { depth, ..g.tuning },
                 ..*g
             };
@@ -444,20 +296,16 @@ pub(crate) fn read_device(
                 done: std::cell::Cell::new(false),
             };
             let claimed = || arrival.arrive();
-            let r = super::gpu::worker(
-                src,
-                &plan,
+            let worker = super::gpu::GpuWorker {
+                work,
+                gpu: &plan,
                 model,
-                &run,
-                &out,
-                ctx,
-                (claim_batches, gpu_per),
+                claim_batches,
+                per: gpu_per,
                 wait,
                 stream,
-                counts,
-                &claimed,
-                &then,
-            );
+            };
+            let r = worker.run(&claimed, &then);
             return r;
         }
         gate.wait();
@@ -520,32 +368,25 @@ impl Drop for Arrival<'_> {
     }
 }
 
-/// Streams the CPU workers' lanes of a device read share: `DEVBUF_LANE_STREAMS`
-/// (read per read; for benchmarks), default 4; 0: a stream per lane.
-fn lane_streams() -> usize {
-    std::env::var("DEVBUF_LANE_STREAMS")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .map_or(4, |n| n.min(64))
-}
-
 /// One CPU worker of a device read: decodes batches into its lane's slots until the
 /// work runs out. Does nothing when no work is left or (unless `wait`) the pool has
 /// no room for its lane. `stream`: the lane's (shared) stream, else one of its own.
 /// `lane`: staging the worker already holds (a GPU worker's, now decoding on the CPU),
 /// used when its slots hold a batch.
-#[allow(clippy::too_many_arguments)]
 fn cpu_worker(
-    src: &Source<'_>,
-    run: &Run<'_>,
-    out: &DeviceBuffer,
-    ctx: &Context,
+    work: DeviceWork<'_>,
     slot_bytes: usize,
     wait: bool,
     stream: Option<&devbuf_core::cuda::Stream>,
     lane: Option<UploadLane>,
-    counts: &Counts,
 ) -> Result<()> {
+    let DeviceWork {
+        src,
+        queue: run,
+        out,
+        ctx,
+        counts,
+    } = work;
     if run.remaining() == 0 {
         return Ok(());
     }
@@ -569,8 +410,7 @@ fn cpu_worker(
             let slot = lane.slot()?;
             for (j, u) in batch.iter().enumerate() {
                 let at = j * stride;
-                note(
-                    counts,
+                counts.note_cpu_unit(
                     src.decode_in(&u.cell, &mut slot[at..at + src.cell_bytes], &mut last)?,
                     src.cell_bytes,
                 );

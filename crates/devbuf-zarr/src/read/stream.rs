@@ -1,15 +1,16 @@
 //! Streamed decoding of large chunks: the decoder hands out a chunk's bytes in pieces
-//! to a [`Sink`]. In host reads the pieces, of [`PIECE`] bytes, go straight to their
+//! to a [`Sink`]. In host reads the pieces, of
+//! [`ReadOptions::stream_piece_bytes`](super::ReadOptions::stream_piece_bytes), go straight to their
 //! places in the output, instead of decoding the whole chunk into the worker's scratch
 //! and copying it from there. A decoded chunk of several MiB does not fit a core's
 //! cache, so the scratch copy read it back from memory; a piece does (measured on the
 //! GPU machine, host reads into a reused buffer, before: 8.4 GB/s for 4 MiB zstd-1
 //! chunks, 5.8-6.4 for 16 MiB ones and 23.4 for 4 MiB uncompressed ones, against 10
-//! for 1 MiB zstd-1 chunks, whose scratch stays in the cache; figures with streaming at
-//! [`PIECE`]). In device reads of uncompressed units larger than a slot the pieces are
+//! for 1 MiB zstd-1 chunks, whose scratch stays in the cache; figures with streaming in 512 KiB pieces). In device reads of uncompressed units larger than a slot the pieces are
 //! page-locked slots on their way to the device (`pieces`).
 //!
-//! Host reads stream units of [`STREAM_MIN`] bytes or more, read from a filesystem
+//! Host reads stream units of
+//! [`ReadOptions::stream_min_bytes`](super::ReadOptions::stream_min_bytes) or more, read from a filesystem
 //! store, uncompressed (without crc32c), zstd, gzip or zlib, with one placement whose
 //! contiguous runs are at least [`MIN_RUN`] bytes. Others (blosc, chains zarrs decodes,
 //! object stores, units placed more than once, transposed chunks) keep the scratch
@@ -30,32 +31,6 @@ use super::plan::Placement;
 use super::source::{OpenFile, Source};
 use devbuf_core::error::{Error, Result};
 
-/// Bytes per piece (a multiple of every element size; fits a core's L2 cache beside the
-/// zstd window). Measured on the GPU machine, host reads into a reused buffer, two
-/// interleaved rounds: 512 KiB pieces 8.6-9.1 GB/s (4 MiB zstd-1 chunks), 7.9-8.2 (16
-/// MiB), 29.9-31.0 (4 MiB uncompressed); 128 KiB pieces 8.2-8.9, 7.5-7.6, 30.0-30.6;
-/// without streaming 8.4-8.5, 5.8-6.4, 23.4-23.6.
-pub(crate) const PIECE: usize = 512 << 10;
-
-/// Units from this size on are streamed; smaller ones are decoded whole into the
-/// worker's scratch, which stays in the cache.
-pub(crate) const STREAM_MIN: usize = 2 << 20;
-
-/// How a host read streams: the smallest unit streamed and the piece size. The defaults
-/// ([`STREAM_MIN`], [`PIECE`]), or for benchmarks `DEVBUF_STREAM_MIN` and
-/// `DEVBUF_STREAM_PIECE` (bytes; read per read; the piece is rounded up to 64 bytes).
-pub(crate) fn settings() -> (usize, usize) {
-    let var = |k: &str| {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
-    };
-    let min = var("DEVBUF_STREAM_MIN").unwrap_or(STREAM_MIN);
-    let piece =
-        var("DEVBUF_STREAM_PIECE").map_or(PIECE, |p| p.clamp(64, 64 << 20).next_multiple_of(64));
-    (min, piece)
-}
-
 thread_local! {
     /// Each worker's streaming zstd decoder, reused across chunks.
     static ZSTD: RefCell<Option<Decoder<'static>>> = const { RefCell::new(None) };
@@ -63,7 +38,7 @@ thread_local! {
 
 /// One contiguous copy of a placement: source offset in the unit, destination offset
 /// in the output, length (bytes).
-pub(crate) type Run = (usize, usize, usize);
+pub(crate) type CopyRun = (usize, usize, usize);
 
 /// Whether `src`'s units of this read are streamed, with units from `min` bytes on.
 pub(crate) fn streams(src: &Source<'_>, min: usize) -> bool {
@@ -88,7 +63,7 @@ pub(crate) fn runs_of(
     src: &Source<'_>,
     p: &Placement,
     out_len: usize,
-    runs: &mut Vec<Run>,
+    runs: &mut Vec<CopyRun>,
 ) -> Result<bool> {
     runs.clear();
     let Some(plan) = super::place::unit_plan(src, p, out_len)? else {
@@ -113,7 +88,7 @@ pub(crate) fn runs_of(
 /// [`runs_of`]) place them, through `put(destination offset, bytes)`. `next`: the first
 /// run that may still overlap this piece or a later one (pieces come in order).
 pub(crate) fn scatter(
-    runs: &[Run],
+    runs: &[CopyRun],
     next: &mut usize,
     offset: usize,
     piece: &[u8],
