@@ -33,6 +33,7 @@
 //! ```
 
 mod buffer;
+mod constructors;
 mod dtype;
 pub mod index;
 mod layout;

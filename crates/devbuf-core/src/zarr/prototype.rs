@@ -2,12 +2,6 @@
 
 use std::sync::RwLock;
 
-use bytes::Bytes;
-
-use super::buffer::Buffer;
-use super::dtype::{DataType, Element, Scalar};
-use super::layout::Order;
-use super::ndbuffer::NDBuffer;
 use crate::cuda::Context;
 use crate::error::Result;
 use crate::memory::{Memory, Place};
@@ -15,7 +9,7 @@ use crate::memory::{Memory, Place};
 /// Which memory a buffer is made in: the host, or a CUDA device (by ordinal).
 ///
 /// zarr-python's `BufferPrototype` is a pair of classes (`buffer`, `nd_buffer`); here it
-/// is a value, and the classes' constructors are its methods: `prototype.buffer.from_bytes(b)`
+/// is a value, and the classes' constructors are its methods (in `constructors.rs`): `prototype.buffer.from_bytes(b)`
 /// is `prototype.buffer_from_bytes(b)`, `prototype.nd_buffer.create(...)` is
 /// [`nd_create`](Self::nd_create).
 ///
@@ -77,55 +71,6 @@ impl BufferPrototype {
     /// True when `m` already is memory of this prototype (so conversions are zero-copy).
     pub fn holds(&self, m: &Memory) -> bool {
         BufferPrototype::of(m) == *self
-    }
-
-    /// `prototype.buffer.from_bytes`: a buffer of these host bytes in this prototype's
-    /// memory (zero-copy on the host, one copy to a device).
-    pub fn buffer_from_bytes(&self, bytes: impl Into<Bytes>) -> Result<Buffer> {
-        Buffer::from_bytes(bytes).to_prototype(self)
-    }
-
-    /// `prototype.buffer.from_buffer`: `buffer` in this prototype's memory, zero-copy
-    /// when it is already there.
-    pub fn buffer_from_buffer(&self, buffer: &Buffer) -> Result<Buffer> {
-        buffer.to_prototype(self)
-    }
-
-    /// `prototype.buffer.create_zero_length`.
-    pub fn create_zero_length(&self) -> Result<Buffer> {
-        Ok(Buffer::from_array_like(self.place()?.alloc(0, false)?))
-    }
-
-    /// `prototype.nd_buffer.create`: see [`NDBuffer::create`].
-    pub fn nd_create(
-        &self,
-        shape: &[usize],
-        dtype: DataType,
-        order: Order,
-        fill_value: Option<Scalar>,
-    ) -> Result<NDBuffer> {
-        NDBuffer::create(self, shape, dtype, order, fill_value)
-    }
-
-    /// `prototype.nd_buffer.empty`: see [`NDBuffer::empty`].
-    pub fn nd_empty(&self, shape: &[usize], dtype: DataType, order: Order) -> Result<NDBuffer> {
-        NDBuffer::empty(self, shape, dtype, order)
-    }
-
-    /// `prototype.nd_buffer.from_numpy_array`: a host `ndarray` in this prototype's
-    /// memory (zero-copy on the host when the array is contiguous in C or F order or a
-    /// transposition; one copy to a device).
-    pub fn nd_from_ndarray<T: Element, D: ndarray::Dimension>(
-        &self,
-        array: ndarray::Array<T, D>,
-    ) -> Result<NDBuffer> {
-        NDBuffer::from_ndarray(array).to_prototype(self)
-    }
-
-    /// `prototype.nd_buffer.from_ndarray_like`: `nd` in this prototype's memory,
-    /// zero-copy when it is already there.
-    pub fn nd_from_ndbuffer(&self, nd: &NDBuffer) -> Result<NDBuffer> {
-        nd.to_prototype(self)
     }
 }
 

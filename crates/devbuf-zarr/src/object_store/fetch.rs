@@ -13,27 +13,15 @@
 //! frees what was not taken.
 
 use std::collections::HashMap;
-use std::ops::Range;
 use std::sync::{Arc, Condvar, Mutex};
 
 use bytes::Bytes;
 use futures::StreamExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::UrlStore;
 use super::runtime::runtime;
+use super::store::{Span, UrlStore};
 use devbuf_core::error::{Error, Result};
-
-/// Which bytes of an object a request asks for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Span {
-    /// All of them.
-    Whole,
-    /// These (the response must hold exactly these).
-    Bytes(Range<u64>),
-    /// The last `n` (exactly `n`: the object must be at least that long).
-    Last(u64),
-}
 
 /// One request of a read: a key, whole or a byte range, and how many units will take
 /// its bytes (coalesced inner chunks of a shard share one request).

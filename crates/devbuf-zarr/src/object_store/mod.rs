@@ -22,6 +22,7 @@ mod options;
 mod runtime;
 mod store;
 
-pub(crate) use fetch::{FetchRequest, Prefetch, Span};
+pub(crate) use fetch::{FetchRequest, Prefetch};
 pub use options::ObjectStoreOptions;
+pub(crate) use store::Span;
 pub use store::UrlStore;

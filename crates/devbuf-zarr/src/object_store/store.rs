@@ -2,6 +2,7 @@
 //! Cloud Storage, Azure Blob Storage, plain HTTP(S) servers read-only, local files),
 //! opened by URL, as a devbuf [`Store`].
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -11,11 +12,21 @@ use object_store::{
     GetOptions, GetRange, ObjectStore, ObjectStoreExt, ObjectStoreScheme, PutPayload,
 };
 
-use super::fetch::Span;
 use super::options::{ObjectStoreOptions, SECRET_ENV, is_secret};
 use super::runtime::block_on;
 use devbuf_core::error::{Error, Result};
 use devbuf_core::zarr::{Buffer, BufferPrototype, ByteRequest, Store};
+
+/// Which bytes of an object a request asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Span {
+    /// All of them.
+    Whole,
+    /// These (the response must hold exactly these).
+    Bytes(Range<u64>),
+    /// The last `n` (exactly `n`: the object must be at least that long).
+    Last(u64),
+}
 
 /// A zarr store in object storage, by URL: `s3://bucket/path`, `gs://bucket/path`,
 /// `az://container/path` (and the `https://` forms of these services), a plain
