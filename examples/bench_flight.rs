@@ -26,7 +26,7 @@ use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::{FlightClient, FlightDescriptor};
 use devbuf::flight::{Client, ClientOptions, Server, ServerConfig, generate_token};
 use devbuf::zarr::{ArraySpec, ZarrArray};
-use devbuf::zarr::{BufferPrototype, DataType, NDBuffer, Order};
+use devbuf::zarr::{BufferPrototype, Dtype, NDBuffer, Order};
 use futures::TryStreamExt;
 
 mod common;
@@ -95,7 +95,7 @@ fn make_array(path: &Path, rows: u64, chunk_rows: u64) -> Result<ZarrArray, Stri
         }
         std::fs::remove_dir_all(path).map_err(|e| e.to_string())?;
     }
-    let spec = ArraySpec::new(&[rows, COLS], &[chunk_rows, COLS], DataType::FLOAT32);
+    let spec = ArraySpec::new(&[rows, COLS], &[chunk_rows, COLS], Dtype::FLOAT32);
     let a = ZarrArray::create(path, &spec).map_err(|e| e.to_string())?;
     let mut s = 0x9e37_79b9_7f4a_7c15u64;
     let mut r = 0;
@@ -109,13 +109,9 @@ fn make_array(path: &Path, rows: u64, chunk_rows: u64) -> Result<ZarrArray, Stri
                 ((s >> 40) as f32 / 1024.0).to_ne_bytes()
             })
             .collect();
-        let nd = NDBuffer::from_memory(
-            vals,
-            &[n as usize, COLS as usize],
-            DataType::FLOAT32,
-            Order::C,
-        )
-        .map_err(|e| e.to_string())?;
+        let nd =
+            NDBuffer::from_memory(vals, &[n as usize, COLS as usize], Dtype::FLOAT32, Order::C)
+                .map_err(|e| e.to_string())?;
         a.write_subset(&[r, 0], &nd).map_err(|e| e.to_string())?;
         r += n;
     }

@@ -14,7 +14,7 @@
 mod common;
 
 use devbuf::cuda::{self, Context};
-use devbuf::zarr::{AxisSel, BufferPrototype, DataType, NDBuffer, Order, Scalar, Slice};
+use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, NDBuffer, Order, Scalar, Slice};
 
 const N: usize = 8192;
 const WARMUP: usize = 3;
@@ -57,7 +57,7 @@ fn run() -> devbuf::Result<()> {
     let mut a = NDBuffer::create(
         &dev,
         &[N, N],
-        DataType::FLOAT32,
+        Dtype::FLOAT32,
         Order::C,
         Some(Scalar::from(1.5f32)),
     )?;
@@ -73,11 +73,11 @@ fn run() -> devbuf::Result<()> {
     let fill_ms = median_ms(&ctx, || a.fill(Scalar::from(2.5f32)))?;
     rows.push(("fill", bytes, fill_ms));
 
-    let mut f64s = NDBuffer::empty(&dev, &[N, N], DataType::FLOAT64, Order::C)?;
+    let mut f64s = NDBuffer::empty(&dev, &[N, N], Dtype::FLOAT64, Order::C)?;
     let astype_ms = median_ms(&ctx, || f64s.set(&[], &a))?;
     rows.push(("astype f32->f64", bytes + 2 * bytes, astype_ms));
 
-    let mut t_out = NDBuffer::empty(&dev, &[N, N], DataType::FLOAT32, Order::C)?;
+    let mut t_out = NDBuffer::empty(&dev, &[N, N], Dtype::FLOAT32, Order::C)?;
     let t_view = a.transpose(None)?;
     let transpose_ms = median_ms(&ctx, || t_out.set(&[], &t_view))?;
     rows.push(("transpose 2-d", 2 * bytes, transpose_ms));
@@ -87,7 +87,7 @@ fn run() -> devbuf::Result<()> {
         AxisSel::Slice(Slice::range(1, -1)),
     ];
     let view = a.get(&sel)?;
-    let mut s_out = NDBuffer::empty(&dev, view.shape(), DataType::FLOAT32, Order::C)?;
+    let mut s_out = NDBuffer::empty(&dev, view.shape(), Dtype::FLOAT32, Order::C)?;
     let strided_ms = median_ms(&ctx, || s_out.set(&[], &view))?;
     rows.push(("strided get [::2, 1:-1]", 2 * view.nbytes(), strided_ms));
 

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use devbuf::cuda;
 use devbuf::zarr::object_store::{ObjectStoreOptions, UrlStore};
 use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
-use devbuf::zarr::{BufferPrototype, DataType};
+use devbuf::zarr::{BufferPrototype, Dtype};
 use futures::StreamExt;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -256,12 +256,12 @@ fn run() -> Res<()> {
     let cases = [
         (
             "c1m",
-            ArraySpec::new(&[rows_n as u64, 1024], &[256, 1024], DataType::FLOAT32)
+            ArraySpec::new(&[rows_n as u64, 1024], &[256, 1024], Dtype::FLOAT32)
                 .with_compressor(Compressor::Zstd { level: 1 }),
         ),
         (
             "sh64k",
-            ArraySpec::new(&[rows_n as u64, 1024], &[1024, 1024], DataType::FLOAT32)
+            ArraySpec::new(&[rows_n as u64, 1024], &[1024, 1024], Dtype::FLOAT32)
                 .with_subchunks(&[128, 128])
                 .with_compressor(Compressor::Zstd { level: 1 }),
         ),

@@ -54,7 +54,7 @@ mod bench {
     use devbuf::zarr::{
         ArraySpec, Compressor, Decoder, Encoder, ReadOptions, ReadReport, WriteOptions, ZarrArray,
     };
-    use devbuf::zarr::{BufferPrototype, DataType};
+    use devbuf::zarr::{BufferPrototype, Dtype};
 
     struct Args {
         mib: u64,
@@ -813,7 +813,7 @@ mod bench {
                 continue;
             }
             let mut spec =
-                ArraySpec::new(&[rows, cols], &chunk, DataType::FLOAT32).with_compressor(comp);
+                ArraySpec::new(&[rows, cols], &chunk, Dtype::FLOAT32).with_compressor(comp);
             if let Some(i) = inner {
                 spec = spec.with_subchunks(&i);
             }

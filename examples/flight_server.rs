@@ -27,7 +27,7 @@ use std::process::ExitCode;
 
 use devbuf::flight::{Event, Server, ServerConfig, generate_token, read_token_file};
 use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
-use devbuf::zarr::{DataType, NDBuffer, Order, Scalar};
+use devbuf::zarr::{Dtype, NDBuffer, Order, Scalar};
 
 mod common;
 
@@ -221,7 +221,7 @@ fn write_demo(root: &Path) -> devbuf::Result<()> {
                 ((i * 7919 + j * 104729) % 65521) as f32 / 8.0 - 1000.0
             })
             .collect();
-        let spec = ArraySpec::new(&[r as u64, c as u64], &[16, 16], DataType::FLOAT32)
+        let spec = ArraySpec::new(&[r as u64, c as u64], &[16, 16], Dtype::FLOAT32)
             .with_fill_value(Scalar::from(0.5f32))
             .with_compressor(Compressor::Zstd { level: 1 });
         let a = ZarrArray::create(&f32_path, &spec)?;
@@ -234,7 +234,7 @@ fn write_demo(root: &Path) -> devbuf::Result<()> {
     let i16_path = root.join("demo/i16.zarr");
     if !i16_path.join("zarr.json").exists() {
         let (r, c) = (50usize, 40usize);
-        let spec = ArraySpec::new(&[r as u64, c as u64], &[10, 10], DataType::INT16)
+        let spec = ArraySpec::new(&[r as u64, c as u64], &[10, 10], Dtype::INT16)
             .with_fill_value(Scalar::from(-7i16));
         let a = ZarrArray::create(&i16_path, &spec)?;
         for ci in 0..5u64 {
@@ -251,7 +251,7 @@ fn write_demo(root: &Path) -> devbuf::Result<()> {
                 let nd = NDBuffer::from_memory(
                     v.iter().flat_map(|x| x.to_ne_bytes()).collect::<Vec<u8>>(),
                     &[10, 10],
-                    DataType::INT16,
+                    Dtype::INT16,
                     Order::C,
                 )?;
                 a.write_subset(&[ci * 10, cj * 10], &nd)?;

@@ -41,7 +41,7 @@ use devbuf::arrow::{
 use devbuf::cuda::{self, Context};
 use devbuf::ipc::IpcHandle;
 use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
-use devbuf::zarr::{BufferPrototype, DataType, ElementType, NDBuffer};
+use devbuf::zarr::{BufferPrototype, Dtype, ElementType, NDBuffer};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -124,7 +124,7 @@ fn make_big_array(dir: &Path) -> Res<ZarrArray> {
     let spec = ArraySpec::new(
         &[rows as u64, cols as u64],
         &[chunk as u64, chunk as u64],
-        DataType::native(ElementType::Float32),
+        Dtype::native(ElementType::Float32),
     )
     .with_compressor(Compressor::Zstd { level: 1 });
     let array = ZarrArray::create(dir, &spec)?;

@@ -35,7 +35,7 @@ fn run() -> devbuf::Result<()> {
 
     use devbuf::cuda;
     use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
-    use devbuf::zarr::{BufferPrototype, DataType, NDBuffer};
+    use devbuf::zarr::{BufferPrototype, Dtype, NDBuffer};
 
     let default = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/zarr/v3_float32_sharded.zarr");
@@ -49,7 +49,7 @@ fn run() -> devbuf::Result<()> {
             let dir =
                 std::env::temp_dir().join(format!("devbuf-zarrs-read-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&dir);
-            let spec = ArraySpec::new(&[512, 512], &[64, 64], DataType::FLOAT32)
+            let spec = ArraySpec::new(&[512, 512], &[64, 64], Dtype::FLOAT32)
                 .with_compressor(Compressor::Zstd { level: 3 });
             let a = ZarrArray::create(&dir, &spec)?;
             let values =
@@ -129,7 +129,7 @@ fn run() -> devbuf::Result<()> {
     let mut count = 0usize;
     for c in &chunks {
         let f = c
-            .astype(DataType::FLOAT64)?
+            .astype(Dtype::FLOAT64)?
             .to_prototype(&BufferPrototype::Host)?;
         let v = f.to_ndarray::<f64>()?;
         sum += v.iter().filter(|x| x.is_finite()).sum::<f64>();

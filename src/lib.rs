@@ -48,7 +48,7 @@ pub use devbuf_core::{arrow, cuda, element, error, ipc, memory};
 
 /// zarr: the buffer layer of zarr-python (`NDBuffer`, `BufferPrototype`, memory stores;
 /// from `devbuf-core`) and, with the feature `zarr`, real zarr v2/v3 arrays
-/// ([`ZarrArray`], from `devbuf-zarr`).
+/// (`ZarrArray`, from `devbuf-zarr`).
 pub mod zarr {
     pub use devbuf_core::zarr::*;
     #[cfg(feature = "zarr")]

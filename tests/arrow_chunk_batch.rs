@@ -12,7 +12,7 @@ use arrow_schema::{DataType as ArrowType, Field, Schema};
 use devbuf::arrow::{
     CHUNK_COLUMN, CHUNK_GRID_METADATA_KEY, ChunkBatch, ChunkGrid, TensorType, coord_column,
 };
-use devbuf::zarr::{AxisSel, BufferPrototype, DataType, ElementType, NDBuffer, Order, Scalar};
+use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, ElementType, NDBuffer, Order, Scalar};
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
 
@@ -39,7 +39,7 @@ fn region(grid: &ChunkGrid, coords: &[u64]) -> Vec<AxisSel> {
 
 /// The chunk as zarr stores it: the chunk shape, the array's values, fill elsewhere.
 fn padded_oracle(grid: &ChunkGrid, array: &NDBuffer, coords: &[u64]) -> NDBuffer {
-    let native = DataType::native(grid.dtype().element());
+    let native = Dtype::native(grid.dtype().element());
     let mut out = NDBuffer::create(
         &HOST,
         grid.chunk_shape(),
@@ -182,8 +182,8 @@ fn every_dtype_every_chunk_layout() {
 #[test]
 fn one_allocation_and_zero_copy_chunks() {
     let mut rng = SmallRng::seed_from_u64(12);
-    let array = make(&mut rng, &[8, 8, 8], DataType::FLOAT64, Kind::C);
-    let grid = ChunkGrid::new(&[8, 8, 8], &[4, 4, 4], DataType::FLOAT64).unwrap();
+    let array = make(&mut rng, &[8, 8, 8], Dtype::FLOAT64, Kind::C);
+    let grid = ChunkGrid::new(&[8, 8, 8], &[4, 4, 4], Dtype::FLOAT64).unwrap();
     let coords = all_coords(&grid);
     let chunks = coords
         .iter()
@@ -228,9 +228,9 @@ fn one_allocation_and_zero_copy_chunks() {
 fn bool_and_complex_chunks() {
     let mut rng = SmallRng::seed_from_u64(13);
     for (dtype, fill) in [
-        (DataType::BOOL, Scalar::Bool(true)),
+        (Dtype::BOOL, Scalar::Bool(true)),
         (
-            DataType::big(ElementType::Complex128),
+            Dtype::big(ElementType::Complex128),
             Scalar::Complex128(num_complex::Complex64::new(f64::NAN, -0.0)),
         ),
     ] {
@@ -260,7 +260,7 @@ fn bool_and_complex_chunks() {
 #[test]
 fn zero_d_and_empty_grids() {
     // A 0-d array has one chunk, at coordinates [].
-    let grid = ChunkGrid::new(&[], &[], DataType::INT16).unwrap();
+    let grid = ChunkGrid::new(&[], &[], Dtype::INT16).unwrap();
     assert_eq!(grid.grid_shape(), Vec::<usize>::new());
     let nd = NDBuffer::from_ndarray(ndarray::arr0(-7i16));
     let batch = ChunkBatch::from_chunks(&grid, [(Vec::<u64>::new(), &nd)], &HOST).unwrap();
@@ -273,7 +273,7 @@ fn zero_d_and_empty_grids() {
     let back = ChunkBatch::from_record_batch(batch.record_batch().unwrap().clone()).unwrap();
     assert_eq!(back.coords(0), Some(&[][..]));
     // No chunks.
-    let grid = ChunkGrid::new(&[4, 4], &[2, 2], DataType::FLOAT32).unwrap();
+    let grid = ChunkGrid::new(&[4, 4], &[2, 2], Dtype::FLOAT32).unwrap();
     let empty = ChunkBatch::from_chunks(&grid, Vec::<(Vec<u64>, NDBuffer)>::new(), &HOST).unwrap();
     assert!(empty.is_empty());
     assert_eq!(empty.record_batch().unwrap().num_rows(), 0);
@@ -282,9 +282,9 @@ fn zero_d_and_empty_grids() {
     let back = ChunkBatch::from_record_batch(empty.record_batch().unwrap().clone()).unwrap();
     assert!(back.is_empty());
     // A zero-length axis: the grid has no chunks, so any chunk is outside it.
-    let grid = ChunkGrid::new(&[0, 4], &[2, 2], DataType::UINT8).unwrap();
+    let grid = ChunkGrid::new(&[0, 4], &[2, 2], Dtype::UINT8).unwrap();
     assert_eq!(grid.grid_shape(), vec![0, 2]);
-    let nd = NDBuffer::create(&HOST, &[2, 2], DataType::UINT8, Order::C, None).unwrap();
+    let nd = NDBuffer::create(&HOST, &[2, 2], Dtype::UINT8, Order::C, None).unwrap();
     assert!(ChunkBatch::from_chunks(&grid, [(vec![0u64, 0], &nd)], &HOST).is_err());
     let none = ChunkBatch::from_chunks(&grid, Vec::<(Vec<u64>, NDBuffer)>::new(), &HOST).unwrap();
     assert_eq!(none.len(), 0);
@@ -292,9 +292,9 @@ fn zero_d_and_empty_grids() {
 
 #[test]
 fn bad_chunks_are_errors() {
-    let grid = ChunkGrid::new(&[5, 5], &[2, 2], DataType::INT32).unwrap();
-    let ok = NDBuffer::create(&HOST, &[2, 2], DataType::INT32, Order::C, None).unwrap();
-    let edge = NDBuffer::create(&HOST, &[1, 2], DataType::INT32, Order::C, None).unwrap();
+    let grid = ChunkGrid::new(&[5, 5], &[2, 2], Dtype::INT32).unwrap();
+    let ok = NDBuffer::create(&HOST, &[2, 2], Dtype::INT32, Order::C, None).unwrap();
+    let edge = NDBuffer::create(&HOST, &[1, 2], Dtype::INT32, Order::C, None).unwrap();
     let one = |c: Vec<u64>, nd: &NDBuffer| ChunkBatch::from_chunks(&grid, [(c, nd)], &HOST);
     assert!(one(vec![2, 0], &edge).is_ok());
     assert!(one(vec![2, 0], &ok).is_ok(), "a full-size edge chunk");
@@ -304,11 +304,11 @@ fn bad_chunks_are_errors() {
     assert!(e.contains("outside the chunk grid"), "{e}");
     assert!(one(vec![0], &ok).is_err());
     assert!(one(vec![0, 0, 0], &ok).is_err());
-    let f = NDBuffer::create(&HOST, &[2, 2], DataType::FLOAT32, Order::C, None).unwrap();
+    let f = NDBuffer::create(&HOST, &[2, 2], Dtype::FLOAT32, Order::C, None).unwrap();
     let e = one(vec![0, 0], &f).unwrap_err().to_string();
     assert!(e.contains("float32"), "{e}");
-    assert!(ChunkGrid::new(&[5, 5], &[2, 0], DataType::INT32).is_err());
-    assert!(ChunkGrid::new(&[5], &[2, 2], DataType::INT32).is_err());
+    assert!(ChunkGrid::new(&[5, 5], &[2, 0], Dtype::INT32).is_err());
+    assert!(ChunkGrid::new(&[5], &[2, 2], Dtype::INT32).is_err());
     // A device prototype on a machine without a GPU is an error, not a panic.
     if !devbuf::cuda::is_available() {
         let e = ChunkBatch::from_chunks(&grid, [(vec![0u64, 0], &ok)], &BufferPrototype::Device(0))
@@ -335,7 +335,7 @@ fn batches_from_elsewhere() {
     let chunks = NDBuffer::from_memory(
         (0u8..24).collect::<Vec<_>>(),
         &[4, 2, 3],
-        DataType::UINT8,
+        Dtype::UINT8,
         Order::C,
     )
     .unwrap();

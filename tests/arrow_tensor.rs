@@ -22,7 +22,7 @@ use arrow_schema::{DataType as ArrowType, Field};
 use devbuf::arrow::{
     FIXED_SHAPE_TENSOR, TensorArray, TensorType, arrow_data_type, element_type_of,
 };
-use devbuf::zarr::{AxisSel, BufferPrototype, DataType, ElementType, Memory, NDBuffer, Order};
+use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, ElementType, Memory, NDBuffer, Order};
 use rand::Rng;
 
 #[path = "common/arrays.rs"]
@@ -187,7 +187,7 @@ fn flat_every_dtype_shape_and_layout() {
                 // And back, zero-copy from the Arrow buffer.
                 let back = NDBuffer::from_arrow(a.as_ref()).unwrap();
                 assert_eq!(back.shape(), &[nd.size()], "{ctx}");
-                assert_eq!(back.dtype(), DataType::native(dtype.element()), "{ctx}");
+                assert_eq!(back.dtype(), Dtype::native(dtype.element()), "{ctx}");
                 assert_eq!(c_bytes(&back), c_bytes(&nd), "{ctx}");
                 if dtype.element() != ElementType::Bool && nd.size() > 0 {
                     assert_eq!(
@@ -236,7 +236,7 @@ fn typed_primitive_arrays() {
     let be = NDBuffer::from_memory(
         vec![0, 0, 0, 0, 0, 0, 1, 2],
         &[1],
-        DataType::big(ElementType::UInt64),
+        Dtype::big(ElementType::UInt64),
         Order::C,
     )
     .unwrap();
@@ -246,7 +246,7 @@ fn typed_primitive_arrays() {
     );
     // Float16 arrays come back as float16 NDBuffers.
     let back = NDBuffer::from_arrow(&Float16Array::from(vec![half::f16::ONE])).unwrap();
-    assert_eq!(back.dtype(), DataType::FLOAT16);
+    assert_eq!(back.dtype(), Dtype::FLOAT16);
 }
 
 #[test]
@@ -255,7 +255,7 @@ fn misaligned_host_memory_is_copied_once() {
     let raw: Vec<u8> = (0u8..17).collect();
     let bytes = bytes::Bytes::from(raw);
     let misaligned = bytes.slice(1..17);
-    let nd = NDBuffer::from_memory(misaligned.clone(), &[4], DataType::INT32, Order::C).unwrap();
+    let nd = NDBuffer::from_memory(misaligned.clone(), &[4], Dtype::INT32, Order::C).unwrap();
     assert_ne!(first_ptr(&nd) % 4, 0, "the test needs misaligned memory");
     let a = nd.to_arrow().unwrap();
     let i = a.as_any().downcast_ref::<Int32Array>().unwrap();
@@ -265,8 +265,7 @@ fn misaligned_host_memory_is_copied_once() {
     // The tensor forms too.
     let t = nd.to_arrow_tensor().unwrap();
     assert_eq!(c_bytes(&t.tensor(0).unwrap()), misaligned.to_vec());
-    let c =
-        NDBuffer::from_memory(bytes.slice(1..17), &[1], DataType::COMPLEX128, Order::C).unwrap();
+    let c = NDBuffer::from_memory(bytes.slice(1..17), &[1], Dtype::COMPLEX128, Order::C).unwrap();
     let ca = c.to_arrow().unwrap();
     assert_eq!(arrow_bytes(&ca.to_data()).0, misaligned.to_vec());
 }
@@ -448,8 +447,8 @@ fn a_transposition_that_is_not_an_involution() {
 fn bool_is_bit_packed() {
     let mut rng = seeded(4);
     // 5 rows of 3 x 3: rows cross byte boundaries.
-    let bytes = random_values(&mut rng, 45, DataType::BOOL);
-    let nd = NDBuffer::from_memory(bytes.clone(), &[5, 3, 3], DataType::BOOL, Order::C).unwrap();
+    let bytes = random_values(&mut rng, 45, Dtype::BOOL);
+    let nd = NDBuffer::from_memory(bytes.clone(), &[5, 3, 3], Dtype::BOOL, Order::C).unwrap();
     let flat = nd.to_arrow().unwrap();
     let b = flat.as_any().downcast_ref::<BooleanArray>().unwrap();
     assert_eq!(b.values().iter().map(u8::from).collect::<Vec<_>>(), bytes);
@@ -459,8 +458,7 @@ fn bool_is_bit_packed() {
         assert_eq!(c_bytes(&rows.tensor(r).unwrap()), bytes[r * 9..(r + 1) * 9]);
     }
     // Non-zero bytes are true; a sliced BooleanArray (bit offset 3) comes back right.
-    let odd =
-        NDBuffer::from_memory(vec![0u8, 7, 255, 0, 1], &[5], DataType::BOOL, Order::C).unwrap();
+    let odd = NDBuffer::from_memory(vec![0u8, 7, 255, 0, 1], &[5], Dtype::BOOL, Order::C).unwrap();
     let ob = odd.to_arrow().unwrap();
     assert_eq!(
         ob.as_any()
@@ -500,7 +498,7 @@ fn complex_is_a_fixed_size_list_of_two_floats() {
     assert!(floats.value(2).is_nan());
     // Sliced (offset 1) and back.
     let back = NDBuffer::from_arrow(&l.slice(1, 2)).unwrap();
-    assert_eq!(back.dtype(), DataType::COMPLEX64);
+    assert_eq!(back.dtype(), Dtype::COMPLEX64);
     assert_eq!(first_ptr(&back), ptr + 8);
     assert_eq!(
         back.get(&[1.into()]).unwrap().as_scalar().unwrap(),
@@ -545,14 +543,14 @@ fn big_endian_keeps_its_axis_order() {
     let nd = NDBuffer::from_memory(
         (0u8..24).collect::<Vec<_>>(),
         &[2, 3],
-        DataType::big(ElementType::Int32),
+        Dtype::big(ElementType::Int32),
         Order::F,
     )
     .unwrap();
     let t = nd.to_arrow_tensor().unwrap();
     assert_eq!(t.tensor_type().permutation(), Some(&[1, 0][..]));
     check_tensor_storage(&t, 0, &nd);
-    assert_eq!(t.tensor(0).unwrap().dtype(), DataType::INT32);
+    assert_eq!(t.tensor(0).unwrap().dtype(), Dtype::INT32);
 }
 
 // ------------------------------------------------------------------------------ errors
@@ -642,7 +640,7 @@ fn rows_of_an_empty_array_with_huge_cells_are_an_error_not_a_panic() {
     let nd = NDBuffer::create(
         &BufferPrototype::Host,
         &[0, 1 << 40, 1 << 40],
-        DataType::INT32,
+        Dtype::INT32,
         Order::C,
         None,
     )
@@ -762,7 +760,7 @@ fn tensor_columns_survive_arrow_ipc() {
     let nd = NDBuffer::from_memory(
         (0u8..48).collect::<Vec<_>>(),
         &[2, 3, 4],
-        DataType::UINT16,
+        Dtype::UINT16,
         Order::F,
     )
     .unwrap();

@@ -17,7 +17,7 @@ use arrow_flight::{
 };
 use devbuf::flight::{Client, Event, Query, Server, ServerConfig, Service, StreamEnd, Target};
 use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
-use devbuf::zarr::{BufferPrototype, DataType, Scalar};
+use devbuf::zarr::{BufferPrototype, Dtype, Scalar};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -42,12 +42,12 @@ const ROLE: &str = "DEVBUF_FLIGHT_CHILD";
 /// An array of random float32 in many small chunks.
 fn many_chunks(dir: &TempDir) -> ZarrArray {
     let mut rng = random::seeded(7);
-    let values = arrays::random_values(&mut rng, 64 * 64, DataType::FLOAT32);
+    let values = arrays::random_values(&mut rng, 64 * 64, Dtype::FLOAT32);
     random_array(
         &dir.join("a.zarr"),
         &[64, 64],
         &[8, 8],
-        DataType::FLOAT32,
+        Dtype::FLOAT32,
         Scalar::from(0.0f32),
         Compressor::None,
         values,
@@ -152,7 +152,7 @@ fn a_client_dropped_mid_stream_frees_the_server() {
     let dir = TempDir::new("flight-drop");
     // 64 MiB of fill values (no chunk stored): more than HTTP/2 lets the server send
     // ahead (16 MiB per stream), so the stream is still running when it is dropped.
-    let spec = ArraySpec::new(&[4096, 4096], &[256, 4096], DataType::FLOAT32)
+    let spec = ArraySpec::new(&[4096, 4096], &[256, 4096], Dtype::FLOAT32)
         .with_fill_value(Scalar::from(1.5f32));
     ZarrArray::create(dir.join("big.zarr"), &spec).unwrap();
     let (tx, rx) = mpsc::channel::<Event>();

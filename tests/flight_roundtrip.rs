@@ -13,7 +13,7 @@ use arrow_array::{Array, Float32Array, Int64Array, RecordBatch};
 use devbuf::arrow::{CHUNK_COLUMN, FIXED_SHAPE_TENSOR};
 use devbuf::flight::ticket::Part;
 use devbuf::flight::{Batch, Client, ClientOptions, Query, Server, ServerConfig, Target};
-use devbuf::zarr::{AxisSel, BufferPrototype, DataType, ElementType, Scalar, Slice};
+use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, ElementType, Scalar, Slice};
 use devbuf::zarr::{Compressor, ZarrArray};
 use rand::Rng;
 use rand::rngs::SmallRng;
@@ -129,13 +129,13 @@ fn random_arrays_and_selections_match_local_reads() {
     let mut rng = random::rng("random_arrays_and_selections_match_local_reads");
     let dir = TempDir::new("flight-random");
     let dtypes = [
-        DataType::FLOAT32,
-        DataType::INT16,
-        DataType::UINT8,
-        DataType::FLOAT64,
-        DataType::new(ElementType::Int64, devbuf::zarr::Endianness::Big),
-        DataType::new(ElementType::Bool, devbuf::zarr::Endianness::Little),
-        DataType::new(ElementType::Complex64, devbuf::zarr::Endianness::Little),
+        Dtype::FLOAT32,
+        Dtype::INT16,
+        Dtype::UINT8,
+        Dtype::FLOAT64,
+        Dtype::new(ElementType::Int64, devbuf::zarr::Endianness::Big),
+        Dtype::new(ElementType::Bool, devbuf::zarr::Endianness::Little),
+        Dtype::new(ElementType::Complex64, devbuf::zarr::Endianness::Little),
     ];
     let compressors = [
         Compressor::None,
@@ -152,7 +152,7 @@ fn random_arrays_and_selections_match_local_reads() {
             .collect();
         let n: usize = shape.iter().product::<u64>() as usize;
         let values =
-            arrays::random_values(&mut rng, n, devbuf::zarr::DataType::native(dtype.element()));
+            arrays::random_values(&mut rng, n, devbuf::zarr::Dtype::native(dtype.element()));
         let fill = match dtype.element() {
             ElementType::Bool => Scalar::Bool(true),
             ElementType::Complex64 => Scalar::from(0i32),
@@ -400,12 +400,12 @@ fn two_servers_each_serve_half_of_an_array() {
     let full = TempDir::new("flight-full");
     let shape = [40u64, 30];
     let chunks = [8u64, 7];
-    let values = arrays::random_values(&mut rng, 1200, DataType::FLOAT32);
+    let values = arrays::random_values(&mut rng, 1200, Dtype::FLOAT32);
     let local = random_array(
         &full.join("a.zarr"),
         &shape,
         &chunks,
-        DataType::FLOAT32,
+        Dtype::FLOAT32,
         Scalar::from(-1.0f32),
         Compressor::Zstd { level: 1 },
         values,

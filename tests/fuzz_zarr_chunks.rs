@@ -20,7 +20,7 @@ mod zarr_fuzz;
 use std::sync::Arc;
 
 use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
-use devbuf::zarr::{BufferPrototype, DataType, ElementType, MemoryStore, NDBuffer, Order, Store};
+use devbuf::zarr::{BufferPrototype, Dtype, ElementType, MemoryStore, NDBuffer, Order, Store};
 use fuzz::{Damage, apply, fuzz};
 use proptest::prelude::*;
 use zarr_fuzz::{Findings, Fixture, fixtures, read_chunk_checked};
@@ -34,10 +34,10 @@ fn written() -> Vec<Fixture> {
         Compressor::Blosc { level: 5 },
     ];
     let types = [
-        DataType::UINT8,
-        DataType::big(ElementType::Int16),
-        DataType::FLOAT32,
-        DataType::COMPLEX128,
+        Dtype::UINT8,
+        Dtype::big(ElementType::Int16),
+        Dtype::FLOAT32,
+        Dtype::COMPLEX128,
     ];
     let mut out = Vec::new();
     let mut x = 0x9e37_79b9_7f4a_7c15u64;

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use devbuf::arrow::{ChunkBatch, ChunkGrid, read_record_batch_host, serialize_record_batch_shared};
 use devbuf::ipc::{HostIpcHandle, SharedMemory};
-use devbuf::zarr::{BufferPrototype, DataType, NDBuffer};
+use devbuf::zarr::{BufferPrototype, Dtype, NDBuffer};
 use peer::{Peer, fnv, say, wait_line};
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
@@ -133,7 +133,7 @@ fn arrow_ipc(_: &Shared, r: &mut SmallRng) -> Check {
 fn chunk_batch(_: &Shared, r: &mut SmallRng) -> Check {
     let shape = [r.random_range(5..45), r.random_range(5..45)];
     let chunk = [r.random_range(2..10), r.random_range(2..10)];
-    let grid = ChunkGrid::new(&shape, &chunk, DataType::FLOAT32).map_err(|e| e.to_string())?;
+    let grid = ChunkGrid::new(&shape, &chunk, Dtype::FLOAT32).map_err(|e| e.to_string())?;
     let g = grid.grid_shape();
     let mut chunks = Vec::new();
     for _ in 0..r.random_range(1..13) {

@@ -15,7 +15,7 @@ use std::time::Duration;
 use devbuf::Error;
 use devbuf::zarr::object_store::{ObjectStoreOptions, UrlStore};
 use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
-use devbuf::zarr::{Buffer, BufferPrototype, ByteRequest, DataType, NDBuffer, Scalar, Store};
+use devbuf::zarr::{BufferPrototype, ByteBuffer, ByteRequest, Dtype, NDBuffer, Scalar, Store};
 use rand::Rng;
 
 #[path = "common/random.rs"]
@@ -71,7 +71,7 @@ fn fixtures_upload_and_read_bit_exactly_over_s3() {
         for (rel, path) in zarrs_common::files_under(&fixtures_dir().join(name)) {
             let v = std::fs::read(path).unwrap();
             store
-                .set(&format!("{name}/{rel}"), &Buffer::from_bytes(v))
+                .set(&format!("{name}/{rel}"), &ByteBuffer::from_bytes(v))
                 .unwrap();
         }
     }
@@ -117,9 +117,13 @@ fn url_store_keys_ranges_listing_and_deletes() {
     let store = UrlStore::open(&server.url("p/q"), &server.options()).unwrap();
     let mut rng = random::rng("url_store_basics");
     let v = random::random_bytes(&mut rng, 100_000);
-    store.set("a/b/c", &Buffer::from_bytes(v.clone())).unwrap();
-    store.set("a/d", &Buffer::from_bytes(&b"xy"[..])).unwrap();
-    store.set("e", &Buffer::from_bytes(&b""[..])).unwrap();
+    store
+        .set("a/b/c", &ByteBuffer::from_bytes(v.clone()))
+        .unwrap();
+    store
+        .set("a/d", &ByteBuffer::from_bytes(&b"xy"[..]))
+        .unwrap();
+    store.set("e", &ByteBuffer::from_bytes(&b""[..])).unwrap();
     let get = |k: &str, r: Option<ByteRequest>| {
         store
             .get(k, &HOST, r)
@@ -191,7 +195,7 @@ fn sharded_reads_fetch_whole_shards_or_each_index_once_and_coalesced_ranges() {
     let opts = server.options();
     let probe = UrlStore::open(&server.url(""), &opts).unwrap();
     let shape = [64u64, 96];
-    let spec = ArraySpec::new(&shape, &[32, 48], DataType::UINT16)
+    let spec = ArraySpec::new(&shape, &[32, 48], Dtype::UINT16)
         .with_subchunks(&[8, 12])
         .with_compressor(Compressor::Zstd { level: 1 });
     let a = ZarrArray::create_url(&server.url("sh"), &spec, &opts).unwrap();
@@ -250,7 +254,7 @@ fn each_chunk_is_fetched_once_and_missing_chunks_read_as_fill() {
     let opts = server.options().with_concurrency(3);
     let probe = UrlStore::open(&server.url(""), &opts).unwrap();
     let shape = [40u64, 30];
-    let spec = ArraySpec::new(&shape, &[8, 10], DataType::UINT16)
+    let spec = ArraySpec::new(&shape, &[8, 10], Dtype::UINT16)
         .with_fill_value(Scalar::from(7u16))
         .with_compressor(Compressor::Gzip { level: 1 });
     let a = ZarrArray::create_url(&server.url("ch"), &spec, &opts).unwrap();
@@ -286,13 +290,10 @@ fn reads_larger_than_the_read_ahead_stream_through_it() {
     opts.read_ahead_bytes = 1 << 20; // the least allowed: 8 of these chunks
     let shape = [2048u64, 1024];
     for (name, spec) in [
-        (
-            "plain",
-            ArraySpec::new(&shape, &[64, 1024], DataType::UINT16),
-        ),
+        ("plain", ArraySpec::new(&shape, &[64, 1024], Dtype::UINT16)),
         (
             "sharded",
-            ArraySpec::new(&shape, &[256, 1024], DataType::UINT16)
+            ArraySpec::new(&shape, &[256, 1024], Dtype::UINT16)
                 .with_subchunks(&[64, 256])
                 .with_compressor(Compressor::Zstd { level: 1 }),
         ),
@@ -319,7 +320,7 @@ fn wrong_credentials_are_refused_and_never_shown() {
     let Some(server) = S3Server::start("creds") else {
         return;
     };
-    let spec = ArraySpec::new(&[4], &[2], DataType::INT32);
+    let spec = ArraySpec::new(&[4], &[2], Dtype::INT32);
     ZarrArray::create_url(&server.url("c"), &spec, &server.options()).unwrap();
     let wrong_secret = "wrong-secret-value-1234";
     let bad = ObjectStoreOptions::default()
@@ -439,7 +440,7 @@ fn a_server_that_dies_mid_read_is_an_error_not_a_partial_result() {
         .with_max_retries(1)
         .with_request_timeout(Duration::from_secs(5));
     let shape = [64u64, 64];
-    let spec = ArraySpec::new(&shape, &[8, 8], DataType::UINT16)
+    let spec = ArraySpec::new(&shape, &[8, 8], Dtype::UINT16)
         .with_compressor(Compressor::Zstd { level: 1 });
     let a = ZarrArray::create_url(&server.url("k"), &spec, &opts).unwrap();
     fill_random(&a, &shape, "killed");
@@ -489,7 +490,7 @@ fn an_http_server_serves_stores_read_only() {
     }
     let e = ZarrArray::create_url(
         &server.url("new.zarr"),
-        &ArraySpec::new(&[4], &[2], DataType::INT32),
+        &ArraySpec::new(&[4], &[2], Dtype::INT32),
         &ObjectStoreOptions::default(),
     )
     .unwrap_err();
@@ -580,7 +581,7 @@ fn credentials_and_endpoint_come_from_the_environment() {
     };
     let a = ZarrArray::create_url(
         &server.url("e"),
-        &ArraySpec::new(&[4], &[2], DataType::INT32),
+        &ArraySpec::new(&[4], &[2], Dtype::INT32),
         &server.options(),
     )
     .unwrap();

@@ -1,10 +1,10 @@
-//! Host behaviour of zarr::Buffer, the prototypes and MemoryStore (zarr-python's own
+//! Host behaviour of zarr::ByteBuffer, the prototypes and MemoryStore (zarr-python's own
 //! cases from tests/test_buffer.py and the store test suite).
 
 use bytes::Bytes;
 use devbuf::Error;
 use devbuf::zarr::{
-    AxisSel, Buffer, BufferPrototype, ByteRequest, Memory, MemoryStore, Slice, Store,
+    AxisSel, BufferPrototype, ByteBuffer, ByteRequest, Memory, MemoryStore, Slice, Store,
     default_buffer_prototype, disable_gpu, enable_gpu, set_default_buffer_prototype,
 };
 
@@ -12,16 +12,16 @@ use devbuf::zarr::{
 fn zero_copy_constructors_share_memory() {
     let v = vec![1u8, 2, 3, 4];
     let ptr = v.as_ptr() as u64;
-    let b = Buffer::from_array_like(v);
+    let b = ByteBuffer::from_array_like(v);
     assert_eq!(b.as_array_like().address(), ptr);
 
     let bytes = Bytes::from(vec![9u8; 16]);
-    let b = Buffer::from_bytes(bytes.clone());
+    let b = ByteBuffer::from_bytes(bytes.clone());
     assert_eq!(b.as_array_like().address(), bytes.as_ptr() as u64);
     assert_eq!(b.to_host().unwrap().as_ptr(), bytes.as_ptr()); // as_numpy_array: no copy
 
     let arrow = arrow_buffer::Buffer::from_vec(vec![5u32, 6, 7]);
-    let b = Buffer::from(arrow.clone());
+    let b = ByteBuffer::from(arrow.clone());
     assert_eq!(b.as_array_like().address(), arrow.as_ptr() as u64);
     assert_eq!(b.len(), 12);
 
@@ -38,7 +38,7 @@ fn zero_copy_constructors_share_memory() {
 
 #[test]
 fn slicing_rules() {
-    let b = Buffer::from_bytes(&b"0123456789"[..]);
+    let b = ByteBuffer::from_bytes(&b"0123456789"[..]);
     assert_eq!(b.get(2..5).unwrap().to_bytes().unwrap(), b"234");
     assert_eq!(b.get(..).unwrap().len(), 10);
     assert_eq!(b.get(7..).unwrap().to_bytes().unwrap(), b"789");
@@ -65,21 +65,21 @@ fn slicing_rules() {
 #[test]
 fn set_is_copy_on_write() {
     let original = Bytes::from(b"aaaaaa".to_vec());
-    let mut b = Buffer::from_bytes(original.clone());
+    let mut b = ByteBuffer::from_bytes(original.clone());
     let view = b.get(0..3).unwrap();
-    b.set(1..3, &Buffer::from_bytes(&b"XY"[..])).unwrap();
+    b.set(1..3, &ByteBuffer::from_bytes(&b"XY"[..])).unwrap();
     assert_eq!(b.to_bytes().unwrap(), b"aXYaaa");
     assert_eq!(&original[..], b"aaaaaa"); // the caller's bytes are untouched
     assert_eq!(view.to_bytes().unwrap(), b"aaa"); // and so is an earlier view
     // A buffer nobody else sees is written in place.
-    let mut own = Buffer::from(vec![0u8; 4]);
+    let mut own = ByteBuffer::from(vec![0u8; 4]);
     let addr = own.as_array_like().address();
-    own.set(Slice::range(-2, 4), &Buffer::from(vec![7u8, 8]))
+    own.set(Slice::range(-2, 4), &ByteBuffer::from(vec![7u8, 8]))
         .unwrap();
     assert_eq!(own.as_array_like().address(), addr);
     assert_eq!(own.to_bytes().unwrap(), [0, 0, 7, 8]);
     let e = own
-        .set(0..2, &Buffer::from(vec![1u8]))
+        .set(0..2, &ByteBuffer::from(vec![1u8]))
         .unwrap_err()
         .to_string();
     assert!(e.contains("could not broadcast"), "{e}");
@@ -87,18 +87,18 @@ fn set_is_copy_on_write() {
 
 #[test]
 fn combine_and_equality() {
-    let a = Buffer::from_bytes(&b"ab"[..]);
-    let b = Buffer::from_bytes(&b""[..]);
-    let c = Buffer::from_bytes(&b"cde"[..]);
+    let a = ByteBuffer::from_bytes(&b"ab"[..]);
+    let b = ByteBuffer::from_bytes(&b""[..]);
+    let c = ByteBuffer::from_bytes(&b"cde"[..]);
     let all = a.combine([&b, &c]).unwrap();
     assert_eq!(all.to_bytes().unwrap(), b"abcde");
-    assert_eq!(all, Buffer::from(b"abcde".to_vec()));
+    assert_eq!(all, ByteBuffer::from(b"abcde".to_vec()));
     assert_ne!(all, a);
-    let cat = Buffer::concat(&BufferPrototype::Host, [&c, &a]).unwrap();
+    let cat = ByteBuffer::concat(&BufferPrototype::Host, [&c, &a]).unwrap();
     assert_eq!(cat.to_bytes().unwrap(), b"cdeab");
     let z = BufferPrototype::Host.create_zero_length().unwrap();
     assert!(z.is_empty() && z.is_host());
-    assert_eq!(Buffer::create_zero_length(), z);
+    assert_eq!(ByteBuffer::create_zero_length(), z);
 }
 
 #[test]
@@ -119,14 +119,14 @@ fn prototypes_and_the_gpu_switch() {
             .unwrap_err();
         assert!(e.is_cuda_unavailable(), "{e}");
         let e = BufferPrototype::Device(0)
-            .nd_create(&[2], devbuf::zarr::DataType::INT8, Default::default(), None)
+            .nd_create(&[2], devbuf::zarr::Dtype::INT8, Default::default(), None)
             .unwrap_err();
         assert!(matches!(e, Error::CudaUnavailable { .. }), "{e}");
     }
 }
 
-fn b(s: &[u8]) -> Buffer {
-    Buffer::from(s.to_vec())
+fn b(s: &[u8]) -> ByteBuffer {
+    ByteBuffer::from(s.to_vec())
 }
 
 #[test]
@@ -249,7 +249,9 @@ fn store_is_thread_safe() {
             s.spawn(move || {
                 for i in 0..100 {
                     let key = format!("t{t}/c/{i}");
-                    store.set(&key, &Buffer::from(vec![t as u8; i])).unwrap();
+                    store
+                        .set(&key, &ByteBuffer::from(vec![t as u8; i]))
+                        .unwrap();
                     let got = store
                         .get(&key, &BufferPrototype::Host, None)
                         .unwrap()

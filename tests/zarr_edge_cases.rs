@@ -3,22 +3,22 @@
 //! trips; errors that say what was wrong.
 
 use devbuf::zarr::{
-    BufferPrototype, DataType, ElementType, Endianness, NDBuffer, Order, Scalar, Slice,
+    BufferPrototype, Dtype, ElementType, Endianness, NDBuffer, Order, Scalar, Slice,
 };
 use half::f16;
 use num_complex::Complex32;
 
 const P: BufferPrototype = BufferPrototype::Host;
 
-fn full(shape: &[usize], dtype: DataType, v: Scalar) -> NDBuffer {
+fn full(shape: &[usize], dtype: Dtype, v: Scalar) -> NDBuffer {
     NDBuffer::create(&P, shape, dtype, Order::C, Some(v)).unwrap()
 }
 
 #[test]
 fn all_equal_none_is_false() {
-    let nd = full(&[2, 2], DataType::INT32, Scalar::from(0i32));
+    let nd = full(&[2, 2], Dtype::INT32, Scalar::from(0i32));
     assert!(!nd.all_equal(None, true).unwrap());
-    let empty = full(&[0], DataType::INT32, Scalar::from(0i32));
+    let empty = full(&[0], Dtype::INT32, Scalar::from(0i32));
     assert!(!empty.all_equal(None, true).unwrap());
     assert!(empty.all_equal(Some(Scalar::from(5i32)), false).unwrap());
 }
@@ -31,7 +31,7 @@ fn all_equal_signed_zero_is_bitwise() {
         ElementType::Float64,
     ] {
         for endian in [Endianness::Little, Endianness::Big] {
-            let dt = DataType::new(t, endian);
+            let dt = Dtype::new(t, endian);
             let neg = full(&[3], dt, Scalar::from(-0.0f64));
             let pos = full(&[3], dt, Scalar::from(0.0f64));
             assert!(
@@ -66,11 +66,11 @@ fn all_equal_signed_zero_is_bitwise() {
         }
     }
     // A float zero against integer data: converted, then bit for bit.
-    let ints = full(&[4], DataType::UINT16, Scalar::from(0u16));
+    let ints = full(&[4], Dtype::UINT16, Scalar::from(0u16));
     assert!(ints.all_equal(Some(Scalar::from(-0.0f64)), true).unwrap());
     let c = full(
         &[2],
-        DataType::COMPLEX64,
+        Dtype::COMPLEX64,
         Scalar::from(Complex32::new(-0.0, 0.0)),
     );
     assert!(!c.all_equal(Some(Scalar::from(0.0f32)), true).unwrap());
@@ -86,7 +86,7 @@ fn all_equal_nan_rules() {
         ElementType::Complex64,
         ElementType::Complex128,
     ] {
-        let dt = DataType::big(t);
+        let dt = Dtype::big(t);
         let nan = full(&[2, 3], dt, Scalar::from(f64::NAN));
         assert!(
             nan.all_equal(Some(Scalar::from(f64::NAN)), true).unwrap(),
@@ -106,12 +106,12 @@ fn all_equal_nan_rules() {
         );
     }
     // Integers are never NaN.
-    let ints = full(&[2], DataType::INT8, Scalar::from(0i8));
+    let ints = full(&[2], Dtype::INT8, Scalar::from(0i8));
     assert!(!ints.all_equal(Some(Scalar::from(f64::NAN)), true).unwrap());
     // Complex: a NaN in either part makes the number NaN (numpy's isnan mask).
     let c = full(
         &[2],
-        DataType::COMPLEX64,
+        Dtype::COMPLEX64,
         Scalar::from(Complex32::new(1.0, f32::NAN)),
     );
     assert!(
@@ -127,7 +127,7 @@ fn all_equal_nan_rules() {
 #[test]
 fn all_equal_promotes_like_numpy() {
     // float32 data against a float64 value: compared as float64, so 0.1f32 != 0.1.
-    let a = full(&[3], DataType::FLOAT32, Scalar::from(0.1f32));
+    let a = full(&[3], Dtype::FLOAT32, Scalar::from(0.1f32));
     assert!(!a.all_equal(Some(Scalar::from(0.1f64)), true).unwrap());
     assert!(a.all_equal(Some(Scalar::from(0.1f32)), true).unwrap());
     assert!(
@@ -135,28 +135,28 @@ fn all_equal_promotes_like_numpy() {
             .unwrap()
     );
     // int data against a fractional float: never equal; against an integral one: equal.
-    let i = full(&[3], DataType::INT16, Scalar::from(3i16));
+    let i = full(&[3], Dtype::INT16, Scalar::from(3i16));
     assert!(!i.all_equal(Some(Scalar::from(3.5f64)), true).unwrap());
     assert!(i.all_equal(Some(Scalar::from(3.0f32)), true).unwrap());
     // uint8 data against -1: not equal (no wrap-around in the comparison).
-    let u = full(&[3], DataType::UINT8, Scalar::from(255u8));
+    let u = full(&[3], Dtype::UINT8, Scalar::from(255u8));
     assert!(!u.all_equal(Some(Scalar::from(-1i8)), true).unwrap());
     assert!(u.all_equal(Some(Scalar::from(255i64)), true).unwrap());
     // int64 against float64 compares in float64 (numpy's promotion loses precision).
-    let big = full(&[2], DataType::INT64, Scalar::from((1i64 << 53) + 1));
+    let big = full(&[2], Dtype::INT64, Scalar::from((1i64 << 53) + 1));
     assert!(
         big.all_equal(Some(Scalar::from((1u64 << 53) as f64)), true)
             .unwrap()
     );
     assert!(!big.all_equal(Some(Scalar::from(1i64 << 53)), true).unwrap());
     // bool data.
-    let t = full(&[2], DataType::BOOL, Scalar::from(true));
+    let t = full(&[2], Dtype::BOOL, Scalar::from(true));
     assert!(t.all_equal(Some(Scalar::from(1u8)), true).unwrap());
     assert!(!t.all_equal(Some(Scalar::from(2u8)), true).unwrap());
     // float16 data against a float16 value and a float32 one.
     let h = full(
         &[4],
-        DataType::big(ElementType::Float16),
+        Dtype::big(ElementType::Float16),
         Scalar::from(f16::from_f32(0.1)),
     );
     assert!(
@@ -168,25 +168,21 @@ fn all_equal_promotes_like_numpy() {
 
 #[test]
 fn as_scalar_on_0d_and_1_shapes() {
-    let zero_d = full(&[], DataType::INT64, Scalar::from(42i64));
+    let zero_d = full(&[], Dtype::INT64, Scalar::from(42i64));
     assert_eq!(zero_d.ndim(), 0);
     assert_eq!(zero_d.as_scalar().unwrap(), Scalar::Int64(42));
     assert!(zero_d.len().is_err()); // len() of unsized object
-    let one = full(
-        &[1],
-        DataType::big(ElementType::Float32),
-        Scalar::from(2.5f32),
-    );
+    let one = full(&[1], Dtype::big(ElementType::Float32), Scalar::from(2.5f32));
     assert_eq!(one.as_scalar().unwrap(), Scalar::Float32(2.5));
-    let one_one = full(&[1, 1], DataType::COMPLEX128, Scalar::from(1.5f64));
+    let one_one = full(&[1, 1], Dtype::COMPLEX128, Scalar::from(1.5f64));
     assert_eq!(
         one_one.as_scalar().unwrap(),
         Scalar::Complex128(num_complex::Complex64::new(1.5, 0.0))
     );
-    let two = NDBuffer::create(&P, &[1, 2], DataType::INT64, Order::C, None).unwrap();
+    let two = NDBuffer::create(&P, &[1, 2], Dtype::INT64, Order::C, None).unwrap();
     let e = two.as_scalar().unwrap_err().to_string();
     assert!(
-        e.contains("Buffer does not contain a single scalar value"),
+        e.contains("ByteBuffer does not contain a single scalar value"),
         "{e}"
     );
     // A single element picked out of a bigger array.
@@ -207,7 +203,7 @@ fn as_scalar_on_0d_and_1_shapes() {
 #[test]
 fn empty_honours_order() {
     for shape in [&[1usize, 2][..], &[1, 2, 3], &[4, 3]] {
-        for dt in [DataType::INT32, DataType::FLOAT64] {
+        for dt in [Dtype::INT32, Dtype::FLOAT64] {
             let c = NDBuffer::empty(&P, shape, dt, Order::C).unwrap();
             assert!(c.is_c_contiguous());
             assert_eq!(c.shape(), shape);
@@ -227,18 +223,18 @@ fn big_endian_round_trips() {
     let values = [1.5f64, -2.25, f64::INFINITY, 1e-300];
     let a = ndarray::arr1(&values).into_dyn();
     let nd = NDBuffer::from_ndarray(a.clone());
-    let big = nd.astype(DataType::big(ElementType::Float64)).unwrap();
+    let big = nd.astype(Dtype::big(ElementType::Float64)).unwrap();
     assert_eq!(big.byteorder(), Endianness::Big);
     let raw = big.to_buffer().unwrap().to_bytes().unwrap();
     assert_eq!(&raw[..8], &1.5f64.to_be_bytes());
     assert_eq!(big.to_ndarray::<f64>().unwrap(), a);
-    let back = big.astype(DataType::little(ElementType::Float64)).unwrap();
+    let back = big.astype(Dtype::little(ElementType::Float64)).unwrap();
     assert_eq!(
         back.to_buffer().unwrap().to_bytes().unwrap()[..8],
         1.5f64.to_le_bytes()
     );
     // Big-endian data converted to another type and byte order, and indexed.
-    let i = big.astype(DataType::big(ElementType::Int16)).unwrap();
+    let i = big.astype(Dtype::big(ElementType::Int16)).unwrap();
     assert_eq!(
         i.get(&[1.into()]).unwrap().as_scalar().unwrap(),
         Scalar::Int16(-2)
@@ -251,7 +247,7 @@ fn big_endian_round_trips() {
     let c = NDBuffer::from_memory(
         [1.0f32.to_be_bytes(), 2.0f32.to_be_bytes()].concat(),
         &[],
-        DataType::big(ElementType::Complex64),
+        Dtype::big(ElementType::Complex64),
         Order::C,
     )
     .unwrap();
@@ -267,7 +263,7 @@ fn big_endian_round_trips() {
 
 #[test]
 fn reshape_squeeze_transpose_errors() {
-    let nd = NDBuffer::create(&P, &[2, 3], DataType::UINT8, Order::F, None).unwrap();
+    let nd = NDBuffer::create(&P, &[2, 3], Dtype::UINT8, Order::F, None).unwrap();
     assert_eq!(nd.reshape(&[3, -1]).unwrap().shape(), &[3, 2]);
     assert_eq!(nd.reshape(&[-1]).unwrap().shape(), &[6]);
     let e = nd.reshape(&[4, -1]).unwrap_err().to_string();
@@ -295,11 +291,11 @@ fn reshape_squeeze_transpose_errors() {
         .to_string();
     assert!(e.contains("too many indices"), "{e}");
     assert!(nd.get(&[Slice::every(0).into()]).is_err());
-    let e = NDBuffer::from_memory(vec![0u8; 5], &[2], DataType::INT32, Order::C)
+    let e = NDBuffer::from_memory(vec![0u8; 5], &[2], Dtype::INT32, Order::C)
         .unwrap_err()
         .to_string();
     assert!(e.contains("cannot hold shape [2]"), "{e}");
-    assert!(NDBuffer::from_parts(vec![0u8; 8], DataType::INT32, &[2], &[8], 0).is_err());
+    assert!(NDBuffer::from_parts(vec![0u8; 8], Dtype::INT32, &[2], &[8], 0).is_err());
     assert!(
         NDBuffer::from_ndarray(ndarray::arr1(&[1.5f32]))
             .to_ndarray::<f64>()
@@ -386,7 +382,7 @@ fn writes_to_views_and_clones_do_not_leak() {
         [1, 0, 1, 1, 0, 1]
     );
     // A buffer nobody else sees is written in place.
-    let mut own = NDBuffer::create(&P, &[4], DataType::INT32, Order::C, None).unwrap();
+    let mut own = NDBuffer::create(&P, &[4], Dtype::INT32, Order::C, None).unwrap();
     let addr = own.as_ndarray_like().memory.address();
     own.fill(Scalar::from(3i32)).unwrap();
     own.set_scalar(&[0.into()], Scalar::from(1.9f64)).unwrap();
@@ -452,18 +448,11 @@ fn impossible_host_allocations_are_errors() {
         vec![isize::MAX as usize + 1],
         vec![1 << 40, 1 << 21],
     ] {
-        let e = NDBuffer::create(&P, &shape, DataType::UINT8, Order::C, None).unwrap_err();
+        let e = NDBuffer::create(&P, &shape, Dtype::UINT8, Order::C, None).unwrap_err();
         assert!(e.to_string().contains("bytes"), "{e}");
-        assert!(NDBuffer::empty(&P, &shape, DataType::UINT8, Order::F).is_err());
+        assert!(NDBuffer::empty(&P, &shape, Dtype::UINT8, Order::F).is_err());
         assert!(
-            NDBuffer::create(
-                &P,
-                &shape,
-                DataType::UINT8,
-                Order::C,
-                Some(Scalar::from(3u8))
-            )
-            .is_err()
+            NDBuffer::create(&P, &shape, Dtype::UINT8, Order::C, Some(Scalar::from(3u8))).is_err()
         );
     }
 }
@@ -473,7 +462,7 @@ fn impossible_host_allocations_are_errors() {
 #[test]
 fn inclusive_ranges_near_usize_max_are_out_of_bounds() {
     use devbuf::zarr::AxisSel;
-    let nd = NDBuffer::create(&P, &[4], DataType::UINT8, Order::C, None).unwrap();
+    let nd = NDBuffer::create(&P, &[4], Dtype::UINT8, Order::C, None).unwrap();
     for sel in [
         AxisSel::from(0..=usize::MAX - 1),
         AxisSel::from(0..=usize::MAX),
@@ -500,8 +489,8 @@ fn unused_strides_may_be_anything() {
     let bytes: Vec<u8> = (0u8..12).collect();
     // Three rows of one u32, a row stride of 4 and a column stride beyond isize.
     for unused in [isize::MAX as usize, usize::MAX, 7] {
-        let nd = NDBuffer::from_parts(bytes.clone(), DataType::UINT32, &[3, 1], &[4, unused], 0)
-            .unwrap();
+        let nd =
+            NDBuffer::from_parts(bytes.clone(), Dtype::UINT32, &[3, 1], &[4, unused], 0).unwrap();
         let want: Vec<u32> = (0..3)
             .map(|i| u32::from_le_bytes([4 * i, 4 * i + 1, 4 * i + 2, 4 * i + 3]))
             .collect();
@@ -523,7 +512,7 @@ fn unused_strides_may_be_anything() {
             want
         );
         assert_eq!(
-            nd.astype(DataType::INT64)
+            nd.astype(Dtype::INT64)
                 .unwrap()
                 .get(&[2.into(), 0.into()])
                 .unwrap()
@@ -553,8 +542,7 @@ fn unused_strides_may_be_anything() {
         );
     }
     // An empty view with huge strides: selections and copies stay empty.
-    let e =
-        NDBuffer::from_parts(bytes, DataType::UINT32, &[5, 0], &[usize::MAX - 1, 4], 7).unwrap();
+    let e = NDBuffer::from_parts(bytes, Dtype::UINT32, &[5, 0], &[usize::MAX - 1, 4], 7).unwrap();
     for sel in [
         vec![AxisSel::Index(3)],
         vec![AxisSel::range_step(1..5, 2)],
@@ -580,15 +568,15 @@ fn unused_strides_may_be_anything() {
 #[test]
 fn views_are_limited_to_isize_max_bytes() {
     let m = vec![0u8; 16];
-    let e = NDBuffer::from_parts(m.clone(), DataType::UINT8, &[1 << 63], &[0], 0).unwrap_err();
+    let e = NDBuffer::from_parts(m.clone(), Dtype::UINT8, &[1 << 63], &[0], 0).unwrap_err();
     assert!(
         e.to_string().contains("more bytes than fit in memory"),
         "{e}"
     );
-    assert!(NDBuffer::from_parts(m.clone(), DataType::UINT16, &[1 << 62], &[0], 0).is_err());
-    let big = NDBuffer::from_parts(m, DataType::UINT8, &[1 << 62], &[0], 0).unwrap();
-    assert!(big.astype(DataType::COMPLEX128).is_err()); // 2^66 bytes
-    assert!(big.astype(DataType::INT16).is_err()); // 2^63 bytes
+    assert!(NDBuffer::from_parts(m.clone(), Dtype::UINT16, &[1 << 62], &[0], 0).is_err());
+    let big = NDBuffer::from_parts(m, Dtype::UINT8, &[1 << 62], &[0], 0).unwrap();
+    assert!(big.astype(Dtype::COMPLEX128).is_err()); // 2^66 bytes
+    assert!(big.astype(Dtype::INT16).is_err()); // 2^63 bytes
     // Printing shows the first values without walking 2^62 elements.
     assert_eq!(
         big.to_string(),
@@ -598,7 +586,6 @@ fn views_are_limited_to_isize_max_bytes() {
             ["0"; 16].join(", ")
         )
     );
-    let b =
-        NDBuffer::from_parts(vec![1u8], DataType::BOOL, &[1 << 40, 1 << 20], &[0, 0], 0).unwrap();
+    let b = NDBuffer::from_parts(vec![1u8], Dtype::BOOL, &[1 << 40, 1 << 20], &[0, 0], 0).unwrap();
     assert!(b.to_string().ends_with("[True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, ...]>"));
 }

@@ -9,7 +9,7 @@
 #[path = "common/ndbuffer_oracle.rs"]
 mod oracle;
 
-use devbuf::zarr::{BufferPrototype, DataType, ElementType, Endianness, NDBuffer, Order, Scalar};
+use devbuf::zarr::{BufferPrototype, Dtype, ElementType, Endianness, NDBuffer, Order, Scalar};
 use ndarray::{ArrayD, IxDyn};
 use oracle::*;
 use proptest::prelude::*;
@@ -103,7 +103,7 @@ proptest! {
                 let drop = rng.random_range(0..=sel_shape.len());
                 let vshape: Vec<usize> = sel_shape[drop..].iter().map(|&n| if rng.random_ratio(1, 3) { 1 } else { n }).collect();
                 let vo = random_oracle(&mut rng, vel, &vshape);
-                let vdtype = DataType::new(vel, if dst_big { Endianness::Big } else { Endianness::Little });
+                let vdtype = Dtype::new(vel, if dst_big { Endianness::Big } else { Endianness::Little });
                 let vorder = if rng.random() { Order::C } else { Order::F };
                 let value = build(&vo, vdtype, vorder);
                 nd.set(&sel, &value).unwrap();
@@ -127,7 +127,7 @@ proptest! {
         let (mut rng, dtype, order, shape) = setup(c);
         let o = random_oracle(&mut rng, dtype.element(), &shape);
         let nd = build(&o, dtype, order);
-        let target = DataType::new(ElementType::ALL[to], if to_big { Endianness::Big } else { Endianness::Little });
+        let target = Dtype::new(ElementType::ALL[to], if to_big { Endianness::Big } else { Endianness::Little });
         // On the array and on a transposed, sliced view of it.
         let (sel, model) = random_selection(&mut rng, &shape);
         for (src, so) in [(nd.clone(), o.clone()), (nd.transpose(None).unwrap().get(&[]).unwrap(), o.t().to_owned()), (nd.get(&sel).unwrap(), oracle_get(&o, &model))] {

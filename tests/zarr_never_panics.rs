@@ -1,4 +1,4 @@
-//! Robustness of the host zarr layer: random sequences of NDBuffer, Buffer and store
+//! Robustness of the host zarr layer: random sequences of NDBuffer, ByteBuffer and store
 //! operations with extreme arguments (huge and negative indices, steps and strides,
 //! empty and broadcast views, every data type and byte order) are errors or results,
 //! never panics. Deterministic (seeded) and fast.
@@ -6,7 +6,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use devbuf::zarr::{
-    AxisSel, Buffer, BufferPrototype, ByteRequest, DataType, ElementType, MemoryStore, NDBuffer,
+    AxisSel, BufferPrototype, ByteBuffer, ByteRequest, Dtype, ElementType, MemoryStore, NDBuffer,
     Order, Scalar, Slice, Store,
 };
 use rand::rngs::SmallRng;
@@ -74,12 +74,12 @@ fn selection(rng: &mut SmallRng) -> Vec<AxisSel> {
     (0..rng.random_range(0..4)).map(|_| selector(rng)).collect()
 }
 
-fn dtype(rng: &mut SmallRng) -> DataType {
+fn dtype(rng: &mut SmallRng) -> Dtype {
     let t = ElementType::ALL[rng.random_range(0..ElementType::ALL.len())];
     if rng.random_bool(0.5) {
-        DataType::big(t)
+        Dtype::big(t)
     } else {
-        DataType::little(t)
+        Dtype::little(t)
     }
 }
 
@@ -163,7 +163,7 @@ fn step(rng: &mut SmallRng, a: &NDBuffer) -> Option<NDBuffer> {
                 NDBuffer::from_parts(vec![0u8; 16], dtype(rng), &shape, &vec![0; shape.len()], 0)
                     .ok()?;
             let _ = (v.to_string(), v.as_array_view::<u8>().map(|v| v.len()));
-            let _ = (v.astype(DataType::COMPLEX128), v.to_buffer(), v.copy());
+            let _ = (v.astype(Dtype::COMPLEX128), v.to_buffer(), v.copy());
             let _ = v.all_equal(Some(scalar(rng)), true);
             let _ = (v.reshape(&[-1]), v.get(&[selector(rng)]));
             None
@@ -220,10 +220,10 @@ fn buffer_store_and_dtype_parsing_never_panic() {
     ];
     for it in 0..3000 {
         let len = rng.random_range(0..10u8);
-        let mut b = Buffer::from_bytes((0..len).collect::<Vec<u8>>());
+        let mut b = ByteBuffer::from_bytes((0..len).collect::<Vec<u8>>());
         let r = catch_unwind(AssertUnwindSafe(|| {
             let _ = b.get(selector(&mut rng));
-            let v = Buffer::from_bytes(vec![1u8; rng.random_range(0..5)]);
+            let v = ByteBuffer::from_bytes(vec![1u8; rng.random_range(0..5)]);
             let _ = b.set(selector(&mut rng), &v);
             let key = format!("a/k{}", it % 7);
             store.set(&key, &b).unwrap();
@@ -237,7 +237,7 @@ fn buffer_store_and_dtype_parsing_never_panic() {
             };
             let _ = store.get(&key, &BufferPrototype::Host, Some(req));
             let _ = store.list_dir(["", "/", "a", "a/k1/", "//"][rng.random_range(0..5)]);
-            let _ = DataType::parse(texts[rng.random_range(0..texts.len())]);
+            let _ = Dtype::parse(texts[rng.random_range(0..texts.len())]);
         }));
         assert!(r.is_ok(), "iteration {it} panicked");
     }

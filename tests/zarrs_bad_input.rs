@@ -16,7 +16,7 @@ use std::time::Duration;
 use devbuf::Error;
 use devbuf::zarr::{ArraySpec, MAX_CHUNK_BYTES, MAX_RANK, ZarrArray};
 use devbuf::zarr::{
-    AxisSel, Buffer, BufferPrototype, DataType, MemoryStore, NDBuffer, Slice, Store,
+    AxisSel, BufferPrototype, ByteBuffer, Dtype, MemoryStore, NDBuffer, Slice, Store,
 };
 use zarrs_common::TempDir;
 
@@ -55,7 +55,7 @@ fn v2(shape: &str, chunks: &str, dtype: &str) -> String {
 
 fn store_with(key: &str, doc: &str) -> Arc<MemoryStore> {
     let s = Arc::new(MemoryStore::new());
-    s.set(key, &Buffer::from_bytes(doc.as_bytes().to_vec()))
+    s.set(key, &ByteBuffer::from_bytes(doc.as_bytes().to_vec()))
         .unwrap();
     s
 }
@@ -177,7 +177,7 @@ fn chunk_and_rank_bounds_are_documented_in_the_errors() {
 fn arrays_made_by_create_are_checked_too() {
     let _g = count_panics();
     let before = PANICS.load(Ordering::SeqCst);
-    let spec = ArraySpec::new(&[4, 4], &[1 << 62, 1 << 62], DataType::FLOAT32);
+    let spec = ArraySpec::new(&[4, 4], &[1 << 62, 1 << 62], Dtype::FLOAT32);
     let e = ZarrArray::create_in_store(Arc::new(MemoryStore::new()), "a", &spec).unwrap_err();
     assert!(e.to_string().contains("2^64"), "{e}");
     assert_eq!(
@@ -190,7 +190,7 @@ fn arrays_made_by_create_are_checked_too() {
 /// A directory array of 2 x 2 chunks of uint16 (`c/i/j` files), chunk (0, 0) written.
 fn dir_array(tag: &str) -> (TempDir, ZarrArray) {
     let d = TempDir::new(tag);
-    let a = ZarrArray::create(&d.0, &ArraySpec::new(&[4, 4], &[2, 2], DataType::UINT16)).unwrap();
+    let a = ZarrArray::create(&d.0, &ArraySpec::new(&[4, 4], &[2, 2], Dtype::UINT16)).unwrap();
     a.write_chunk(
         &[0, 0],
         &NDBuffer::from_ndarray(ndarray::arr2(&[[1u16, 2], [3, 4]]).into_dyn()),

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use devbuf::zarr::{
-    AxisSel, BufferPrototype, DataType, ElementType, Endianness, Order, Scalar, Slice,
+    AxisSel, BufferPrototype, Dtype, ElementType, Endianness, Order, Scalar, Slice,
 };
 use devbuf::zarr::{ZarrArray, ZarrMetadata};
 use num_complex::{Complex32, Complex64};
@@ -60,7 +60,7 @@ fn load() -> Vec<Fixture> {
     list.iter()
         .map(|f| {
             let name = f["name"].as_str().unwrap().to_string();
-            let dtype: DataType = f["dtype"].as_str().unwrap().parse().unwrap();
+            let dtype: Dtype = f["dtype"].as_str().unwrap().parse().unwrap();
             let expected =
                 std::fs::read(fixtures_dir().join("expected").join(format!("{name}.bin"))).unwrap();
             Fixture {
@@ -171,8 +171,8 @@ fn check_metadata(f: &Fixture, m: &ZarrMetadata) {
         "big" => Endianness::Big,
         _ => Endianness::Little,
     };
-    assert_eq!(m.stored_dtype, DataType::new(f.element, bo), "{name}");
-    assert_eq!(m.dtype(), DataType::native(f.element), "{name}");
+    assert_eq!(m.stored_dtype, Dtype::new(f.element, bo), "{name}");
+    assert_eq!(m.dtype(), Dtype::native(f.element), "{name}");
     let order: Order = j["order"].as_str().unwrap().parse().unwrap();
     assert_eq!(m.order, order, "{name}");
     let fill = fill_scalar(&j["fill_value"], f.element);
@@ -200,7 +200,7 @@ fn whole_arrays_read_bit_exactly() {
         let nd = a.read_all(&host()).unwrap();
         let shape: Vec<u64> = nd.shape().iter().map(|&s| s as u64).collect();
         assert_eq!(shape, f.shape, "{}", f.name);
-        assert_eq!(nd.dtype(), DataType::native(f.element), "{}", f.name);
+        assert_eq!(nd.dtype(), Dtype::native(f.element), "{}", f.name);
         assert!(bytes_of(&nd) == f.expected, "{}: bytes differ", f.name);
     }
 }

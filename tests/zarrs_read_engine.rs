@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use devbuf::zarr::{ArraySpec, Compressor, ReadOptions, ZarrArray};
-use devbuf::zarr::{AxisSel, BufferPrototype, DataType, MemoryStore, NDBuffer};
+use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, MemoryStore, NDBuffer};
 
 #[path = "common/zarrs.rs"]
 mod zarrs_common;
@@ -30,7 +30,7 @@ fn values(n: usize) -> Vec<i32> {
 fn make(dir: &TempDir, name: &str, comp: Compressor) -> ZarrArray {
     let a = ZarrArray::create(
         dir.join(name),
-        &ArraySpec::new(&[64, 48], &[16, 16], DataType::INT32).with_compressor(comp),
+        &ArraySpec::new(&[64, 48], &[16, 16], Dtype::INT32).with_compressor(comp),
     )
     .unwrap();
     let v = ndarray::Array2::from_shape_vec((64, 48), values(64 * 48)).unwrap();
@@ -162,7 +162,7 @@ fn reports_say_what_ran_and_stores_without_a_directory_work() {
     let m = ZarrArray::create_in_store(
         store,
         "x",
-        &ArraySpec::new(&[64, 48], &[16, 16], DataType::INT32)
+        &ArraySpec::new(&[64, 48], &[16, 16], Dtype::INT32)
             .with_compressor(Compressor::Zstd { level: 1 }),
     )
     .unwrap();
@@ -414,7 +414,7 @@ fn crc32c_chunks_are_written_and_verified() {
     ] {
         let a = ZarrArray::create(
             dir.join(name),
-            &ArraySpec::new(&[64, 48], &[16, 16], DataType::INT32)
+            &ArraySpec::new(&[64, 48], &[16, 16], Dtype::INT32)
                 .with_compressor(comp)
                 .with_crc32c(),
         )

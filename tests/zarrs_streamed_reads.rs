@@ -9,7 +9,7 @@
 use std::ops::Range;
 
 use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
-use devbuf::zarr::{BufferPrototype, DataType, NDBuffer};
+use devbuf::zarr::{BufferPrototype, Dtype, NDBuffer};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -100,9 +100,9 @@ fn large_chunks_read_bit_exactly_for_every_streamed_codec() {
     .enumerate()
     {
         let spec = if sharded {
-            ArraySpec::new(&shape, &[1024, 1024], DataType::FLOAT32).with_subchunks(&[1024, 512])
+            ArraySpec::new(&shape, &[1024, 1024], Dtype::FLOAT32).with_subchunks(&[1024, 512])
         } else {
-            ArraySpec::new(&shape, &[1024, 640], DataType::FLOAT32)
+            ArraySpec::new(&shape, &[1024, 640], Dtype::FLOAT32)
         }
         .with_compressor(comp);
         let a = ZarrArray::create(dir.join(&format!("a{k}")), &spec).unwrap();
@@ -119,7 +119,7 @@ fn large_chunks_read_bit_exactly_for_every_streamed_codec() {
             &r.iter()
                 .map(|r| (r.end - r.start) as usize)
                 .collect::<Vec<_>>(),
-            DataType::FLOAT32,
+            Dtype::FLOAT32,
             devbuf::zarr::Order::C,
             None,
         )
@@ -204,7 +204,7 @@ fn zstd_frames_the_whole_chunk_decoder_accepts_stream_too() {
     let mut rng = SmallRng::seed_from_u64(11);
     let a = ZarrArray::create(
         dir.join("a"),
-        &ArraySpec::new(&[1024, 1024], &[1024, 512], DataType::FLOAT32)
+        &ArraySpec::new(&[1024, 1024], &[1024, 512], Dtype::FLOAT32)
             .with_compressor(Compressor::Zstd { level: 1 }),
     )
     .unwrap();
@@ -265,7 +265,7 @@ fn damaged_large_chunks_are_errors_naming_them() {
     ] {
         let a = ZarrArray::create(
             dir.join(name),
-            &ArraySpec::new(&[1024, 1024], &[1024, 512], DataType::FLOAT32).with_compressor(comp),
+            &ArraySpec::new(&[1024, 1024], &[1024, 512], Dtype::FLOAT32).with_compressor(comp),
         )
         .unwrap();
         let v = f32_values(1 << 20, &mut rng);

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use devbuf::Error;
 use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
 use devbuf::zarr::{
-    AxisSel, BufferPrototype, DataType, ElementType, Endianness, MemoryStore, NDBuffer, Order,
-    Scalar, Store,
+    AxisSel, BufferPrototype, Dtype, ElementType, Endianness, MemoryStore, NDBuffer, Order, Scalar,
+    Store,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -51,7 +51,7 @@ fn copy_dir(from: &Path, to: &Path) {
 
 fn nd(bytes: Vec<u8>, shape: &[u64], element: ElementType) -> NDBuffer {
     let shape: Vec<usize> = shape.iter().map(|&s| s as usize).collect();
-    NDBuffer::from_memory(bytes, &shape, DataType::native(element), Order::C).unwrap()
+    NDBuffer::from_memory(bytes, &shape, Dtype::native(element), Order::C).unwrap()
 }
 
 fn bytes_of(nd: &NDBuffer) -> Vec<u8> {
@@ -67,7 +67,7 @@ fn round_trip(a: &ZarrArray, rng: &mut SmallRng, what: &str) -> Vec<u8> {
     let n: u64 = m.shape.iter().product();
 
     // 1. Whole array.
-    let mut model = random_values(rng, n as usize, DataType::native(element));
+    let mut model = random_values(rng, n as usize, Dtype::native(element));
     a.write_subset(
         &vec![0; m.shape.len()],
         &nd(model.clone(), &m.shape, element),
@@ -86,11 +86,11 @@ fn round_trip(a: &ZarrArray, rng: &mut SmallRng, what: &str) -> Vec<u8> {
         let start: Vec<u64> = r.iter().map(|r| r.start).collect();
         let shape: Vec<u64> = r.iter().map(|r| r.end - r.start).collect();
         let count: u64 = shape.iter().product();
-        let bytes = random_values(rng, count as usize, DataType::native(element));
+        let bytes = random_values(rng, count as usize, Dtype::native(element));
         put_box(&mut model, &m.shape, elem, &start, &shape, &bytes);
         let v = nd(bytes, &shape, element);
         let v = match k % 3 {
-            0 => v.astype(DataType::big(element)).unwrap(),
+            0 => v.astype(Dtype::big(element)).unwrap(),
             1 => v.copy_order(Order::F).unwrap(),
             _ => v,
         };
@@ -114,7 +114,7 @@ fn round_trip(a: &ZarrArray, rng: &mut SmallRng, what: &str) -> Vec<u8> {
             shape.push(e - b);
         }
         let count: u64 = shape.iter().product();
-        let bytes = random_values(rng, count as usize, DataType::native(element));
+        let bytes = random_values(rng, count as usize, Dtype::native(element));
         put_box(&mut model, &m.shape, elem, &start, &shape, &bytes);
         a.write_subset(&start, &nd(bytes, &shape, element))
             .unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -153,7 +153,7 @@ fn every_dtype_byte_order_and_compressor_round_trips() {
             for sharded in [false, true] {
                 let compressor = compressors[k % compressors.len()];
                 k += 1;
-                let dtype = DataType::new(element, bo);
+                let dtype = Dtype::new(element, bo);
                 let name = format!("{element}_{bo}_{sharded}_{compressor:?}");
                 let spec = if sharded {
                     ArraySpec::new(&[13, 10], &[8, 6], dtype).with_subchunks(&[4, 3])
@@ -209,18 +209,18 @@ fn zarr_v2_arrays_are_written_in_place() {
 #[test]
 fn chunks_equal_to_the_fill_value_are_not_stored() {
     let dir = TempDir::new("fill");
-    let spec = ArraySpec::new(&[4, 4], &[2, 2], DataType::FLOAT64)
+    let spec = ArraySpec::new(&[4, 4], &[2, 2], Dtype::FLOAT64)
         .with_fill_value(Scalar::from(2.5f64))
         .with_compressor(Compressor::Zstd { level: 1 });
     let a = ZarrArray::create(dir.join("a"), &spec).unwrap();
-    let mut ones = NDBuffer::create(&HOST, &[2, 2], DataType::FLOAT64, Order::C, None).unwrap();
+    let mut ones = NDBuffer::create(&HOST, &[2, 2], Dtype::FLOAT64, Order::C, None).unwrap();
     ones.fill(Scalar::from(1.0f64)).unwrap();
     a.write_chunk(&[0, 1], &ones).unwrap();
     assert!(a.chunk_is_stored(&[0, 1]).unwrap());
     let fill = NDBuffer::create(
         &HOST,
         &[2, 2],
-        DataType::FLOAT64,
+        Dtype::FLOAT64,
         Order::C,
         Some(Scalar::from(2.5f64)),
     )
@@ -243,10 +243,10 @@ fn devbuf_stores_hold_zarr_arrays() {
     let store = Arc::new(MemoryStore::new());
     let mut rng = SmallRng::seed_from_u64(7);
     for (path, sharded) in [("", false), ("group/inner/arr", true)] {
-        let spec = ArraySpec::new(&[9, 7], &[4, 4], DataType::INT32)
+        let spec = ArraySpec::new(&[9, 7], &[4, 4], Dtype::INT32)
             .with_compressor(Compressor::Blosc { level: 3 });
         let spec = if sharded {
-            ArraySpec::new(&[9, 7], &[4, 4], DataType::INT32).with_subchunks(&[2, 2])
+            ArraySpec::new(&[9, 7], &[4, 4], Dtype::INT32).with_subchunks(&[2, 2])
         } else {
             spec
         };
@@ -286,10 +286,10 @@ impl Store for LooseStore {
         key: &str,
         prototype: &BufferPrototype,
         byte_range: Option<devbuf::zarr::ByteRequest>,
-    ) -> devbuf::Result<Option<devbuf::zarr::Buffer>> {
+    ) -> devbuf::Result<Option<devbuf::zarr::ByteBuffer>> {
         self.0.get(key, prototype, byte_range)
     }
-    fn set(&self, key: &str, value: &devbuf::zarr::Buffer) -> devbuf::Result<()> {
+    fn set(&self, key: &str, value: &devbuf::zarr::ByteBuffer) -> devbuf::Result<()> {
         self.0.set(key, value)
     }
     fn delete(&self, key: &str) -> devbuf::Result<()> {
@@ -321,7 +321,7 @@ fn store_adapter_lists_only_keys_under_the_prefix() {
     let store = LooseStore(MemoryStore::new());
     for k in ["b", "abc/x", "abc/d/y", "zz/é"] {
         store
-            .set(k, &devbuf::zarr::Buffer::from_bytes(&b"1"[..]))
+            .set(k, &devbuf::zarr::ByteBuffer::from_bytes(&b"1"[..]))
             .unwrap();
     }
     let adapter = devbuf::zarr::StoreAdapter::new(Arc::new(store));
@@ -350,7 +350,7 @@ fn fixtures_in_a_memory_store_read_like_on_disk() {
             store
                 .set(
                     &format!("x/{key}"),
-                    &devbuf::zarr::Buffer::from_bytes(std::fs::read(&p).unwrap()),
+                    &devbuf::zarr::ByteBuffer::from_bytes(std::fs::read(&p).unwrap()),
                 )
                 .unwrap();
         }
@@ -475,7 +475,7 @@ fn bad_writes_are_errors() {
     let dir = TempDir::new("badwrite");
     let a = ZarrArray::create(
         dir.join("a"),
-        &ArraySpec::new(&[6, 5], &[4, 4], DataType::INT16),
+        &ArraySpec::new(&[6, 5], &[4, 4], Dtype::INT16),
     )
     .unwrap();
     let v = nd(vec![0u8; 8], &[2, 2], ElementType::Int16);
@@ -507,7 +507,7 @@ fn bad_writes_are_errors() {
 #[test]
 fn bad_specs_are_errors() {
     let dir = TempDir::new("badspec");
-    let t = DataType::FLOAT32;
+    let t = Dtype::FLOAT32;
     for (spec, want) in [
         (ArraySpec::new(&[4, 4], &[2], t), "dimension(s)"),
         (ArraySpec::new(&[4, 4], &[2, 0], t), "zero extent"),
@@ -623,7 +623,7 @@ fn write_encoding_says_which_encoder_and_why() {
     use devbuf::zarr::{Encoder, WriteOptions};
     let dir = TempDir::new("encoding");
     let make = |name: &str, comp: Compressor| {
-        let spec = ArraySpec::new(&[64, 64], &[16, 16], DataType::FLOAT32).with_compressor(comp);
+        let spec = ArraySpec::new(&[64, 64], &[16, 16], Dtype::FLOAT32).with_compressor(comp);
         ZarrArray::create(dir.0.join(name), &spec).unwrap()
     };
     let gzip = make("gzip", Compressor::Gzip { level: 1 }).write_encoding();
@@ -656,7 +656,7 @@ fn write_encoding_says_which_encoder_and_why() {
     let e = zstd.write_encoding();
     assert_eq!((e.encoder, e.note.as_str()), ("cpu", ""));
     // Shards of zstd inner chunks of 4 MiB: above Auto's bound (when nvCOMP loads).
-    let big = ArraySpec::new(&[2048, 1024], &[2048, 1024], DataType::FLOAT32)
+    let big = ArraySpec::new(&[2048, 1024], &[2048, 1024], Dtype::FLOAT32)
         .with_subchunks(&[1024, 1024])
         .with_compressor(Compressor::Zstd { level: 1 });
     let e = ZarrArray::create(dir.0.join("big"), &big)
@@ -709,7 +709,7 @@ fn zarr_python_reads_what_devbuf_writes() {
         } else {
             Endianness::Big
         };
-        let dtype = DataType::new(element, bo);
+        let dtype = Dtype::new(element, bo);
         let spec = if k % 3 == 0 {
             ArraySpec::new(&[9, 8], &[6, 4], dtype).with_subchunks(&[3, 2])
         } else {
@@ -726,7 +726,7 @@ fn zarr_python_reads_what_devbuf_writes() {
         let fill = NDBuffer::create(
             &HOST,
             &shape,
-            DataType::native(element),
+            Dtype::native(element),
             Order::C,
             Some(Scalar::from(1u8)),
         )

@@ -4,25 +4,25 @@
 
 #![allow(dead_code)]
 
-use devbuf::zarr::{AxisSel, DataType, ElementType, Endianness, NDBuffer, Order, Slice};
+use devbuf::zarr::{AxisSel, Dtype, ElementType, Endianness, NDBuffer, Order, Slice};
 use rand::rngs::SmallRng;
 
 use super::random::random_bytes;
 
 /// Every element type, little-endian and (where it differs) big-endian.
-pub fn dtypes() -> Vec<DataType> {
+pub fn dtypes() -> Vec<Dtype> {
     let mut v = Vec::new();
     for e in ElementType::ALL {
-        v.push(DataType::new(e, Endianness::Little));
+        v.push(Dtype::new(e, Endianness::Little));
         if e.size() > 1 {
-            v.push(DataType::new(e, Endianness::Big));
+            v.push(Dtype::new(e, Endianness::Big));
         }
     }
     v
 }
 
 /// Random stored bytes for `n` elements of `dtype` (booleans 0 or 1).
-pub fn random_values(rng: &mut SmallRng, n: usize, dtype: DataType) -> Vec<u8> {
+pub fn random_values(rng: &mut SmallRng, n: usize, dtype: Dtype) -> Vec<u8> {
     let mut v = random_bytes(rng, n * dtype.size());
     if dtype.element() == ElementType::Bool {
         v.iter_mut().for_each(|b| *b &= 1);
@@ -33,7 +33,7 @@ pub fn random_values(rng: &mut SmallRng, n: usize, dtype: DataType) -> Vec<u8> {
 /// The values of `nd` in C order, native byte order, as bytes (the oracle; one copy to
 /// the host for device arrays).
 pub fn c_bytes(nd: &NDBuffer) -> Vec<u8> {
-    nd.astype(DataType::native(nd.dtype().element()))
+    nd.astype(Dtype::native(nd.dtype().element()))
         .unwrap()
         .to_buffer()
         .unwrap()
@@ -110,7 +110,7 @@ pub fn view(base: NDBuffer, shape: &[usize], kind: Kind) -> NDBuffer {
 }
 
 /// A host array of `shape` and `dtype` with random values, laid out as `kind` says.
-pub fn make(rng: &mut SmallRng, shape: &[usize], dtype: DataType, kind: Kind) -> NDBuffer {
+pub fn make(rng: &mut SmallRng, shape: &[usize], dtype: Dtype, kind: Kind) -> NDBuffer {
     let base = base_shape(shape, kind);
     let n: usize = base.iter().product();
     let nd = NDBuffer::from_memory(random_values(rng, n, dtype), &base, dtype, base_order(kind))

@@ -9,7 +9,7 @@ use std::path::Path;
 use arrow_flight::flight_service_client::FlightServiceClient;
 use devbuf::flight::{Server, ServerConfig};
 use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
-use devbuf::zarr::{DataType, NDBuffer, Scalar};
+use devbuf::zarr::{Dtype, NDBuffer, Scalar};
 use tonic::transport::Channel;
 
 /// The token of the test servers.
@@ -44,7 +44,7 @@ pub fn random_array(
     path: &Path,
     shape: &[u64],
     chunks: &[u64],
-    dtype: DataType,
+    dtype: Dtype,
     fill: Scalar,
     compressor: Compressor,
     values: Vec<u8>,

@@ -6,7 +6,7 @@
 
 #![allow(dead_code)]
 
-use devbuf::zarr::{AxisSel, DataType, ElementType, Endianness, NDBuffer, Order, Scalar, Slice};
+use devbuf::zarr::{AxisSel, Dtype, ElementType, Endianness, NDBuffer, Order, Scalar, Slice};
 use ndarray::{ArrayD, Axis, IxDyn};
 use proptest::prelude::*;
 use rand::rngs::SmallRng;
@@ -47,7 +47,7 @@ pub fn random_oracle(rng: &mut SmallRng, t: ElementType, shape: &[usize]) -> Ora
 
 /// Builds an NDBuffer holding `o` as `dtype` in `order`, from raw bytes (so the byte
 /// order of the memory is exercised).
-pub fn build(o: &Oracle, dtype: DataType, order: Order) -> NDBuffer {
+pub fn build(o: &Oracle, dtype: Dtype, order: Order) -> NDBuffer {
     let mut bytes = Vec::new();
     let push = |s: &Scalar, bytes: &mut Vec<u8>| bytes.extend(s.to_bytes_as(dtype));
     match order {
@@ -210,7 +210,7 @@ pub fn case() -> impl Strategy<Value = (usize, bool, Vec<usize>, bool, u64)> {
 
 pub fn setup(
     (t, big, shape, f, seed): (usize, bool, Vec<usize>, bool, u64),
-) -> (SmallRng, DataType, Order, Vec<usize>) {
+) -> (SmallRng, Dtype, Order, Vec<usize>) {
     let el = ElementType::ALL[t];
     let endian = if big {
         Endianness::Big
@@ -220,7 +220,7 @@ pub fn setup(
     let order = if f { Order::F } else { Order::C };
     (
         SmallRng::seed_from_u64(seed),
-        DataType::new(el, endian),
+        Dtype::new(el, endian),
         order,
         shape,
     )

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use devbuf::Error;
 use devbuf::zarr::ZarrArray;
-use devbuf::zarr::{Buffer, BufferPrototype, MemoryStore, Store};
+use devbuf::zarr::{BufferPrototype, ByteBuffer, MemoryStore, Store};
 
 /// Arrays larger than this (decoded) are not read whole, chunks larger than this not
 /// read at all: the fuzzers look for wrong answers, not for the largest allocation.
@@ -45,11 +45,11 @@ impl Fixture {
         let s = Arc::new(MemoryStore::new());
         for (k, v) in &self.files {
             if replace.iter().all(|(r, _)| r != k) {
-                s.set(k, &Buffer::from_bytes(v.clone())).unwrap();
+                s.set(k, &ByteBuffer::from_bytes(v.clone())).unwrap();
             }
         }
         for (k, v) in replace {
-            s.set(k, &Buffer::from_bytes(v.clone())).unwrap();
+            s.set(k, &ByteBuffer::from_bytes(v.clone())).unwrap();
         }
         s
     }

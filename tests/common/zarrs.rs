@@ -153,10 +153,10 @@ impl LoadArray {
     /// Makes the array from `seed`.
     pub fn new(seed: u64) -> LoadArray {
         use devbuf::zarr::{ArraySpec, Compressor, ReadOptions, ZarrArray};
-        use devbuf::zarr::{DataType, MemoryStore, NDBuffer, Order};
+        use devbuf::zarr::{Dtype, MemoryStore, NDBuffer, Order};
         use rand::{RngCore, SeedableRng};
         let [rows, cols] = Self::SHAPE.map(|n| n as usize);
-        let spec = ArraySpec::new(&Self::SHAPE, &Self::CHUNK, DataType::INT32)
+        let spec = ArraySpec::new(&Self::SHAPE, &Self::CHUNK, Dtype::INT32)
             .with_compressor(Compressor::Zstd { level: 1 });
         let store = std::sync::Arc::new(MemoryStore::new());
         let mut array = ZarrArray::create_in_store(store, "load", &spec).unwrap();
@@ -170,7 +170,7 @@ impl LoadArray {
         bytes[4 * 64 * cols..4 * 128 * cols].fill(0);
         for (start, n) in [(0usize, 64usize), (128, rows - 128)] {
             let part = bytes[4 * start * cols..4 * (start + n) * cols].to_vec();
-            let nd = NDBuffer::from_memory(part, &[n, cols], DataType::INT32, Order::C).unwrap();
+            let nd = NDBuffer::from_memory(part, &[n, cols], Dtype::INT32, Order::C).unwrap();
             array.write_subset(&[start as u64, 0], &nd).unwrap();
         }
         LoadArray { array, bytes }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use arrow_array::{Float64Array, Int32Array, RecordBatch};
 use devbuf::arrow::{ChunkBatch, read_record_batch, serialize_record_batch};
 use devbuf::flight::{Batch, Client};
-use devbuf::zarr::{AxisSel, BufferPrototype, DataType, ElementType, Endianness, Scalar, Slice};
+use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, ElementType, Endianness, Scalar, Slice};
 use devbuf::zarr::{Compressor, ZarrArray};
 use rand::Rng;
 
@@ -27,12 +27,12 @@ const DEV: BufferPrototype = BufferPrototype::Device(0);
 /// temporary root: (path, array, shape).
 fn arrays(dir: &TempDir, rng: &mut rand::rngs::SmallRng) -> Vec<(String, ZarrArray, Vec<u64>)> {
     let dtypes = [
-        DataType::FLOAT32,
-        DataType::new(ElementType::Float64, Endianness::Big),
-        DataType::INT16,
-        DataType::new(ElementType::Bool, Endianness::Little),
-        DataType::new(ElementType::Complex64, Endianness::Little),
-        DataType::UINT8,
+        Dtype::FLOAT32,
+        Dtype::new(ElementType::Float64, Endianness::Big),
+        Dtype::INT16,
+        Dtype::new(ElementType::Bool, Endianness::Little),
+        Dtype::new(ElementType::Complex64, Endianness::Little),
+        Dtype::UINT8,
     ];
     dtypes
         .iter()
@@ -41,7 +41,7 @@ fn arrays(dir: &TempDir, rng: &mut rand::rngs::SmallRng) -> Vec<(String, ZarrArr
             let shape: Vec<u64> = vec![rng.random_range(40..90), rng.random_range(30..70)];
             let chunks = vec![rng.random_range(5..17), rng.random_range(5..17)];
             let n = (shape[0] * shape[1]) as usize;
-            let values = crate::arrays::random_values(rng, n, DataType::native(dtype.element()));
+            let values = crate::arrays::random_values(rng, n, Dtype::native(dtype.element()));
             let fill = match dtype.element() {
                 ElementType::Bool => Scalar::Bool(true),
                 ElementType::Complex64 => Scalar::from(0i32),

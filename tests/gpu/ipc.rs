@@ -691,7 +691,7 @@ gpu_test! {
     /// ChunkBatch survives the trip.
     fn arrow_device_batches_serialize_on_the_device() {
         use devbuf::arrow::{ChunkBatch, ChunkGrid, serialize_device_record_batch};
-        use devbuf::zarr::{BufferPrototype, DataType as ZType, ElementType, NDBuffer};
+        use devbuf::zarr::{BufferPrototype, Dtype as ZType, ElementType, NDBuffer};
         // A context of its own: its allocation counter moves only with this test (other
         // tests allocate in the primary context concurrently).
         let c = Context::new_dedicated(0).unwrap();

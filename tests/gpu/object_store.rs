@@ -7,7 +7,7 @@
 
 use devbuf::zarr::object_store::UrlStore;
 use devbuf::zarr::{ArraySpec, Compressor, Decoder, ReadOptions, ZarrArray};
-use devbuf::zarr::{Buffer, BufferPrototype, DataType, ElementType, Endianness, Scalar, Store};
+use devbuf::zarr::{BufferPrototype, ByteBuffer, Dtype, ElementType, Endianness, Scalar, Store};
 
 use crate::common::*;
 use crate::zarrs::zarrs_common::{TempDir, files_under};
@@ -26,9 +26,9 @@ gpu_test! {
         let opts = server.options();
         let mut rng = rng(test);
         let cases = [
-            ("plain", ElementType::UInt16, [300u64, 200], ArraySpec::new(&[300, 200], &[64, 50], DataType::UINT16).with_compressor(Compressor::Zstd { level: 1 })),
-            ("sharded", ElementType::Float32, [256, 256], ArraySpec::new(&[256, 256], &[128, 128], DataType::FLOAT32).with_subchunks(&[32, 32]).with_compressor(Compressor::Gzip { level: 1 })),
-            ("none", ElementType::Float64, [100, 90], ArraySpec::new(&[100, 90], &[30, 40], DataType::FLOAT64)),
+            ("plain", ElementType::UInt16, [300u64, 200], ArraySpec::new(&[300, 200], &[64, 50], Dtype::UINT16).with_compressor(Compressor::Zstd { level: 1 })),
+            ("sharded", ElementType::Float32, [256, 256], ArraySpec::new(&[256, 256], &[128, 128], Dtype::FLOAT32).with_subchunks(&[32, 32]).with_compressor(Compressor::Gzip { level: 1 })),
+            ("none", ElementType::Float64, [100, 90], ArraySpec::new(&[100, 90], &[30, 40], Dtype::FLOAT64)),
         ];
         for (name, element, shape, spec) in cases {
             let url = server.url(name);
@@ -52,8 +52,8 @@ gpu_test! {
         let opts = server.options();
         let mut rng = rng(test);
         for (k, spec) in [
-            ArraySpec::new(&[97, 61], &[16, 16], DataType::INT32).with_compressor(Compressor::Zstd { level: 3 }),
-            ArraySpec::new(&[97, 61], &[32, 32], DataType::INT32).with_subchunks(&[8, 8]).with_compressor(Compressor::Blosc { level: 5 }),
+            ArraySpec::new(&[97, 61], &[16, 16], Dtype::INT32).with_compressor(Compressor::Zstd { level: 3 }),
+            ArraySpec::new(&[97, 61], &[32, 32], Dtype::INT32).with_subchunks(&[8, 8]).with_compressor(Compressor::Blosc { level: 5 }),
         ].into_iter().enumerate() {
             let url = server.url(&format!("w{k}"));
             let a = ZarrArray::create_url(&url, &spec, &opts).unwrap();
@@ -85,7 +85,7 @@ gpu_test! {
         let dir = TempDir::new("gpu-remote-once");
         let local = dir.0.join("a");
         let shape = [120u64, 100];
-        let spec = ArraySpec::new(&shape, &[16, 20], DataType::new(ElementType::Int32, Endianness::Big))
+        let spec = ArraySpec::new(&shape, &[16, 20], Dtype::new(ElementType::Int32, Endianness::Big))
             .with_compressor(Compressor::Zstd { level: 1 })
             .with_fill_value(Scalar::Int32(-123_456));
         let a = ZarrArray::create(&local, &spec).unwrap();
@@ -106,13 +106,13 @@ gpu_test! {
         }
         let store = UrlStore::open(&server.url("once"), &opts).unwrap();
         for (rel, path) in files_under(&local) {
-            store.set(&rel, &Buffer::from_bytes(std::fs::read(path).unwrap())).unwrap();
+            store.set(&rel, &ByteBuffer::from_bytes(std::fs::read(path).unwrap())).unwrap();
         }
         let host = bytes_of(&ZarrArray::open(&local).unwrap().read_all(&HOST).unwrap());
         let mut a = ZarrArray::open_url(&server.url("once"), &opts).unwrap();
         for (decoder, threads, gpu_workers) in [(Decoder::Gpu, 2, None), (Decoder::Gpu, 10, None), (Decoder::Both, 4, Some(1))] {
             let what = format!("{decoder:?} {threads} threads");
-            a.set_read_options(ReadOptions { decoder, threads: Some(threads), gpu_workers, slot_bytes: 16 << 10 }).unwrap();
+            a.set_read_options(ReadOptions { decoder, threads: Some(threads), gpu_workers, slot_bytes: 16 << 10, ..ReadOptions::default() }).unwrap();
             let (dev, r) = a.read_all_with_report(&DEV).unwrap();
             assert!(bytes_of(&dev) == host, "{what}: device read");
             assert!(r.gpu_chunks > 0, "{what}: {r}");

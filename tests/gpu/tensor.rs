@@ -8,7 +8,7 @@ use arrow_data::ArrayData;
 use arrow_schema::DataType as ArrowType;
 use devbuf::arrow::{ChunkBatch, ChunkGrid, DeviceArray, TensorArray};
 use devbuf::cuda::{Context, DeviceBuffer};
-use devbuf::zarr::{AxisSel, BufferPrototype, DataType, ElementType, NDBuffer, Order, Scalar};
+use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, ElementType, NDBuffer, Order, Scalar};
 use rand::Rng;
 use rand::rngs::SmallRng;
 
@@ -89,7 +89,7 @@ fn pair(
     c: &Context,
     rng: &mut SmallRng,
     shape: &[usize],
-    dtype: DataType,
+    dtype: Dtype,
     kind: Kind,
 ) -> (NDBuffer, NDBuffer) {
     let base = base_shape(shape, kind);
@@ -227,7 +227,7 @@ gpu_test! {
         let c = Context::new_dedicated(0).unwrap();
         let shape = [64usize, 512, 512];
         let buf = c.allocate(64 * 512 * 512 * 4).unwrap();
-        let mut nd = NDBuffer::from_memory(buf, &shape, DataType::FLOAT32, Order::C).unwrap();
+        let mut nd = NDBuffer::from_memory(buf, &shape, Dtype::FLOAT32, Order::C).unwrap();
         nd.fill(Scalar::from(1.5f32)).unwrap();
         let base = first_addr(&nd);
         let before = c.bytes_allocated();
@@ -255,8 +255,8 @@ gpu_test! {
         let mut rng = rng("tensor_bit_kernels_at_awkward_sizes");
         for n in [0usize, 1, 7, 8, 9, 31, 32, 33, 63, 64, 65, 255, 1000, 4097, (1 << 20) + 3] {
             let bytes: Vec<u8> = (0..n).map(|_| if rng.random_ratio(1, 3) { rng.random_range(1..=255) } else { 0 }).collect();
-            let h = NDBuffer::from_memory(bytes.clone(), &[n], DataType::BOOL, Order::C).unwrap();
-            let d = NDBuffer::from_memory(DeviceBuffer::from_host(&c, &bytes).unwrap(), &[n], DataType::BOOL, Order::C).unwrap();
+            let h = NDBuffer::from_memory(bytes.clone(), &[n], Dtype::BOOL, Order::C).unwrap();
+            let d = NDBuffer::from_memory(DeviceBuffer::from_host(&c, &bytes).unwrap(), &[n], Dtype::BOOL, Order::C).unwrap();
             let da = d.to_device_array().unwrap();
             let ha = h.to_arrow().unwrap();
             // The packed bitmap itself (bits past n are zero on the device).
@@ -282,12 +282,12 @@ gpu_test! {
         let c = ctx();
         let data: Vec<u8> = (0u8..65).collect();
         let buf = DeviceBuffer::from_host(&c, &data).unwrap();
-        let nd = NDBuffer::from_memory(buf.slice(1, 64).unwrap(), &[8], DataType::INT64, Order::C).unwrap();
+        let nd = NDBuffer::from_memory(buf.slice(1, 64).unwrap(), &[8], Dtype::INT64, Order::C).unwrap();
         let a = nd.to_device_array().unwrap();
         assert_eq!(a.buffers()[0].address() % 8, 0);
         assert_ne!(a.buffers()[0].address(), first_addr(&nd));
         assert_eq!(a.buffers()[0].to_host_vec().unwrap(), &data[1..]);
-        let h = NDBuffer::from_memory(data[1..].to_vec(), &[8], DataType::INT64, Order::C).unwrap();
+        let h = NDBuffer::from_memory(data[1..].to_vec(), &[8], Dtype::INT64, Order::C).unwrap();
         check_tensors(&h.to_arrow_tensor().unwrap(), &nd.to_arrow_tensor().unwrap(), "misaligned");
     }
 
@@ -298,7 +298,7 @@ gpu_test! {
             let shape = [9usize, 7, 5];
             let chunk = [4usize, 3, 5];
             let (h, d) = pair(&c, &mut rng, &shape, dtype, Kind::C);
-            let fill = Scalar::from_le_bytes(dtype.element(), &random_values(&mut rng, 1, DataType::native(dtype.element()))).unwrap();
+            let fill = Scalar::from_le_bytes(dtype.element(), &random_values(&mut rng, 1, Dtype::native(dtype.element()))).unwrap();
             let grid = ChunkGrid::new(&shape, &chunk, dtype).unwrap().with_fill_value(fill);
             let g = grid.grid_shape();
             let mut coords = Vec::new();
@@ -380,8 +380,8 @@ gpu_test! {
         // context), for a device batch and for a host batch.
         let c = Context::new_dedicated(0).unwrap();
         let mut rng = rng("tensor_chunk_batch_moves_chunks_between_memories");
-        let (h, d) = pair(&c, &mut rng, &[6, 6], DataType::big(ElementType::Float32), Kind::F);
-        let grid = ChunkGrid::new(&[6, 6], &[4, 4], DataType::FLOAT32).unwrap();
+        let (h, d) = pair(&c, &mut rng, &[6, 6], Dtype::big(ElementType::Float32), Kind::F);
+        let grid = ChunkGrid::new(&[6, 6], &[4, 4], Dtype::FLOAT32).unwrap();
         let coords = [vec![0u64, 0], vec![0, 1], vec![1, 0], vec![1, 1]];
         let chunks = |x: &NDBuffer| -> Vec<(Vec<u64>, NDBuffer)> {
             coords.iter().map(|cc| {
@@ -403,18 +403,18 @@ gpu_test! {
     }
 
     fn tensor_chunk_batch_device_zero_d_and_empty() {
-        let grid = ChunkGrid::new(&[], &[], DataType::FLOAT64).unwrap();
-        let nd = NDBuffer::create(&DEV, &[], DataType::FLOAT64, Order::C, Some(Scalar::from(2.5f64))).unwrap();
+        let grid = ChunkGrid::new(&[], &[], Dtype::FLOAT64).unwrap();
+        let nd = NDBuffer::create(&DEV, &[], Dtype::FLOAT64, Order::C, Some(Scalar::from(2.5f64))).unwrap();
         let b = ChunkBatch::from_chunks(&grid, [(Vec::<u64>::new(), &nd)], &DEV).unwrap();
         assert_eq!(b.chunk(0).unwrap().as_scalar().unwrap(), Scalar::Float64(2.5));
         assert_eq!(b.to_record_batch().unwrap().num_columns(), 1);
-        let grid = ChunkGrid::new(&[4, 4], &[2, 2], DataType::BOOL).unwrap();
+        let grid = ChunkGrid::new(&[4, 4], &[2, 2], Dtype::BOOL).unwrap();
         let e = ChunkBatch::from_chunks(&grid, Vec::<(Vec<u64>, NDBuffer)>::new(), &DEV).unwrap();
         assert!(e.is_device() && e.is_empty());
         assert_eq!(e.to_record_batch().unwrap().num_rows(), 0);
         // No rows of huge cells: an overflow error, not a panic (host and device).
         for proto in [&HOST, &DEV] {
-            let nd = NDBuffer::create(proto, &[0, 1 << 40, 1 << 40], DataType::INT32, Order::C, None).unwrap();
+            let nd = NDBuffer::create(proto, &[0, 1 << 40, 1 << 40], Dtype::INT32, Order::C, None).unwrap();
             let e = nd.to_arrow_tensor_rows().unwrap_err();
             assert!(e.to_string().contains("overflows"), "{e}");
         }

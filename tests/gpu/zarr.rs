@@ -4,7 +4,7 @@
 
 use devbuf::cuda::DeviceBuffer;
 use devbuf::zarr::{
-    AxisSel, Buffer, BufferPrototype, ByteRequest, DataType, DeviceMemoryStore, ElementType,
+    AxisSel, BufferPrototype, ByteBuffer, ByteRequest, DeviceMemoryStore, Dtype, ElementType,
     Endianness, MemoryStore, NDBuffer, Order, Scalar, Slice, Store,
 };
 use rand::Rng;
@@ -28,9 +28,9 @@ fn random_scalar(rng: &mut SmallRng, t: ElementType) -> Scalar {
     Scalar::from_le_bytes(t, &b).unwrap()
 }
 
-fn random_dtype(rng: &mut SmallRng) -> DataType {
+fn random_dtype(rng: &mut SmallRng) -> Dtype {
     let t = ElementType::ALL[below(rng, ElementType::ALL.len())];
-    DataType::new(
+    Dtype::new(
         t,
         if rng.random() {
             Endianness::Big
@@ -46,7 +46,7 @@ fn random_shape(rng: &mut SmallRng) -> Vec<usize> {
 }
 
 /// A host array of random values (sometimes constant) of `dtype`.
-fn random_host(rng: &mut SmallRng, shape: &[usize], dtype: DataType, order: Order) -> NDBuffer {
+fn random_host(rng: &mut SmallRng, shape: &[usize], dtype: Dtype, order: Order) -> NDBuffer {
     let n: usize = shape.iter().product();
     let constant = rng.random_ratio(1, 3);
     let first = random_scalar(rng, dtype.element());
@@ -136,7 +136,7 @@ gpu_test! {
         let mut rng = rng("zarr_buffer_zero_copy_by_address");
         let data = random_bytes(&mut rng, 4096);
         let d = DeviceBuffer::from_host(&c, &data).unwrap();
-        let b = Buffer::from(d.clone());
+        let b = ByteBuffer::from(d.clone());
         assert!(b.is_device());
         assert_eq!(b.as_array_like().address(), d.address());
         assert_eq!(b.prototype(), DEV);
@@ -150,14 +150,14 @@ gpu_test! {
         let s = b.get(100..300).unwrap();
         assert_eq!(s.as_array_like().address(), d.address() + 100);
         assert_eq!(s.to_bytes().unwrap(), &data[100..300]);
-        // Page-locked host memory becomes a host Buffer without a copy.
+        // Page-locked host memory becomes a host ByteBuffer without a copy.
         let mut h = c.allocate_host(64).unwrap();
         h.copy_from_slice(&data[..64]);
         let hp = h.as_ptr() as u64;
-        let hb = Buffer::from(h);
+        let hb = ByteBuffer::from(h);
         assert_eq!(hb.as_array_like().address(), hp);
         // An NDBuffer over device memory, and its views.
-        let nd = NDBuffer::from_memory(d.clone(), &[16, 64], DataType::INT32, Order::C).unwrap();
+        let nd = NDBuffer::from_memory(d.clone(), &[16, 64], Dtype::INT32, Order::C).unwrap();
         assert_eq!(nd.as_ndarray_like().memory.address(), d.address());
         let v = nd.get(&[3.into(), (8..).into()]).unwrap();
         assert_eq!(v.as_ndarray_like().offset, 3 * 256 + 32);
@@ -175,7 +175,7 @@ gpu_test! {
         for _ in 0..50 {
             let n = below(&mut rng, 300);
             let data = random_bytes(&mut rng, n);
-            let hb = Buffer::from(data.clone());
+            let hb = ByteBuffer::from(data.clone());
             let db = DEV.buffer_from_bytes(data.clone()).unwrap();
             assert!(db.is_device());
             assert_eq!(db, hb);
@@ -192,7 +192,7 @@ gpu_test! {
             let v = random_bytes(&mut rng, e - a);
             let vd = DEV.buffer_from_bytes(v.clone()).unwrap();
             if rng.random() {
-                d2.set(a..e, &Buffer::from(v.clone())).unwrap();
+                d2.set(a..e, &ByteBuffer::from(v.clone())).unwrap();
             } else {
                 d2.set(a..e, &vd).unwrap();
             }
@@ -200,17 +200,17 @@ gpu_test! {
             assert_eq!(d2.to_bytes().unwrap(), h2.to_bytes().unwrap());
             assert_eq!(keep.to_bytes().unwrap(), data);
             // combine mixes memories into this buffer's memory, in one allocation.
-            let parts = [hb.clone(), vd.clone(), Buffer::from(v.clone())];
+            let parts = [hb.clone(), vd.clone(), ByteBuffer::from(v.clone())];
             let dc = db.combine(parts.iter()).unwrap();
             let hc = hb.combine(parts.iter()).unwrap();
             assert!(dc.is_device() && hc.is_host());
             assert_eq!(dc.to_bytes().unwrap(), hc.to_bytes().unwrap());
-            assert_eq!(Buffer::concat(&DEV, parts.iter()).unwrap().to_bytes().unwrap(), Buffer::concat(&HOST, parts.iter()).unwrap().to_bytes().unwrap());
+            assert_eq!(ByteBuffer::concat(&DEV, parts.iter()).unwrap().to_bytes().unwrap(), ByteBuffer::concat(&HOST, parts.iter()).unwrap().to_bytes().unwrap());
         }
         // A device buffer only this handle sees is written in place.
         let mut own = DEV.buffer_from_bytes(vec![0u8; 8]).unwrap();
         let addr = own.as_array_like().address();
-        own.set(2..4, &Buffer::from(vec![1u8, 2])).unwrap();
+        own.set(2..4, &ByteBuffer::from(vec![1u8, 2])).unwrap();
         assert_eq!(own.as_array_like().address(), addr);
         assert_eq!(own.to_bytes().unwrap(), [0, 0, 1, 2, 0, 0, 0, 0]);
     }
@@ -317,44 +317,44 @@ gpu_test! {
             }
         }
         // zarr-python's cases, on the device.
-        let neg = NDBuffer::create(&DEV, &[5], DataType::big(ElementType::Float32), Order::C, Some(Scalar::from(-0.0f32))).unwrap();
+        let neg = NDBuffer::create(&DEV, &[5], Dtype::big(ElementType::Float32), Order::C, Some(Scalar::from(-0.0f32))).unwrap();
         assert!(!neg.all_equal(Some(Scalar::from(0.0f64)), true).unwrap());
         assert!(neg.all_equal(Some(Scalar::from(-0.0f64)), true).unwrap());
         assert!(neg.all_equal(Some(Scalar::from(0i32)), true).unwrap());
         assert!(!neg.all_equal(None, true).unwrap());
-        let nan = NDBuffer::create(&DEV, &[2, 2], DataType::COMPLEX128, Order::F, Some(Scalar::from(f64::NAN))).unwrap();
+        let nan = NDBuffer::create(&DEV, &[2, 2], Dtype::COMPLEX128, Order::F, Some(Scalar::from(f64::NAN))).unwrap();
         assert!(nan.all_equal(Some(Scalar::from(f32::NAN)), true).unwrap());
         assert!(!nan.all_equal(Some(Scalar::from(f32::NAN)), false).unwrap());
-        let s = NDBuffer::create(&DEV, &[], DataType::INT64, Order::C, Some(Scalar::from(7i64))).unwrap();
+        let s = NDBuffer::create(&DEV, &[], Dtype::INT64, Order::C, Some(Scalar::from(7i64))).unwrap();
         assert_eq!(s.as_scalar().unwrap(), Scalar::Int64(7));
-        let one = NDBuffer::create(&DEV, &[1], DataType::big(ElementType::UInt16), Order::C, Some(Scalar::from(513u16))).unwrap();
+        let one = NDBuffer::create(&DEV, &[1], Dtype::big(ElementType::UInt16), Order::C, Some(Scalar::from(513u16))).unwrap();
         assert_eq!(one.as_scalar().unwrap(), Scalar::UInt16(513));
-        let e = NDBuffer::create(&DEV, &[1, 2], DataType::INT64, Order::C, None).unwrap().as_scalar().unwrap_err();
-        assert!(e.to_string().contains("Buffer does not contain a single scalar value"));
+        let e = NDBuffer::create(&DEV, &[1, 2], Dtype::INT64, Order::C, None).unwrap().as_scalar().unwrap_err();
+        assert!(e.to_string().contains("ByteBuffer does not contain a single scalar value"));
         // Big-endian round trip through the device.
         let a = ndarray::Array2::from_shape_fn((3, 5), |(i, j)| i as f64 * 1.5 - j as f64).into_dyn();
-        let d = DEV.nd_from_ndarray(a.clone()).unwrap().astype(DataType::big(ElementType::Float64)).unwrap();
+        let d = DEV.nd_from_ndarray(a.clone()).unwrap().astype(Dtype::big(ElementType::Float64)).unwrap();
         assert_eq!(d.to_ndarray::<f64>().unwrap(), a);
         assert_eq!(&stored_c_bytes(&d)[..8], &0.0f64.to_be_bytes());
     }
 
     fn zarr_ndbuffer_device_copy_on_write_and_in_place() {
         let c = ctx();
-        let mut own = NDBuffer::create(&DEV, &[64, 64], DataType::FLOAT32, Order::C, None).unwrap();
+        let mut own = NDBuffer::create(&DEV, &[64, 64], Dtype::FLOAT32, Order::C, None).unwrap();
         let addr = own.as_ndarray_like().memory.address();
         own.fill(Scalar::from(1.0f32)).unwrap();
         own.set_scalar(&[Slice::every(2).into(), (1..63).into()], Scalar::from(2.0f32)).unwrap();
         assert_eq!(own.as_ndarray_like().memory.address(), addr, "an exclusive buffer is written in place");
         // A buffer over someone's DeviceBuffer copies on the first write.
         let d = DeviceBuffer::from_slice(&c, &[0u32; 16]).unwrap();
-        let mut nd = NDBuffer::from_memory(d.clone(), &[16], DataType::UINT32, Order::C).unwrap();
+        let mut nd = NDBuffer::from_memory(d.clone(), &[16], Dtype::UINT32, Order::C).unwrap();
         nd.fill(Scalar::from(5u32)).unwrap();
         assert_ne!(nd.as_ndarray_like().memory.address(), d.address());
         assert_eq!(d.to_vec::<u32>().unwrap(), vec![0u32; 16]);
         assert!(nd.all_equal(Some(Scalar::from(5u32)), true).unwrap());
         // Read-only device memory is never written.
         let ro = DeviceBuffer::from_slice(&c, &[1u8; 4]).unwrap().read_only();
-        let mut nd = NDBuffer::from_memory(ro.clone(), &[4], DataType::UINT8, Order::C).unwrap();
+        let mut nd = NDBuffer::from_memory(ro.clone(), &[4], Dtype::UINT8, Order::C).unwrap();
         nd.set_scalar(&[0.into()], Scalar::from(9u8)).unwrap();
         assert_eq!(ro.to_host_vec().unwrap(), vec![1u8; 4]);
     }
@@ -363,12 +363,12 @@ gpu_test! {
         // Large enough for a multi-block reduction; one differing element anywhere.
         let mut rng = rng("zarr_all_equal_on_large_arrays");
         let n = 8 << 20;
-        let mut d = NDBuffer::create(&DEV, &[n], DataType::FLOAT32, Order::C, Some(Scalar::from(1.5f32))).unwrap();
+        let mut d = NDBuffer::create(&DEV, &[n], Dtype::FLOAT32, Order::C, Some(Scalar::from(1.5f32))).unwrap();
         assert!(d.all_equal(Some(Scalar::from(1.5f32)), false).unwrap());
         let k = below(&mut rng, n);
         d.set_scalar(&[k.into()], Scalar::from(1.25f32)).unwrap();
         assert!(!d.all_equal(Some(Scalar::from(1.5f32)), false).unwrap(), "element {k}");
-        let mut z = NDBuffer::create(&DEV, &[n / 4, 4], DataType::FLOAT64, Order::F, Some(Scalar::from(0.0f64))).unwrap();
+        let mut z = NDBuffer::create(&DEV, &[n / 4, 4], Dtype::FLOAT64, Order::F, Some(Scalar::from(0.0f64))).unwrap();
         assert!(z.all_equal(Some(Scalar::from(0.0f64)), true).unwrap());
         z.set_scalar(&[below(&mut rng, n / 4).into(), below(&mut rng, 4).into()], Scalar::from(-0.0f64)).unwrap();
         assert!(!z.all_equal(Some(Scalar::from(0.0f64)), true).unwrap());
@@ -380,9 +380,9 @@ gpu_test! {
         let store = DeviceMemoryStore::new(0).unwrap();
         let mut rng = rng("zarr_device_memory_store");
         let data = random_bytes(&mut rng, 1000);
-        store.set("a/c/0", &Buffer::from(data.clone())).unwrap();
+        store.set("a/c/0", &ByteBuffer::from(data.clone())).unwrap();
         let d = DeviceBuffer::from_host(&c, &data).unwrap();
-        store.set("a/c/1", &Buffer::from(d.clone())).unwrap();
+        store.set("a/c/1", &ByteBuffer::from(d.clone())).unwrap();
         // The store copied the caller's device memory: changing it afterwards is invisible.
         d.copy_from_host(0, &[0u8; 10]).unwrap();
         for key in ["a/c/0", "a/c/1"] {
@@ -405,7 +405,7 @@ gpu_test! {
         assert!(store.get("missing", &DEV, None).unwrap().is_none());
         // Writing to what get returned does not change the store (copy-on-write).
         let mut got = store.get("a/c/0", &DEV, None).unwrap().unwrap();
-        got.set(0..3, &Buffer::from(vec![1u8, 2, 3])).unwrap();
+        got.set(0..3, &ByteBuffer::from(vec![1u8, 2, 3])).unwrap();
         assert_eq!(store.get("a/c/0", &HOST, None).unwrap().unwrap().to_bytes().unwrap(), data);
         assert_eq!(store.list_dir("a").unwrap(), ["c"]);
         assert_eq!(store.list_prefix("a/c/").unwrap().len(), 2);
@@ -418,15 +418,15 @@ gpu_test! {
         assert!(back.is_device());
         assert_eq!(back.to_bytes().unwrap(), data);
         // from_values moves everything to the device.
-        let s2 = DeviceMemoryStore::from_values(&c, [("x", &Buffer::from(vec![7u8; 3]))]).unwrap();
+        let s2 = DeviceMemoryStore::from_values(&c, [("x", &ByteBuffer::from(vec![7u8; 3]))]).unwrap();
         assert!(s2.get("x", &DEV, None).unwrap().unwrap().is_device());
-        assert!(s2.with_read_only(true).set("y", &Buffer::from(vec![1u8])).is_err());
+        assert!(s2.with_read_only(true).set("y", &ByteBuffer::from(vec![1u8])).is_err());
     }
 
     fn zarr_default_prototype_switch_reaches_the_device() {
         let prev = devbuf::zarr::enable_gpu();
         let p = devbuf::zarr::default_buffer_prototype();
-        let nd = p.nd_create(&[4], DataType::INT16, Order::C, Some(Scalar::from(3i16)));
+        let nd = p.nd_create(&[4], Dtype::INT16, Order::C, Some(Scalar::from(3i16)));
         devbuf::zarr::set_default_buffer_prototype(prev);
         let nd = nd.unwrap();
         assert!(nd.is_device());

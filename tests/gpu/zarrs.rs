@@ -11,8 +11,8 @@ use std::sync::Arc;
 use devbuf::cuda::Context;
 use devbuf::zarr::{ArraySpec, Compressor, Decoder, ReadOptions, ZarrArray};
 use devbuf::zarr::{
-    AxisSel, BufferPrototype, DataType, DeviceMemoryStore, ElementType, Endianness, NDBuffer,
-    Order, Scalar, Slice,
+    AxisSel, BufferPrototype, DeviceMemoryStore, Dtype, ElementType, Endianness, NDBuffer, Order,
+    Scalar, Slice,
 };
 use rand::Rng;
 use rand::rngs::SmallRng;
@@ -68,7 +68,7 @@ pub(crate) fn random_elements(rng: &mut SmallRng, element: ElementType, n: usize
 
 pub(crate) fn host_nd(bytes: Vec<u8>, shape: &[u64], element: ElementType) -> NDBuffer {
     let shape: Vec<usize> = shape.iter().map(|&s| s as usize).collect();
-    NDBuffer::from_memory(bytes, &shape, DataType::native(element), Order::C).unwrap()
+    NDBuffer::from_memory(bytes, &shape, Dtype::native(element), Order::C).unwrap()
 }
 
 /// Checks every read path of `a` on the device against the host.
@@ -165,7 +165,7 @@ gpu_test! {
         for (k, element) in ElementType::ALL.into_iter().enumerate() {
             for (j, bo) in [Endianness::Little, Endianness::Big].into_iter().enumerate() {
                 let sharded = (k + j) % 3 == 0;
-                let dtype = DataType::new(element, bo);
+                let dtype = Dtype::new(element, bo);
                 let shape = [67u64, 45, 3];
                 let spec = if sharded {
                     ArraySpec::new(&shape, &[32, 16, 3], dtype).with_subchunks(&[8, 8, 3])
@@ -183,7 +183,7 @@ gpu_test! {
                 let fill = NDBuffer::create(
                     &HOST,
                     &a.chunk_ranges(&[1, 1, 0]).unwrap().iter().map(|r| (r.end - r.start) as usize).collect::<Vec<_>>(),
-                    DataType::native(element),
+                    Dtype::native(element),
                     Order::C,
                     None,
                 )
@@ -234,7 +234,7 @@ gpu_test! {
         let shape = [256u64, 256];
         let a = ZarrArray::create(
             dir.0.join("a"),
-            &ArraySpec::new(&shape, &[64, 64], DataType::FLOAT32).with_compressor(Compressor::Zstd { level: 1 }),
+            &ArraySpec::new(&shape, &[64, 64], Dtype::FLOAT32).with_compressor(Compressor::Zstd { level: 1 }),
         )
         .unwrap();
         a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, ElementType::Float32, 65536), &shape, ElementType::Float32))
@@ -259,7 +259,7 @@ gpu_test! {
         for (k, element) in ElementType::ALL.into_iter().enumerate() {
             let bo = if k % 2 == 0 { Endianness::Little } else { Endianness::Big };
             let shape = [37u64, 29];
-            let mut spec = ArraySpec::new(&shape, &[8, 8], DataType::new(element, bo))
+            let mut spec = ArraySpec::new(&shape, &[8, 8], Dtype::new(element, bo))
                 .with_compressor(match k % 3 {
                     0 => Compressor::Blosc { level: 5 },
                     1 if k % 2 == 1 => Compressor::Zlib { level: 1 },
@@ -293,7 +293,7 @@ gpu_test! {
             let flipped = boxed
                 .copy_order(Order::F)
                 .unwrap()
-                .astype(DataType::new(element, if element.size() > 1 { Endianness::Big } else { Endianness::Little }))
+                .astype(Dtype::new(element, if element.size() > 1 { Endianness::Big } else { Endianness::Little }))
                 .unwrap();
             assert!(flipped.is_device());
             a.write_subset(&[0, 0], &flipped).unwrap();
@@ -306,7 +306,7 @@ gpu_test! {
         let mut rng = rng("zarrs_arrays_in_a_device_memory_store");
         let store = Arc::new(DeviceMemoryStore::new(0).unwrap());
         let shape = [40u64, 33];
-        let spec = ArraySpec::new(&shape, &[16, 16], DataType::INT64)
+        let spec = ArraySpec::new(&shape, &[16, 16], Dtype::INT64)
             .with_subchunks(&[8, 8])
             .with_compressor(Compressor::Gzip { level: 3 });
         let a = ZarrArray::create_in_store(store.clone(), "grp/a", &spec).unwrap();
@@ -324,7 +324,7 @@ gpu_test! {
         let shape = [4096u64, 4096];
         let a = ZarrArray::create(
             dir.0.join("a"),
-            &ArraySpec::new(&shape, &[512, 512], DataType::FLOAT32).with_compressor(Compressor::Zstd { level: 1 }),
+            &ArraySpec::new(&shape, &[512, 512], Dtype::FLOAT32).with_compressor(Compressor::Zstd { level: 1 }),
         )
         .unwrap();
         // Compressible but not constant data.
@@ -363,7 +363,7 @@ gpu_test_exclusive! {
         let ctx = Context::new(0).unwrap();
         for comp in [Compressor::None, Compressor::Zstd { level: 1 }, Compressor::Gzip { level: 1 }, Compressor::Zlib { level: 1 }, Compressor::Lz4, Compressor::Blosc { level: 5 }] {
             let path = dir.0.join(format!("{comp:?}").replace([' ', '{', '}', ':'], ""));
-            let a = ZarrArray::create(&path, &ArraySpec::new(&shape, &[32, 32], DataType::INT32).with_compressor(comp)).unwrap();
+            let a = ZarrArray::create(&path, &ArraySpec::new(&shape, &[32, 32], Dtype::INT32).with_compressor(comp)).unwrap();
             a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, ElementType::Int32, 128 * 96), &shape, ElementType::Int32)).unwrap();
             let good = a.read_all(&DEV).unwrap();
             drop(good);
@@ -462,7 +462,7 @@ gpu_test_exclusive! {
         let mut rng = rng("zarrs_reads_into_device_memory");
         let dir = TempDir::new("read-into");
         let shape = [300u64, 260];
-        let a = ZarrArray::create(dir.0.join("a"), &ArraySpec::new(&shape, &[64, 48], DataType::FLOAT32).with_compressor(Compressor::Zstd { level: 1 })).unwrap();
+        let a = ZarrArray::create(dir.0.join("a"), &ArraySpec::new(&shape, &[64, 48], Dtype::FLOAT32).with_compressor(Compressor::Zstd { level: 1 })).unwrap();
         let n = 300 * 260;
         a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, ElementType::Float32, n), &shape, ElementType::Float32)).unwrap();
         let want = bytes_of(&a.read_all(&HOST).unwrap());
@@ -528,7 +528,7 @@ gpu_test! {
             for (element, bo) in [(ElementType::Float32, Endianness::Little), (ElementType::Int16, Endianness::Big), (ElementType::Float64, Endianness::Little)] {
                 for sharded in [false, true] {
                     k += 1;
-                    let dtype = DataType::new(element, bo);
+                    let dtype = Dtype::new(element, bo);
                     let shape = [150u64, 130];
                     // A fill value whose bytes differ when swapped: a big-endian array's
                     // missing chunks must come out in native order on the device.
@@ -549,13 +549,13 @@ gpu_test! {
                     a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, element, n as usize), &shape, element)).unwrap();
                     // One chunk (shard) missing: fill value on the device.
                     let missing = a.chunk_ranges(&[1, 1]).unwrap();
-                    let filled = NDBuffer::create(&HOST, &missing.iter().map(|r| (r.end - r.start) as usize).collect::<Vec<_>>(), DataType::native(element), Order::C, Some(fill)).unwrap();
+                    let filled = NDBuffer::create(&HOST, &missing.iter().map(|r| (r.end - r.start) as usize).collect::<Vec<_>>(), Dtype::native(element), Order::C, Some(fill)).unwrap();
                     a.write_chunk(&[1, 1], &filled).unwrap();
                     assert!(!a.chunk_is_stored(&[1, 1]).unwrap(), "chunk [1, 1] equals the fill value: not stored");
                     let what = format!("{comp:?} {dtype} sharded={sharded}");
                     for (decoder, threads, gpu_workers) in [(Decoder::Gpu, 2, None), (Decoder::Both, 6, Some(2)), (Decoder::Auto, 4, None)] {
                         let mut a = ZarrArray::open(&path).unwrap();
-                        a.set_read_options(ReadOptions { decoder, threads: Some(threads), gpu_workers, slot_bytes: 16 << 10 }).unwrap();
+                        a.set_read_options(ReadOptions { decoder, threads: Some(threads), gpu_workers, slot_bytes: 16 << 10, ..ReadOptions::default() }).unwrap();
                         check_reads(&a, &mut rng, &format!("{what} {decoder:?}"));
                         let (_, r) = a.read_all_with_report(&DEV).unwrap();
                         if decoder == Decoder::Auto {
@@ -574,7 +574,7 @@ gpu_test! {
         // zlib without crc32c: never on the GPU (a truncated stream could fault the
         // device); an explicit Gpu is an error saying why, Auto says so too.
         let path = dir.0.join("zlib-no-crc");
-        let a = ZarrArray::create(&path, &ArraySpec::new(&[64, 64], &[16, 16], DataType::FLOAT32).with_compressor(Compressor::Zlib { level: 1 })).unwrap();
+        let a = ZarrArray::create(&path, &ArraySpec::new(&[64, 64], &[16, 16], Dtype::FLOAT32).with_compressor(Compressor::Zlib { level: 1 })).unwrap();
         a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, ElementType::Float32, 4096), &[64, 64], ElementType::Float32)).unwrap();
         let (_, r) = a.read_all_with_report(&DEV).unwrap();
         assert!(r.gpu_chunks == 0 && r.gpu_note.contains("zlib chunks without crc32c"), "{r}");
@@ -585,7 +585,7 @@ gpu_test! {
         // blosc (LZ4 inside) without crc32c: Auto leaves it to the CPU and says why, Gpu
         // decodes it (zarrs_blosc.rs tests it in depth).
         let path = dir.0.join("blosc");
-        let a = ZarrArray::create(&path, &ArraySpec::new(&[64, 64], &[16, 16], DataType::FLOAT32).with_compressor(Compressor::Blosc { level: 5 })).unwrap();
+        let a = ZarrArray::create(&path, &ArraySpec::new(&[64, 64], &[16, 16], Dtype::FLOAT32).with_compressor(Compressor::Blosc { level: 5 })).unwrap();
         a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, ElementType::Float32, 4096), &[64, 64], ElementType::Float32)).unwrap();
         let (_, r) = a.read_all_with_report(&DEV).unwrap();
         assert!(r.gpu_chunks == 0 && r.gpu_note.contains("crc32c"), "{r}");
@@ -609,7 +609,7 @@ gpu_test_exclusive! {
         for comp in [Compressor::Zstd { level: 1 }, Compressor::Gzip { level: 1 }, Compressor::Zlib { level: 1 }, Compressor::Lz4] {
             let path = dir.0.join(format!("{comp:?}").replace([' ', '{', '}', ':'], ""));
             let zlib = matches!(comp, Compressor::Zlib { .. });
-            let spec = ArraySpec::new(&[128, 96], &[32, 32], DataType::INT32).with_compressor(comp);
+            let spec = ArraySpec::new(&[128, 96], &[32, 32], Dtype::INT32).with_compressor(comp);
             // zlib goes to nvCOMP only with crc32c.
             let spec = if zlib { spec.with_crc32c() } else { spec };
             let a = ZarrArray::create(&path, &spec).unwrap();
@@ -693,7 +693,7 @@ gpu_test_exclusive! {
         let dir = TempDir::new("gpu-flights");
         let ctx = Context::new(0).unwrap();
         let shape = [200u64, 180];
-        let spec = ArraySpec::new(&shape, &[16, 20], DataType::new(ElementType::Int32, Endianness::Big))
+        let spec = ArraySpec::new(&shape, &[16, 20], Dtype::new(ElementType::Int32, Endianness::Big))
             .with_compressor(Compressor::Zstd { level: 1 })
             .with_fill_value(Scalar::Int32(-123_456));
         let path = dir.0.join("a");
@@ -722,7 +722,7 @@ gpu_test_exclusive! {
             let what = format!("{decoder:?} {threads} threads");
             let mut a = ZarrArray::open(&path).unwrap();
             // Small staging slots: a GPU claim is two of them (24 chunks), five claims.
-            a.set_read_options(ReadOptions { decoder, threads: Some(threads), gpu_workers, slot_bytes: 16 << 10 }).unwrap();
+            a.set_read_options(ReadOptions { decoder, threads: Some(threads), gpu_workers, slot_bytes: 16 << 10, ..ReadOptions::default() }).unwrap();
             let (dev, r) = a.read_all_with_report(&DEV).unwrap();
             assert_same(&dev, &host, &what);
             drop(dev);

@@ -10,7 +10,7 @@
 use std::path::Path;
 
 use devbuf::zarr::{ArraySpec, Compressor, Decoder, ReadOptions, ZarrArray};
-use devbuf::zarr::{BufferPrototype, DataType, ElementType, Endianness};
+use devbuf::zarr::{BufferPrototype, Dtype, ElementType, Endianness};
 use rand::Rng;
 use rand::rngs::SmallRng;
 
@@ -179,7 +179,7 @@ gpu_test! {
         for (element, bo, shape, chunks, inner) in cases {
             for cname in ["lz4", "zstd"] {
                 k += 1;
-                let dtype = DataType::new(element, bo);
+                let dtype = Dtype::new(element, bo);
                 let mut spec = ArraySpec::new(&shape, &chunks, dtype).with_compressor(Compressor::Blosc { level: 5 });
                 if let Some(i) = inner {
                     spec = spec.with_subchunks(&i);
@@ -202,7 +202,7 @@ gpu_test! {
         // (Values that compress, so that no chunk is stored verbatim: a verbatim chunk
         // needs no decompressor and goes to the GPU whatever the metadata says.)
         let path = dir.0.join("mismatch");
-        let a = ZarrArray::create(&path, &ArraySpec::new(&[100, 100], &[50, 50], DataType::FLOAT32).with_compressor(Compressor::Blosc { level: 5 })).unwrap();
+        let a = ZarrArray::create(&path, &ArraySpec::new(&[100, 100], &[50, 50], Dtype::FLOAT32).with_compressor(Compressor::Blosc { level: 5 })).unwrap();
         let offset: f32 = rng.random_range(0.0..1000.0);
         let smooth: Vec<u8> = (0..10_000).flat_map(|i| (offset + (i % 97) as f32).to_le_bytes()).collect();
         a.write_subset(&[0, 0], &host_nd(smooth, &[100, 100], ElementType::Float32)).unwrap();

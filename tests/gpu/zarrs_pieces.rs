@@ -8,7 +8,7 @@
 
 use devbuf::cuda::Context;
 use devbuf::zarr::{ArraySpec, Compressor, Decoder, ReadOptions, ZarrArray};
-use devbuf::zarr::{BufferPrototype, DataType, NDBuffer};
+use devbuf::zarr::{BufferPrototype, Dtype, NDBuffer};
 use rand::Rng;
 use rand::rngs::SmallRng;
 
@@ -62,9 +62,9 @@ gpu_test! {
         .enumerate()
         {
             let spec = if sharded {
-                ArraySpec::new(&[1100, 700], &[1024, 1024], DataType::FLOAT32).with_subchunks(&[1024, 512])
+                ArraySpec::new(&[1100, 700], &[1024, 1024], Dtype::FLOAT32).with_subchunks(&[1024, 512])
             } else {
-                ArraySpec::new(&[1100, 700], &[1024, 640], DataType::FLOAT32)
+                ArraySpec::new(&[1100, 700], &[1024, 640], Dtype::FLOAT32)
             }
             .with_compressor(comp);
             let path = dir.0.join(format!("a{k}"));
@@ -73,7 +73,7 @@ gpu_test! {
             let grid = a.metadata().grid_shape.clone();
             let last: Vec<u64> = grid.iter().map(|&g| g - 1).collect();
             let r = a.chunk_ranges(&last).unwrap();
-            let zero = NDBuffer::create(&HOST, &r.iter().map(|r| (r.end - r.start) as usize).collect::<Vec<_>>(), DataType::FLOAT32, devbuf::zarr::Order::C, None).unwrap();
+            let zero = NDBuffer::create(&HOST, &r.iter().map(|r| (r.end - r.start) as usize).collect::<Vec<_>>(), Dtype::FLOAT32, devbuf::zarr::Order::C, None).unwrap();
             a.write_chunk(&last, &zero).unwrap();
             let mut a = ZarrArray::open(&path).unwrap();
             check_in_pieces(&mut a, 4096, &mut rng, &format!("{comp:?} sharded={sharded}"));
@@ -118,7 +118,7 @@ gpu_test_exclusive! {
         let ctx = Context::new(0).unwrap();
         for (name, comp) in [("none", Compressor::None), ("zstd", Compressor::Zstd { level: 1 }), ("gzip", Compressor::Gzip { level: 1 }), ("zlib", Compressor::Zlib { level: 1 })] {
             let path = dir.0.join(name);
-            let a = ZarrArray::create(&path, &ArraySpec::new(&[1024, 1024], &[1024, 512], DataType::FLOAT32).with_compressor(comp)).unwrap();
+            let a = ZarrArray::create(&path, &ArraySpec::new(&[1024, 1024], &[1024, 512], Dtype::FLOAT32).with_compressor(comp)).unwrap();
             a.write_subset(&[0, 0], &f32_nd(1024, 1024, &mut rng)).unwrap();
             let chunk = path.join("c").join("0").join("1");
             let original = std::fs::read(&chunk).unwrap();

@@ -178,7 +178,7 @@ pub fn fmt_axes<T: fmt::Display>(v: &[T]) -> String {
 }
 
 /// Axes [`fmt_axes`] lists before eliding.
-pub(crate) const MAX_LISTED_AXES: usize = 8;
+pub const MAX_LISTED_AXES: usize = 8;
 
 impl Error {
     /// Builds an [`Error::OutOfBounds`].

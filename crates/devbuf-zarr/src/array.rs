@@ -14,13 +14,13 @@ use ::zarrs::storage::{ReadableStorageTraits, ReadableWritableStorageTraits, Sto
 
 use super::guard;
 use super::metadata::ZarrMetadata;
-use super::read::{self, ReadOptions, ReadReport, Request, Source};
+use super::read::{self, ReadBox, ReadOptions, ReadReport, ZarrSource};
 use super::spec::ArraySpec;
 use super::storage::StoreAdapter;
 use devbuf_core::error::{Error, Result};
 use devbuf_core::zarr::index::{Resolved, resolve};
 use devbuf_core::zarr::{
-    AxisSel, BufferPrototype, DataType, Endianness, Memory, NDBuffer, Order, Scalar, Store,
+    AxisSel, BufferPrototype, Dtype, Endianness, Memory, NDBuffer, Order, Scalar, Store,
 };
 
 type Storage = dyn ReadableWritableStorageTraits;
@@ -50,10 +50,10 @@ type Storage = dyn ReadableWritableStorageTraits;
 ///
 /// ```
 /// use devbuf_zarr::ZarrArray;
-/// use devbuf_core::zarr::{BufferPrototype, DataType};
+/// use devbuf_core::zarr::{BufferPrototype, Dtype};
 /// let a = ZarrArray::open("tests/fixtures/zarr/v2_float32_F.zarr")?;
 /// assert_eq!(a.metadata().shape, vec![10, 7]);
-/// assert_eq!(a.dtype(), DataType::FLOAT32);
+/// assert_eq!(a.dtype(), Dtype::FLOAT32);
 /// // BufferPrototype::Device(0) on a machine with a GPU.
 /// let chunk = a.read_chunk(&[2, 2], &BufferPrototype::Host)?; // clipped at the edge
 /// assert_eq!(chunk.shape(), &[2, 1]);
@@ -158,9 +158,9 @@ impl ZarrArray {
     /// ```
     /// use std::sync::Arc;
     /// use devbuf_zarr::{ArraySpec, ZarrArray};
-    /// use devbuf_core::zarr::{BufferPrototype, DataType, MemoryStore, NDBuffer};
+    /// use devbuf_core::zarr::{BufferPrototype, Dtype, MemoryStore, NDBuffer};
     /// let store = Arc::new(MemoryStore::new());
-    /// let a = ZarrArray::create_in_store(store.clone(), "g/a", &ArraySpec::new(&[4], &[2], DataType::INT32))?;
+    /// let a = ZarrArray::create_in_store(store.clone(), "g/a", &ArraySpec::new(&[4], &[2], Dtype::INT32))?;
     /// a.write_subset(&[1], &NDBuffer::from_ndarray(ndarray::arr1(&[7i32, 8])))?;
     /// let b = ZarrArray::open_store(store, "g/a")?;
     /// let v = b.read_all(&BufferPrototype::Host)?.to_ndarray::<i32>()?;
@@ -211,9 +211,9 @@ impl ZarrArray {
     ///
     /// ```
     /// use devbuf_zarr::{ArraySpec, Compressor, ZarrArray};
-    /// use devbuf_core::zarr::{BufferPrototype, DataType, Scalar};
+    /// use devbuf_core::zarr::{BufferPrototype, Dtype, Scalar};
     /// let dir = std::env::temp_dir().join(format!("devbuf-doc-create-{}", std::process::id()));
-    /// let spec = ArraySpec::new(&[6, 4], &[3, 2], DataType::UINT16)
+    /// let spec = ArraySpec::new(&[6, 4], &[3, 2], Dtype::UINT16)
     ///     .with_fill_value(Scalar::from(9u16))
     ///     .with_compressor(Compressor::Gzip { level: 5 });
     /// let a = ZarrArray::create(&dir, &spec)?;
@@ -275,7 +275,7 @@ impl ZarrArray {
         let fill = spec
             .fill_value
             .unwrap_or(Scalar::UInt8(0))
-            .to_bytes_as(DataType::native(element));
+            .to_bytes_as(Dtype::native(element));
         let endian = (spec.dtype.size() > 1).then(|| match spec.dtype.byteorder() {
             Endianness::Little => ZEndianness::Little,
             Endianness::Big => ZEndianness::Big,
@@ -323,7 +323,7 @@ impl ZarrArray {
     }
 
     /// The data type of what reads return (the stored element type, native byte order).
-    pub fn dtype(&self) -> DataType {
+    pub fn dtype(&self) -> Dtype {
         self.meta.dtype()
     }
 
@@ -403,7 +403,7 @@ impl ZarrArray {
         for c in chunks {
             let (start, shape) = self.chunk_box(c.as_ref())?;
             let len = checked_bytes(&shape, elem)?;
-            requests.push(Request {
+            requests.push(ReadBox {
                 start,
                 shape,
                 offset,
@@ -457,7 +457,7 @@ impl ZarrArray {
     ) -> Result<(NDBuffer, ReadReport)> {
         let (start, shape) = self.check_ranges(ranges)?;
         let total = checked_bytes(&shape, self.elem())?;
-        let request = Request {
+        let request = ReadBox {
             start,
             shape: shape.clone(),
             offset: 0,
@@ -511,7 +511,7 @@ impl ZarrArray {
     /// Runs the read engine over `requests` into `prototype`'s memory.
     fn run_read(
         &self,
-        requests: &[Request],
+        requests: &[ReadBox],
         total: usize,
         prototype: &BufferPrototype,
     ) -> Result<(Memory, ReadReport)> {
@@ -527,7 +527,7 @@ impl ZarrArray {
     /// Runs the read engine over `requests` into `dest`.
     pub(super) fn run_read_to(
         &self,
-        requests: &[Request],
+        requests: &[ReadBox],
         total: usize,
         dest: read::Dest<'_>,
     ) -> Result<(Option<Memory>, ReadReport)> {
@@ -535,9 +535,9 @@ impl ZarrArray {
     }
 
     /// The read engine's view of this array.
-    pub(crate) fn source(&self) -> Result<Source<'_>> {
+    pub(crate) fn source(&self) -> Result<ZarrSource<'_>> {
         let fill = self.meta.fill_value.to_bytes_as(self.dtype());
-        Source::new(
+        ZarrSource::new(
             &self.array,
             &self.location,
             &self.meta.chunk_shape,

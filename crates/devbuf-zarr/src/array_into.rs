@@ -7,7 +7,7 @@
 use std::ops::Range;
 
 use super::ZarrArray;
-use super::read::{self, ReadReport, Request};
+use super::read::{self, ReadBox, ReadReport};
 use devbuf_core::cuda::DeviceBuffer;
 use devbuf_core::error::Result;
 
@@ -104,7 +104,7 @@ impl ZarrArray {
     ) -> Result<ReadReport> {
         let (start, shape) = self.check_ranges(ranges)?;
         let total = super::array::checked_bytes(&shape, self.elem())?;
-        let request = Request {
+        let request = ReadBox {
             start,
             shape,
             offset: 0,

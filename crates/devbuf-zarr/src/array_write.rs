@@ -10,10 +10,10 @@ use rayon::prelude::*;
 
 use super::ZarrArray;
 use super::encode::{self, Encoder, WriteEncoding, WriteOptions};
-use super::read::Request;
+use super::read::ReadBox;
 use devbuf_core::cuda::DeviceBuffer;
 use devbuf_core::error::{Error, Result};
-use devbuf_core::zarr::{DataType, Memory, NDBuffer};
+use devbuf_core::zarr::{Dtype, Memory, NDBuffer};
 
 impl ZarrArray {
     // ------------------------------------------------------------------ writing
@@ -34,11 +34,11 @@ impl ZarrArray {
     ///
     /// ```
     /// use devbuf_zarr::{ArraySpec, ZarrArray};
-    /// use devbuf_core::zarr::{BufferPrototype, DataType, MemoryStore, Order, Scalar};
+    /// use devbuf_core::zarr::{BufferPrototype, Dtype, MemoryStore, Order, Scalar};
     /// let a = ZarrArray::create_in_store(std::sync::Arc::new(MemoryStore::new()), "",
-    ///     &ArraySpec::new(&[5], &[2], DataType::INT8))?;
-    /// let one = BufferPrototype::Host.nd_create(&[2], DataType::INT8, Order::C, Some(Scalar::from(1i8)))?;
-    /// let edge = BufferPrototype::Host.nd_create(&[1], DataType::INT8, Order::C, Some(Scalar::from(2i8)))?;
+    ///     &ArraySpec::new(&[5], &[2], Dtype::INT8))?;
+    /// let one = BufferPrototype::Host.nd_create(&[2], Dtype::INT8, Order::C, Some(Scalar::from(1i8)))?;
+    /// let edge = BufferPrototype::Host.nd_create(&[1], Dtype::INT8, Order::C, Some(Scalar::from(2i8)))?;
     /// a.write_chunks(&[[0u64], [2]], &[one, edge])?;
     /// let v = a.read_all(&BufferPrototype::Host)?.to_ndarray::<i8>()?;
     /// assert_eq!(v.as_slice().unwrap(), &[1, 1, 0, 0, 2]);
@@ -78,7 +78,7 @@ impl ZarrArray {
         let mut requests = Vec::with_capacity(device.len());
         let mut bufs = Vec::with_capacity(device.len());
         for (start, shape, v) in device {
-            requests.push(Request {
+            requests.push(ReadBox {
                 start,
                 shape,
                 offset: 0,
@@ -95,9 +95,9 @@ impl ZarrArray {
     ///
     /// ```
     /// use devbuf_zarr::{ArraySpec, ZarrArray};
-    /// use devbuf_core::zarr::{BufferPrototype, DataType, MemoryStore, NDBuffer};
+    /// use devbuf_core::zarr::{BufferPrototype, Dtype, MemoryStore, NDBuffer};
     /// let a = ZarrArray::create_in_store(std::sync::Arc::new(MemoryStore::new()), "",
-    ///     &ArraySpec::new(&[4, 4], &[2, 2], DataType::FLOAT32))?;
+    ///     &ArraySpec::new(&[4, 4], &[2, 2], Dtype::FLOAT32))?;
     /// a.write_subset(&[1, 1], &NDBuffer::from_ndarray(ndarray::arr2(&[[1.0f32, 2.0], [3.0, 4.0]])))?;
     /// let v = a.read_subset(&[1..3, 1..3], &BufferPrototype::Host)?.to_ndarray::<f32>()?;
     /// assert_eq!(v.as_slice().unwrap(), &[1.0, 2.0, 3.0, 4.0]);
@@ -126,7 +126,7 @@ impl ZarrArray {
         if !v.is_device() {
             return self.encode_host(&start, &shape, &v);
         }
-        let request = Request {
+        let request = ReadBox {
             start,
             shape,
             offset: 0,
@@ -174,7 +174,7 @@ impl ZarrArray {
 
     /// Writes device values (C-order native) into the boxes of `requests` through the
     /// device write engine (`write.rs`).
-    fn write_device(&self, requests: &[Request], values: &[DeviceBuffer]) -> Result<()> {
+    fn write_device(&self, requests: &[ReadBox], values: &[DeviceBuffer]) -> Result<()> {
         let Some(ctx) = values.first().map(|v| v.context().clone()) else {
             return Ok(());
         };
@@ -186,7 +186,7 @@ impl ZarrArray {
             )));
         }
         let fill = self.meta.fill_value.to_bytes_as(self.dtype());
-        let target = super::write::Target {
+        let target = super::write::DeviceWriteTarget {
             array: &self.array,
             location: &self.location,
             shape: &self.meta.shape,
@@ -251,7 +251,7 @@ impl ZarrArray {
                 self.location
             )));
         }
-        let native = DataType::native(element);
+        let native = Dtype::native(element);
         let v = if value.dtype() != native {
             value.astype(native)?
         } else {

@@ -7,7 +7,7 @@ use zarrs::metadata::v3::MetadataV3;
 use super::validate;
 use devbuf_core::error::{Error, Result};
 use devbuf_core::memory::host_ops;
-use devbuf_core::zarr::{DataType, ElementType, Endianness, Order, Scalar};
+use devbuf_core::zarr::{Dtype, ElementType, Endianness, Order, Scalar};
 
 /// The metadata of a zarr array opened with [`ZarrArray`](super::ZarrArray), mapped to
 /// devbuf's types.
@@ -18,15 +18,15 @@ use devbuf_core::zarr::{DataType, ElementType, Endianness, Order, Scalar};
 ///
 /// ```
 /// use devbuf_zarr::ZarrArray;
-/// use devbuf_core::zarr::{DataType, ElementType, Endianness, Order, Scalar};
+/// use devbuf_core::zarr::{Dtype, ElementType, Endianness, Order, Scalar};
 /// let a = ZarrArray::open("tests/fixtures/zarr/v2_float64_bigendian.zarr")?;
 /// let m = a.metadata();
 /// assert_eq!(m.zarr_format, 2);
 /// assert_eq!(m.shape, vec![10, 7]);
 /// assert_eq!(m.chunk_shape, vec![4, 3]);
 /// assert_eq!(m.grid_shape, vec![3, 3]);
-/// assert_eq!(m.stored_dtype, DataType::big(ElementType::Float64)); // stored big-endian
-/// assert_eq!(m.dtype(), DataType::FLOAT64);                         // read as native values
+/// assert_eq!(m.stored_dtype, Dtype::big(ElementType::Float64)); // stored big-endian
+/// assert_eq!(m.dtype(), Dtype::FLOAT64);                         // read as native values
 /// assert_eq!(m.fill_value, Scalar::Float64(0.0));
 /// assert_eq!(m.order, Order::C);
 /// # Ok::<(), devbuf_core::Error>(())
@@ -48,7 +48,7 @@ pub struct ZarrMetadata {
     pub subchunk_shape: Option<Vec<u64>>,
     /// The element type and the byte order chunks are stored in (zarr v2's `dtype`, or
     /// the `endian` of zarr v3's `bytes` codec; single-byte types report native order).
-    pub stored_dtype: DataType,
+    pub stored_dtype: Dtype,
     /// The fill value: what missing chunks read as.
     pub fill_value: Scalar,
     /// Order of the elements within a stored chunk: zarr v2's `order`; for zarr v3,
@@ -62,8 +62,8 @@ pub struct ZarrMetadata {
 impl ZarrMetadata {
     /// The data type of arrays read from this array: the stored element type in native
     /// byte order (what numpy and zarr-python return).
-    pub fn dtype(&self) -> DataType {
-        DataType::native(self.stored_dtype.element())
+    pub fn dtype(&self) -> Dtype {
+        Dtype::native(self.stored_dtype.element())
     }
 
     /// Number of dimensions.
@@ -135,7 +135,7 @@ impl ZarrMetadata {
             )));
         }
         let endianness = stored_endianness(&v3.codecs).unwrap_or(Endianness::Little);
-        let stored_dtype = DataType::new(element, endianness);
+        let stored_dtype = Dtype::new(element, endianness);
 
         let mut ne = array.fill_value().as_ne_bytes().to_vec();
         if cfg!(target_endian = "big") {

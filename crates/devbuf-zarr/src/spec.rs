@@ -11,7 +11,7 @@ use ::zarrs::array::codec::{
 };
 
 use devbuf_core::error::{Error, Result};
-use devbuf_core::zarr::{DataType, Scalar};
+use devbuf_core::zarr::{Dtype, Scalar};
 
 /// A compressor for [`ArraySpec`] (a zarr v3 bytes-to-bytes codec).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -52,8 +52,8 @@ pub enum Compressor {
 ///
 /// ```
 /// use devbuf_zarr::{ArraySpec, Compressor};
-/// use devbuf_core::zarr::{DataType, Scalar};
-/// let spec = ArraySpec::new(&[100, 100], &[10, 10], DataType::FLOAT32)
+/// use devbuf_core::zarr::{Dtype, Scalar};
+/// let spec = ArraySpec::new(&[100, 100], &[10, 10], Dtype::FLOAT32)
 ///     .with_fill_value(Scalar::from(f32::NAN))
 ///     .with_compressor(Compressor::Zstd { level: 3 });
 /// assert_eq!(spec.shape(), &[100, 100]);
@@ -62,7 +62,7 @@ pub enum Compressor {
 pub struct ArraySpec {
     pub(super) shape: Vec<u64>,
     pub(super) chunk_shape: Vec<u64>,
-    pub(super) dtype: DataType,
+    pub(super) dtype: Dtype,
     pub(super) fill_value: Option<Scalar>,
     pub(super) compressor: Compressor,
     pub(super) subchunk_shape: Option<Vec<u64>>,
@@ -72,7 +72,7 @@ pub struct ArraySpec {
 impl ArraySpec {
     /// An array of `shape` in chunks of `chunk_shape`, of `dtype` (big-endian data
     /// types are stored big-endian), fill value zero, uncompressed, not sharded.
-    pub fn new(shape: &[u64], chunk_shape: &[u64], dtype: DataType) -> ArraySpec {
+    pub fn new(shape: &[u64], chunk_shape: &[u64], dtype: Dtype) -> ArraySpec {
         ArraySpec {
             shape: shape.to_vec(),
             chunk_shape: chunk_shape.to_vec(),

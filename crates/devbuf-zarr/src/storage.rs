@@ -10,7 +10,7 @@ use zarrs::storage::{
     WritableStorageTraits,
 };
 
-use devbuf_core::zarr::{Buffer, BufferPrototype, ByteRequest, Store};
+use devbuf_core::zarr::{BufferPrototype, ByteBuffer, ByteRequest, Store};
 
 /// A devbuf [`Store`] ([`MemoryStore`](devbuf_core::zarr::MemoryStore),
 /// [`DeviceMemoryStore`](devbuf_core::zarr::DeviceMemoryStore) or your own) seen through
@@ -26,10 +26,10 @@ use devbuf_core::zarr::{Buffer, BufferPrototype, ByteRequest, Store};
 /// ```
 /// use std::sync::Arc;
 /// use devbuf_zarr::StoreAdapter;
-/// use devbuf_core::zarr::{Buffer, MemoryStore, Store};
+/// use devbuf_core::zarr::{ByteBuffer, MemoryStore, Store};
 /// use zarrs::storage::{ReadableStorageTraits, StoreKey};
 /// let store = Arc::new(MemoryStore::new());
-/// store.set("a/zarr.json", &Buffer::from_bytes(&b"{}"[..]))?;
+/// store.set("a/zarr.json", &ByteBuffer::from_bytes(&b"{}"[..]))?;
 /// let adapter = StoreAdapter::new(store);
 /// let key = StoreKey::new("a/zarr.json").unwrap();
 /// assert_eq!(adapter.get(&key).unwrap().unwrap().as_ref(), b"{}");
@@ -141,7 +141,7 @@ impl ReadableStorageTraits for StoreAdapter {
 impl WritableStorageTraits for StoreAdapter {
     fn set(&self, key: &StoreKey, value: Bytes) -> Result<(), StorageError> {
         self.store
-            .set(key.as_str(), &Buffer::from_bytes(value))
+            .set(key.as_str(), &ByteBuffer::from_bytes(value))
             .map_err(storage_err)
     }
 

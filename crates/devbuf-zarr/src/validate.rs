@@ -19,7 +19,7 @@ use serde_json::Value;
 use zarrs::storage::{ReadableStorageTraits, StoreKey};
 
 use devbuf_core::error::{Error, Result, fmt_axes};
-use devbuf_core::zarr::{DataType, ElementType};
+use devbuf_core::zarr::{Dtype, ElementType};
 
 /// The most axes an array may have (numpy's limit, `NPY_MAXDIMS`, is 64 too).
 pub const MAX_RANK: usize = 64;
@@ -264,7 +264,7 @@ fn check_v2(doc: &Value, d: &Doc) -> Result<()> {
         ));
     }
     let size = match obj.get("dtype") {
-        Some(Value::String(s)) => DataType::parse(s)
+        Some(Value::String(s)) => Dtype::parse(s)
             .map_err(|_| {
                 d.unsupported(
                     "dtype",

@@ -6,7 +6,7 @@ use serde_json::json;
 
 use super::*;
 use crate::StoreAdapter;
-use devbuf_core::zarr::{Buffer, MemoryStore, Store};
+use devbuf_core::zarr::{ByteBuffer, MemoryStore, Store};
 
 fn v3(shape: Value, chunk: Value, dt: &str) -> Value {
     json!({
@@ -226,14 +226,14 @@ fn preflight_reads_through_the_storage() {
     // No metadata: left to zarrs (which says so).
     preflight(&adapter, "/", "m").unwrap();
     store
-        .set("a/zarr.json", &Buffer::from_bytes(&b"{not json"[..]))
+        .set("a/zarr.json", &ByteBuffer::from_bytes(&b"{not json"[..]))
         .unwrap();
     let e = preflight(&adapter, "/a", "m").unwrap_err();
     assert!(matches!(e, Error::Malformed(_)), "{e}");
     assert!(e.to_string().contains("zarr.json is not valid JSON"), "{e}");
     let doc = v3(json!([4]), json!([2]), "string").to_string();
     store
-        .set("a/zarr.json", &Buffer::from_bytes(doc.into_bytes()))
+        .set("a/zarr.json", &ByteBuffer::from_bytes(doc.into_bytes()))
         .unwrap();
     let e = preflight(&adapter, "/a", "m").unwrap_err();
     assert!(e.to_string().contains("unsupported data type"), "{e}");
@@ -242,7 +242,7 @@ fn preflight_reads_through_the_storage() {
     store
         .set(
             "b/.zarray",
-            &Buffer::from_bytes(doc.to_string().into_bytes()),
+            &ByteBuffer::from_bytes(doc.to_string().into_bytes()),
         )
         .unwrap();
     let e = preflight(&adapter, "/b", "m").unwrap_err();

@@ -25,7 +25,7 @@ use zarrs::storage::ReadableWritableStorageTraits;
 
 use super::encode::{self, GpuEncode};
 use super::guard;
-use super::read::plan::{self as rplan, Request, Unit, c_strides};
+use super::read::plan::{self as rplan, ReadBox, Unit, c_strides};
 use devbuf_core::cuda::kernels::ops::{fill, strided_copy};
 use devbuf_core::cuda::nvcomp::{CompressBatch, GpuCodec};
 use devbuf_core::cuda::{Context, DeviceBuffer, Stream, UploadLane, as_lease_holder};
@@ -34,7 +34,7 @@ use devbuf_core::error::{Error, Result};
 type Storage = dyn ReadableWritableStorageTraits;
 
 /// What a device write needs of the array.
-pub(crate) struct Target<'a> {
+pub(crate) struct DeviceWriteTarget<'a> {
     pub array: &'a Array<Storage>,
     pub location: &'a str,
     pub shape: &'a [u64],
@@ -49,8 +49,8 @@ pub(crate) struct Target<'a> {
 /// Writes `values[i]` (C-order native bytes on one context) into the box of
 /// `requests[i]` (its `offset` is the value's start within `values[i]`).
 pub(crate) fn write_device(
-    t: &Target<'_>,
-    requests: &[Request],
+    t: &DeviceWriteTarget<'_>,
+    requests: &[ReadBox],
     values: &[DeviceBuffer],
     ctx: &Context,
     threads: usize,
@@ -106,7 +106,7 @@ pub(crate) fn write_device(
 
 /// One device write's shared state.
 struct Work<'a, 't> {
-    t: &'a Target<'t>,
+    t: &'a DeviceWriteTarget<'t>,
     values: &'a [DeviceBuffer],
     ctx: &'a Context,
     threads: usize,
@@ -401,7 +401,7 @@ fn pool(
 }
 
 /// Whether unit `u`'s placements cover its whole chunk as clipped to the array.
-fn covers_chunk(t: &Target<'_>, u: &Unit) -> bool {
+fn covers_chunk(t: &DeviceWriteTarget<'_>, u: &Unit) -> bool {
     let [p] = u.placements.as_slice() else {
         return false;
     };
@@ -416,7 +416,7 @@ fn covers_chunk(t: &Target<'_>, u: &Unit) -> bool {
 /// whole chunk, C order; a clipped chunk's outside is the fill value).
 #[allow(clippy::too_many_arguments)]
 fn gather(
-    t: &Target<'_>,
+    t: &DeviceWriteTarget<'_>,
     u: &Unit,
     values: &[DeviceBuffer],
     strides: &[isize],
@@ -461,7 +461,7 @@ fn gather(
 /// Encodes and stores the chunks of one downloaded batch (`bytes`: chunk `j` at
 /// `j * stride`, C order).
 fn store(
-    t: &Target<'_>,
+    t: &DeviceWriteTarget<'_>,
     units: &[Unit],
     bytes: &mut [u8],
     stride: usize,

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use devbuf::arrow::{ChunkBatch, ChunkGrid};
 use devbuf::cuda::ipc::testing::open_mapping_count;
 use devbuf::cuda::{self, Context, DeviceBuffer, IpcMemHandle};
-use devbuf::zarr::{BufferPrototype, DataType, NDBuffer};
+use devbuf::zarr::{BufferPrototype, Dtype, NDBuffer};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -226,7 +226,7 @@ fn peer(s: &Shared, r: &mut SmallRng) -> Check {
 fn chunk_batch(_: &Shared, r: &mut SmallRng) -> Check {
     let shape = [5 + below(r, 40), 5 + below(r, 40)];
     let chunk = [2 + below(r, 8), 2 + below(r, 8)];
-    let grid = ChunkGrid::new(&shape, &chunk, DataType::FLOAT32).map_err(fail("grid"))?;
+    let grid = ChunkGrid::new(&shape, &chunk, Dtype::FLOAT32).map_err(fail("grid"))?;
     let g = grid.grid_shape();
     let mut chunks = Vec::new();
     for _ in 0..1 + below(r, 12) {

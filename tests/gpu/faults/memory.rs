@@ -218,16 +218,16 @@ gpu_test_exclusive! {
     /// afterwards (the primary context's counters), and a read that fits still works.
     fn faults_a_zarr_read_larger_than_the_device_is_out_of_memory() {
         use devbuf::zarr::{ArraySpec, ZarrArray};
-        use devbuf::zarr::{BufferPrototype, DataType, MemoryStore, NDBuffer, Order};
+        use devbuf::zarr::{BufferPrototype, Dtype, MemoryStore, NDBuffer, Order};
         use std::sync::Arc;
         let c = Context::new(0).unwrap();
         let base = held(&c);
         let chunk = 1usize << 22; // float32 elements: 16 MiB chunks
         let n = (2 * c.total_memory() / 4).div_ceil(chunk) * chunk;
-        let spec = ArraySpec::new(&[n as u64], &[chunk as u64], DataType::FLOAT32);
+        let spec = ArraySpec::new(&[n as u64], &[chunk as u64], Dtype::FLOAT32);
         let a = ZarrArray::create_in_store(Arc::new(MemoryStore::new()), "big", &spec).unwrap();
         let bytes = fast_random(4 * chunk, 65);
-        a.write_chunk(&[1], &NDBuffer::from_memory(bytes.clone(), &[chunk], DataType::FLOAT32, Order::C).unwrap())
+        a.write_chunk(&[1], &NDBuffer::from_memory(bytes.clone(), &[chunk], Dtype::FLOAT32, Order::C).unwrap())
             .unwrap();
         let dev = BufferPrototype::Device(0);
         let e = a.read_all(&dev).map(|nd| nd.nbytes()).unwrap_err();

@@ -162,9 +162,7 @@ gpu_test! {
 #[cfg(feature = "zarr")]
 mod zarr_at_the_bound {
     use devbuf::zarr::{ArraySpec, ReadOptions, ZarrArray};
-    use devbuf::zarr::{
-        BufferPrototype, DataType, DeviceMemoryStore, MemoryStore, NDBuffer, Order,
-    };
+    use devbuf::zarr::{BufferPrototype, DeviceMemoryStore, Dtype, MemoryStore, NDBuffer, Order};
 
     use super::*;
     use crate::faults::RestoreConfig;
@@ -175,10 +173,10 @@ mod zarr_at_the_bound {
     /// memory store, read with staging slots of one chunk each; and its bytes.
     fn one_chunk_slots(chunks: usize, chunk_elems: usize, seed: u64) -> (Arc<ZarrArray>, Vec<u8>) {
         let n = chunks * chunk_elems;
-        let spec = ArraySpec::new(&[n as u64], &[chunk_elems as u64], DataType::FLOAT32);
+        let spec = ArraySpec::new(&[n as u64], &[chunk_elems as u64], Dtype::FLOAT32);
         let mut a = ZarrArray::create_in_store(Arc::new(MemoryStore::new()), "a", &spec).unwrap();
         let bytes = fast_random(4 * n, seed);
-        let nd = NDBuffer::from_memory(bytes.clone(), &[n], DataType::FLOAT32, Order::C).unwrap();
+        let nd = NDBuffer::from_memory(bytes.clone(), &[n], Dtype::FLOAT32, Order::C).unwrap();
         a.write_subset(&[0], &nd).unwrap();
         a.set_read_options(ReadOptions {
             slot_bytes: 1,
@@ -215,11 +213,11 @@ mod zarr_at_the_bound {
             // context may have left one above this test's bound.
             let high_before = c.transfer_stats().pinned_high_water_bytes;
             let store = Arc::new(DeviceMemoryStore::new(0).unwrap());
-            let spec = ArraySpec::new(&[4 * chunk_elems as u64], &[chunk_elems as u64], DataType::FLOAT32);
+            let spec = ArraySpec::new(&[4 * chunk_elems as u64], &[chunk_elems as u64], Dtype::FLOAT32);
             let mut a = ZarrArray::create_in_store(store.clone(), "w", &spec).unwrap();
             a.set_read_options(ReadOptions { threads: Some(4), ..ReadOptions::default() }).unwrap();
             let bytes = fast_random(16 * MIB, 77);
-            let values = NDBuffer::from_memory(bytes.clone(), &[4 * chunk_elems], DataType::FLOAT32, Order::C)
+            let values = NDBuffer::from_memory(bytes.clone(), &[4 * chunk_elems], Dtype::FLOAT32, Order::C)
                 .unwrap()
                 .to_prototype(&DEV)
                 .unwrap();
@@ -277,13 +275,13 @@ mod zarr_at_the_bound {
             c.trim_transfer_pool();
             let store = Arc::new(DeviceMemoryStore::new(0).unwrap());
             let n = 64 * chunk_elems;
-            let spec = ArraySpec::new(&[n as u64], &[chunk_elems as u64], DataType::FLOAT32)
+            let spec = ArraySpec::new(&[n as u64], &[chunk_elems as u64], Dtype::FLOAT32)
                 .with_compressor(Compressor::Zstd { level: 1 });
             let mut a = ZarrArray::create_in_store(store.clone(), "g", &spec).unwrap();
             a.set_read_options(ReadOptions { threads: Some(4), slot_bytes: MIB, ..ReadOptions::default() }).unwrap();
             a.set_write_options(WriteOptions { encoder: Encoder::Gpu });
             let bytes = fast_random(4 * n, 79);
-            let values = NDBuffer::from_memory(bytes.clone(), &[n], DataType::FLOAT32, Order::C)
+            let values = NDBuffer::from_memory(bytes.clone(), &[n], Dtype::FLOAT32, Order::C)
                 .unwrap()
                 .to_prototype(&DEV)
                 .unwrap();

@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 const ALIGN: usize = 64;
 
 /// Where each buffer goes.
-pub(crate) struct Plan<'a, B> {
+pub(crate) struct IpcBodyPlan<'a, B> {
     /// Continuation marker, metadata length, flatbuffer and padding.
     pub prefix: Vec<u8>,
     /// `(source buffer, body offset)`; the whole source buffer is copied.
@@ -31,7 +31,7 @@ pub(crate) struct Plan<'a, B> {
     pub body_len: usize,
 }
 
-impl<B> Plan<'_, B> {
+impl<B> IpcBodyPlan<'_, B> {
     /// Total length of the message.
     pub fn len(&self) -> usize {
         self.prefix.len() + self.body_len
@@ -112,7 +112,10 @@ fn walk<'a, B: ByteLen>(
 }
 
 /// Plans the message for a batch of `num_rows` rows with these columns.
-pub(crate) fn plan<B: ByteLen>(num_rows: usize, columns: &[Parts<B>]) -> Result<Plan<'_, B>> {
+pub(crate) fn plan<B: ByteLen>(
+    num_rows: usize,
+    columns: &[Parts<B>],
+) -> Result<IpcBodyPlan<'_, B>> {
     let mut nodes = Vec::new();
     let mut bufs = Vec::new();
     for c in columns {
@@ -158,7 +161,7 @@ pub(crate) fn plan<B: ByteLen>(num_rows: usize, columns: &[Parts<B>]) -> Result<
     prefix.extend_from_slice(&(meta_len as i32).to_le_bytes());
     prefix.extend_from_slice(meta);
     prefix.resize(8 + meta_len, 0);
-    Ok(Plan {
+    Ok(IpcBodyPlan {
         prefix,
         pieces,
         body_len,

@@ -152,12 +152,12 @@ impl Seek for DeviceBufferReader {
 }
 
 /// Where a [`Staged`] writer's bytes go.
-trait Target {
+trait StagedSink {
     fn len(&self) -> usize;
     fn write_at(&mut self, pos: usize, data: &[u8]) -> Result<()>;
 }
 
-impl Target for DeviceBuffer {
+impl StagedSink for DeviceBuffer {
     fn len(&self) -> usize {
         DeviceBuffer::len(self)
     }
@@ -168,17 +168,17 @@ impl Target for DeviceBuffer {
 
 /// The writer logic, generic over where bytes go and the staging memory (so that it is
 /// tested on the host too).
-struct Staged<T: Target, S: DerefMut<Target = [u8]>> {
+struct Staged<T: StagedSink, S: DerefMut<Target = [u8]>> {
     target: T,
     staging: S,
     /// Bytes held in `staging`.
     staged: usize,
-    /// Target position of `staging[0]` (when `staged > 0`, `start + staged == pos`).
+    /// Sink position of `staging[0]` (when `staged > 0`, `start + staged == pos`).
     start: usize,
     pos: usize,
 }
 
-impl<T: Target, S: DerefMut<Target = [u8]>> Staged<T, S> {
+impl<T: StagedSink, S: DerefMut<Target = [u8]>> Staged<T, S> {
     fn new(target: T, staging: S) -> Self {
         Staged {
             target,
@@ -370,7 +370,7 @@ mod tests {
         transfers: Vec<(usize, usize)>,
     }
 
-    impl Target for VecTarget {
+    impl StagedSink for VecTarget {
         fn len(&self) -> usize {
             self.data.len()
         }

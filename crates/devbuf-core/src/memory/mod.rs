@@ -4,7 +4,7 @@
 //! `zarr` + `arrow` (above), and imports only `cuda`, `element` and `error`:
 //!
 //! * [`Memory`]: host or device bytes, the one value behind zarr's
-//!   [`Buffer`](crate::zarr::Buffer) and [`NDBuffer`](crate::zarr::NDBuffer) and
+//!   [`ByteBuffer`](crate::zarr::ByteBuffer) and [`NDBuffer`](crate::zarr::NDBuffer) and
 //!   Arrow's chunk batches;
 //! * crate-private: its views for the primitives (`MemRef`, `MemMut`), where memory
 //!   lives (`Place`), the `prim` dispatch of the element-wise primitives to the host

@@ -1,4 +1,4 @@
-//! [`Buffer`]: a flat, contiguous block of bytes on the host or a device.
+//! [`ByteBuffer`]: a flat, contiguous block of bytes on the host or a device.
 
 use std::fmt;
 
@@ -10,17 +10,17 @@ use crate::cuda::{DeviceBuffer, HostBuffer};
 use crate::error::{Error, Result};
 use crate::memory::{Memory, Place};
 
-/// zarr's `Buffer`: untyped, contiguous bytes in host or device memory (sizes and
+/// zarr's `ByteBuffer`: untyped, contiguous bytes in host or device memory (sizes and
 /// indices are in bytes).
 ///
-/// A `Buffer` is a value: clones and slices share memory, and a write
+/// A `ByteBuffer` is a value: clones and slices share memory, and a write
 /// ([`set`](Self::set)) copies first when anyone else can see the memory
 /// (copy-on-write), so a write is never visible through another handle.
 ///
 /// ```
-/// use devbuf_core::zarr::{Buffer, Slice};
-/// let a = Buffer::from_bytes(&b"hello "[..]);
-/// let b = Buffer::from_bytes(&b"world"[..]);
+/// use devbuf_core::zarr::{ByteBuffer, Slice};
+/// let a = ByteBuffer::from_bytes(&b"hello "[..]);
+/// let b = ByteBuffer::from_bytes(&b"world"[..]);
 /// let ab = a.combine([&b])?;
 /// assert_eq!(ab.to_bytes()?, b"hello world");
 /// assert_eq!(ab.get(6..)?.to_bytes()?, b"world");
@@ -29,14 +29,14 @@ use crate::memory::{Memory, Place};
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
 #[derive(Clone)]
-pub struct Buffer {
+pub struct ByteBuffer {
     mem: Memory,
 }
 
-impl Buffer {
+impl ByteBuffer {
     /// `from_bytes`: host bytes, zero-copy.
-    pub fn from_bytes(bytes: impl Into<Bytes>) -> Buffer {
-        Buffer {
+    pub fn from_bytes(bytes: impl Into<Bytes>) -> ByteBuffer {
+        ByteBuffer {
             mem: Memory::Host(bytes.into()),
         }
     }
@@ -45,29 +45,29 @@ impl Buffer {
     /// `Bytes`, `Vec<u8>` or `arrow_buffer::Buffer`) without copying.
     ///
     /// ```
-    /// use devbuf_core::zarr::Buffer;
+    /// use devbuf_core::zarr::ByteBuffer;
     /// let arrow = arrow_buffer::Buffer::from_vec(vec![1u8, 2, 3]);
-    /// let b = Buffer::from_array_like(arrow.clone());
+    /// let b = ByteBuffer::from_array_like(arrow.clone());
     /// assert_eq!(b.as_array_like().address(), arrow.as_ptr() as u64); // zero-copy
     /// ```
-    pub fn from_array_like(memory: impl Into<Memory>) -> Buffer {
-        Buffer { mem: memory.into() }
+    pub fn from_array_like(memory: impl Into<Memory>) -> ByteBuffer {
+        ByteBuffer { mem: memory.into() }
     }
 
     /// `create_zero_length` on the host (see
     /// [`BufferPrototype::create_zero_length`] for other memories).
-    pub fn create_zero_length() -> Buffer {
-        Buffer::from_bytes(Bytes::new())
+    pub fn create_zero_length() -> ByteBuffer {
+        ByteBuffer::from_bytes(Bytes::new())
     }
 
     /// `from_buffer`: this buffer in `prototype`'s memory; zero-copy when it is already
     /// there, else one copy (host→device, device→host, device→device).
-    pub fn to_prototype(&self, prototype: &BufferPrototype) -> Result<Buffer> {
+    pub fn to_prototype(&self, prototype: &BufferPrototype) -> Result<ByteBuffer> {
         if prototype.holds(&self.mem) {
             return Ok(self.clone());
         }
         let place = prototype.place()?;
-        Ok(Buffer {
+        Ok(ByteBuffer {
             mem: place.bring(&self.mem, 0, self.len())?,
         })
     }
@@ -145,9 +145,9 @@ impl Buffer {
     /// like Python.
     ///
     /// [`Slice`]: super::Slice
-    pub fn get(&self, key: impl Into<AxisSel>) -> Result<Buffer> {
+    pub fn get(&self, key: impl Into<AxisSel>) -> Result<ByteBuffer> {
         let (start, len) = self.resolve_1d(key.into())?;
-        Ok(Buffer {
+        Ok(ByteBuffer {
             mem: self.mem.slice(start, len)?,
         })
     }
@@ -155,7 +155,7 @@ impl Buffer {
     /// `buffer[key] = value`: overwrites a contiguous slice with `value`'s bytes (of the
     /// same length, from host or device memory). Copies this buffer first when its
     /// memory is shared (copy-on-write).
-    pub fn set(&mut self, key: impl Into<AxisSel>, value: &Buffer) -> Result<()> {
+    pub fn set(&mut self, key: impl Into<AxisSel>, value: &ByteBuffer) -> Result<()> {
         let (start, len) = self.resolve_1d(key.into())?;
         if value.len() != len {
             return Err(Error::invalid(format!(
@@ -196,25 +196,28 @@ impl Buffer {
     /// `combine`: this buffer followed by `others`, in this buffer's memory, with one
     /// allocation and one copy of each part (parts in other memories are moved as they
     /// are copied).
-    pub fn combine<'a>(&self, others: impl IntoIterator<Item = &'a Buffer>) -> Result<Buffer> {
-        let mut parts: Vec<&Buffer> = vec![self];
+    pub fn combine<'a>(
+        &self,
+        others: impl IntoIterator<Item = &'a ByteBuffer>,
+    ) -> Result<ByteBuffer> {
+        let mut parts: Vec<&ByteBuffer> = vec![self];
         for o in others {
             parts.push(o);
         }
-        Buffer::concat_in(&self.mem.place(), &parts)
+        ByteBuffer::concat_in(&self.mem.place(), &parts)
     }
 
     /// Concatenates `buffers` into one new buffer of `prototype`'s memory (one
     /// allocation, one copy of each part).
     pub fn concat<'a>(
         prototype: &BufferPrototype,
-        buffers: impl IntoIterator<Item = &'a Buffer>,
-    ) -> Result<Buffer> {
-        let parts: Vec<&Buffer> = buffers.into_iter().collect();
-        Buffer::concat_in(&prototype.place()?, &parts)
+        buffers: impl IntoIterator<Item = &'a ByteBuffer>,
+    ) -> Result<ByteBuffer> {
+        let parts: Vec<&ByteBuffer> = buffers.into_iter().collect();
+        ByteBuffer::concat_in(&prototype.place()?, &parts)
     }
 
-    fn concat_in(place: &Place, parts: &[&Buffer]) -> Result<Buffer> {
+    fn concat_in(place: &Place, parts: &[&ByteBuffer]) -> Result<ByteBuffer> {
         let total = parts.iter().try_fold(0usize, |acc, b| {
             acc.checked_add(b.len())
                 .ok_or_else(|| Error::invalid("combined length overflows"))
@@ -237,7 +240,7 @@ impl Buffer {
                         }
                     }
                 }
-                Ok(Buffer::from_array_like(out))
+                Ok(ByteBuffer::from_array_like(out))
             }
             Place::Device(ctx) => {
                 let out = ctx.allocate(total)?;
@@ -249,14 +252,14 @@ impl Buffer {
                     }
                     at += b.len();
                 }
-                Ok(Buffer::from_array_like(out))
+                Ok(ByteBuffer::from_array_like(out))
             }
         }
     }
 
     /// Whether both buffers hold the same bytes, wherever they live (device buffers
     /// are compared on the device).
-    pub fn equals(&self, other: &Buffer) -> Result<bool> {
+    pub fn equals(&self, other: &ByteBuffer) -> Result<bool> {
         if self.len() != other.len() {
             return Ok(false);
         }
@@ -270,52 +273,54 @@ impl Buffer {
     }
 }
 
-impl PartialEq for Buffer {
-    /// [`equals`](Buffer::equals); a device error (which `==` cannot report) counts as
+impl PartialEq for ByteBuffer {
+    /// [`equals`](ByteBuffer::equals); a device error (which `==` cannot report) counts as
     /// unequal.
-    fn eq(&self, other: &Buffer) -> bool {
+    fn eq(&self, other: &ByteBuffer) -> bool {
         self.equals(other).unwrap_or(false)
     }
 }
 
-impl fmt::Debug for Buffer {
+impl fmt::Debug for ByteBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Buffer").field("memory", &self.mem).finish()
+        f.debug_struct("ByteBuffer")
+            .field("memory", &self.mem)
+            .finish()
     }
 }
 
-impl From<Bytes> for Buffer {
-    fn from(b: Bytes) -> Buffer {
-        Buffer::from_array_like(b)
+impl From<Bytes> for ByteBuffer {
+    fn from(b: Bytes) -> ByteBuffer {
+        ByteBuffer::from_array_like(b)
     }
 }
 
-impl From<Vec<u8>> for Buffer {
-    fn from(v: Vec<u8>) -> Buffer {
-        Buffer::from_array_like(v)
+impl From<Vec<u8>> for ByteBuffer {
+    fn from(v: Vec<u8>) -> ByteBuffer {
+        ByteBuffer::from_array_like(v)
     }
 }
 
-impl From<DeviceBuffer> for Buffer {
-    fn from(d: DeviceBuffer) -> Buffer {
-        Buffer::from_array_like(d)
+impl From<DeviceBuffer> for ByteBuffer {
+    fn from(d: DeviceBuffer) -> ByteBuffer {
+        ByteBuffer::from_array_like(d)
     }
 }
 
-impl From<HostBuffer> for Buffer {
-    fn from(h: HostBuffer) -> Buffer {
-        Buffer::from_array_like(h)
+impl From<HostBuffer> for ByteBuffer {
+    fn from(h: HostBuffer) -> ByteBuffer {
+        ByteBuffer::from_array_like(h)
     }
 }
 
-impl From<arrow_buffer::Buffer> for Buffer {
-    fn from(b: arrow_buffer::Buffer) -> Buffer {
-        Buffer::from_array_like(b)
+impl From<arrow_buffer::Buffer> for ByteBuffer {
+    fn from(b: arrow_buffer::Buffer) -> ByteBuffer {
+        ByteBuffer::from_array_like(b)
     }
 }
 
-impl From<Memory> for Buffer {
-    fn from(m: Memory) -> Buffer {
-        Buffer::from_array_like(m)
+impl From<Memory> for ByteBuffer {
+    fn from(m: Memory) -> ByteBuffer {
+        ByteBuffer::from_array_like(m)
     }
 }

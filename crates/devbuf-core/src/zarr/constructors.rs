@@ -1,12 +1,12 @@
 //! zarr-python's `prototype.buffer.*` and `prototype.nd_buffer.*` constructors, as
-//! methods of [`BufferPrototype`]. They make [`Buffer`]s and [`NDBuffer`]s, which take a
+//! methods of [`BufferPrototype`]. They make [`ByteBuffer`]s and [`NDBuffer`]s, which take a
 //! prototype themselves: keeping them apart from the prototype's own definition keeps
 //! the buffer types and the prototype from importing each other.
 
 use bytes::Bytes;
 
-use super::buffer::Buffer;
-use super::dtype::{DataType, Element, Scalar};
+use super::buffer::ByteBuffer;
+use super::dtype::{Dtype, Element, Scalar};
 use super::layout::Order;
 use super::ndbuffer::NDBuffer;
 use super::prototype::BufferPrototype;
@@ -15,26 +15,26 @@ use crate::error::Result;
 impl BufferPrototype {
     /// `prototype.buffer.from_bytes`: a buffer of these host bytes in this prototype's
     /// memory (zero-copy on the host, one copy to a device).
-    pub fn buffer_from_bytes(&self, bytes: impl Into<Bytes>) -> Result<Buffer> {
-        Buffer::from_bytes(bytes).to_prototype(self)
+    pub fn buffer_from_bytes(&self, bytes: impl Into<Bytes>) -> Result<ByteBuffer> {
+        ByteBuffer::from_bytes(bytes).to_prototype(self)
     }
 
     /// `prototype.buffer.from_buffer`: `buffer` in this prototype's memory, zero-copy
     /// when it is already there.
-    pub fn buffer_from_buffer(&self, buffer: &Buffer) -> Result<Buffer> {
+    pub fn buffer_from_buffer(&self, buffer: &ByteBuffer) -> Result<ByteBuffer> {
         buffer.to_prototype(self)
     }
 
     /// `prototype.buffer.create_zero_length`.
-    pub fn create_zero_length(&self) -> Result<Buffer> {
-        Ok(Buffer::from_array_like(self.place()?.alloc(0, false)?))
+    pub fn create_zero_length(&self) -> Result<ByteBuffer> {
+        Ok(ByteBuffer::from_array_like(self.place()?.alloc(0, false)?))
     }
 
     /// `prototype.nd_buffer.create`: see [`NDBuffer::create`].
     pub fn nd_create(
         &self,
         shape: &[usize],
-        dtype: DataType,
+        dtype: Dtype,
         order: Order,
         fill_value: Option<Scalar>,
     ) -> Result<NDBuffer> {
@@ -42,7 +42,7 @@ impl BufferPrototype {
     }
 
     /// `prototype.nd_buffer.empty`: see [`NDBuffer::empty`].
-    pub fn nd_empty(&self, shape: &[usize], dtype: DataType, order: Order) -> Result<NDBuffer> {
+    pub fn nd_empty(&self, shape: &[usize], dtype: Dtype, order: Order) -> Result<NDBuffer> {
         NDBuffer::empty(self, shape, dtype, order)
     }
 

@@ -121,80 +121,80 @@ impl fmt::Display for Endianness {
 /// A numpy dtype: an element type and the byte order its elements are stored in.
 ///
 /// Single-byte types have no byte order; they always report [`Endianness::NATIVE`]
-/// (numpy's `|`), so `DataType::big(ElementType::Int8) == DataType::native(ElementType::Int8)`.
+/// (numpy's `|`), so `Dtype::big(ElementType::Int8) == Dtype::native(ElementType::Int8)`.
 ///
 /// ```
-/// use devbuf_core::zarr::{DataType, ElementType, Endianness};
-/// let t: DataType = ">f4".parse()?;
+/// use devbuf_core::zarr::{Dtype, ElementType, Endianness};
+/// let t: Dtype = ">f4".parse()?;
 /// assert_eq!(t.element(), ElementType::Float32);
 /// assert_eq!(t.byteorder(), Endianness::Big);
 /// assert_eq!(t.to_string(), ">f4");
-/// assert_eq!(DataType::FLOAT64.to_string(), "float64");
-/// assert_eq!("int16".parse::<DataType>()?, DataType::INT16);
+/// assert_eq!(Dtype::FLOAT64.to_string(), "float64");
+/// assert_eq!("int16".parse::<Dtype>()?, Dtype::INT16);
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct DataType {
+pub struct Dtype {
     element: ElementType,
     endianness: Endianness,
 }
 
-impl DataType {
+impl Dtype {
     /// `bool`.
-    pub const BOOL: DataType = DataType::native(ElementType::Bool);
+    pub const BOOL: Dtype = Dtype::native(ElementType::Bool);
     /// native `int8`.
-    pub const INT8: DataType = DataType::native(ElementType::Int8);
+    pub const INT8: Dtype = Dtype::native(ElementType::Int8);
     /// native `int16`.
-    pub const INT16: DataType = DataType::native(ElementType::Int16);
+    pub const INT16: Dtype = Dtype::native(ElementType::Int16);
     /// native `int32`.
-    pub const INT32: DataType = DataType::native(ElementType::Int32);
+    pub const INT32: Dtype = Dtype::native(ElementType::Int32);
     /// native `int64`.
-    pub const INT64: DataType = DataType::native(ElementType::Int64);
+    pub const INT64: Dtype = Dtype::native(ElementType::Int64);
     /// native `uint8`.
-    pub const UINT8: DataType = DataType::native(ElementType::UInt8);
+    pub const UINT8: Dtype = Dtype::native(ElementType::UInt8);
     /// native `uint16`.
-    pub const UINT16: DataType = DataType::native(ElementType::UInt16);
+    pub const UINT16: Dtype = Dtype::native(ElementType::UInt16);
     /// native `uint32`.
-    pub const UINT32: DataType = DataType::native(ElementType::UInt32);
+    pub const UINT32: Dtype = Dtype::native(ElementType::UInt32);
     /// native `uint64`.
-    pub const UINT64: DataType = DataType::native(ElementType::UInt64);
+    pub const UINT64: Dtype = Dtype::native(ElementType::UInt64);
     /// native `float16`.
-    pub const FLOAT16: DataType = DataType::native(ElementType::Float16);
+    pub const FLOAT16: Dtype = Dtype::native(ElementType::Float16);
     /// native `float32`.
-    pub const FLOAT32: DataType = DataType::native(ElementType::Float32);
+    pub const FLOAT32: Dtype = Dtype::native(ElementType::Float32);
     /// native `float64`.
-    pub const FLOAT64: DataType = DataType::native(ElementType::Float64);
+    pub const FLOAT64: Dtype = Dtype::native(ElementType::Float64);
     /// native `complex64`.
-    pub const COMPLEX64: DataType = DataType::native(ElementType::Complex64);
+    pub const COMPLEX64: Dtype = Dtype::native(ElementType::Complex64);
     /// native `complex128`.
-    pub const COMPLEX128: DataType = DataType::native(ElementType::Complex128);
+    pub const COMPLEX128: Dtype = Dtype::native(ElementType::Complex128);
 
     /// `element` stored in byte order `endianness` (ignored for single-byte types).
-    pub const fn new(element: ElementType, endianness: Endianness) -> DataType {
+    pub const fn new(element: ElementType, endianness: Endianness) -> Dtype {
         let endianness = if element.size() == 1 {
             Endianness::NATIVE
         } else {
             endianness
         };
-        DataType {
+        Dtype {
             element,
             endianness,
         }
     }
 
     /// `element` in this machine's byte order.
-    pub const fn native(element: ElementType) -> DataType {
-        DataType::new(element, Endianness::NATIVE)
+    pub const fn native(element: ElementType) -> Dtype {
+        Dtype::new(element, Endianness::NATIVE)
     }
 
     /// `element`, little-endian.
-    pub const fn little(element: ElementType) -> DataType {
-        DataType::new(element, Endianness::Little)
+    pub const fn little(element: ElementType) -> Dtype {
+        Dtype::new(element, Endianness::Little)
     }
 
     /// `element`, big-endian.
-    pub const fn big(element: ElementType) -> DataType {
-        DataType::new(element, Endianness::Big)
+    pub const fn big(element: ElementType) -> Dtype {
+        Dtype::new(element, Endianness::Big)
     }
 
     /// The element type.
@@ -208,8 +208,8 @@ impl DataType {
     }
 
     /// The same element type in another byte order.
-    pub const fn with_byteorder(&self, endianness: Endianness) -> DataType {
-        DataType::new(self.element, endianness)
+    pub const fn with_byteorder(&self, endianness: Endianness) -> Dtype {
+        Dtype::new(self.element, endianness)
     }
 
     /// Size of one element in bytes (numpy's `itemsize`).
@@ -231,7 +231,7 @@ impl DataType {
     /// Parses numpy's spellings: names (`"float32"`, `"bool"`, `"uint8"`) and type
     /// strings with an optional byte order (`"<f4"`, `">i8"`, `"=u2"`, `"|b1"`, `"c16"`,
     /// `"?"`).
-    pub fn parse(s: &str) -> Result<DataType> {
+    pub fn parse(s: &str) -> Result<Dtype> {
         let bad = || {
             Error::invalid(format!(
                 "unknown dtype {s:?}: expected a numpy name (bool, int8..int64, uint8..uint64, \
@@ -240,7 +240,7 @@ impl DataType {
             ))
         };
         if let Some(t) = ElementType::ALL.iter().find(|t| t.name() == s) {
-            return Ok(DataType::native(*t));
+            return Ok(Dtype::native(*t));
         }
         let mut chars = s.chars();
         let first = chars.next().ok_or_else(bad)?;
@@ -251,7 +251,7 @@ impl DataType {
             _ => (Endianness::NATIVE, s),
         };
         if rest == "?" {
-            return Ok(DataType::BOOL);
+            return Ok(Dtype::BOOL);
         }
         let mut rc = rest.chars();
         let kind = rc.next().ok_or_else(bad)?;
@@ -262,24 +262,24 @@ impl DataType {
         }
         let size: usize = digits.parse().map_err(|_| bad())?;
         let element = ElementType::from_code(kind, size).ok_or_else(bad)?;
-        Ok(DataType::new(element, endianness))
+        Ok(Dtype::new(element, endianness))
     }
 }
 
-impl From<ElementType> for DataType {
-    fn from(element: ElementType) -> DataType {
-        DataType::native(element)
+impl From<ElementType> for Dtype {
+    fn from(element: ElementType) -> Dtype {
+        Dtype::native(element)
     }
 }
 
-impl FromStr for DataType {
+impl FromStr for Dtype {
     type Err = Error;
-    fn from_str(s: &str) -> Result<DataType> {
-        DataType::parse(s)
+    fn from_str(s: &str) -> Result<Dtype> {
+        Dtype::parse(s)
     }
 }
 
-impl fmt::Display for DataType {
+impl fmt::Display for Dtype {
     /// numpy's `str(dtype)`: the name for native byte order, else the type string.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.is_native() {
@@ -397,7 +397,7 @@ impl Scalar {
 
     /// The value stored as `dtype` (converted with [`cast`](Self::cast), then in
     /// `dtype`'s byte order).
-    pub fn to_bytes_as(&self, dtype: DataType) -> Vec<u8> {
+    pub fn to_bytes_as(&self, dtype: Dtype) -> Vec<u8> {
         let mut b = self.cast(dtype.element()).to_le_bytes();
         if dtype.needs_swap() {
             host_ops::swap_in_place(&mut b, dtype.element().swap_width());
@@ -627,30 +627,30 @@ mod tests {
     #[test]
     fn parse_and_display() {
         for t in ElementType::ALL {
-            let n = DataType::native(t);
-            assert_eq!(n.to_string().parse::<DataType>().unwrap(), n);
-            let b = DataType::big(t);
-            assert_eq!(b.to_string().parse::<DataType>().unwrap(), b);
-            let l = DataType::little(t);
-            assert_eq!(l.to_string().parse::<DataType>().unwrap(), l);
+            let n = Dtype::native(t);
+            assert_eq!(n.to_string().parse::<Dtype>().unwrap(), n);
+            let b = Dtype::big(t);
+            assert_eq!(b.to_string().parse::<Dtype>().unwrap(), b);
+            let l = Dtype::little(t);
+            assert_eq!(l.to_string().parse::<Dtype>().unwrap(), l);
         }
-        assert_eq!(DataType::parse("|b1").unwrap(), DataType::BOOL);
-        assert_eq!(DataType::parse("?").unwrap(), DataType::BOOL);
-        assert_eq!(DataType::parse(">i1").unwrap(), DataType::INT8);
-        assert_eq!(DataType::big(E::UInt8).to_string(), "uint8");
-        let e = DataType::parse("f3").unwrap_err().to_string();
+        assert_eq!(Dtype::parse("|b1").unwrap(), Dtype::BOOL);
+        assert_eq!(Dtype::parse("?").unwrap(), Dtype::BOOL);
+        assert_eq!(Dtype::parse(">i1").unwrap(), Dtype::INT8);
+        assert_eq!(Dtype::big(E::UInt8).to_string(), "uint8");
+        let e = Dtype::parse("f3").unwrap_err().to_string();
         assert!(e.contains("unknown dtype \"f3\""), "{e}");
-        assert!(DataType::parse("").is_err());
-        assert!(DataType::parse(">").is_err());
+        assert!(Dtype::parse("").is_err());
+        assert!(Dtype::parse(">").is_err());
         for bad in ["f+4", "<i-1", "u 2", "c+16", "f٤"] {
-            assert!(DataType::parse(bad).is_err(), "{bad}");
+            assert!(Dtype::parse(bad).is_err(), "{bad}");
         }
     }
 
     #[test]
     fn scalar_bytes_and_casts() {
         assert_eq!(
-            Scalar::from(1.0f32).to_bytes_as(DataType::big(E::Float32)),
+            Scalar::from(1.0f32).to_bytes_as(Dtype::big(E::Float32)),
             vec![0x3f, 0x80, 0, 0]
         );
         assert_eq!(

@@ -42,7 +42,7 @@ impl std::fmt::Display for Order {
 
 /// An n-d view: shape, non-negative byte strides, byte offset of element `[0, .., 0]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Layout {
+pub(crate) struct StridedLayout {
     pub shape: Vec<usize>,
     pub strides: Vec<usize>,
     pub offset: usize,
@@ -72,25 +72,25 @@ pub(crate) fn checked_size(shape: &[usize], elem: usize) -> Result<(usize, usize
     Ok((n, bytes))
 }
 
-impl Layout {
+impl StridedLayout {
     /// A contiguous layout of `shape` in `order`, starting at byte 0.
-    pub fn contiguous(shape: &[usize], elem: usize, order: Order) -> Layout {
+    pub fn contiguous(shape: &[usize], elem: usize, order: Order) -> StridedLayout {
         let axes: Vec<usize> = match order {
             Order::C => (0..shape.len()).collect(),
             Order::F => (0..shape.len()).rev().collect(),
         };
-        Layout::compact(shape, elem, &axes)
+        StridedLayout::compact(shape, elem, &axes)
     }
 
     /// A contiguous layout whose axes, from outermost to innermost, are `perm`.
-    pub fn compact(shape: &[usize], elem: usize, perm: &[usize]) -> Layout {
+    pub fn compact(shape: &[usize], elem: usize, perm: &[usize]) -> StridedLayout {
         let mut strides = vec![0usize; shape.len()];
         let mut s = elem;
         for &ax in perm.iter().rev() {
             strides[ax] = s;
             s = s.saturating_mul(shape[ax]);
         }
-        Layout {
+        StridedLayout {
             shape: shape.to_vec(),
             strides,
             offset: 0,
@@ -143,7 +143,7 @@ impl Layout {
     /// When the elements exactly fill `size * elem` contiguous bytes in some axis order
     /// (C, F, or a transposition of either), their first byte; element-wise operations
     /// may then run over those bytes as one flat range, producing a result laid out as
-    /// [`Layout::compact`] of [`k_perm`](Self::k_perm).
+    /// [`StridedLayout::compact`] of [`k_perm`](Self::k_perm).
     pub fn dense_start(&self, elem: usize) -> Option<usize> {
         if self.size() == 0 {
             return Some(self.offset);
@@ -162,8 +162,8 @@ impl Layout {
 
     /// The compact layout with this layout's axis order (numpy's `K`), for elements of
     /// `elem` bytes, at offset 0.
-    pub fn k_compact(&self, elem: usize) -> Layout {
-        Layout::compact(&self.shape, elem, &self.k_perm())
+    pub fn k_compact(&self, elem: usize) -> StridedLayout {
+        StridedLayout::compact(&self.shape, elem, &self.k_perm())
     }
 
     /// Byte strides as `isize` (what the copy kernels take). The stride of an axis of
@@ -212,20 +212,20 @@ mod tests {
 
     #[test]
     fn contiguity_flags_follow_numpy() {
-        let c = Layout::contiguous(&[2, 3, 4], 4, Order::C);
+        let c = StridedLayout::contiguous(&[2, 3, 4], 4, Order::C);
         assert_eq!(c.strides, vec![48, 16, 4]);
         assert!(c.is_c_contiguous(4) && !c.is_f_contiguous(4));
-        let f = Layout::contiguous(&[2, 3, 4], 4, Order::F);
+        let f = StridedLayout::contiguous(&[2, 3, 4], 4, Order::F);
         assert_eq!(f.strides, vec![4, 8, 24]);
         assert!(f.is_f_contiguous(4) && !f.is_c_contiguous(4));
-        let one = Layout::contiguous(&[1, 2], 8, Order::F);
+        let one = StridedLayout::contiguous(&[1, 2], 8, Order::F);
         assert!(one.is_c_contiguous(8) && one.is_f_contiguous(8));
-        let empty = Layout::contiguous(&[0, 3], 8, Order::C);
+        let empty = StridedLayout::contiguous(&[0, 3], 8, Order::C);
         assert!(empty.is_c_contiguous(8) && empty.is_f_contiguous(8));
         assert_eq!(f.k_perm(), vec![2, 1, 0]);
         assert_eq!(f.k_compact(8).strides, vec![8, 16, 48]);
         assert_eq!(f.dense_start(4), Some(0));
-        let sliced = Layout {
+        let sliced = StridedLayout {
             shape: vec![2, 2],
             strides: vec![16, 4],
             offset: 4,

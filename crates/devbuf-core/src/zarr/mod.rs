@@ -1,10 +1,10 @@
-//! zarr's buffer layer — `Buffer`, `NDBuffer`, `BufferPrototype` and memory stores —
+//! zarr's buffer layer — `ByteBuffer` (zarr-python's `Buffer`), `NDBuffer`, `BufferPrototype` and memory stores —
 //! over host memory or a CUDA device, with zarr-python's behaviour.
 //!
 //! | zarr-python | devbuf |
 //! |---|---|
-//! | `zarr.core.buffer.Buffer` (cpu / gpu) | [`Buffer`] over a [`Memory`] (host `Bytes` or a [`DeviceBuffer`](crate::cuda::DeviceBuffer)) |
-//! | `zarr.core.buffer.NDBuffer` (cpu / gpu) | [`NDBuffer`]: memory + [`DataType`] + shape + byte strides + offset |
+//! | `zarr.core.buffer.Buffer` (cpu / gpu) | [`ByteBuffer`] over a [`Memory`] (host `Bytes` or a [`DeviceBuffer`](crate::cuda::DeviceBuffer)) |
+//! | `zarr.core.buffer.NDBuffer` (cpu / gpu) | [`NDBuffer`]: memory + [`Dtype`] + shape + byte strides + offset |
 //! | `BufferPrototype`, `default_buffer_prototype()` | [`BufferPrototype`], [`default_buffer_prototype`] |
 //! | `zarr.config.enable_gpu()` | [`enable_gpu`] / [`disable_gpu`] |
 //! | `zarr.abc.store.Store`, `ByteRequest` | [`Store`], [`ByteRequest`] |
@@ -21,9 +21,9 @@
 //! them as `NDBuffer`s on the host or a GPU (`docs/zarr.md`, "Real zarr stores").
 //!
 //! ```
-//! use devbuf_core::zarr::{BufferPrototype, DataType, NDBuffer, Order, Scalar};
+//! use devbuf_core::zarr::{BufferPrototype, Dtype, NDBuffer, Order, Scalar};
 //! let proto = BufferPrototype::Host; // BufferPrototype::Device(0) on a GPU
-//! let mut chunk = NDBuffer::create(&proto, &[4, 4], DataType::UINT16, Order::F, Some(Scalar::from(0u16)))?;
+//! let mut chunk = NDBuffer::create(&proto, &[4, 4], Dtype::UINT16, Order::F, Some(Scalar::from(0u16)))?;
 //! assert!(chunk.all_equal(Some(Scalar::from(0u16)), true)?); // an empty chunk: skip writing it
 //! chunk.set_scalar(&[(1..3).into(), 2.into()], Scalar::from(7u16))?;
 //! assert!(!chunk.all_equal(Some(Scalar::from(0u16)), true)?);
@@ -42,8 +42,8 @@ mod prototype;
 mod store;
 pub use crate::element::ElementType;
 pub use crate::memory::Memory;
-pub use buffer::Buffer;
-pub use dtype::{DataType, Element, Endianness, Scalar, promote_types};
+pub use buffer::ByteBuffer;
+pub use dtype::{Dtype, Element, Endianness, Scalar, promote_types};
 pub use index::{AxisSel, Slice};
 pub use layout::Order;
 pub use ndbuffer::{NDBuffer, NdArrayLike};

@@ -14,11 +14,11 @@ use crate::memory::{Memory, Place};
 /// [`nd_create`](Self::nd_create).
 ///
 /// ```
-/// use devbuf_core::zarr::{BufferPrototype, DataType, Order, Scalar};
+/// use devbuf_core::zarr::{BufferPrototype, Dtype, Order, Scalar};
 /// let host = BufferPrototype::Host;
 /// let b = host.buffer_from_bytes(&b"abc"[..])?;
 /// assert!(b.is_host());
-/// let nd = host.nd_create(&[2, 2], DataType::INT32, Order::C, Some(Scalar::from(7i32)))?;
+/// let nd = host.nd_create(&[2, 2], Dtype::INT32, Order::C, Some(Scalar::from(7i32)))?;
 /// assert!(nd.all_equal(Some(Scalar::from(7i32)), true)?);
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```

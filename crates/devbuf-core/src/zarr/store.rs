@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use super::buffer::Buffer;
+use super::buffer::ByteBuffer;
 use super::prototype::BufferPrototype;
 use crate::cuda::Context;
 use crate::error::{Error, Result, check_range};
@@ -75,10 +75,10 @@ pub trait Store: Send + Sync {
         key: &str,
         prototype: &BufferPrototype,
         byte_range: Option<ByteRequest>,
-    ) -> Result<Option<Buffer>>;
+    ) -> Result<Option<ByteBuffer>>;
 
     /// Stores `value` under `key` (replacing any value).
-    fn set(&self, key: &str, value: &Buffer) -> Result<()>;
+    fn set(&self, key: &str, value: &ByteBuffer) -> Result<()>;
 
     /// Removes `key`; removing a missing key is not an error.
     fn delete(&self, key: &str) -> Result<()>;
@@ -100,7 +100,7 @@ pub trait Store: Send + Sync {
     fn read_only(&self) -> bool;
 
     /// Stores `value` under `key` only if the key does not exist yet.
-    fn set_if_not_exists(&self, key: &str, value: &Buffer) -> Result<()> {
+    fn set_if_not_exists(&self, key: &str, value: &ByteBuffer) -> Result<()> {
         if !self.exists(key)? {
             self.set(key, value)?;
         }
@@ -143,15 +143,15 @@ pub trait Store: Send + Sync {
 /// The map both memory stores share.
 #[derive(Default)]
 struct Map {
-    values: RwLock<BTreeMap<String, Buffer>>,
+    values: RwLock<BTreeMap<String, ByteBuffer>>,
 }
 
 impl Map {
-    fn read(&self) -> RwLockReadGuard<'_, BTreeMap<String, Buffer>> {
+    fn read(&self) -> RwLockReadGuard<'_, BTreeMap<String, ByteBuffer>> {
         self.values.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, BTreeMap<String, Buffer>> {
+    fn write(&self) -> RwLockWriteGuard<'_, BTreeMap<String, ByteBuffer>> {
         self.values.write().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -160,7 +160,7 @@ impl Map {
         key: &str,
         prototype: &BufferPrototype,
         byte_range: Option<ByteRequest>,
-    ) -> Result<Option<Buffer>> {
+    ) -> Result<Option<ByteBuffer>> {
         let Some(value) = self.read().get(key).cloned() else {
             return Ok(None);
         };
@@ -168,7 +168,7 @@ impl Map {
             None => (0, value.len()),
             Some(r) => r.resolve(value.len())?,
         };
-        let part = Buffer::from_array_like(value.as_array_like().slice(start, len)?);
+        let part = ByteBuffer::from_array_like(value.as_array_like().slice(start, len)?);
         Ok(Some(part.to_prototype(prototype)?))
     }
 
@@ -213,7 +213,7 @@ macro_rules! map_store_methods {
             key: &str,
             prototype: &BufferPrototype,
             byte_range: Option<ByteRequest>,
-        ) -> Result<Option<Buffer>> {
+        ) -> Result<Option<ByteBuffer>> {
             self.map.get(key, prototype, byte_range)
         }
 
@@ -244,7 +244,7 @@ macro_rules! map_store_methods {
         }
 
         fn getsize(&self, key: &str) -> Result<Option<usize>> {
-            Ok(self.map.read().get(key).map(Buffer::len))
+            Ok(self.map.read().get(key).map(ByteBuffer::len))
         }
     };
 }
@@ -268,9 +268,9 @@ fn check_writable(read_only: bool, what: &str) -> Result<()> {
 /// a read-only handle to it.
 ///
 /// ```
-/// use devbuf_core::zarr::{Buffer, BufferPrototype, ByteRequest, MemoryStore, Store};
+/// use devbuf_core::zarr::{ByteBuffer, BufferPrototype, ByteRequest, MemoryStore, Store};
 /// let store = MemoryStore::new();
-/// store.set("a/c/0", &Buffer::from_bytes(&b"chunk"[..]))?;
+/// store.set("a/c/0", &ByteBuffer::from_bytes(&b"chunk"[..]))?;
 /// let p = BufferPrototype::Host;
 /// let got = store.get("a/c/0", &p, Some(ByteRequest::Suffix(3)))?.unwrap();
 /// assert_eq!(got.to_bytes()?, b"unk");
@@ -309,7 +309,7 @@ impl std::fmt::Debug for MemoryStore {
 impl Store for MemoryStore {
     map_store_methods!("MemoryStore");
 
-    fn set(&self, key: &str, value: &Buffer) -> Result<()> {
+    fn set(&self, key: &str, value: &ByteBuffer) -> Result<()> {
         check_writable(self.read_only, "MemoryStore.set")?;
         let v = value.to_prototype(&BufferPrototype::Host)?;
         self.map.write().insert(key.to_string(), v);
@@ -327,9 +327,9 @@ impl Store for MemoryStore {
 /// prototype, one peer copy for another device.
 ///
 /// ```no_run
-/// use devbuf_core::zarr::{Buffer, BufferPrototype, DeviceMemoryStore, Store};
+/// use devbuf_core::zarr::{ByteBuffer, BufferPrototype, DeviceMemoryStore, Store};
 /// let store = DeviceMemoryStore::new(0)?;
-/// store.set("c/0", &Buffer::from_bytes(&b"on the gpu"[..]))?;
+/// store.set("c/0", &ByteBuffer::from_bytes(&b"on the gpu"[..]))?;
 /// let on_gpu = store.get("c/0", &BufferPrototype::Device(0), None)?.unwrap(); // zero-copy
 /// let on_host = store.get("c/0", &BufferPrototype::Host, None)?.unwrap();     // one copy
 /// assert_eq!(on_host.to_bytes()?, b"on the gpu");
@@ -361,7 +361,7 @@ impl DeviceMemoryStore {
     /// zarr's `GpuMemoryStore.from_dict`: a store holding device copies of `values`.
     pub fn from_values<'a>(
         ctx: &Context,
-        values: impl IntoIterator<Item = (&'a str, &'a Buffer)>,
+        values: impl IntoIterator<Item = (&'a str, &'a ByteBuffer)>,
     ) -> Result<DeviceMemoryStore> {
         let s = DeviceMemoryStore::with_context(ctx);
         for (k, v) in values {
@@ -398,7 +398,7 @@ impl std::fmt::Debug for DeviceMemoryStore {
 impl Store for DeviceMemoryStore {
     map_store_methods!("DeviceMemoryStore");
 
-    fn set(&self, key: &str, value: &Buffer) -> Result<()> {
+    fn set(&self, key: &str, value: &ByteBuffer) -> Result<()> {
         check_writable(self.read_only, "DeviceMemoryStore.set")?;
         let place = Place::Device(self.ctx.clone());
         let mem = match value.as_array_like() {
@@ -411,7 +411,7 @@ impl Store for DeviceMemoryStore {
         };
         self.map
             .write()
-            .insert(key.to_string(), Buffer::from_array_like(mem));
+            .insert(key.to_string(), ByteBuffer::from_array_like(mem));
         Ok(())
     }
 }

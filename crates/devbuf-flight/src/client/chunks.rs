@@ -115,9 +115,9 @@ mod tests {
     use super::*;
     use crate::encode::Encoder;
     use devbuf_core::arrow::{ChunkBatch, ChunkGrid};
-    use devbuf_core::zarr::{BufferPrototype, DataType, NDBuffer, Scalar};
+    use devbuf_core::zarr::{BufferPrototype, Dtype, NDBuffer, Scalar};
 
-    fn message(dtype: DataType) -> FlightData {
+    fn message(dtype: Dtype) -> FlightData {
         let grid = ChunkGrid::new(&[5, 3], &[2, 2], dtype)
             .unwrap()
             .with_fill_value(Scalar::from(1i32));
@@ -152,7 +152,7 @@ mod tests {
 
     #[test]
     fn chunk_messages_are_read_in_place_and_checked() {
-        let fd = message(DataType::INT32);
+        let fd = message(Dtype::INT32);
         let v = view(&fd, 2, ElementType::Int32, 4).unwrap().unwrap();
         assert_eq!((v.rows, v.coords.clone()), (2, vec![0, 0, 2, 1]));
         let vals: Vec<i32> = v
@@ -165,7 +165,7 @@ mod tests {
         assert!(view(&fd, 3, ElementType::Int32, 4).unwrap().is_none());
         assert!(view(&fd, 2, ElementType::Int32, 5).is_err());
         assert!(
-            view(&message(DataType::BOOL), 2, ElementType::Bool, 4)
+            view(&message(Dtype::BOOL), 2, ElementType::Bool, 4)
                 .unwrap()
                 .is_none()
         );

@@ -26,14 +26,14 @@ use devbuf_core::cuda::{Context, DeviceBuffer, Stream};
 use devbuf_core::error::{Error, Result};
 use devbuf_core::memory::HostOutput;
 use devbuf_core::memory::{Memory, host_ops};
-use devbuf_core::zarr::{AxisSel, BufferPrototype, DataType, NDBuffer, Order};
+use devbuf_core::zarr::{AxisSel, BufferPrototype, Dtype, NDBuffer, Order};
 
 /// The chunk grid a flight's schema describes.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Grid {
     pub(super) array_shape: Vec<u64>,
     pub(super) chunk_shape: Vec<u64>,
-    pub(super) dtype: DataType,
+    pub(super) dtype: Dtype,
 }
 
 impl Grid {
@@ -49,7 +49,7 @@ impl Grid {
         Ok(Grid {
             array_shape: array_shape.iter().map(|&n| n as u64).collect(),
             chunk_shape: cb.chunk_shape().iter().map(|&n| n as u64).collect(),
-            dtype: DataType::native(cb.element()),
+            dtype: Dtype::native(cb.element()),
         })
     }
 
@@ -644,7 +644,7 @@ impl Client {
 }
 
 /// The filled output as an array.
-fn finish(out: Out, shape: &[usize], dtype: DataType) -> Result<NDBuffer> {
+fn finish(out: Out, shape: &[usize], dtype: Dtype) -> Result<NDBuffer> {
     let mem = match out {
         Out::Host(h) => {
             let h = Arc::try_unwrap(h)

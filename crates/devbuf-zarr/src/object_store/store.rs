@@ -15,7 +15,7 @@ use object_store::{
 use super::options::{ObjectStoreOptions, SECRET_ENV, is_secret};
 use super::runtime::block_on;
 use devbuf_core::error::{Error, Result};
-use devbuf_core::zarr::{Buffer, BufferPrototype, ByteRequest, Store};
+use devbuf_core::zarr::{BufferPrototype, ByteBuffer, ByteRequest, Store};
 
 /// Which bytes of an object a request asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,11 +47,11 @@ pub(crate) enum Span {
 ///
 /// ```
 /// use devbuf_zarr::object_store::{ObjectStoreOptions, UrlStore};
-/// use devbuf_core::zarr::{Buffer, BufferPrototype, Store};
+/// use devbuf_core::zarr::{ByteBuffer, BufferPrototype, Store};
 /// let dir = std::env::temp_dir().join(format!("devbuf-doc-urlstore-{}", std::process::id()));
 /// std::fs::create_dir_all(&dir).unwrap();
 /// let store = UrlStore::open(&format!("file://{}", dir.display()), &ObjectStoreOptions::default())?;
-/// store.set("a/zarr.json", &Buffer::from_bytes(&b"{}"[..]))?;
+/// store.set("a/zarr.json", &ByteBuffer::from_bytes(&b"{}"[..]))?;
 /// assert_eq!(store.list()?, vec!["a/zarr.json".to_string()]);
 /// assert!(store.get("a/missing", &BufferPrototype::Host, None)?.is_none());
 /// std::fs::remove_dir_all(&dir).ok();
@@ -459,7 +459,7 @@ impl Store for UrlStore {
         key: &str,
         prototype: &BufferPrototype,
         byte_range: Option<ByteRequest>,
-    ) -> Result<Option<Buffer>> {
+    ) -> Result<Option<ByteBuffer>> {
         let range = match byte_range {
             None => None,
             Some(ByteRequest::Range { start, end }) => {
@@ -470,7 +470,7 @@ impl Store for UrlStore {
                 }
                 if start == end {
                     // An empty range of an existing key: no request for bytes.
-                    return Ok(self.getsize(key)?.map(|_| Buffer::create_zero_length()));
+                    return Ok(self.getsize(key)?.map(|_| ByteBuffer::create_zero_length()));
                 }
                 Some(GetRange::Bounded(start..end))
             }
@@ -479,11 +479,11 @@ impl Store for UrlStore {
         };
         match block_on(self.fetch_range(key, range))?? {
             None => Ok(None),
-            Some(b) => Ok(Some(Buffer::from_bytes(b).to_prototype(prototype)?)),
+            Some(b) => Ok(Some(ByteBuffer::from_bytes(b).to_prototype(prototype)?)),
         }
     }
 
-    fn set(&self, key: &str, value: &Buffer) -> Result<()> {
+    fn set(&self, key: &str, value: &ByteBuffer) -> Result<()> {
         self.writable("PUT", key)?;
         let bytes = value.to_host()?;
         block_on(self.put(key, bytes))?

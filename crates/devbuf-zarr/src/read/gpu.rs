@@ -29,8 +29,8 @@ use super::place::place_units;
 use super::plan::Unit;
 use super::sched::GpuModel;
 use super::sched::Schedule;
-use super::source::Source;
-use super::stored::{Got, name_chunk, read_claim, stored_room};
+use super::source::ZarrSource;
+use super::stored::{UnitOutcome, name_chunk, read_claim, stored_room};
 use super::work::{DeviceWork, ReadCounters, WorkQueue, aligned};
 use devbuf_core::cuda::kernels::ops::{
     ShuffledBlocks, byteswap, fill, strided_copy, unshuffle as kernel_unshuffle,
@@ -44,11 +44,11 @@ use devbuf_core::error::Result;
 /// otherwise; streams beyond them share one, and work queued on one waits behind the
 /// other's (measured: 4 workers with 8 claims in flight each read at half the rate of 3
 /// each). The CPU workers' lanes share 4 more streams (`pipeline`).
-pub(crate) const GPU_FLIGHTS: usize = 6;
+pub(crate) const GPU_CLAIMS_IN_FLIGHT: usize = 6;
 
 /// Claims in flight over all GPU workers of a `Decoder::Gpu` read (by default): there
 /// are no CPU workers' lanes then, and more chunks in flight hide nvCOMP's latency.
-pub(crate) const GPU_ONLY_FLIGHTS: usize = 8;
+pub(crate) const GPU_ONLY_CLAIMS_IN_FLIGHT: usize = 8;
 
 /// Reader threads per GPU worker in a read with both decoders (by default).
 pub(crate) const GPU_READERS: usize = 6;
@@ -116,7 +116,11 @@ impl Tuning {
         Tuning {
             claim_bytes: options.claim_bytes,
             depth: pick(options.claims_per_worker, 3, 4),
-            flights: pick(options.claims_in_flight, GPU_FLIGHTS, GPU_ONLY_FLIGHTS),
+            flights: pick(
+                options.claims_in_flight,
+                GPU_CLAIMS_IN_FLIGHT,
+                GPU_ONLY_CLAIMS_IN_FLIGHT,
+            ),
             readers: options.readers,
             spread: pick(options.spread, 2, 1),
             ramp: options.ramp.unwrap_or(if gpu_only { 2 } else { 0 }),
@@ -165,7 +169,7 @@ pub(crate) fn units_per_claim(
 
 /// One claim's device side: a stream, the slot's copy, the decoded units, nvCOMP's
 /// state, and two timing events around its work.
-struct Flight {
+struct GpuClaim {
     stream: Stream,
     stored: DeviceBuffer,
     decoded: DeviceBuffer,
@@ -176,11 +180,11 @@ struct Flight {
     begin: Event,
     end: Event,
     /// The claim queued on it, if not finished yet.
-    busy: Option<Busy>,
+    busy: Option<QueuedClaim>,
 }
 
 /// What a queued claim needs when it is finished.
-struct Busy {
+struct QueuedClaim {
     units: Range<usize>,
     /// The call's chunk `i` is unit `owners[i]` of the claim.
     owners: Vec<usize>,
@@ -188,7 +192,7 @@ struct Busy {
     host_us: u64,
 }
 
-impl Flight {
+impl GpuClaim {
     /// A flight whose buffers hold `stored_bytes` of a claim's stored bytes and
     /// `decoded_bytes` of its units. `streams`: nvCOMP chunks a claim is expected to
     /// have (its tables are sized for them); `blosc`: the claims are blosc chunks (a
@@ -199,7 +203,7 @@ impl Flight {
         stored_bytes: usize,
         decoded_bytes: usize,
         blosc: bool,
-    ) -> Result<Flight> {
+    ) -> Result<GpuClaim> {
         let stream = Stream::new(ctx)?;
         let timing = EventFlags {
             timing: true,
@@ -207,7 +211,7 @@ impl Flight {
         };
         let mut batch = DecompressBatch::on_stream(&stream)?;
         batch.reserve_chunks(streams)?;
-        let f = Flight {
+        let f = GpuClaim {
             stored: ctx.allocate_pooled(stored_bytes, Some(&stream))?,
             decoded: ctx.allocate_pooled(decoded_bytes, Some(&stream))?,
             shuffled: match blosc {
@@ -227,7 +231,7 @@ impl Flight {
     /// chunk), and records its latency in the model.
     fn complete(
         &mut self,
-        src: &Source<'_>,
+        src: &ZarrSource<'_>,
         run: &WorkQueue<'_>,
         model: &GpuModel,
         counts: &ReadCounters,
@@ -250,7 +254,7 @@ impl Flight {
     }
 }
 
-impl Drop for Flight {
+impl Drop for GpuClaim {
     fn drop(&mut self) {
         // Nothing of the flight (nor the output its placements write) may be freed
         // under queued work: wait for it, unless nvCOMP never finished (then the batch
@@ -356,7 +360,7 @@ impl GpuWorker<'_> {
             devbuf_core::memory::host_ops::swap_in_place(&mut fill_value, w);
         }
         let depth = plan.tuning.depth.max(1);
-        let mut flights: Vec<Flight> = Vec::with_capacity(depth);
+        let mut flights: Vec<GpuClaim> = Vec::with_capacity(depth);
         let mut k = 0usize;
         let result = (|| {
             loop {
@@ -399,13 +403,19 @@ impl GpuWorker<'_> {
                     } else {
                         per
                     };
-                    flights.push(Flight::new(ctx, streams, per * room, per * stride, blosc)?);
+                    flights.push(GpuClaim::new(
+                        ctx,
+                        streams,
+                        per * room,
+                        per * stride,
+                        blosc,
+                    )?);
                 }
                 let flight = &mut flights[f];
                 let owners = queue_claim(
                     src,
                     plan,
-                    Claim {
+                    ClaimRead {
                         units,
                         got: &got,
                         used,
@@ -424,7 +434,7 @@ impl GpuWorker<'_> {
                     Ordering::Relaxed,
                     Ordering::Relaxed,
                 );
-                flight.busy = Some(Busy {
+                flight.busy = Some(QueuedClaim {
                     units: range,
                     owners,
                     host_us: micros(t0.elapsed()),
@@ -453,9 +463,9 @@ impl GpuWorker<'_> {
 /// One claim as its readers left it: its units, what each reader got, and the bytes
 /// of the slot they used.
 #[derive(Clone, Copy)]
-struct Claim<'a> {
+struct ClaimRead<'a> {
     units: &'a [Unit],
-    got: &'a [Got],
+    got: &'a [UnitOutcome],
     used: usize,
 }
 
@@ -464,15 +474,15 @@ struct Claim<'a> {
 /// order by their reader), the byte swap of every unit, the placement. Returns which
 /// unit each of the call's chunks is.
 fn queue_claim(
-    src: &Source<'_>,
+    src: &ZarrSource<'_>,
     plan: &GpuDecode,
-    claim: Claim<'_>,
+    claim: ClaimRead<'_>,
     fill_value: &[u8],
     lane: &mut UploadLane,
-    flight: &mut Flight,
+    flight: &mut GpuClaim,
     out: &DeviceBuffer,
 ) -> Result<Vec<usize>> {
-    let Claim { units, got, used } = claim;
+    let ClaimRead { units, got, used } = claim;
     let room = stored_room(src.cell_bytes);
     let stride = aligned(src.cell_bytes);
     let s = &flight.stream;
@@ -482,12 +492,12 @@ fn queue_claim(
     let mut copies = Vec::new();
     for (j, g) in got.iter().enumerate() {
         match g {
-            Got::Gpu(r) => {
+            UnitOutcome::Gpu(r) => {
                 inputs.push(r.clone());
                 outputs.push(j * stride..j * stride + src.cell_bytes);
                 owners.push(j);
             }
-            Got::Blosc(r, b) => {
+            UnitOutcome::Blosc(r, b) => {
                 let at = j * stride;
                 for p in &b.streams {
                     inputs.push(r.start + p.src..r.start + p.src + p.len);
@@ -500,7 +510,7 @@ fn queue_claim(
                         .map(|p| (r.start + p.src..r.start + p.src + p.len, at + p.dst)),
                 );
             }
-            Got::Missing | Got::Host => {}
+            UnitOutcome::Missing | UnitOutcome::Host => {}
         }
     }
     // nvCOMP's output: the units themselves, or blosc's shuffled bytes.
@@ -531,12 +541,12 @@ fn queue_claim(
     // units and the units decoded on the host.
     for (j, g) in got.iter().enumerate() {
         match g {
-            Got::Missing => fill(
+            UnitOutcome::Missing => fill(
                 &flight.decoded.slice(j * stride, src.cell_bytes)?,
                 fill_value,
                 Some(s),
             )?,
-            Got::Host => strided_copy(
+            UnitOutcome::Host => strided_copy(
                 &flight.stored,
                 j * room,
                 &[1],
@@ -547,7 +557,7 @@ fn queue_claim(
                 1,
                 Some(s),
             )?,
-            Got::Gpu(_) | Got::Blosc(..) => {}
+            UnitOutcome::Gpu(_) | UnitOutcome::Blosc(..) => {}
         }
     }
     if let Some(w) = plan.chain.swap {
@@ -564,15 +574,15 @@ fn queue_claim(
 /// [`unshuffle`](kernel_unshuffle) (one launch of the vector kernel for type sizes 2,
 /// 4, 8 and 16), the rest as strided copies with an axis over the run's units.
 fn unshuffle(
-    got: &[Got],
+    got: &[UnitOutcome],
     cell_bytes: usize,
     stride: usize,
     shuffled: &DeviceBuffer,
     decoded: &DeviceBuffer,
     s: &Stream,
 ) -> Result<()> {
-    let layout = |g: &Got| match g {
-        Got::Blosc(_, b) => Some((b.blocksize, b.typesize)),
+    let layout = |g: &UnitOutcome| match g {
+        UnitOutcome::Blosc(_, b) => Some((b.blocksize, b.typesize)),
         _ => None,
     };
     let mut j = 0;
@@ -633,14 +643,19 @@ fn unshuffle(
 /// units decoded on the host), as few ranges as are apart by more than 64 KiB: the
 /// rest of each unit's region (room for the worst case, about a third of it for
 /// zstd-1 float32) stays on the host, and the DMA moves a third fewer bytes.
-fn upload_ranges(got: &[Got], room: usize, cell_bytes: usize, used: usize) -> Vec<Range<usize>> {
+fn upload_ranges(
+    got: &[UnitOutcome],
+    room: usize,
+    cell_bytes: usize,
+    used: usize,
+) -> Vec<Range<usize>> {
     const GAP: usize = 64 << 10;
     let mut out: Vec<Range<usize>> = Vec::new();
     for (j, g) in got.iter().enumerate() {
         let r = match g {
-            Got::Missing => continue,
-            Got::Host => j * room..j * room + cell_bytes,
-            Got::Gpu(r) | Got::Blosc(r, _) => r.clone(),
+            UnitOutcome::Missing => continue,
+            UnitOutcome::Host => j * room..j * room + cell_bytes,
+            UnitOutcome::Gpu(r) | UnitOutcome::Blosc(r, _) => r.clone(),
         };
         let r = r.start.min(used)..r.end.min(used);
         match out.last_mut() {
@@ -652,13 +667,13 @@ fn upload_ranges(got: &[Got], room: usize, cell_bytes: usize, used: usize) -> Ve
 }
 
 /// Counts one queued claim's units.
-fn tally(got: &[Got], cell_bytes: usize, counts: &ReadCounters) {
+fn tally(got: &[UnitOutcome], cell_bytes: usize, counts: &ReadCounters) {
     let (mut gpu, mut missing) = (0u64, 0u64);
     for g in got {
         match g {
-            Got::Missing => missing += 1,
-            Got::Host => counts.note_cpu_unit(true, cell_bytes),
-            Got::Gpu(_) | Got::Blosc(..) => gpu += 1,
+            UnitOutcome::Missing => missing += 1,
+            UnitOutcome::Host => counts.note_cpu_unit(true, cell_bytes),
+            UnitOutcome::Gpu(_) | UnitOutcome::Blosc(..) => gpu += 1,
         }
     }
     counts.gpu_units.fetch_add(gpu, Ordering::Relaxed);
@@ -675,7 +690,7 @@ fn micros(d: std::time::Duration) -> u64 {
 /// Device bytes one flight holds for claims of `per` units of `cell_bytes` (its
 /// buffers and nvCOMP's scratch, about the decoded size again; blosc chunks: their
 /// shuffled bytes too).
-pub(crate) fn flight_bytes(per: usize, cell_bytes: usize, blosc: bool) -> usize {
+pub(crate) fn claim_device_bytes(per: usize, cell_bytes: usize, blosc: bool) -> usize {
     let decoded = if blosc { 3 } else { 2 };
     per.saturating_mul(stored_room(cell_bytes) + decoded * aligned(cell_bytes))
 }
@@ -729,11 +744,11 @@ mod tests {
     fn uploads_cover_what_the_device_reads_and_skip_large_gaps() {
         let room = 1 << 20;
         let got = [
-            Got::Gpu(0..700_000),
-            Got::Missing,
-            Got::Gpu(2 * room..2 * room + 1_000_000),
-            Got::Host,
-            Got::Gpu(4 * room..4 * room + 10),
+            UnitOutcome::Gpu(0..700_000),
+            UnitOutcome::Missing,
+            UnitOutcome::Gpu(2 * room..2 * room + 1_000_000),
+            UnitOutcome::Host,
+            UnitOutcome::Gpu(4 * room..4 * room + 10),
         ];
         let r = upload_ranges(&got, room, 900_000, 4 * room + 10);
         // Unit 2 ends 48 KiB before unit 3's region: one range; unit 4 apart.
@@ -745,6 +760,6 @@ mod tests {
                 4 * room..4 * room + 10
             ]
         );
-        assert!(upload_ranges(&[Got::Missing], room, 10, 0).is_empty());
+        assert!(upload_ranges(&[UnitOutcome::Missing], room, 10, 0).is_empty());
     }
 }

@@ -14,7 +14,7 @@
 //!   claims in flight per worker while the next one is read);
 //! * `stored`: a GPU claim's host side (parallel reads into a page-locked slot, checks);
 //! * `sched`: when a GPU worker takes another claim (the CPU / GPU split);
-//! * `stream`: streamed decoding of large units straight into a host output;
+//! * `incremental`: streamed decoding of large units straight into a host output;
 //! * `work`: the shared state of one read (work queue, counters, threads), a leaf
 //!   every worker uses;
 //! * `pieces`: the CPU workers of a device read of large uncompressed units, a piece
@@ -25,6 +25,7 @@
 mod blosc;
 pub(crate) mod codec;
 mod gpu;
+mod incremental;
 mod options;
 mod pieces;
 pub(crate) mod pipeline;
@@ -34,7 +35,6 @@ mod report;
 mod sched;
 mod source;
 mod stored;
-mod stream;
 pub(crate) mod work;
 
 use std::sync::atomic::Ordering;
@@ -43,9 +43,9 @@ pub use options::{
     DEFAULT_LANE_STREAMS, DEFAULT_SLOT_BYTES, DEFAULT_STREAM_MIN_BYTES, DEFAULT_STREAM_PIECE_BYTES,
     Decoder, GpuTuning, ReadOptions,
 };
-pub(crate) use plan::Request;
+pub(crate) use plan::ReadBox;
 pub use report::ReadReport;
-pub(crate) use source::{Direct, Source};
+pub(crate) use source::{Direct, ZarrSource};
 
 use devbuf_core::cuda::{Context, DeviceBuffer};
 use devbuf_core::error::{Error, Result};
@@ -65,8 +65,8 @@ pub(crate) enum Dest<'a> {
 /// Reads `requests` (boxes at output offsets, `total` output bytes) from `src` into
 /// `dest`: the new memory (`None` when `dest` was the caller's) and what ran.
 pub(crate) fn read(
-    src: &Source<'_>,
-    requests: &[Request],
+    src: &ZarrSource<'_>,
+    requests: &[ReadBox],
     total: usize,
     dest: Dest<'_>,
     options: &ReadOptions,
@@ -201,7 +201,7 @@ fn check_len(given: usize, total: usize, what: &str) -> Result<()> {
 /// read could not have used it anyway). An explicit `Gpu` or `Both` that cannot be
 /// honoured is an error saying why.
 fn choose_gpu(
-    src: &Source<'_>,
+    src: &ZarrSource<'_>,
     device: bool,
     threads: usize,
     options: &ReadOptions,

@@ -23,9 +23,9 @@
 use std::sync::atomic::Ordering;
 
 use super::codec::Compression;
+use super::incremental::PieceSink;
 use super::place::place_units;
-use super::source::Source;
-use super::stream::Sink;
+use super::source::ZarrSource;
 use super::work::DeviceWork;
 use devbuf_core::cuda::{Context, DeviceBuffer, Stream, UploadLane};
 use devbuf_core::error::{Error, Result};
@@ -34,10 +34,10 @@ use devbuf_core::error::{Error, Result};
 const PIECE: usize = 2 << 20;
 
 /// Whether a device read with slots of `slot_target` bytes sends `src`'s units in
-/// pieces: uncompressed units larger than a slot that stream (see `stream::streams`).
-pub(crate) fn applies(src: &Source<'_>, slot_target: usize) -> bool {
+/// pieces: uncompressed units larger than a slot that stream (see `incremental::streams`).
+pub(crate) fn applies(src: &ZarrSource<'_>, slot_target: usize) -> bool {
     src.cell_bytes > slot_target
-        && super::stream::streams(src, 0)
+        && super::incremental::streams(src, 0)
         && src
             .chain()
             .is_some_and(|c| c.compression == Compression::None)
@@ -56,7 +56,7 @@ pub(crate) fn piece_bytes(slot_target: usize) -> usize {
     slot_target.min(PIECE).next_multiple_of(256).max(256)
 }
 
-/// The lane's slots as a [`Sink`]: each piece is decoded into the current slot and
+/// The lane's slots as a [`PieceSink`]: each piece is decoded into the current slot and
 /// sent to its offset in `dst`, the device buffer of the unit.
 struct LaneSink<'a> {
     lane: &'a mut UploadLane,
@@ -64,7 +64,7 @@ struct LaneSink<'a> {
     dst: &'a DeviceBuffer,
 }
 
-impl Sink for LaneSink<'_> {
+impl PieceSink for LaneSink<'_> {
     fn buf(&mut self) -> Result<&mut [u8]> {
         let piece = self.piece;
         self.lane
@@ -132,8 +132,8 @@ pub(crate) fn worker(
             };
             // Uncompressed units always stream (only a zstd frame without its size
             // does not, and `applies` keeps compressed chains out).
-            let stored =
-                super::stream::decode(src, &u.cell, &mut last, &mut sink)?.ok_or_else(|| {
+            let stored = super::incremental::decode(src, &u.cell, &mut last, &mut sink)?
+                .ok_or_else(|| {
                     Error::invalid(format!(
                         "{}: read engine: a unit sent in pieces did not stream",
                         src.describe(&u.cell)

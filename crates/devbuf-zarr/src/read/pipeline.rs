@@ -22,7 +22,7 @@ use super::options::ReadOptions;
 use super::place::place_units;
 use super::plan::{Placement, Unit};
 use super::sched::{GpuModel, Schedule};
-use super::source::Source;
+use super::source::ZarrSource;
 use super::work::{DeviceWork, ReadCounters, WorkQueue, aligned, on_threads, slot_layout};
 use devbuf_core::cuda::{DeviceBuffer, UploadLane};
 use devbuf_core::error::{Error, Result};
@@ -41,7 +41,7 @@ unsafe impl Sync for HostOut {}
 /// Reads `units` (each `src.cell_bytes` decoded) into the host memory `out`, every
 /// byte of which belongs to exactly one placement (`out` need not be zeroed).
 pub(crate) fn read_host(
-    src: &Source<'_>,
+    src: &ZarrSource<'_>,
     units: &[Unit],
     out: &mut [u8],
     threads: usize,
@@ -61,11 +61,11 @@ pub(crate) fn read_host(
         options.stream_min_bytes,
         options.stream_piece_bytes.next_multiple_of(64),
     );
-    let streamed = super::stream::streams(src, stream_min);
+    let streamed = super::incremental::streams(src, stream_min);
     on_threads(threads, &run, &|_| {
         let mut scratch: Vec<u8> = Vec::new();
         let mut piece: Vec<u8> = Vec::new();
-        let mut runs: Vec<super::stream::CopyRun> = Vec::new();
+        let mut runs: Vec<super::incremental::CopyRun> = Vec::new();
         // The worker's open chunk (shard) file, for this read only.
         let mut last = None;
         while let Some(b) = run.claim() {
@@ -96,16 +96,16 @@ pub(crate) fn read_host(
                 // their places.
                 if let [p] = u.placements.as_slice()
                     && streamed
-                    && super::stream::runs_of(src, p, host.len, &mut runs)?
+                    && super::incremental::runs_of(src, p, host.len, &mut runs)?
                 {
                     if piece.is_empty() {
                         piece = zeroed_vec(piece_bytes)?;
                     }
                     let mut next = 0;
-                    let mut sink = super::stream::Scatter {
+                    let mut sink = super::incremental::Scatter {
                         piece: &mut piece,
                         put: |at: usize, bytes: &[u8]| {
-                            super::stream::scatter(&runs, &mut next, at, bytes, &mut |d, b| {
+                            super::incremental::scatter(&runs, &mut next, at, bytes, &mut |d, b| {
                                 // Safety: the runs come from `layout::plan`, which checked that
                                 // every destination byte lies within the output's `len`
                                 // bytes; they belong to this unit's placement alone (see
@@ -120,7 +120,7 @@ pub(crate) fn read_host(
                             })
                         },
                     };
-                    let stored = super::stream::decode(src, &u.cell, &mut last, &mut sink)?;
+                    let stored = super::incremental::decode(src, &u.cell, &mut last, &mut sink)?;
                     if let Some(stored) = stored {
                         counts.note_cpu_unit(stored, src.cell_bytes);
                         continue;
@@ -160,7 +160,7 @@ pub(crate) fn is_contiguous(shape: &[u64], strides: &[isize], elem: usize) -> bo
 
 /// Copies placement `p` of a decoded unit (`unit`, laid out as `src` says) into the
 /// host output.
-fn place_host(src: &Source<'_>, unit: &[u8], p: &Placement, out: &HostOut) -> Result<()> {
+fn place_host(src: &ZarrSource<'_>, unit: &[u8], p: &Placement, out: &HostOut) -> Result<()> {
     if unit.len() != src.cell_bytes {
         return Err(Error::invalid(
             "read engine: a decoded unit of the wrong size",
@@ -183,7 +183,7 @@ fn place_host(src: &Source<'_>, unit: &[u8], p: &Placement, out: &HostOut) -> Re
 /// slots of about `slot_target` bytes.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn read_device(
-    src: &Source<'_>,
+    src: &ZarrSource<'_>,
     units: &[Unit],
     out: DeviceBuffer,
     threads: usize,
@@ -226,7 +226,7 @@ pub(crate) fn read_device(
             let claim_batches = want.div_ceil(per).max(1);
             let gpu_per = claim_batches * per;
             let blosc = matches!(g.chain.compression, super::codec::Compression::Blosc(_));
-            let one = super::gpu::flight_bytes(gpu_per, src.cell_bytes, blosc).max(1);
+            let one = super::gpu::claim_device_bytes(gpu_per, src.cell_bytes, blosc).max(1);
             let room = ctx.free_memory().unwrap_or(0) / 4 / g.workers.max(1);
             (
                 claim_batches,

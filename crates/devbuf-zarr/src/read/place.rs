@@ -8,7 +8,7 @@
 //! bounded GPU reads of sharded arrays).
 
 use super::plan::{Placement, Unit};
-use super::source::Source;
+use super::source::ZarrSource;
 use devbuf_core::cuda::kernels::ops::layout::{self, MAX_DIMS};
 use devbuf_core::cuda::kernels::ops::strided_copy;
 use devbuf_core::cuda::{DeviceBuffer, Stream};
@@ -34,7 +34,7 @@ impl Copy {
 }
 
 /// Byte offset of element `start` in a decoded unit.
-pub(crate) fn src_offset(src: &Source<'_>, start: &[u64]) -> usize {
+pub(crate) fn src_offset(src: &ZarrSource<'_>, start: &[u64]) -> usize {
     start
         .iter()
         .zip(&src.cell_strides)
@@ -45,7 +45,7 @@ pub(crate) fn src_offset(src: &Source<'_>, start: &[u64]) -> usize {
 /// The copy of placement `p` from a decoded unit (`src.cell_bytes`, laid out as `src`
 /// says) into an output of `out_len` bytes, checked (`None`: nothing to copy).
 pub(crate) fn unit_plan(
-    src: &Source<'_>,
+    src: &ZarrSource<'_>,
     p: &Placement,
     out_len: usize,
 ) -> Result<Option<layout::Plan>> {
@@ -64,7 +64,7 @@ pub(crate) fn unit_plan(
 
 /// The copies that place `units`, decoded at multiples of `stride` bytes, into the
 /// output: one per placement, then merged (see the module's doc).
-pub(crate) fn unit_copies(src: &Source<'_>, units: &[Unit], stride: usize) -> Vec<Copy> {
+pub(crate) fn unit_copies(src: &ZarrSource<'_>, units: &[Unit], stride: usize) -> Vec<Copy> {
     let mut copies = Vec::new();
     for (j, u) in units.iter().enumerate() {
         for p in &u.placements {
@@ -128,7 +128,7 @@ pub(crate) fn merge(copies: Vec<Copy>) -> Vec<Copy> {
 /// Queues the placements of `units`, decoded at multiples of `stride` in `scratch`,
 /// into `out` on `stream` (merged copies, see the module's doc).
 pub(crate) fn place_units(
-    src: &Source<'_>,
+    src: &ZarrSource<'_>,
     units: &[Unit],
     stride: usize,
     stream: &Stream,

@@ -10,7 +10,7 @@ use devbuf_core::error::{Error, Result};
 /// A box of the array to read into the output: `start`/`shape` per axis, written in C
 /// order at byte `offset` of the output.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Request {
+pub(crate) struct ReadBox {
     pub start: Vec<u64>,
     pub shape: Vec<u64>,
     pub offset: usize,
@@ -62,7 +62,7 @@ pub(crate) fn f_strides(shape: &[u64], elem: usize) -> Vec<isize> {
 /// over an array of `array_shape`, in C order of their cell indices. `max_units`
 /// bounds the count (an error past it: the caller passes what its output size allows).
 pub(crate) fn plan(
-    requests: &[Request],
+    requests: &[ReadBox],
     array_shape: &[u64],
     cell_shape: &[u64],
     elem: usize,
@@ -173,12 +173,12 @@ mod tests {
         let cell = [4u64, 3, 5];
         let elem = 2;
         let reqs = vec![
-            Request {
+            ReadBox {
                 start: vec![1, 0, 2],
                 shape: vec![8, 7, 3],
                 offset: 0,
             },
-            Request {
+            ReadBox {
                 start: vec![9, 6, 0],
                 shape: vec![1, 1, 5],
                 offset: 8 * 7 * 3 * 2,
@@ -209,7 +209,7 @@ mod tests {
                 }
             }
         }
-        // Request 0 in C order, then request 1.
+        // ReadBox 0 in C order, then request 1.
         let mut want = Vec::new();
         for i in 1..9 {
             for j in 0..7 {
@@ -237,12 +237,12 @@ mod tests {
     #[test]
     fn one_box_plans_like_gathered_boxes() {
         let (array, cell) = ([10u64, 7, 5], [4u64, 3, 2]);
-        let r = Request {
+        let r = ReadBox {
             start: vec![1, 2, 0],
             shape: vec![8, 5, 5],
             offset: 0,
         };
-        let empty = Request {
+        let empty = ReadBox {
             start: vec![0, 0, 0],
             shape: vec![0, 3, 3],
             offset: 0,
@@ -257,7 +257,7 @@ mod tests {
             assert_eq!(a.placements[0], b.placements[0]);
         }
         // The bound on units holds on both paths.
-        let big = Request {
+        let big = ReadBox {
             start: vec![0, 0, 0],
             shape: vec![10, 7, 5],
             offset: 0,
@@ -269,7 +269,7 @@ mod tests {
     #[test]
     fn zero_d_and_empty_and_bounds() {
         let u = plan(
-            &[Request {
+            &[ReadBox {
                 start: vec![],
                 shape: vec![],
                 offset: 0,
@@ -283,7 +283,7 @@ mod tests {
         assert_eq!(u.len(), 1);
         assert_eq!(u[0].placements[0].dst_offset, 0);
         let empty = plan(
-            &[Request {
+            &[ReadBox {
                 start: vec![3],
                 shape: vec![0],
                 offset: 0,
@@ -296,7 +296,7 @@ mod tests {
         .unwrap();
         assert!(empty.is_empty());
         let e = plan(
-            &[Request {
+            &[ReadBox {
                 start: vec![0],
                 shape: vec![10],
                 offset: 0,

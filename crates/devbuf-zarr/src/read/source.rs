@@ -1,4 +1,4 @@
-//! [`Source`]: an opened array as the read engine sees it — the decode grid (chunks,
+//! [`ZarrSource`]: an opened array as the read engine sees it — the decode grid (chunks,
 //! or inner chunks of shards), the layout of a decoded unit, and how one unit's stored
 //! bytes are fetched and decoded (bounded) into the caller's memory.
 
@@ -38,7 +38,7 @@ pub(crate) enum Stored {
 type FileRange = (PathBuf, Option<(u64, u64)>);
 
 /// An array as the engine reads it.
-pub(crate) struct Source<'a> {
+pub(crate) struct ZarrSource<'a> {
     pub array: &'a Array<Storage>,
     pub location: &'a str,
     pub codecs: Codecs,
@@ -106,7 +106,7 @@ pub(crate) fn with_stored_buf<T>(
     })
 }
 
-/// A stored file kept open across units (see [`Source::open_stored_with`]).
+/// A stored file kept open across units (see [`ZarrSource::open_stored_with`]).
 pub(crate) struct OpenFile {
     path: std::path::PathBuf,
     /// The open file.
@@ -114,7 +114,7 @@ pub(crate) struct OpenFile {
     len: u64,
 }
 
-impl<'a> Source<'a> {
+impl<'a> ZarrSource<'a> {
     /// The engine's view of `array` (chunks of `chunk_shape`, elements of `elem`
     /// bytes, swapped in `swap_width` units, fill value `fill`).
     pub(crate) fn new(
@@ -125,7 +125,7 @@ impl<'a> Source<'a> {
         swap_width: usize,
         fill: Vec<u8>,
         direct: &Direct,
-    ) -> Result<Source<'a>> {
+    ) -> Result<ZarrSource<'a>> {
         let codecs = Codecs::of(array, swap_width);
         let (cell_shape, order) = match &codecs {
             Codecs::Plain(c) => (chunk_shape.to_vec(), c.order),
@@ -162,7 +162,7 @@ impl<'a> Source<'a> {
             Order::C => c_strides(&cell_shape, elem),
             Order::F => f_strides(&cell_shape, elem),
         };
-        Ok(Source {
+        Ok(ZarrSource {
             array,
             location,
             codecs,

@@ -10,7 +10,7 @@ use std::ops::Range;
 use super::blosc::{self, BloscUnit};
 use super::codec::{self, Chain, Compression};
 use super::plan::Unit;
-use super::source::{OpenFile, Source, Stored};
+use super::source::{OpenFile, Stored, ZarrSource};
 use devbuf_core::error::{Error, Result};
 
 /// Room for the stored bytes of one unit of `cell_bytes` decoded bytes: what zstd and
@@ -22,7 +22,7 @@ pub(crate) fn stored_room(cell_bytes: usize) -> usize {
 
 /// What became of one unit of a claim.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Got {
+pub(crate) enum UnitOutcome {
     /// Not stored: the fill value.
     Missing,
     /// Decoded on the host into the first `cell_bytes` of its region, in stored byte
@@ -45,13 +45,13 @@ pub(crate) enum Input {
     Blosc(Range<usize>, Box<BloscUnit>),
 }
 
-impl Got {
+impl UnitOutcome {
     /// Bytes of the slot this unit's region uses from `at` on.
     fn end(&self, at: usize, cell_bytes: usize) -> usize {
         match self {
-            Got::Missing => 0,
-            Got::Host => at + cell_bytes,
-            Got::Gpu(r) | Got::Blosc(r, _) => r.end,
+            UnitOutcome::Missing => 0,
+            UnitOutcome::Host => at + cell_bytes,
+            UnitOutcome::Gpu(r) | UnitOutcome::Blosc(r, _) => r.end,
         }
     }
 }
@@ -61,12 +61,12 @@ impl Got {
 /// unit and how many bytes of the slot hold data (what must go to the device). An
 /// error names the unit's chunk.
 pub(crate) fn read_claim(
-    src: &Source<'_>,
+    src: &ZarrSource<'_>,
     chain: &Chain,
     units: &[Unit],
     slot: &mut [u8],
     readers: usize,
-) -> Result<(Vec<Got>, usize)> {
+) -> Result<(Vec<UnitOutcome>, usize)> {
     let room = stored_room(src.cell_bytes);
     if slot.len() < units.len() * room {
         return Err(Error::invalid(format!(
@@ -87,7 +87,7 @@ pub(crate) fn read_claim(
     // Four groups per reader, taken by whichever reader is free: a slow file holds
     // up a quarter of a reader's share, not all of it.
     let per = jobs.len().div_ceil(groups * 4).max(1);
-    let mut got = vec![Got::Missing; units.len()];
+    let mut got = vec![UnitOutcome::Missing; units.len()];
     // A file is kept open for the reader's next unit only when units share files.
     let keep_open = src.sharded();
     if groups == 1 {
@@ -127,7 +127,7 @@ pub(crate) fn read_claim(
                 out.extend(read_group(group)?);
             }
         };
-        let results: Vec<Result<Vec<(usize, Got)>>> = std::thread::scope(|sc| {
+        let results: Vec<Result<Vec<(usize, UnitOutcome)>>> = std::thread::scope(|sc| {
             let handles: Vec<_> = (1..groups)
                 .map_while(|_| {
                     std::thread::Builder::new()
@@ -162,19 +162,19 @@ pub(crate) fn read_claim(
 /// the host into the region when nvCOMP should not have it. `last`: the file the
 /// previous unit of this reader came from, kept open.
 fn one_unit(
-    src: &Source<'_>,
+    src: &ZarrSource<'_>,
     chain: &Chain,
     u: &Unit,
     region: &mut [u8],
     at: usize,
     last: &mut Option<OpenFile>,
-) -> Result<Got> {
+) -> Result<UnitOutcome> {
     // A store without files: the unit's bytes, taken once (an object store's fetch
     // stage hands each unit's bytes out once) and kept for a host decode.
     let mut held = None;
     let len = if src.has_files() {
         match src.open_stored_with(&u.cell, last)? {
-            None => return Ok(Got::Missing),
+            None => return Ok(UnitOutcome::Missing),
             Some((offset, len)) => match (usize::try_from(len), last.as_ref()) {
                 (Ok(n), Some(open)) if n <= region.len() => {
                     super::source::read_exact_at(&open.file, &mut region[..n], offset)
@@ -186,7 +186,7 @@ fn one_unit(
         }
     } else {
         match src.fetch(&u.cell)? {
-            Stored::Missing => return Ok(Got::Missing),
+            Stored::Missing => return Ok(UnitOutcome::Missing),
             Stored::Bytes(b) => {
                 let n = b.len();
                 let fits = n <= region.len();
@@ -204,8 +204,8 @@ fn one_unit(
         None => None,
     };
     match input {
-        Some(Input::Stream(r)) => Ok(Got::Gpu(at + r.start..at + r.end)),
-        Some(Input::Blosc(r, b)) => Ok(Got::Blosc(at + r.start..at + r.end, b)),
+        Some(Input::Stream(r)) => Ok(UnitOutcome::Gpu(at + r.start..at + r.end)),
+        Some(Input::Blosc(r, b)) => Ok(UnitOutcome::Blosc(at + r.start..at + r.end, b)),
         None => {
             // Valid input nvCOMP should not be given, or too large for the region: the
             // host decoder (bounded) decides, from the bytes already taken, or reading
@@ -222,7 +222,7 @@ fn one_unit(
             if let Some(w) = chain.swap {
                 devbuf_core::memory::host_ops::swap_in_place(dst, w);
             }
-            Ok(Got::Host)
+            Ok(UnitOutcome::Host)
         }
     }
 }
@@ -234,7 +234,7 @@ fn one_unit(
 /// decode this unit on the CPU instead (a valid encoding nvCOMP should not be given,
 /// e.g. several zstd frames, or blosc that its parser leaves to c-blosc).
 pub(crate) fn gpu_input(
-    src: &Source<'_>,
+    src: &ZarrSource<'_>,
     chain: &Chain,
     slot: &[u8],
     r: Range<usize>,
@@ -316,7 +316,12 @@ pub(crate) fn gpu_input(
 
 /// nvCOMP names the failing chunk by its index in the call: name it by its key.
 /// `owners[i]` is the index in `units` of the call's chunk `i`.
-pub(crate) fn name_chunk(e: Error, src: &Source<'_>, units: &[Unit], owners: &[usize]) -> Error {
+pub(crate) fn name_chunk(
+    e: Error,
+    src: &ZarrSource<'_>,
+    units: &[Unit],
+    owners: &[usize],
+) -> Error {
     let msg = e.to_string();
     let named: Vec<String> = owners
         .iter()
@@ -361,7 +366,7 @@ mod tests {
     #[test]
     fn every_reader_count_reads_the_same_claim() {
         use super::super::codec::Compression;
-        use super::super::plan::{Request, plan};
+        use super::super::plan::{ReadBox, plan};
         use crate::fixtures;
         let (mut checked, mut stored, mut sharded) = (0, 0, 0);
         for name in fixtures::names() {
@@ -376,7 +381,7 @@ mod tests {
                 continue;
             }
             let shape = a.metadata().shape.clone();
-            let whole = Request {
+            let whole = ReadBox {
                 start: vec![0; shape.len()],
                 shape: shape.clone(),
                 offset: 0,
@@ -393,7 +398,11 @@ mod tests {
             for readers in [2, 3, 16] {
                 assert!(read(readers) == one, "{name}: {readers} readers");
             }
-            stored += one.0.iter().filter(|g| !matches!(g, Got::Missing)).count();
+            stored += one
+                .0
+                .iter()
+                .filter(|g| !matches!(g, UnitOutcome::Missing))
+                .count();
             sharded += usize::from(src.sharded());
             checked += 1;
         }
@@ -405,8 +414,8 @@ mod tests {
 
     #[test]
     fn used_bytes_end_at_the_last_region_with_data() {
-        assert_eq!(Got::Missing.end(100, 10), 0);
-        assert_eq!(Got::Host.end(100, 10), 110);
-        assert_eq!(Got::Gpu(100..150).end(100, 10), 150);
+        assert_eq!(UnitOutcome::Missing.end(100, 10), 0);
+        assert_eq!(UnitOutcome::Host.end(100, 10), 110);
+        assert_eq!(UnitOutcome::Gpu(100..150).end(100, 10), 150);
     }
 }

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use super::plan::Unit;
-use super::source::Source;
+use super::source::ZarrSource;
 use devbuf_core::cuda::{Context, DeviceBuffer};
 use devbuf_core::error::{Error, Result};
 
@@ -167,7 +167,7 @@ pub(crate) fn slot_layout(cell_bytes: usize, target: usize) -> (usize, usize) {
 /// read's work queue and counters, and the output with its context.
 #[derive(Clone, Copy)]
 pub(crate) struct DeviceWork<'a> {
-    pub src: &'a Source<'a>,
+    pub src: &'a ZarrSource<'a>,
     pub queue: &'a WorkQueue<'a>,
     pub out: &'a DeviceBuffer,
     pub ctx: &'a Context,

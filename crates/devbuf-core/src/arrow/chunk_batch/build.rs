@@ -5,7 +5,7 @@
 use super::*;
 
 /// The one allocation of a batch: `ndim` coordinate columns, then the chunk data.
-pub(super) struct Plan {
+pub(super) struct BatchAllocation {
     pub(super) rows: usize,
     pub(super) ndim: usize,
     pub(super) element: ElementType,
@@ -23,8 +23,8 @@ pub(super) struct Plan {
     pub(super) data_alloc: usize,
 }
 
-impl Plan {
-    pub(super) fn new(t: &TensorType, rows: usize, ndim: usize) -> Result<Plan> {
+impl BatchAllocation {
+    pub(super) fn new(t: &TensorType, rows: usize, ndim: usize) -> Result<BatchAllocation> {
         let element = t.element();
         let chunk_len = t.list_size()?;
         let chunk_bytes = chunk_len.checked_mul(element.size()).ok_or_else(overflow)?;
@@ -38,7 +38,7 @@ impl Plan {
             let n = rows.checked_mul(chunk_bytes).ok_or_else(overflow)?;
             (n, n)
         };
-        Ok(Plan {
+        Ok(BatchAllocation {
             rows,
             ndim,
             element,
@@ -158,7 +158,7 @@ fn copy_from_host(dst: MemMut<'_>, bytes: &[u8]) -> Result<()> {
 /// [`DeviceRecordBatch`] whose message is the allocation).
 pub(super) fn build(
     place: &Place,
-    plan: &Plan,
+    plan: &BatchAllocation,
     t: &TensorType,
     coords: &[u64],
     items: &[Item],

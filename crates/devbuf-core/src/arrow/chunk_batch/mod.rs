@@ -27,7 +27,7 @@ use crate::cuda::{Context, DeviceBuffer};
 use crate::element::ElementType;
 use crate::error::{Error, Result};
 use crate::memory::{MemMut, Place, prim};
-use crate::zarr::{AxisSel, BufferPrototype, DataType, NDBuffer, Order, Scalar};
+use crate::zarr::{AxisSel, BufferPrototype, Dtype, NDBuffer, Order, Scalar};
 
 /// Name of the chunk data column.
 pub const CHUNK_COLUMN: &str = "chunk";
@@ -58,8 +58,8 @@ fn overflow() -> Error {
 ///
 /// ```
 /// use devbuf_core::arrow::ChunkGrid;
-/// use devbuf_core::zarr::DataType;
-/// let g = ChunkGrid::new(&[10, 7], &[4, 4], DataType::FLOAT32)?;
+/// use devbuf_core::zarr::Dtype;
+/// let g = ChunkGrid::new(&[10, 7], &[4, 4], Dtype::FLOAT32)?;
 /// assert_eq!(g.grid_shape(), vec![3, 2]);
 /// assert_eq!(g.chunk_extent(&[2, 1])?, vec![2, 3]); // an edge chunk
 /// assert!(g.chunk_extent(&[3, 0]).is_err());
@@ -69,7 +69,7 @@ fn overflow() -> Error {
 pub struct ChunkGrid {
     array_shape: Vec<usize>,
     chunk_shape: Vec<usize>,
-    dtype: DataType,
+    dtype: Dtype,
     fill_value: Option<Scalar>,
 }
 
@@ -77,7 +77,7 @@ impl ChunkGrid {
     /// A grid of `chunk_shape` chunks (every entry at least 1, as zarr requires) over an
     /// array of `array_shape`. The fill value is zero until
     /// [`with_fill_value`](Self::with_fill_value).
-    pub fn new(array_shape: &[usize], chunk_shape: &[usize], dtype: DataType) -> Result<ChunkGrid> {
+    pub fn new(array_shape: &[usize], chunk_shape: &[usize], dtype: Dtype) -> Result<ChunkGrid> {
         if array_shape.len() != chunk_shape.len() {
             return Err(Error::invalid(format!(
                 "array shape {array_shape:?} and chunk shape {chunk_shape:?} differ in length"
@@ -114,7 +114,7 @@ impl ChunkGrid {
     }
 
     /// The data type of the chunks.
-    pub fn dtype(&self) -> DataType {
+    pub fn dtype(&self) -> Dtype {
         self.dtype
     }
 
@@ -210,9 +210,9 @@ enum Batch {
 ///
 /// ```
 /// use devbuf_core::arrow::{ChunkBatch, ChunkGrid};
-/// use devbuf_core::zarr::{BufferPrototype, DataType, NDBuffer, Scalar};
+/// use devbuf_core::zarr::{BufferPrototype, Dtype, NDBuffer, Scalar};
 /// // A 5 x 3 int32 array in 2 x 2 chunks; two of its chunks:
-/// let grid = ChunkGrid::new(&[5, 3], &[2, 2], DataType::INT32)?.with_fill_value(Scalar::from(-1i32));
+/// let grid = ChunkGrid::new(&[5, 3], &[2, 2], Dtype::INT32)?.with_fill_value(Scalar::from(-1i32));
 /// let c00 = NDBuffer::from_ndarray(ndarray::arr2(&[[0i32, 1], [3, 4]]));
 /// let c21 = NDBuffer::from_ndarray(ndarray::arr2(&[[14i32]])); // the corner: 1 x 1
 /// let batch = ChunkBatch::from_chunks(&grid, [(vec![0u64, 0], c00), (vec![2, 1], c21)], &BufferPrototype::Host)?;
@@ -262,7 +262,7 @@ impl ChunkBatch {
         N: Borrow<NDBuffer>,
     {
         let element = grid.dtype.element();
-        let native = DataType::native(element);
+        let native = Dtype::native(element);
         let ndim = grid.ndim();
         let tensor_type = TensorType::new(element, &grid.chunk_shape);
         tensor_type.storage_type()?;
@@ -299,7 +299,7 @@ impl ChunkBatch {
             .fill_value
             .map(|v| v.to_bytes_as(native))
             .unwrap_or_else(|| vec![0u8; element.size()]);
-        let plan = Plan::new(&tensor_type, items.len(), ndim)?;
+        let plan = BatchAllocation::new(&tensor_type, items.len(), ndim)?;
         let mut md = HashMap::new();
         md.insert(
             CHUNK_GRID_METADATA_KEY.to_string(),

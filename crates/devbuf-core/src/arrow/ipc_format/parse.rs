@@ -1,19 +1,19 @@
 //! Reading: one parser of encapsulated IPC messages, generic over where the bytes live
-//! (a [`Source`]: device memory or a host buffer); only the metadata is copied to the
+//! (a [`IpcBytes`]: device memory or a host buffer); only the metadata is copied to the
 //! host, every body buffer stays a zero-copy slice of the input.
 
 use super::*;
 
 /// Bytes the IPC reader can parse: it copies small ranges (metadata) to the host and
 /// slices the rest without copying.
-pub(crate) trait Source {
+pub(crate) trait IpcBytes {
     type Buf: Clone + ByteLen;
     fn len(&self) -> usize;
     fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()>;
     fn slice(&self, offset: usize, len: usize) -> Result<Self::Buf>;
 }
 
-impl Source for DeviceBuffer {
+impl IpcBytes for DeviceBuffer {
     type Buf = DeviceBuffer;
     fn len(&self) -> usize {
         DeviceBuffer::len(self)
@@ -26,7 +26,7 @@ impl Source for DeviceBuffer {
     }
 }
 
-impl Source for Buffer {
+impl IpcBytes for Buffer {
     type Buf = Buffer;
     fn len(&self) -> usize {
         Buffer::len(self)
@@ -90,7 +90,7 @@ pub(super) fn collect_dictionaries(
     Ok(())
 }
 
-pub(super) struct Decoder<'a, S: Source> {
+pub(super) struct IpcBodyDecoder<'a, S: IpcBytes> {
     pub(super) src: &'a S,
     pub(super) body_start: usize,
     pub(super) body_len: usize,
@@ -108,7 +108,7 @@ pub(super) fn to_usize(v: i64, what: &str) -> Result<usize> {
     usize::try_from(v).map_err(|_| malformed(format!("{what} {v} is negative or too large")))
 }
 
-impl<S: Source> Decoder<'_, S> {
+impl<S: IpcBytes> IpcBodyDecoder<'_, S> {
     pub(super) fn node(&mut self, field: &Field) -> Result<(usize, usize)> {
         let (len, nulls) = *self.nodes.get(self.next_node).ok_or_else(|| {
             malformed(format!(
@@ -324,7 +324,7 @@ pub(super) struct MessageAt {
 
 /// Reads the prefix and metadata of the message at `pos` (copied to the host).
 /// `None` at an end-of-stream marker.
-pub(super) fn read_message<S: Source>(src: &S, pos: usize) -> Result<Option<MessageAt>> {
+pub(super) fn read_message<S: IpcBytes>(src: &S, pos: usize) -> Result<Option<MessageAt>> {
     let total = src.len();
     let avail = total - pos;
     if avail < 4 {
@@ -367,7 +367,7 @@ pub(super) fn read_message<S: Source>(src: &S, pos: usize) -> Result<Option<Mess
 }
 
 /// Parses the messages of one record batch (dictionaries first) from `src`.
-pub(crate) fn parse<S: Source>(src: &S, schema: &Schema) -> Result<Parsed<S::Buf>> {
+pub(crate) fn parse<S: IpcBytes>(src: &S, schema: &Schema) -> Result<Parsed<S::Buf>> {
     let ids = schema_with_dict_ids(schema)?;
     let mut dict_types = HashMap::new();
     for (u, i) in schema.fields().iter().zip(ids.fields().iter()) {
@@ -417,7 +417,7 @@ pub(crate) fn parse<S: Source>(src: &S, schema: &Schema) -> Result<Parsed<S::Buf
                      zero-copy (write the batch without compression)",
                 ));
             }
-            let mut d = Decoder {
+            let mut d = IpcBodyDecoder {
                 src,
                 body_start: m.body_start,
                 body_len,

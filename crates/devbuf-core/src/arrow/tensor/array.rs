@@ -110,8 +110,8 @@ impl From<DeviceArray> for TensorStorage {
 /// The same on a device (the storage is a [`DeviceArray`] over the GPU's memory):
 ///
 /// ```no_run
-/// use devbuf_core::zarr::{BufferPrototype, DataType, NDBuffer, Order};
-/// let nd = NDBuffer::create(&BufferPrototype::Device(0), &[4, 8, 8], DataType::FLOAT32, Order::C, None)?;
+/// use devbuf_core::zarr::{BufferPrototype, Dtype, NDBuffer, Order};
+/// let nd = NDBuffer::create(&BufferPrototype::Device(0), &[4, 8, 8], Dtype::FLOAT32, Order::C, None)?;
 /// let t = nd.to_arrow_tensor_rows()?; // 4 tensors of [8, 8], zero-copy
 /// let storage = t.storage().as_device().unwrap();
 /// assert_eq!(storage.children()[0].buffers()[0].address(), nd.as_ndarray_like().memory.address());

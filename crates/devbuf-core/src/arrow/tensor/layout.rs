@@ -73,7 +73,7 @@ pub(crate) fn prepare(nd: &NDBuffer, form: Form) -> Result<Prepared> {
     let mut nd = if nd.dtype().is_native() {
         nd.clone()
     } else {
-        nd.astype(DataType::native(element))?
+        nd.astype(Dtype::native(element))?
     };
     let ndim = nd.ndim();
     if form == Form::Rows && ndim == 0 {

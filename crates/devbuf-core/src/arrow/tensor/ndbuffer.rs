@@ -104,8 +104,8 @@ impl NDBuffer {
     /// logical order; otherwise one copy into C order, on the side where the data lives.
     ///
     /// ```
-    /// use devbuf_core::zarr::{BufferPrototype, DataType, NDBuffer, Order};
-    /// let nd = NDBuffer::create(&BufferPrototype::Host, &[2, 3], DataType::INT32, Order::F, None)?;
+    /// use devbuf_core::zarr::{BufferPrototype, Dtype, NDBuffer, Order};
+    /// let nd = NDBuffer::create(&BufferPrototype::Host, &[2, 3], Dtype::INT32, Order::F, None)?;
     /// let t = nd.to_arrow_tensor()?;
     /// assert_eq!(t.len(), 1);
     /// assert_eq!(t.tensor_type().shape(), &[3, 2]);
@@ -179,8 +179,8 @@ impl NDBuffer {
     /// `bool`). Host memory is an error (use [`to_arrow`](Self::to_arrow)).
     ///
     /// ```no_run
-    /// use devbuf_core::zarr::{BufferPrototype, DataType, NDBuffer, Order};
-    /// let nd = NDBuffer::create(&BufferPrototype::Device(0), &[1000], DataType::INT64, Order::C, None)?;
+    /// use devbuf_core::zarr::{BufferPrototype, Dtype, NDBuffer, Order};
+    /// let nd = NDBuffer::create(&BufferPrototype::Device(0), &[1000], Dtype::INT64, Order::C, None)?;
     /// let a = nd.to_device_array()?;
     /// assert_eq!(a.buffers()[0].address(), nd.as_ndarray_like().memory.address()); // zero-copy
     /// let back = NDBuffer::from_device_array(&a)?;

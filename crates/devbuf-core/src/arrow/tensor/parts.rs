@@ -275,7 +275,7 @@ pub(crate) fn flat_ndbuffer<A: ArrayView>(array: &A) -> Result<NDBuffer> {
     NDBuffer::from_memory(
         loc.into_memory()?,
         &[count],
-        DataType::native(element),
+        Dtype::native(element),
         Order::C,
     )
 }

@@ -10,7 +10,7 @@ pub(super) struct ExportEntry {
 }
 
 #[derive(Default)]
-pub(super) struct Registry {
+pub(super) struct HandleRegistry {
     /// Allocations this process exported, by `CUipcMemHandle` bytes.
     pub(super) exported: HashMap<[u8; RAW], Vec<ExportEntry>>,
     /// Prune dead export entries when the map reaches this size.
@@ -20,9 +20,9 @@ pub(super) struct Registry {
     pub(super) opened: HashMap<([u8; RAW], [u8; 16]), Weak<Allocation>>,
 }
 
-pub(super) fn registry() -> MutexGuard<'static, Registry> {
-    static REG: OnceLock<Mutex<Registry>> = OnceLock::new();
-    REG.get_or_init(|| Mutex::new(Registry::default()))
+pub(super) fn registry() -> MutexGuard<'static, HandleRegistry> {
+    static REG: OnceLock<Mutex<HandleRegistry>> = OnceLock::new();
+    REG.get_or_init(|| Mutex::new(HandleRegistry::default()))
         .lock()
         .unwrap_or_else(|p| p.into_inner())
 }

@@ -3,9 +3,9 @@
 use std::ops::Range;
 use std::time::Duration;
 
-use super::plan::{self, Direction, Layout};
+use super::plan::{self, Direction, TableLayout};
 use super::sys::{self, BatchArgs, Call, Status};
-use super::workspace::{SIZE_UNSET, STATUS_UNSET, Tables, Workspace};
+use super::workspace::{CallTables, SIZE_UNSET, STATUS_UNSET, Workspace};
 use super::{GpuCodec, Nvcomp, library};
 use crate::cuda::driver;
 use crate::cuda::kernels::Segment;
@@ -45,13 +45,13 @@ pub struct DecompressBatch {
     in_place: bool,
     /// The call queued by [`queue_decompress`](Self::queue_decompress), not yet
     /// waited for.
-    pending: Option<Pending>,
+    pending: Option<QueuedDecompression>,
 }
 
 /// What a queued decompression needs once its stream is done: where its results are,
 /// what to check them against, and what to keep alive for good if it never finishes.
-struct Pending {
-    layout: Layout,
+struct QueuedDecompression {
+    layout: TableLayout,
     codec: GpuCodec,
     out_len: Vec<usize>,
     stream: Stream,
@@ -88,7 +88,7 @@ impl DecompressBatch {
     pub fn reserve_chunks(&mut self, chunks: usize) -> Result<()> {
         let n = chunks.max(1);
         self.ws
-            .reserve_host(Layout::new(n, n, n, 0, 0).table_bytes())
+            .reserve_host(TableLayout::new(n, n, n, 0, 0).table_bytes())
     }
 
     /// The context this state belongs to.
@@ -287,7 +287,7 @@ impl DecompressBatch {
         };
         let k_in = in_stage.iter().flatten().count();
         let k_out = out_stage.iter().flatten().count();
-        let layout = Layout::new(
+        let layout = TableLayout::new(
             n,
             k_in,
             k_out + copies.len(),
@@ -311,7 +311,7 @@ impl DecompressBatch {
                     len: len as u64,
                 }),
         );
-        let tables = Tables {
+        let tables = CallTables {
             in_ptrs: &eff_in,
             in_len: &in_len,
             out_ptrs: &eff_out,
@@ -347,7 +347,7 @@ impl DecompressBatch {
             let _ = self.ws.wait(stream, &what, &refs);
             return Err(e);
         }
-        self.pending = Some(Pending {
+        self.pending = Some(QueuedDecompression {
             layout,
             codec,
             out_len,
@@ -524,7 +524,7 @@ impl CompressBatch {
         let (in_stage, in_total) = plan::staging(&in_addr, align.input, |i| in_len[i]);
         let (out_stage, out_total) = plan::staging(&out_addr, align.output, |_| cap);
         let k_in = in_stage.iter().flatten().count();
-        let layout = Layout::new(n, k_in, 0, temp_bytes, in_total + out_total);
+        let layout = TableLayout::new(n, k_in, 0, temp_bytes, in_total + out_total);
         let base = self.ws.ensure(&layout)?;
         let stage_in = base + layout.staging as u64;
         let stage_out = stage_in + in_total as u64;
@@ -532,7 +532,7 @@ impl CompressBatch {
         let eff_out = effective(&out_addr, &out_stage, stage_out);
         let caps = vec![cap; n];
         let segs_in = segments(&in_stage, &eff_in, &in_addr, &in_len);
-        let tables = Tables {
+        let tables = CallTables {
             in_ptrs: &eff_in,
             in_len: &in_len,
             out_ptrs: &eff_out,
@@ -619,7 +619,13 @@ fn staged(stage: &[Option<usize>]) -> impl Iterator<Item = usize> + '_ {
         .map(|(i, _)| i)
 }
 
-fn args(l: &Layout, base: u64, temp_bytes: usize, max_in: usize, stream: &Stream) -> BatchArgs {
+fn args(
+    l: &TableLayout,
+    base: u64,
+    temp_bytes: usize,
+    max_in: usize,
+    stream: &Stream,
+) -> BatchArgs {
     let at = |off: usize| base + off as u64;
     BatchArgs {
         num_chunks: l.n,

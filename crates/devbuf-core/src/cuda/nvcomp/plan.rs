@@ -232,14 +232,14 @@ pub(crate) const SEGMENT_BYTES: usize = 24;
 /// Where the parts of a batch lie in the device workspace (byte offsets from its
 /// start) and in the page-locked mirror of its tables.
 ///
-/// Tables: input pointers, input sizes, output capacities, output pointers (`n`
+/// CallTables: input pointers, input sizes, output capacities, output pointers (`n`
 /// entries of 8 bytes each), the copy-in and copy-out segment tables (`segs_in` and
 /// `segs_out` entries of [`SEGMENT_BYTES`]), then the actual sizes (`n` x 8) and
 /// statuses (`n` x 4). The host mirror holds the same bytes: all are uploaded in one
 /// copy (actual sizes and statuses preset to sentinels, so a chunk nvCOMP did not report
 /// is visible), and everything from the actual sizes on is downloaded in one copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Layout {
+pub(crate) struct TableLayout {
     pub n: usize,
     pub segs_in: usize,
     pub segs_out: usize,
@@ -248,15 +248,15 @@ pub(crate) struct Layout {
     pub device_bytes: usize,
 }
 
-impl Layout {
+impl TableLayout {
     pub(crate) fn new(
         n: usize,
         segs_in: usize,
         segs_out: usize,
         temp_bytes: usize,
         staging_bytes: usize,
-    ) -> Layout {
-        let mut l = Layout {
+    ) -> TableLayout {
+        let mut l = TableLayout {
             n,
             segs_in,
             segs_out,
@@ -318,12 +318,12 @@ mod tests {
 
     #[test]
     fn layout_is_aligned_and_disjoint() {
-        let l = Layout::new(3, 0, 0, 1000, 512);
+        let l = TableLayout::new(3, 0, 0, 1000, 512);
         assert_eq!(l.statuses() + 4 * 3, l.table_bytes());
         assert_eq!(l.temp, 256);
         assert_eq!(l.staging, 1280);
         assert_eq!(l.device_bytes, 1280 + 512);
-        let l = Layout::new(10, 2, 10, 0, 0);
+        let l = TableLayout::new(10, 2, 10, 0, 0);
         let parts = [
             (l.in_ptrs(), 80),
             (l.in_bytes(), 80),

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::plan::{self, Layout};
+use super::plan::{self, TableLayout};
 use super::sys::Status;
 use crate::cuda::driver::{self, transfer};
 use crate::cuda::kernels::{self, Segment};
@@ -21,7 +21,7 @@ pub(crate) const STATUS_UNSET: Status = -1;
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The host-side contents of one call's tables.
-pub(crate) struct Tables<'a> {
+pub(crate) struct CallTables<'a> {
     /// Where nvCOMP reads each chunk (in place or a staging slot).
     pub in_ptrs: &'a [u64],
     pub in_len: &'a [usize],
@@ -75,7 +75,7 @@ impl Workspace {
 
     /// Makes room for `layout`; returns the device workspace's address. Old space is
     /// freed first (every call waits for its work, so nothing still uses it).
-    pub(crate) fn ensure(&mut self, layout: &Layout) -> Result<u64> {
+    pub(crate) fn ensure(&mut self, layout: &TableLayout) -> Result<u64> {
         let dev = layout.device_bytes;
         if self.device.as_ref().is_none_or(|d| d.len() < dev) {
             self.device = None;
@@ -118,14 +118,14 @@ impl Workspace {
     }
 
     /// Fills the page-locked mirror for one call (after [`ensure`](Self::ensure)).
-    pub(crate) fn fill(&mut self, l: &Layout, t: &Tables<'_>) {
+    pub(crate) fn fill(&mut self, l: &TableLayout, t: &CallTables<'_>) {
         if let Some(h) = self.host.as_mut() {
             write_tables(h, l, t);
         }
     }
 
     /// Chunk `i`'s reported size and status, from the mirror after a call.
-    pub(crate) fn result(&self, l: &Layout, i: usize) -> (u64, Status) {
+    pub(crate) fn result(&self, l: &TableLayout, i: usize) -> (u64, Status) {
         match self.host.as_ref() {
             Some(h) => read_result(h, l, i),
             None => (SIZE_UNSET, STATUS_UNSET),
@@ -138,11 +138,11 @@ impl Workspace {
     /// workspace must outlive the queued work; see [`wait`](Self::wait)).
     pub(crate) fn run(
         &mut self,
-        l: &Layout,
+        l: &TableLayout,
         base: u64,
         stream: &Stream,
         keep: (&str, &[&DeviceBuffer]),
-        t: &Tables<'_>,
+        t: &CallTables<'_>,
         call: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
         let queued = self.queue(l, base, stream, t, call);
@@ -155,10 +155,10 @@ impl Workspace {
     /// filled, grown or dropped; whatever this returns, something may have been queued.
     pub(crate) fn queue(
         &mut self,
-        l: &Layout,
+        l: &TableLayout,
         base: u64,
         stream: &Stream,
-        t: &Tables<'_>,
+        t: &CallTables<'_>,
         call: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
         let Some(h) = self.host.as_mut() else {
@@ -229,7 +229,7 @@ impl Workspace {
 
 /// Writes one call's tables into `h` (at least `l.table_bytes()` long) as the device
 /// expects them: native-endian `size_t`s and pointers, `nvcompStatus_t`s, segments.
-pub(crate) fn write_tables(h: &mut [u8], l: &Layout, t: &Tables<'_>) {
+pub(crate) fn write_tables(h: &mut [u8], l: &TableLayout, t: &CallTables<'_>) {
     let put = |h: &mut [u8], at: usize, v: u64| h[at..at + 8].copy_from_slice(&v.to_ne_bytes());
     for i in 0..l.n {
         put(h, l.in_ptrs() + 8 * i, t.in_ptrs[i]);
@@ -252,7 +252,7 @@ pub(crate) fn write_tables(h: &mut [u8], l: &Layout, t: &Tables<'_>) {
 
 /// Chunk `i`'s reported size and status in tables written by [`write_tables`] and
 /// downloaded after the call.
-pub(crate) fn read_result(h: &[u8], l: &Layout, i: usize) -> (u64, Status) {
+pub(crate) fn read_result(h: &[u8], l: &TableLayout, i: usize) -> (u64, Status) {
     let s = l.out_bytes() + 8 * i;
     let t = l.statuses() + 4 * i;
     let size = h
@@ -310,7 +310,7 @@ mod tests {
         };
         let segs_in = [seg(0x10, 0x20, 3)];
         let segs_out = [seg(0x30, 0x40, 5), seg(0x50, 0x60, 7)];
-        let t = Tables {
+        let t = CallTables {
             in_ptrs: &[0x1000, 0x2000],
             in_len: &[11, 22],
             out_ptrs: &[0x3000, 0x4000],
@@ -318,7 +318,7 @@ mod tests {
             segs_in: &segs_in,
             segs_out: &segs_out,
         };
-        let l = Layout::new(2, 1, 2, 0, 0);
+        let l = TableLayout::new(2, 1, 2, 0, 0);
         let mut h = vec![0u8; l.table_bytes()];
         write_tables(&mut h, &l, &t);
         assert_eq!(u64_at(&h, l.in_ptrs() + 8), 0x2000);

@@ -12,7 +12,7 @@
 //!
 //! A [`bare`](UploadLane::bare) lane has no scratch buffers: its producer copies each
 //! slot into device memory of its own, on a stream of its own
-//! ([`upload_into`](UploadLane::upload_into)), and the slot's event is recorded right
+//! ([`upload_ranges_into`](UploadLane::upload_into)), and the slot's event is recorded right
 //! after that copy, so the slot is free again as soon as its bytes are on the device,
 //! whatever the producer queues after it (the GPU decode workers keep several decodes
 //! in flight on their own streams this way).
@@ -29,7 +29,7 @@ use std::cell::Cell;
 use std::sync::Arc;
 use std::thread::ThreadId;
 
-use super::engine::{Kit, Shared};
+use super::engine::{LaneResources, Shared};
 use crate::cuda::buffer::DeviceBuffer;
 use crate::cuda::context::Context;
 use crate::cuda::driver;
@@ -68,7 +68,7 @@ pub fn as_lease_holder<T>(f: impl FnOnce() -> T) -> T {
 /// A producer's double-buffered path to the device through the page-locked pool.
 pub struct UploadLane {
     shared: Arc<Shared>,
-    kit: Option<Kit>,
+    kit: Option<LaneResources>,
     /// The thread whose [`LEASED_HERE`] counts this lane's kit. A lane dropped on
     /// another thread leaves that count raised: the creating thread's staged copies then
     /// go through the driver when the pool is full instead of waiting (slower, never
@@ -108,7 +108,7 @@ impl UploadLane {
     }
 
     /// A lane with two page-locked slots of `slot_bytes` each and no device scratch
-    /// buffers: for [`upload_into`](Self::upload_into) only. Waits for the pool as
+    /// buffers: for [`upload_ranges_into`](Self::upload_ranges_into) only. Waits for the pool as
     /// [`new`](Self::new).
     pub fn bare(ctx: &Context, slot_bytes: usize, wait: bool) -> Result<Option<UploadLane>> {
         Self::make(ctx, slot_bytes, wait, false, None)
@@ -200,10 +200,10 @@ impl UploadLane {
         self.bytes
     }
 
-    fn kit(&self) -> Result<&Kit> {
+    fn kit(&self) -> Result<&LaneResources> {
         self.kit
             .as_ref()
-            .ok_or_else(|| Error::invalid("upload lane used after its kit was returned"))
+            .ok_or_else(|| Error::invalid("upload lane used after its lane_resources was returned"))
     }
 
     fn scratch(&self, slot: usize) -> Result<&DeviceBuffer> {

@@ -32,7 +32,7 @@ pub use lane::UploadLane;
 pub use lane::as_lease_holder;
 pub use pending::{HostSink, HostSource, Pending, ScopedPending, TransferScope, scope};
 
-use self::engine::{Engine, Request};
+use self::engine::{Engine, TransferGrant};
 use self::plan::{Dir, PieceSpec};
 use super::buffer::DeviceBuffer;
 use super::context::Context;
@@ -397,7 +397,7 @@ pub(crate) fn htod(ctx: &Context, dev: u64, src: &[u8]) -> Result<()> {
     unsafe {
         engine(ctx).copy(
             ctx,
-            Request {
+            TransferGrant {
                 dir: Dir::HtoD,
                 host: src.as_ptr() as *mut u8,
                 len: src.len(),
@@ -417,7 +417,7 @@ pub(crate) fn dtoh(ctx: &Context, dst: &mut [u8], dev: u64, page_locked: bool) -
     unsafe {
         engine(ctx).copy(
             ctx,
-            Request {
+            TransferGrant {
                 dir: Dir::DtoH,
                 host: dst.as_mut_ptr(),
                 len: dst.len(),

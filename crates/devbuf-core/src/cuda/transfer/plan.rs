@@ -62,10 +62,10 @@ pub(crate) enum Chunk {
         /// Bytes.
         len: usize,
     },
-    /// Segments `segs` of [`Plan::segs`], `tiles` table entries, data region bytes
+    /// Segments `segs` of [`TransferPlan::segs`], `tiles` table entries, data region bytes
     /// `0..data_len` in use.
     Packed {
-        /// Range of [`Plan::segs`].
+        /// Range of [`TransferPlan::segs`].
         segs: Range<usize>,
         /// Number of kernel table entries the segments need.
         tiles: usize,
@@ -76,7 +76,7 @@ pub(crate) enum Chunk {
 
 /// A whole transfer cut into chunks.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Plan {
+pub(crate) struct TransferPlan {
     /// Chunks, in the order lanes claim them.
     pub chunks: Vec<Chunk>,
     /// Segments of the packed chunks.
@@ -181,12 +181,12 @@ fn push_direct(chunks: &mut Vec<Chunk>, piece: usize, len: usize, chunk_bytes: u
 }
 
 /// Plans one contiguous transfer of `len` bytes in direct chunks of `chunk_bytes`.
-pub(crate) fn plan_single(len: usize, chunk_bytes: usize) -> Plan {
+pub(crate) fn plan_single(len: usize, chunk_bytes: usize) -> TransferPlan {
     let mut chunks = Vec::new();
     if len > 0 {
         push_direct(&mut chunks, 0, len, chunk_bytes);
     }
-    Plan {
+    TransferPlan {
         chunks,
         segs: Vec::new(),
         total_bytes: len,
@@ -194,13 +194,13 @@ pub(crate) fn plan_single(len: usize, chunk_bytes: usize) -> Plan {
 }
 
 /// Plans a batched transfer. Zero-length pieces take no room.
-pub(crate) fn plan_batch(pieces: &[PieceSpec], p: &PackParams) -> Plan {
-    let mut plan = Plan::default();
+pub(crate) fn plan_batch(pieces: &[PieceSpec], p: &PackParams) -> TransferPlan {
+    let mut plan = TransferPlan::default();
     let cap = p.data_capacity();
     let max_tiles = p.max_tiles.max(1);
     // The open packed chunk: first segment, tiles used, data cursor.
     let mut open: Option<(usize, usize, usize)> = None;
-    let close = |plan: &mut Plan, open: &mut Option<(usize, usize, usize)>| {
+    let close = |plan: &mut TransferPlan, open: &mut Option<(usize, usize, usize)>| {
         if let Some((first, tiles, cursor)) = open.take() {
             if plan.segs.len() > first {
                 plan.chunks.push(Chunk::Packed {
@@ -309,7 +309,7 @@ mod tests {
 
     /// Every byte of every piece is covered exactly once, segments fit their chunk and
     /// do not overlap, alignment residues match.
-    fn check_plan(pieces: &[PieceSpec], p: &PackParams, plan: &Plan) {
+    fn check_plan(pieces: &[PieceSpec], p: &PackParams, plan: &TransferPlan) {
         let mut covered: Vec<Vec<(usize, usize)>> = vec![Vec::new(); pieces.len()];
         for c in &plan.chunks {
             match c {

@@ -217,7 +217,7 @@ impl<K: PoolItem> StagingPool<K> {
                 // larger chunk ran, or a zarr read or write needs staging slots of whole
                 // chunks and one chunk is larger than half the bound.
                 return Err(Error::invalid(format!(
-                    "a staging kit of {bytes} bytes (two {chunk}-byte page-locked buffers) does \
+                    "a staging lane_resources of {bytes} bytes (two {chunk}-byte page-locked buffers) does \
                      not fit the page-locked pool's bound of {} bytes \
                      (TransferConfig::max_pinned_bytes): raise the bound to at least {bytes} \
                      (a zarr read or write stages whole chunks, at least one per buffer), or \

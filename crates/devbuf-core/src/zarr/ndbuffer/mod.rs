@@ -11,10 +11,10 @@ use std::fmt;
 use bytes::Bytes;
 use ndarray::{ArrayD, ArrayViewD, IxDyn, ShapeBuilder};
 
-use super::buffer::Buffer;
-use super::dtype::{DataType, Element, Endianness, Scalar, promote_types, read_scalar};
+use super::buffer::ByteBuffer;
+use super::dtype::{Dtype, Element, Endianness, Scalar, promote_types, read_scalar};
 use super::index::{AxisSel, Resolved, resolve};
-use super::layout::{Layout, Order, checked_size};
+use super::layout::{Order, StridedLayout, checked_size};
 use super::prototype::BufferPrototype;
 use crate::cuda::DeviceBuffer;
 use crate::element::{ElementType, EqualMode};
@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::memory::host_ops;
 use crate::memory::{MemMut, MemRef, Memory, Place, prim};
 
-/// zarr's `NDBuffer`: an n-d array of one [`DataType`] in host or device memory.
+/// zarr's `NDBuffer`: an n-d array of one [`Dtype`] in host or device memory.
 ///
 /// Internally it is [`Memory`] plus a data type, a shape, byte strides and a byte
 /// offset, so [`get`](Self::get), [`transpose`](Self::transpose),
@@ -47,7 +47,7 @@ use crate::memory::{MemMut, MemRef, Memory, Place, prim};
 /// [`to_prototype`](Self::to_prototype), [`as_scalar`](Self::as_scalar)).
 ///
 /// ```
-/// use devbuf_core::zarr::{AxisSel, BufferPrototype, DataType, NDBuffer, Order, Scalar, Slice};
+/// use devbuf_core::zarr::{AxisSel, BufferPrototype, Dtype, NDBuffer, Order, Scalar, Slice};
 /// use ndarray::ArrayD;
 ///
 /// let a = ArrayD::from_shape_vec(vec![3, 4], (0..12).map(|v| v as f32).collect()).unwrap();
@@ -58,15 +58,15 @@ use crate::memory::{MemMut, MemRef, Memory, Place, prim};
 /// nd.set_scalar(&[AxisSel::Index(0)], Scalar::from(-1.0f32))?;
 /// assert!(nd.get(&[0.into()])?.all_equal(Some(Scalar::from(-1.0f32)), true)?);
 /// assert_eq!(nd.transpose(None)?.shape(), &[4, 3]);
-/// let f64s = nd.astype(DataType::FLOAT64)?;
+/// let f64s = nd.astype(Dtype::FLOAT64)?;
 /// assert_eq!(f64s.get(&[2.into(), 3.into()])?.as_scalar()?, Scalar::Float64(11.0));
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
 #[derive(Clone)]
 pub struct NDBuffer {
     mem: Memory,
-    dtype: DataType,
-    layout: Layout,
+    dtype: Dtype,
+    layout: StridedLayout,
 }
 
 /// What [`NDBuffer::as_ndarray_like`] returns: the memory and how the array sits in it
@@ -76,7 +76,7 @@ pub struct NdArrayLike<'a> {
     /// The memory (host `Bytes` or a `DeviceBuffer`).
     pub memory: &'a Memory,
     /// The data type.
-    pub dtype: DataType,
+    pub dtype: Dtype,
     /// The shape.
     pub shape: &'a [usize],
     /// Byte strides, one per axis.
@@ -115,13 +115,13 @@ impl NDBuffer {
     pub fn create(
         prototype: &BufferPrototype,
         shape: &[usize],
-        dtype: DataType,
+        dtype: Dtype,
         order: Order,
         fill_value: Option<Scalar>,
     ) -> Result<NDBuffer> {
         let (_, nbytes) = checked_size(shape, dtype.size())?;
         let place = prototype.place()?;
-        let layout = Layout::contiguous(shape, dtype.size(), order);
+        let layout = StridedLayout::contiguous(shape, dtype.size(), order);
         let pattern = fill_value.map(|v| v.to_bytes_as(dtype));
         let zero = pattern.as_ref().is_none_or(|p| p.iter().all(|&b| b == 0));
         let mut mem = place.alloc(nbytes, zero)?;
@@ -137,7 +137,7 @@ impl NDBuffer {
     pub fn empty(
         prototype: &BufferPrototype,
         shape: &[usize],
-        dtype: DataType,
+        dtype: Dtype,
         order: Order,
     ) -> Result<NDBuffer> {
         let (_, nbytes) = checked_size(shape, dtype.size())?;
@@ -145,7 +145,7 @@ impl NDBuffer {
         Ok(NDBuffer {
             mem,
             dtype,
-            layout: Layout::contiguous(shape, dtype.size(), order),
+            layout: StridedLayout::contiguous(shape, dtype.size(), order),
         })
     }
 
@@ -182,8 +182,8 @@ impl NDBuffer {
         };
         NDBuffer {
             mem: Memory::Host(Bytes::from_owner(VecBytes(vec))),
-            dtype: DataType::native(T::ELEMENT_TYPE),
-            layout: Layout {
+            dtype: Dtype::native(T::ELEMENT_TYPE),
+            layout: StridedLayout {
                 shape,
                 strides,
                 offset,
@@ -196,15 +196,15 @@ impl NDBuffer {
     /// `shape.product() * dtype.size()` bytes.
     ///
     /// ```
-    /// use devbuf_core::zarr::{DataType, NDBuffer, Order, Scalar};
-    /// let nd = NDBuffer::from_memory(vec![0u8, 1, 0, 2], &[2], DataType::big(devbuf_core::zarr::ElementType::UInt16), Order::C)?;
+    /// use devbuf_core::zarr::{Dtype, NDBuffer, Order, Scalar};
+    /// let nd = NDBuffer::from_memory(vec![0u8, 1, 0, 2], &[2], Dtype::big(devbuf_core::zarr::ElementType::UInt16), Order::C)?;
     /// assert_eq!(nd.get(&[1.into()])?.as_scalar()?, Scalar::UInt16(2));
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
     pub fn from_memory(
         memory: impl Into<Memory>,
         shape: &[usize],
-        dtype: DataType,
+        dtype: Dtype,
         order: Order,
     ) -> Result<NDBuffer> {
         let mem = memory.into();
@@ -218,15 +218,15 @@ impl NDBuffer {
         Ok(NDBuffer {
             mem,
             dtype,
-            layout: Layout::contiguous(shape, dtype.size(), order),
+            layout: StridedLayout::contiguous(shape, dtype.size(), order),
         })
     }
 
-    /// A [`Buffer`]'s bytes as an array (zero-copy), like `np.frombuffer(...).reshape(...)`.
+    /// A [`ByteBuffer`]'s bytes as an array (zero-copy), like `np.frombuffer(...).reshape(...)`.
     pub fn from_buffer(
-        buffer: &Buffer,
+        buffer: &ByteBuffer,
         shape: &[usize],
-        dtype: DataType,
+        dtype: Dtype,
         order: Order,
     ) -> Result<NDBuffer> {
         NDBuffer::from_memory(buffer.as_array_like().clone(), shape, dtype, order)
@@ -236,13 +236,13 @@ impl NDBuffer {
     /// the view must lie inside the memory.
     pub fn from_parts(
         memory: impl Into<Memory>,
-        dtype: DataType,
+        dtype: Dtype,
         shape: &[usize],
         strides: &[usize],
         offset: usize,
     ) -> Result<NDBuffer> {
         let mem = memory.into();
-        let layout = Layout {
+        let layout = StridedLayout {
             shape: shape.to_vec(),
             strides: strides.to_vec(),
             offset,
@@ -265,7 +265,7 @@ impl NDBuffer {
     }
 
     /// The data type.
-    pub fn dtype(&self) -> DataType {
+    pub fn dtype(&self) -> Dtype {
         self.dtype
     }
 
@@ -456,16 +456,16 @@ impl NDBuffer {
         Ok(NDBuffer {
             mem,
             dtype: self.dtype,
-            layout: Layout {
+            layout: StridedLayout {
                 offset: 0,
                 ..dense.layout
             },
         })
     }
 
-    /// The elements' bytes in C order as a [`Buffer`] (what zarr's bytes codec
+    /// The elements' bytes in C order as a [`ByteBuffer`] (what zarr's bytes codec
     /// writes): zero-copy when the array is C-contiguous, else one copy.
-    pub fn to_buffer(&self) -> Result<Buffer> {
+    pub fn to_buffer(&self) -> Result<ByteBuffer> {
         let src = if self.is_c_contiguous() {
             self.clone()
         } else {
@@ -476,7 +476,9 @@ impl NDBuffer {
         } else {
             src.layout.offset
         };
-        Ok(Buffer::from_array_like(src.mem.slice(off, self.nbytes())?))
+        Ok(ByteBuffer::from_array_like(
+            src.mem.slice(off, self.nbytes())?,
+        ))
     }
 
     /// `as_scalar`: the value of an array with exactly one element (of any shape: 0-d,
@@ -485,7 +487,7 @@ impl NDBuffer {
     pub fn as_scalar(&self) -> Result<Scalar> {
         if self.size() != 1 {
             return Err(Error::invalid(format!(
-                "Buffer does not contain a single scalar value (shape {:?} has {} elements)",
+                "ByteBuffer does not contain a single scalar value (shape {:?} has {} elements)",
                 self.layout.shape,
                 self.size()
             )));
@@ -554,7 +556,7 @@ impl NDBuffer {
 /// Strides that broadcast `value` to `target` shape, numpy's rules: leading axes of
 /// length 1 in `value` may be dropped, axes are aligned at the end, and an axis of
 /// length 1 (or a missing one) repeats.
-fn broadcast_strides(value: &Layout, target: &[usize]) -> Result<Vec<isize>> {
+fn broadcast_strides(value: &StridedLayout, target: &[usize]) -> Result<Vec<isize>> {
     let err = || {
         Error::invalid(format!(
             "could not broadcast input array from shape {:?} into shape {target:?}",

@@ -4,12 +4,12 @@ use super::*;
 
 #[test]
 fn broadcasting_rules() {
-    let l = Layout::contiguous(&[1, 3], 4, Order::C);
+    let l = StridedLayout::contiguous(&[1, 3], 4, Order::C);
     assert_eq!(broadcast_strides(&l, &[2, 3]).unwrap(), vec![0, 4]);
     assert_eq!(broadcast_strides(&l, &[3]).unwrap(), vec![4]);
     assert_eq!(broadcast_strides(&l, &[4, 2, 3]).unwrap(), vec![0, 0, 4]);
     assert!(broadcast_strides(&l, &[2]).is_err());
-    let s = Layout::contiguous(&[], 4, Order::C);
+    let s = StridedLayout::contiguous(&[], 4, Order::C);
     assert_eq!(broadcast_strides(&s, &[2, 2]).unwrap(), vec![0, 0]);
 }
 

@@ -11,7 +11,7 @@ impl NDBuffer {
     /// [`Scalar::cast`]), in numpy's order `K` (the same axis order in memory). Converting
     /// to the identical data type returns this array (zero-copy; copy-on-write keeps it
     /// a value). Byte order is converted too.
-    pub fn astype(&self, dtype: DataType) -> Result<NDBuffer> {
+    pub fn astype(&self, dtype: Dtype) -> Result<NDBuffer> {
         if dtype == self.dtype {
             return Ok(self.clone());
         }
@@ -58,7 +58,7 @@ impl NDBuffer {
 
     /// A new array with its own memory, laid out in `order`.
     pub fn copy_order(&self, order: Order) -> Result<NDBuffer> {
-        self.copy_into_layout(Layout::contiguous(
+        self.copy_into_layout(StridedLayout::contiguous(
             &self.layout.shape,
             self.dtype.size(),
             order,
@@ -70,7 +70,7 @@ impl NDBuffer {
         self.copy_into_layout(self.layout.k_compact(self.dtype.size()))
     }
 
-    pub(super) fn copy_into_layout(&self, layout: Layout) -> Result<NDBuffer> {
+    pub(super) fn copy_into_layout(&self, layout: StridedLayout) -> Result<NDBuffer> {
         let es = self.dtype.size();
         let mut mem = self.mem.place().alloc(self.nbytes(), false)?;
         if self.size() > 0 {
@@ -113,7 +113,7 @@ impl NDBuffer {
         let width = self.dtype.element().swap_width();
         out.mem
             .write(|mut m| prim::byteswap(&mut m, 0, len, width))?;
-        out.dtype = DataType::little(self.dtype.element());
+        out.dtype = Dtype::little(self.dtype.element());
         Ok(out)
     }
 
@@ -162,7 +162,7 @@ impl NDBuffer {
             self.copy()?
         };
         let offset = if size == 0 { 0 } else { src.layout.offset };
-        let mut layout = Layout::contiguous(&new, self.dtype.size(), Order::C);
+        let mut layout = StridedLayout::contiguous(&new, self.dtype.size(), Order::C);
         layout.offset = offset;
         Ok(NDBuffer {
             mem: src.mem,
@@ -192,7 +192,7 @@ impl NDBuffer {
             }
         }
         let keep = |(i, _): &(usize, &usize)| !axes.contains(i);
-        let layout = Layout {
+        let layout = StridedLayout {
             shape: self
                 .layout
                 .shape
@@ -235,7 +235,7 @@ impl NDBuffer {
                 "axes {perm:?} are not a permutation of the {nd} axes 0..{nd}"
             )));
         }
-        let layout = Layout {
+        let layout = StridedLayout {
             shape: perm.iter().map(|&a| self.layout.shape[a]).collect(),
             strides: perm.iter().map(|&a| self.layout.strides[a]).collect(),
             offset: self.layout.offset,
@@ -247,8 +247,8 @@ impl NDBuffer {
         })
     }
 
-    pub(super) fn view_of(&self, sel: &[Resolved]) -> Layout {
-        let mut layout = Layout {
+    pub(super) fn view_of(&self, sel: &[Resolved]) -> StridedLayout {
+        let mut layout = StridedLayout {
             shape: Vec::new(),
             strides: Vec::new(),
             offset: self.layout.offset,

@@ -56,7 +56,7 @@ impl NDBuffer {
     pub(super) fn cast_into(&mut self, sel: &[Resolved], v: &NDBuffer) -> Result<bool> {
         let (es, ves) = (self.dtype.size(), v.dtype.size());
         let target = self.view_of(sel);
-        let same_order = |t: &Layout| {
+        let same_order = |t: &StridedLayout| {
             (0..t.ndim()).all(|a| t.shape[a] <= 1 || t.strides[a] / es == v.layout.strides[a] / ves)
         };
         if self.dtype.needs_swap()
@@ -148,14 +148,14 @@ impl NDBuffer {
     /// by a reduction kernel.
     ///
     /// ```
-    /// use devbuf_core::zarr::{BufferPrototype, DataType, NDBuffer, Order, Scalar};
+    /// use devbuf_core::zarr::{BufferPrototype, Dtype, NDBuffer, Order, Scalar};
     /// let p = BufferPrototype::Host;
-    /// let z = NDBuffer::create(&p, &[3], DataType::FLOAT32, Order::C, Some(Scalar::from(-0.0f32)))?;
+    /// let z = NDBuffer::create(&p, &[3], Dtype::FLOAT32, Order::C, Some(Scalar::from(-0.0f32)))?;
     /// assert!(!z.all_equal(Some(Scalar::from(0.0f32)), true)?); // bit patterns differ
     /// assert!(z.all_equal(Some(Scalar::from(-0.0f64)), true)?);
     /// assert!(z.all_equal(Some(Scalar::from(0i32)), true)?);     // not a float: numeric
     /// assert!(!z.all_equal(None, true)?);
-    /// let n = NDBuffer::create(&p, &[2], DataType::FLOAT64, Order::C, Some(Scalar::from(f64::NAN)))?;
+    /// let n = NDBuffer::create(&p, &[2], Dtype::FLOAT64, Order::C, Some(Scalar::from(f64::NAN)))?;
     /// assert!(n.all_equal(Some(Scalar::from(f64::NAN)), true)?);
     /// assert!(!n.all_equal(Some(Scalar::from(f64::NAN)), false)?);
     /// # Ok::<(), devbuf_core::Error>(())
@@ -178,7 +178,7 @@ impl NDBuffer {
         if lossy {
             // numpy compares in the promoted float type, where distinct 64-bit integers
             // can become equal: convert the data to it first.
-            let promoted = self.astype(DataType::little(common))?;
+            let promoted = self.astype(Dtype::little(common))?;
             return promoted.compare_le(&t.to_le_bytes(), EqualMode::Numeric { equal_nan });
         }
         if t.is_nan() {

@@ -1,4 +1,4 @@
-//! The object-store side of [`Source`]: before the workers start, a read's units become
+//! The object-store side of [`ZarrSource`]: before the workers start, a read's units become
 //! requests (whole chunks; whole shards when the read needs all their inner chunks;
 //! for other shards, each needed index once and then byte ranges of the inner chunks,
 //! neighbours in one request), fetched ahead of the decoders by the
@@ -12,7 +12,7 @@ use zarrs::storage::StoreKey;
 
 use super::super::codec::Codecs;
 use super::super::plan::Unit;
-use super::{Source, Stored};
+use super::{Stored, ZarrSource};
 use crate::object_store::{FetchRequest, Prefetch, Span, UrlStore};
 use devbuf_core::error::{Error, Result};
 
@@ -53,7 +53,7 @@ impl Remote {
     }
 }
 
-impl Source<'_> {
+impl ZarrSource<'_> {
     /// Starts fetching the stored bytes of `units` (in the order the workers claim
     /// them) when the array lives in an object store; does nothing otherwise.
     pub(crate) fn prefetch(&self, units: &[Unit]) -> Result<()> {
@@ -287,7 +287,7 @@ impl Source<'_> {
     }
 }
 
-impl Source<'_> {
+impl ZarrSource<'_> {
     /// Inner chunk `inner` (of `cell`) of the whole shard that request `i` fetched.
     fn in_shard(&self, started: &Started, i: usize, inner: u64, cell: &[u64]) -> Result<Stored> {
         let Some(bytes) = started.prefetch.take(i)? else {

@@ -19,7 +19,7 @@ pub(crate) struct Job {
     /// Host address of each piece (valid for its `PieceSpec::len` bytes).
     pub(super) host: Vec<Raw<*mut u8>>,
     pub(super) pieces: Vec<PieceSpec>,
-    pub(super) plan: Plan,
+    pub(super) plan: TransferPlan,
     pub(super) params: PackParams,
     pub(super) scatter: ScatterMode,
     pub(super) kernel: Option<Raw<CUfunction>>,
@@ -159,11 +159,11 @@ impl Drop for JobGuard<'_> {
 /// Holds a kit while a lane runs; on drop the kit's stream is synchronised and the kit
 /// goes back to the pool, or is abandoned (leaked) when the stream cannot be confirmed
 /// idle.
-pub(super) struct KitGuard<'a> {
-    pub(super) pool: &'a StagingPool<Kit>,
-    pub(super) kit: Option<Kit>,
+pub(super) struct LaneResourcesGuard<'a> {
+    pub(super) pool: &'a StagingPool<LaneResources>,
+    pub(super) kit: Option<LaneResources>,
 }
-impl Drop for KitGuard<'_> {
+impl Drop for LaneResourcesGuard<'_> {
     fn drop(&mut self) {
         if let Some(k) = self.kit.take() {
             if driver::ctx_set_current(k.ctx).is_ok()

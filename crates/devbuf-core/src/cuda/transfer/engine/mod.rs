@@ -4,7 +4,7 @@
 //!
 //! # Lanes
 //!
-//! A *lane* is a thread with a *kit*: a stream, two events and two page-locked staging
+//! A *lane* is a thread with its *resources* ([`LaneResources`]): a stream, two events and two page-locked staging
 //! buffers (plus, for packed chunks, two device scratch buffers). Host->device, the lane
 //! copies a chunk of the caller's memory into one buffer with the CPU while the other
 //! buffer's DMA runs; device->host, it copies one buffer out while the DMA fills the
@@ -24,7 +24,7 @@
 //!
 //! # Files
 //!
-//! `kit.rs` (a lane's resources), `job.rs` (a transfer and its guards),
+//! `lane_resources.rs` (a lane's resources), `job.rs` (a transfer and its guards),
 //! `registrations.rs` (host memory registered in place), `worker.rs` (the lane workers),
 //! this file (the engine: configuration, routing, strategies, the queue).
 
@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 use std::thread::JoinHandle;
 
-use super::plan::{self, Chunk, Dir, PackParams, PieceSpec, Plan};
+use super::plan::{self, Chunk, Dir, PackParams, PieceSpec, TransferPlan};
 use super::staging::{PoolItem, StagingPool};
 use super::{DirectMode, PageableMode, ScatterMode, TransferConfig};
 use crate::cuda::context::Context;
@@ -44,15 +44,15 @@ use crate::cuda::kernels::{self, Segment as TableEntry};
 use crate::error::{Error, Result};
 
 mod job;
-mod kit;
+mod lane_resources;
 mod registrations;
 #[cfg(test)]
 mod tests;
 mod worker;
 
 use super::lane::lease_held_here;
-use job::{ActiveGuard, Job, JobGuard, KitGuard, LaneState};
-pub(crate) use kit::Kit;
+use job::{ActiveGuard, Job, JobGuard, LaneResourcesGuard, LaneState};
+pub(crate) use lane_resources::LaneResources;
 use registrations::REGISTRATIONS;
 use worker::{wait_for_stream_work, worker};
 
@@ -91,7 +91,7 @@ struct Queue {
 pub(crate) struct Shared {
     ctx: Raw<CUcontext>,
     config: RwLock<TransferConfig>,
-    pub(crate) pool: StagingPool<Kit>,
+    pub(crate) pool: StagingPool<LaneResources>,
     streams: Mutex<Vec<Raw<CUstream>>>,
     queue: Mutex<Queue>,
     queue_cv: Condvar,
@@ -129,7 +129,7 @@ impl EngineCell {
 }
 
 /// What a transfer may use of the caller's memory and streams.
-pub(crate) struct Request {
+pub(crate) struct TransferGrant {
     pub dir: Dir,
     pub host: *mut u8,
     pub len: usize,
@@ -285,7 +285,8 @@ impl Engine {
         let cfg = self.config();
         self.ensure_workers(cfg.lanes.saturating_sub(1));
         let shared = &self.shared;
-        let mut alloc = || Kit::new(shared.ctx.0, cfg.chunk_bytes, shared.scratch_bytes.clone());
+        let mut alloc =
+            || LaneResources::new(shared.ctx.0, cfg.chunk_bytes, shared.scratch_bytes.clone());
         // On an allocation error the kits made so far go back to the pool first (they
         // used to be dropped while the pool still counted them as held and in use).
         shared
@@ -348,7 +349,7 @@ impl Engine {
     ///
     /// # Safety
     /// As [`Engine::enqueue_direct`].
-    unsafe fn direct(&self, r: &Request, cfg: &TransferConfig) -> Result<()> {
+    unsafe fn direct(&self, r: &TransferGrant, cfg: &TransferConfig) -> Result<()> {
         self.shared.counters.direct.fetch_add(1, Ordering::Relaxed);
         if let Some(s) = r.on {
             // Safety: guaranteed by the caller.
@@ -385,7 +386,7 @@ impl Engine {
     /// writable and not otherwise accessed device->host) until the call returns, and —
     /// when `r.on` is given and the copy may still be pending on it — until it completes
     /// on that stream. `r.dev..+len` must be device memory of `ctx`.
-    pub(crate) unsafe fn copy(&self, ctx: &Context, r: Request) -> Result<()> {
+    pub(crate) unsafe fn copy(&self, ctx: &Context, r: TransferGrant) -> Result<()> {
         if r.len == 0 {
             return Ok(());
         }
@@ -419,7 +420,7 @@ impl Engine {
     unsafe fn direct_unless_registered(
         &self,
         ctx: &Context,
-        r: &Request,
+        r: &TransferGrant,
         cfg: &TransferConfig,
     ) -> Result<()> {
         let start = r.host as usize;
@@ -436,7 +437,7 @@ impl Engine {
     ///
     /// # Safety
     /// As [`Engine::copy`].
-    unsafe fn registered(&self, r: &Request, cfg: &TransferConfig) -> Result<bool> {
+    unsafe fn registered(&self, r: &TransferGrant, cfg: &TransferConfig) -> Result<bool> {
         let start = r.host as usize;
         let end = start + r.len;
         let a = start.div_ceil(PAGE) * PAGE;
@@ -518,7 +519,7 @@ impl Engine {
     ///
     /// Reached only from the routes of [`Engine::copy`], whose caller guarantees the
     /// request's ranges (see its safety section).
-    fn staged_single(&self, ctx: &Context, r: &Request, cfg: &TransferConfig) -> Result<()> {
+    fn staged_single(&self, ctx: &Context, r: &TransferGrant, cfg: &TransferConfig) -> Result<()> {
         let lanes = cfg.lanes.max(1);
         let chunk = plan::chunk_size_for(r.len, lanes, cfg.min_chunk_bytes, cfg.chunk_bytes);
         let plan = plan::plan_single(r.len, chunk);
@@ -630,7 +631,7 @@ impl Engine {
         cfg: &TransferConfig,
     ) -> Result<()> {
         for (h, p) in hosts.iter().zip(pieces) {
-            let r = Request {
+            let r = TransferGrant {
                 dir,
                 host: *h,
                 len: p.len,
@@ -660,7 +661,7 @@ impl Engine {
         dir: Dir,
         hosts: Vec<Raw<*mut u8>>,
         pieces: Vec<PieceSpec>,
-        plan: Plan,
+        plan: TransferPlan,
         params: PackParams,
         cfg: &TransferConfig,
         on: Option<CUstream>,

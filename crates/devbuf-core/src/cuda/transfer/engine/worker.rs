@@ -41,8 +41,8 @@ impl Shared {
         &self,
         chunk: usize,
         wait: bool,
-    ) -> Result<Option<Kit>> {
-        let mut alloc = || Kit::new(self.ctx.0, chunk, self.scratch_bytes.clone());
+    ) -> Result<Option<LaneResources>> {
+        let mut alloc = || LaneResources::new(self.ctx.0, chunk, self.scratch_bytes.clone());
         if wait {
             self.pool.acquire(chunk, 2 * chunk, &mut alloc, &|| false)
         } else {
@@ -52,7 +52,7 @@ impl Shared {
 
     /// Gives a leased kit back: reused when `idle` (no DMA of it can be pending),
     /// abandoned (leaked) otherwise.
-    pub(in crate::cuda::transfer) fn return_kit(&self, kit: Kit, idle: bool) {
+    pub(in crate::cuda::transfer) fn return_kit(&self, kit: LaneResources, idle: bool) {
         if idle {
             self.pool.release(kit);
         } else {
@@ -71,7 +71,7 @@ impl Shared {
             return;
         }
         let chunk = job.kit_chunk;
-        let mut alloc = || Kit::new(self.ctx.0, chunk, self.scratch_bytes.clone());
+        let mut alloc = || LaneResources::new(self.ctx.0, chunk, self.scratch_bytes.clone());
         let got = if blocking {
             self.pool
                 .acquire(chunk, 2 * chunk, &mut alloc, &|| job.exhausted())
@@ -88,7 +88,7 @@ impl Shared {
                 return;
             }
         };
-        let mut guard = KitGuard {
+        let mut guard = LaneResourcesGuard {
             pool: &self.pool,
             kit: Some(kit),
         };
@@ -107,7 +107,7 @@ impl Shared {
         // then `_active` leaves the job.
     }
 
-    pub(super) fn lane_htod(&self, job: &Job, kit: &mut Kit) -> Result<()> {
+    pub(super) fn lane_htod(&self, job: &Job, kit: &mut LaneResources) -> Result<()> {
         let mut slot = 0;
         let mut used = [false; 2];
         while let Some(ci) = job.claim() {
@@ -161,7 +161,7 @@ impl Shared {
     pub(super) fn move_packed(
         &self,
         job: &Job,
-        kit: &mut Kit,
+        kit: &mut LaneResources,
         slot: usize,
         segs: &[plan::Seg],
         tiles: usize,
@@ -265,7 +265,7 @@ impl Shared {
         }
     }
 
-    pub(super) fn lane_dtoh(&self, job: &Job, kit: &mut Kit) -> Result<()> {
+    pub(super) fn lane_dtoh(&self, job: &Job, kit: &mut LaneResources) -> Result<()> {
         let mut inflight: [Option<usize>; 2] = [None, None];
         for (slot, entry) in inflight.iter_mut().enumerate() {
             match job.claim() {
@@ -302,7 +302,7 @@ impl Shared {
     pub(super) fn enqueue_dtoh(
         &self,
         job: &Job,
-        kit: &mut Kit,
+        kit: &mut LaneResources,
         ci: usize,
         slot: usize,
     ) -> Result<()> {

@@ -40,7 +40,7 @@ use std::sync::Mutex;
 
 use arrow_buffer::ArrowNativeType;
 
-use super::engine::Request;
+use super::engine::TransferGrant;
 use super::plan::Dir;
 use crate::cuda::buffer::DeviceBuffer;
 use crate::cuda::driver::{self, transfer as dt};
@@ -377,14 +377,14 @@ fn prepare(
     (host, n): (*mut u8, usize),
     stream: &Stream,
     what: &'static str,
-) -> Result<(Event, Request)> {
+) -> Result<(Event, TransferGrant)> {
     if dir == Dir::HtoD {
         buf.check_writable(what)?;
     }
     check_range(what, position, n, buf.len())?;
     check_stream(buf, stream, what)?;
     let event = Event::new(buf.context(), EventFlags::default())?;
-    let request = Request {
+    let request = TransferGrant {
         dir,
         host,
         len: n,

@@ -291,7 +291,7 @@ fn ranges_overlap(a: u64, a_len: u64, b: u64, b_len: u64) -> bool {
 // Pattern tables (fill, all_equal)
 
 /// The 16-byte-vector view of `len` bytes at `addr` filled with a repeating pattern.
-struct Tables {
+struct PatternVectors {
     base: u64,
     nvec: u64,
     start: u32,
@@ -306,7 +306,7 @@ fn gcd(a: usize, b: usize) -> usize {
 }
 
 /// `pattern` and `mask` have the same length, 1 to 16; `len > 0` is a multiple of it.
-fn tables(addr: u64, len: usize, pattern: &[u8], mask: &[u8]) -> Tables {
+fn tables(addr: u64, len: usize, pattern: &[u8], mask: &[u8]) -> PatternVectors {
     let w = pattern.len();
     let base = addr & !15;
     let start = (addr - base) as u32;
@@ -332,7 +332,7 @@ fn tables(addr: u64, len: usize, pattern: &[u8], mask: &[u8]) -> Tables {
         }
         out
     };
-    Tables {
+    PatternVectors {
         base,
         nvec,
         start,

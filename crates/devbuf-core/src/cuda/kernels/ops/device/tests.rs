@@ -3,7 +3,7 @@
 use super::*;
 
 /// The bytes the tables say vector k holds.
-fn vector(t: &Tables, k: u64) -> [u8; 16] {
+fn vector(t: &PatternVectors, k: u64) -> [u8; 16] {
     let p = (k % t.period as u64) as usize;
     std::array::from_fn(|j| t.table[4 * p + j / 4].to_le_bytes()[j % 4])
 }

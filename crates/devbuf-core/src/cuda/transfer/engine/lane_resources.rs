@@ -9,7 +9,7 @@ use super::*;
 
 /// One lane's resources: a stream, two events, two page-locked staging buffers and
 /// (lazily) two device scratch buffers, all of `chunk` bytes.
-pub(crate) struct Kit {
+pub(crate) struct LaneResources {
     pub(super) ctx: CUcontext,
     pub(super) stream: CUstream,
     pub(super) events: [CUevent; 2],
@@ -21,9 +21,9 @@ pub(crate) struct Kit {
 
 // Safety: the kit exclusively owns its driver objects and memory; they may be used and
 // freed from any thread.
-unsafe impl Send for Kit {}
+unsafe impl Send for LaneResources {}
 
-impl PoolItem for Kit {
+impl PoolItem for LaneResources {
     fn bytes(&self) -> usize {
         2 * self.chunk
     }
@@ -32,14 +32,14 @@ impl PoolItem for Kit {
     }
 }
 
-impl Kit {
+impl LaneResources {
     pub(super) fn new(
         ctx: CUcontext,
         chunk: usize,
         scratch_bytes: Arc<AtomicUsize>,
-    ) -> Result<Kit> {
+    ) -> Result<LaneResources> {
         driver::ctx_set_current(ctx)?;
-        let mut k = Kit {
+        let mut k = LaneResources {
             ctx,
             stream: std::ptr::null_mut(),
             events: [std::ptr::null_mut(); 2],
@@ -99,7 +99,7 @@ impl Kit {
     }
 }
 
-impl Drop for Kit {
+impl Drop for LaneResources {
     fn drop(&mut self) {
         if driver::ctx_set_current(self.ctx).is_err() {
             return; // cannot free without the context; leak rather than misuse

@@ -1,5 +1,5 @@
 //! Streamed decoding of large chunks: the decoder hands out a chunk's bytes in pieces
-//! to a [`Sink`]. In host reads the pieces, of
+//! to a [`PieceSink`]. In host reads the pieces, of
 //! [`ReadOptions::stream_piece_bytes`](super::ReadOptions::stream_piece_bytes), go straight to their
 //! places in the output, instead of decoding the whole chunk into the worker's scratch
 //! and copying it from there. A decoded chunk of several MiB does not fit a core's
@@ -28,7 +28,7 @@ use zstd::stream::raw::{DParameter, Decoder, InBuffer, Operation, OutBuffer};
 
 use super::codec::{self, Compression};
 use super::plan::Placement;
-use super::source::{OpenFile, Source};
+use super::source::{OpenFile, ZarrSource};
 use devbuf_core::error::{Error, Result};
 
 thread_local! {
@@ -41,7 +41,7 @@ thread_local! {
 pub(crate) type CopyRun = (usize, usize, usize);
 
 /// Whether `src`'s units of this read are streamed, with units from `min` bytes on.
-pub(crate) fn streams(src: &Source<'_>, min: usize) -> bool {
+pub(crate) fn streams(src: &ZarrSource<'_>, min: usize) -> bool {
     src.cell_bytes >= min
         && src.has_files()
         && src.chain().is_some_and(|c| match c.compression {
@@ -60,7 +60,7 @@ const MIN_RUN: usize = 256;
 /// source offset, into `runs` (cleared first). `false` (and no runs) when the runs are
 /// shorter than [`MIN_RUN`]: the unit is not streamed.
 pub(crate) fn runs_of(
-    src: &Source<'_>,
+    src: &ZarrSource<'_>,
     p: &Placement,
     out_len: usize,
     runs: &mut Vec<CopyRun>,
@@ -113,7 +113,7 @@ pub(crate) fn scatter(
 
 /// Where a streamed unit's pieces go: a host read's piece buffer and its scatter into
 /// the output, or a device read's page-locked slots and their DMAs.
-pub(crate) trait Sink {
+pub(crate) trait PieceSink {
     /// The buffer the next piece is decoded into: the same one until [`put`](Self::put)
     /// is called, the next one may be another; never empty, its length a multiple of
     /// 64 bytes (whole elements of every type).
@@ -124,7 +124,7 @@ pub(crate) trait Sink {
     fn put(&mut self, offset: usize, len: usize) -> Result<()>;
 }
 
-/// A [`Sink`] over one buffer: `put(offset, bytes)` gets each piece.
+/// A [`PieceSink`] over one buffer: `put(offset, bytes)` gets each piece.
 pub(crate) struct Scatter<'a, F: FnMut(usize, &[u8])> {
     /// The piece buffer (a multiple of 64 bytes).
     pub piece: &'a mut [u8],
@@ -132,7 +132,7 @@ pub(crate) struct Scatter<'a, F: FnMut(usize, &[u8])> {
     pub put: F,
 }
 
-impl<F: FnMut(usize, &[u8])> Sink for Scatter<'_, F> {
+impl<F: FnMut(usize, &[u8])> PieceSink for Scatter<'_, F> {
     fn buf(&mut self) -> Result<&mut [u8]> {
         Ok(self.piece)
     }
@@ -146,15 +146,15 @@ impl<F: FnMut(usize, &[u8])> Sink for Scatter<'_, F> {
 /// Decodes unit `cell` of `src` (see [`streams`]) in pieces: `sink` gets every piece
 /// in order, in native order (swapped when the chain says so), all of them together
 /// exactly `src.cell_bytes`. `last` is the worker's open file (see
-/// `Source::decode_in`). Returns whether the unit was stored (a missing one is the fill
+/// `ZarrSource::decode_in`). Returns whether the unit was stored (a missing one is the fill
 /// value), or `None`, before any piece went out, for a zstd frame that does not declare
 /// its size (a streaming decoder would hold a window as large as the frame asks for;
 /// the whole-chunk decoder needs none): decode that unit whole.
 pub(crate) fn decode(
-    src: &Source<'_>,
+    src: &ZarrSource<'_>,
     cell: &[u64],
     last: &mut Option<OpenFile>,
-    sink: &mut dyn Sink,
+    sink: &mut dyn PieceSink,
 ) -> Result<Option<bool>> {
     let chain = src
         .chain()
@@ -244,7 +244,7 @@ struct Pieces<'a> {
     done: usize,
     n: usize,
     swap: Option<usize>,
-    sink: &'a mut dyn Sink,
+    sink: &'a mut dyn PieceSink,
 }
 
 impl Pieces<'_> {
