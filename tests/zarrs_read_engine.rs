@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use devbuf::zarr::{ArraySpec, Compressor, ReadOptions, ZarrArray};
+use devbuf::zarr::{ArraySpec, Compressor, GpuTuning, ReadOptions, ZarrArray};
 use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, MemoryStore, NDBuffer};
 
 #[path = "common/zarrs.rs"]
@@ -434,5 +434,168 @@ fn crc32c_chunks_are_written_and_verified() {
         std::fs::write(&chunk, &flipped).unwrap();
         all_reads_fail(&a, "c/2/1", "crc32c");
         std::fs::write(&chunk, &original).unwrap();
+    }
+}
+
+/// Every tuning knob is a `ReadOptions` field: values out of range are refused naming the
+/// field and its range, and reads at the edges of the ranges return the same values.
+#[test]
+fn read_options_are_checked_and_every_knob_keeps_reads_exact() {
+    let dir = TempDir::new("options");
+    let mut a = make(&dir, "a", Compressor::Zstd { level: 1 });
+    let want = a.read_all(&HOST).unwrap().to_ndarray::<i32>().unwrap();
+    let d = ReadOptions::default;
+    let g = GpuTuning::default;
+    let refused = [
+        (
+            ReadOptions {
+                threads: Some(0),
+                ..d()
+            },
+            "threads is 0; valid: 1 to 1024",
+        ),
+        (
+            ReadOptions {
+                threads: Some(1025),
+                ..d()
+            },
+            "threads is 1025; valid: 1 to 1024",
+        ),
+        (
+            ReadOptions {
+                slot_bytes: 0,
+                ..d()
+            },
+            "slot_bytes is 0; valid: 1 to 1073741824",
+        ),
+        (
+            ReadOptions {
+                lane_streams: 65,
+                ..d()
+            },
+            "lane_streams is 65; valid: 0 to 64",
+        ),
+        (
+            ReadOptions {
+                stream_piece_bytes: 63,
+                ..d()
+            },
+            "stream_piece_bytes is 63; valid: 64 to 67108864",
+        ),
+        (
+            ReadOptions {
+                gpu: GpuTuning {
+                    claim_bytes: 1,
+                    ..g()
+                },
+                ..d()
+            },
+            "gpu.claim_bytes is 1; valid: 1048576 to 4294967296",
+        ),
+        (
+            ReadOptions {
+                gpu: GpuTuning {
+                    claims_per_worker: Some(17),
+                    ..g()
+                },
+                ..d()
+            },
+            "gpu.claims_per_worker is 17; valid: 1 to 16",
+        ),
+        (
+            ReadOptions {
+                gpu: GpuTuning {
+                    claims_in_flight: Some(0),
+                    ..g()
+                },
+                ..d()
+            },
+            "gpu.claims_in_flight is 0; valid: 1 to 64",
+        ),
+        (
+            ReadOptions {
+                gpu: GpuTuning {
+                    readers: Some(65),
+                    ..g()
+                },
+                ..d()
+            },
+            "gpu.readers is 65; valid: 1 to 64",
+        ),
+        (
+            ReadOptions {
+                gpu: GpuTuning {
+                    spread: Some(0),
+                    ..g()
+                },
+                ..d()
+            },
+            "gpu.spread is 0; valid: 1 to 64",
+        ),
+        (
+            ReadOptions {
+                gpu: GpuTuning {
+                    ramp: Some(9),
+                    ..g()
+                },
+                ..d()
+            },
+            "gpu.ramp is 9; valid: 0 to 8",
+        ),
+    ];
+    for (options, message) in refused {
+        let e = a.set_read_options(options).unwrap_err();
+        assert!(matches!(e, devbuf::Error::InvalidArgument(_)), "{e}");
+        assert!(e.to_string().contains(message), "{e} (wanted: {message})");
+    }
+    let kept = [
+        // Every chunk streamed, in the smallest pieces, without prefaulting.
+        ReadOptions {
+            stream_min_bytes: 0,
+            stream_piece_bytes: 64,
+            prefault: false,
+            threads: Some(3),
+            ..d()
+        },
+        // Pieces of 100 bytes (rounded up to 128); chunks of any size streamed.
+        ReadOptions {
+            stream_min_bytes: 0,
+            stream_piece_bytes: 100,
+            ..d()
+        },
+        ReadOptions {
+            stream_min_bytes: usize::MAX,
+            lane_streams: 0,
+            ..d()
+        },
+        ReadOptions {
+            gpu: GpuTuning {
+                claims_per_worker: Some(16),
+                readers: Some(1),
+                ramp: Some(8),
+                cost_model: false,
+                ..g()
+            },
+            ..d()
+        },
+    ];
+    for options in kept {
+        let what = format!("{options:?}");
+        a.set_read_options(options).unwrap();
+        assert_eq!(
+            a.read_all(&HOST).unwrap().to_ndarray::<i32>().unwrap(),
+            want,
+            "{what}"
+        );
+        let part = a
+            .read_subset(&[3..40, 5..47], &HOST)
+            .unwrap()
+            .to_ndarray::<i32>()
+            .unwrap();
+        assert_eq!(
+            part,
+            want.slice(ndarray::s![3..40, 5..47]).into_dyn(),
+            "{what}"
+        );
     }
 }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use devbuf::cuda::Context;
-use devbuf::zarr::{ArraySpec, Compressor, Decoder, ReadOptions, ZarrArray};
+use devbuf::zarr::{ArraySpec, Compressor, Decoder, GpuTuning, ReadOptions, ZarrArray};
 use devbuf::zarr::{
     AxisSel, BufferPrototype, DeviceMemoryStore, Dtype, ElementType, Endianness, NDBuffer, Order,
     Scalar, Slice,
@@ -718,11 +718,24 @@ gpu_test_exclusive! {
         ctx.synchronize().unwrap();
         let before = ctx.bytes_allocated();
         let pinned = ctx.transfer_stats().pinned_in_use_bytes;
-        for (decoder, threads, gpu_workers) in [(Decoder::Gpu, 2, None), (Decoder::Gpu, 10, None), (Decoder::Both, 4, Some(1))] {
-            let what = format!("{decoder:?} {threads} threads");
+        // The GPU tuning knobs (ReadOptions fields): one claim in flight, no ramp, the
+        // cost model off, a stream per lane; then the most claims, ramp and spread.
+        let narrow = GpuTuning { claim_bytes: 1 << 20, claims_per_worker: Some(1), claims_in_flight: Some(1), readers: Some(1), spread: Some(1), ramp: Some(0), cost_model: false };
+        let wide = GpuTuning { claims_per_worker: Some(16), claims_in_flight: Some(64), readers: Some(3), spread: Some(64), ramp: Some(8), ..GpuTuning::default() };
+        let cases = [
+            (Decoder::Gpu, 2, None, GpuTuning::default(), 4),
+            (Decoder::Gpu, 10, None, GpuTuning::default(), 4),
+            (Decoder::Both, 4, Some(1), GpuTuning::default(), 4),
+            (Decoder::Gpu, 4, None, narrow.clone(), 0),
+            (Decoder::Both, 6, Some(2), narrow, 1),
+            (Decoder::Gpu, 8, None, wide.clone(), 64),
+            (Decoder::Both, 5, Some(1), wide, 2),
+        ];
+        for (decoder, threads, gpu_workers, gpu, lane_streams) in cases {
+            let what = format!("{decoder:?} {threads} threads {gpu:?} lane_streams {lane_streams}");
             let mut a = ZarrArray::open(&path).unwrap();
             // Small staging slots: a GPU claim is two of them (24 chunks), five claims.
-            a.set_read_options(ReadOptions { decoder, threads: Some(threads), gpu_workers, slot_bytes: 16 << 10, ..ReadOptions::default() }).unwrap();
+            a.set_read_options(ReadOptions { decoder, threads: Some(threads), gpu_workers, slot_bytes: 16 << 10, gpu, lane_streams, ..ReadOptions::default() }).unwrap();
             let (dev, r) = a.read_all_with_report(&DEV).unwrap();
             assert_same(&dev, &host, &what);
             drop(dev);

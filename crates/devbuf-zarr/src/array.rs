@@ -480,7 +480,8 @@ impl ZarrArray {
         &self.read_options
     }
 
-    /// Sets how reads run (see [`ReadOptions`]).
+    /// Sets how reads run (see [`ReadOptions`]); options out of their documented ranges
+    /// are an error naming the field and the range ([`ReadOptions::validate`]).
     ///
     /// ```
     /// use devbuf_zarr::{ReadOptions, ZarrArray};
@@ -492,18 +493,7 @@ impl ZarrArray {
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
     pub fn set_read_options(&mut self, options: ReadOptions) -> Result<()> {
-        if options.threads == Some(0) || options.threads.is_some_and(|t| t > 1024) {
-            return Err(Error::invalid(format!(
-                "ReadOptions::threads must be 1..=1024 (or None for one per core), got {:?}",
-                options.threads
-            )));
-        }
-        if options.slot_bytes == 0 || options.slot_bytes > 1 << 30 {
-            return Err(Error::invalid(format!(
-                "ReadOptions::slot_bytes must be 1..=1073741824, got {}",
-                options.slot_bytes
-            )));
-        }
+        options.validate()?;
         self.read_options = options;
         Ok(())
     }

@@ -74,12 +74,7 @@ pub(crate) fn read(
     let threads = options
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get()))
-        .max(1);
-    if threads > 1024 {
-        return Err(Error::invalid(format!(
-            "ReadOptions::threads is {threads}; at most 1024 worker threads are allowed"
-        )));
-    }
+        .clamp(1, 1024);
     options.validate()?;
     let started = std::time::Instant::now();
     let counts = work::ReadCounters::default();

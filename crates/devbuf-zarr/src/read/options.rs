@@ -226,6 +226,10 @@ impl ReadOptions {
     /// assert!(bad.validate().unwrap_err().to_string().contains("gpu.spread is 0; valid: 1 to 64"));
     /// ```
     pub fn validate(&self) -> Result<()> {
+        if let Some(t) = self.threads {
+            check_range("threads", t, 1, 1024)?;
+        }
+        check_range("slot_bytes", self.slot_bytes, 1, 1 << 30)?;
         let g = &self.gpu;
         check_range("gpu.claim_bytes", g.claim_bytes, 1 << 20, 4 << 30)?;
         if let Some(v) = g.claims_per_worker {
