@@ -94,7 +94,7 @@ fn shape_usize(shape: &[u64]) -> Result<Vec<usize>> {
 }
 
 /// Bytes of a C-order box of `shape`, checked for overflow.
-pub(super) fn checked_bytes(shape: &[u64], elem: usize) -> Result<usize> {
+pub(crate) fn checked_bytes(shape: &[u64], elem: usize) -> Result<usize> {
     shape
         .iter()
         .try_fold(elem, |acc, &s| {

@@ -24,7 +24,7 @@
 use std::cell::RefCell;
 use std::io::Read;
 
-use zstd::stream::raw::{DParameter, Decoder, InBuffer, Operation, OutBuffer};
+use zstd::stream::raw::{DParameter, Decoder as ZstdDecoder, InBuffer, Operation, OutBuffer};
 
 use super::codec::{self, Compression};
 use super::plan::Placement;
@@ -33,7 +33,7 @@ use devbuf_core::error::{Error, Result};
 
 thread_local! {
     /// Each worker's streaming zstd decoder, reused across chunks.
-    static ZSTD: RefCell<Option<Decoder<'static>>> = const { RefCell::new(None) };
+    static ZSTD: RefCell<Option<ZstdDecoder<'static>>> = const { RefCell::new(None) };
 }
 
 /// One contiguous copy of a placement: source offset in the unit, destination offset
@@ -302,7 +302,7 @@ impl Pieces<'_> {
 fn zstd_pieces(body: &[u8], out: &mut Pieces<'_>, what: &dyn Fn() -> String) -> Result<()> {
     let n = out.n;
     let err = |e: std::io::Error| codec::zstd_error(what, n, e);
-    codec::with_zstd(&ZSTD, Decoder::new, |d| {
+    codec::with_zstd(&ZSTD, ZstdDecoder::new, |d| {
         d.reinit().map_err(err)?;
         // Any window the format allows: the frame declares its size, and the decoder's
         // buffer is the smaller of the window and that size (the chunk's).

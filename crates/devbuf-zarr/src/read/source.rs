@@ -146,18 +146,12 @@ impl<'a> ZarrSource<'a> {
             }
             Codecs::Zarrs(_) => (chunk_shape.to_vec(), Order::C),
         };
-        let cell_bytes = cell_shape
-            .iter()
-            .try_fold(elem, |acc, &s| {
-                usize::try_from(s).ok().and_then(|s| acc.checked_mul(s))
-            })
-            .filter(|&n| n <= isize::MAX as usize)
-            .ok_or_else(|| {
-                Error::invalid(format!(
-                    "zarr array at {location}: a chunk of shape {cell_shape:?} with {elem}-byte \
-                     elements is too large to decode in memory"
-                ))
-            })?;
+        let cell_bytes = crate::array::checked_bytes(&cell_shape, elem).map_err(|_| {
+            Error::invalid(format!(
+                "zarr array at {location}: a chunk of shape {cell_shape:?} with {elem}-byte \
+                 elements is too large to decode in memory"
+            ))
+        })?;
         let cell_strides = match order {
             Order::C => c_strides(&cell_shape, elem),
             Order::F => f_strides(&cell_shape, elem),
