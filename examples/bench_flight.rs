@@ -24,59 +24,60 @@ use std::time::Instant;
 
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::{FlightClient, FlightDescriptor};
+use clap::Parser;
 use devbuf::flight::{Client, ClientOptions, Server, ServerConfig, generate_token};
 use devbuf::zarr::{ArraySpec, ZarrArray};
 use devbuf::zarr::{BufferPrototype, Dtype, NDBuffer, Order};
 use futures::TryStreamExt;
 
 mod common;
+#[path = "common/stats.rs"]
+mod stats;
+
+use stats::time_best;
 
 fn main() -> ExitCode {
     common::exit(run())
 }
 
+/// bench_flight: a localhost Arrow Flight DoGet of one array from devbuf's server, read
+/// by arrow-flight's client, devbuf's client (host and device) and pyarrow.flight; prints
+/// the best of `--repeat` runs in GB/s of array bytes.
+#[derive(Parser)]
+#[command(name = "bench_flight")]
 struct Args {
+    /// GiB of float32 in the array, in (0, 64].
+    #[arg(long, default_value_t = 1.0)]
     gib: f64,
+    /// MiB per chunk (whole rows), 1 to 512.
+    #[arg(long, default_value_t = 4)]
     chunk_mib: usize,
+    /// Endpoints the server offers (and the clients read at once).
+    #[arg(long, default_value_t = 8)]
     endpoints: usize,
+    /// Timed runs after a warm-up (at least 1).
+    #[arg(long, default_value_t = 3)]
     repeat: usize,
+    /// Where the array is written (and kept); a temporary directory otherwise.
+    #[arg(long)]
     dir: Option<PathBuf>,
+    /// The GPU the device rows read into.
+    #[arg(long, default_value_t = 0)]
     device: usize,
+    /// `scripts/flight_check.py`, for the pyarrow.flight row.
+    #[arg(long = "pyarrow-script")]
     script: Option<PathBuf>,
+    /// The Python with pyarrow that runs the script.
+    #[arg(long, default_value = "python3")]
     python: String,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
 }
 
 fn parse() -> Result<Args, String> {
-    let mut a = Args {
-        gib: 1.0,
-        chunk_mib: 4,
-        endpoints: 8,
-        repeat: 3,
-        dir: None,
-        device: 0,
-        script: None,
-        python: "python3".into(),
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut value = || it.next().ok_or_else(|| format!("{arg} needs a value"));
-        let num = |v: String| {
-            v.parse::<f64>()
-                .map_err(|_| format!("{arg}: {v:?} is not a number"))
-        };
-        match arg.as_str() {
-            "--gib" => a.gib = num(value()?)?,
-            "--chunk-mib" => a.chunk_mib = num(value()?)? as usize,
-            "--endpoints" => a.endpoints = num(value()?)? as usize,
-            "--repeat" => a.repeat = num(value()?)?.max(1.0) as usize,
-            "--dir" => a.dir = Some(PathBuf::from(value()?)),
-            "--device" => a.device = num(value()?)? as usize,
-            "--pyarrow-script" => a.script = Some(PathBuf::from(value()?)),
-            "--python" => a.python = value()?,
-            "--bench" => {} // cargo bench passes it
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
+    let mut a = Args::parse();
+    a.repeat = a.repeat.max(1);
     if !(a.gib > 0.0 && a.gib <= 64.0) || a.chunk_mib == 0 || a.chunk_mib > 512 {
         return Err("--gib must be in (0, 64], --chunk-mib in 1..=512".into());
     }
@@ -116,18 +117,6 @@ fn make_array(path: &Path, rows: u64, chunk_rows: u64) -> Result<ZarrArray, Stri
         r += n;
     }
     Ok(a)
-}
-
-/// Best seconds of `repeat` runs of `f` (after one warm-up run).
-fn best<T>(repeat: usize, mut f: impl FnMut() -> Result<T, String>) -> Result<(f64, T), String> {
-    let mut out = f()?;
-    let mut best = f64::INFINITY;
-    for _ in 0..repeat {
-        let t = Instant::now();
-        out = f()?;
-        best = best.min(t.elapsed().as_secs_f64());
-    }
-    Ok((best, out))
 }
 
 fn fnv(b: &[u8]) -> u64 {
@@ -294,7 +283,7 @@ fn run() -> Result<(), String> {
             true,
         ),
     ] {
-        let r = best(a.repeat, || plain(&rt, &uri, &token, tuned)).and_then(|(s, n)| {
+        let r = time_best(a.repeat, || plain(&rt, &uri, &token, tuned)).and_then(|(s, n)| {
             if n == chunks {
                 Ok(s)
             } else {
@@ -304,7 +293,7 @@ fn run() -> Result<(), String> {
         table.push((label.into(), "host batches".into(), r));
     }
     let host = BufferPrototype::Host;
-    let r = best(a.repeat, || {
+    let r = time_best(a.repeat, || {
         client.read_chunks("bench.zarr", None, &host).map_err(e)
     })
     .map(|(s, _)| s);
@@ -313,7 +302,7 @@ fn run() -> Result<(), String> {
         "host batches".into(),
         r,
     ));
-    let r = best(a.repeat, || {
+    let r = time_best(a.repeat, || {
         client.read("bench.zarr", &[], &host).map_err(e)
     })
     .and_then(|(s, nd)| {
@@ -335,7 +324,7 @@ fn run() -> Result<(), String> {
             .runtime_threads(2),
     )
     .map_err(|e| e.to_string())?;
-    let r = best(a.repeat, || {
+    let r = time_best(a.repeat, || {
         small.read_chunks("bench.zarr", None, &host).map_err(e)
     })
     .map(|(s, _)| s);
@@ -347,7 +336,7 @@ fn run() -> Result<(), String> {
     drop(small);
     let dev = BufferPrototype::Device(a.device);
     if devbuf::cuda::is_available() {
-        let r = best(a.repeat, || {
+        let r = time_best(a.repeat, || {
             client.read_chunks("bench.zarr", None, &dev).map_err(e)
         })
         .map(|(s, _)| s);
@@ -356,7 +345,7 @@ fn run() -> Result<(), String> {
             format!("device {} batches", a.device),
             r,
         ));
-        let r = best(a.repeat, || client.read("bench.zarr", &[], &dev).map_err(e)).and_then(
+        let r = time_best(a.repeat, || client.read("bench.zarr", &[], &dev).map_err(e)).and_then(
             |(s, nd)| {
                 if host_checksum(&nd)? == want {
                     Ok(s)
@@ -387,7 +376,7 @@ fn run() -> Result<(), String> {
     let plain_rate = table
         .first()
         .and_then(|r| r.2.as_ref().ok())
-        .map(|s| bytes / s / 1e9);
+        .map(|s| stats::gbs(bytes, *s));
     println!(
         "\nbench_flight: localhost DoGet of {:.2} GiB ({} endpoints, {} MiB chunks, best of {})\n",
         bytes / (1u64 << 30) as f64,
@@ -400,7 +389,7 @@ fn run() -> Result<(), String> {
     for (who, into, r) in &table {
         match r {
             Ok(s) => {
-                let gbps = bytes / s / 1e9;
+                let gbps = stats::gbs(bytes, *s);
                 let rel = plain_rate
                     .map(|p| format!("{:.2}x", gbps / p))
                     .unwrap_or_default();

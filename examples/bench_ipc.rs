@@ -16,24 +16,42 @@
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "common/stats.rs"]
+mod stats;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+use clap::Parser;
 use devbuf::cuda::{self, Context, DeviceBufferWriter, IpcMemHandle};
 use devbuf::ipc::{HostIpcHandle, SharedMemory};
+use stats::{gbs, quantile};
 
 const OPENS: usize = 400;
+
+/// IPC benchmarks: the device writer against raw copies, and the time to open a handle
+/// in another process. Without a GPU only the host shared-memory rows are measured.
+#[derive(Parser)]
+#[command(name = "bench_ipc")]
+struct Cli {
+    /// Internal: run as the child that opens the handles it reads on stdin (`device` or
+    /// `host`).
+    #[arg(long, hide = true, value_name = "KIND")]
+    child: Option<String>,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
 
 fn main() -> std::process::ExitCode {
     common::exit(run())
 }
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("--child") {
-        return child(args.get(1).map(String::as_str).unwrap_or(""));
+    let cli = Cli::parse();
+    if let Some(kind) = &cli.child {
+        return child(kind);
     }
     if cuda::is_available() {
         let ctx = Context::new(0)?;
@@ -52,10 +70,6 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     open_table_host()?;
     Ok(())
-}
-
-fn gbps(bytes: usize, secs: f64) -> f64 {
-    bytes as f64 / secs / 1e9
 }
 
 fn writer_table(ctx: &Context) -> Result<(), Box<dyn std::error::Error>> {
@@ -81,7 +95,7 @@ fn writer_table(ctx: &Context) -> Result<(), Box<dyn std::error::Error>> {
             ctx.synchronize()?;
             best = best.min(t.elapsed().as_secs_f64());
         }
-        let writer = gbps(total, best);
+        let writer = gbs(total as f64, best);
         // Raw: one synchronous copy per piece (bounded to keep small pieces quick).
         let raw_total = match piece {
             256 => 16 << 20,
@@ -98,7 +112,7 @@ fn writer_table(ctx: &Context) -> Result<(), Box<dyn std::error::Error>> {
             ctx.synchronize()?;
             best = best.min(t.elapsed().as_secs_f64());
         }
-        let raw = gbps(raw_total, best);
+        let raw = gbs(raw_total as f64, best);
         let size = match piece {
             256 => "256 B".to_string(),
             4096 => "4 KiB".to_string(),
@@ -197,11 +211,6 @@ fn child(kind: &str) -> Result<(), Box<dyn std::error::Error>> {
         other => return Err(format!("unknown child kind {other:?}").into()),
     }
     Ok(())
-}
-
-fn quantile(v: &mut [f64], q: f64) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[((v.len() - 1) as f64 * q).round() as usize]
 }
 
 fn print_open_row(what: &str, times: &[(f64, f64)]) {

@@ -12,6 +12,8 @@
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "common/stats.rs"]
+mod stats;
 
 use devbuf::cuda::{self, Context};
 use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, NDBuffer, Order, Scalar, Slice};
@@ -28,8 +30,7 @@ fn median_ms(ctx: &Context, mut f: impl FnMut() -> devbuf::Result<()>) -> devbuf
     for _ in 0..RUNS {
         t.push(ctx.time_ms(&mut f)?.1);
     }
-    t.sort_by(|a, b| a.total_cmp(b));
-    Ok(t[RUNS / 2])
+    Ok(stats::median(t))
 }
 
 fn main() -> std::process::ExitCode {

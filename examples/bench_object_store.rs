@@ -25,16 +25,20 @@
 mod common;
 #[path = "common/field.rs"]
 mod field;
+#[path = "common/stats.rs"]
+mod stats;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use clap::{ArgAction, Parser};
 use devbuf::cuda;
 use devbuf::zarr::object_store::{ObjectStoreOptions, UrlStore};
 use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
 use devbuf::zarr::{BufferPrototype, Dtype};
 use futures::StreamExt;
+use stats::gbs;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -42,34 +46,31 @@ const KEY: &str = "AKIADEVBUFBENCH";
 const SECRET: &str = "devbuf-bench-secret";
 const BUCKET: &str = "bench";
 
+/// Reads zarr arrays from an S3-compatible server on this machine (`s3s-fs`) into host
+/// and device memory, beside the raw GET ceiling and the peers; GB/s of decoded bytes,
+/// the median of `--repeat` runs after a warm-up.
+#[derive(Parser)]
+#[command(name = "bench_object_store")]
 struct Args {
+    /// MiB of float32 per array (a positive multiple of 4).
+    #[arg(long, default_value_t = 512)]
     mib: usize,
+    /// Timed runs after a warm-up (positive).
+    #[arg(long, default_value_t = 5)]
     repeat: usize,
+    /// Requests in flight at once.
+    #[arg(long, default_value_t = 64)]
     concurrency: usize,
+    /// Only these arrays (c1m, sh64k).
+    #[arg(long, value_name = "A,B", value_delimiter = ',')]
     only: Option<Vec<String>>,
+    /// Skips the peers (zarr-python, tensorstore).
+    #[arg(long = "no-peers", action = ArgAction::SetFalse)]
     peers: bool,
 }
 
 fn args() -> Res<Args> {
-    let mut a = Args {
-        mib: 512,
-        repeat: 5,
-        concurrency: 64,
-        only: None,
-        peers: true,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(k) = it.next() {
-        let mut val = || it.next().ok_or(format!("{k} needs a value"));
-        match k.as_str() {
-            "--mib" => a.mib = val()?.parse()?,
-            "--repeat" => a.repeat = val()?.parse()?,
-            "--concurrency" => a.concurrency = val()?.parse()?,
-            "--only" => a.only = Some(val()?.split(',').map(str::to_string).collect()),
-            "--no-peers" => a.peers = false,
-            _ => return Err(format!("unknown argument {k} (see the file's docs)").into()),
-        }
-    }
+    let a = Args::parse();
     if a.mib == 0 || a.mib % 4 != 0 || a.repeat == 0 {
         return Err("--mib must be a positive multiple of 4, --repeat positive".into());
     }
@@ -130,21 +131,9 @@ fn start_server(bin: &Path) -> Res<(Server, u16)> {
     Ok((server, port))
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
 /// Seconds of `f`: one warm-up, then the median of `repeat` runs.
 fn time(repeat: usize, f: &mut dyn FnMut() -> Res<()>) -> Res<f64> {
-    f()?;
-    let mut t = Vec::new();
-    for _ in 0..repeat {
-        let s = Instant::now();
-        f()?;
-        t.push(s.elapsed().as_secs_f64());
-    }
-    Ok(median(t))
+    stats::time_median(repeat, f)
 }
 
 /// Every object under `prefix` and its size.
@@ -205,10 +194,6 @@ struct Row {
     host: f64,
     device: Option<f64>,
     peers: Vec<(String, Option<f64>, String)>,
-}
-
-fn gbs(bytes: f64, secs: f64) -> f64 {
-    bytes / secs / 1e9
 }
 
 fn main() -> std::process::ExitCode {

@@ -29,10 +29,15 @@
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "common/stats.rs"]
+mod stats;
 
 use std::fmt::Write as _;
 use std::time::Instant;
 
+use stats::median;
+
+use clap::Parser;
 use cudarc::driver::sys;
 use devbuf::cuda::{
     self, Context, DeviceBuffer, DirectMode, HostBuffer, PageableMode, ScatterMode, Stream,
@@ -53,11 +58,6 @@ fn label(n: usize) -> String {
         n if n >= KIB && n % KIB == 0 => format!("{} KiB", n / KIB),
         n => format!("{n} B"),
     }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 struct Row {
@@ -1001,21 +1001,34 @@ fn section_alloc(b: &mut Bench, ctx: &Context, raw: &Raw) -> devbuf::Result<()> 
     Ok(())
 }
 
+/// Transfer benchmark: devbuf against the raw CUDA driver, in the same run, plus the
+/// sweeps that tune the transfer engine. Without a GPU it says so and exits.
+#[derive(Parser)]
+#[command(name = "bench_transfer")]
+struct Cli {
+    /// Fewer repetitions and sizes up to 256 MiB (a quick look, not a measurement).
+    #[arg(long)]
+    quick: bool,
+    /// Also writes every measurement as `section,series,size_bytes,gbps,note`.
+    #[arg(long, value_name = "PATH")]
+    csv: Option<String>,
+    /// Only these sections: table, small, sweep, crossover, batch, async, alloc.
+    #[arg(long, value_name = "A,B", value_delimiter = ',')]
+    only: Option<Vec<String>>,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
 fn main() -> std::process::ExitCode {
     common::exit(run())
 }
 
 fn run() -> devbuf::Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let value = |flag: &str| {
-        args.iter()
-            .position(|a| a == flag)
-            .and_then(|i| args.get(i + 1).cloned())
-    };
-    let csv = value("--csv");
-    let only: Option<Vec<String>> =
-        value("--only").map(|s| s.split(',').map(|x| x.trim().to_string()).collect());
+    let Cli {
+        quick, csv, only, ..
+    } = Cli::parse();
+    let only: Option<Vec<String>> = only.map(|o| o.iter().map(|x| x.trim().to_string()).collect());
     let want = |s: &str| only.as_ref().is_none_or(|o| o.iter().any(|x| x == s));
     if !cuda::is_available() {
         println!(

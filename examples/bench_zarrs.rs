@@ -46,6 +46,10 @@ fn main() {
 mod field;
 
 #[cfg(feature = "zarr")]
+#[path = "common/stats.rs"]
+mod stats;
+
+#[cfg(feature = "zarr")]
 mod bench {
     use std::path::{Path, PathBuf};
     use std::time::Instant;
@@ -55,6 +59,9 @@ mod bench {
         ArraySpec, Compressor, Decoder, Encoder, ReadOptions, ReadReport, WriteOptions, ZarrArray,
     };
     use devbuf::zarr::{BufferPrototype, Dtype};
+
+    use crate::stats::{gbs, median, time_median};
+    use clap::{ArgAction, Parser};
 
     struct Args {
         mib: u64,
@@ -77,76 +84,76 @@ mod bench {
         }
     }
 
-    fn args(gpu: bool) -> devbuf::Result<Args> {
-        let mut a = Args {
-            mib: if gpu { 512 } else { 32 },
-            only: None,
-            repeat: 5,
-            stores: Vec::new(),
-            manifest: None,
-            decoders: ["host", "into", "cpu", "gpu", "both", "auto"]
-                .map(String::from)
-                .to_vec(),
-            gpu_workers: None,
-            slot_bytes: devbuf::zarr::DEFAULT_SLOT_BYTES,
-            writes: true,
-            reports: false,
-            keep: None,
-            limits: true,
-        };
-        let mut it = std::env::args().skip(1);
-        let bad = |m: String| devbuf::Error::invalid(format!("bench_zarrs: {m}"));
-        while let Some(k) = it.next() {
-            let mut val = || it.next().ok_or_else(|| bad(format!("{k} needs a value")));
-            match k.as_str() {
-                "--mib" => a.mib = val()?.parse().map_err(|_| bad("--mib: a number".into()))?,
-                "--repeat" => {
-                    a.repeat = val()?
-                        .parse()
-                        .map_err(|_| bad("--repeat: a number".into()))?
-                }
-                "--only" => a.only = Some(val()?.split(',').map(str::to_string).collect()),
-                "--store" => a.stores.push(PathBuf::from(val()?)),
-                "--manifest" => a.manifest = Some(PathBuf::from(val()?)),
-                "--decoders" => a.decoders = val()?.split(',').map(str::to_string).collect(),
-                "--gpu-workers" => {
-                    a.gpu_workers = Some(
-                        val()?
-                            .parse()
-                            .map_err(|_| bad("--gpu-workers: a number".into()))?,
-                    )
-                }
-                "--slot-bytes" => {
-                    a.slot_bytes = val()?
-                        .parse()
-                        .map_err(|_| bad("--slot-bytes: a number".into()))?
-                }
-                "--no-writes" => a.writes = false,
-                "--no-limits" => a.limits = false,
-                "--reports" => a.reports = true,
-                "--keep" => a.keep = Some(PathBuf::from(val()?)),
-                other => return Err(bad(format!("unknown argument {other:?}"))),
-            }
-        }
-        a.repeat = a.repeat.max(1);
-        Ok(a)
+    /// Throughput of reading (and writing) zarr arrays through devbuf, in GB/s of decoded
+    /// bytes, page cache warm, median of `--repeat` runs after a warm-up. Without
+    /// `--store`/`--manifest` it writes its own sweep of stores first.
+    #[derive(Parser)]
+    #[command(name = "bench_zarrs")]
+    struct Cli {
+        /// MiB of float32 per store of the own sweep [default: 512 with a GPU, 32 without].
+        #[arg(long, value_name = "N")]
+        mib: Option<u64>,
+        /// Only these stores (e.g. none-4m,zstd1-4m,sharded-zstd1-64k).
+        #[arg(long, value_name = "A,B", value_delimiter = ',')]
+        only: Option<Vec<String>>,
+        /// Timed runs after a warm-up (at least 1).
+        #[arg(long, value_name = "N", default_value_t = 5)]
+        repeat: usize,
+        /// Reads this store instead of the own sweep (repeatable).
+        #[arg(long = "store", value_name = "PATH")]
+        stores: Vec<PathBuf>,
+        /// Reads the stores `scripts/peers/zarr.py write` listed in this manifest.
+        #[arg(long, value_name = "DIR/manifest.json")]
+        manifest: Option<PathBuf>,
+        /// The reads timed.
+        #[arg(
+            long,
+            value_name = "LIST",
+            value_delimiter = ',',
+            default_value = "host,into,cpu,gpu,both,auto"
+        )]
+        decoders: Vec<String>,
+        /// `ReadOptions::gpu_workers`.
+        #[arg(long, value_name = "N")]
+        gpu_workers: Option<usize>,
+        /// `ReadOptions::slot_bytes`.
+        #[arg(long, value_name = "N", default_value_t = devbuf::zarr::DEFAULT_SLOT_BYTES)]
+        slot_bytes: usize,
+        /// Skips the writes.
+        #[arg(long = "no-writes", action = ArgAction::SetFalse)]
+        writes: bool,
+        /// Skips the limits measured first.
+        #[arg(long = "no-limits", action = ArgAction::SetFalse)]
+        limits: bool,
+        /// Prints every decoder's read report.
+        #[arg(long)]
+        reports: bool,
+        /// Writes the own sweep's stores into DIR and keeps them.
+        #[arg(long, value_name = "DIR")]
+        keep: Option<PathBuf>,
     }
 
-    fn median(mut v: Vec<f64>) -> f64 {
-        v.sort_by(|a, b| a.total_cmp(b));
-        v[v.len() / 2]
+    fn args(gpu: bool) -> devbuf::Result<Args> {
+        let c = Cli::parse();
+        Ok(Args {
+            mib: c.mib.unwrap_or(if gpu { 512 } else { 32 }),
+            only: c.only,
+            repeat: c.repeat.max(1),
+            stores: c.stores,
+            manifest: c.manifest,
+            decoders: c.decoders,
+            gpu_workers: c.gpu_workers,
+            slot_bytes: c.slot_bytes,
+            writes: c.writes,
+            reports: c.reports,
+            keep: c.keep,
+            limits: c.limits,
+        })
     }
 
     /// Median seconds of `repeat` runs of `f` after one warm-up.
     fn time(repeat: usize, f: &mut dyn FnMut() -> devbuf::Result<()>) -> devbuf::Result<f64> {
-        f()?;
-        let mut t = Vec::with_capacity(repeat);
-        for _ in 0..repeat {
-            let s = Instant::now();
-            f()?;
-            t.push(s.elapsed().as_secs_f64());
-        }
-        Ok(median(t))
+        time_median(repeat, f)
     }
 
     pub(crate) use crate::field::field;
@@ -256,11 +263,6 @@ mod bench {
             Some([128, 128]),
         ));
         v
-    }
-
-    /// GB/s of `bytes` in `secs`.
-    fn gbs(bytes: f64, secs: f64) -> f64 {
-        bytes / secs / 1e9
     }
 
     struct Row {

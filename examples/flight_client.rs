@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow_array::{Float64Array, Int32Array, RecordBatch, StringArray};
+use clap::{Parser, Subcommand};
 use devbuf::flight::{Batch, Client, ClientOptions, Target, read_token_file};
 use devbuf::zarr::{AxisSel, BufferPrototype, NDBuffer, Slice};
 
@@ -32,62 +33,79 @@ fn main() -> ExitCode {
     common::exit(run())
 }
 
-fn usage() -> String {
-    "usage: flight_client --uri URI (--token-file PATH | --token T) [--tls-ca PEM] \
-     [--tls-domain NAME] \
-     [--device N] (list | read PATH [START:END ...] | demo)"
-        .into()
+/// An Arrow Flight client of `flight_server` (or any devbuf Flight server).
+#[derive(Parser)]
+#[command(name = "flight_client")]
+struct Cli {
+    /// The server: grpc://HOST:PORT or grpc+tls://HOST:PORT.
+    #[arg(long, global = true, value_name = "URI")]
+    uri: Option<String>,
+    /// A file holding the bearer token (as `flight_server --token-file` writes it).
+    #[arg(long, global = true, value_name = "PATH", conflicts_with = "token")]
+    token_file: Option<PathBuf>,
+    /// The bearer token.
+    #[arg(long, global = true, value_name = "T")]
+    token: Option<String>,
+    /// A certificate (PEM) to trust for TLS, e.g. `flight_server --tls-self-signed`'s.
+    #[arg(long, global = true, value_name = "PEM")]
+    tls_ca: Option<PathBuf>,
+    /// The name the server's certificate must carry (by default the URI's host).
+    #[arg(long, global = true, value_name = "NAME")]
+    tls_domain: Option<String>,
+    /// Reads into GPU N's memory instead of host memory.
+    #[arg(long, global = true, value_name = "N")]
+    device: Option<usize>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Every flight the server offers (arrays and batches), with its endpoints.
+    List,
+    /// Reads an array (or a box of it: one START:END range per axis) and prints its
+    /// shape, a checksum and the rate.
+    Read {
+        /// The array's path under the server's root.
+        path: String,
+        /// One START:END range per axis.
+        #[arg(value_name = "START:END")]
+        ranges: Vec<String>,
+    },
+    /// Checks the arrays `flight_server --demo` writes against the formulas they were
+    /// written from, then uploads a record batch (DoPut) and reads it back.
+    Demo,
 }
 
 fn run() -> Result<(), String> {
-    let mut uri = None;
+    let cli = Cli::parse();
     let mut options = ClientOptions::new();
-    let mut device = None;
-    let mut rest = Vec::new();
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut value = || {
-            it.next()
-                .ok_or_else(|| format!("{arg} needs a value\n{}", usage()))
-        };
-        match arg.as_str() {
-            "--uri" => uri = Some(value()?),
-            "--token" => options = options.token(value()?),
-            "--token-file" => {
-                let p = PathBuf::from(value()?);
-                options = options.token(read_token_file(&p).map_err(|e| e.to_string())?);
-            }
-            "--tls-ca" => {
-                let p = PathBuf::from(value()?);
-                let pem = std::fs::read(&p).map_err(|e| format!("{}: {e}", p.display()))?;
-                options = options.tls_ca(pem);
-            }
-            "--tls-domain" => options = options.tls_domain(value()?),
-            "--device" => {
-                device = Some(
-                    value()?
-                        .parse::<usize>()
-                        .map_err(|_| "--device takes a GPU ordinal".to_string())?,
-                )
-            }
-            "--help" | "-h" => return Err(usage()),
-            _ => rest.push(arg),
-        }
+    if let Some(t) = cli.token {
+        options = options.token(t);
     }
-    let uri = uri.ok_or_else(usage)?;
+    if let Some(p) = &cli.token_file {
+        options = options.token(read_token_file(p).map_err(|e| e.to_string())?);
+    }
+    if let Some(p) = &cli.tls_ca {
+        let pem = std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?;
+        options = options.tls_ca(pem);
+    }
+    if let Some(d) = cli.tls_domain {
+        options = options.tls_domain(d);
+    }
+    let device = cli.device;
+    let uri = cli
+        .uri
+        .ok_or("the server's address is missing: give --uri URI (see --help)")?;
     let client = Client::connect_with(&uri, options).map_err(|e| e.to_string())?;
     let proto = match device {
         Some(d) => BufferPrototype::Device(d),
         None => BufferPrototype::Host,
     };
-    match rest.first().map(String::as_str) {
-        Some("list") => list(&client),
-        Some("read") => {
-            let path = rest.get(1).ok_or_else(usage)?;
-            read(&client, path, &rest[2..], &proto)
-        }
-        Some("demo") => demo(&client, device),
-        _ => Err(usage()),
+    match &cli.command {
+        Command::List => list(&client),
+        Command::Read { path, ranges } => read(&client, path, ranges, &proto),
+        Command::Demo => demo(&client, device),
     }
 }
 

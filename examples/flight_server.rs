@@ -25,6 +25,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use clap::Parser;
 use devbuf::flight::{Event, Server, ServerConfig, generate_token, read_token_file};
 use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
 use devbuf::zarr::{Dtype, NDBuffer, Order, Scalar};
@@ -49,75 +50,80 @@ struct Args {
     verbose: bool,
 }
 
-fn usage() -> String {
-    "usage: flight_server --root DIR [--addr HOST:PORT] [--token-file PATH | --token T] \
-     [--tls-self-signed DIR | --tls-cert PEM --tls-key PEM] [--endpoints N] \
-     [--locations URI,URI] [--basic USER:PASSWORD] [--demo] [--verbose]"
-        .to_string()
+/// An Arrow Flight server of the zarr arrays under a directory. Prints `READY <uri>` once
+/// it serves.
+#[derive(Parser)]
+#[command(name = "flight_server")]
+struct Cli {
+    /// The directory whose zarr arrays are served.
+    #[arg(long, value_name = "DIR")]
+    root: PathBuf,
+    /// The address to listen on (port 0: any free port).
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8815")]
+    addr: String,
+    /// The bearer token clients send: read from the file, or, when the file does not
+    /// exist, generated and written there (mode 0600) for the clients.
+    #[arg(long, value_name = "PATH")]
+    token_file: Option<PathBuf>,
+    /// The bearer token clients send.
+    #[arg(long, value_name = "T")]
+    token: Option<String>,
+    /// Makes a certificate for `localhost` (DIR/cert.pem, DIR/key.pem) and serves TLS
+    /// with it; clients trust DIR/cert.pem.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["tls_cert", "tls_key"])]
+    tls_self_signed: Option<PathBuf>,
+    /// The server's TLS certificate (PEM); with --tls-key.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The server's TLS private key (PEM); with --tls-cert.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Endpoints per flight.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    endpoints: usize,
+    /// Locations the endpoints name (other servers of the same root).
+    #[arg(long, value_name = "URI,URI", value_delimiter = ',')]
+    locations: Vec<String>,
+    /// Credentials the handshake exchanges for a token (HTTP Basic).
+    #[arg(long, value_name = "USER:PASSWORD", value_parser = parse_basic)]
+    basic: Option<(String, String)>,
+    /// First writes the demo arrays (demo/f32.zarr, demo/i16.zarr) under the root.
+    #[arg(long)]
+    demo: bool,
+    /// Prints one line per event.
+    #[arg(long)]
+    verbose: bool,
+}
+
+fn parse_basic(v: &str) -> Result<(String, String), String> {
+    let (u, p) = v
+        .split_once(':')
+        .ok_or_else(|| "--basic takes USER:PASSWORD".to_string())?;
+    Ok((u.to_string(), p.to_string()))
 }
 
 fn parse() -> Result<Args, String> {
-    let mut a = Args {
-        root: PathBuf::new(),
-        addr: "127.0.0.1:8815".into(),
-        token_file: None,
-        token: None,
-        tls_self_signed: None,
-        tls: None,
-        endpoints: 4,
-        locations: Vec::new(),
-        basic: None,
-        demo: false,
-        verbose: false,
-    };
-    let mut root = None;
-    let (mut cert, mut key) = (None, None);
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut value = || {
-            it.next()
-                .ok_or_else(|| format!("{arg} needs a value\n{}", usage()))
-        };
-        match arg.as_str() {
-            "--root" => root = Some(PathBuf::from(value()?)),
-            "--addr" => a.addr = value()?,
-            "--token-file" => a.token_file = Some(PathBuf::from(value()?)),
-            "--token" => a.token = Some(value()?),
-            "--tls-self-signed" => a.tls_self_signed = Some(PathBuf::from(value()?)),
-            "--tls-cert" => cert = Some(PathBuf::from(value()?)),
-            "--tls-key" => key = Some(PathBuf::from(value()?)),
-            "--endpoints" => {
-                a.endpoints = value()?
-                    .parse()
-                    .map_err(|_| "--endpoints takes a number".to_string())?
-            }
-            "--locations" => a.locations = value()?.split(',').map(str::to_string).collect(),
-            "--basic" => {
-                let v = value()?;
-                let (u, p) = v
-                    .split_once(':')
-                    .ok_or_else(|| "--basic takes USER:PASSWORD".to_string())?;
-                a.basic = Some((u.to_string(), p.to_string()));
-            }
-            "--demo" => a.demo = true,
-            "--verbose" => a.verbose = true,
-            "--help" | "-h" => return Err(usage()),
-            other => return Err(format!("unknown argument {other:?}\n{}", usage())),
-        }
+    let c = Cli::parse();
+    if c.token_file.is_none() && c.token.is_none() && c.basic.is_none() {
+        return Err(
+            "give --token-file, --token or --basic: a server without one refuses every call \
+             (see --help)"
+                .into(),
+        );
     }
-    a.root = root.ok_or_else(usage)?;
-    a.tls = match (cert, key) {
-        (Some(c), Some(k)) => Some((c, k)),
-        (None, None) => None,
-        _ => return Err("--tls-cert and --tls-key go together".into()),
-    };
-    if a.token_file.is_none() && a.token.is_none() && a.basic.is_none() {
-        return Err(format!(
-            "give --token-file, --token or --basic: a server without one refuses every call\n{}",
-            usage()
-        ));
-    }
-    Ok(a)
+    Ok(Args {
+        root: c.root,
+        addr: c.addr,
+        token_file: c.token_file,
+        token: c.token,
+        tls_self_signed: c.tls_self_signed,
+        tls: c.tls_cert.zip(c.tls_key),
+        endpoints: c.endpoints,
+        locations: c.locations,
+        basic: c.basic,
+        demo: c.demo,
+        verbose: c.verbose,
+    })
 }
 
 fn run() -> Result<(), String> {

@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
+use clap::Parser;
 use devbuf::arrow::{read_record_batch, read_record_batch_host, schema_from_bytes};
 use devbuf::ipc::IpcHandle;
 
@@ -25,18 +26,7 @@ use devbuf::ipc::IpcHandle;
 const WAIT: Duration = Duration::from_secs(60);
 
 fn unhex(s: &str) -> Result<Vec<u8>, String> {
-    let s = s.trim();
-    // (Slicing the text two bytes at a time below would panic inside a multi-byte
-    // character.)
-    if !s.is_ascii() {
-        return Err("hexadecimal text holds a character that is not a hex digit".into());
-    }
-    if s.len() % 2 != 0 {
-        return Err("odd number of hex digits".into());
-    }
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|e| e.to_string()))
-        .collect()
+    hex::decode(s.trim()).map_err(|e| e.to_string())
 }
 
 fn print_batch(batch: &RecordBatch) {
@@ -51,12 +41,27 @@ fn print_batch(batch: &RecordBatch) {
     }
 }
 
+/// IPC consumer: opens the record batch an `ipc_producer` shared, reads it without
+/// copying, prints it and checks it.
+#[derive(Parser)]
+#[command(name = "ipc_consumer")]
+struct Cli {
+    /// The producer's handle file (then `<path>.done` is created when finished), or the
+    /// handle's hex followed by the schema's hex.
+    #[arg(
+        required = true,
+        num_args = 1..=2,
+        value_names = ["HANDLE_FILE | HANDLE_HEX", "SCHEMA_HEX"]
+    )]
+    args: Vec<String>,
+}
+
 fn main() -> std::process::ExitCode {
     common::exit(run())
 }
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args = Cli::parse().args;
     let (handle_hex, schema_hex, path) = match args.as_slice() {
         [p] => {
             let p = PathBuf::from(p);

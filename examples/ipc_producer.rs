@@ -20,12 +20,19 @@ use std::io::BufRead;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::Parser;
 use devbuf::arrow::{schema_to_bytes, serialize_record_batch, serialize_record_batch_shared};
 use devbuf::cuda::{self, Context};
 use devbuf::ipc::IpcHandle;
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+/// IPC producer: writes a record batch into GPU memory (or, without a GPU, into shared
+/// host memory), shares its handle and waits until a consumer is done.
+#[derive(Parser)]
+#[command(name = "ipc_producer")]
+struct Cli {
+    /// Writes the handle and the schema (two lines of hex) here and waits for
+    /// `<PATH>.done`; without it, prints them and waits for Enter.
+    path: Option<PathBuf>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -33,7 +40,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let path = std::env::args().nth(1).map(PathBuf::from);
+    let path = Cli::parse().path;
     let batch = ipc_common::demo_batch();
     // Whatever holds the memory must live until the consumer is done.
     let mut _device_memory = None;
@@ -65,7 +72,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         _host_memory = Some(shm);
         h
     };
-    let schema = hex(&schema_to_bytes(&batch.schema())?);
+    let schema = hex::encode(schema_to_bytes(&batch.schema())?);
     match &path {
         Some(p) => {
             let done = done_path(p);

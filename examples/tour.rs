@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use clap::Parser;
 use devbuf::arrow::c_device::{
     HostDevice, SyncEvent, export_device_array, export_host_array, import_device_array,
     import_host_array,
@@ -44,19 +45,6 @@ use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
 use devbuf::zarr::{BufferPrototype, Dtype, ElementType, NDBuffer};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Res<Vec<u8>> {
-    if !s.is_ascii() || s.len() % 2 != 0 {
-        return Err("bad hex text".into());
-    }
-    Ok((0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16))
-        .collect::<Result<_, _>>()?)
-}
 
 /// The sharded fixture: under `DEVBUF_ZARR_FIXTURES` (the GPU bundle sets it), next
 /// to the sources, or under the working directory.
@@ -234,7 +222,7 @@ fn run_one(
     let status = Command::new(exe)
         .arg("--consumer")
         .arg(handle.to_hex())
-        .arg(hex(&schema_to_bytes(&schema)?))
+        .arg(hex::encode(schema_to_bytes(&schema)?))
         .arg(array.location())
         .status()?;
     let share_verify_s = t.elapsed().as_secs_f64();
@@ -262,7 +250,8 @@ fn run_one(
 fn consumer(handle_hex: &str, schema_hex: &str, source: &str) -> Res<()> {
     let t = Instant::now();
     let handle = IpcHandle::from_hex(handle_hex)?;
-    let schema = schema_from_bytes(&unhex(schema_hex)?)?;
+    let schema =
+        schema_from_bytes(&hex::decode(schema_hex).map_err(|e| format!("bad hex text: {e}"))?)?;
     let batch = match &handle {
         IpcHandle::Device(h) => {
             ChunkBatch::from_device_record_batch(read_record_batch(&h.open()?, schema)?)?
@@ -304,16 +293,32 @@ fn consumer(handle_hex: &str, schema_hex: &str, source: &str) -> Res<()> {
     Ok(())
 }
 
+/// The devbuf tour: a zarr array -> chunks on the GPU (or the host) -> Arrow -> the C
+/// Device Data Interface -> shared with another process, which verifies every chunk.
+#[derive(Parser)]
+#[command(name = "tour")]
+struct Cli {
+    /// Reads this array in step 1 instead of the fixture: a directory, or a URL with the
+    /// `object_store` feature (s3://, gs://, az://, http(s)://, file://).
+    #[arg(value_name = "PATH.zarr | URL", conflicts_with = "consumer")]
+    source: Option<String>,
+    /// Internal: the consumer process the tour starts.
+    #[arg(
+        long,
+        hide = true,
+        num_args = 3,
+        value_names = ["HANDLE_HEX", "SCHEMA_HEX", "SOURCE"]
+    )]
+    consumer: Option<Vec<String>>,
+}
+
 fn main() -> std::process::ExitCode {
     common::exit(run())
 }
 
 fn run() -> Res<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("--consumer") {
-        let [_, h, s, src] = args.as_slice() else {
-            return Err("usage: tour --consumer HANDLE_HEX SCHEMA_HEX SOURCE".into());
-        };
+    let cli = Cli::parse();
+    if let Some([h, s, src]) = cli.consumer.as_deref() {
         return consumer(h, s, src);
     }
     let started = Instant::now();
@@ -344,7 +349,7 @@ fn run() -> Res<()> {
         }
     };
     let mut reports = Vec::new();
-    let (fixture, label) = match args.first() {
+    let (fixture, label) = match &cli.source {
         Some(source) => (common::open_array(source)?, "your array"),
         None => (ZarrArray::open(fixture())?, "zarr-python fixture"),
     };

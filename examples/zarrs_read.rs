@@ -23,6 +23,18 @@ fn main() {
     println!("zarrs_read: built without the `zarrs` feature; run it with --features zarr");
 }
 
+/// Reads a zarr array chunk by chunk onto the GPU (or into host memory without one) and
+/// prints its shape, data type and sum.
+#[cfg(feature = "zarr")]
+#[derive(clap::Parser)]
+#[command(name = "zarrs_read")]
+struct Cli {
+    /// The array: a directory, or a URL (s3://, gs://, az://, http(s)://, file://)
+    /// [default: the bundled fixture tests/fixtures/zarr/v3_float32_sharded.zarr].
+    #[arg(value_name = "PATH.zarr | URL")]
+    source: Option<String>,
+}
+
 #[cfg(feature = "zarr")]
 fn main() -> std::process::ExitCode {
     common::exit(run())
@@ -40,7 +52,7 @@ fn run() -> devbuf::Result<()> {
     let default = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/zarr/v3_float32_sharded.zarr");
     let local = PathBuf::from("tests/fixtures/zarr/v3_float32_sharded.zarr");
-    let path = match std::env::args().nth(1) {
+    let path = match <Cli as clap::Parser>::parse().source {
         Some(p) => p,
         None if default.is_dir() => default.display().to_string(),
         None if local.is_dir() => local.display().to_string(),

@@ -170,48 +170,26 @@ pub(crate) fn open_layout<'a>(
 
 /// Lowercase hexadecimal.
 pub(crate) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for &b in bytes {
-        s.push(DIGITS[(b >> 4) as usize] as char);
-        s.push(DIGITS[(b & 15) as usize] as char);
-    }
-    s
+    hex::encode(bytes)
 }
 
 /// Parses hexadecimal (either case; surrounding whitespace ignored).
 pub(crate) fn from_hex(text: &str, what: &'static str) -> Result<Vec<u8>> {
     let t = text.trim();
-    let digit = |(i, c): (usize, u8)| -> Result<u8> {
-        match c {
-            b'0'..=b'9' => Ok(c - b'0'),
-            b'a'..=b'f' => Ok(c - b'a' + 10),
-            b'A'..=b'F' => Ok(c - b'A' + 10),
-            _ => {
-                // Name the whole character, not one byte of a multi-byte one.
-                let ch = t.get(i..).and_then(|rest| rest.chars().next());
-                Err(Error::Malformed(format!(
-                    "{what}: {} at byte {i} is not a hexadecimal digit (0-9, a-f, A-F)",
-                    match ch {
-                        Some(ch) => format!("character {ch:?}"),
-                        None => format!("byte {c:#04x}"),
-                    }
-                )))
-            }
-        }
-    };
-    let nibbles = t
-        .bytes()
-        .enumerate()
-        .map(digit)
-        .collect::<Result<Vec<u8>>>()?;
-    if nibbles.len() % 2 != 0 {
+    // The first character that is not a digit is named before an odd length is (the
+    // `hex` crate checks the length first, and names a byte, not a character).
+    if let Some((i, ch)) = t.char_indices().find(|(_, c)| !c.is_ascii_hexdigit()) {
         return Err(Error::Malformed(format!(
-            "{what}: hexadecimal text has an odd number of digits ({})",
-            nibbles.len()
+            "{what}: character {ch:?} at byte {i} is not a hexadecimal digit (0-9, a-f, A-F)"
         )));
     }
-    Ok(nibbles.chunks_exact(2).map(|p| p[0] << 4 | p[1]).collect())
+    if t.len() % 2 != 0 {
+        return Err(Error::Malformed(format!(
+            "{what}: hexadecimal text has an odd number of digits ({})",
+            t.len()
+        )));
+    }
+    hex::decode(t).map_err(|e| Error::Malformed(format!("{what}: {e}")))
 }
 
 /// A token that identifies this process (not only its pid, which another process in

@@ -12,6 +12,11 @@ use std::collections::{HashSet, VecDeque};
 use std::path::Path;
 use std::sync::Mutex;
 
+use base64::Engine as _;
+use base64::alphabet;
+use base64::engine::DecodePaddingMode;
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
+use subtle::ConstantTimeEq as _;
 use tonic::Status;
 use tonic::metadata::MetadataMap;
 
@@ -66,7 +71,8 @@ pub(crate) fn check_token(token: &str) -> Result<String> {
     Ok(token.to_string())
 }
 
-/// A fresh random token: 32 bytes from the operating system's generator, as hex.
+/// A fresh random token: 32 bytes from the operating system's generator (`getrandom`),
+/// as 64 lowercase hexadecimal digits.
 ///
 /// ```
 /// let t = devbuf_flight::generate_token()?;
@@ -75,20 +81,17 @@ pub(crate) fn check_token(token: &str) -> Result<String> {
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
 pub fn generate_token() -> Result<String> {
-    use std::io::Read;
     let mut b = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .map_err(|e| Error::Io {
-            op: "generating a token from /dev/urandom",
-            message: e.to_string(),
-        })?;
-    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+    getrandom::fill(&mut b).map_err(|e| Error::Io {
+        op: "generating a token from the operating system's random generator",
+        message: e.to_string(),
+    })?;
+    Ok(hex::encode(b))
 }
 
 /// Constant-time equality of two byte strings (the length is not secret).
 fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    bool::from(a.ct_eq(b))
 }
 
 /// The server's tokens and handshake credentials.
@@ -199,53 +202,29 @@ fn strip_scheme<'a>(value: &'a str, scheme: &str) -> Option<&'a str> {
     s.eq_ignore_ascii_case(scheme).then_some(rest)
 }
 
+/// Standard base64 (the `+/` alphabet) that reads padding as optional: what the
+/// hand-written decoder before `base64` accepted (trailing `=` ignored, stray low bits
+/// of the last digit too).
+const BASE64_LENIENT: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::STANDARD,
+    GeneralPurposeConfig::new()
+        .with_encode_padding(false)
+        .with_decode_padding_mode(DecodePaddingMode::RequireNone)
+        .with_decode_allow_trailing_bits(true),
+);
+
 /// Standard base64 (with or without padding); `None` on anything else.
 pub(crate) fn decode_base64(s: &str) -> Option<Vec<u8>> {
     let s = s.trim_end_matches('=');
     if s.len() > 4 * MAX_TOKEN_BYTES {
         return None;
     }
-    let val = |c: u8| -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        } as u32)
-    };
-    let mut out = Vec::with_capacity(s.len() * 3 / 4);
-    let (mut acc, mut bits) = (0u32, 0u32);
-    for c in s.bytes() {
-        acc = (acc << 6) | val(c)?;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    (bits < 6).then_some(out)
+    BASE64_LENIENT.decode(s).ok()
 }
 
 /// Standard base64 with padding.
 pub(crate) fn encode_base64(b: &[u8]) -> String {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(b.len().div_ceil(3) * 4);
-    for c in b.chunks(3) {
-        let n = (c[0] as u32) << 16
-            | (*c.get(1).unwrap_or(&0) as u32) << 8
-            | *c.get(2).unwrap_or(&0) as u32;
-        for i in 0..4 {
-            if i <= c.len() {
-                out.push(A[(n >> (18 - 6 * i)) as usize & 63] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    STANDARD.encode(b)
 }
 
 #[cfg(test)]
@@ -260,6 +239,15 @@ mod tests {
         }
         assert_eq!(encode_base64(b"user:pass"), "dXNlcjpwYXNz");
         assert!(decode_base64("a$==").is_none());
+        // What the hand-written decoder accepted: padding optional (and repeated),
+        // stray low bits in the last digit; a lone digit is not a byte.
+        assert_eq!(decode_base64("dXNlcjpwYXNz").unwrap(), b"user:pass");
+        assert_eq!(decode_base64("YQ").unwrap(), b"a");
+        assert_eq!(decode_base64("YQ==").unwrap(), b"a");
+        assert_eq!(decode_base64("YR==").unwrap(), b"a");
+        assert!(decode_base64("Y").is_none());
+        assert!(decode_base64("YQ=a").is_none());
+        assert!(decode_base64(&"A".repeat(4 * MAX_TOKEN_BYTES + 4)).is_none());
     }
 
     #[test]
@@ -284,5 +272,18 @@ mod tests {
                 .is_err()
         );
         assert!(check_token("has space").is_err());
+    }
+
+    #[test]
+    fn generated_tokens_are_hex() {
+        let t = generate_token().unwrap();
+        assert_eq!(t.len(), 64);
+        assert!(
+            t.bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        );
+        assert!(ct_eq(t.as_bytes(), t.clone().as_bytes()));
+        assert!(!ct_eq(b"abc", b"abd"));
+        assert!(!ct_eq(b"abc", b"abcd"));
     }
 }

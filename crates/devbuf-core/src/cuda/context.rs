@@ -93,7 +93,7 @@ impl DeviceProperties {
 }
 
 pub(crate) fn format_uuid(u: &[u8; 16]) -> String {
-    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    let h = hex::encode(u);
     format!(
         "{}-{}-{}-{}-{}",
         &h[0..8],
