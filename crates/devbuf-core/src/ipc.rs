@@ -67,7 +67,7 @@ use arrow_buffer::Buffer;
 use crate::cuda::ipc::{EVENT_MAGIC, HOST_MAGIC, MEM_MAGIC};
 pub use crate::cuda::{IpcEventHandle, IpcMemHandle};
 use crate::error::{Error, Result, check_range};
-use crate::wire;
+use crate::handle_layout;
 
 const VERSION: u16 = 1;
 const HOST_SIZE: usize = 64;
@@ -128,7 +128,7 @@ impl SharedMemory {
                 tag: 0,
             });
         }
-        let tag = wire::random_u64();
+        let tag = handle_layout::random_u64();
         let (file, ptr) = sys::create(tag, len)?;
         Ok(SharedMemory {
             map: Some(Mapping { ptr, len }),
@@ -301,7 +301,7 @@ impl HostIpcHandle {
 
     /// Serializes into the fixed layout described in the [module docs](self).
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut w = wire::Writer::default();
+        let mut w = handle_layout::Writer::default();
         w.bytes(HOST_MAGIC)
             .u16(VERSION)
             .u16(HOST_SIZE as u16)
@@ -318,7 +318,7 @@ impl HostIpcHandle {
     /// Parses [`to_bytes`](Self::to_bytes)'s output; anything else is
     /// [`Error::Malformed`] saying what was wrong. Never panics.
     pub fn from_bytes(bytes: &[u8]) -> Result<HostIpcHandle> {
-        let (mut r, flags) = wire::open_layout(
+        let (mut r, flags) = handle_layout::open_layout(
             bytes,
             HOST_WHAT,
             HOST_MAGIC,
@@ -348,12 +348,12 @@ impl HostIpcHandle {
 
     /// [`to_bytes`](Self::to_bytes) as lowercase hexadecimal text.
     pub fn to_hex(&self) -> String {
-        wire::hex(&self.to_bytes())
+        handle_layout::hex(&self.to_bytes())
     }
 
     /// Parses [`to_hex`](Self::to_hex)'s output.
     pub fn from_hex(text: &str) -> Result<HostIpcHandle> {
-        Self::from_bytes(&wire::from_hex(text, HOST_WHAT)?)
+        Self::from_bytes(&handle_layout::from_hex(text, HOST_WHAT)?)
     }
 
     /// Maps the shared range read-only into this process and returns it as an Arrow
@@ -448,12 +448,12 @@ impl IpcHandle {
 
     /// [`to_bytes`](Self::to_bytes) as lowercase hexadecimal text.
     pub fn to_hex(&self) -> String {
-        wire::hex(&self.to_bytes())
+        handle_layout::hex(&self.to_bytes())
     }
 
     /// Parses [`to_hex`](Self::to_hex)'s output.
     pub fn from_hex(text: &str) -> Result<IpcHandle> {
-        Self::from_bytes(&wire::from_hex(text, "a buffer handle")?)
+        Self::from_bytes(&handle_layout::from_hex(text, "a buffer handle")?)
     }
 }
 

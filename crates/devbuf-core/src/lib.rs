@@ -43,9 +43,9 @@ pub mod arrow;
 pub mod cuda;
 pub mod element;
 pub mod error;
+mod handle_layout;
 pub mod ipc;
 pub mod memory;
-mod wire;
 pub mod zarr;
 
 pub use element::{ElementType, EqualMode};

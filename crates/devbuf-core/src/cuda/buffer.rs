@@ -560,7 +560,7 @@ impl DeviceBuffer {
 
     /// The contents as lowercase hexadecimal (copies to the host).
     pub fn hex(&self) -> Result<String> {
-        Ok(crate::wire::hex(&self.to_host_vec()?))
+        Ok(crate::handle_layout::hex(&self.to_host_vec()?))
     }
 }
 

@@ -99,7 +99,7 @@ impl IpcEventHandle {
         if self.blocking_sync {
             flags |= FLAG_BLOCKING_SYNC;
         }
-        let mut w = wire::Writer::default();
+        let mut w = handle_layout::Writer::default();
         w.bytes(EVENT_MAGIC)
             .u16(VERSION)
             .u16(EVENT_SIZE as u16)
@@ -112,7 +112,7 @@ impl IpcEventHandle {
     /// Parses [`to_bytes`](Self::to_bytes)'s output; anything else is
     /// [`Error::Malformed`] saying what was wrong. Never panics.
     pub fn from_bytes(bytes: &[u8]) -> Result<IpcEventHandle> {
-        let (mut r, flags) = wire::open_layout(
+        let (mut r, flags) = handle_layout::open_layout(
             bytes,
             EVENT_WHAT,
             EVENT_MAGIC,
@@ -143,12 +143,12 @@ impl IpcEventHandle {
 
     /// [`to_bytes`](Self::to_bytes) as lowercase hexadecimal text.
     pub fn to_hex(&self) -> String {
-        wire::hex(&self.to_bytes())
+        handle_layout::hex(&self.to_bytes())
     }
 
     /// Parses [`to_hex`](Self::to_hex)'s output.
     pub fn from_hex(text: &str) -> Result<IpcEventHandle> {
-        Self::from_bytes(&wire::from_hex(text, EVENT_WHAT)?)
+        Self::from_bytes(&handle_layout::from_hex(text, EVENT_WHAT)?)
     }
 
     /// Opens the handle on the device it belongs to (found by UUID; device 0 when
@@ -163,7 +163,10 @@ impl fmt::Debug for IpcEventHandle {
         let mut d = f.debug_struct("IpcEventHandle");
         debug_device(&mut d, self.device);
         d.field("exporter_pid", &self.pid)
-            .field("raw", &format_args!("{}", wire::hex(&self.raw[..8])))
+            .field(
+                "raw",
+                &format_args!("{}", handle_layout::hex(&self.raw[..8])),
+            )
             .finish()
     }
 }
@@ -184,7 +187,7 @@ impl Event {
             device: Some(device_id(self.context())),
             blocking_sync: self.flags().blocking_sync,
             pid: std::process::id(),
-            token: wire::process_token(),
+            token: handle_layout::process_token(),
         })
     }
 }

@@ -52,7 +52,7 @@ impl IpcMemHandle {
             device,
             read_only,
             pid: std::process::id(),
-            token: wire::process_token(),
+            token: handle_layout::process_token(),
         }
     }
 
@@ -188,7 +188,7 @@ impl IpcMemHandle {
         if self.read_only {
             flags |= FLAG_READ_ONLY;
         }
-        let mut w = wire::Writer::default();
+        let mut w = handle_layout::Writer::default();
         w.bytes(MEM_MAGIC)
             .u16(VERSION)
             .u16(MEM_SIZE as u16)
@@ -206,7 +206,7 @@ impl IpcMemHandle {
     /// a range that overflows or exceeds the recorded allocation size — is
     /// [`Error::Malformed`] saying what was wrong. Never panics.
     pub fn from_bytes(bytes: &[u8]) -> Result<IpcMemHandle> {
-        let (mut r, flags) = wire::open_layout(
+        let (mut r, flags) = handle_layout::open_layout(
             bytes,
             MEM_WHAT,
             MEM_MAGIC,
@@ -240,12 +240,12 @@ impl IpcMemHandle {
 
     /// [`to_bytes`](Self::to_bytes) as lowercase hexadecimal text.
     pub fn to_hex(&self) -> String {
-        wire::hex(&self.to_bytes())
+        handle_layout::hex(&self.to_bytes())
     }
 
     /// Parses [`to_hex`](Self::to_hex)'s output (surrounding whitespace ignored).
     pub fn from_hex(text: &str) -> Result<IpcMemHandle> {
-        Self::from_bytes(&wire::from_hex(text, MEM_WHAT)?)
+        Self::from_bytes(&handle_layout::from_hex(text, MEM_WHAT)?)
     }
 
     /// The raw 64-byte `CUipcMemHandle` of the allocation (all zero for the empty
@@ -297,7 +297,7 @@ impl IpcMemHandle {
 
     /// Whether this process exported the handle.
     pub fn is_from_this_process(&self) -> bool {
-        self.token != 0 && self.token == wire::process_token()
+        self.token != 0 && self.token == handle_layout::process_token()
     }
 
     /// Opens the handle on the device it belongs to (found by UUID among this process's
@@ -317,7 +317,10 @@ impl fmt::Debug for IpcMemHandle {
         debug_device(&mut d, self.device);
         d.field("read_only", &self.read_only)
             .field("exporter_pid", &self.pid)
-            .field("raw", &format_args!("{}", wire::hex(&self.raw[..8])))
+            .field(
+                "raw",
+                &format_args!("{}", handle_layout::hex(&self.raw[..8])),
+            )
             .finish()
     }
 }
@@ -413,7 +416,7 @@ impl DeviceBuffer {
             device: dev,
             read_only: !self.is_mutable(),
             pid: std::process::id(),
-            token: wire::process_token(),
+            token: handle_layout::process_token(),
         };
         h.validate()?;
         Ok(h)
@@ -524,7 +527,7 @@ impl Context {
     /// [`Event`] itself).
     pub fn open_ipc_event(&self, handle: &IpcEventHandle) -> Result<Event> {
         check_device(handle.device, self, "the IPC event handle")?;
-        if handle.token != 0 && handle.token == wire::process_token() {
+        if handle.token != 0 && handle.token == handle_layout::process_token() {
             return Err(Error::invalid(
                 "this IPC event handle was exported by this process: CUDA cannot open an event \
                  handle in its exporting process; share the Event itself (e.g. in an Arc)",

@@ -84,7 +84,7 @@ use super::context::{Context, format_uuid};
 use super::driver::{self, CUdeviceptr, ipc as dipc};
 use super::stream::{Event, EventFlags};
 use crate::error::{Error, Result, check_range};
-use crate::wire;
+use crate::handle_layout;
 
 pub(crate) const MEM_MAGIC: &[u8; 8] = b"DEVBUFIM";
 pub(crate) const EVENT_MAGIC: &[u8; 8] = b"DEVBUFIE";
@@ -125,7 +125,7 @@ fn device_flag(dev: Option<DeviceId>) -> u32 {
 
 /// Writes the fields both handle layouts end with: device UUID and ordinal (zero when
 /// unknown), exporting process id and token.
-fn write_origin(w: &mut wire::Writer, dev: Option<DeviceId>, pid: u32, token: u64) {
+fn write_origin(w: &mut handle_layout::Writer, dev: Option<DeviceId>, pid: u32, token: u64) {
     let dev = dev.unwrap_or(DeviceId {
         uuid: [0; 16],
         ordinal: 0,
@@ -136,7 +136,7 @@ fn write_origin(w: &mut wire::Writer, dev: Option<DeviceId>, pid: u32, token: u6
 /// Reads what [`write_origin`] wrote; a device recorded while the `flags` say it is
 /// unknown is malformed.
 fn read_origin(
-    r: &mut wire::Reader<'_>,
+    r: &mut handle_layout::Reader<'_>,
     flags: u32,
     what: &str,
 ) -> Result<(Option<DeviceId>, u32, u64)> {
