@@ -39,7 +39,7 @@
 //! use devbuf_flight::{Client, Server, ServerConfig};
 //! use devbuf_core::zarr::{AxisSel, BufferPrototype};
 //! let server = Server::start(
-//!     ServerConfig::new().root("tests/fixtures/zarr").token("s3cret"),
+//!     ServerConfig::new().root("../../tests/fixtures/zarr").token("s3cret"),
 //!     "127.0.0.1:0",
 //! )?;
 //! let client = Client::connect(&server.uri(), Some("s3cret"))?;

@@ -105,7 +105,7 @@ pub struct ServerStats {
 /// ```
 /// use devbuf_flight::ServerConfig;
 /// let cfg = ServerConfig::new()
-///     .root("tests/fixtures/zarr")
+///     .root("../../tests/fixtures/zarr")
 ///     .token("s3cret")
 ///     .endpoints(8)
 ///     .batch_bytes(4 << 20);

@@ -51,7 +51,7 @@ type Storage = dyn ReadableWritableStorageTraits;
 /// ```
 /// use devbuf_zarr::ZarrArray;
 /// use devbuf_core::zarr::{BufferPrototype, Dtype};
-/// let a = ZarrArray::open("tests/fixtures/zarr/v2_float32_F.zarr")?;
+/// let a = ZarrArray::open("../../tests/fixtures/zarr/v2_float32_F.zarr")?;
 /// assert_eq!(a.metadata().shape, vec![10, 7]);
 /// assert_eq!(a.dtype(), Dtype::FLOAT32);
 /// // BufferPrototype::Device(0) on a machine with a GPU.
@@ -119,9 +119,9 @@ impl ZarrArray {
     ///
     /// ```
     /// use devbuf_zarr::ZarrArray;
-    /// let a = ZarrArray::open("tests/fixtures/zarr/v3_uint8_sharded.zarr")?;
+    /// let a = ZarrArray::open("../../tests/fixtures/zarr/v3_uint8_sharded.zarr")?;
     /// assert_eq!(a.metadata().subchunk_shape, Some(vec![4, 4]));
-    /// assert!(ZarrArray::open("tests/fixtures/zarr/no_such.zarr").is_err());
+    /// assert!(ZarrArray::open("../../tests/fixtures/zarr/no_such.zarr").is_err());
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
     pub fn open(path: impl AsRef<Path>) -> Result<ZarrArray> {
@@ -336,7 +336,7 @@ impl ZarrArray {
     ///
     /// ```
     /// use devbuf_zarr::ZarrArray;
-    /// let a = ZarrArray::open("tests/fixtures/zarr/v3_float32.zarr")?; // 10 x 7 in 4 x 3
+    /// let a = ZarrArray::open("../../tests/fixtures/zarr/v3_float32.zarr")?; // 10 x 7 in 4 x 3
     /// assert_eq!(a.chunk_ranges(&[2, 1])?, vec![8..10, 3..6]);
     /// assert!(a.chunk_ranges(&[3, 0]).is_err());
     /// # Ok::<(), devbuf_core::Error>(())
@@ -377,7 +377,7 @@ impl ZarrArray {
     /// ```
     /// use devbuf_zarr::ZarrArray;
     /// use devbuf_core::zarr::{BufferPrototype, Scalar};
-    /// let a = ZarrArray::open("tests/fixtures/zarr/v3_int16.zarr")?; // chunk (1, 1) missing
+    /// let a = ZarrArray::open("../../tests/fixtures/zarr/v3_int16.zarr")?; // chunk (1, 1) missing
     /// let chunks = a.read_chunks(&[[0u64, 0], [1, 1]], &BufferPrototype::Host)?;
     /// assert_eq!(chunks[0].shape(), &[4, 3]);
     /// assert!(chunks[1].all_equal(Some(Scalar::from(-7i16)), true)?); // the fill value
@@ -435,7 +435,7 @@ impl ZarrArray {
     /// ```
     /// use devbuf_zarr::ZarrArray;
     /// use devbuf_core::zarr::BufferPrototype;
-    /// let a = ZarrArray::open("tests/fixtures/zarr/v2_int16_zstd.zarr")?; // 6 x 5 x 4
+    /// let a = ZarrArray::open("../../tests/fixtures/zarr/v2_int16_zstd.zarr")?; // 6 x 5 x 4
     /// let s = a.read_subset(&[1..5, 0..5, 2..3], &BufferPrototype::Host)?;
     /// assert_eq!(s.shape(), &[4, 5, 1]);
     /// assert!(a.read_subset(&[0..7, 0..5, 0..4], &BufferPrototype::Host).is_err());
@@ -486,7 +486,7 @@ impl ZarrArray {
     /// ```
     /// use devbuf_zarr::{ReadOptions, ZarrArray};
     /// use devbuf_core::zarr::BufferPrototype;
-    /// let mut a = ZarrArray::open("tests/fixtures/zarr/v3_float32.zarr")?;
+    /// let mut a = ZarrArray::open("../../tests/fixtures/zarr/v3_float32.zarr")?;
     /// a.set_read_options(ReadOptions { threads: Some(1), ..ReadOptions::default() })?;
     /// let (_, report) = a.read_all_with_report(&BufferPrototype::Host)?;
     /// assert_eq!(report.workers, 1);
@@ -548,7 +548,7 @@ impl ZarrArray {
     /// ```
     /// use devbuf_zarr::ZarrArray;
     /// use devbuf_core::zarr::{AxisSel, BufferPrototype, Slice};
-    /// let a = ZarrArray::open("tests/fixtures/zarr/v3_float64.zarr")?; // 10 x 7
+    /// let a = ZarrArray::open("../../tests/fixtures/zarr/v3_float64.zarr")?; // 10 x 7
     /// let v = a.read(&[Slice::every(3).into(), AxisSel::Index(-1)], &BufferPrototype::Host)?;
     /// assert_eq!(v.shape(), &[4]); // rows 0, 3, 6, 9 of the last column
     /// # Ok::<(), devbuf_core::Error>(())

@@ -70,7 +70,7 @@ impl ZarrArray {
     /// ```
     /// use devbuf_zarr::ZarrArray;
     /// use devbuf_core::zarr::BufferPrototype;
-    /// let a = ZarrArray::open("tests/fixtures/zarr/v2_int16_zstd.zarr")?; // 6 x 5 x 4 int16
+    /// let a = ZarrArray::open("../../tests/fixtures/zarr/v2_int16_zstd.zarr")?; // 6 x 5 x 4 int16
     /// let mut frame = vec![0u8; 5 * 4 * 2]; // one [1, 5, 4] box, reused for every read
     /// for i in 0..6 {
     ///     let report = a.read_subset_into(&[i..i + 1, 0..5, 0..4], &mut frame)?;
@@ -87,7 +87,7 @@ impl ZarrArray {
     /// ```no_run
     /// use devbuf_core::cuda::Context;
     /// use devbuf_zarr::ZarrArray;
-    /// let a = ZarrArray::open("tests/fixtures/zarr/v3_float32.zarr")?;
+    /// let a = ZarrArray::open("../../tests/fixtures/zarr/v3_float32.zarr")?;
     /// let ctx = Context::new(0)?;
     /// let shape = a.shape().to_vec();
     /// let bytes = shape.iter().product::<u64>() as usize * 4;
@@ -123,7 +123,7 @@ impl ZarrArray {
     /// ```
     /// use devbuf_zarr::ZarrArray;
     /// use devbuf_core::zarr::BufferPrototype;
-    /// let a = ZarrArray::open("tests/fixtures/zarr/v3_float64.zarr")?; // 10 x 7 float64
+    /// let a = ZarrArray::open("../../tests/fixtures/zarr/v3_float64.zarr")?; // 10 x 7 float64
     /// let mut out = vec![0xA5u8; 10 * 7 * 8];
     /// a.read_all_into(&mut out)?;
     /// assert_eq!(&out[..], &a.read_all(&BufferPrototype::Host)?.to_buffer()?.to_bytes()?[..]);

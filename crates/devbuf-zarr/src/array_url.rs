@@ -31,10 +31,10 @@ impl ZarrArray {
     /// use devbuf_zarr::ZarrArray;
     /// use devbuf_zarr::object_store::ObjectStoreOptions;
     /// use devbuf_core::zarr::BufferPrototype;
-    /// let here = std::env::current_dir().unwrap();
-    /// let url = format!("file://{}/tests/fixtures/zarr/v3_float32_sharded.zarr", here.display());
+    /// let fixtures = std::fs::canonicalize("../../tests/fixtures/zarr").unwrap();
+    /// let url = format!("file://{}/v3_float32_sharded.zarr", fixtures.display());
     /// let a = ZarrArray::open_url(&url, &ObjectStoreOptions::default())?;
-    /// let local = ZarrArray::open("tests/fixtures/zarr/v3_float32_sharded.zarr")?;
+    /// let local = ZarrArray::open("../../tests/fixtures/zarr/v3_float32_sharded.zarr")?;
     /// let (x, y) = (a.read_all(&BufferPrototype::Host)?, local.read_all(&BufferPrototype::Host)?);
     /// assert_eq!(x.to_buffer()?.to_bytes()?, y.to_buffer()?.to_bytes()?); // NaNs too
     /// # Ok::<(), devbuf_core::Error>(())

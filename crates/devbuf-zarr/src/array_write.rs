@@ -143,7 +143,7 @@ impl ZarrArray {
     ///
     /// ```
     /// use devbuf_zarr::{Encoder, WriteOptions, ZarrArray};
-    /// let mut a = ZarrArray::open("tests/fixtures/zarr/v2_int16_zstd.zarr")?;
+    /// let mut a = ZarrArray::open("../../tests/fixtures/zarr/v2_int16_zstd.zarr")?;
     /// a.set_write_options(WriteOptions { encoder: Encoder::Cpu });
     /// assert_eq!(a.write_encoding().encoder, "cpu");
     /// # Ok::<(), devbuf_core::Error>(())

@@ -83,7 +83,7 @@ pub struct WriteOptions {
 ///
 /// ```
 /// use devbuf_zarr::ZarrArray;
-/// let a = ZarrArray::open("tests/fixtures/zarr/v2_int16_zstd.zarr")?;
+/// let a = ZarrArray::open("../../tests/fixtures/zarr/v2_int16_zstd.zarr")?;
 /// let e = a.write_encoding();
 /// assert!(e.encoder == "cpu" || e.encoder == "gpu");
 /// println!("{e}");

@@ -40,7 +40,7 @@
 //! use devbuf_zarr::ZarrArray;
 //! use devbuf_core::zarr::{BufferPrototype, default_buffer_prototype};
 //!
-//! let a = ZarrArray::open("tests/fixtures/zarr/v3_float32_sharded.zarr")?;
+//! let a = ZarrArray::open("../../tests/fixtures/zarr/v3_float32_sharded.zarr")?;
 //! let m = a.metadata();
 //! println!("{:?} {} in chunks of {:?}", m.shape, a.dtype(), m.chunk_shape);
 //! // default_buffer_prototype() is a GPU after enable_gpu(); here the host.

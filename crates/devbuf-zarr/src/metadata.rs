@@ -19,7 +19,7 @@ use devbuf_core::zarr::{Dtype, ElementType, Endianness, Order, Scalar};
 /// ```
 /// use devbuf_zarr::ZarrArray;
 /// use devbuf_core::zarr::{Dtype, ElementType, Endianness, Order, Scalar};
-/// let a = ZarrArray::open("tests/fixtures/zarr/v2_float64_bigendian.zarr")?;
+/// let a = ZarrArray::open("../../tests/fixtures/zarr/v2_float64_bigendian.zarr")?;
 /// let m = a.metadata();
 /// assert_eq!(m.zarr_format, 2);
 /// assert_eq!(m.shape, vec![10, 7]);
