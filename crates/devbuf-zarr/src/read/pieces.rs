@@ -98,16 +98,7 @@ pub(crate) fn worker(
         ctx,
         counts,
     } = work;
-    if run.remaining() == 0 {
-        return Ok(());
-    }
-    let lane = match lane.filter(|l| l.slot_bytes() >= piece) {
-        Some(l) => Some(l),
-        None => match stream {
-            Some(s) => UploadLane::bare_on(ctx, piece, wait, s)?,
-            None => UploadLane::bare(ctx, piece, wait)?,
-        },
-    };
+    let lane = work.cpu_lane(lane, piece, wait, stream, false)?;
     let Some(mut lane) = lane else {
         return Ok(());
     };

@@ -384,19 +384,10 @@ fn cpu_worker(
         src,
         queue: run,
         out,
-        ctx,
         counts,
+        ..
     } = work;
-    if run.remaining() == 0 {
-        return Ok(());
-    }
-    let lane = match lane.filter(|l| l.slot_bytes() >= slot_bytes) {
-        Some(l) => Some(l.with_scratch()?),
-        None => match stream {
-            Some(s) => UploadLane::new_on(ctx, slot_bytes, wait, s)?,
-            None => UploadLane::new(ctx, slot_bytes, wait)?,
-        },
-    };
+    let lane = work.cpu_lane(lane, slot_bytes, wait, stream, true)?;
     let Some(mut lane) = lane else {
         return Ok(());
     };

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use super::plan::Unit;
 use super::source::ZarrSource;
-use devbuf_core::cuda::{Context, DeviceBuffer};
+use devbuf_core::cuda::{Context, DeviceBuffer, Stream, UploadLane};
 use devbuf_core::error::{Error, Result};
 
 /// Alignment of units within a staging slot (keeps the placement kernels' 16-byte
@@ -172,4 +172,34 @@ pub(crate) struct DeviceWork<'a> {
     pub out: &'a DeviceBuffer,
     pub ctx: &'a Context,
     pub counts: &'a ReadCounters,
+}
+
+impl DeviceWork<'_> {
+    /// The staging lane of a CPU worker of this read, or `None` when no work is left or
+    /// (unless `wait`) the page-locked pool has no room for one. `held`: staging the
+    /// worker already holds (a GPU worker's, now decoding on the CPU), used when its
+    /// slots hold `slot_bytes`. `stream`: the lane's (shared) stream, else one of its
+    /// own. `scratch`: the lane also has device scratch for its slots (batches placed
+    /// from there), else it is bare (pieces copied straight to their unit).
+    pub(crate) fn cpu_lane(
+        &self,
+        held: Option<UploadLane>,
+        slot_bytes: usize,
+        wait: bool,
+        stream: Option<&Stream>,
+        scratch: bool,
+    ) -> Result<Option<UploadLane>> {
+        if self.queue.remaining() == 0 {
+            return Ok(None);
+        }
+        if let Some(l) = held.filter(|l| l.slot_bytes() >= slot_bytes) {
+            return Ok(Some(if scratch { l.with_scratch()? } else { l }));
+        }
+        match (stream, scratch) {
+            (Some(s), true) => UploadLane::new_on(self.ctx, slot_bytes, wait, s),
+            (None, true) => UploadLane::new(self.ctx, slot_bytes, wait),
+            (Some(s), false) => UploadLane::bare_on(self.ctx, slot_bytes, wait, s),
+            (None, false) => UploadLane::bare(self.ctx, slot_bytes, wait),
+        }
+    }
 }
