@@ -55,10 +55,13 @@
 
 pub mod auth;
 mod client;
+mod config;
 mod decode;
 mod encode;
+mod events;
 mod info;
 mod produce;
+mod protocol;
 mod registry;
 mod root;
 mod server;
@@ -71,8 +74,11 @@ pub use auth::{generate_token, read_token_file};
 pub use client::{
     Client, ClientOptions, DEFAULT_MAX_FRAME_BYTES, Endpoint, Flight, ReceivedStream,
 };
+pub use config::ServerConfig;
 pub use encode::Batch;
-pub use server::{Event, Observer, Server, ServerConfig, ServerStats, StreamEnd};
-pub use service::{REMOVE_ACTION, Service};
+pub use events::{Event, Observer, ServerStats, StreamEnd};
+pub use protocol::REMOVE_ACTION;
+pub use server::Server;
+pub use service::Service;
 pub use stream::DoGetStream;
 pub use ticket::{Query, Target};

@@ -16,21 +16,19 @@ use futures::stream::{self, BoxStream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
 use super::auth::{Auth, check_token};
+use super::config::ServerConfig;
 use super::decode::{Decoded, Decoder};
 use super::encode::{Batch, wire_bytes};
+use super::events::{Event, Observer, ServerStats};
 use super::info::{ArraySource, batch_info};
+use super::protocol::REMOVE_ACTION;
 use super::registry::{Entry, Refused, Registry};
 use super::root::Root;
-use super::server::{Event, Observer, ServerConfig, ServerStats};
 use super::status::code_name;
 use super::stream::{self as streams, DoGetStream, Stats};
 use super::ticket::{MAX_TICKET_BYTES, Part, Query, Target, batch_name, preview};
 use super::{auth, produce};
 use devbuf_core::error::{Error, Result};
-
-/// The name of the action that removes a registered or uploaded batch (its body: the
-/// name).
-pub const REMOVE_ACTION: &str = "remove";
 
 /// devbuf's Arrow Flight service (what a [`Server`](super::Server) runs), for a tonic
 /// server of your own: `FlightServiceServer::new(Service::new(&config)?)`.

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use tonic::Status;
 
 use super::encode::wire_bytes;
-use super::server::{Event, Observer, ServerStats, StreamEnd};
+use super::events::{Event, Observer, ServerStats, StreamEnd};
 
 /// Counters of a server's streams.
 #[derive(Default)]

@@ -18,7 +18,7 @@ use super::read::{self, ReadBox, ReadOptions, ReadReport, ZarrSource};
 use super::spec::ArraySpec;
 use super::storage::StoreAdapter;
 use devbuf_core::error::{Error, Result};
-use devbuf_core::zarr::index::{Resolved, resolve};
+use devbuf_core::zarr::index::{BoundingBox, bounding_box};
 use devbuf_core::zarr::{
     AxisSel, BufferPrototype, Dtype, Endianness, Memory, NDBuffer, Order, Scalar, Store,
 };
@@ -542,8 +542,9 @@ impl ZarrArray {
     /// with positive steps, full axes; fewer selectors than axes select the rest whole)
     /// into `prototype`'s memory. Integer axes are dropped, as in numpy.
     ///
-    /// The bounding box of the selection is read (see [`read_subset`](Self::read_subset))
-    /// and a stepped selection is returned as a zero-copy strided view of it.
+    /// The bounding box of the selection ([`bounding_box`]) is read (see
+    /// [`read_subset`](Self::read_subset)) and a stepped selection is returned as a
+    /// zero-copy strided view of it.
     ///
     /// ```
     /// use devbuf_zarr::ZarrArray;
@@ -555,35 +556,12 @@ impl ZarrArray {
     /// ```
     pub fn read(&self, selection: &[AxisSel], prototype: &BufferPrototype) -> Result<NDBuffer> {
         let shape = shape_usize(&self.meta.shape)?;
-        let resolved = resolve(selection, &shape)?;
-        let mut ranges = Vec::with_capacity(resolved.len());
-        let mut rel = Vec::with_capacity(resolved.len());
-        let mut strided = false;
-        for r in &resolved {
-            match *r {
-                Resolved::Index(i) => {
-                    ranges.push(i as u64..i as u64 + 1);
-                    rel.push(AxisSel::Index(0));
-                    strided = true;
-                }
-                Resolved::Range { start, count, step } => {
-                    let span = if count == 0 {
-                        0
-                    } else {
-                        (count - 1) * step + 1
-                    };
-                    ranges.push(start as u64..(start + span) as u64);
-                    rel.push(AxisSel::Range {
-                        start: 0,
-                        end: span,
-                        step,
-                    });
-                    strided |= step != 1;
-                }
-            }
-        }
+        let BoundingBox { ranges, view } = bounding_box(selection, &shape)?;
         let boxed = self.read_subset(&ranges, prototype)?;
-        if strided { boxed.get(&rel) } else { Ok(boxed) }
+        match view {
+            Some(rel) => boxed.get(&rel),
+            None => Ok(boxed),
+        }
     }
 
     /// Reads the whole array into `prototype`'s memory.

@@ -202,6 +202,73 @@ pub fn resolve(sel: &[AxisSel], shape: &[usize]) -> Result<Vec<Resolved>> {
         .collect()
 }
 
+/// The bounding box of a selection: the box to read, and the selection relative to it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BoundingBox {
+    /// Per axis, the indices the box spans: `i..i + 1` for an integer, from the first
+    /// to the last selected index of a range (empty for an empty range).
+    pub ranges: Vec<Range<u64>>,
+    /// The selection as a view of the box ([`NDBuffer::get`](super::NDBuffer::get) on
+    /// the box gives the selection's result): `None` when the box is the result itself
+    /// (no integer axis and every step 1).
+    pub view: Option<Vec<AxisSel>>,
+}
+
+/// Resolves a selection on `shape` (as [`resolve`] does, with its errors) to its
+/// bounding box: what a reader fetches, then views as the selection (integer axes
+/// dropped, steps as a strided view). The zarr engine's `ZarrArray::read` and the
+/// Flight client's `Client::read` both read selections this way.
+///
+/// ```
+/// use devbuf_core::zarr::index::{BoundingBox, bounding_box};
+/// use devbuf_core::zarr::{AxisSel, Slice};
+/// // Rows 0, 3, 6, 9 of the last column of a 10 x 7 array.
+/// let b = bounding_box(&[Slice::every(3).into(), AxisSel::Index(-1)], &[10, 7])?;
+/// assert_eq!(b.ranges, vec![0..10, 6..7]);
+/// assert_eq!(
+///     b.view,
+///     Some(vec![AxisSel::Range { start: 0, end: 10, step: 3 }, AxisSel::Index(0)])
+/// );
+/// // A box selection is its own bounding box; the axes not given are whole.
+/// let b = bounding_box(&[(2..7).into()], &[10, 7])?;
+/// assert_eq!(b, BoundingBox { ranges: vec![2..7, 0..7], view: None });
+/// assert!(bounding_box(&[AxisSel::Index(10)], &[10, 7]).is_err());
+/// # Ok::<(), devbuf_core::Error>(())
+/// ```
+pub fn bounding_box(sel: &[AxisSel], shape: &[usize]) -> Result<BoundingBox> {
+    let resolved = resolve(sel, shape)?;
+    let mut ranges = Vec::with_capacity(resolved.len());
+    let mut rel = Vec::with_capacity(resolved.len());
+    let mut view = false;
+    for r in resolved {
+        match r {
+            Resolved::Index(i) => {
+                ranges.push(i as u64..i as u64 + 1);
+                rel.push(AxisSel::Index(0));
+                view = true;
+            }
+            Resolved::Range { start, count, step } => {
+                let span = if count == 0 {
+                    0
+                } else {
+                    (count - 1) * step + 1
+                };
+                ranges.push(start as u64..(start + span) as u64);
+                rel.push(AxisSel::Range {
+                    start: 0,
+                    end: span,
+                    step,
+                });
+                view |= step != 1;
+            }
+        }
+    }
+    Ok(BoundingBox {
+        ranges,
+        view: view.then_some(rel),
+    })
+}
+
 macro_rules! from_int {
     ($($t:ty),*) => {$(
         impl From<$t> for AxisSel {
@@ -340,5 +407,40 @@ mod tests {
             }
         );
         assert_eq!(resolve(&[], &[2]).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn bounding_boxes() {
+        // A stepped range ends at its last selected index, not at the range's end.
+        let b = bounding_box(&[AxisSel::range_step(1..8, 3)], &[10]).unwrap();
+        assert_eq!(b.ranges, vec![1..8]);
+        assert_eq!(
+            b.view,
+            Some(vec![AxisSel::Range {
+                start: 0,
+                end: 7,
+                step: 3
+            }])
+        );
+        // An empty range is an empty box at its start, and no view.
+        let b = bounding_box(&[(4..4).into(), AxisSel::Full], &[4, 3]).unwrap();
+        assert_eq!(b.ranges, vec![4..4, 0..3]);
+        assert_eq!(b.view, None);
+        // An empty stepped slice: an empty box, a view with step 2.
+        let b = bounding_box(&[Slice::new(Some(5), Some(1), 2).into()], &[6]).unwrap();
+        assert_eq!(b.ranges, vec![5..5]);
+        assert!(b.view.is_some());
+        // resolve's errors, unchanged.
+        let e = bounding_box(&[AxisSel::Full; 3], &[1, 2])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("too many indices"), "{e}");
+        let e = bounding_box(&[AxisSel::Index(2)], &[2])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("index 2 is out of bounds for axis 0 with size 2"),
+            "{e}"
+        );
     }
 }

@@ -34,7 +34,7 @@ use transport::Transport;
 
 use super::auth::{check_token, encode_base64};
 use super::encode::{Batch, Encoder};
-use super::service::REMOVE_ACTION;
+use super::protocol::{REMOVE_ACTION, endpoint_uri};
 use super::status::from_status;
 use super::ticket::{Part, Query, Target};
 use devbuf_core::error::{Error, Result};
@@ -207,30 +207,6 @@ impl ClientOptions {
 pub const DEFAULT_MAX_FRAME_BYTES: u32 = 1 << 20;
 const MIN_FRAME_BYTES: u32 = 1 << 14;
 const MAX_FRAME_BYTES: u32 = (1 << 24) - 1;
-
-/// A Flight URI (`grpc://`, `grpc+tcp://`, `grpc+tls://`, `http://`, `https://`) as the
-/// `http(s)://` URI tonic connects to, and whether it uses TLS.
-pub(crate) fn endpoint_uri(uri: &str) -> Result<(String, bool)> {
-    let (scheme, rest) = uri.split_once("://").ok_or_else(|| {
-        Error::invalid(format!(
-            "Flight URI {uri:?} has no scheme (use grpc://host:port or grpc+tls://host:port)"
-        ))
-    })?;
-    let (http, tls) = match scheme {
-        "grpc" | "grpc+tcp" | "http" => ("http", false),
-        "grpc+tls" | "https" => ("https", true),
-        _ => {
-            return Err(Error::invalid(format!(
-                "Flight URI {uri:?}: scheme {scheme:?} is not grpc, grpc+tcp, grpc+tls, http or \
-                 https"
-            )));
-        }
-    };
-    let out = format!("{http}://{rest}");
-    TonicEndpoint::from_shared(out.clone())
-        .map_err(|e| Error::invalid(format!("Flight URI {uri:?}: {e}")))?;
-    Ok((out, tls))
-}
 
 /// One endpoint of a flight: its ticket and where to fetch it (empty: the server that
 /// described the flight).
@@ -634,7 +610,7 @@ async fn channel(uri: &str, o: &ClientOptions) -> Result<(Transport, tonic::code
         message: format!("{uri}: {e}{}", source_chain(e)),
     };
     if !tls {
-        let t = transport::plain(&origin, o)
+        let t = transport::plain(&origin, o.connect_timeout, o.max_frame_bytes)
             .await
             .map_err(|e| connect_err(&*e))?;
         return Ok((t, origin));

@@ -26,6 +26,7 @@ use devbuf_core::cuda::{Context, DeviceBuffer, Stream};
 use devbuf_core::error::{Error, Result};
 use devbuf_core::memory::HostOutput;
 use devbuf_core::memory::{Memory, host_ops};
+use devbuf_core::zarr::index::{BoundingBox, bounding_box};
 use devbuf_core::zarr::{AxisSel, BufferPrototype, Dtype, NDBuffer, Order};
 
 /// The chunk grid a flight's schema describes.
@@ -439,95 +440,6 @@ impl Handler for Assemble {
     }
 }
 
-/// One axis of a selection: `(start, count, step)`, or `Err(index)` for an integer.
-fn resolve_axis(
-    sel: &AxisSel,
-    axis: usize,
-    len: usize,
-) -> Result<std::result::Result<(usize, usize, usize), usize>> {
-    match *sel {
-        AxisSel::Index(i) => {
-            let j = if i < 0 {
-                i as i128 + len as i128
-            } else {
-                i as i128
-            };
-            if j < 0 || j >= len as i128 {
-                return Err(Error::invalid(format!(
-                    "index {i} is out of bounds for axis {axis} with size {len} (valid: {} to {})",
-                    -(len as i128),
-                    len as i128 - 1
-                )));
-            }
-            Ok(Err(j as usize))
-        }
-        AxisSel::Range { start, end, step } => {
-            let end = if end == usize::MAX { len } else { end };
-            if step == 0 {
-                return Err(Error::invalid(format!(
-                    "range step on axis {axis} must be positive, got 0"
-                )));
-            }
-            if start > end || end > len {
-                return Err(Error::invalid(format!(
-                    "range {start}..{end} is out of bounds for axis {axis} with size {len} \
-                     (valid: start <= end <= {len})"
-                )));
-            }
-            Ok(Ok((start, (end - start).div_ceil(step), step)))
-        }
-        AxisSel::Slice(s) => s
-            .indices(len)
-            .map(Ok)
-            .map_err(|e| e.context(format_args!("axis {axis}"))),
-        AxisSel::Full => Ok(Ok((0, len, 1))),
-    }
-}
-
-/// A selection resolved to a box (`ranges`) and the view of the box it is (`None`
-/// when it is the box itself), as `ZarrArray::read` resolves it.
-#[allow(clippy::type_complexity)]
-fn resolve_box(
-    selection: &[AxisSel],
-    shape: &[u64],
-) -> Result<(Vec<Range<u64>>, Option<Vec<AxisSel>>)> {
-    let shape = to_usizes(shape)?;
-    if selection.len() > shape.len() {
-        return Err(Error::invalid(format!(
-            "too many indices: {} given for an array of {} dimension(s) with shape {shape:?}",
-            selection.len(),
-            shape.len()
-        )));
-    }
-    let mut ranges = Vec::with_capacity(shape.len());
-    let mut rel = Vec::with_capacity(shape.len());
-    let mut view = false;
-    for (axis, &len) in shape.iter().enumerate() {
-        match resolve_axis(selection.get(axis).unwrap_or(&AxisSel::Full), axis, len)? {
-            Err(i) => {
-                ranges.push(i as u64..i as u64 + 1);
-                rel.push(AxisSel::Index(0));
-                view = true;
-            }
-            Ok((start, count, step)) => {
-                let span = if count == 0 {
-                    0
-                } else {
-                    (count - 1) * step + 1
-                };
-                ranges.push(start as u64..(start + span) as u64);
-                rel.push(AxisSel::Range {
-                    start: 0,
-                    end: span,
-                    step,
-                });
-                view |= step != 1;
-            }
-        }
-    }
-    Ok((ranges, view.then_some(rel)))
-}
-
 fn to_usizes(v: &[u64]) -> Result<Vec<usize>> {
     v.iter()
         .map(|&n| {
@@ -555,7 +467,7 @@ impl Client {
         let target = Target::array(path)?;
         let whole = self.info(&Query::whole(target.clone()))?;
         let grid = Grid::of(&whole, path)?;
-        let (ranges, view) = resolve_box(selection, &grid.array_shape)?;
+        let BoundingBox { ranges, view } = bounding_box(selection, &to_usizes(&grid.array_shape)?)?;
         let boxed = self.read_box(path, target, &grid, ranges, whole, prototype)?;
         match view {
             Some(rel) => boxed.get(&rel),

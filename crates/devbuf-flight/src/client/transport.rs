@@ -15,8 +15,6 @@ use tonic::body::Body;
 use tonic::codegen::{BoxFuture, Service, StdError, http};
 use tonic::transport::Channel;
 
-use super::ClientOptions;
-
 /// Flow-control window of each stream.
 pub(crate) const STREAM_WINDOW: u32 = 16 << 20;
 /// Flow-control window of each connection.
@@ -62,8 +60,13 @@ impl Service<http::Request<Body>> for Transport {
 
 /// A plain HTTP/2 transport to `origin` (`http://host:port`), after checking that the
 /// server accepts TCP connections within the connect timeout (the hyper client itself
-/// connects at the first call).
-pub(crate) async fn plain(origin: &http::Uri, o: &ClientOptions) -> Result<Transport, StdError> {
+/// connects at the first call). `connect_timeout` and `max_frame_bytes`: the client's
+/// [`ClientOptions`](super::ClientOptions)' settings.
+pub(crate) async fn plain(
+    origin: &http::Uri,
+    connect_timeout: Duration,
+    max_frame_bytes: u32,
+) -> Result<Transport, StdError> {
     let host = origin
         .host()
         .ok_or_else(|| format!("{origin}: no host"))?
@@ -71,7 +74,7 @@ pub(crate) async fn plain(origin: &http::Uri, o: &ClientOptions) -> Result<Trans
         .trim_end_matches(']');
     let port = origin.port_u16().unwrap_or(80);
     match tokio::time::timeout(
-        o.connect_timeout,
+        connect_timeout,
         tokio::net::TcpStream::connect((host, port)),
     )
     .await
@@ -79,15 +82,15 @@ pub(crate) async fn plain(origin: &http::Uri, o: &ClientOptions) -> Result<Trans
         Ok(Ok(_probe)) => {}
         Ok(Err(e)) => return Err(e.into()),
         Err(_) => {
-            return Err(format!("no connection within {:?}", o.connect_timeout).into());
+            return Err(format!("no connection within {:?}", connect_timeout).into());
         }
     }
     let mut tcp = HttpConnector::new();
     tcp.set_nodelay(true);
-    tcp.set_connect_timeout(Some(o.connect_timeout));
+    tcp.set_connect_timeout(Some(connect_timeout));
     let client = HyperClient::builder(TokioExecutor::new())
         .http2_only(true)
-        .http2_max_frame_size(o.max_frame_bytes)
+        .http2_max_frame_size(max_frame_bytes)
         .http2_initial_stream_window_size(STREAM_WINDOW)
         .http2_initial_connection_window_size(CONNECTION_WINDOW)
         .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
