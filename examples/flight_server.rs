@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
-use devbuf::flight::{Event, Server, ServerConfig, generate_token, read_token_file};
+use devbuf::flight::{Server, ServerConfig, ServerEvent, generate_token, read_token_file};
 use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
 use devbuf::zarr::{Dtype, NDBuffer, Order, Scalar};
 
@@ -169,7 +169,7 @@ fn run() -> Result<(), String> {
     }
     if a.verbose {
         cfg = cfg.observer(|e| match e {
-            Event::MessageQueued { .. } => {}
+            ServerEvent::MessageQueued { .. } => {}
             e => eprintln!("{e:?}"),
         });
     }

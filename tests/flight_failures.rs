@@ -15,7 +15,9 @@ use arrow_flight::{
     Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo,
     HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaResult, Ticket,
 };
-use devbuf::flight::{Client, Event, Query, Server, ServerConfig, Service, StreamEnd, Target};
+use devbuf::flight::{
+    Client, Query, Server, ServerConfig, ServerEvent, Service, StreamEnd, Target,
+};
 use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
 use devbuf::zarr::{BufferPrototype, Dtype, Scalar};
 use futures::StreamExt;
@@ -70,7 +72,7 @@ fn child_server() {
             .endpoints(2)
             .batch_bytes(300) // one chunk per message
             .observer(|e| {
-                if let Event::MessageQueued { id, index: 2, .. } = e {
+                if let ServerEvent::MessageQueued { id, index: 2, .. } = e {
                     peer::say("stalled", id);
                     loop {
                         std::thread::park();
@@ -155,14 +157,17 @@ fn a_client_dropped_mid_stream_frees_the_server() {
     let spec = ArraySpec::new(&[4096, 4096], &[256, 4096], Dtype::FLOAT32)
         .with_fill_value(Scalar::from(1.5f32));
     ZarrArray::create(dir.join("big.zarr"), &spec).unwrap();
-    let (tx, rx) = mpsc::channel::<Event>();
+    let (tx, rx) = mpsc::channel::<ServerEvent>();
     let tx = std::sync::Mutex::new(tx);
     let server = serve(&dir.0, |c| {
         c.endpoints(1)
             .batch_bytes(1 << 20)
             .queue_depth(2)
             .observer(move |e| {
-                if matches!(e, Event::StreamStarted { .. } | Event::StreamEnded { .. }) {
+                if matches!(
+                    e,
+                    ServerEvent::StreamStarted { .. } | ServerEvent::StreamEnded { .. }
+                ) {
                     let _ = tx.lock().unwrap().send(e.clone());
                 }
             })
@@ -176,7 +181,10 @@ fn a_client_dropped_mid_stream_frees_the_server() {
     let mut s = client.stream(&f.endpoints[0]).unwrap();
     let b = s.next().unwrap().unwrap();
     assert_eq!(b.num_rows(), 1);
-    assert!(matches!(rx.recv().unwrap(), Event::StreamStarted { .. }));
+    assert!(matches!(
+        rx.recv().unwrap(),
+        ServerEvent::StreamStarted { .. }
+    ));
     let during = server.stats();
     assert_eq!(during.active_streams, 1);
     assert!(
@@ -185,7 +193,7 @@ fn a_client_dropped_mid_stream_frees_the_server() {
     );
     drop(s);
     match rx.recv_timeout(Duration::from_secs(60)).unwrap() {
-        Event::StreamEnded { end, .. } => assert_eq!(end, StreamEnd::ClientGone),
+        ServerEvent::StreamEnded { end, .. } => assert_eq!(end, StreamEnd::ClientGone),
         e => panic!("{e:?}"),
     }
     assert!(server.wait_idle(Duration::from_secs(60)));
@@ -205,11 +213,11 @@ fn a_client_dropped_mid_stream_frees_the_server() {
         .unwrap();
     assert_eq!(part.shape(), &[300, 4096]);
     match rx.recv().unwrap() {
-        Event::StreamStarted { .. } => {}
+        ServerEvent::StreamStarted { .. } => {}
         e => panic!("{e:?}"),
     }
     match rx.recv_timeout(Duration::from_secs(60)).unwrap() {
-        Event::StreamEnded { end, .. } => {
+        ServerEvent::StreamEnded { end, .. } => {
             assert!(
                 matches!(end, StreamEnd::Completed { messages: 3 }),
                 "{end:?}"
@@ -409,7 +417,7 @@ fn stalling_server(
     let tx = std::sync::Mutex::new(tx);
     let server = serve(&dir.0, |c| {
         f(c.endpoints(1).batch_bytes(300).observer(move |e| {
-            if let Event::MessageQueued { id, index: 2, .. } = e {
+            if let ServerEvent::MessageQueued { id, index: 2, .. } = e {
                 let _ = tx.lock().unwrap().send(*id);
                 gate.wait();
             }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::events::{Event, Observer};
+use super::events::{Observer, ServerEvent};
 use super::protocol::endpoint_uri;
 use super::ticket::MAX_ENDPOINTS;
 use devbuf_core::error::{Error, Result};
@@ -184,8 +184,8 @@ impl ServerConfig {
         self
     }
 
-    /// Calls `f` with every [`Event`].
-    pub fn observer(mut self, f: impl Fn(&Event) + Send + Sync + 'static) -> ServerConfig {
+    /// Calls `f` with every [`ServerEvent`].
+    pub fn observer(mut self, f: impl Fn(&ServerEvent) + Send + Sync + 'static) -> ServerConfig {
         self.observer = Some(Arc::new(f));
         self
     }

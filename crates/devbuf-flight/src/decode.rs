@@ -71,16 +71,16 @@ fn check_buffers<'a>(
 
 /// Decodes the messages of one stream in order.
 #[derive(Default)]
-pub(crate) struct Decoder {
+pub(crate) struct IpcStreamDecoder {
     schema: Option<SchemaRef>,
     dictionaries: HashMap<i64, ArrayRef>,
 }
 
-impl Decoder {
+impl IpcStreamDecoder {
     /// A decoder that already knows the schema (from `GetFlightInfo`); a schema message
     /// in the stream must then equal it.
-    pub(crate) fn with_schema(schema: SchemaRef) -> Decoder {
-        Decoder {
+    pub(crate) fn with_schema(schema: SchemaRef) -> IpcStreamDecoder {
+        IpcStreamDecoder {
             schema: Some(schema),
             dictionaries: HashMap::new(),
         }

@@ -103,15 +103,15 @@ pub(crate) fn wire_bytes(fd: &FlightData) -> u64 {
 
 /// Encodes one stream: the schema, then batches (dictionaries are sent before the
 /// batches that use them, as arrow-ipc tracks them).
-pub(crate) struct Encoder {
+pub(crate) struct IpcStreamEncoder {
     options: IpcWriteOptions,
     tracker: DictionaryTracker,
     generator: IpcDataGenerator,
 }
 
-impl Encoder {
-    pub(crate) fn new() -> Result<Encoder> {
-        Ok(Encoder {
+impl IpcStreamEncoder {
+    pub(crate) fn new() -> Result<IpcStreamEncoder> {
+        Ok(IpcStreamEncoder {
             options: IpcWriteOptions::try_new(64, false, MetadataVersion::V5)?,
             tracker: DictionaryTracker::new(false),
             generator: IpcDataGenerator::default(),
@@ -221,7 +221,7 @@ mod tests {
     use arrow_array::{Float64Array, Int32Array, StringArray};
 
     use super::*;
-    use crate::decode::{Decoded, Decoder};
+    use crate::decode::{Decoded, IpcStreamDecoder};
 
     fn batch() -> RecordBatch {
         RecordBatch::try_from_iter([
@@ -244,9 +244,9 @@ mod tests {
         let b = batch();
         let message = devbuf_core::arrow::serialize_record_batch_to_vec(&b).unwrap();
         let fd = split_message(Bytes::from(message)).unwrap();
-        let mut enc = Encoder::new().unwrap();
+        let mut enc = IpcStreamEncoder::new().unwrap();
         let schema = enc.schema(&b.schema());
-        let mut dec = Decoder::default();
+        let mut dec = IpcStreamDecoder::default();
         assert!(matches!(dec.decode(&schema).unwrap(), Decoded::Schema(_)));
         let Decoded::Batch(got) = dec.decode(&fd).unwrap() else {
             panic!("not a batch")

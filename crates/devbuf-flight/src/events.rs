@@ -1,19 +1,19 @@
-//! What a [`Server`](crate::Server) reports: the [`Event`]s its observer sees and its
+//! What a [`Server`](crate::Server) reports: the [`ServerEvent`]s its observer sees and its
 //! [`ServerStats`]. A leaf module: the server, the service and the streams all use it.
 
 use std::sync::Arc;
 
 /// A callback that sees what the server does
 /// ([`ServerConfig::observer`](crate::ServerConfig::observer)).
-pub type Observer = Arc<dyn Fn(&Event) + Send + Sync>;
+pub type Observer = Arc<dyn Fn(&ServerEvent) + Send + Sync>;
 
 /// Something the server did, for logs and metrics
 /// ([`ServerConfig::observer`](crate::ServerConfig::observer)). The observer runs on the
 /// thread that did it (a stream's producer thread for
-/// [`MessageQueued`](Event::MessageQueued)): keep it short.
+/// [`MessageQueued`](ServerEvent::MessageQueued)): keep it short.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
-pub enum Event {
+pub enum ServerEvent {
     /// A DoGet stream started (`id` counts streams from 0).
     StreamStarted {
         /// The stream.

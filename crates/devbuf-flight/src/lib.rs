@@ -76,7 +76,7 @@ pub use client::{
 };
 pub use config::ServerConfig;
 pub use encode::Batch;
-pub use events::{Event, Observer, ServerStats, StreamEnd};
+pub use events::{Observer, ServerEvent, ServerStats, StreamEnd};
 pub use protocol::REMOVE_ACTION;
 pub use server::Server;
 pub use service::Service;

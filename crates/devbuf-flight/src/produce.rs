@@ -11,11 +11,11 @@ use std::sync::Arc;
 
 use tonic::Status;
 
-use super::encode::Encoder;
+use super::encode::IpcStreamEncoder;
 use super::info::ArraySource;
 use super::registry::Entry;
 use super::status::to_status;
-use super::stream::Sink;
+use super::stream::StreamProducer;
 use super::ticket::ChunkRegion;
 use devbuf_core::arrow::ChunkBatch;
 use devbuf_core::zarr::BufferPrototype;
@@ -30,11 +30,11 @@ pub(crate) fn chunks(
     range: Range<u64>,
     batch_bytes: usize,
     root: Option<PathBuf>,
-    sink: &mut Sink,
+    sink: &mut StreamProducer,
 ) -> Result<(), Status> {
     let hide = root.as_deref();
     let st = |e: devbuf_core::Error| to_status(&e, hide);
-    let mut enc = Encoder::new().map_err(st)?;
+    let mut enc = IpcStreamEncoder::new().map_err(st)?;
     if !sink.send(enc.schema(&src.schema)) {
         return Ok(());
     }
@@ -74,7 +74,7 @@ pub(crate) fn batches(
     name: &str,
     entry: Arc<Entry>,
     range: Range<u64>,
-    sink: &mut Sink,
+    sink: &mut StreamProducer,
 ) -> Result<(), Status> {
     let n = entry.batches.len() as u64;
     if range.end > n {
@@ -85,7 +85,7 @@ pub(crate) fn batches(
         )));
     }
     let st = |e: devbuf_core::Error| to_status(&e, None);
-    let mut enc = Encoder::new().map_err(st)?;
+    let mut enc = IpcStreamEncoder::new().map_err(st)?;
     if !sink.send(enc.schema(&entry.schema)) {
         return Ok(());
     }

@@ -49,14 +49,14 @@ pub(crate) enum Refused {
 }
 
 /// The named batches and the bytes they hold.
-pub(crate) struct Registry {
+pub(crate) struct BatchRegistry {
     inner: Mutex<(BTreeMap<String, Arc<Entry>>, u64)>,
     limit: u64,
 }
 
-impl Registry {
-    pub(crate) fn new(limit: u64) -> Registry {
-        Registry {
+impl BatchRegistry {
+    pub(crate) fn new(limit: u64) -> BatchRegistry {
+        BatchRegistry {
             inner: Mutex::new((BTreeMap::new(), 0)),
             limit,
         }

@@ -1,7 +1,7 @@
 //! [`Server`]: a Flight server on a tokio runtime of its own, listening on a TCP port
 //! (TLS through rustls when a certificate is given). How it runs is a
 //! [`ServerConfig`] (`config.rs`); what it reports, [`ServerStats`] and
-//! [`Event`](crate::Event)s, is in `events.rs`.
+//! [`ServerEvent`](crate::ServerEvent)s, is in `events.rs`.
 
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::time::Duration;

@@ -17,12 +17,12 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::auth::{Auth, check_token};
 use super::config::ServerConfig;
-use super::decode::{Decoded, Decoder};
+use super::decode::{Decoded, IpcStreamDecoder};
 use super::encode::{Batch, wire_bytes};
-use super::events::{Event, Observer, ServerStats};
+use super::events::{Observer, ServerEvent, ServerStats};
 use super::info::{ArraySource, batch_info};
 use super::protocol::REMOVE_ACTION;
-use super::registry::{Entry, Refused, Registry};
+use super::registry::{BatchRegistry, Entry, Refused};
 use super::root::Root;
 use super::status::code_name;
 use super::stream::{self as streams, DoGetStream, Stats};
@@ -48,7 +48,7 @@ impl std::fmt::Debug for Service {
 struct Shared {
     root: Option<Root>,
     auth: Auth,
-    registry: Registry,
+    registry: BatchRegistry,
     stats: Arc<Stats>,
     endpoints: usize,
     locations: Vec<String>,
@@ -83,7 +83,7 @@ impl Service {
             shared: Arc::new(Shared {
                 root,
                 auth,
-                registry: Registry::new(config.max_upload_bytes),
+                registry: BatchRegistry::new(config.max_upload_bytes),
                 stats: Arc::new(Stats::default()),
                 endpoints: config.endpoints,
                 locations: config.locations.clone(),
@@ -97,7 +97,7 @@ impl Service {
         })
     }
 
-    pub(crate) fn registry(&self) -> &Registry {
+    pub(crate) fn registry(&self) -> &BatchRegistry {
         &self.shared.registry
     }
 
@@ -112,7 +112,7 @@ impl Service {
     }
 
     fn refuse(&self, call: &'static str, s: Status) -> Status {
-        self.shared.event(Event::Refused {
+        self.shared.event(ServerEvent::Refused {
             call,
             code: code_name(s.code()),
             message: s.message().to_string(),
@@ -169,7 +169,7 @@ impl From<String> for Reason {
 }
 
 impl Shared {
-    fn event(&self, e: Event) {
+    fn event(&self, e: ServerEvent) {
         if let Some(o) = &self.observer {
             o(&e);
         }
@@ -402,7 +402,7 @@ impl FlightService for Service {
         self.authorize("DoPut", &request)?;
         let put = self.put(request.into_inner()).await;
         let (name, rows, batches, bytes) = put.map_err(|s| self.refuse("DoPut", s))?;
-        self.shared.event(Event::Uploaded {
+        self.shared.event(ServerEvent::Uploaded {
             name: name.clone(),
             rows,
             bytes,
@@ -496,7 +496,7 @@ impl Service {
             )));
         }
         let mut total = wire_bytes(&first);
-        let mut dec = Decoder::default();
+        let mut dec = IpcStreamDecoder::default();
         let schema = match dec.decode(&first).map_err(invalid)? {
             Decoded::Schema(schema) => schema,
             _ => return Err(invalid("the first DoPut message must be the schema")),

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use tonic::Status;
 
 use super::encode::wire_bytes;
-use super::events::{Event, Observer, ServerStats, StreamEnd};
+use super::events::{Observer, ServerEvent, ServerStats, StreamEnd};
 
 /// Counters of a server's streams.
 #[derive(Default)]
@@ -94,7 +94,7 @@ impl StreamGuard {
         *self.end.lock().unwrap_or_else(|p| p.into_inner()) = end;
     }
 
-    pub(crate) fn event(&self, e: Event) {
+    pub(crate) fn event(&self, e: ServerEvent) {
         if let Some(o) = &self.observer {
             o(&e);
         }
@@ -107,7 +107,7 @@ impl Drop for StreamGuard {
             &mut *self.end.lock().unwrap_or_else(|p| p.into_inner()),
             StreamEnd::ClientGone,
         );
-        self.event(Event::StreamEnded { id: self.id, end });
+        self.event(ServerEvent::StreamEnded { id: self.id, end });
         self.stats.active.fetch_sub(1, Ordering::SeqCst);
         self.stats.changed();
     }
@@ -120,13 +120,13 @@ struct Item {
 }
 
 /// The producer's end of a stream.
-pub(crate) struct Sink {
+pub(crate) struct StreamProducer {
     tx: mpsc::Sender<Result<Item, Status>>,
     guard: Arc<StreamGuard>,
     sent: u64,
 }
 
-impl Sink {
+impl StreamProducer {
     /// Hands a message to the response, waiting while the queue is full. `false` when
     /// the client went away (the producer should stop).
     pub(crate) fn send(&mut self, data: FlightData) -> bool {
@@ -138,7 +138,7 @@ impl Sink {
             stats.changed();
             return false;
         }
-        self.guard.event(Event::MessageQueued {
+        self.guard.event(ServerEvent::MessageQueued {
             id: self.guard.id,
             index: self.sent,
             bytes,
@@ -156,7 +156,7 @@ pub(crate) fn spawn(
     depth: usize,
     max_streams: usize,
     describe: String,
-    produce: impl FnOnce(&mut Sink) -> Result<(), Status> + Send + 'static,
+    produce: impl FnOnce(&mut StreamProducer) -> Result<(), Status> + Send + 'static,
 ) -> Result<DoGetStream, Status> {
     // Counted before the check, so that concurrent calls cannot pass the limit together.
     if stats.active.fetch_add(1, Ordering::SeqCst) >= max_streams {
@@ -168,11 +168,11 @@ pub(crate) fn spawn(
     }
     let (tx, rx) = mpsc::channel(depth.max(1));
     let guard = StreamGuard::counted(stats, observer);
-    guard.event(Event::StreamStarted {
+    guard.event(ServerEvent::StreamStarted {
         id: guard.id,
         what: describe,
     });
-    let mut sink = Sink {
+    let mut sink = StreamProducer {
         tx,
         guard: guard.clone(),
         sent: 0,

@@ -113,7 +113,7 @@ pub(crate) fn view(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::encode::Encoder;
+    use crate::encode::IpcStreamEncoder;
     use devbuf_core::arrow::{ChunkBatch, ChunkGrid};
     use devbuf_core::zarr::{BufferPrototype, Dtype, NDBuffer, Scalar};
 
@@ -143,7 +143,7 @@ mod tests {
             &BufferPrototype::Host,
         )
         .unwrap();
-        let mut enc = Encoder::new().unwrap();
+        let mut enc = IpcStreamEncoder::new().unwrap();
         enc.host_batch(&b.to_record_batch().unwrap())
             .unwrap()
             .pop()

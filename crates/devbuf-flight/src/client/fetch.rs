@@ -13,7 +13,7 @@ use arrow_flight::{FlightData, Ticket};
 use futures::TryStreamExt;
 use tonic::Streaming;
 
-use super::super::decode::{Decoded, Decoder};
+use super::super::decode::{Decoded, IpcStreamDecoder};
 use super::super::status::from_status;
 use super::super::ticket::ChunkRegion;
 use super::{Client, Endpoint};
@@ -106,7 +106,7 @@ impl Client {
         Ok(ReceivedStream {
             client: self,
             stream: Some(stream),
-            decoder: Decoder::default(),
+            decoder: IpcStreamDecoder::default(),
         })
     }
 }
@@ -115,7 +115,7 @@ impl Client {
 pub struct ReceivedStream<'a> {
     client: &'a Client,
     stream: Option<Streaming<FlightData>>,
-    decoder: Decoder,
+    decoder: IpcStreamDecoder,
 }
 
 impl std::fmt::Debug for ReceivedStream<'_> {

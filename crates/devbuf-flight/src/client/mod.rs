@@ -33,7 +33,7 @@ pub use fetch::ReceivedStream;
 use transport::Transport;
 
 use super::auth::{check_token, encode_base64};
-use super::encode::{Batch, Encoder};
+use super::encode::{Batch, IpcStreamEncoder};
 use super::protocol::{REMOVE_ACTION, endpoint_uri};
 use super::status::from_status;
 use super::ticket::{Part, Query, Target};
@@ -450,7 +450,7 @@ impl Client {
             .first()
             .ok_or_else(|| Error::invalid("put_all needs at least one batch"))?;
         let schema = first.schema();
-        let mut enc = Encoder::new()?;
+        let mut enc = IpcStreamEncoder::new()?;
         let mut messages: Vec<FlightData> =
             vec![enc.schema(&schema).with_descriptor(target.descriptor())];
         for (i, b) in batches.iter().enumerate() {

@@ -13,7 +13,7 @@ use arrow_flight::FlightData;
 use arrow_ipc::MessageHeader;
 use arrow_schema::{DataType, SchemaRef};
 
-use super::super::decode::{Decoded, Decoder, header_type};
+use super::super::decode::{Decoded, IpcStreamDecoder, header_type};
 use super::super::encode::{Batch, message_prefix};
 use devbuf_core::arrow::{DeviceRecordBatch, read_record_batch, serialize_record_batch};
 use devbuf_core::cuda::{Context, DeviceBuffer};
@@ -38,7 +38,7 @@ fn has_dictionary(dt: &DataType) -> bool {
 
 /// Turns one endpoint's messages into batches in host memory or on a device.
 pub(crate) struct Receiver {
-    decoder: Decoder,
+    decoder: IpcStreamDecoder,
     ctx: Option<Context>,
     dictionaries: bool,
 }
@@ -51,7 +51,7 @@ impl Receiver {
                 .fields()
                 .iter()
                 .any(|f| has_dictionary(f.data_type())),
-            decoder: Decoder::with_schema(schema),
+            decoder: IpcStreamDecoder::with_schema(schema),
             ctx,
         }
     }
