@@ -14,6 +14,7 @@ use ::zarrs::storage::{ReadableStorageTraits, ReadableWritableStorageTraits, Sto
 
 use super::guard;
 use super::metadata::ZarrMetadata;
+use super::read::plan::checked_bytes;
 use super::read::{self, ReadBox, ReadOptions, ReadReport, ZarrSource};
 use super::spec::ArraySpec;
 use super::storage::StoreAdapter;
@@ -91,22 +92,6 @@ fn to_usize(v: u64, what: &str) -> Result<usize> {
 
 fn shape_usize(shape: &[u64]) -> Result<Vec<usize>> {
     shape.iter().map(|&s| to_usize(s, "extent")).collect()
-}
-
-/// Bytes of a C-order box of `shape`, checked for overflow.
-pub(crate) fn checked_bytes(shape: &[u64], elem: usize) -> Result<usize> {
-    shape
-        .iter()
-        .try_fold(elem, |acc, &s| {
-            usize::try_from(s).ok().and_then(|s| acc.checked_mul(s))
-        })
-        .filter(|&n| n <= isize::MAX as usize)
-        .ok_or_else(|| {
-            Error::invalid(format!(
-                "a selection of shape {shape:?} with {elem}-byte elements is too large to hold \
-                 in memory"
-            ))
-        })
 }
 
 impl ZarrArray {

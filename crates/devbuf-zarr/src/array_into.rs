@@ -103,7 +103,7 @@ impl ZarrArray {
         out: impl Into<ReadInto<'a>>,
     ) -> Result<ReadReport> {
         let (start, shape) = self.check_ranges(ranges)?;
-        let total = super::array::checked_bytes(&shape, self.elem())?;
+        let total = super::read::plan::checked_bytes(&shape, self.elem())?;
         let request = ReadBox {
             start,
             shape,

@@ -161,6 +161,22 @@ pub(crate) fn batches(n: usize, unit_bytes: usize, cap: usize) -> Vec<std::ops::
     (0..n).step_by(per).map(|a| a..(a + per).min(n)).collect()
 }
 
+/// Bytes of a C-order box of `shape`, checked for overflow.
+pub(crate) fn checked_bytes(shape: &[u64], elem: usize) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(elem, |acc, &s| {
+            usize::try_from(s).ok().and_then(|s| acc.checked_mul(s))
+        })
+        .filter(|&n| n <= isize::MAX as usize)
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "a selection of shape {shape:?} with {elem}-byte elements is too large to hold \
+                 in memory"
+            ))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -146,7 +146,7 @@ impl<'a> ZarrSource<'a> {
             }
             Codecs::Zarrs(_) => (chunk_shape.to_vec(), Order::C),
         };
-        let cell_bytes = crate::array::checked_bytes(&cell_shape, elem).map_err(|_| {
+        let cell_bytes = super::plan::checked_bytes(&cell_shape, elem).map_err(|_| {
             Error::invalid(format!(
                 "zarr array at {location}: a chunk of shape {cell_shape:?} with {elem}-byte \
                  elements is too large to decode in memory"
