@@ -22,9 +22,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use arrow_flight::flight_service_client::FlightServiceClient;
-use arrow_flight::{FlightClient, FlightDescriptor};
 use clap::Parser;
+use devbuf::flight::arrow_flight::flight_service_client::FlightServiceClient;
+use devbuf::flight::arrow_flight::{FlightClient, FlightDescriptor};
 use devbuf::flight::{Client, ClientOptions, Server, ServerConfig, generate_token};
 use devbuf::zarr::{ArraySpec, ZarrArray};
 use devbuf::zarr::{BufferPrototype, Dtype, NDBuffer, Order};
@@ -143,8 +143,10 @@ fn plain(
     tuned: bool,
 ) -> Result<usize, String> {
     rt.block_on(async {
-        let mut ep = tonic::transport::Endpoint::from_shared(uri.replace("grpc://", "http://"))
-            .map_err(|e| e.to_string())?;
+        let mut ep = devbuf::flight::tonic::transport::Endpoint::from_shared(
+            uri.replace("grpc://", "http://"),
+        )
+        .map_err(|e| e.to_string())?;
         if tuned {
             ep = ep
                 .initial_stream_window_size(Some(16 << 20))
@@ -152,7 +154,7 @@ fn plain(
                 .tcp_nodelay(true);
         }
         let channel = ep.connect().await.map_err(|e| e.to_string())?;
-        let make = |channel: tonic::transport::Channel| {
+        let make = |channel: devbuf::flight::tonic::transport::Channel| {
             let inner = FlightServiceClient::new(channel).max_decoding_message_size(usize::MAX);
             let mut c = FlightClient::new_from_inner(inner);
             c.add_header("authorization", &format!("Bearer {token}"))

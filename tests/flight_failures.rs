@@ -10,11 +10,12 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use arrow_flight::flight_service_server::{FlightService, FlightServiceServer};
-use arrow_flight::{
+use devbuf::flight::arrow_flight::flight_service_server::{FlightService, FlightServiceServer};
+use devbuf::flight::arrow_flight::{
     Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo,
     HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaResult, Ticket,
 };
+use devbuf::flight::tonic::{Request, Response, Status, Streaming};
 use devbuf::flight::{
     Client, Query, Server, ServerConfig, ServerEvent, Service, StreamEnd, Target,
 };
@@ -22,7 +23,6 @@ use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
 use devbuf::zarr::{BufferPrototype, Dtype, Scalar};
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use tonic::{Request, Response, Status, Streaming};
 
 #[path = "common/arrays.rs"]
 mod arrays;
@@ -242,14 +242,14 @@ struct Lying {
     lie: Lie,
 }
 
-#[tonic::async_trait]
+#[devbuf::flight::tonic::async_trait]
 impl FlightService for Lying {
     type HandshakeStream = BoxStream<'static, Result<HandshakeResponse, Status>>;
     type ListFlightsStream = BoxStream<'static, Result<FlightInfo, Status>>;
     type DoGetStream = BoxStream<'static, Result<FlightData, Status>>;
     type DoPutStream = BoxStream<'static, Result<PutResult, Status>>;
     type DoExchangeStream = BoxStream<'static, Result<FlightData, Status>>;
-    type DoActionStream = BoxStream<'static, Result<arrow_flight::Result, Status>>;
+    type DoActionStream = BoxStream<'static, Result<devbuf::flight::arrow_flight::Result, Status>>;
     type ListActionsStream = BoxStream<'static, Result<ActionType, Status>>;
 
     async fn handshake(
@@ -342,12 +342,12 @@ fn lying_server(root: &Path, lie: Lie) -> (tokio::runtime::Runtime, String) {
     listener.set_nonblocking(true).unwrap();
     let incoming = {
         let _g = rt.enter();
-        tonic::transport::server::TcpIncoming::from(
+        devbuf::flight::tonic::transport::server::TcpIncoming::from(
             tokio::net::TcpListener::from_std(listener).unwrap(),
         )
     };
     rt.spawn(
-        tonic::transport::Server::builder()
+        devbuf::flight::tonic::transport::Server::builder()
             .add_service(FlightServiceServer::new(svc))
             .serve_with_incoming(incoming),
     );

@@ -525,7 +525,7 @@ fn tls_round_trip_and_untrusted_certificates_are_refused() {
 
 #[test]
 fn the_plain_arrow_flight_client_reads_the_chunk_batches() {
-    use arrow_flight::FlightClient;
+    use devbuf::flight::arrow_flight::FlightClient;
     use futures::TryStreamExt;
     let server = serve(std::path::Path::new(FIXTURES), |c| c.endpoints(2));
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -535,10 +535,9 @@ fn the_plain_arrow_flight_client_reads_the_chunk_batches() {
         .unwrap();
     let info = rt
         .block_on(
-            fc.get_flight_info(arrow_flight::FlightDescriptor::new_path(vec![
-                "zarr".into(),
-                "v3_uint16.zarr".into(),
-            ])),
+            fc.get_flight_info(devbuf::flight::arrow_flight::FlightDescriptor::new_path(
+                vec!["zarr".into(), "v3_uint16.zarr".into()],
+            )),
         )
         .unwrap();
     let mut rows = 0;

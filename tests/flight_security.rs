@@ -10,19 +10,19 @@ use std::path::Path;
 use std::sync::Arc;
 
 use arrow_array::{Int32Array, RecordBatch};
-use arrow_flight::flight_service_client::FlightServiceClient;
-use arrow_flight::{
+use devbuf::flight::arrow_flight::flight_service_client::FlightServiceClient;
+use devbuf::flight::arrow_flight::{
     Action, Criteria, Empty, FlightData, FlightDescriptor, HandshakeRequest, Ticket,
 };
 use devbuf::flight::ticket::{ChunkRegion, Part};
+use devbuf::flight::tonic::transport::Channel;
+use devbuf::flight::tonic::{Code, Status};
 use devbuf::flight::{
     Client, ClientOptions, Server, ServerConfig, generate_token, read_token_file,
 };
 use devbuf::zarr::BufferPrototype;
 use futures::StreamExt;
 use rand::Rng;
-use tonic::transport::Channel;
-use tonic::{Code, Status};
 
 #[path = "common/flight.rs"]
 mod flight_common;
@@ -484,7 +484,9 @@ fn bad_uploads_are_refused_and_store_nothing() {
     let mut c = raw_client(&rt, &server.uri());
     let batch =
         RecordBatch::try_from_iter([("x", Arc::new(Int32Array::from(vec![1, 2])) as _)]).unwrap();
-    let mut good = arrow_flight::utils::batches_to_flight_data(&batch.schema(), [&batch]).unwrap();
+    let mut good =
+        devbuf::flight::arrow_flight::utils::batches_to_flight_data(&batch.schema(), [&batch])
+            .unwrap();
     good[0] = good[0]
         .clone()
         .with_descriptor(FlightDescriptor::new_path(vec![

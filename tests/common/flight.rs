@@ -6,11 +6,11 @@
 
 use std::path::Path;
 
-use arrow_flight::flight_service_client::FlightServiceClient;
+use devbuf::flight::arrow_flight::flight_service_client::FlightServiceClient;
+use devbuf::flight::tonic::transport::Channel;
 use devbuf::flight::{Server, ServerConfig};
 use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
 use devbuf::zarr::{Dtype, NDBuffer, Scalar};
-use tonic::transport::Channel;
 
 /// The token of the test servers.
 pub const TOKEN: &str = "flight-test-token-7f3a";
@@ -94,8 +94,8 @@ pub fn raw_client(rt: &tokio::runtime::Runtime, uri: &str) -> FlightServiceClien
 }
 
 /// A request carrying `authorization: <value>` (none when `None`).
-pub fn with_auth<T>(msg: T, value: Option<&str>) -> tonic::Request<T> {
-    let mut r = tonic::Request::new(msg);
+pub fn with_auth<T>(msg: T, value: Option<&str>) -> devbuf::flight::tonic::Request<T> {
+    let mut r = devbuf::flight::tonic::Request::new(msg);
     if let Some(v) = value {
         r.metadata_mut().insert("authorization", v.parse().unwrap());
     }

@@ -53,6 +53,13 @@
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+/// The arrow-flight crate devbuf-flight is built on (the same version), for programs and
+/// tests that run arrow-rs's own Flight clients or services beside devbuf's.
+pub use arrow_flight;
+/// The tonic crate devbuf-flight is built on (the same version), for programs that serve
+/// [`Service`] from a tonic server of their own.
+pub use tonic;
+
 pub mod auth;
 mod client;
 mod config;
