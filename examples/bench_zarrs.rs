@@ -1,9 +1,11 @@
-//! Throughput of reading (and writing) zarr arrays through `devbuf::zarr::zarrs`, in
+//! Throughput of reading (and writing) zarr arrays through `devbuf::zarr`, in
 //! GB/s of decoded bytes, page cache warm, median of `--repeat` runs after a warm-up.
 //!
 //! ```text
 //! cargo run --release --features zarr,object_store,flight --example bench_zarrs -- [--mib N] [--only a,b] [--repeat N]
 //!     [--decoders host,into,cpu,gpu,both,auto] [--gpu-workers N] [--slot-bytes N] [--no-writes] [--no-limits] [--reports] [--keep DIR]
+//!     [--claim-mib N] [--claims-per-worker N] [--claims-in-flight N] [--gpu-readers N] [--spread N] [--ramp N] [--no-cost-model]
+//!     [--lane-streams N] [--no-prefault] [--stream-min-bytes N] [--stream-piece-bytes N]   (the ReadOptions fields)
 //! cargo run --release --features zarr,object_store,flight --example bench_zarrs -- --store PATH [--store PATH ...]
 //! cargo run --release --features zarr,object_store,flight --example bench_zarrs -- --manifest DIR/manifest.json
 //! ```
@@ -56,7 +58,8 @@ mod bench {
 
     use devbuf::cuda::{self, Context};
     use devbuf::zarr::{
-        ArraySpec, Compressor, Decoder, Encoder, ReadOptions, ReadReport, WriteOptions, ZarrArray,
+        ArraySpec, Compressor, Decoder, Encoder, GpuTuning, ReadOptions, ReadReport, WriteOptions,
+        ZarrArray,
     };
     use devbuf::zarr::{BufferPrototype, Dtype};
 
@@ -70,8 +73,8 @@ mod bench {
         stores: Vec<PathBuf>,
         manifest: Option<PathBuf>,
         decoders: Vec<String>,
-        gpu_workers: Option<usize>,
-        slot_bytes: usize,
+        /// The read options of every read but for the decoder (the flags below).
+        read: ReadOptions,
         writes: bool,
         reports: bool,
         keep: Option<PathBuf>,
@@ -119,6 +122,39 @@ mod bench {
         /// `ReadOptions::slot_bytes`.
         #[arg(long, value_name = "N", default_value_t = devbuf::zarr::DEFAULT_SLOT_BYTES)]
         slot_bytes: usize,
+        /// `ReadOptions::gpu.claim_bytes`, in MiB.
+        #[arg(long, value_name = "MIB")]
+        claim_mib: Option<usize>,
+        /// `ReadOptions::gpu.claims_per_worker`.
+        #[arg(long, value_name = "N")]
+        claims_per_worker: Option<usize>,
+        /// `ReadOptions::gpu.claims_in_flight`.
+        #[arg(long, value_name = "N")]
+        claims_in_flight: Option<usize>,
+        /// `ReadOptions::gpu.readers`.
+        #[arg(long, value_name = "N")]
+        gpu_readers: Option<usize>,
+        /// `ReadOptions::gpu.spread`.
+        #[arg(long, value_name = "N")]
+        spread: Option<usize>,
+        /// `ReadOptions::gpu.ramp`.
+        #[arg(long, value_name = "N")]
+        ramp: Option<u32>,
+        /// `ReadOptions::gpu.cost_model = false`.
+        #[arg(long)]
+        no_cost_model: bool,
+        /// `ReadOptions::lane_streams`.
+        #[arg(long, value_name = "N")]
+        lane_streams: Option<usize>,
+        /// `ReadOptions::prefault = false`.
+        #[arg(long)]
+        no_prefault: bool,
+        /// `ReadOptions::stream_min_bytes`.
+        #[arg(long, value_name = "BYTES")]
+        stream_min_bytes: Option<usize>,
+        /// `ReadOptions::stream_piece_bytes`.
+        #[arg(long, value_name = "BYTES")]
+        stream_piece_bytes: Option<usize>,
         /// Skips the writes.
         #[arg(long = "no-writes", action = ArgAction::SetFalse)]
         writes: bool,
@@ -135,6 +171,28 @@ mod bench {
 
     fn args(gpu: bool) -> devbuf::Result<Args> {
         let c = Cli::parse();
+        let d = ReadOptions::default();
+        let read = ReadOptions {
+            gpu_workers: c.gpu_workers,
+            slot_bytes: c.slot_bytes,
+            gpu: GpuTuning {
+                claim_bytes: c
+                    .claim_mib
+                    .map_or(d.gpu.claim_bytes, |m| m.saturating_mul(1 << 20)),
+                claims_per_worker: c.claims_per_worker,
+                claims_in_flight: c.claims_in_flight,
+                readers: c.gpu_readers,
+                spread: c.spread,
+                ramp: c.ramp,
+                cost_model: !c.no_cost_model,
+            },
+            lane_streams: c.lane_streams.unwrap_or(d.lane_streams),
+            prefault: !c.no_prefault,
+            stream_min_bytes: c.stream_min_bytes.unwrap_or(d.stream_min_bytes),
+            stream_piece_bytes: c.stream_piece_bytes.unwrap_or(d.stream_piece_bytes),
+            ..d
+        };
+        read.validate()?;
         Ok(Args {
             mib: c.mib.unwrap_or(if gpu { 512 } else { 32 }),
             only: c.only,
@@ -142,8 +200,7 @@ mod bench {
             stores: c.stores,
             manifest: c.manifest,
             decoders: c.decoders,
-            gpu_workers: c.gpu_workers,
-            slot_bytes: c.slot_bytes,
+            read,
             writes: c.writes,
             reports: c.reports,
             keep: c.keep,
@@ -304,6 +361,7 @@ mod bench {
         let repeat = args.repeat;
         let bytes = a.metadata().nbytes() as f64;
         let host = BufferPrototype::Host;
+        a.set_read_options(args.read.clone())?;
         let host_s = if args.wants("host") {
             time(repeat, &mut || a.read_all(&host).map(drop))?
         } else {
@@ -335,9 +393,7 @@ mod bench {
                 }
                 a.set_read_options(ReadOptions {
                     decoder,
-                    gpu_workers: args.gpu_workers,
-                    slot_bytes: args.slot_bytes,
-                    ..ReadOptions::default()
+                    ..args.read.clone()
                 })?;
                 if matches!(decoder, Decoder::Gpu | Decoder::Both) && a.read_all(&dev).is_err() {
                     continue; // nvCOMP missing or the codec not for it: the report says why
@@ -359,9 +415,7 @@ mod bench {
                 } else {
                     Decoder::Both
                 },
-                gpu_workers: args.gpu_workers,
-                slot_bytes: args.slot_bytes,
-                ..ReadOptions::default()
+                ..args.read.clone()
             })?;
             let (on_dev, r) = a.read_all_with_report(&dev)?;
             report = r;

@@ -13,7 +13,7 @@
 //! | [`ipc`] | `devbuf-core` | — | sharing buffers between processes: device memory handles, and shared host memory where there is no GPU |
 //! | [`memory`] | `devbuf-core` | — | host-or-device memory as one value and the host twins of the device kernels |
 //! | [`element`] | `devbuf-core` | — | the element types ([`ElementType`]) and comparison modes ([`EqualMode`]) that every layer shares |
-//! | [`zarr`] | `devbuf-core`, `devbuf-zarr` | `zarr` for the arrays | zarr's buffer layer (`NDBuffer`, `BufferPrototype`, memory stores) on host or device; with `zarr`, real zarr v2/v3 arrays read onto the host or a GPU and written back ([`zarr::ZarrArray`]), with `object_store` also from object storage |
+//! | [`zarr`] | `devbuf-core`, `devbuf-zarr` | `zarr` for the arrays | zarr's buffer layer (`NDBuffer`, `BufferPrototype`, memory stores) on host or device; with `zarr`, real zarr v2/v3 arrays read onto the host or a GPU and written back (`zarr::ZarrArray`), with `object_store` also from object storage |
 //! | `flight` | `devbuf-flight` | `flight` | an Arrow Flight server of zarr arrays and record batches, and a client that reads them into host or device memory |
 //! | [`error`] | `devbuf-core` | — | the one [`Error`] type |
 //!
@@ -51,6 +51,11 @@ pub use devbuf_core::{arrow, cuda, element, error, ipc, memory};
 /// (`ZarrArray`, from `devbuf-zarr`).
 pub mod zarr {
     pub use devbuf_core::zarr::*;
+    /// The module path of the zarr engine before the workspace (`devbuf::zarr::zarrs::*`),
+    /// kept so that code written against it keeps building; use `devbuf::zarr::*`.
+    #[cfg(feature = "zarr")]
+    #[doc(hidden)]
+    pub use devbuf_zarr as zarrs;
     #[cfg(feature = "zarr")]
     pub use devbuf_zarr::*;
 }

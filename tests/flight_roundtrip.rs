@@ -105,6 +105,46 @@ fn fixture_selections_match_local_reads() {
     assert!(e.contains("out of bounds") && e.contains("size 10"), "{e}");
 }
 
+/// The server reads with the engine options it was given (every tuning knob), and
+/// options out of range are refused before it starts, naming the field.
+#[test]
+fn server_read_options_reach_the_engine_and_are_checked() {
+    use devbuf::zarr::{GpuTuning, ReadOptions};
+    let options = ReadOptions {
+        threads: Some(2),
+        stream_min_bytes: 0,
+        stream_piece_bytes: 64,
+        prefault: false,
+        ..ReadOptions::default()
+    };
+    let server = serve(std::path::Path::new(FIXTURES), |c| c.read_options(options));
+    let client = Client::connect(&server.uri(), Some(TOKEN)).unwrap();
+    for name in ["v2_float64_F.zarr", "v3_float32_sharded.zarr"] {
+        let want = ZarrArray::open(format!("{FIXTURES}/{name}"))
+            .unwrap()
+            .read_all(&HOST)
+            .unwrap();
+        let got = client.read(name, &[], &HOST).unwrap();
+        assert_eq!(bytes_of(&got), bytes_of(&want), "{name}");
+    }
+    let bad = ServerConfig::new()
+        .root(FIXTURES)
+        .token(TOKEN)
+        .read_options(ReadOptions {
+            gpu: GpuTuning {
+                ramp: Some(9),
+                ..GpuTuning::default()
+            },
+            ..ReadOptions::default()
+        });
+    let e = bad.validate().unwrap_err().to_string();
+    assert!(
+        e.contains("ServerConfig::read_options") && e.contains("gpu.ramp is 9; valid: 0 to 8"),
+        "{e}"
+    );
+    assert!(Server::start(bad, "127.0.0.1:0").is_err());
+}
+
 /// A random selection of one axis of length `n` (never empty when `n > 0`).
 fn random_axis(rng: &mut SmallRng, n: usize) -> AxisSel {
     match rng.random_range(0..4) {

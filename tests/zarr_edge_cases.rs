@@ -182,7 +182,7 @@ fn as_scalar_on_0d_and_1_shapes() {
     let two = NDBuffer::create(&P, &[1, 2], Dtype::INT64, Order::C, None).unwrap();
     let e = two.as_scalar().unwrap_err().to_string();
     assert!(
-        e.contains("ByteBuffer does not contain a single scalar value"),
+        e.contains("Buffer does not contain a single scalar value"),
         "{e}"
     );
     // A single element picked out of a bigger array.

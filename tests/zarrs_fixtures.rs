@@ -1,5 +1,5 @@
 //! Real zarr stores written by zarr-python (tests/fixtures/zarr, made by
-//! scripts/make_zarr_fixtures.py) read bit-exactly through `devbuf::zarr::zarrs`:
+//! scripts/make_zarr_fixtures.py) read bit-exactly through `devbuf::zarr`:
 //! metadata against the manifest, the whole array, every chunk, every inner chunk of a
 //! shard, random boxes and stepped selections against `expected/<name>.bin`.
 //!

@@ -1,5 +1,5 @@
 //! Host reads of large chunks (2 MiB and more), which the read engine decodes in pieces
-//! straight into the output (`src/zarr/zarrs/read/stream.rs`): bit-exact against the
+//! straight into the output (`crates/devbuf-zarr/src/read/incremental.rs`): bit-exact against the
 //! values written for every codec it streams (none, zstd, gzip), big-endian and F-order
 //! chunks with crc32c, sharded inner chunks, edge chunks, missing chunks, every read
 //! path; and damaged chunks (truncated, too long, a second frame, a frame without a

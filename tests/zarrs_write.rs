@@ -1,4 +1,4 @@
-//! Writing zarr arrays through `devbuf::zarr::zarrs` and reading them back: every
+//! Writing zarr arrays through `devbuf::zarr` and reading them back: every
 //! element type in both byte orders and with every compressor, sharded and not, zarr
 //! v2 arrays (F order, big-endian) written in place, devbuf stores through the store
 //! adapter, zarr-python reading what devbuf wrote (when python3 and zarr are

@@ -330,7 +330,7 @@ gpu_test! {
         let one = NDBuffer::create(&DEV, &[1], Dtype::big(ElementType::UInt16), Order::C, Some(Scalar::from(513u16))).unwrap();
         assert_eq!(one.as_scalar().unwrap(), Scalar::UInt16(513));
         let e = NDBuffer::create(&DEV, &[1, 2], Dtype::INT64, Order::C, None).unwrap().as_scalar().unwrap_err();
-        assert!(e.to_string().contains("ByteBuffer does not contain a single scalar value"));
+        assert!(e.to_string().contains("Buffer does not contain a single scalar value"));
         // Big-endian round trip through the device.
         let a = ndarray::Array2::from_shape_fn((3, 5), |(i, j)| i as f64 * 1.5 - j as f64).into_dyn();
         let d = DEV.nd_from_ndarray(a.clone()).unwrap().astype(Dtype::big(ElementType::Float64)).unwrap();

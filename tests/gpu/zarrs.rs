@@ -1,4 +1,4 @@
-//! Real zarr stores on the GPU (feature `zarrs`): reading into a device prototype gives
+//! Real zarr stores on the GPU (feature `zarr`): reading into a device prototype gives
 //! exactly the bytes of a host read (arrays made here for every element type, byte
 //! order, compressor and sharding, with batches small enough to force many staging
 //! rounds; plus the zarr-python fixtures when tests/fixtures/zarr is reachable);

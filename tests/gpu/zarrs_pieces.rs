@@ -1,5 +1,5 @@
 //! Device reads of large chunks. Uncompressed ones larger than a slot go to the device
-//! a piece at a time (`src/zarr/zarrs/read/pieces.rs`): bit-exact against the host read
+//! a piece at a time (`crates/devbuf-zarr/src/read/pieces.rs`): bit-exact against the host read
 //! (plain, sharded, big-endian swapped per piece, transposed), with edge and missing
 //! chunks, with slots of 1 MiB (three pieces a 2.5 MiB chunk) and of a few KiB
 //! (hundreds of pieces a chunk). Compressed large chunks (decoded whole) go through the

@@ -10,7 +10,7 @@
 //! | [`ipc`] | sharing buffers between processes: device memory handles, and shared host memory where there is no GPU |
 //! | [`memory`] | host-or-device memory as one value ([`Memory`](memory::Memory)) and the host twins of the device kernels ([`host_ops`](memory::host_ops)) |
 //! | [`element`] | the element types ([`ElementType`]) and comparison modes ([`EqualMode`]) that every layer shares |
-//! | [`zarr`] | zarr's buffer layer (`Buffer`, `NDBuffer`, `BufferPrototype`, memory stores) on host or device; with the `zarrs` feature, real zarr v2/v3 arrays |
+//! | [`zarr`] | zarr-python's buffer layer (`ByteBuffer`, `NDBuffer`, `BufferPrototype`, memory stores) on host or device; real zarr v2/v3 arrays are the crate `devbuf-zarr` (the facade's feature `zarr`) |
 //! | [`error`] | the one [`Error`] type |
 //!
 //! The CUDA driver is loaded at run time: the crate builds without CUDA installed, and on

@@ -7,6 +7,7 @@ use super::events::{Observer, ServerEvent};
 use super::protocol::endpoint_uri;
 use super::ticket::MAX_ENDPOINTS;
 use devbuf_core::error::{Error, Result};
+use devbuf_zarr::ReadOptions;
 
 /// How a [`Server`](crate::Server) runs: what it serves, who may call it, how it cuts and streams data.
 ///
@@ -33,7 +34,7 @@ pub struct ServerConfig {
     pub(crate) max_streams: usize,
     pub(crate) max_upload_bytes: u64,
     pub(crate) max_message_bytes: usize,
-    pub(crate) read_threads: Option<usize>,
+    pub(crate) read_options: ReadOptions,
     pub(crate) runtime_threads: usize,
     pub(crate) observer: Option<Observer>,
 }
@@ -59,7 +60,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("max_streams", &self.max_streams)
             .field("max_upload_bytes", &self.max_upload_bytes)
             .field("max_message_bytes", &self.max_message_bytes)
-            .field("read_threads", &self.read_threads)
+            .field("read_options", &self.read_options)
             .finish()
     }
 }
@@ -82,7 +83,7 @@ impl ServerConfig {
             max_streams: 256,
             max_upload_bytes: 1 << 30,
             max_message_bytes: 256 << 20,
-            read_threads: None,
+            read_options: ReadOptions::default(),
             runtime_threads: 4,
             observer: None,
         }
@@ -172,9 +173,26 @@ impl ServerConfig {
     }
 
     /// Worker threads of the read engine for each batch a stream reads (default: one
-    /// per core).
+    /// per core): a shorthand for the `threads` field of [`read_options`](Self::read_options).
     pub fn read_threads(mut self, n: usize) -> ServerConfig {
-        self.read_threads = Some(n);
+        self.read_options.threads = Some(n);
+        self
+    }
+
+    /// How the read engine reads the batches of every stream: threads, staging and every
+    /// tuning knob of the engine ([`ReadOptions`], checked by [`validate`](Self::validate)).
+    ///
+    /// ```
+    /// use devbuf_flight::ServerConfig;
+    /// use devbuf_zarr::{GpuTuning, ReadOptions};
+    /// let c = ServerConfig::new().read_options(ReadOptions {
+    ///     gpu: GpuTuning { claims_per_worker: Some(2), ..GpuTuning::default() },
+    ///     ..ReadOptions::default()
+    /// });
+    /// assert!(c.validate().is_ok());
+    /// ```
+    pub fn read_options(mut self, options: ReadOptions) -> ServerConfig {
+        self.read_options = options;
         self
     }
 
@@ -212,9 +230,12 @@ impl ServerConfig {
             2 << 30,
         )?;
         range("runtime_threads", self.runtime_threads, 1, 256)?;
-        if let Some(t) = self.read_threads {
+        if let Some(t) = self.read_options.threads {
             range("read_threads", t, 1, 1024)?;
         }
+        self.read_options
+            .validate()
+            .map_err(|e| e.context("ServerConfig::read_options"))?;
         for l in &self.locations {
             endpoint_uri(l).map_err(|e| e.context(format_args!("ServerConfig::locations")))?;
         }

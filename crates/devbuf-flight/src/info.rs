@@ -37,19 +37,14 @@ impl ArraySource {
     pub(crate) fn open(
         root: &Root,
         path: &str,
-        read_threads: Option<usize>,
+        read_options: &ReadOptions,
     ) -> std::result::Result<ArraySource, Status> {
         let hide = Some(root.dir());
         let dir = root.resolve(path).map_err(|r| refusal_status(r, hide))?;
         let mut array = ZarrArray::open(&dir).map_err(|e| to_status(&e, hide))?;
-        if let Some(t) = read_threads {
-            array
-                .set_read_options(ReadOptions {
-                    threads: Some(t),
-                    ..ReadOptions::default()
-                })
-                .map_err(|e| to_status(&e, hide))?;
-        }
+        array
+            .set_read_options(read_options.clone())
+            .map_err(|e| to_status(&e, hide))?;
         let meta = array.metadata();
         if meta.ndim() == 0 {
             return Err(Status::failed_precondition(format!(

@@ -15,6 +15,8 @@ use arrow_schema::SchemaRef;
 use futures::stream::{self, BoxStream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
+use devbuf_zarr::ReadOptions;
+
 use super::auth::{Auth, check_token};
 use super::config::ServerConfig;
 use super::decode::{Decoded, IpcStreamDecoder};
@@ -56,7 +58,7 @@ struct Shared {
     queue_depth: usize,
     max_streams: usize,
     max_upload_bytes: u64,
-    read_threads: Option<usize>,
+    read_options: ReadOptions,
     observer: Option<Observer>,
 }
 
@@ -91,7 +93,7 @@ impl Service {
                 queue_depth: config.queue_depth,
                 max_streams: config.max_streams,
                 max_upload_bytes: config.max_upload_bytes,
-                read_threads: config.read_threads,
+                read_options: config.read_options.clone(),
                 observer: config.observer.clone(),
             }),
         })
@@ -182,7 +184,7 @@ impl Shared {
     }
 
     fn open(&self, path: &str) -> Result<ArraySource, Status> {
-        ArraySource::open(self.root()?, path, self.read_threads)
+        ArraySource::open(self.root()?, path, &self.read_options)
     }
 
     fn entry(&self, name: &str) -> Result<Arc<Entry>, Status> {

@@ -173,7 +173,7 @@ struct Staged<T: StagedSink, S: DerefMut<Target = [u8]>> {
     staging: S,
     /// Bytes held in `staging`.
     staged: usize,
-    /// Sink position of `staging[0]` (when `staged > 0`, `start + staged == pos`).
+    /// Position in the sink of `staging[0]` (when `staged > 0`, `start + staged == pos`).
     start: usize,
     pos: usize,
 }

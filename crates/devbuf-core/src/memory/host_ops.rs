@@ -142,7 +142,7 @@ pub fn strided_copy(
 /// Walks a validated copy as contiguous runs: calls `f(src_offset, dst_offset, len)`
 /// once per run (the innermost axis when it is contiguous on both sides, else one unit
 /// element), in order. Every byte named lies within what `layout::plan` checked.
-pub fn for_each_run(plan: &layout::Plan, mut f: impl FnMut(usize, usize, usize)) {
+pub fn for_each_run(plan: &layout::StridedCopyPlan, mut f: impl FnMut(usize, usize, usize)) {
     let unit = plan.unit;
     let axes = plan.axes();
     // Innermost axis contiguous on both sides: copy runs; otherwise units.

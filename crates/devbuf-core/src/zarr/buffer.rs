@@ -10,7 +10,7 @@ use crate::cuda::{DeviceBuffer, HostBuffer};
 use crate::error::{Error, Result};
 use crate::memory::{Memory, Place};
 
-/// zarr's `ByteBuffer`: untyped, contiguous bytes in host or device memory (sizes and
+/// zarr-python's `Buffer` (`zarr.core.buffer.Buffer`): untyped, contiguous bytes in host or device memory (sizes and
 /// indices are in bytes).
 ///
 /// A `ByteBuffer` is a value: clones and slices share memory, and a write

@@ -169,7 +169,7 @@ pub(crate) fn units_per_claim(
 
 /// One claim's device side: a stream, the slot's copy, the decoded units, nvCOMP's
 /// state, and two timing events around its work.
-struct GpuClaim {
+struct ClaimSlot {
     stream: Stream,
     stored: DeviceBuffer,
     decoded: DeviceBuffer,
@@ -192,7 +192,7 @@ struct QueuedClaim {
     host_us: u64,
 }
 
-impl GpuClaim {
+impl ClaimSlot {
     /// A flight whose buffers hold `stored_bytes` of a claim's stored bytes and
     /// `decoded_bytes` of its units. `streams`: nvCOMP chunks a claim is expected to
     /// have (its tables are sized for them); `blosc`: the claims are blosc chunks (a
@@ -203,7 +203,7 @@ impl GpuClaim {
         stored_bytes: usize,
         decoded_bytes: usize,
         blosc: bool,
-    ) -> Result<GpuClaim> {
+    ) -> Result<ClaimSlot> {
         let stream = Stream::new(ctx)?;
         let timing = EventFlags {
             timing: true,
@@ -211,7 +211,7 @@ impl GpuClaim {
         };
         let mut batch = DecompressBatch::on_stream(&stream)?;
         batch.reserve_chunks(streams)?;
-        let f = GpuClaim {
+        let f = ClaimSlot {
             stored: ctx.allocate_pooled(stored_bytes, Some(&stream))?,
             decoded: ctx.allocate_pooled(decoded_bytes, Some(&stream))?,
             shuffled: match blosc {
@@ -254,7 +254,7 @@ impl GpuClaim {
     }
 }
 
-impl Drop for GpuClaim {
+impl Drop for ClaimSlot {
     fn drop(&mut self) {
         // Nothing of the flight (nor the output its placements write) may be freed
         // under queued work: wait for it, unless nvCOMP never finished (then the batch
@@ -360,7 +360,7 @@ impl GpuWorker<'_> {
             devbuf_core::memory::host_ops::swap_in_place(&mut fill_value, w);
         }
         let depth = plan.tuning.depth.max(1);
-        let mut flights: Vec<GpuClaim> = Vec::with_capacity(depth);
+        let mut flights: Vec<ClaimSlot> = Vec::with_capacity(depth);
         let mut k = 0usize;
         let result = (|| {
             loop {
@@ -403,7 +403,7 @@ impl GpuWorker<'_> {
                     } else {
                         per
                     };
-                    flights.push(GpuClaim::new(
+                    flights.push(ClaimSlot::new(
                         ctx,
                         streams,
                         per * room,
@@ -479,7 +479,7 @@ fn queue_claim(
     claim: ClaimRead<'_>,
     fill_value: &[u8],
     lane: &mut UploadLane,
-    flight: &mut GpuClaim,
+    flight: &mut ClaimSlot,
     out: &DeviceBuffer,
 ) -> Result<Vec<usize>> {
     let ClaimRead { units, got, used } = claim;

@@ -48,7 +48,7 @@ pub(crate) fn unit_plan(
     src: &ZarrSource<'_>,
     p: &Placement,
     out_len: usize,
-) -> Result<Option<layout::Plan>> {
+) -> Result<Option<layout::StridedCopyPlan>> {
     let shape: Vec<usize> = p.shape.iter().map(|&n| n as usize).collect();
     layout::plan(
         src.cell_bytes,

@@ -225,7 +225,7 @@ mod tests {
                 }
             }
         }
-        // ReadBox 0 in C order, then request 1.
+        // Box 0 in C order, then box 1.
         let mut want = Vec::new();
         for i in 1..9 {
             for j in 0..7 {

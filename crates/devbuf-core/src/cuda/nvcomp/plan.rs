@@ -232,7 +232,7 @@ pub(crate) const SEGMENT_BYTES: usize = 24;
 /// Where the parts of a batch lie in the device workspace (byte offsets from its
 /// start) and in the page-locked mirror of its tables.
 ///
-/// CallTables: input pointers, input sizes, output capacities, output pointers (`n`
+/// Tables: input pointers, input sizes, output capacities, output pointers (`n`
 /// entries of 8 bytes each), the copy-in and copy-out segment tables (`segs_in` and
 /// `segs_out` entries of [`SEGMENT_BYTES`]), then the actual sizes (`n` x 8) and
 /// statuses (`n` x 4). The host mirror holds the same bytes: all are uploaded in one

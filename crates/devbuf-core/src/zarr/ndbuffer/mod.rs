@@ -487,7 +487,7 @@ impl NDBuffer {
     pub fn as_scalar(&self) -> Result<Scalar> {
         if self.size() != 1 {
             return Err(Error::invalid(format!(
-                "ByteBuffer does not contain a single scalar value (shape {:?} has {} elements)",
+                "Buffer does not contain a single scalar value (shape {:?} has {} elements)",
                 self.layout.shape,
                 self.size()
             )));

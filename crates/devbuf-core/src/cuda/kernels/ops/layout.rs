@@ -33,7 +33,7 @@ pub struct Axis {
 
 /// A validated, normalised copy.
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub struct StridedCopyPlan {
     /// Byte offset in the source of element (0, ..., 0) of `axes`.
     pub src_base: u64,
     /// Byte offset in the destination of element (0, ..., 0) of `axes`.
@@ -57,7 +57,7 @@ pub struct Plan {
     pub dst_hi: u64,
 }
 
-impl Plan {
+impl StridedCopyPlan {
     /// The used axes.
     pub fn axes(&self) -> &[Axis] {
         &self.axes[..self.ndim]
@@ -172,7 +172,7 @@ pub fn plan(
     dst_strides: &[isize],
     shape: &[usize],
     elem_size: usize,
-) -> Result<Option<Plan>> {
+) -> Result<Option<StridedCopyPlan>> {
     let ndim = shape.len();
     if src_strides.len() != ndim || dst_strides.len() != ndim {
         return Err(Error::invalid(format!(
@@ -264,7 +264,7 @@ pub fn plan(
         };
         n_axes += 1;
     }
-    let mut plan = Plan {
+    let mut plan = StridedCopyPlan {
         src_base: src_base as u64,
         dst_base: dst_base as u64,
         unit,
@@ -290,7 +290,7 @@ mod tests {
         elem: usize,
         src_len: usize,
         dst_len: usize,
-    ) -> Result<Option<Plan>> {
+    ) -> Result<Option<StridedCopyPlan>> {
         plan(src_len, 0, s, dst_len, 0, d, shape, elem)
     }
 

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::ffi::{CStr, c_void};
 use std::sync::{Mutex, OnceLock};
 
-use super::layout::{self, Axis, MAX_DIMS, Plan};
+use super::layout::{self, Axis, MAX_DIMS, StridedCopyPlan};
 use super::{ElementType, EqualMode};
 use crate::cuda::context::Context;
 use crate::cuda::driver::{self, CUdeviceptr, CUfunction, CUstream};

@@ -90,7 +90,7 @@ pub(in crate::cuda::kernels::ops) fn strided_copy(
 pub(super) fn run_plan(
     ctx: &Context,
     on: On<'_>,
-    plan: &Plan,
+    plan: &StridedCopyPlan,
     src_addr: u64,
     dst_addr: u64,
 ) -> Result<()> {
