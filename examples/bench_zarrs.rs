@@ -251,37 +251,9 @@ mod bench {
     /// more allocate).
     fn fresh_huge_memory(n: usize, cores: usize) -> devbuf::Result<f64> {
         let s = time(3, &mut || {
-            // Safety: an anonymous private mapping of `n` bytes, unmapped below.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    n,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            if p == libc::MAP_FAILED {
-                return Err(devbuf::Error::invalid("mmap failed"));
-            }
-            // Safety: the mapping made above.
-            unsafe { libc::madvise(p, n, libc::MADV_HUGEPAGE) };
-            let base = p as usize;
-            let per = n.div_ceil(cores);
-            std::thread::scope(|sc| {
-                for c in 0..cores {
-                    sc.spawn(move || {
-                        let (a, b) = (c * per, ((c + 1) * per).min(n));
-                        for off in (a..b).step_by(4096) {
-                            // Safety: inside the mapping; threads touch disjoint ranges.
-                            unsafe { *((base + off) as *mut u8) = 1 };
-                        }
-                    });
-                }
-            });
-            // Safety: the mapping made above, no longer used.
-            unsafe { libc::munmap(p, n) };
+            let mut out = devbuf::memory::HostOutput::new(n)?;
+            out.prefault(cores);
+            drop(out);
             Ok(())
         })?;
         Ok(gbs(n as f64, s))
