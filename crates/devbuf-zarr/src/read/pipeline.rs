@@ -181,7 +181,6 @@ fn place_host(src: &ZarrSource<'_>, unit: &[u8], p: &Placement, out: &HostOut) -
 /// Reads `units` into the device allocation `out` of `ctx`, decoding on
 /// `threads` workers (the first `gpu.workers` of them through nvCOMP) through staging
 /// slots of about `slot_target` bytes.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn read_device(
     src: &ZarrSource<'_>,
     units: &[Unit],
