@@ -178,9 +178,9 @@ fn place_host(src: &ZarrSource<'_>, unit: &[u8], p: &Placement, out: &HostOut) -
     Ok(())
 }
 
-/// Reads `units` into the device allocation `out` of `ctx`, decoding on
+/// Reads `units` into the device allocation `out` (in its context), decoding on
 /// `threads` workers (the first `gpu.workers` of them through nvCOMP) through staging
-/// slots of about `slot_target` bytes.
+/// slots of about `options.slot_bytes` bytes.
 pub(crate) fn read_device(
     src: &ZarrSource<'_>,
     units: &[Unit],
