@@ -1,6 +1,7 @@
 //! [`ZarrArray`]: a zarr v2/v3 array opened with `zarrs`, read into and written from
 //! [`NDBuffer`]s on the host or a device.
 
+use crate::storage::DynStorage;
 use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use ::zarrs::array::{
     Array, ArrayBuilder, ArrayError, ArrayMetadataOptions, ArraySubset, FillValue,
 };
 use ::zarrs::metadata::Endianness as ZEndianness;
-use ::zarrs::storage::{ReadableStorageTraits, ReadableWritableStorageTraits, StoreKey};
+use ::zarrs::storage::{ReadableStorageTraits, StoreKey};
 
 use super::guard;
 use super::metadata::ZarrMetadata;
@@ -23,8 +24,6 @@ use devbuf_core::zarr::index::{BoundingBox, bounding_box};
 use devbuf_core::zarr::{
     AxisSel, BufferPrototype, Dtype, Endianness, Memory, NDBuffer, Order, Scalar, Store,
 };
-
-type Storage = dyn ReadableWritableStorageTraits;
 
 /// A zarr array (format 2 or 3) opened with the [`zarrs`] crate, read into and
 /// written from [`NDBuffer`]s of any [`BufferPrototype`].
@@ -65,7 +64,7 @@ type Storage = dyn ReadableWritableStorageTraits;
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
 pub struct ZarrArray {
-    pub(super) array: Array<Storage>,
+    pub(super) array: Array<DynStorage>,
     pub(super) meta: ZarrMetadata,
     pub(super) location: String,
     pub(super) read_options: ReadOptions,
@@ -131,7 +130,7 @@ impl ZarrArray {
             }
             Ok(_) => {}
         }
-        let storage: Arc<Storage> = super::fs_store::checked_filesystem_store(path)?;
+        let storage: Arc<DynStorage> = super::fs_store::checked_filesystem_store(path)?;
         let mut a = Self::open_storage(storage, "/", location)?;
         a.direct = read::Direct::Dir(path.to_path_buf());
         Ok(a)
@@ -158,7 +157,7 @@ impl ZarrArray {
     }
 
     pub(super) fn open_storage(
-        storage: Arc<Storage>,
+        storage: Arc<DynStorage>,
         node: &str,
         location: String,
     ) -> Result<ZarrArray> {
@@ -179,7 +178,7 @@ impl ZarrArray {
         Self::from_array(array, location)
     }
 
-    fn from_array(array: Array<Storage>, location: String) -> Result<ZarrArray> {
+    fn from_array(array: Array<DynStorage>, location: String) -> Result<ZarrArray> {
         let meta = ZarrMetadata::from_array(&array, &location)?;
         Ok(ZarrArray {
             array,
@@ -219,7 +218,7 @@ impl ZarrArray {
             op: "creating a zarr array directory",
             message: format!("{location}: {e}"),
         })?;
-        let storage: Arc<Storage> = super::fs_store::checked_filesystem_store(path)?;
+        let storage: Arc<DynStorage> = super::fs_store::checked_filesystem_store(path)?;
         let mut a = Self::create_storage(storage, "/", location, spec)?;
         a.direct = read::Direct::Dir(path.to_path_buf());
         Ok(a)
@@ -250,7 +249,7 @@ impl ZarrArray {
     }
 
     pub(super) fn create_storage(
-        storage: Arc<Storage>,
+        storage: Arc<DynStorage>,
         node: &str,
         location: String,
         spec: &ArraySpec,

@@ -4,6 +4,7 @@
 //! and does the host half of a GPU-encoded chunk: crc32c checksums, the shard index,
 //! storing the bytes. The device half runs in `write.rs`.
 
+use crate::storage::DynStorage;
 use std::fmt;
 
 use bytes::Bytes;
@@ -16,8 +17,6 @@ use devbuf_core::cuda::kernels::ops::MAX_DIMS;
 use devbuf_core::cuda::nvcomp::{self, GpuCodec};
 use devbuf_core::error::{Error, Result};
 use devbuf_core::zarr::Order;
-
-type Storage = dyn zarrs::storage::ReadableWritableStorageTraits;
 
 /// Which encoder compresses the chunks of a write from device memory
 /// ([`WriteOptions::encoder`]). Writes of host values are always encoded by the CPU.
@@ -138,7 +137,7 @@ pub(crate) struct GpuEncode {
 /// `elem` bytes swapped in `swap_width` units) under `encoder`: the GPU plan, or `None`
 /// and why not (empty when the CPU was asked for).
 pub(crate) fn choose(
-    array: &Array<Storage>,
+    array: &Array<DynStorage>,
     chunk_shape: &[u64],
     elem: usize,
     swap_width: usize,
@@ -177,7 +176,7 @@ pub(crate) fn describe(plan: &Option<GpuEncode>, note: String) -> WriteEncoding 
 }
 
 fn gpu_plan(
-    array: &Array<Storage>,
+    array: &Array<DynStorage>,
     chunk_shape: &[u64],
     elem: usize,
     swap_width: usize,
@@ -320,7 +319,7 @@ fn relayout(
 
 /// Of the `zstd` codecs of the array (and of its shards' inner chunks): whether one has
 /// `checksum: true`, and the highest `level` (unreadable metadata: a checksum).
-fn zstd_config(array: &Array<Storage>) -> (bool, i64) {
+fn zstd_config(array: &Array<DynStorage>) -> (bool, i64) {
     let Ok(codecs) = codec_list(array) else {
         return (true, 0);
     };
@@ -355,7 +354,7 @@ fn zstd_config(array: &Array<Storage>) -> (bool, i64) {
 /// Stores one GPU-encoded chunk: cell `k`'s compressed bytes are the first `sizes[k]`
 /// of `compressed[k * cap..]`. Adds the crc32c checksums and, for a shard, the index.
 pub(crate) fn store(
-    array: &Array<Storage>,
+    array: &Array<DynStorage>,
     cell: &[u64],
     plan: &GpuEncode,
     compressed: &[u8],

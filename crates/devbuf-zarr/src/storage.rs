@@ -12,6 +12,9 @@ use zarrs::storage::{
 
 use devbuf_core::zarr::{BufferPrototype, ByteBuffer, ByteRequest, Store};
 
+/// zarrs storage of any kind, as the engine holds it (`Arc<DynStorage>`).
+pub(crate) type DynStorage = dyn zarrs::storage::ReadableWritableStorageTraits;
+
 /// A devbuf [`Store`] ([`MemoryStore`](devbuf_core::zarr::MemoryStore),
 /// [`DeviceMemoryStore`](devbuf_core::zarr::DeviceMemoryStore) or your own) seen through
 /// `zarrs`' storage traits (readable, writable, listable), so that

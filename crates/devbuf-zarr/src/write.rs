@@ -13,6 +13,7 @@
 //! into the slot's scratch buffer, one DMA); the host adds checksums and shard indexes
 //! and stores, a slot's chunks in parallel.
 
+use crate::storage::DynStorage;
 use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Mutex;
@@ -21,7 +22,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use rayon::prelude::*;
 
 use zarrs::array::{Array, ArrayBytes, CodecOptions};
-use zarrs::storage::ReadableWritableStorageTraits;
 
 use super::encode::{self, GpuEncode};
 use super::guard;
@@ -31,11 +31,9 @@ use devbuf_core::cuda::nvcomp::{CompressBatch, GpuCodec};
 use devbuf_core::cuda::{Context, DeviceBuffer, Stream, UploadLane, as_lease_holder};
 use devbuf_core::error::{Error, Result};
 
-type Storage = dyn ReadableWritableStorageTraits;
-
 /// What a device write needs of the array.
 pub(crate) struct DeviceWriteTarget<'a> {
-    pub array: &'a Array<Storage>,
+    pub array: &'a Array<DynStorage>,
     pub location: &'a str,
     pub shape: &'a [u64],
     pub chunk_shape: &'a [u64],

@@ -2,6 +2,7 @@
 //! or inner chunks of shards), the layout of a decoded unit, and how one unit's stored
 //! bytes are fetched and decoded (bounded) into the caller's memory.
 
+use crate::storage::DynStorage;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs::File;
@@ -10,8 +11,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use zarrs::array::{Array, ArrayBytes, ArrayError};
+use zarrs::storage::StoreKey;
 use zarrs::storage::byte_range::ByteRange;
-use zarrs::storage::{ReadableWritableStorageTraits, StoreKey};
 
 use super::codec::{self, Chain, Codecs, ShardIndex};
 use super::plan::{c_strides, f_strides};
@@ -20,8 +21,6 @@ use devbuf_core::zarr::Order;
 
 #[cfg(feature = "object_store")]
 mod remote;
-
-type Storage = dyn ReadableWritableStorageTraits;
 
 /// A shard's index: `(offset, nbytes)` per inner chunk, C order; `None`: a missing shard.
 type Index = Option<Arc<Vec<(u64, u64)>>>;
@@ -39,7 +38,7 @@ type FileRange = (PathBuf, Option<(u64, u64)>);
 
 /// An array as the engine reads it.
 pub(crate) struct ZarrSource<'a> {
-    pub array: &'a Array<Storage>,
+    pub array: &'a Array<DynStorage>,
     pub location: &'a str,
     pub codecs: Codecs,
     /// Bytes per element.
@@ -118,7 +117,7 @@ impl<'a> ZarrSource<'a> {
     /// The engine's view of `array` (chunks of `chunk_shape`, elements of `elem`
     /// bytes, swapped in `swap_width` units, fill value `fill`).
     pub(crate) fn new(
-        array: &'a Array<Storage>,
+        array: &'a Array<DynStorage>,
         location: &'a str,
         chunk_shape: &[u64],
         elem: usize,

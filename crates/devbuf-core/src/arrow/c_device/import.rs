@@ -139,7 +139,7 @@ pub(super) fn schema_of(schema: &FFI_ArrowSchema) -> Result<Schema> {
 
 /// Where imported buffers live, and how their few values the importer must read are
 /// read (the last offset of binary arrays, validity bits when `null_count` is -1).
-pub(super) trait Memory {
+pub(super) trait ImportedMemory {
     type Buf: Clone + ByteLen;
     /// `len` bytes at `ptr`, kept alive by the import's owner (`ptr` is non-null when
     /// `len > 0`).
@@ -173,7 +173,7 @@ struct HostMemory {
     owner: Arc<ArrowDeviceArray>,
 }
 
-impl Memory for HostMemory {
+impl ImportedMemory for HostMemory {
     type Buf = Buffer;
 
     fn buffer(&mut self, ptr: *const c_void, len: usize, path: &str) -> Result<Buffer> {
@@ -235,7 +235,7 @@ impl DeviceMemory {
     }
 }
 
-impl Memory for DeviceMemory {
+impl ImportedMemory for DeviceMemory {
     type Buf = DeviceBuffer;
 
     fn buffer(&mut self, ptr: *const c_void, len: usize, path: &str) -> Result<DeviceBuffer> {
@@ -284,7 +284,7 @@ fn mul(a: usize, b: usize, path: &str) -> Result<usize> {
 /// `a` must be a structure of a valid (not released) base array, as the import's
 /// contract requires; this function checks everything a producer can get wrong in the
 /// structure itself (counts, nulls, signs) before reading through it.
-unsafe fn walk<M: Memory>(
+unsafe fn walk<M: ImportedMemory>(
     a: &ArrowArray,
     dt: &DataType,
     mem: &mut M,
