@@ -427,7 +427,7 @@ impl DeviceBuffer {
             if self.context().ordinal() != src.context().ordinal() {
                 // Direct NVLink/PCIe peer transfers where the hardware allows; otherwise
                 // the driver stages the copy through host memory.
-                self.context().enable_peer_access(src.context())?;
+                self.context().peer_access_for_copy(src.context())?;
             }
             self.context().bind()?;
             driver::memcpy_peer(
@@ -443,8 +443,11 @@ impl DeviceBuffer {
     /// Queues a copy of all of `src` into this buffer at `position` on `stream`, ordered
     /// after the stream's earlier work; returns without waiting for it.
     ///
-    /// Both buffers and the stream belong to one context, and the two ranges do not
-    /// overlap (a stream-ordered copy cannot go through a temporary as
+    /// `src` may live in this buffer's context or in another one, on this device or
+    /// another (a peer copy: direct over NVLink or PCIe where the devices allow it, see
+    /// [`Context::enable_peer_access`], else staged by the driver); the stream belongs
+    /// to either buffer's context. Within one context the two ranges must not overlap
+    /// (a stream-ordered copy cannot go through a temporary as
     /// [`copy_from_device`](Self::copy_from_device) does); anything else is an
     /// [`Error::InvalidArgument`] saying which. Both buffers must stay alive until the
     /// stream has run the copy (synchronize the stream or wait on an event recorded after it).
@@ -460,6 +463,22 @@ impl DeviceBuffer {
     /// assert_eq!(dst.slice(16, 16)?.to_vec::<u32>()?, [1, 2, 3, 4]);
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
+    ///
+    /// Between two GPUs, on a stream of either one:
+    ///
+    /// ```no_run
+    /// use devbuf_core::cuda::{device_count, Context, DeviceBuffer, Stream};
+    /// if device_count() >= 2 {
+    ///     let (d0, d1) = (Context::new(0)?, Context::new(1)?);
+    ///     let src = DeviceBuffer::from_slice(&d0, &[7u8; 4096])?;
+    ///     let dst = d1.allocate(4096)?;
+    ///     let stream = Stream::new(&d0)?; // the source's device drives the copy
+    ///     dst.copy_from_device_on(0, &src, &stream)?;
+    ///     stream.synchronize()?;
+    ///     assert_eq!(dst.to_host_vec()?, vec![7u8; 4096]);
+    /// }
+    /// # Ok::<(), devbuf_core::Error>(())
+    /// ```
     pub fn copy_from_device_on(
         &self,
         position: usize,
@@ -468,17 +487,35 @@ impl DeviceBuffer {
     ) -> Result<()> {
         self.check_writable("copy_from_device_on")?;
         check_range("copy_from_device_on", position, src.len, self.len)?;
-        if !self.context().same_as(src.context()) || !self.context().same_as(stream.context()) {
-            return Err(Error::invalid(
-                "copy_from_device_on: the buffers and the stream must belong to one context \
-                 (use copy_from_device across contexts)",
-            ));
+        let same = self.context().same_as(src.context());
+        if !self.context().same_as(stream.context()) && !src.context().same_as(stream.context()) {
+            return Err(Error::invalid(format!(
+                "copy_from_device_on: the stream belongs to a context of device {}, neither \
+                 the destination's (device {}) nor the source's (device {})",
+                stream.context().ordinal(),
+                self.context().ordinal(),
+                src.context().ordinal()
+            )));
         }
         let n = src.len;
         if n == 0 {
             return Ok(());
         }
         let dst_addr = self.address() + position as u64;
+        if !same {
+            if self.context().ordinal() != src.context().ordinal() {
+                self.context().peer_access_for_copy(src.context())?;
+            }
+            stream.context().bind()?;
+            return driver::transfer::memcpy_peer_async(
+                dst_addr,
+                self.context().inner.raw,
+                src.address(),
+                src.context().inner.raw,
+                n,
+                stream.raw(),
+            );
+        }
         if dst_addr < src.address() + n as u64 && src.address() < dst_addr + n as u64 {
             return Err(Error::invalid(format!(
                 "copy_from_device_on: destination {dst_addr:#x}..+{n} overlaps the source \

@@ -341,17 +341,78 @@ impl Context {
     ///
     /// Returns whether direct access is on. Copies between devices work either way
     /// (the driver stages them through host memory otherwise); devbuf calls this itself
-    /// before the first copy between two devices. Idempotent and cheap after the first
-    /// call for a pair.
+    /// before the first copy between two devices, unless the pair's access was turned
+    /// off with [`disable_peer_access`](Self::disable_peer_access) (an explicit call
+    /// turns it on again). Idempotent and cheap after the first call for a pair.
+    ///
+    /// ```no_run
+    /// use devbuf_core::cuda::{device_count, Context};
+    /// if device_count() >= 2 {
+    ///     let (d0, d1) = (Context::new(0)?, Context::new(1)?);
+    ///     println!("direct access between devices 0 and 1: {}", d0.enable_peer_access(&d1)?);
+    /// }
+    /// # Ok::<(), devbuf_core::Error>(())
+    /// ```
     pub fn enable_peer_access(&self, peer: &Context) -> Result<bool> {
+        self.peer_access(peer, true)
+    }
+
+    /// Turns direct access between this context's device and `peer`'s off again, in
+    /// both directions, and keeps devbuf from turning it on by itself: copies between
+    /// the two (`copy_from_device`, `copy_from_device_on`) then go through the
+    /// driver's staging in host memory, until
+    /// [`enable_peer_access`](Self::enable_peer_access) is called for the pair. For
+    /// measuring both paths, and for systems where peer transfers are unreliable.
+    /// A pair on one device, or one whose access was never on, is fine.
+    ///
+    /// ```no_run
+    /// use devbuf_core::cuda::{device_count, Context};
+    /// if device_count() >= 2 {
+    ///     let (d0, d1) = (Context::new(0)?, Context::new(1)?);
+    ///     d0.disable_peer_access(&d1)?;
+    ///     let a = d0.allocate(1 << 20)?;
+    ///     let b = d1.allocate(1 << 20)?;
+    ///     b.copy_from_device(0, &a)?; // staged through host memory by the driver
+    ///     assert!(d0.enable_peer_access(&d1).is_ok());
+    /// }
+    /// # Ok::<(), devbuf_core::Error>(())
+    /// ```
+    pub fn disable_peer_access(&self, peer: &Context) -> Result<()> {
+        if self.ordinal() == peer.ordinal() {
+            return Ok(());
+        }
+        let mut map = peer_states().lock().unwrap_or_else(|p| p.into_inner());
+        let key = (self.inner.id, peer.inner.id);
+        if map.get(&key) == Some(&PeerState::On) {
+            self.bind()?;
+            driver::ctx_disable_peer_access(peer.inner.raw)?;
+            peer.bind()?;
+            driver::ctx_disable_peer_access(self.inner.raw)?;
+        }
+        map.insert(key, PeerState::Off);
+        map.insert((key.1, key.0), PeerState::Off);
+        Ok(())
+    }
+
+    /// Direct access to `peer` for a copy: on where the hardware allows, unless the
+    /// pair was turned off by [`disable_peer_access`](Self::disable_peer_access).
+    pub(crate) fn peer_access_for_copy(&self, peer: &Context) -> Result<bool> {
+        self.peer_access(peer, false)
+    }
+
+    fn peer_access(&self, peer: &Context, explicit: bool) -> Result<bool> {
         if self.ordinal() == peer.ordinal() {
             return Ok(true);
         }
-        static DONE: OnceLock<Mutex<HashMap<(u64, u64), bool>>> = OnceLock::new();
-        let done = DONE.get_or_init(|| Mutex::new(HashMap::new()));
         let key = (self.inner.id, peer.inner.id);
-        if let Some(on) = done.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
-            return Ok(*on);
+        // One lock over the check and the change: two threads turning a pair on (or
+        // one on and one off) cannot interleave their driver calls.
+        let mut map = peer_states().lock().unwrap_or_else(|p| p.into_inner());
+        match map.get(&key) {
+            Some(PeerState::On) => return Ok(true),
+            Some(PeerState::Unavailable) => return Ok(false),
+            Some(PeerState::Off) if !explicit => return Ok(false),
+            _ => {}
         }
         let on = driver::device_can_access_peer(self.inner.device, peer.inner.device)?
             && driver::device_can_access_peer(peer.inner.device, self.inner.device)?;
@@ -361,9 +422,13 @@ impl Context {
             peer.bind()?;
             driver::ctx_enable_peer_access(self.inner.raw)?;
         }
-        let mut map = done.lock().unwrap_or_else(|p| p.into_inner());
-        map.insert(key, on);
-        map.insert((key.1, key.0), on);
+        let state = if on {
+            PeerState::On
+        } else {
+            PeerState::Unavailable
+        };
+        map.insert(key, state);
+        map.insert((key.1, key.0), state);
         Ok(on)
     }
 
@@ -566,4 +631,20 @@ mod tests {
             assert!(unavailable_reason().is_some());
         }
     }
+}
+
+/// Direct access between two contexts (by their ids), as devbuf last set it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PeerState {
+    /// On in both directions.
+    On,
+    /// The hardware does not allow it.
+    Unavailable,
+    /// Turned off by [`Context::disable_peer_access`].
+    Off,
+}
+
+fn peer_states() -> &'static Mutex<HashMap<(u64, u64), PeerState>> {
+    static STATES: OnceLock<Mutex<HashMap<(u64, u64), PeerState>>> = OnceLock::new();
+    STATES.get_or_init(|| Mutex::new(HashMap::new()))
 }

@@ -151,6 +151,16 @@ pub(crate) fn ctx_enable_peer_access(peer: CUcontext) -> Result<()> {
     check(r, "cuCtxEnablePeerAccess")
 }
 
+/// Disables access from the current context to `peer`'s memory. Not enabled is fine.
+pub(crate) fn ctx_disable_peer_access(peer: CUcontext) -> Result<()> {
+    // Safety: `peer` is a live context.
+    let r = unsafe { sys::cuCtxDisablePeerAccess(peer) };
+    if r == sys::CUresult::CUDA_ERROR_PEER_ACCESS_NOT_ENABLED {
+        return Ok(());
+    }
+    check(r, "cuCtxDisablePeerAccess")
+}
+
 /// `(free, total)` bytes of the current context's device.
 pub(crate) fn mem_get_info() -> Result<(usize, usize)> {
     let (mut free, mut total) = (0usize, 0usize);

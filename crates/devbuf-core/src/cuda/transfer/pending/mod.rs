@@ -556,7 +556,7 @@ impl DeviceBuffer {
             }
         } else {
             if ctx.ordinal() != src.context().ordinal() {
-                ctx.enable_peer_access(src.context())?;
+                ctx.peer_access_for_copy(src.context())?;
             }
             ctx.bind()?;
             dt::memcpy_peer_async(
