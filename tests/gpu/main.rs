@@ -31,6 +31,8 @@ mod peer;
 #[path = "../common/random.rs"]
 mod random;
 mod shuffle;
+#[cfg(feature = "zarr")]
+mod spread;
 mod tensor;
 mod transfer;
 mod zarr;

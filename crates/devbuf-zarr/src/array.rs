@@ -505,7 +505,14 @@ impl ZarrArray {
         total: usize,
         dest: read::Dest<'_>,
     ) -> Result<(Option<Memory>, ReadReport)> {
-        read::read(&self.source()?, requests, total, dest, &self.read_options)
+        read::read(
+            &self.source()?,
+            requests,
+            total,
+            dest,
+            &self.read_options,
+            None,
+        )
     }
 
     /// The read engine's view of this array.

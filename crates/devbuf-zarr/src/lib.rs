@@ -66,6 +66,7 @@ use devbuf_core::error::{Error, Result};
 
 mod array;
 mod array_into;
+mod array_spread;
 #[cfg(feature = "object_store")]
 mod array_url;
 mod array_write;
@@ -85,6 +86,7 @@ mod write;
 
 pub use array::ZarrArray;
 pub use array_into::ReadInto;
+pub use array_spread::{DevicePart, Spread, SpreadRead};
 pub use encode::{
     AUTO_GPU_MAX_CHUNK_BYTES, AUTO_MAX_ZSTD_LEVEL, Encoder, WriteEncoding, WriteOptions,
 };

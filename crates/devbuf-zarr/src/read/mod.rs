@@ -14,6 +14,7 @@
 //!   claims in flight per worker while the next one is read);
 //! * `stored`: a GPU claim's host side (parallel reads into a page-locked slot, checks);
 //! * `sched`: when a GPU worker takes another claim (the CPU / GPU split);
+//! * `cut`: where a read spread over several devices is cut;
 //! * `incremental`: streamed decoding of large units straight into a host output;
 //! * `work`: the shared state of one read (work queue, counters, threads), a leaf
 //!   every worker uses;
@@ -24,6 +25,7 @@
 
 mod blosc;
 pub(crate) mod codec;
+pub(crate) mod cut;
 mod gpu;
 mod incremental;
 mod options;
@@ -63,13 +65,15 @@ pub(crate) enum Dest<'a> {
 }
 
 /// Reads `requests` (boxes at output offsets, `total` output bytes) from `src` into
-/// `dest`: the new memory (`None` when `dest` was the caller's) and what ran.
+/// `dest`: the new memory (`None` when `dest` was the caller's) and what ran. `stop`,
+/// set from outside, ends the read early with an error.
 pub(crate) fn read(
     src: &ZarrSource<'_>,
     requests: &[ReadBox],
     total: usize,
     dest: Dest<'_>,
     options: &ReadOptions,
+    stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 ) -> Result<(Option<Memory>, ReadReport)> {
     let threads = options
         .threads
@@ -77,7 +81,10 @@ pub(crate) fn read(
         .clamp(1, 1024);
     options.validate()?;
     let started = std::time::Instant::now();
-    let counts = work::ReadCounters::default();
+    let counts = work::ReadCounters {
+        stop,
+        ..work::ReadCounters::default()
+    };
     let device = matches!(dest, Dest::New(Some(_)) | Dest::Device(_));
     let (gpu, gpu_note) = choose_gpu(src, device, threads, options)?;
     // The result first: a selection too large for memory fails here, before planning.

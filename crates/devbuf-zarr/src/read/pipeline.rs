@@ -49,7 +49,7 @@ pub(crate) fn read_host(
     counts: &ReadCounters,
 ) -> Result<()> {
     let batches = super::plan::batches(units.len(), 1, 1);
-    let run = WorkQueue::new(units, &batches);
+    let run = WorkQueue::new(units, &batches, counts);
     let host = HostOut {
         ptr: out.as_mut_ptr(),
         len: out.len(),
@@ -204,7 +204,7 @@ pub(crate) fn read_device(
         slot_layout(src.cell_bytes, slot_target)
     };
     let batches = super::plan::batches(units.len(), 1, per);
-    let run = WorkQueue::new(units, &batches);
+    let run = WorkQueue::new(units, &batches, counts);
     let gpu_workers = gpu.map_or(0, |g| g.workers);
     let threads = match gpu {
         Some(g) if g.gpu_only => g.workers,

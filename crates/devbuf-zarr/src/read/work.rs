@@ -40,6 +40,10 @@ pub(crate) struct ReadCounters {
     pub missing_units: AtomicU64,
     pub decoded_bytes: AtomicU64,
     pub workers: AtomicUsize,
+    /// Set from outside the read to stop it (a read spread over several devices stops
+    /// every device's part when one fails): workers take no more work and the read
+    /// ends with an error.
+    pub stop: Option<std::sync::Arc<AtomicBool>>,
 }
 
 impl ReadCounters {
@@ -62,27 +66,40 @@ pub(crate) struct WorkQueue<'a> {
     batches: &'a [Range<usize>],
     next: AtomicUsize,
     failed: AtomicBool,
+    /// [`ReadCounters::stop`].
+    stop: Option<&'a AtomicBool>,
     error: Mutex<Option<Error>>,
     /// When the workers were started.
     pub started: Instant,
 }
 
 impl<'a> WorkQueue<'a> {
-    /// The work of `units` in `batches` (ranges of `units`, in claim order).
-    pub(crate) fn new(units: &'a [Unit], batches: &'a [Range<usize>]) -> WorkQueue<'a> {
+    /// The work of `units` in `batches` (ranges of `units`, in claim order), stopped
+    /// early when `counts.stop` is set.
+    pub(crate) fn new(
+        units: &'a [Unit],
+        batches: &'a [Range<usize>],
+        counts: &'a ReadCounters,
+    ) -> WorkQueue<'a> {
         WorkQueue {
             units,
             batches,
             next: AtomicUsize::new(0),
             failed: AtomicBool::new(false),
+            stop: counts.stop.as_deref(),
             error: Mutex::new(None),
             started: Instant::now(),
         }
     }
 
-    /// The next batch of units, if any is left and no worker failed.
+    /// Whether a worker failed or the read was stopped from outside.
+    fn halted(&self) -> bool {
+        self.failed.load(Ordering::Acquire) || self.stop.is_some_and(|s| s.load(Ordering::Acquire))
+    }
+
+    /// The next batch of units, if any is left and the read was not halted.
     pub(crate) fn claim(&self) -> Option<Range<usize>> {
-        if self.failed.load(Ordering::Acquire) {
+        if self.halted() {
             return None;
         }
         let b = self.next.fetch_add(1, Ordering::AcqRel);
@@ -100,7 +117,7 @@ impl<'a> WorkQueue<'a> {
 
     /// Up to `k` consecutive batches at once: the units they hold.
     pub(crate) fn claim_many(&self, k: usize) -> Option<Range<usize>> {
-        if self.failed.load(Ordering::Acquire) {
+        if self.halted() {
             return None;
         }
         let b = self.next.fetch_add(k.max(1), Ordering::AcqRel);
@@ -117,10 +134,14 @@ impl<'a> WorkQueue<'a> {
         self.failed.store(true, Ordering::Release);
     }
 
-    /// The first error of any worker, if one failed.
+    /// The first error of any worker, if one failed; an error too when the read was
+    /// stopped from outside (its output is incomplete).
     pub(crate) fn finish(self) -> Result<()> {
         match self.error.into_inner().unwrap_or_else(|p| p.into_inner()) {
             Some(e) => Err(e),
+            None if self.stop.is_some_and(|s| s.load(Ordering::Acquire)) => Err(Error::invalid(
+                "the read was stopped before it finished: another part of it failed",
+            )),
             None => Ok(()),
         }
     }
