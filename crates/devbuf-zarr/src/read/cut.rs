@@ -60,8 +60,9 @@ pub(crate) fn cut(range: Range<u64>, cell: u64, n: usize) -> Vec<Range<u64>> {
             prev = j;
         }
     } else {
+        // Rounded up: a range shorter than `n` gives its elements to the first parts.
         for i in 1..n as u64 {
-            let at = start as u128 + len as u128 * i as u128 / n as u128;
+            let at = start as u128 + (len as u128 * i as u128).div_ceil(n as u128);
             cuts.push(at as u64);
         }
     }
@@ -100,7 +101,8 @@ mod tests {
     #[test]
     fn fewer_chunks_than_parts_cut_evenly() {
         assert_eq!(check(0..100, 64, 4), [0..25, 25..50, 50..75, 75..100]);
-        assert_eq!(check(0..3, 100, 4), [0..0, 0..1, 1..2, 2..3]);
+        assert_eq!(check(0..3, 100, 4), [0..1, 1..2, 2..3, 3..3]);
+        assert_eq!(check(5..6, 100, 2), [5..6, 6..6]);
         assert_eq!(check(7..7, 2, 2), [7..7, 7..7]);
     }
 
