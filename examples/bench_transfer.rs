@@ -21,6 +21,10 @@
 //!   `cuMemcpyBatchAsync` scatter), one devbuf call per piece, one driver call per piece.
 //! * `async`: both directions at once on two streams (duplex).
 //! * `alloc`: `allocate` (cuMemAlloc) vs `allocate_pooled` vs raw cuMemAlloc/cuMemFree.
+//! * `peer`: device 0 <-> device 1 (1 MiB, 64 MiB, 1 GiB), both directions, with peer
+//!   access on and off (`Context::enable_peer_access` / `disable_peer_access`; the driver
+//!   rows run under the same state): devbuf's `copy_from_device` and `copy_from_device_on`
+//!   against `cuMemcpyPeer` and `cuMemcpyPeerAsync`. Skipped, saying why, with one GPU.
 //!
 //! `--csv PATH` also writes every measurement as `section,series,size_bytes,gbps,note`
 //! (`scripts/plot_transfer.py` draws `docs/img/transfer.png` from it).
@@ -1001,6 +1005,194 @@ fn section_alloc(b: &mut Bench, ctx: &Context, raw: &Raw) -> devbuf::Result<()> 
     Ok(())
 }
 
+/// Turns peer access between two devices on again when dropped, also when a measurement
+/// fails half-way (the rest of the program expects devbuf's default: on where possible).
+struct PeerOnAgain<'a>(&'a Context, &'a Context);
+
+impl Drop for PeerOnAgain<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.enable_peer_access(self.1);
+    }
+}
+
+fn section_peer(b: &mut Bench, ctx: &Context) -> devbuf::Result<()> {
+    println!("\n## Device to device across GPUs: devbuf vs the driver\n");
+    let count = cuda::device_count();
+    if count < 2 {
+        println!("Skipped: needs 2 GPUs, this machine has {count}.");
+        return Ok(());
+    }
+    let d1 = Context::new(1)?;
+    let _again = PeerOnAgain(ctx, &d1);
+    let direct = ctx.enable_peer_access(&d1)?;
+    let candidates: Vec<usize> = if b.quick {
+        vec![MIB, 64 * MIB]
+    } else {
+        vec![MIB, 64 * MIB, GIB]
+    };
+    // One buffer of the largest size per device, with room to spare.
+    let room = ctx.free_memory()?.min(d1.free_memory()?);
+    let sizes: Vec<usize> = candidates
+        .iter()
+        .copied()
+        .filter(|&n| n + 256 * MIB <= room)
+        .collect();
+    for &n in candidates.iter().filter(|n| !sizes.contains(n)) {
+        println!(
+            "({} skipped: {room} bytes free on the fuller device)",
+            label(n)
+        );
+    }
+    let Some(&max) = sizes.iter().max() else {
+        println!("Skipped: too little free device memory ({room} bytes).");
+        return Ok(());
+    };
+    println!(
+        "Device 0: {}, device 1: {}; direct peer access possible: {direct}. `devbuf` = \
+         `copy_from_device` + the destination context's synchronisation; `devbuf async` = \
+         `copy_from_device_on` a stream of the source's device + its synchronisation; \
+         `driver` = `cuMemcpyPeer` + `cuCtxSynchronize`; `driver async` = \
+         `cuMemcpyPeerAsync` on a stream of the source's device + `cuStreamSynchronize`. \
+         Peer access off (`Context::disable_peer_access`): the driver stages the copy \
+         through host memory; the driver rows run under the same state. GB/s (median), \
+         bytes copied once.\n",
+        ctx.device_name(),
+        d1.device_name()
+    );
+    println!(
+        "| direction | peer access | size | devbuf | devbuf async | driver | driver async | devbuf / best driver |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    let (a0, a1) = (ctx.allocate(max)?, d1.allocate(max)?);
+    let mut pattern = vec![0u8; max.min(64 * MIB)];
+    fill_pattern(&mut pattern, 3);
+    a0.copy_from_host(0, &pattern)?;
+    // Streams of each device, one for devbuf's rows and one for the driver's.
+    let ours = [Stream::new(ctx)?, Stream::new(&d1)?];
+    let theirs = [Stream::new(ctx)?, Stream::new(&d1)?];
+    for on in [true, false] {
+        if on {
+            ctx.enable_peer_access(&d1)?;
+        } else {
+            ctx.disable_peer_access(&d1)?;
+        }
+        let state = match (on, direct) {
+            (true, true) => "on",
+            (true, false) => "on (unavailable: staged)",
+            (false, _) => "off",
+        };
+        for (src, dst) in [(&a0, &a1), (&a1, &a0)] {
+            let (from, to) = (src.context().ordinal(), dst.context().ordinal());
+            let name = format!("{from}->{to}");
+            let (s_ours, s_theirs) = (&ours[from], &theirs[from]);
+            let raw_dst_ctx = dst.context().as_raw() as sys::CUcontext;
+            let raw_src_ctx = src.context().as_raw() as sys::CUcontext;
+            let raw_stream = s_theirs.as_raw() as sys::CUstream;
+            for &n in &sizes {
+                let reps = b.reps_for(n);
+                let (s, d) = (src.slice(0, n)?, dst.slice(0, n)?);
+                let (sa, da) = (s.address(), d.address());
+                let r = compare(
+                    n,
+                    reps,
+                    &mut [
+                        &mut || {
+                            d.copy_from_device(0, &s)?;
+                            d.context().synchronize()
+                        },
+                        &mut || {
+                            d.copy_from_device_on(0, &s, s_ours)?;
+                            s_ours.synchronize()
+                        },
+                        &mut || {
+                            // Safety: live contexts; `da` and `sa` are n-byte device
+                            // ranges of them.
+                            unsafe {
+                                drv(sys::cuCtxSetCurrent(raw_dst_ctx), "cuCtxSetCurrent")?;
+                                drv(
+                                    sys::cuMemcpyPeer(da, raw_dst_ctx, sa, raw_src_ctx, n),
+                                    "cuMemcpyPeer",
+                                )?;
+                                drv(sys::cuCtxSynchronize(), "cuCtxSynchronize")
+                            }
+                        },
+                        &mut || {
+                            // Safety: as above; the stream belongs to the source's context.
+                            unsafe {
+                                drv(sys::cuCtxSetCurrent(raw_src_ctx), "cuCtxSetCurrent")?;
+                                drv(
+                                    sys::cuMemcpyPeerAsync(
+                                        da,
+                                        raw_dst_ctx,
+                                        sa,
+                                        raw_src_ctx,
+                                        n,
+                                        raw_stream,
+                                    ),
+                                    "cuMemcpyPeerAsync",
+                                )?;
+                                drv(sys::cuStreamSynchronize(raw_stream), "cuStreamSynchronize")
+                            }
+                        },
+                    ],
+                );
+                let best = r[2].max(r[3]);
+                println!(
+                    "| {name} | {state} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                    label(n),
+                    r[0],
+                    r[1],
+                    r[2],
+                    r[3],
+                    r[0] / best
+                );
+                let note = format!("peer access {state}");
+                b.row(
+                    "peer",
+                    &format!("devbuf {name} peer {state}"),
+                    n,
+                    r[0],
+                    &note,
+                );
+                b.row(
+                    "peer",
+                    &format!("devbuf async {name} peer {state}"),
+                    n,
+                    r[1],
+                    &note,
+                );
+                b.row(
+                    "peer",
+                    &format!("driver {name} peer {state}"),
+                    n,
+                    r[2],
+                    &note,
+                );
+                b.row(
+                    "peer",
+                    &format!("driver async {name} peer {state}"),
+                    n,
+                    r[3],
+                    &note,
+                );
+            }
+        }
+    }
+    ctx.enable_peer_access(&d1)?;
+    // The copies moved the pattern 0 -> 1 -> 0 -> ...: device 1 holds it, device 0 too.
+    let k = pattern.len();
+    let check = DeviceBuffer::from_host(&d1, &pattern)?;
+    assert!(
+        check.equals(&a1.slice(0, k)?)?,
+        "peer: data check on device 1"
+    );
+    assert!(
+        a0.slice(0, k)?.equals(&a1.slice(0, k)?)?,
+        "peer: data check on device 0"
+    );
+    Ok(())
+}
+
 /// Transfer benchmark: devbuf against the raw CUDA driver, in the same run, plus the
 /// sweeps that tune the transfer engine. Without a GPU it says so and exits.
 #[derive(Parser)]
@@ -1012,7 +1204,7 @@ struct Cli {
     /// Also writes every measurement as `section,series,size_bytes,gbps,note`.
     #[arg(long, value_name = "PATH")]
     csv: Option<String>,
-    /// Only these sections: table, small, sweep, crossover, batch, async, alloc.
+    /// Only these sections: table, small, sweep, crossover, batch, async, alloc, peer.
     #[arg(long, value_name = "A,B", value_delimiter = ',')]
     only: Option<Vec<String>>,
     /// Passed by `cargo bench`; ignored.
@@ -1088,6 +1280,9 @@ fn run() -> devbuf::Result<()> {
     }
     if want("alloc") {
         section_alloc(&mut b, &ctx, &raw)?;
+    }
+    if want("peer") {
+        section_peer(&mut b, &ctx)?;
     }
     println!("\nengine stats: {:?}", ctx.transfer_stats());
     println!("bench_transfer took {:.1} s", t0.elapsed().as_secs_f64());

@@ -23,6 +23,7 @@ mod faults;
 mod flight;
 mod ipc;
 mod kernels;
+mod multi_gpu;
 mod nvcomp;
 #[cfg(feature = "object_store")]
 mod object_store;
