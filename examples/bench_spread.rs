@@ -13,7 +13,7 @@
 //! the selection's decoded bytes (a replicated read delivers `devices` times that;
 //! its own column), median of `--repeat` runs after a warm-up, page cache warm.
 //!
-//! Limits in the same run, per device alone and on every device at once: page-locked
+//! Limits in the same run (after the reads), per device alone and on every device at once: page-locked
 //! host -> device copies (PCIe), nvCOMP's zstd decode of 1 MiB chunks already on the
 //! device; the host's memory bandwidth (every core copying), every core decoding
 //! zstd-1 frames in memory, and peer copies between devices 0 and 1.
@@ -75,6 +75,9 @@ mod bench {
         /// Print each read's report.
         #[arg(long)]
         reports: bool,
+        /// Skip the limits (measured after the reads otherwise).
+        #[arg(long)]
+        no_limits: bool,
     }
 
     fn decoder(name: &str) -> devbuf::Result<Decoder> {
@@ -120,7 +123,6 @@ mod bench {
                 p
             }
         };
-        limits(&all, cores)?;
         let mut a = ZarrArray::open(&path)?;
         let whole: Vec<Range<u64>> = a.shape().iter().map(|&n| 0..n).collect();
         let bytes = a.shape().iter().product::<u64>() as f64 * a.dtype().size() as f64;
@@ -202,6 +204,10 @@ mod bench {
         }
         if args.store.is_none() && args.keep.is_none() {
             let _ = std::fs::remove_dir_all(path.parent().unwrap_or(&path));
+        }
+        if !args.no_limits {
+            println!();
+            limits(&all, cores)?;
         }
         Ok(())
     }

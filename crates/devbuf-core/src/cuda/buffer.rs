@@ -396,8 +396,18 @@ impl DeviceBuffer {
     /// `src` may live in the same context (a device-to-device copy), another context or
     /// another device (a peer copy, staged by the driver when the devices cannot reach
     /// each other directly). Overlapping ranges of one allocation are handled as
-    /// `memmove` does.
+    /// `memmove` does. The copy has finished when this returns (the driver's
+    /// device-to-device copies return early; devbuf waits for them), so the
+    /// destination can be used on any stream at once.
     pub fn copy_from_device(&self, position: usize, src: &DeviceBuffer) -> Result<()> {
+        self.copy_from_device_queued(position, src)?;
+        // The copies above ran on the legacy stream of the bound context: wait for it.
+        driver::stream_synchronize(std::ptr::null_mut())
+    }
+
+    /// [`copy_from_device`](Self::copy_from_device)'s copies, queued on the legacy
+    /// stream of the context left bound.
+    fn copy_from_device_queued(&self, position: usize, src: &DeviceBuffer) -> Result<()> {
         self.check_writable("copy_from_device")?;
         check_range("copy_from_device", position, src.len, self.len)?;
         let n = src.len;
@@ -417,7 +427,9 @@ impl DeviceBuffer {
                 let tmp = self.context().allocate(n)?;
                 driver::memcpy_dtod(tmp.address(), src.address(), n)?;
                 self.context().bind()?;
-                driver::memcpy_dtod(dst_addr, tmp.address(), n)
+                driver::memcpy_dtod(dst_addr, tmp.address(), n)?;
+                // `tmp` is freed on return: the copy out of it must have finished.
+                driver::stream_synchronize(std::ptr::null_mut())
             } else if overlap {
                 Ok(())
             } else {
