@@ -202,6 +202,10 @@ mod bench {
                 }
             }
         }
+        if !args.no_limits {
+            println!();
+            store_files_limit(&path, bytes, cores)?;
+        }
         if args.store.is_none() && args.keep.is_none() {
             let _ = std::fs::remove_dir_all(path.parent().unwrap_or(&path));
         }
@@ -405,6 +409,62 @@ mod bench {
                 "limits in this run: device 0 -> 1 copies {there:.1} GB/s, 1 -> 0 {back:.1} (direct peer access: {direct})"
             );
         }
+        Ok(())
+    }
+
+    /// Every core reading the store's files (page cache warm) into reused buffers, as
+    /// the GPU workers' readers do before nvCOMP: GB/s of stored bytes, and of the
+    /// decoded bytes they hold (`decoded` bytes in all).
+    fn store_files_limit(path: &std::path::Path, decoded: f64, cores: usize) -> devbuf::Result<()> {
+        use std::io::Read;
+        fn walk(p: &std::path::Path, out: &mut Vec<(PathBuf, usize)>) {
+            if let Ok(rd) = std::fs::read_dir(p) {
+                for e in rd.flatten() {
+                    let q = e.path();
+                    if q.is_dir() {
+                        walk(&q, out);
+                    } else if let Ok(m) = e.metadata() {
+                        out.push((q, m.len() as usize));
+                    }
+                }
+            }
+        }
+        let mut files = Vec::new();
+        walk(path, &mut files);
+        let stored: usize = files.iter().map(|f| f.1).sum();
+        let largest = files.iter().map(|f| f.1).max().unwrap_or(0);
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let secs = time_median(3, || {
+            next.store(0, std::sync::atomic::Ordering::Relaxed);
+            std::thread::scope(|s| {
+                let hs: Vec<_> = (0..cores)
+                    .map(|_| {
+                        let (files, next) = (&files, &next);
+                        s.spawn(move || -> std::io::Result<()> {
+                            let mut buf = vec![0u8; largest];
+                            while let Some((p, n)) =
+                                files.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                            {
+                                std::fs::File::open(p)?.read_exact(&mut buf[..*n])?;
+                            }
+                            Ok(())
+                        })
+                    })
+                    .collect();
+                hs.into_iter().try_for_each(|h| {
+                    h.join()
+                        .map_err(|_| devbuf::Error::invalid("a reader thread panicked"))?
+                        .map_err(|e| devbuf::Error::invalid(e.to_string()))
+                })
+            })
+        })?;
+        println!(
+            "limits in this run: {cores} threads reading the store's {} files ({:.0} MiB stored) from the page cache: {:.1} GB/s of stored bytes = {:.1} GB/s of the decoded bytes they hold",
+            files.len(),
+            stored as f64 / (1u64 << 20) as f64,
+            gbs(stored as f64, secs),
+            gbs(decoded, secs)
+        );
         Ok(())
     }
 

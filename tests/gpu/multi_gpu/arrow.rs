@@ -146,7 +146,10 @@ gpu_test! {
         let got = copy.to_host_vec().unwrap();
         assert!(got.len() >= host_values.len(), "{} value bytes on device 1, {} expected", got.len(), host_values.len());
         assert_bytes(&got[..host_values.len()], &host_values, "chunk values copied on device 1");
+        // The import's buffers (and the clone of one) keep the export alive.
         drop(imported);
+        assert_eq!(k.released_since(), 0, "a clone of an imported buffer keeps the export");
+        drop((values, copy));
         assert_eq!(k.released_since(), nodes, "released exactly once");
         assert_eq!(k.live_since(), 0);
 

@@ -400,19 +400,21 @@ impl DeviceBuffer {
     /// device-to-device copies return early; devbuf waits for them), so the
     /// destination can be used on any stream at once.
     pub fn copy_from_device(&self, position: usize, src: &DeviceBuffer) -> Result<()> {
-        self.copy_from_device_queued(position, src)?;
-        // The copies above ran on the legacy stream of the bound context: wait for it.
-        driver::stream_synchronize(std::ptr::null_mut())
+        if self.copy_from_device_queued(position, src)? {
+            // The copies ran on the legacy stream of the bound context: wait for it.
+            driver::stream_synchronize(std::ptr::null_mut())?;
+        }
+        Ok(())
     }
 
     /// [`copy_from_device`](Self::copy_from_device)'s copies, queued on the legacy
-    /// stream of the context left bound.
-    fn copy_from_device_queued(&self, position: usize, src: &DeviceBuffer) -> Result<()> {
+    /// stream of the context left bound; whether any was queued.
+    fn copy_from_device_queued(&self, position: usize, src: &DeviceBuffer) -> Result<bool> {
         self.check_writable("copy_from_device")?;
         check_range("copy_from_device", position, src.len, self.len)?;
         let n = src.len;
         if n == 0 {
-            return Ok(());
+            return Ok(false);
         }
         let dst_addr = self.address() + position as u64;
         if self.context().same_as(src.context()) {
@@ -429,11 +431,12 @@ impl DeviceBuffer {
                 self.context().bind()?;
                 driver::memcpy_dtod(dst_addr, tmp.address(), n)?;
                 // `tmp` is freed on return: the copy out of it must have finished.
-                driver::stream_synchronize(std::ptr::null_mut())
+                driver::stream_synchronize(std::ptr::null_mut())?;
+                Ok(false)
             } else if overlap {
-                Ok(())
+                Ok(false)
             } else {
-                driver::memcpy_dtod(dst_addr, src.address(), n)
+                driver::memcpy_dtod(dst_addr, src.address(), n).map(|()| true)
             }
         } else {
             if self.context().ordinal() != src.context().ordinal() {
@@ -449,6 +452,7 @@ impl DeviceBuffer {
                 src.context().inner.raw,
                 n,
             )
+            .map(|()| true)
         }
     }
 
