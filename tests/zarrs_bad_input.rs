@@ -437,16 +437,10 @@ fn chunks_far_past_the_array_cost_memory_of_the_read_not_of_the_chunk() {
                 let all = a.read_all(&BufferPrototype::Host).unwrap();
                 let shape: Vec<usize> = a.metadata().shape.iter().map(|&n| n as usize).collect();
                 assert_eq!(all.shape(), shape.as_slice());
-                assert!(
-                    all.all_equal(Some(fill.clone()), true).unwrap(),
-                    "{name} {kind}"
-                );
+                assert!(all.all_equal(Some(*fill), true).unwrap(), "{name} {kind}");
                 let last: Vec<u64> = a.metadata().grid_shape.iter().map(|&g| g - 1).collect();
                 let c = a.read_chunk(&last, &BufferPrototype::Host).unwrap();
-                assert!(
-                    c.all_equal(Some(fill.clone()), true).unwrap(),
-                    "{name} {kind}"
-                );
+                assert!(c.all_equal(Some(*fill), true).unwrap(), "{name} {kind}");
                 let grew = peak_rss().saturating_sub(before);
                 assert!(
                     grew < limit,

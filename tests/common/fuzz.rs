@@ -275,7 +275,7 @@ pub fn cap_memory() -> Result<Option<u64>, String> {
         return Err(format!("getrlimit: {}", std::io::Error::last_os_error()));
     }
     if r.rlim_cur != libc::RLIM_INFINITY && r.rlim_cur <= want {
-        return Ok(Some(r.rlim_cur as u64));
+        return Ok(Some(r.rlim_cur));
     }
     let cur = if r.rlim_max == libc::RLIM_INFINITY {
         want
@@ -290,7 +290,7 @@ pub fn cap_memory() -> Result<Option<u64>, String> {
     if unsafe { libc::setrlimit(libc::RLIMIT_AS, &new) } != 0 {
         return Err(format!("setrlimit: {}", std::io::Error::last_os_error()));
     }
-    Ok(Some(cur as u64))
+    Ok(Some(cur))
 }
 
 /// The harnesses running in this process, for a message when it aborts (an infallible
