@@ -16,7 +16,7 @@ use std::time::Duration;
 use devbuf::Error;
 use devbuf::zarr::{ArraySpec, MAX_CHUNK_BYTES, MAX_RANK, ZarrArray};
 use devbuf::zarr::{
-    AxisSel, BufferPrototype, ByteBuffer, Dtype, MemoryStore, NDBuffer, Slice, Store,
+    AxisSel, BufferPrototype, ByteBuffer, Dtype, MemoryStore, NDBuffer, Scalar, Slice, Store,
 };
 use zarrs_common::TempDir;
 
@@ -362,4 +362,109 @@ fn a_zero_axis_f_order_v2_array_is_refused_before_zarrs_parses_it() {
     let e = open_and_read(store_with(".zarray", doc)).unwrap_err();
     assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
     assert!(e.to_string().contains("zero axes"), "{e}");
+}
+
+/// This process's peak resident memory so far, bytes (`getrusage`).
+fn peak_rss() -> u64 {
+    let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // Safety: `getrusage` writes a `rusage` into the pointer it is given.
+    assert_eq!(
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, u.as_mut_ptr()) },
+        0
+    );
+    // Safety: initialised (zeroed, then written by `getrusage`).
+    let kib = unsafe { u.assume_init() }.ru_maxrss;
+    u64::try_from(kib).unwrap() * 1024
+}
+
+/// Issue 28, part 5: the input class that pushed a CI run out of memory (24 GB resident
+/// in `fuzz_zarr_metadata`). A chunk shape far past the array's (the fuzzer's edit: a
+/// fixture made 1-d, shape `[6]`, its chunk extent set to 2^31; here 24 GiB chunks of
+/// `[2^31, 3]` float32 for a `[10, 7]` array) with chunks that are not stored: reading
+/// the array filled a whole chunk of the fill value per worker (4 GiB for that input,
+/// 6.3 GB for a read of 280 bytes of `[2^28, 3]` chunks), zarrs-decoded chains twice.
+/// Now a chunk that is not stored costs memory of the read, not of the chunk, on every
+/// host read path (the engine's chains from a store or a directory, streamed or not,
+/// and chains zarrs decodes); a stored one is an error naming its size.
+#[test]
+fn chunks_far_past_the_array_cost_memory_of_the_read_not_of_the_chunk() {
+    const BYTES: &str = r#"{"name":"bytes","configuration":{"endian":"little"}}"#;
+    let doc = |shape: &str, chunks: &str, dtype: &str, fill: &str, codecs: &str| {
+        format!(
+            r#"{{"zarr_format":3,"node_type":"array","shape":{shape},"data_type":"{dtype}",
+            "chunk_grid":{{"name":"regular","configuration":{{"chunk_shape":{chunks}}}}},
+            "chunk_key_encoding":{{"name":"default","configuration":{{"separator":"/"}}}},
+            "fill_value":{fill},"codecs":[{BYTES}{codecs}]}}"#
+        )
+    };
+    let chains = [
+        ("bytes", String::new()),
+        (
+            "gzip",
+            r#",{"name":"gzip","configuration":{"level":5}}"#.to_string(),
+        ),
+        // Not a chain the engine decodes (two crc32c): zarrs decodes it.
+        (
+            "zarrs",
+            r#",{"name":"crc32c"},{"name":"crc32c"}"#.to_string(),
+        ),
+    ];
+    let limit = 512 << 20;
+    for (name, codecs) in &chains {
+        let docs = [
+            (
+                doc("[10,7]", "[2147483648,3]", "float32", "1.5", codecs),
+                Scalar::from(1.5f32),
+            ),
+            // The fuzz input (v3_int16_gzip, Rank(1), chunk extent 2^31).
+            (
+                doc("[6]", "[2147483648]", "int16", "0", codecs),
+                Scalar::from(0i16),
+            ),
+        ];
+        for (d, fill) in &docs {
+            let dir = TempDir::new("far-chunks");
+            std::fs::write(dir.join("zarr.json"), d).unwrap();
+            let arrays = [
+                (
+                    "store",
+                    ZarrArray::open_store(store_with("zarr.json", d), "").unwrap(),
+                ),
+                ("directory", ZarrArray::open(&dir.0).unwrap()),
+            ];
+            for (kind, a) in &arrays {
+                let before = peak_rss();
+                let all = a.read_all(&BufferPrototype::Host).unwrap();
+                let shape: Vec<usize> = a.metadata().shape.iter().map(|&n| n as usize).collect();
+                assert_eq!(all.shape(), shape.as_slice());
+                assert!(all.all_equal(Some(*fill), true).unwrap(), "{name} {kind}");
+                let last: Vec<u64> = a.metadata().grid_shape.iter().map(|&g| g - 1).collect();
+                let c = a.read_chunk(&last, &BufferPrototype::Host).unwrap();
+                assert!(c.all_equal(Some(*fill), true).unwrap(), "{name} {kind}");
+                let grew = peak_rss().saturating_sub(before);
+                assert!(
+                    grew < limit,
+                    "{name} chain, {kind}: reading {shape:?} of chunks {:?} raised the peak \
+                     resident memory by {grew} bytes",
+                    a.metadata().chunk_shape
+                );
+            }
+            // A stored chunk of that shape must decode to its whole size: an error
+            // naming the chunk (or the allocation refused), with modest memory too.
+            let key = if d.contains("[6]") { "c/0" } else { "c/0/0" };
+            std::fs::create_dir_all(dir.join(key).parent().unwrap()).unwrap();
+            std::fs::write(dir.join(key), vec![7u8; 100]).unwrap();
+            let before = peak_rss();
+            let e = ZarrArray::open(&dir.0)
+                .unwrap()
+                .read_all(&BufferPrototype::Host)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(key) || e.contains("cannot allocate"),
+                "{name}: {e}"
+            );
+            assert!(peak_rss().saturating_sub(before) < limit, "{name}: {e}");
+        }
+    }
 }

@@ -11,12 +11,24 @@
 //!
 //! Checks return [`Outcome`]s so that a harness can tally what happened (e.g. how many
 //! inputs were refused and how many read) and print it with the count.
+//!
+//! The seed is printed (flushed, to stdout and stderr, past the test harness's output
+//! capture) before the first input, so that a process that dies leaves it in the log.
+//! Each harness process caps its own address space ([`cap_memory`]: `DEVBUF_FUZZ_MEM_GB`,
+//! default 8 GiB, `RLIMIT_AS`), in `cargo test` as in the CI's fuzz step: an input that
+//! makes devbuf allocate without bound fails that harness (a fallible allocation is an
+//! error; an infallible one aborts, and the abort names the harnesses running, their
+//! seeds and the input) instead of pushing the machine out of memory. An input after
+//! which the process's peak resident memory grew by [`RSS_REPORT_STEP`] or more is
+//! printed with the peak.
 
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
+use std::io::Write;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use proptest::strategy::{Strategy, ValueTree};
@@ -124,18 +136,31 @@ where
         TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes));
     let tally = Tally::default();
     let limit = Duration::from_secs_f64(fuzz_secs());
-    // Printed first, so that a run that dies (out of memory, a signal) can be replayed.
-    eprintln!("fuzz {name}: seed {seed} (DEVBUF_FUZZ_SEED)");
+    // The cap first, then the seed, before any input: a run that dies (out of memory, a
+    // signal) leaves the seed in the log and can be replayed.
+    let cap = cap_memory();
+    let cap_text = match cap {
+        Ok(Some(bytes)) => format!("address space capped at {:.1} GiB", gib(bytes)),
+        Ok(None) => "no memory cap (DEVBUF_FUZZ_MEM_GB=0)".to_string(),
+        Err(e) => format!("no memory cap ({e})"),
+    };
+    say(&format!(
+        "fuzz {name}: seed {seed} (replay with DEVBUF_FUZZ_SEED={seed}); {cap_text}\n"
+    ));
+    let running = Running::start(name, seed, &cap_text);
     let trace = std::env::var_os("DEVBUF_FUZZ_TRACE").is_some();
     let t0 = Instant::now();
     let mut n = 0u64;
+    let mut reported_rss = peak_rss();
     loop {
         let tree = match strategy.new_tree(&mut runner) {
             Ok(t) => t,
             Err(e) => panic!("fuzz {name}: the strategy gave up: {e}"),
         };
+        running.at(n);
+        let shown = tree.current();
         if trace {
-            eprintln!("fuzz {name}: input {n}: {:?}", tree.current());
+            eprintln!("fuzz {name}: input {n}: {shown:?}");
         }
         let result = runner.run_one(tree, |v| match check(v) {
             Ok(what) => {
@@ -144,6 +169,16 @@ where
             }
             Err(msg) => Err(TestCaseError::fail(msg)),
         });
+        let rss = peak_rss();
+        if rss >= reported_rss.saturating_add(RSS_REPORT_STEP) {
+            reported_rss = rss;
+            let input: String = format!("{shown:?}").chars().take(2000).collect();
+            say(&format!(
+                "fuzz {name}: input {n} raised the peak resident memory to {:.2} GiB \
+                 (seed {seed}): {input}\n",
+                gib(rss)
+            ));
+        }
         n += 1;
         match result {
             Ok(_) => {}
@@ -157,13 +192,210 @@ where
             break;
         }
     }
+    drop(running);
     let secs = t0.elapsed().as_secs_f64();
     println!(
-        "fuzz {name}: {n} inputs in {secs:.1} s (seed {seed}){}{}",
+        "fuzz {name}: {n} inputs in {secs:.1} s (seed {seed}; peak resident {:.2} GiB){}{}",
+        gib(peak_rss()),
         if tally.text().is_empty() { "" } else { ": " },
         tally.text()
     );
     Report { inputs: n, tally }
+}
+
+/// Writes `text` to stdout and stderr, flushed, through the handles rather than
+/// `print!` (which the test harness captures: a killed process would lose it).
+fn say(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+    drop(out);
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
+fn gib(bytes: u64) -> f64 {
+    bytes as f64 / (1u64 << 30) as f64
+}
+
+/// The default of `DEVBUF_FUZZ_MEM_GB`: the address space of a fuzz harness process, in
+/// GiB.
+pub const DEFAULT_MEM_GIB: f64 = 8.0;
+
+/// Growth of the peak resident memory after which the input is printed.
+pub const RSS_REPORT_STEP: u64 = 1 << 30;
+
+/// The process's peak resident memory so far, bytes (`getrusage`).
+pub fn peak_rss() -> u64 {
+    let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // Safety: `getrusage` writes a `rusage` into the pointer it is given.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, u.as_mut_ptr()) } != 0 {
+        return 0;
+    }
+    // Safety: initialised (zeroed, then written by `getrusage`).
+    let kib = unsafe { u.assume_init() }.ru_maxrss;
+    u64::try_from(kib).unwrap_or(0).saturating_mul(1024)
+}
+
+/// Caps this process's address space (`RLIMIT_AS`) at `DEVBUF_FUZZ_MEM_GB` GiB (default
+/// [`DEFAULT_MEM_GIB`]; `0` for no cap) unless it is capped lower already (`ulimit -v`),
+/// and returns the cap in force. The cap is of the whole process (every test of the
+/// binary; each `tests/fuzz_*.rs` is its own) and stays until it exits.
+///
+/// Address space, not resident memory (which cannot be capped): what a process maps
+/// counts whether it is touched or not, e.g. glibc reserves 64 MiB of address space per
+/// malloc arena (up to 8 per core), so the arenas are limited to 8 here, whatever the
+/// machine's cores. A CUDA context reserves far more than any cap: the harnesses run
+/// no device code.
+pub fn cap_memory() -> Result<Option<u64>, String> {
+    let gb = match std::env::var("DEVBUF_FUZZ_MEM_GB") {
+        Ok(v) => v
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|g| g.is_finite() && *g >= 0.0)
+            .ok_or_else(|| {
+                format!("DEVBUF_FUZZ_MEM_GB={v:?}: expected a number of GiB, 0 for no cap")
+            })?,
+        Err(_) => DEFAULT_MEM_GIB,
+    };
+    if gb == 0.0 {
+        return Ok(None);
+    }
+    let want = (gb * (1u64 << 30) as f64) as libc::rlim_t;
+    #[cfg(target_env = "gnu")]
+    // Safety: `mallopt` only sets a parameter of glibc's allocator.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 8);
+    }
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // Safety: `getrlimit` writes the limit into `r`.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut r) } != 0 {
+        return Err(format!("getrlimit: {}", std::io::Error::last_os_error()));
+    }
+    if r.rlim_cur != libc::RLIM_INFINITY && r.rlim_cur <= want {
+        return Ok(Some(r.rlim_cur));
+    }
+    let cur = if r.rlim_max == libc::RLIM_INFINITY {
+        want
+    } else {
+        want.min(r.rlim_max)
+    };
+    let new = libc::rlimit {
+        rlim_cur: cur,
+        rlim_max: r.rlim_max,
+    };
+    // Safety: `setrlimit` reads the limit from `new`.
+    if unsafe { libc::setrlimit(libc::RLIMIT_AS, &new) } != 0 {
+        return Err(format!("setrlimit: {}", std::io::Error::last_os_error()));
+    }
+    Ok(Some(cur))
+}
+
+/// The harnesses running in this process, for a message when it aborts (an infallible
+/// allocation that the cap refused aborts the process; the test harness cannot report
+/// that): what to print, and the input each is at.
+const SLOTS: usize = 8;
+
+struct Abort {
+    /// `fuzz <name>: the process aborted at input `
+    head: &'static [u8],
+    /// ` (seed ..., replay with ...; the memory cap)\n`
+    tail: &'static [u8],
+}
+
+static RUNNING: [AtomicPtr<Abort>; SLOTS] = [const { AtomicPtr::new(std::ptr::null_mut()) }; SLOTS];
+static AT_INPUT: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
+
+/// A harness's place in [`RUNNING`] while it runs.
+struct Running(Option<usize>);
+
+impl Running {
+    fn start(name: &str, seed: u64, cap: &str) -> Running {
+        static HANDLER: std::sync::Once = std::sync::Once::new();
+        HANDLER.call_once(|| {
+            // Safety: installs a handler that only reads atomics and static bytes and
+            // calls `write`, `signal` and `raise` (async-signal-safe).
+            unsafe {
+                libc::signal(
+                    libc::SIGABRT,
+                    on_abort as extern "C" fn(libc::c_int) as libc::sighandler_t,
+                );
+            }
+        });
+        let msg: &'static Abort = Box::leak(Box::new(Abort {
+            head: Box::leak(
+                format!("fuzz {name}: the process aborted at input ")
+                    .into_bytes()
+                    .into_boxed_slice(),
+            ),
+            tail: Box::leak(
+                format!(
+                    " (seed {seed}; replay with DEVBUF_FUZZ_SEED={seed}, DEVBUF_FUZZ_TRACE=1 \
+                     prints each input; {cap}, DEVBUF_FUZZ_MEM_GB)\n"
+                )
+                .into_bytes()
+                .into_boxed_slice(),
+            ),
+        }));
+        let p = msg as *const Abort as *mut Abort;
+        let slot = (0..SLOTS).find(|&i| {
+            RUNNING[i]
+                .compare_exchange(std::ptr::null_mut(), p, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        });
+        Running(slot)
+    }
+
+    fn at(&self, n: u64) {
+        if let Some(i) = self.0 {
+            AT_INPUT[i].store(n, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(i) = self.0 {
+            RUNNING[i].store(std::ptr::null_mut(), Ordering::SeqCst);
+        }
+    }
+}
+
+extern "C" fn on_abort(sig: libc::c_int) {
+    let write = |b: &[u8]| {
+        // Safety: writes `b` to standard error.
+        unsafe { libc::write(2, b.as_ptr().cast(), b.len()) };
+    };
+    for (slot, at) in RUNNING.iter().zip(&AT_INPUT) {
+        let p = slot.load(Ordering::SeqCst);
+        if p.is_null() {
+            continue;
+        }
+        // Safety: slots hold leaked (never freed) messages.
+        let m = unsafe { &*p };
+        write(m.head);
+        let mut digits = [0u8; 20];
+        let mut k = digits.len();
+        let mut v = at.load(Ordering::Relaxed);
+        loop {
+            k -= 1;
+            digits[k] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        write(&digits[k..]);
+        write(m.tail);
+    }
+    // Safety: back to the default action, then the signal again: the process aborts
+    // as it would have.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
 }
 
 /// Extreme and ordinary 64-bit values for overwriting length and offset fields.

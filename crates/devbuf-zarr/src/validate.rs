@@ -24,9 +24,11 @@ use devbuf_core::zarr::{Dtype, ElementType};
 /// The most axes an array may have (numpy's limit, `NPY_MAXDIMS`, is 64 too).
 pub const MAX_RANK: usize = 64;
 
-/// The most bytes one chunk (or shard) may hold when decoded: 1 TiB. Chunks are read
-/// whole, so a chunk must fit in memory; real zarr chunks are kilobytes to a few
-/// hundred megabytes. Each chunk extent is thereby at most `MAX_CHUNK_BYTES` too, and
+/// The most bytes one chunk (or shard) may hold when decoded: 1 TiB. Stored chunks are
+/// decoded whole, so a stored chunk must fit in memory (its buffer is allocated
+/// fallibly); a chunk that is not stored costs no memory of its size (the read engine
+/// writes the fill value only where a read places it). Real zarr chunks are kilobytes
+/// to a few hundred megabytes. Each chunk extent is thereby at most `MAX_CHUNK_BYTES` too, and
 /// so is a shard's index (16 bytes per inner chunk).
 pub const MAX_CHUNK_BYTES: u64 = 1 << 40;
 
@@ -555,7 +557,9 @@ fn check_codecs(
                 d.unsupported(
                     &inner_field,
                     format_args!(
-                        "{} makes {} inner chunks per shard of {}: the shard's bytes times                          its inner chunks exceed MAX_SHARD_PRODUCT = 2^56 (zarrs bounds a                          shard's encoded size by that product)",
+                        "{} makes {} inner chunks per shard of {}: the shard's bytes times \
+                         its inner chunks exceed MAX_SHARD_PRODUCT = 2^56 (zarrs bounds a \
+                         shard's encoded size by that product)",
                         fmt_axes(&inner),
                         fmt_axes(&over_outer),
                         fmt_axes(outer)

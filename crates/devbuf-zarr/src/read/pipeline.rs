@@ -98,6 +98,13 @@ pub(crate) fn read_host(
                     && streamed
                     && super::incremental::runs_of(src, p, host.len, &mut runs)?
                 {
+                    // Not stored: the fill value where the read places it, not the
+                    // whole chunk piece by piece.
+                    if src.open_stored_with(&u.cell, &mut last)?.is_none() {
+                        fill_host(src, p, &host)?;
+                        counts.note_cpu_unit(false, src.cell_bytes);
+                        continue;
+                    }
                     if piece.is_empty() {
                         piece = zeroed_vec(piece_bytes)?;
                     }
@@ -126,21 +133,49 @@ pub(crate) fn read_host(
                         continue;
                     }
                 }
-                if scratch.is_empty() {
-                    scratch = zeroed_vec(src.cell_bytes)?;
-                }
-                counts.note_cpu_unit(
-                    src.decode_in(&u.cell, &mut scratch, &mut last)?,
-                    src.cell_bytes,
-                );
+                // Decoded whole into the worker's scratch (allocated for the first
+                // stored unit), then placed; a unit that is not stored is the fill
+                // value where the read places it: memory of the read's size, not of
+                // the chunk's (see `ZarrSource::decode_stored`).
+                let stored = src.decode_stored(
+                    &u.cell,
+                    || {
+                        if scratch.is_empty() {
+                            scratch = zeroed_vec(src.cell_bytes)?;
+                        }
+                        Ok(scratch.as_mut_slice())
+                    },
+                    &mut last,
+                )?;
+                counts.note_cpu_unit(stored, src.cell_bytes);
                 for p in &u.placements {
-                    place_host(src, &scratch, p, &host)?;
+                    if stored {
+                        place_host(src, &scratch, p, &host)?;
+                    } else {
+                        fill_host(src, p, &host)?;
+                    }
                 }
             }
         }
         Ok(())
     });
     run.finish()
+}
+
+/// Writes the fill value into the bytes of the host output that placement `p` of a
+/// unit that is not stored covers.
+fn fill_host(src: &ZarrSource<'_>, p: &Placement, out: &HostOut) -> Result<()> {
+    let Some(plan) = super::place::unit_plan(src, p, out.len)? else {
+        return Ok(());
+    };
+    devbuf_core::memory::host_ops::for_each_run(&plan, |_, d, run| {
+        // Safety: `layout::plan` checked that every destination byte lies within the
+        // output's `len` bytes; they belong to this unit's placement alone (see
+        // `HostOut`). Runs are whole elements.
+        let dst = unsafe { std::slice::from_raw_parts_mut(out.ptr.add(d), run) };
+        src.fill_into(dst);
+    });
+    Ok(())
 }
 
 /// Whether a box of `shape` with byte `strides` covers one contiguous C-order run.

@@ -435,30 +435,75 @@ impl<'a> ZarrSource<'a> {
         dst: &mut [u8],
         last: &mut Option<OpenFile>,
     ) -> Result<bool> {
-        if dst.len() != self.cell_bytes {
-            return Err(Error::invalid(format!(
-                "decode of {}: {} bytes given for a {}-byte chunk",
-                self.describe(cell),
-                dst.len(),
-                self.cell_bytes
-            )));
+        let mut given = Some(dst);
+        let stored = self.decode_stored(
+            cell,
+            || {
+                given
+                    .take()
+                    .ok_or_else(|| Error::invalid("read engine: a unit decoded twice"))
+            },
+            last,
+        )?;
+        if !stored && let Some(dst) = given {
+            self.check_len(cell, dst.len())?;
+            self.fill_into(dst);
         }
+        Ok(stored)
+    }
+
+    /// Decodes unit `cell` if it is stored, into the buffer `dst` gives (asked for only
+    /// then, [`cell_bytes`](Self::cell_bytes) long); returns whether it was. A unit that
+    /// is not stored asks for nothing: the caller places the fill value where the read
+    /// needs it, so that a chunk that is not stored never costs memory of its size (a
+    /// chunk shape far past the array's, `[2^31]` for an array of `[6]`, would
+    /// otherwise fill gigabytes for a read of a few bytes).
+    pub(crate) fn decode_stored<'d>(
+        &self,
+        cell: &[u64],
+        dst: impl FnOnce() -> Result<&'d mut [u8]>,
+        last: &mut Option<OpenFile>,
+    ) -> Result<bool> {
         let Some(chain) = self.chain() else {
+            let key = self.array.chunk_key(cell);
+            match self.array.storage().size_key(&key) {
+                Ok(Some(_)) => {}
+                Ok(None) => return Ok(false),
+                Err(e) => return Err(self.storage_err(&self.describe(cell), e)),
+            }
+            let dst = dst()?;
+            self.check_len(cell, dst.len())?;
             return self.decode_with_zarrs(cell, dst);
         };
         if self.root.is_some() {
-            return self.decode_from_file(chain, cell, dst, last);
+            let Some((offset, len)) = self.open_stored_with(cell, last)? else {
+                return Ok(false);
+            };
+            let dst = dst()?;
+            self.check_len(cell, dst.len())?;
+            return self.decode_from_file(chain, cell, (offset, len), dst, last);
         }
         match self.fetch(cell)? {
-            Stored::Missing => {
-                self.fill_into(dst);
-                Ok(false)
-            }
+            Stored::Missing => Ok(false),
             Stored::Bytes(b) => {
+                let dst = dst()?;
+                self.check_len(cell, dst.len())?;
                 codec::decode_into(chain, &b, dst, &|| self.describe(cell))?;
                 Ok(true)
             }
         }
+    }
+
+    /// Checks that a buffer of `len` bytes holds exactly one decoded unit.
+    fn check_len(&self, cell: &[u64], len: usize) -> Result<()> {
+        if len != self.cell_bytes {
+            return Err(Error::invalid(format!(
+                "decode of {}: {len} bytes given for a {}-byte chunk",
+                self.describe(cell),
+                self.cell_bytes
+            )));
+        }
+        Ok(())
     }
 
     /// The byte range of `cell` in its file (`None`: the whole file), or `Err(None)`
@@ -479,19 +524,17 @@ impl<'a> ZarrSource<'a> {
             .map(|range| (path, Some(range))))
     }
 
-    /// Reads `cell`'s stored bytes from its file and decodes them into `dst`: an
+    /// Reads `cell`'s stored bytes (`offset`, `len` in the file `last` holds: see
+    /// [`open_stored_with`](Self::open_stored_with)) and decodes them into `dst`: an
     /// uncompressed unit straight into `dst`, others through the thread's buffer.
     fn decode_from_file(
         &self,
         chain: &codec::Chain,
         cell: &[u64],
+        (offset, len): (u64, u64),
         dst: &mut [u8],
         last: &mut Option<OpenFile>,
     ) -> Result<bool> {
-        let Some((offset, len)) = self.open_stored_with(cell, last)? else {
-            self.fill_into(dst);
-            return Ok(false);
-        };
         let file = &last
             .as_ref()
             .ok_or_else(|| Error::invalid("read engine: no open file for a stored unit"))?
@@ -606,12 +649,10 @@ impl<'a> ZarrSource<'a> {
 
     /// A chain the engine does not decode itself: `zarrs` decodes the whole chunk, and
     /// its size is checked.
+    /// Called for a stored chunk only ([`decode_stored`](Self::decode_stored)): zarrs
+    /// would allocate and fill a whole chunk for one that is not stored.
     fn decode_with_zarrs(&self, cell: &[u64], dst: &mut [u8]) -> Result<bool> {
         let what = self.describe(cell);
-        let stored = match self.array.storage().size_key(&self.array.chunk_key(cell)) {
-            Ok(s) => s.is_some(),
-            Err(e) => return Err(self.storage_err(&what, e)),
-        };
         let bytes = super::super::guard(&format!("decoding {what}"), || {
             self.array
                 .retrieve_chunk::<ArrayBytes<'static>>(cell)
@@ -631,7 +672,7 @@ impl<'a> ZarrSource<'a> {
             )));
         }
         dst.copy_from_slice(&raw);
-        Ok(stored)
+        Ok(true)
     }
 }
 
