@@ -63,6 +63,9 @@ mod bench {
         /// Timed runs per figure (after one warm-up).
         #[arg(long, default_value_t = 5)]
         repeat: usize,
+        /// Device counts read onto (default 1, 2, 4, ... up to the machine's).
+        #[arg(long, value_delimiter = ',')]
+        devices: Vec<usize>,
         /// Decoders timed: gpu, auto, cpu, both (comma-separated).
         #[arg(long, default_value = "gpu,auto", value_delimiter = ',')]
         decoders: Vec<String>,
@@ -75,6 +78,10 @@ mod bench {
         /// Print each read's report.
         #[arg(long)]
         reports: bool,
+        /// Read threads of the whole read (`ReadOptions::threads`; each device gets an
+        /// equal share). Default: one per core.
+        #[arg(long)]
+        threads: Option<usize>,
         /// Skip the limits (measured after the reads otherwise).
         #[arg(long)]
         no_limits: bool,
@@ -145,10 +152,19 @@ mod bench {
         if !counts.contains(&count) {
             counts.push(count);
         }
+        if !args.devices.is_empty() {
+            counts = args
+                .devices
+                .iter()
+                .copied()
+                .filter(|&n| n >= 1 && n <= count)
+                .collect();
+        }
         for name in &args.decoders {
             let d = decoder(name)?;
             a.set_read_options(ReadOptions {
                 decoder: d,
+                threads: args.threads,
                 ..ReadOptions::default()
             })?;
             for (label, spread) in [

@@ -95,7 +95,7 @@ mod tests {
         assert_eq!(check(5..95, 10, 2), [5..50, 50..95]);
         assert_eq!(check(5..25, 10, 3), [5..10, 10..20, 20..25]);
         // One part: the whole range.
-        assert_eq!(check(3..17, 4, 1), [3..17]);
+        assert_eq!(check(3..17, 4, 1), vec![3..17]);
     }
 
     #[test]
