@@ -220,7 +220,7 @@ mod bench {
         }
         if !args.no_limits {
             println!();
-            store_files_limit(&path, bytes, cores)?;
+            store_files_limit(&path, bytes, cores, &all)?;
         }
         if args.store.is_none() && args.keep.is_none() {
             let _ = std::fs::remove_dir_all(path.parent().unwrap_or(&path));
@@ -431,7 +431,12 @@ mod bench {
     /// Every core reading the store's files (page cache warm) into reused buffers, as
     /// the GPU workers' readers do before nvCOMP: GB/s of stored bytes, and of the
     /// decoded bytes they hold (`decoded` bytes in all).
-    fn store_files_limit(path: &std::path::Path, decoded: f64, cores: usize) -> devbuf::Result<()> {
+    fn store_files_limit(
+        path: &std::path::Path,
+        decoded: f64,
+        cores: usize,
+        devs: &[Context],
+    ) -> devbuf::Result<()> {
         use std::io::Read;
         fn walk(p: &std::path::Path, out: &mut Vec<(PathBuf, usize)>) {
             if let Ok(rd) = std::fs::read_dir(p) {
@@ -475,11 +480,84 @@ mod bench {
             })
         })?;
         println!(
-            "limits in this run: {cores} threads reading the store's {} files ({:.0} MiB stored) from the page cache: {:.1} GB/s of stored bytes = {:.1} GB/s of the decoded bytes they hold",
+            "limits in this run: {cores} threads reading the store's {} files ({:.0} MiB stored) from the page cache into one reused buffer each: {:.1} GB/s of stored bytes = {:.1} GB/s of the decoded bytes they hold",
             files.len(),
             stored as f64 / (1u64 << 20) as f64,
             gbs(stored as f64, secs),
             gbs(decoded, secs)
+        );
+        // As the GPU workers' readers stage them: every file at its own place in
+        // page-locked memory (memory traffic, not cache), then (second figure) with
+        // every device uploading its share of the staged bytes at the same time.
+        let mut offsets = Vec::with_capacity(files.len());
+        let mut at = 0usize;
+        for f in &files {
+            offsets.push(at);
+            at += f.1.next_multiple_of(256);
+        }
+        let mut staging = devs[0].allocate_host(at.max(1))?;
+        let base = staging.as_mut_ptr() as usize;
+        let read_all = |next: &std::sync::atomic::AtomicUsize| {
+            std::thread::scope(|s| {
+                let hs: Vec<_> = (0..cores)
+                    .map(|_| {
+                        let (files, offsets) = (&files, &offsets);
+                        s.spawn(move || -> std::io::Result<()> {
+                            loop {
+                                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                let Some((p, n)) = files.get(i) else { break };
+                                // Safety: each file has its own range of the staging
+                                // buffer, which outlives the scope.
+                                let dst = unsafe {
+                                    std::slice::from_raw_parts_mut(
+                                        (base + offsets[i]) as *mut u8,
+                                        *n,
+                                    )
+                                };
+                                std::fs::File::open(p)?.read_exact(dst)?;
+                            }
+                            Ok(())
+                        })
+                    })
+                    .collect();
+                hs.into_iter().try_for_each(|h| {
+                    h.join()
+                        .map_err(|_| devbuf::Error::invalid("a reader thread panicked"))?
+                        .map_err(|e| devbuf::Error::invalid(e.to_string()))
+                })
+            })
+        };
+        let staged = time_median(3, || read_all(&std::sync::atomic::AtomicUsize::new(0)))?;
+        let share = at.div_ceil(devs.len()).next_multiple_of(256);
+        let targets = devs
+            .iter()
+            .map(|c| c.allocate(share))
+            .collect::<devbuf::Result<Vec<_>>>()?;
+        // The uploads read a second page-locked buffer of the same size (the bytes a
+        // reader staged earlier), while the readers fill the first.
+        let staged_earlier = devs[0].allocate_host(at.max(1))?;
+        let staging = &staged_earlier;
+        let both = time_median(3, || {
+            std::thread::scope(|s| {
+                let up = s.spawn(|| {
+                    targets.iter().enumerate().try_for_each(|(i, d)| {
+                        let from = (i * share).min(at);
+                        let to = ((i + 1) * share).min(at);
+                        d.slice(0, to - from)?.copy_from_host(0, &staging[from..to])
+                    })
+                });
+                let r = read_all(&std::sync::atomic::AtomicUsize::new(0));
+                up.join()
+                    .map_err(|_| devbuf::Error::invalid("the upload thread panicked"))??;
+                r
+            })
+        })?;
+        println!(
+            "limits in this run: {cores} threads reading the store's files into page-locked memory, each at its own place: {:.1} GB/s stored = {:.1} GB/s decoded; while the {} devices upload the staged bytes: {:.1} GB/s decoded",
+            gbs(stored as f64, staged),
+            gbs(decoded, staged),
+            devs.len(),
+            gbs(decoded, both)
         );
         Ok(())
     }
