@@ -149,6 +149,13 @@ impl ZarrArray {
             Spread::Partition { axis } => axis,
             Spread::Replicate => 0,
         };
+        if shape.is_empty() {
+            return Err(Error::invalid(format!(
+                "{} has no axes to spread over devices (a zero-dimensional array: read it \
+                 onto one device with read_subset)",
+                self.location()
+            )));
+        }
         if axis >= shape.len() {
             return Err(Error::invalid(format!(
                 "Spread::Partition axis {axis} is out of range for {} with {} dimension(s) \
