@@ -263,7 +263,8 @@ fn writes_into_bz2_pcodec_and_time_arrays_read_back() {
         // Rewrite a box across chunks (read-modify-write through zarrs' encoders) and
         // the missing chunk (1, 1) with values of the read's own type.
         let part = a.read_subset(&[1..6, 2..5], &HOST).unwrap();
-        a.write_subset(&[4, 3], &part).unwrap_or_else(|e| panic!("{name}: {e}"));
+        a.write_subset(&[4, 3], &part)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
         let back = a.read_subset(&[4..9, 3..6], &HOST).unwrap();
         assert_eq!(bytes_of(&back), bytes_of(&part), "{name}");
         assert!(a.chunk_is_stored(&[1, 1]).unwrap(), "{name}");
@@ -277,7 +278,10 @@ fn writes_into_bz2_pcodec_and_time_arrays_read_back() {
             "{name}"
         );
         assert_eq!(
-            ZarrArray::open(tmp.join(name)).unwrap().metadata().time_unit,
+            ZarrArray::open(tmp.join(name))
+                .unwrap()
+                .metadata()
+                .time_unit,
             a.metadata().time_unit,
             "{name}"
         );
