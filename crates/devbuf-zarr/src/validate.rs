@@ -82,12 +82,12 @@ const REFUSED_CODECS: &[(&str, &str)] = &[
     #[cfg(not(feature = "zfp"))]
     (
         "zfpy",
-        "devbuf-zarr was built without its `zfp` feature (zfp's C library)",
+        "devbuf-zarr was built without its `zfp` feature (zfp's C library: CMake and libclang)",
     ),
     #[cfg(not(feature = "zfp"))]
     (
         "zfp",
-        "devbuf-zarr was built without its `zfp` feature (zfp's C library)",
+        "devbuf-zarr was built without its `zfp` feature (zfp's C library: CMake and libclang)",
     ),
 ];
 
