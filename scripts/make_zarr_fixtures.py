@@ -2,6 +2,7 @@
 """Generates the zarr fixtures that devbuf's `zarrs` feature must read bit-exactly.
 
     python3 scripts/make_zarr_fixtures.py [OUT_DIR]    # default tests/fixtures/zarr
+    python3 scripts/make_zarr_fixtures.py --codecs [OUT_DIR]    # default tests/fixtures/zarr_codecs
 
 Needs zarr-python 3 and numcodecs (pip install "zarr>=3" numcodecs). Every array is
 written by zarr-python into a directory store; beside it, `expected/<name>.bin` holds the
@@ -10,6 +11,16 @@ one byte per bool), and `manifest.json` lists each fixture with its shape, numpy
 zarr format, order, fill value, compressor, whether it is sharded and which chunks were
 left unwritten. The data is deterministic (seeded), so re-running the script reproduces
 the same expected bytes (compressed chunks may differ between library versions).
+
+`--codecs` writes the second set, tests/fixtures/zarr_codecs (issue 28, part 4), and
+leaves the first alone: numcodecs' other codecs (bz2, bitround, pcodec, zfpy, fletcher32,
+adler32, shuffle) and numpy datetime64 / timedelta64 arrays, which devbuf reads (the
+manifest's `time_unit` names the unit of the int64 values), and under `refused` arrays
+devbuf refuses as unsupported (lzma, delta, quantize, variable-length strings,
+structured types), each with the name its error must contain. Lossy codecs (bitround,
+zfpy) record what zarr-python reads back. Written with pinned versions:
+
+    pip install "zarr==3.1.6" "numcodecs==0.16.6" "numpy==2.4.6" "pcodec==1.1.0" "zfpy==1.0.1"
 """
 import json
 import os
@@ -64,7 +75,7 @@ fixtures = []
 
 
 def write(name, arr_fn, full, fmt, order="C", fill=None, compressor="none", sharded=False, missing=(),
-          stored_byteorder=None):
+          stored_byteorder=None, lossy=False, time_unit=None):
     path = os.path.join(OUT, name + ".zarr")
     arr = arr_fn(path)
     # Write every chunk except the missing ones, chunk by chunk.
@@ -75,10 +86,17 @@ def write(name, arr_fn, full, fmt, order="C", fill=None, compressor="none", shar
         if tuple(idx) in missing:
             continue
         sl = tuple(slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(idx, chunks, full.shape))
-        arr[sl] = full[sl]
+        arr[sl] = np.ascontiguousarray(full[sl])
         expected[sl] = full[sl]
     back = arr[...]
-    assert np.array_equal(back, expected, equal_nan=expected.dtype.kind in "fc"), name
+    if lossy:
+        expected = back
+    assert np.array_equal(back, expected, equal_nan=expected.dtype.kind in "fcmM"), name
+    if time_unit is not None:
+        # datetime64 / timedelta64: the int64 counts of the unit.
+        expected = expected.view("<i8")
+        full = full.view("<i8")
+        fill = int(np.array(arr.fill_value).view("<i8"))
     le = expected.astype(expected.dtype.newbyteorder("<")) if expected.dtype.itemsize > 1 else expected
     with open(os.path.join(OUT, "expected", name + ".bin"), "wb") as f:
         f.write(np.ascontiguousarray(le).tobytes(order="C"))
@@ -97,6 +115,7 @@ def write(name, arr_fn, full, fmt, order="C", fill=None, compressor="none", shar
         # With sharding, `chunks` are the inner chunks and `shards` the stored chunks.
         "shards": list(arr.shards) if sharded else None,
         "missing_chunks": [list(m) for m in missing],
+        **({"time_unit": time_unit} if time_unit is not None else {}),
     })
 
 
@@ -189,5 +208,106 @@ def main():
     print(f"wrote {len(fixtures)} fixtures to {OUT}")
 
 
+def main_codecs():
+    """The second set (see the module documentation)."""
+    import numcodecs
+    from zarr.codecs import numcodecs as nc
+    global RNG
+    RNG = np.random.default_rng(20261126)
+    if os.path.exists(OUT):
+        shutil.rmtree(OUT)
+    os.makedirs(os.path.join(OUT, "expected"))
+    shape, chunks = (10, 7), (4, 3)
+    missing = ((1, 1),)
+    f64 = data_for("float64", shape)
+    f32 = data_for("float32", shape)
+    i32 = data_for("int32", shape)
+    i64 = data_for("int64", shape)
+    smooth = np.cumsum(RNG.integers(-3, 4, int(np.prod(shape)))).reshape(shape).astype("int64")
+    wave = np.sin(np.arange(int(np.prod(shape))) / 5.0).reshape(shape) * 100.0
+
+    def v3(name, full, comp, fill=0, lossy=False, **kw):
+        write(name, lambda p: zarr.create_array(
+            store=p, shape=shape, chunks=chunks, dtype=full.dtype, fill_value=fill,
+            zarr_format=3, **kw), full, 3, fill=fill, compressor=comp, missing=missing, lossy=lossy)
+
+    def v2(name, full, comp, fill=0, lossy=False, **kw):
+        write(name, lambda p: zarr.create_array(
+            store=p, shape=shape, chunks=chunks, dtype=full.dtype, fill_value=fill,
+            zarr_format=2, **kw), full, 2, fill=fill, compressor=comp, missing=missing, lossy=lossy)
+
+    v3("v3_float32_bz2", f32, "numcodecs.bz2", compressors=nc.BZ2(level=5))
+    v2("v2_int32_bz2", i32, "numcodecs.bz2", compressors=numcodecs.BZ2(level=5))
+    v3("v3_float32_bitround", f32, "bitround", lossy=True,
+       filters=nc.BitRound(keepbits=8), compressors=ZstdCodec(level=3))
+    v2("v2_float64_bitround", f64, "bitround", lossy=True,
+       filters=[numcodecs.BitRound(keepbits=12)], compressors=numcodecs.Zstd(level=3))
+    v3("v3_int64_pcodec", smooth, "numcodecs.pcodec", serializer=nc.PCodec(level=8), compressors=None)
+    v2("v2_float64_pcodec", wave, "numcodecs.pcodec", compressors=numcodecs.PCodec(level=8))
+    v3("v3_float64_zfpy", wave, "numcodecs.zfpy", lossy=True,
+       serializer=nc.ZFPY(mode=4, tolerance=1e-3), compressors=None)
+    v2("v2_float64_zfpy", wave, "numcodecs.zfpy", lossy=True,
+       compressors=numcodecs.ZFPY(mode=4, tolerance=1e-3))
+    v3("v3_int32_fletcher32", i32, "numcodecs.fletcher32", compressors=nc.Fletcher32())
+    v2("v2_float32_fletcher32", f32, "numcodecs.fletcher32",
+       filters=[numcodecs.Fletcher32()], compressors=numcodecs.Zstd(level=3))
+    v3("v3_int64_adler32", i64, "numcodecs.adler32", compressors=nc.Adler32())
+    v3("v3_float64_shuffle", f64, "numcodecs.shuffle", compressors=[nc.Shuffle(elementsize=8), nc.Zlib(level=5)])
+    # numpy datetime64 / timedelta64: read as int64 counts of the unit.
+    base = np.datetime64("2026-01-01T00:00:00", "ns")
+    for fmt in (3, 2):
+        for unit, kind in (("ns", "M"), ("10s", "m"), ("D", "M"), ("ms", "m")):
+            dt = np.dtype(f"{kind}8[{unit}]")
+            ints = RNG.integers(-(10 ** 12), 10 ** 12, int(np.prod(shape)), dtype="int64").reshape(shape)
+            ints[0, 0] = np.iinfo("int64").min  # NaT
+            full = ints.view(dt)
+            name = f"v{fmt}_{'datetime64' if kind == 'M' else 'timedelta64'}_{unit}"
+            write(name, lambda p, d=dt, f=fmt: zarr.create_array(
+                store=p, shape=shape, chunks=chunks, dtype=d, fill_value=np.array("NaT", dtype=d)[()],
+                compressors=ZstdCodec(level=3) if f == 3 else numcodecs.Zstd(level=3), zarr_format=f),
+                full, fmt, compressor="zstd", missing=missing, time_unit=f"{kind}8[{unit}]")
+    # Refused: each with the name its error must contain.
+    refused = []
+
+    def refuse(name, names, fn):
+        fn(os.path.join(OUT, name + ".zarr"))
+        refused.append({"name": name, "path": name + ".zarr", "error_names": names})
+
+    refuse("v3_float64_lzma", ["lzma"], lambda p: zarr.create_array(
+        store=p, shape=shape, chunks=chunks, dtype="float64", compressors=nc.LZMA(), zarr_format=3))
+    refuse("v2_float64_lzma", ["lzma"], lambda p: zarr.create_array(
+        store=p, shape=shape, chunks=chunks, dtype="float64", compressors=numcodecs.LZMA(), zarr_format=2))
+    refuse("v3_int32_delta", ["delta"], lambda p: zarr.create_array(
+        store=p, shape=shape, chunks=chunks, dtype="int32", filters=nc.Delta(dtype="<i4"), zarr_format=3))
+    refuse("v2_int32_delta", ["delta"], lambda p: zarr.create_array(
+        store=p, shape=shape, chunks=chunks, dtype="int32", filters=[numcodecs.Delta(dtype="<i4")],
+        zarr_format=2))
+    refuse("v3_float64_quantize", ["quantize"], lambda p: zarr.create_array(
+        store=p, shape=shape, chunks=chunks, dtype="float64", filters=nc.Quantize(digits=3, dtype="<f8"),
+        zarr_format=3))
+    refuse("v2_float64_quantize", ["quantize"], lambda p: zarr.create_array(
+        store=p, shape=shape, chunks=chunks, dtype="float64", filters=[numcodecs.Quantize(digits=3, dtype="<f8")],
+        zarr_format=2))
+    refuse("v3_string_vlen", ["string"], lambda p: zarr.create_array(
+        store=p, shape=(4,), chunks=(2,), dtype=str, zarr_format=3))
+    refuse("v2_string_vlen", ["vlen-utf8"], lambda p: zarr.create_array(
+        store=p, shape=(4,), chunks=(2,), dtype=str, zarr_format=2))
+    refuse("v2_structured", ["structured"], lambda p: zarr.create_array(
+        store=p, shape=(4,), chunks=(2,), dtype=[("a", "<i4"), ("b", "<f8")], zarr_format=2))
+    refuse("v3_structured", ["structured"], lambda p: zarr.create_array(
+        store=p, shape=(4,), chunks=(2,), dtype=[("a", "<i4"), ("b", "<f8")], zarr_format=3))
+    from importlib.metadata import version
+    versions = {m: version(m) for m in ("zarr", "numcodecs", "numpy", "pcodec", "zfpy")}
+    with open(os.path.join(OUT, "manifest.json"), "w") as f:
+        json.dump({"generator": ", ".join(f"{k} {v}" for k, v in versions.items()),
+                   "fixtures": fixtures, "refused": refused}, f, indent=1)
+    print(f"wrote {len(fixtures)} fixtures and {len(refused)} refused arrays to {OUT}")
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 1 and sys.argv[1] == "--codecs":
+        OUT = os.path.abspath(sys.argv[2] if len(sys.argv) > 2 else os.path.join(
+            os.path.dirname(__file__), "..", "tests", "fixtures", "zarr_codecs"))
+        main_codecs()
+    else:
+        main()

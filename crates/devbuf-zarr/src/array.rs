@@ -172,6 +172,24 @@ impl ZarrArray {
                     op: "opening a zarr array",
                     message: format!("{location}: {s}"),
                 },
+                // A codec or data type zarrs does not know (its error names it).
+                ::zarrs::array::ArrayCreateError::CodecsCreateError(
+                    ::zarrs::plugin::PluginCreateError::Unsupported(u),
+                ) => Error::invalid(format!(
+                    "zarr array at {location}: unsupported codec: {u} (docs/zarr.md lists \
+                     the codecs devbuf reads)"
+                )),
+                ::zarrs::array::ArrayCreateError::UnsupportedZarrV2Array(why) => {
+                    Error::invalid(format!(
+                        "zarr array at {location}: unsupported zarr v2 array: {why} (docs/zarr.md \
+                         lists the codecs devbuf reads)"
+                    ))
+                }
+                ::zarrs::array::ArrayCreateError::DataTypeCreateError(
+                    ::zarrs::plugin::PluginCreateError::Unsupported(u),
+                ) => Error::invalid(format!(
+                    "zarr array at {location}: unsupported data type: {u}"
+                )),
                 e => Error::Malformed(format!("cannot open the zarr array at {location}: {e}")),
             })
         })?;

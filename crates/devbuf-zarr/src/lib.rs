@@ -70,6 +70,8 @@ mod array_spread;
 #[cfg(feature = "object_store")]
 mod array_url;
 mod array_write;
+mod bitround_v2;
+pub(crate) mod bz2;
 mod encode;
 mod fs_store;
 pub(crate) mod lz4;
@@ -79,6 +81,7 @@ pub mod object_store;
 pub(crate) mod read;
 mod spec;
 mod storage;
+mod time_v2;
 #[cfg(feature = "tls")]
 pub mod tls;
 mod validate;
@@ -90,7 +93,7 @@ pub use array_spread::{DevicePart, Spread, SpreadRead};
 pub use encode::{
     AUTO_GPU_MAX_CHUNK_BYTES, AUTO_MAX_ZSTD_LEVEL, Encoder, WriteEncoding, WriteOptions,
 };
-pub use metadata::ZarrMetadata;
+pub use metadata::{TimeKind, TimeUnit, ZarrMetadata};
 pub use read::{
     DEFAULT_LANE_STREAMS, DEFAULT_SLOT_BYTES, DEFAULT_STREAM_MIN_BYTES, DEFAULT_STREAM_PIECE_BYTES,
     Decoder, GpuTuning, ReadOptions, ReadReport,

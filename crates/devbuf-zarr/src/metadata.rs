@@ -57,6 +57,95 @@ pub struct ZarrMetadata {
     /// The codecs, outermost (array side) first, in zarr v3 names (v2 filters and
     /// compressors converted as `zarrs` does): e.g. `["transpose", "bytes", "blosc"]`.
     pub codecs: Vec<String>,
+    /// For a numpy `datetime64` / `timedelta64` array (zarr v3's `numpy.datetime64` /
+    /// `numpy.timedelta64`, zarr v2's `"<M8[ns]"` / `"<m8[10s]"`): its unit. Such arrays
+    /// are read as `int64` ([`stored_dtype`](Self::stored_dtype) is int64): each value
+    /// counts units since the epoch (1970-01-01T00:00:00, datetime64) or is a duration
+    /// (timedelta64) in units, and `i64::MIN` is NaT, as numpy stores them. `None`
+    /// for every other data type.
+    pub time_unit: Option<TimeUnit>,
+}
+
+/// Whether a [`TimeUnit`] is numpy's `datetime64` or `timedelta64`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TimeKind {
+    /// `numpy.datetime64`: instants, in units since 1970-01-01T00:00:00.
+    Datetime64,
+    /// `numpy.timedelta64`: durations, in units.
+    Timedelta64,
+}
+
+/// The unit of a numpy `datetime64` / `timedelta64` array read as `int64`
+/// ([`ZarrMetadata::time_unit`]): numpy's unit (`"Y"`, `"M"`, `"W"`, `"D"`, `"h"`,
+/// `"m"`, `"s"`, `"ms"`, `"us"`, `"ns"`, `"ps"`, `"fs"`, `"as"`, or `"generic"`) times
+/// a scale factor (numpy's `"10s"`: 10 seconds).
+///
+/// ```
+/// use devbuf_zarr::{TimeKind, ZarrArray};
+/// let a = ZarrArray::open("../../tests/fixtures/zarr_codecs/v3_timedelta64_10s.zarr")?;
+/// let t = a.metadata().time_unit.clone().unwrap();
+/// assert_eq!((t.kind, t.unit.as_str(), t.scale_factor), (TimeKind::Timedelta64, "s", 10));
+/// assert_eq!(t.numpy_unit(), "10s");
+/// assert_eq!(t.to_string(), "timedelta64[10s]");
+/// assert_eq!(a.metadata().dtype(), devbuf_core::zarr::Dtype::INT64);
+/// # Ok::<(), devbuf_core::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct TimeUnit {
+    /// datetime64 or timedelta64.
+    pub kind: TimeKind,
+    /// numpy's unit name, e.g. `"ns"`.
+    pub unit: String,
+    /// How many `unit`s one count is (1 for `"ns"`, 10 for `"10s"`).
+    pub scale_factor: u32,
+}
+
+impl TimeUnit {
+    /// numpy's spelling of the unit: `"ns"`, or `"10s"` with a scale factor.
+    pub fn numpy_unit(&self) -> String {
+        if self.scale_factor == 1 {
+            self.unit.clone()
+        } else {
+            format!("{}{}", self.scale_factor, self.unit)
+        }
+    }
+
+    /// The unit of a zarr v3 `numpy.datetime64` / `numpy.timedelta64` data type.
+    fn of(dt: &MetadataV3) -> Option<TimeUnit> {
+        let kind = match dt.name() {
+            "numpy.datetime64" => TimeKind::Datetime64,
+            "numpy.timedelta64" => TimeKind::Timedelta64,
+            _ => return None,
+        };
+        let cfg = dt.configuration();
+        let unit = cfg
+            .and_then(|c| c.get("unit"))
+            .and_then(|u| u.as_str())
+            .unwrap_or("generic")
+            .to_string();
+        let scale_factor = cfg
+            .and_then(|c| c.get("scale_factor"))
+            .and_then(|s| s.as_u64())
+            .and_then(|s| u32::try_from(s).ok())
+            .unwrap_or(1);
+        Some(TimeUnit {
+            kind,
+            unit,
+            scale_factor,
+        })
+    }
+}
+
+impl std::fmt::Display for TimeUnit {
+    /// numpy's dtype name: `datetime64[ns]`, `timedelta64[10s]`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.kind {
+            TimeKind::Datetime64 => "datetime64",
+            TimeKind::Timedelta64 => "timedelta64",
+        };
+        write!(f, "{kind}[{}]", self.numpy_unit())
+    }
 }
 
 impl ZarrMetadata {
@@ -121,9 +210,9 @@ impl ZarrMetadata {
         }
         let element = element_type(&v3.data_type).ok_or_else(|| {
             Error::invalid(format!(
-                "zarr array at {location}: {:?} is an unsupported data type (devbuf reads bool, \
-                 int8..int64, uint8..uint64, float16, float32, float64, complex64, complex128)",
-                v3.data_type.name()
+                "zarr array at {location}: {:?} is an unsupported data type (devbuf reads {})",
+                v3.data_type.name(),
+                validate::SUPPORTED_TYPES
             ))
         })?;
         if array.data_type().fixed_size() != Some(element.size()) {
@@ -168,6 +257,7 @@ impl ZarrMetadata {
             fill_value,
             order,
             codecs: v3.codecs.iter().map(|c| c.name().to_string()).collect(),
+            time_unit: TimeUnit::of(&v3.data_type),
         })
     }
 }
@@ -182,6 +272,8 @@ fn element_type(dt: &MetadataV3) -> Option<ElementType> {
         .or(match name {
             "complex_float32" => Some(ElementType::Complex64),
             "complex_float64" => Some(ElementType::Complex128),
+            // Read as int64 counts of the unit (`ZarrMetadata::time_unit`).
+            "numpy.datetime64" | "numpy.timedelta64" => Some(ElementType::Int64),
             _ => None,
         })
 }

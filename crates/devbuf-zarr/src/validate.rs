@@ -52,8 +52,56 @@ pub const MAX_SHARD_PRODUCT: u64 = 1 << 56;
 pub const MAX_CODECS: usize = 16;
 
 /// The element types devbuf reads, for messages.
-const SUPPORTED_TYPES: &str = "bool, int8..int64, uint8..uint64, float16, float32, float64, \
-                               complex64, complex128";
+pub(crate) const SUPPORTED_TYPES: &str = "bool, int8..int64, uint8..uint64, float16, float32, \
+                                          float64, complex64, complex128, numpy.datetime64 and \
+                                          numpy.timedelta64 (as int64)";
+
+/// The codecs devbuf refuses by name (zarr v2 ids; zarr v3 names are these or
+/// `numcodecs.` and these), with why. Others that zarrs does not know are refused when
+/// zarrs opens the array (also as unsupported, naming the codec).
+const REFUSED_CODECS: &[(&str, &str)] = &[
+    ("lzma", "zarrs has no LZMA codec"),
+    ("delta", "zarrs has no numcodecs Delta filter"),
+    ("quantize", "zarrs has no numcodecs Quantize filter"),
+    ("astype", "zarrs has no numcodecs AsType filter"),
+    ("categorize", "zarrs has no numcodecs Categorize filter"),
+    (
+        "crc32",
+        "zarrs has no numcodecs CRC32 checksum (crc32c is read)",
+    ),
+    (
+        "jenkins_lookup3",
+        "zarrs has no numcodecs JenkinsLookup3 checksum",
+    ),
+    ("vlen-utf8", "variable-length strings are not read"),
+    ("vlen-bytes", "variable-length bytes are not read"),
+    ("vlen-array", "variable-length arrays are not read"),
+    ("pickle", "object arrays are not read"),
+    ("json2", "object arrays are not read"),
+    ("msgpack2", "object arrays are not read"),
+    #[cfg(not(feature = "zfp"))]
+    (
+        "zfpy",
+        "devbuf-zarr was built without its `zfp` feature (zfp's C library: CMake and libclang)",
+    ),
+    #[cfg(not(feature = "zfp"))]
+    (
+        "zfp",
+        "devbuf-zarr was built without its `zfp` feature (zfp's C library: CMake and libclang)",
+    ),
+];
+
+/// Why devbuf refuses the codec named `name` (v2 id or v3 name), if it does.
+pub(crate) fn refused_codec(name: &str) -> Option<&'static str> {
+    let bare = name
+        .strip_prefix("numcodecs.")
+        .or_else(|| name.strip_prefix("zarrs."))
+        .unwrap_or(name);
+    REFUSED_CODECS
+        .iter()
+        .find(|(n, _)| *n == bare)
+        .map(|(_, why)| *why)
+}
 
 /// Where a document came from, for messages.
 struct Doc<'a> {
@@ -229,6 +277,7 @@ fn check_v3(doc: &Value, d: &Doc) -> Result<()> {
     )?;
     check_layout(&shape, &chunk, field, element.size() as u64, d)?;
     if let Some(codecs) = obj.get("codecs") {
+        check_codec_names(codecs, "codecs", d)?;
         // (The chunk's bytes fit MAX_CHUNK_BYTES: checked above.)
         let bytes = nonzero_bytes(&chunk, element.size() as u64).unwrap_or(u64::MAX);
         check_codecs(
@@ -266,13 +315,33 @@ fn check_v2(doc: &Value, d: &Doc) -> Result<()> {
         ));
     }
     let size = match obj.get("dtype") {
+        // numpy datetime64 / timedelta64: 8-byte counts of the unit.
+        Some(Value::String(s)) if crate::time_v2::parse(s).is_some() => 8,
         Some(Value::String(s)) => Dtype::parse(s)
             .map_err(|_| {
+                let object = s.trim_start_matches(['<', '>', '=', '|']) == "O";
+                // numpy objects are stored through an object codec (the first filter):
+                // name it (vlen-utf8: variable-length strings).
+                let codec = obj
+                    .get("filters")
+                    .and_then(Value::as_array)
+                    .and_then(|f| f.first())
+                    .and_then(|f| f.get("id"))
+                    .and_then(Value::as_str);
+                let why = match (object, codec) {
+                    (true, Some(c)) => format!(
+                        "numpy objects encoded with the codec {} are not read: {}; ",
+                        short(&Value::String(c.to_string())),
+                        refused_codec(c).unwrap_or("an unsupported codec")
+                    ),
+                    (true, None) => "numpy objects are not read; ".to_string(),
+                    (false, _) => String::new(),
+                };
                 d.unsupported(
                     "dtype",
                     format_args!(
-                        "{} is an unsupported data type (devbuf reads {SUPPORTED_TYPES})",
-                        short(&Value::String(s.clone()))
+                        "{} is an unsupported data type ({why}devbuf reads {SUPPORTED_TYPES})",
+                        short(&Value::String(s.clone())),
                     ),
                 )
             })?
@@ -300,18 +369,72 @@ fn check_v2(doc: &Value, d: &Doc) -> Result<()> {
     };
     let chunk = extents(obj.get("chunks"), "chunks", d)?;
     check_layout(&shape, &chunk, "chunks", size as u64, d)?;
-    if let Some(Value::Array(filters)) = obj.get("filters")
-        && filters.len() > MAX_CODECS
-    {
-        return Err(d.unsupported(
-            "filters",
-            format_args!(
-                "has {} filters: not supported (valid: at most MAX_CODECS = {MAX_CODECS})",
-                filters.len()
-            ),
-        ));
+    if let Some(Value::Array(filters)) = obj.get("filters") {
+        if filters.len() > MAX_CODECS {
+            return Err(d.unsupported(
+                "filters",
+                format_args!(
+                    "has {} filters: not supported (valid: at most MAX_CODECS = {MAX_CODECS})",
+                    filters.len()
+                ),
+            ));
+        }
+        for (i, f) in filters.iter().enumerate() {
+            check_codec_name(f, "id", &format!("filters[{i}]"), d)?;
+        }
+    }
+    if let Some(c) = obj.get("compressor") {
+        check_codec_name(c, "id", "compressor", d)?;
     }
     Ok(())
+}
+
+/// Refuses a codec devbuf does not read ([`refused_codec`]), naming it: `codec` is a
+/// v3 codec (a name, or an object with a `name`) or a v2 one (an object with an `id`),
+/// whose name is under `key`.
+fn check_codec_name(codec: &Value, key: &str, field: &str, d: &Doc) -> Result<()> {
+    let name = match codec {
+        Value::String(s) => s.as_str(),
+        Value::Object(o) => o.get(key).and_then(Value::as_str).unwrap_or(""),
+        _ => "",
+    };
+    match refused_codec(name) {
+        Some(why) => Err(d.unsupported(
+            field,
+            format_args!(
+                "names the codec {}: an unsupported codec ({why}; docs/zarr.md lists the \
+                 codecs devbuf reads)",
+                short(&Value::String(name.to_string()))
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// [`check_codec_name`] for every codec of a v3 codec list, and of the codec lists of
+/// `sharding_indexed` codecs in it (to [`MAX_SHARDING_DEPTH`]).
+fn check_codec_names(codecs: &Value, field: &str, d: &Doc) -> Result<()> {
+    fn walk(codecs: &Value, field: &str, depth: usize, d: &Doc) -> Result<()> {
+        let Some(list) = codecs.as_array() else {
+            return Ok(()); // (check_codecs says what is wrong with it)
+        };
+        for (i, codec) in list.iter().enumerate().take(MAX_CODECS + 1) {
+            let here = format!("{field}[{i}]");
+            check_codec_name(codec, "name", &here, d)?;
+            if depth < MAX_SHARDING_DEPTH
+                && let Some(cfg) = codec.get("configuration")
+                && codec.get("name").and_then(Value::as_str) == Some("sharding_indexed")
+            {
+                for key in ["codecs", "index_codecs"] {
+                    if let Some(inner) = cfg.get(key) {
+                        walk(inner, &format!("{here}.configuration.{key}"), depth + 1, d)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+    walk(codecs, field, 0, d)
 }
 
 /// The element type of a v3 `data_type` (a name, or an object with a `name`).
@@ -338,14 +461,22 @@ fn v3_element(v: Option<&Value>, d: &Doc) -> Result<ElementType> {
         .or(match name {
             "complex_float32" => Some(ElementType::Complex64),
             "complex_float64" => Some(ElementType::Complex128),
+            // Read as int64 counts of the unit (`ZarrMetadata::time_unit`).
+            "numpy.datetime64" | "numpy.timedelta64" => Some(ElementType::Int64),
             _ => None,
         })
         .ok_or_else(|| {
             d.unsupported(
                 "data_type",
                 format_args!(
-                    "{} is an unsupported data type (devbuf reads {SUPPORTED_TYPES})",
-                    short(&Value::String(name.to_string()))
+                    "{} is an unsupported data type ({}devbuf reads {SUPPORTED_TYPES})",
+                    short(&Value::String(name.to_string())),
+                    match name {
+                        "string" => "variable-length strings are not read; ",
+                        "bytes" | "variable_length_bytes" => "variable-length bytes are not read; ",
+                        "structured" => "structured data types are not read; ",
+                        _ => "",
+                    }
                 ),
             )
         })

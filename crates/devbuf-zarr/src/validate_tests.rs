@@ -106,6 +106,27 @@ fn data_types_and_fields_are_named() {
         assert!(e.to_string().contains("unsupported data type"), "{e}");
     }
     check_document(&v3(json!([4]), json!([2]), "complex_float64"), 3, "x").unwrap();
+    let mut t = v3(json!([4]), json!([2]), "int64");
+    t["data_type"] = json!({"name": "numpy.timedelta64",
+                            "configuration": {"unit": "s", "scale_factor": 10}});
+    check_document(&t, 3, "x").unwrap();
+    // Refused codecs are named, also inside a shard.
+    let mut q = v3(json!([4]), json!([2]), "float64");
+    q["codecs"] = json!([{"name": "numcodecs.quantize", "configuration": {"digits": 3}},
+                         {"name": "bytes"}]);
+    let e = err3(&q);
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    assert!(e.to_string().contains("codecs[0]"), "{e}");
+    assert!(e.to_string().contains("\"numcodecs.quantize\""), "{e}");
+    q["codecs"] = json!([{"name": "sharding_indexed", "configuration": {
+        "chunk_shape": [1], "codecs": [{"name": "bytes"}, {"name": "numcodecs.lzma"}],
+        "index_codecs": [{"name": "bytes"}]}}]);
+    let e = err3(&q);
+    assert!(
+        e.to_string().contains("codecs[0].configuration.codecs[1]"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("lzma"), "{e}");
     let e = err3(&v3(json!([4, -1]), json!([2, 2]), "uint8"));
     assert!(e.to_string().contains("field shape axis 1 is -1"), "{e}");
     let e = err3(&v3(json!("[4]"), json!([2]), "uint8"));
@@ -134,13 +155,34 @@ fn v2_documents() {
         json!("<U10"),
         json!("|O"),
         json!("|S5"),
-        json!("<M8[ns]"),
+        json!("<M8[xx]"),
         json!([["a", "<f4"]]),
     ] {
         let e = check_document(&doc(dt.clone(), json!([4, 3])), 2, "x").unwrap_err();
         assert!(matches!(e, Error::InvalidArgument(_)), "{dt}: {e}");
         assert!(e.to_string().contains("unsupported data type"), "{e}");
         assert!(e.to_string().contains(".zarray field dtype"), "{e}");
+    }
+    // numpy datetime64 / timedelta64: 8-byte counts of the unit.
+    for dt in ["<M8[ns]", ">m8[10s]", "<M8"] {
+        check_document(&doc(json!(dt), json!([4, 3])), 2, "x").unwrap();
+    }
+    // Refused codecs, named: compressor and filters.
+    let mut lzma = doc(json!("<f8"), json!([4, 3]));
+    lzma["compressor"] = json!({"id": "lzma", "preset": null});
+    let mut delta = doc(json!("<i4"), json!([4, 3]));
+    delta["filters"] = json!([{"id": "delta", "dtype": "<i4"}]);
+    let mut vlen = doc(json!("|O"), json!([4, 3]));
+    vlen["filters"] = json!([{"id": "vlen-utf8"}]);
+    for (d, name) in [
+        (lzma, "\"lzma\""),
+        (delta, "\"delta\""),
+        (vlen, "\"vlen-utf8\""),
+    ] {
+        let e = check_document(&d, 2, "x").unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+        assert!(e.to_string().contains(name), "{e}");
+        assert!(e.to_string().contains("unsupported"), "{e}");
     }
     let mut zero_d = doc(json!("<f8"), json!([]));
     zero_d["shape"] = json!([]);
