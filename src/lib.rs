@@ -40,6 +40,8 @@
 //! # Ok::<(), devbuf::Error>(())
 //! ```
 
+// docs.rs (`--cfg docsrs`, nightly): badges naming the feature each item needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -57,12 +59,14 @@ pub mod zarr {
     #[doc(hidden)]
     pub use devbuf_zarr as zarrs;
     #[cfg(feature = "zarr")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "zarr")))]
     pub use devbuf_zarr::*;
 }
 
 /// Arrow Flight (feature `flight`, crate `devbuf-flight`): a server of zarr arrays and
 /// record batches, and a client that reads them into host or device memory.
 #[cfg(feature = "flight")]
+#[cfg_attr(docsrs, doc(cfg(feature = "flight")))]
 pub mod flight {
     pub use devbuf_flight::*;
 }

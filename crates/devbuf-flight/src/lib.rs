@@ -50,6 +50,8 @@
 //! # Ok::<(), devbuf_core::Error>(())
 //! ```
 
+// docs.rs (`--cfg docsrs`, nightly): badges naming the feature each item needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 

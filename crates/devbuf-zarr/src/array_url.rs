@@ -11,6 +11,7 @@ use crate::object_store::{ObjectStoreOptions, UrlStore};
 use devbuf_core::error::{Error, Result};
 use devbuf_core::zarr::Store;
 
+#[cfg_attr(docsrs, doc(cfg(feature = "object_store")))]
 impl ZarrArray {
     /// Opens the zarr array (v3 `zarr.json` or v2 `.zarray`) at `url`: `s3://bucket/path`,
     /// `gs://bucket/path`, `az://container/path`, `http(s)://host/path` (read-only) or

@@ -57,6 +57,8 @@
 //! # Ok::<(), devbuf_core::Error>(())
 //! ```
 
+// docs.rs (`--cfg docsrs`, nightly): badges naming the feature each item needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -77,12 +79,14 @@ mod fs_store;
 pub(crate) mod lz4;
 mod metadata;
 #[cfg(feature = "object_store")]
+#[cfg_attr(docsrs, doc(cfg(feature = "object_store")))]
 pub mod object_store;
 pub(crate) mod read;
 mod spec;
 mod storage;
 mod time_v2;
 #[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub mod tls;
 mod validate;
 mod write;
