@@ -55,7 +55,7 @@ def main():
         newest = max(
             ((version(packages[d]["rust_version"]), packages[d]) for d in seen if packages[d].get("rust_version")),
             default=None,
-            key=lambda t: t[0],
+            key=lambda t: (t[0], t[1]["name"]),
         )
         too_new = sorted(
             (packages[d]["name"], packages[d]["version"], packages[d]["rust_version"])
