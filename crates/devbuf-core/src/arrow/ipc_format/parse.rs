@@ -53,17 +53,17 @@ pub(crate) struct Parsed<B> {
 pub(super) fn schema_with_dict_ids(schema: &Schema) -> Result<Schema> {
     let (ed, _) = schema_message(schema)?;
     let msg = arrow_ipc::root_as_message(&ed.ipc_message)
-        .map_err(|e| Error::Arrow(format!("re-reading the schema: {e}")))?;
+        .map_err(|e| Error::arrow(format!("re-reading the schema: {e}")))?;
     let fb = msg
         .header_as_schema()
-        .ok_or_else(|| Error::Arrow("re-reading the schema: not a schema message".into()))?;
+        .ok_or_else(|| Error::arrow("re-reading the schema: not a schema message"))?;
     Ok(arrow_ipc::convert::try_fb_to_schema(fb)?)
 }
 
 #[allow(deprecated)]
 pub(super) fn dict_id(f: &Field) -> Result<i64> {
     f.dict_id()
-        .ok_or_else(|| Error::Arrow(format!("field {:?} has no dictionary id", f.name())))
+        .ok_or_else(|| Error::arrow(format!("field {:?} has no dictionary id", f.name())))
 }
 
 /// Collects, for every dictionary field in `(user, ids)`, its id and value types.
