@@ -473,17 +473,41 @@ impl Error {
     /// The error for an `std::io::Error` that happened during `op` (e.g. `"opening a
     /// zarr array"`), with `message` saying what failed (usually `"{path}: {e}"`), and
     /// `e` as its source. Its kind follows `e.kind()`: `NotFound`, `PermissionDenied`,
-    /// `TimedOut`/`WouldBlock` ([`Error::Timeout`]) and `Unsupported` get their own
+    /// `TimedOut` ([`Error::Timeout`]) and `Unsupported` get their own
     /// variant, with `op` in front of the message; any other is [`Error::Io`]. An
     /// `io::Error` that wraps a devbuf [`Error`] gives that error back.
     pub fn from_io(op: &'static str, message: impl fmt::Display, e: std::io::Error) -> Self {
-        use std::io::ErrorKind as K;
         if e.get_ref().is_some_and(|inner| inner.is::<Error>()) {
             let inner = e.into_inner().expect("checked: wraps an error");
             return *inner.downcast::<Error>().expect("checked: a devbuf error");
         }
         let kind = e.kind();
-        let source: Option<ErrorSource> = Some(Arc::new(e));
+        Self::of_io_kind(op, message, kind, Arc::new(e))
+    }
+
+    /// [`from_io`](Self::from_io) for an `io::Error` that is shared (as `zarrs`' storage
+    /// errors hold theirs); an `io::Error` that wraps a devbuf [`Error`] gives a clone of
+    /// it.
+    pub fn from_shared_io(
+        op: &'static str,
+        message: impl fmt::Display,
+        e: Arc<std::io::Error>,
+    ) -> Self {
+        if let Some(ours) = e.get_ref().and_then(|inner| inner.downcast_ref::<Error>()) {
+            return ours.clone();
+        }
+        let kind = e.kind();
+        Self::of_io_kind(op, message, kind, e)
+    }
+
+    fn of_io_kind(
+        op: &'static str,
+        message: impl fmt::Display,
+        kind: std::io::ErrorKind,
+        source: ErrorSource,
+    ) -> Self {
+        use std::io::ErrorKind as K;
+        let source = Some(source);
         let with_op = || format!("{op}: {message}");
         match kind {
             K::NotFound => Error::NotFound {
