@@ -250,8 +250,7 @@ impl fmt::Display for Error {
 
 impl StdError for Error {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        self.source_ref()
-            .map(|s| &**s as &(dyn StdError + 'static))
+        self.source_ref().map(|s| &**s as &(dyn StdError + 'static))
     }
 }
 
@@ -312,10 +311,14 @@ impl PartialEq for Error {
             | (Arrow { message: a, .. }, Arrow { message: b, .. }) => a == b,
             (
                 Io {
-                    op: a0, message: a1, ..
+                    op: a0,
+                    message: a1,
+                    ..
                 },
                 Io {
-                    op: b0, message: b1, ..
+                    op: b0,
+                    message: b1,
+                    ..
                 },
             ) => a0 == b0 && a1 == b1,
             _ => false,
@@ -839,7 +842,9 @@ mod tests {
             assert_eq!(e.kind(), kind, "{io_kind:?}: {e:?}");
             assert!(e.to_string().contains("boom"), "{e}");
             let src = e.source().expect("a source");
-            let io = src.downcast_ref::<io::Error>().expect("the io::Error itself");
+            let io = src
+                .downcast_ref::<io::Error>()
+                .expect("the io::Error itself");
             assert_eq!(io.kind(), io_kind);
         }
         let e = Error::from_io(
@@ -858,7 +863,10 @@ mod tests {
         let c = e.clone();
         assert_eq!(c, e);
         assert!(c.source().is_some());
-        assert_eq!(e, Error::not_found("opening a zarr array: /nowhere: no such file"));
+        assert_eq!(
+            e,
+            Error::not_found("opening a zarr array: /nowhere: no such file")
+        );
     }
 
     #[test]
@@ -879,7 +887,12 @@ mod tests {
             std::io::Error::from(std::io::ErrorKind::NotFound),
         ));
         assert_eq!(e.kind(), ErrorKind::NotFound);
-        assert!(e.source().unwrap().downcast_ref::<std::io::Error>().is_some());
+        assert!(
+            e.source()
+                .unwrap()
+                .downcast_ref::<std::io::Error>()
+                .is_some()
+        );
         let e = Error::from(ArrowError::SchemaError("no field x".into()));
         assert_eq!(e.kind(), ErrorKind::Arrow);
         assert!(e.to_string().contains("no field x"), "{e}");
@@ -915,6 +928,9 @@ mod tests {
             description: "out of memory".into(),
         };
         assert_eq!(oom.kind(), ErrorKind::OutOfMemory);
-        assert_eq!(Error::unavailable("no driver").kind(), ErrorKind::CudaUnavailable);
+        assert_eq!(
+            Error::unavailable("no driver").kind(),
+            ErrorKind::CudaUnavailable
+        );
     }
 }

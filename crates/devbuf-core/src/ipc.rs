@@ -584,7 +584,10 @@ mod sys {
         if size != h.size {
             return Err(Error::io(
                 OP,
-                format!("the memory file is {size} bytes, the handle says {}", h.size),
+                format!(
+                    "the memory file is {size} bytes, the handle says {}",
+                    h.size
+                ),
             ));
         }
         // Safety: fcntl on a descriptor we own, with a documented command.

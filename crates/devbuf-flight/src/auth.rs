@@ -39,16 +39,26 @@ pub const MAX_TOKEN_BYTES: usize = 1024;
 /// ```
 pub fn read_token_file(path: impl AsRef<Path>) -> Result<String> {
     let path = path.as_ref();
-    let meta = std::fs::metadata(path)
-        .map_err(|e| Error::from_io("reading a token file", format!("{}: {e}", path.display()), e))?;
+    let meta = std::fs::metadata(path).map_err(|e| {
+        Error::from_io(
+            "reading a token file",
+            format!("{}: {e}", path.display()),
+            e,
+        )
+    })?;
     if !meta.is_file() || meta.len() > MAX_TOKEN_BYTES as u64 + 64 {
         return Err(Error::invalid(format!(
             "token file {} must be a regular file of at most {MAX_TOKEN_BYTES} bytes",
             path.display()
         )));
     }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::from_io("reading a token file", format!("{}: {e}", path.display()), e))?;
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::from_io(
+            "reading a token file",
+            format!("{}: {e}", path.display()),
+            e,
+        )
+    })?;
     check_token(text.trim()).map_err(|e| e.context(format_args!("token file {}", path.display())))
 }
 

@@ -48,7 +48,8 @@ impl std::fmt::Debug for Server {
 impl Server {
     /// Binds `addr` (`"127.0.0.1:0"` picks a free port) and starts serving.
     pub fn start(config: ServerConfig, addr: impl ToSocketAddrs) -> Result<Server> {
-        let listener = TcpListener::bind(addr).map_err(|e| Error::from_io("binding the Flight server's address", e.to_string(), e))?;
+        let listener = TcpListener::bind(addr)
+            .map_err(|e| Error::from_io("binding the Flight server's address", e.to_string(), e))?;
         Server::serve(config, listener)
     }
 
@@ -56,15 +57,21 @@ impl Server {
     /// other's ports before they start, for [`ServerConfig::locations`]).
     pub fn serve(config: ServerConfig, listener: TcpListener) -> Result<Server> {
         config.validate()?;
-        let addr = listener.local_addr().map_err(|e| Error::from_io("reading the Flight server's address", e.to_string(), e))?;
-        listener.set_nonblocking(true).map_err(|e| Error::from_io("configuring the Flight server's socket", e.to_string(), e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Error::from_io("reading the Flight server's address", e.to_string(), e))?;
+        listener.set_nonblocking(true).map_err(|e| {
+            Error::from_io("configuring the Flight server's socket", e.to_string(), e)
+        })?;
         let service = Service::new(&config)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(config.runtime_threads)
             .thread_name("devbuf-flight-server")
             .enable_all()
             .build()
-            .map_err(|e| Error::from_io("starting the Flight server's runtime", e.to_string(), e))?;
+            .map_err(|e| {
+                Error::from_io("starting the Flight server's runtime", e.to_string(), e)
+            })?;
         let mut builder = tonic::transport::Server::builder()
             .initial_stream_window_size(Some(16 << 20))
             .initial_connection_window_size(Some(64 << 20))
@@ -81,7 +88,9 @@ impl Server {
         let (tx, rx) = oneshot::channel::<()>();
         let incoming = {
             let _guard = runtime.enter();
-            let l = tokio::net::TcpListener::from_std(listener).map_err(|e| Error::from_io("registering the Flight server's socket", e.to_string(), e))?;
+            let l = tokio::net::TcpListener::from_std(listener).map_err(|e| {
+                Error::from_io("registering the Flight server's socket", e.to_string(), e)
+            })?;
             tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true))
         };
         let router = builder.add_service(svc);

@@ -355,10 +355,9 @@ impl ZarrArray {
     pub fn chunk_is_stored(&self, indices: &[u64]) -> Result<bool> {
         self.check_chunk(indices)?;
         let key: StoreKey = self.array.chunk_key(indices);
-        let size =
-            self.array.storage().size_key(&key).map_err(|e| {
-                crate::storage::storage_error("reading a zarr store", &self.location, e)
-            })?;
+        let size = self.array.storage().size_key(&key).map_err(|e| {
+            crate::storage::storage_error("reading a zarr store", &self.location, e)
+        })?;
         Ok(size.is_some())
     }
 

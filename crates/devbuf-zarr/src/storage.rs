@@ -98,7 +98,11 @@ pub(crate) fn write_error(what: impl std::fmt::Display, e: zarrs::array::ArrayEr
     }
 }
 
-pub(crate) fn storage_error(op: &'static str, what: impl std::fmt::Display, e: StorageError) -> Error {
+pub(crate) fn storage_error(
+    op: &'static str,
+    what: impl std::fmt::Display,
+    e: StorageError,
+) -> Error {
     match e {
         StorageError::IOError(io) => {
             if let Some(ours) = io.get_ref().and_then(|i| i.downcast_ref::<Error>()) {

@@ -330,7 +330,9 @@ impl Client {
             .thread_name("devbuf-flight-client")
             .enable_all()
             .build()
-            .map_err(|e| Error::from_io("starting the Flight client's runtime", e.to_string(), e))?;
+            .map_err(|e| {
+                Error::from_io("starting the Flight client's runtime", e.to_string(), e)
+            })?;
         let home = runtime.block_on(channel(uri, &options))?;
         Ok(Client {
             home: conn(home, &options),
@@ -383,9 +385,12 @@ impl Client {
                 Some(Err(s)) => return Err(from_status("the Arrow Flight handshake", s)),
                 None => None,
             };
-            header
-                .or(payload)
-                .ok_or_else(|| Error::io("the Arrow Flight handshake", "the server answered without a token"))
+            header.or(payload).ok_or_else(|| {
+                Error::io(
+                    "the Arrow Flight handshake",
+                    "the server answered without a token",
+                )
+            })
         })?;
         let token = check_token(&token).map_err(|e| e.context("the issued token"))?;
         *self.token.lock().unwrap_or_else(|p| p.into_inner()) = Some(token.clone());

@@ -292,8 +292,7 @@ impl UrlStore {
             timed_out |= c
                 .downcast_ref::<object_store::client::HttpError>()
                 .is_some_and(|h| h.kind() == object_store::client::HttpErrorKind::Timeout)
-                || c
-                    .downcast_ref::<std::io::Error>()
+                || c.downcast_ref::<std::io::Error>()
                     .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut);
             let c_text = c.to_string();
             if !text.contains(&c_text) {
@@ -302,7 +301,10 @@ impl UrlStore {
             }
             cause = c.source();
         }
-        let message = scrub(&format!("{op} {key} of {}: {text}", self.url), &self.secrets);
+        let message = scrub(
+            &format!("{op} {key} of {}: {text}", self.url),
+            &self.secrets,
+        );
         let err = match &e {
             object_store::Error::NotFound { .. } => {
                 Error::not_found(format!("object store request: {message}"))
@@ -331,7 +333,10 @@ impl UrlStore {
 
     /// An error of `op` on `key`, naming the store and without secrets.
     pub(crate) fn error(&self, op: &str, key: &str, e: impl std::fmt::Display) -> Error {
-        self.error_text(scrub(&format!("{op} {key} of {}: {e}", self.url), &self.secrets))
+        self.error_text(scrub(
+            &format!("{op} {key} of {}: {e}", self.url),
+            &self.secrets,
+        ))
     }
 
     /// [`Error::Io`] with a scrubbed `message`; an HTTP 401/403 that reached here as

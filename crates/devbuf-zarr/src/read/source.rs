@@ -596,8 +596,7 @@ impl<'a> ZarrSource<'a> {
             return Ok(None);
         };
         let what = || self.describe(cell);
-        let io =
-            |e: std::io::Error| self.io_err(&format!("{} ({})", what(), path.display()), e);
+        let io = |e: std::io::Error| self.io_err(&format!("{} ({})", what(), path.display()), e);
         if last.as_ref().is_none_or(|l| l.path != path) {
             *last = None;
             // Non-blocking open: a FIFO in place of a chunk file must not hang the read.
