@@ -592,7 +592,7 @@ fn malformed_producers_are_errors_and_released_once() {
         DataType::Utf8,
         "offset",
     );
-    assert!(matches!(e, Error::Arrow { .. }), "{e}");
+    assert!(matches!(e, Error::Malformed(_)), "{e}");
     let e = expect_error(
         cpu(raw(
             1,
@@ -605,7 +605,7 @@ fn malformed_producers_are_errors_and_released_once() {
         DataType::Utf8,
         "UTF",
     );
-    assert!(matches!(e, Error::Arrow { .. }), "{e}");
+    assert!(matches!(e, Error::Malformed(_)), "{e}");
     expect_error(
         cpu(raw(
             1,

@@ -286,8 +286,11 @@ type Conn = FlightServiceClient<Transport>;
 /// tokio runtime is an error (wrap it in `spawn_blocking`). The client is `Send +
 /// Sync`: share it between threads.
 ///
-/// **Failures.** A refused call is an [`Error::Io`] whose message starts with the gRPC
-/// status (`"Unauthenticated: ..."`, `"NotFound: ..."`); a stream that breaks off is an
+/// **Failures.** A refused call is an error of the gRPC status's
+/// [`kind`](Error::kind) (`NotFound`, `PermissionDenied` for `PERMISSION_DENIED` and
+/// `UNAUTHENTICATED`, `Timeout`, `Unsupported`, else `Io`) with the `tonic::Status` as
+/// its source, whose message names the status (`"Unauthenticated: ..."`,
+/// `"NotFound: ..."`); a stream that breaks off is an
 /// error, never a shorter result. Nothing is retried: to retry, fetch the failed
 /// endpoint again with [`fetch`](Self::fetch) (tickets are stateless, so any endpoint
 /// can be fetched again, from any of its locations).
