@@ -89,11 +89,14 @@ pub(crate) fn check_token(token: &str) -> Result<String> {
 pub fn generate_token() -> Result<String> {
     let mut b = [0u8; 32];
     getrandom::fill(&mut b).map_err(|e| {
-        Error::io(
-            "generating a token from the operating system's random generator",
-            e,
-        )
-        .with_source(std::io::Error::from(e))
+        const OP: &str = "generating a token from the operating system's random generator";
+        // The OS's error as source, where there is one.
+        match e.raw_os_error() {
+            Some(code) => {
+                Error::from_io(OP, e.to_string(), std::io::Error::from_raw_os_error(code))
+            }
+            None => Error::io(OP, e),
+        }
     })?;
     Ok(hex::encode(b))
 }
