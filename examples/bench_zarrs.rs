@@ -541,9 +541,8 @@ mod bench {
     ) -> devbuf::Result<(f64, f64)> {
         let dir = base.join(format!("devbuf-bench-files-{}", std::process::id()));
         let data: Vec<u8> = (0..size).map(|i| (i * 7 + i / 4093) as u8).collect();
-        let io = |e: std::io::Error| devbuf::Error::Io {
-            op: "the file-write limit",
-            message: format!("{}: {e}", dir.display()),
+        let io = |e: std::io::Error| {
+            devbuf::Error::from_io("the file-write limit", format!("{}: {e}", dir.display()), e)
         };
         let run = |fresh: bool| -> devbuf::Result<f64> {
             if fresh {
@@ -785,9 +784,8 @@ mod bench {
         println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         let wanted = |n: &str| a.only.as_ref().is_none_or(|o| o.iter().any(|x| x == n));
         if let Some(m) = &a.manifest {
-            let text = std::fs::read_to_string(m).map_err(|e| devbuf::Error::Io {
-                op: "reading the manifest",
-                message: format!("{}: {e}", m.display()),
+            let text = std::fs::read_to_string(m).map_err(|e| {
+                devbuf::Error::from_io("reading the manifest", format!("{}: {e}", m.display()), e)
             })?;
             let v: serde_json::Value = serde_json::from_str(&text)
                 .map_err(|e| devbuf::Error::Malformed(format!("{}: {e}", m.display())))?;

@@ -45,7 +45,7 @@
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub use devbuf_core::{ElementType, EqualMode, Error, Result};
+pub use devbuf_core::{ElementType, EqualMode, Error, ErrorKind, ErrorSource, Result};
 pub use devbuf_core::{arrow, cuda, element, error, ipc, memory};
 
 /// zarr: the buffer layer of zarr-python (`NDBuffer`, `BufferPrototype`, memory stores;

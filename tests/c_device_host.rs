@@ -212,7 +212,7 @@ fn released_or_malformed_schemas_are_errors() {
     // A format arrow-rs does not know.
     let bad = FFI_ArrowSchema::try_new("Q!", vec![], None).unwrap();
     let e = import_host_array(&mut c_array, &bad).unwrap_err();
-    assert!(matches!(e, Error::Arrow(_)), "{e}");
+    assert!(matches!(e, Error::Arrow { .. }), "{e}");
     // A negative fixed-size binary width (arrow-rs's layout() would panic on it).
     let neg = FFI_ArrowSchema::try_new("w:-3", vec![], None).unwrap();
     let e = import_host_array(&mut c_array, &neg).unwrap_err();
@@ -592,7 +592,7 @@ fn malformed_producers_are_errors_and_released_once() {
         DataType::Utf8,
         "offset",
     );
-    assert!(matches!(e, Error::Arrow(_)), "{e}");
+    assert!(matches!(e, Error::Malformed(_)), "{e}");
     let e = expect_error(
         cpu(raw(
             1,
@@ -605,7 +605,7 @@ fn malformed_producers_are_errors_and_released_once() {
         DataType::Utf8,
         "UTF",
     );
-    assert!(matches!(e, Error::Arrow(_)), "{e}");
+    assert!(matches!(e, Error::Malformed(_)), "{e}");
     expect_error(
         cpu(raw(
             1,

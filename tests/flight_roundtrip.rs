@@ -394,10 +394,18 @@ fn registered_and_uploaded_batches_round_trip() {
     let e = client.put("up", mixed[0].clone()).unwrap_err().to_string();
     assert!(e.contains("AlreadyExists"), "{e}");
     client.remove("up").unwrap();
-    let e = client.get_batches("up", &HOST).unwrap_err().to_string();
+    let err = client.get_batches("up", &HOST).unwrap_err();
+    let e = err.to_string();
     assert!(e.contains("NotFound"), "{e}");
-    let e = client.remove("up").unwrap_err().to_string();
-    assert!(e.contains("NotFound"), "{e}");
+    // gRPC NOT_FOUND: ErrorKind::NotFound, with the status as source.
+    assert_eq!(err.kind(), devbuf::ErrorKind::NotFound, "{err:?}");
+    let status = std::error::Error::source(&err)
+        .and_then(|s| s.downcast_ref::<devbuf::flight::tonic::Status>())
+        .expect("the status is the source");
+    assert_eq!(status.code(), devbuf::flight::tonic::Code::NotFound);
+    let err = client.remove("up").unwrap_err();
+    assert!(err.to_string().contains("NotFound"), "{err}");
+    assert_eq!(err.kind(), devbuf::ErrorKind::NotFound, "{err:?}");
     assert!(server.stats().registered_bytes > 0);
     assert!(server.unregister("mixed"));
     assert_eq!(server.stats().registered_bytes, 0);

@@ -137,10 +137,10 @@ fn every_call_without_a_valid_token_is_unauthenticated() {
     }
     // devbuf's client: the error names the status.
     let bad = Client::connect(&server.uri(), Some("nope")).unwrap();
-    let e = bad
-        .read("v3_float32.zarr", &[], &HOST)
-        .unwrap_err()
-        .to_string();
+    let err = bad.read("v3_float32.zarr", &[], &HOST).unwrap_err();
+    // UNAUTHENTICATED: permission denied, whatever the message says.
+    assert_eq!(err.kind(), devbuf::ErrorKind::PermissionDenied, "{err:?}");
+    let e = err.to_string();
     assert!(
         e.contains("Unauthenticated") && e.contains("invalid bearer token"),
         "{e}"

@@ -12,10 +12,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use devbuf::Error;
 use devbuf::zarr::object_store::{ObjectStoreOptions, UrlStore};
 use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
 use devbuf::zarr::{BufferPrototype, ByteBuffer, ByteRequest, Dtype, NDBuffer, Scalar, Store};
+use devbuf::{Error, ErrorKind};
 use rand::Rng;
 
 #[path = "common/random.rs"]
@@ -333,7 +333,15 @@ fn wrong_credentials_are_refused_and_never_shown() {
     assert!(!format!("{bad:?}").contains(wrong_secret));
     let e = ZarrArray::open_url(&server.url("c"), &bad).unwrap_err();
     let msg = e.to_string();
-    assert!(matches!(e, Error::Io { .. }), "{e:?}");
+    // HTTP 403: permission denied, with the client's error as source.
+    assert!(matches!(e, Error::PermissionDenied { .. }), "{e:?}");
+    assert_eq!(e.kind(), ErrorKind::PermissionDenied);
+    let source = std::error::Error::source(&e).expect("the client's error");
+    let debug = format!("{e:?} {source}");
+    assert!(
+        !debug.contains(wrong_secret) && !debug.contains(SECRET_KEY),
+        "{debug}"
+    );
     assert!(msg.contains("s3://bkt/c"), "names the URL: {msg}");
     assert!(msg.contains("refused"), "says it was refused: {msg}");
     assert!(
@@ -523,7 +531,20 @@ fn http_failures_retry_when_transient_and_name_the_key_otherwise() {
         let a = ZarrArray::open_url(&server.url(name), opts).unwrap();
         let e = a.read_all(&HOST).unwrap_err();
         let msg = e.to_string();
-        assert!(matches!(e, Error::Io { .. }), "{name}: {e:?}");
+        let want = if what.contains(&"403") {
+            ErrorKind::PermissionDenied
+        } else if what.contains(&"timed out") {
+            ErrorKind::Timeout
+        } else {
+            ErrorKind::Io
+        };
+        assert_eq!(e.kind(), want, "{name}: {e:?}");
+        if !what.is_empty() {
+            assert!(
+                std::error::Error::source(&e).is_some(),
+                "{name}: the client's error is kept: {e:?}"
+            );
+        }
         assert!(
             msg.contains(key) && msg.contains(&server.url(name)),
             "{name}: {msg}"
@@ -560,6 +581,10 @@ fn http_failures_retry_when_transient_and_name_the_key_otherwise() {
         t.elapsed() < Duration::from_secs(30),
         "the timeout bounds the read"
     );
+    // No array at the URL (every GET answers 404): not found.
+    let e = ZarrArray::open_url(&server.url("no_such.zarr"), &opts).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e:?}");
+    assert!(e.to_string().contains("no_such.zarr"), "{e}");
 }
 
 /// The child side of `credentials_and_endpoint_come_from_the_environment`: opens the

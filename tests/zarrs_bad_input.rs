@@ -13,11 +13,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use devbuf::Error;
 use devbuf::zarr::{ArraySpec, MAX_CHUNK_BYTES, MAX_RANK, ZarrArray};
 use devbuf::zarr::{
     AxisSel, BufferPrototype, ByteBuffer, Dtype, MemoryStore, NDBuffer, Scalar, Slice, Store,
 };
+use devbuf::{Error, ErrorKind};
 use zarrs_common::TempDir;
 
 /// Panics anywhere in the process since the hook was installed (a panic that `zarrs`
@@ -150,7 +150,7 @@ fn chunk_and_rank_bounds_are_documented_in_the_errors() {
         &v3("[4,4]", "[1048576,1048576]", "float64"),
     ))
     .unwrap_err();
-    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    assert!(matches!(e, Error::Unsupported { .. }), "{e}");
     assert!(e.to_string().contains(&MAX_CHUNK_BYTES.to_string()), "{e}");
     // Zero extents and wrong ranks: malformed (zarrs refuses some of these itself
     // before devbuf sees them; `malformed_metadata_is_malformed_input` checks the
@@ -329,7 +329,9 @@ fn malformed_metadata_is_malformed_input() {
         (".zarray", v2("[4]", "[2]", "|O")),
     ] {
         let e = open_and_read(store_with(key, &doc)).unwrap_err();
-        assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+        // Well formed, but a data type devbuf does not read: unsupported, not malformed.
+        assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+        assert_eq!(e.kind(), ErrorKind::Unsupported);
         assert!(e.to_string().contains("unsupported data type"), "{e}");
         assert!(!e.to_string().contains("fill value"), "{e}");
     }
@@ -353,6 +355,16 @@ fn malformed_metadata_is_malformed_input() {
 fn a_missing_path_says_so() {
     let e = ZarrArray::open("/nonexistent/devbuf/x.zarr").unwrap_err();
     assert!(e.to_string().contains("does not exist"), "{e}");
+    assert!(e.to_string().starts_with("not found: "), "{e}");
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+    let io = std::error::Error::source(&e)
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .expect("the io::Error is the source");
+    assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
+    // A directory without array metadata: not found either.
+    let dir = TempDir::new("no-metadata");
+    let e = ZarrArray::open(&dir.0).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
 }
 
 #[test]
@@ -360,7 +372,7 @@ fn a_zero_axis_f_order_v2_array_is_refused_before_zarrs_parses_it() {
     let doc = r#"{"zarr_format":2,"shape":[],"chunks":[],"dtype":"<f4","compressor":null,
                   "fill_value":0,"order":"F","filters":null}"#;
     let e = open_and_read(store_with(".zarray", doc)).unwrap_err();
-    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    assert!(matches!(e, Error::Unsupported { .. }), "{e}");
     assert!(e.to_string().contains("zero axes"), "{e}");
 }
 

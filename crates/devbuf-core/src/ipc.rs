@@ -469,10 +469,8 @@ mod sys {
     use crate::error::{Error, Result};
 
     fn os_err(op: &'static str, what: impl std::fmt::Display) -> Error {
-        Error::Io {
-            op,
-            message: format!("{what}: {}", std::io::Error::last_os_error()),
-        }
+        let e = std::io::Error::last_os_error();
+        Error::from_io(op, format!("{what}: {e}"), e)
     }
 
     fn name_of(tag: u64) -> String {
@@ -494,9 +492,9 @@ mod sys {
         }
         // Safety: `fd` was just created and is owned by nothing else.
         let file = unsafe { File::from_raw_fd(fd) };
-        file.set_len(len as u64).map_err(|e| Error::Io {
-            op: "creating shared memory",
-            message: format!("sizing the memory file to {len} bytes: {e}"),
+        file.set_len(len as u64).map_err(|e| {
+            let message = format!("sizing the memory file to {len} bytes: {e}");
+            Error::from_io("creating shared memory", message, e)
         })?;
         let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
         // Safety: fcntl on a descriptor we own, with a documented command.
@@ -533,9 +531,8 @@ mod sys {
     pub(super) fn open_read_only(h: &HostIpcHandle) -> Result<(NonNull<u8>, usize)> {
         const OP: &str = "opening host shared memory";
         let path = format!("/proc/{}/fd/{}", h.pid, h.fd);
-        let io_err = |e: std::io::Error| Error::Io {
-            op: OP,
-            message: match e.kind() {
+        let io_err = |e: std::io::Error| {
+            let message = match e.kind() {
                 std::io::ErrorKind::NotFound => format!(
                     "{path} does not exist: the exporting process {} has exited or dropped the \
                      shared memory (keep the SharedMemory alive until consumers have opened it)",
@@ -546,20 +543,23 @@ mod sys {
                      process may not inspect it)"
                 ),
                 _ => format!("{path}: {e}"),
-            },
+            };
+            Error::from_io(OP, message, e)
         };
         // The descriptor must name the memory file of the handle (the exporter may have
         // closed it and reused the number, and a forged handle may name anything):
         // checked before opening, so that nothing else is opened (opening a FIFO
         // without a writer would wait forever), and again on what was opened.
         let expected = format!("/memfd:{} (deleted)", name_of(h.tag));
-        let not_ours = |target: &str| Error::Io {
-            op: OP,
-            message: format!(
-                "{path} is {target:?}, not the shared memory the handle names ({expected:?}): \
-                 the handle is stale (its memory was dropped and the descriptor number \
-                 reused) or was not made by that process's SharedMemory::export_ipc"
-            ),
+        let not_ours = |target: &str| {
+            Error::io(
+                OP,
+                format!(
+                    "{path} is {target:?}, not the shared memory the handle names ({expected:?}): \
+                     the handle is stale (its memory was dropped and the descriptor number \
+                     reused) or was not made by that process's SharedMemory::export_ipc"
+                ),
+            )
         };
         let before = std::fs::read_link(&path).map_err(io_err)?;
         if before.as_os_str() != expected.as_str() {
@@ -579,27 +579,24 @@ mod sys {
         }
         let size = file
             .metadata()
-            .map_err(|e| Error::Io {
-                op: OP,
-                message: format!("{path}: {e}"),
-            })?
+            .map_err(|e| Error::from_io(OP, format!("{path}: {e}"), e))?
             .len();
         if size != h.size {
-            return Err(Error::Io {
-                op: OP,
-                message: format!(
+            return Err(Error::io(
+                OP,
+                format!(
                     "the memory file is {size} bytes, the handle says {}",
                     h.size
                 ),
-            });
+            ));
         }
         // Safety: fcntl on a descriptor we own, with a documented command.
         let seals = unsafe { libc::fcntl(fd, libc::F_GET_SEALS) };
         if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
-            return Err(Error::Io {
-                op: OP,
-                message: "the memory file's size is not sealed; mapping it could fault".into(),
-            });
+            return Err(Error::io(
+                OP,
+                "the memory file's size is not sealed; mapping it could fault",
+            ));
         }
         let len = size as usize;
         // Safety: mapping `len` bytes of a file of exactly `len` bytes whose size is

@@ -51,4 +51,4 @@ pub mod memory;
 pub mod zarr;
 
 pub use element::{ElementType, EqualMode};
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, ErrorSource, Result};

@@ -39,9 +39,12 @@ pub const MAX_TOKEN_BYTES: usize = 1024;
 /// ```
 pub fn read_token_file(path: impl AsRef<Path>) -> Result<String> {
     let path = path.as_ref();
-    let meta = std::fs::metadata(path).map_err(|e| Error::Io {
-        op: "reading a token file",
-        message: format!("{}: {e}", path.display()),
+    let meta = std::fs::metadata(path).map_err(|e| {
+        Error::from_io(
+            "reading a token file",
+            format!("{}: {e}", path.display()),
+            e,
+        )
     })?;
     if !meta.is_file() || meta.len() > MAX_TOKEN_BYTES as u64 + 64 {
         return Err(Error::invalid(format!(
@@ -49,9 +52,12 @@ pub fn read_token_file(path: impl AsRef<Path>) -> Result<String> {
             path.display()
         )));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| Error::Io {
-        op: "reading a token file",
-        message: format!("{}: {e}", path.display()),
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::from_io(
+            "reading a token file",
+            format!("{}: {e}", path.display()),
+            e,
+        )
     })?;
     check_token(text.trim()).map_err(|e| e.context(format_args!("token file {}", path.display())))
 }
@@ -82,9 +88,15 @@ pub(crate) fn check_token(token: &str) -> Result<String> {
 /// ```
 pub fn generate_token() -> Result<String> {
     let mut b = [0u8; 32];
-    getrandom::fill(&mut b).map_err(|e| Error::Io {
-        op: "generating a token from the operating system's random generator",
-        message: e.to_string(),
+    getrandom::fill(&mut b).map_err(|e| {
+        const OP: &str = "generating a token from the operating system's random generator";
+        // The OS's error as source, where there is one.
+        match e.raw_os_error() {
+            Some(code) => {
+                Error::from_io(OP, e.to_string(), std::io::Error::from_raw_os_error(code))
+            }
+            None => Error::io(OP, e),
+        }
     })?;
     Ok(hex::encode(b))
 }

@@ -33,9 +33,12 @@ pub(crate) struct Root {
 impl Root {
     /// The root `dir`, which must be an existing directory.
     pub(crate) fn new(dir: &Path) -> Result<Root> {
-        let canon = std::fs::canonicalize(dir).map_err(|e| Error::Io {
-            op: "opening the Flight server's root",
-            message: format!("{}: {e}", dir.display()),
+        let canon = std::fs::canonicalize(dir).map_err(|e| {
+            Error::from_io(
+                "opening the Flight server's root",
+                format!("{}: {e}", dir.display()),
+                e,
+            )
         })?;
         if !canon.is_dir() {
             return Err(Error::invalid(format!(

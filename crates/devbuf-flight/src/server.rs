@@ -48,10 +48,8 @@ impl std::fmt::Debug for Server {
 impl Server {
     /// Binds `addr` (`"127.0.0.1:0"` picks a free port) and starts serving.
     pub fn start(config: ServerConfig, addr: impl ToSocketAddrs) -> Result<Server> {
-        let listener = TcpListener::bind(addr).map_err(|e| Error::Io {
-            op: "binding the Flight server's address",
-            message: e.to_string(),
-        })?;
+        let listener = TcpListener::bind(addr)
+            .map_err(|e| Error::from_io("binding the Flight server's address", e.to_string(), e))?;
         Server::serve(config, listener)
     }
 
@@ -59,13 +57,11 @@ impl Server {
     /// other's ports before they start, for [`ServerConfig::locations`]).
     pub fn serve(config: ServerConfig, listener: TcpListener) -> Result<Server> {
         config.validate()?;
-        let addr = listener.local_addr().map_err(|e| Error::Io {
-            op: "reading the Flight server's address",
-            message: e.to_string(),
-        })?;
-        listener.set_nonblocking(true).map_err(|e| Error::Io {
-            op: "configuring the Flight server's socket",
-            message: e.to_string(),
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Error::from_io("reading the Flight server's address", e.to_string(), e))?;
+        listener.set_nonblocking(true).map_err(|e| {
+            Error::from_io("configuring the Flight server's socket", e.to_string(), e)
         })?;
         let service = Service::new(&config)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -73,9 +69,8 @@ impl Server {
             .thread_name("devbuf-flight-server")
             .enable_all()
             .build()
-            .map_err(|e| Error::Io {
-                op: "starting the Flight server's runtime",
-                message: e.to_string(),
+            .map_err(|e| {
+                Error::from_io("starting the Flight server's runtime", e.to_string(), e)
             })?;
         let mut builder = tonic::transport::Server::builder()
             .initial_stream_window_size(Some(16 << 20))
@@ -93,9 +88,8 @@ impl Server {
         let (tx, rx) = oneshot::channel::<()>();
         let incoming = {
             let _guard = runtime.enter();
-            let l = tokio::net::TcpListener::from_std(listener).map_err(|e| Error::Io {
-                op: "registering the Flight server's socket",
-                message: e.to_string(),
+            let l = tokio::net::TcpListener::from_std(listener).map_err(|e| {
+                Error::from_io("registering the Flight server's socket", e.to_string(), e)
             })?;
             tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true))
         };
@@ -196,14 +190,12 @@ impl Server {
         };
         match rt.block_on(task) {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(Error::Io {
-                op: "serving Arrow Flight",
-                message: e.to_string(),
-            }),
-            Err(e) => Err(Error::Io {
-                op: "serving Arrow Flight",
-                message: format!("the server task ended: {e}"),
-            }),
+            Ok(Err(e)) => Err(Error::io("serving Arrow Flight", e.to_string()).with_source(e)),
+            Err(e) => Err(Error::io(
+                "serving Arrow Flight",
+                format!("the server task ended: {e}"),
+            )
+            .with_source(e)),
         }
     }
 

@@ -6,17 +6,21 @@ use std::path::Path;
 use tonic::{Code, Status};
 
 use super::root::Refusal;
-use devbuf_core::error::Error;
+use devbuf_core::error::{Error, ErrorKind};
 
 /// The status for an error met while serving a request. Paths under the server's
 /// `root` are shown relative to it (`<root>/...`): clients learn nothing of the
 /// server's file system layout.
 pub(crate) fn to_status(e: &Error, root: Option<&Path>) -> Status {
     let msg = hide_root(&message(e), root);
-    match e {
-        Error::InvalidArgument(_) | Error::OutOfBounds { .. } => Status::invalid_argument(msg),
-        Error::OutOfMemory { .. } => Status::resource_exhausted(msg),
-        Error::CudaUnavailable { .. } => Status::unavailable(msg),
+    match e.kind() {
+        ErrorKind::InvalidArgument | ErrorKind::OutOfBounds => Status::invalid_argument(msg),
+        ErrorKind::NotFound => Status::not_found(msg),
+        ErrorKind::PermissionDenied => Status::permission_denied(msg),
+        ErrorKind::Unsupported => Status::unimplemented(msg),
+        ErrorKind::Timeout => Status::deadline_exceeded(msg),
+        ErrorKind::OutOfMemory => Status::resource_exhausted(msg),
+        ErrorKind::CudaUnavailable => Status::unavailable(msg),
         _ => Status::internal(msg),
     }
 }
@@ -34,9 +38,13 @@ pub(crate) fn refusal_status(r: Refusal, root: Option<&Path>) -> Status {
 /// An error's message for a status: without the kind's prefix where the status code
 /// already says it (`invalid argument: ...` is `InvalidArgument`).
 pub(crate) fn message(e: &Error) -> String {
-    match e {
-        Error::InvalidArgument(m) => m.clone(),
-        e => e.to_string(),
+    match e.kind() {
+        ErrorKind::InvalidArgument
+        | ErrorKind::NotFound
+        | ErrorKind::PermissionDenied
+        | ErrorKind::Unsupported
+        | ErrorKind::Timeout => e.detail(),
+        _ => e.to_string(),
     }
 }
 
@@ -70,12 +78,22 @@ pub(crate) fn code_name(code: Code) -> &'static str {
     }
 }
 
-/// A status a server answered with, as a devbuf error: [`Error::Io`] whose message
-/// starts with the status code's name (`"Unauthenticated: invalid bearer token"`), so
-/// callers can tell a refusal from a broken connection.
-pub(crate) fn from_status(op: &'static str, s: &Status) -> Error {
-    Error::Io {
-        op,
-        message: format!("{}: {}", code_name(s.code()), s.message()),
-    }
+/// A status a server answered with, as a devbuf error of the status's kind, with the
+/// status as its source: `NOT_FOUND` is [`Error::NotFound`], `PERMISSION_DENIED` and
+/// `UNAUTHENTICATED` [`Error::PermissionDenied`], `DEADLINE_EXCEEDED`
+/// [`Error::Timeout`], `UNIMPLEMENTED` [`Error::Unsupported`] (their messages start with
+/// `op`), any other [`Error::Io`]. The message names the status code
+/// (`"Unauthenticated: invalid bearer token"`).
+pub(crate) fn from_status(op: &'static str, s: Status) -> Error {
+    let message = format!("{}: {}", code_name(s.code()), s.message());
+    let e = match s.code() {
+        Code::NotFound => Error::not_found(format!("{op}: {message}")),
+        Code::PermissionDenied | Code::Unauthenticated => {
+            Error::permission_denied(format!("{op}: {message}"))
+        }
+        Code::DeadlineExceeded => Error::timeout(format!("{op}: {message}")),
+        Code::Unimplemented => Error::unsupported(format!("{op}: {message}")),
+        _ => Error::io(op, message),
+    };
+    e.with_source(s)
 }

@@ -113,15 +113,17 @@ impl ZarrArray {
         let location = path.display().to_string();
         match std::fs::metadata(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Error::invalid(format!(
+                return Err(Error::not_found(format!(
                     "no zarr array at {location}: the path does not exist"
-                )));
+                ))
+                .with_source(e));
             }
             Err(e) => {
-                return Err(Error::Io {
-                    op: "opening a zarr array",
-                    message: format!("{location}: {e}"),
-                });
+                return Err(Error::from_io(
+                    "opening a zarr array",
+                    format!("{location}: {e}"),
+                    e,
+                ));
             }
             Ok(m) if !m.is_dir() => {
                 return Err(Error::invalid(format!(
@@ -165,29 +167,28 @@ impl ZarrArray {
         super::validate::preflight(storage.as_ref(), node, &location)?;
         let array = guard(&format!("opening {location}"), || {
             Array::open(storage, node).map_err(|e| match e {
-                ::zarrs::array::ArrayCreateError::MissingMetadata => Error::invalid(format!(
+                ::zarrs::array::ArrayCreateError::MissingMetadata => Error::not_found(format!(
                     "no zarr array at {location}: neither zarr.json (v3) nor .zarray (v2) found"
                 )),
-                ::zarrs::array::ArrayCreateError::StorageError(s) => Error::Io {
-                    op: "opening a zarr array",
-                    message: format!("{location}: {s}"),
-                },
+                ::zarrs::array::ArrayCreateError::StorageError(s) => {
+                    crate::storage::storage_error("opening a zarr array", &location, s)
+                }
                 // A codec or data type zarrs does not know (its error names it).
                 ::zarrs::array::ArrayCreateError::CodecsCreateError(
                     ::zarrs::plugin::PluginCreateError::Unsupported(u),
-                ) => Error::invalid(format!(
+                ) => Error::unsupported(format!(
                     "zarr array at {location}: unsupported codec: {u} (docs/zarr.md lists \
                      the codecs devbuf reads)"
                 )),
                 ::zarrs::array::ArrayCreateError::UnsupportedZarrV2Array(why) => {
-                    Error::invalid(format!(
+                    Error::unsupported(format!(
                         "zarr array at {location}: unsupported zarr v2 array: {why} (docs/zarr.md \
                          lists the codecs devbuf reads)"
                     ))
                 }
                 ::zarrs::array::ArrayCreateError::DataTypeCreateError(
                     ::zarrs::plugin::PluginCreateError::Unsupported(u),
-                ) => Error::invalid(format!(
+                ) => Error::unsupported(format!(
                     "zarr array at {location}: unsupported data type: {u}"
                 )),
                 e => Error::Malformed(format!("cannot open the zarr array at {location}: {e}")),
@@ -232,9 +233,12 @@ impl ZarrArray {
                 "a zarr array already exists at {location}"
             )));
         }
-        std::fs::create_dir_all(path).map_err(|e| Error::Io {
-            op: "creating a zarr array directory",
-            message: format!("{location}: {e}"),
+        std::fs::create_dir_all(path).map_err(|e| {
+            Error::from_io(
+                "creating a zarr array directory",
+                format!("{location}: {e}"),
+                e,
+            )
         })?;
         let storage: Arc<DynStorage> = super::fs_store::checked_filesystem_store(path)?;
         let mut a = Self::create_storage(storage, "/", location, spec)?;
@@ -303,9 +307,8 @@ impl ZarrArray {
                 .store_metadata_opt(
                     &ArrayMetadataOptions::default().with_include_zarrs_metadata(false),
                 )
-                .map_err(|e| Error::Io {
-                    op: "writing zarr metadata",
-                    message: format!("{location}: {e}"),
+                .map_err(|e| {
+                    crate::storage::storage_error("writing zarr metadata", &location, e)
                 })?;
             Ok(array)
         })?;
@@ -352,9 +355,8 @@ impl ZarrArray {
     pub fn chunk_is_stored(&self, indices: &[u64]) -> Result<bool> {
         self.check_chunk(indices)?;
         let key: StoreKey = self.array.chunk_key(indices);
-        let size = self.array.storage().size_key(&key).map_err(|e| Error::Io {
-            op: "reading a zarr store",
-            message: format!("{}: {e}", self.location),
+        let size = self.array.storage().size_key(&key).map_err(|e| {
+            crate::storage::storage_error("reading a zarr store", &self.location, e)
         })?;
         Ok(size.is_some())
     }
@@ -648,10 +650,11 @@ impl ZarrArray {
 
     pub(super) fn array_err(&self, what: &str, e: ArrayError) -> Error {
         match e {
-            ArrayError::StorageError(s) => Error::Io {
-                op: "zarr store access",
-                message: format!("{what} {}: {s}", self.location),
-            },
+            ArrayError::StorageError(s) => crate::storage::storage_error(
+                "zarr store access",
+                format_args!("{what} {}", self.location),
+                s,
+            ),
             ArrayError::CodecError(c) => Error::Malformed(format!("{what} {}: {c}", self.location)),
             e => Error::invalid(format!("{what} {}: {e}", self.location)),
         }

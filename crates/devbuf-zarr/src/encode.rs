@@ -365,10 +365,8 @@ pub(crate) fn store(
     // Safety: `assemble` built the bytes the array's codecs define for this chunk: zstd
     // frames (from nvCOMP, checked for size) in the chain's order and byte order, their
     // crc32c when the chain has one, and the shard index as its index codecs define it.
-    unsafe { array.store_encoded_chunk(cell, Bytes::from(encoded)) }.map_err(|e| Error::Io {
-        op: "writing a zarr chunk",
-        message: format!("{}: {e}", what()),
-    })
+    unsafe { array.store_encoded_chunk(cell, Bytes::from(encoded)) }
+        .map_err(|e| crate::storage::write_error(what(), e))
 }
 
 /// The stored bytes of one chunk from its cells' compressed bytes.

@@ -68,6 +68,38 @@ fn describe(t: FileType) -> &'static str {
     }
 }
 
+/// An `io::Error` about `path` as a storage error: the same kind, a message that starts
+/// with the path, and the original error as its source (what devbuf's error for it
+/// keeps, see `crate::storage::storage_error`).
+fn io_at(path: &Path, e: std::io::Error) -> StorageError {
+    StorageError::IOError(Arc::new(std::io::Error::new(
+        e.kind(),
+        AtPath {
+            path: path.to_path_buf(),
+            source: e,
+        },
+    )))
+}
+
+/// An `io::Error` with the path it happened at.
+#[derive(Debug)]
+struct AtPath {
+    path: PathBuf,
+    source: std::io::Error,
+}
+
+impl std::fmt::Display for AtPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.source)
+    }
+}
+
+impl std::error::Error for AtPath {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
 fn other(path: &Path, what: impl std::fmt::Display) -> StorageError {
     StorageError::Other(format!("{}: {what}", path.display()))
 }
@@ -139,7 +171,7 @@ impl CheckedFilesystemStore {
             Ok(m) if !m.is_file() => return Err(not_regular(path, m.file_type())),
             Ok(_) => {}
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(other(path, e)),
+            Err(e) => return Err(io_at(path, e)),
         }
         let file = match OpenOptions::new()
             .read(true)
@@ -148,10 +180,10 @@ impl CheckedFilesystemStore {
         {
             Ok(f) => f,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(other(path, e)),
+            Err(e) => return Err(io_at(path, e)),
         };
         // And again on what was opened (the path may have changed in between).
-        let m = file.metadata().map_err(|e| other(path, e))?;
+        let m = file.metadata().map_err(|e| io_at(path, e))?;
         if !m.is_file() {
             return Err(not_regular(path, m.file_type()));
         }
@@ -169,10 +201,10 @@ impl CheckedFilesystemStore {
             Ok(_) => {}
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 if let Some(parent) = path.parent() {
-                    std::fs::create_dir_all(parent).map_err(|e| other(parent, e))?;
+                    std::fs::create_dir_all(parent).map_err(|e| io_at(parent, e))?;
                 }
             }
-            Err(e) => return Err(other(path, e)),
+            Err(e) => return Err(io_at(path, e)),
         }
         // Not truncated at open: the opened file is checked first (O_TRUNC on whatever
         // the path names by then would act before the check).
@@ -182,13 +214,13 @@ impl CheckedFilesystemStore {
             .truncate(false)
             .custom_flags(OPEN_FLAGS)
             .open(path)
-            .map_err(|e| other(path, e))?;
-        let m = file.metadata().map_err(|e| other(path, e))?;
+            .map_err(|e| io_at(path, e))?;
+        let m = file.metadata().map_err(|e| io_at(path, e))?;
         if !m.is_file() {
             return Err(not_regular(path, m.file_type()));
         }
         if truncate {
-            file.set_len(0).map_err(|e| other(path, e))?;
+            file.set_len(0).map_err(|e| io_at(path, e))?;
         }
         Ok(file)
     }
@@ -225,14 +257,14 @@ impl CheckedFilesystemStore {
                 Ok(_) => match std::fs::remove_file(path) {
                     Ok(()) => {}
                     Err(e) if e.kind() == ErrorKind::NotFound => {}
-                    Err(e) => return Err(other(path, e)),
+                    Err(e) => return Err(io_at(path, e)),
                 },
                 Err(e) if e.kind() == ErrorKind::NotFound => {
                     if let Some(parent) = path.parent() {
-                        std::fs::create_dir_all(parent).map_err(|e| other(parent, e))?;
+                        std::fs::create_dir_all(parent).map_err(|e| io_at(parent, e))?;
                     }
                 }
-                Err(e) => return Err(other(path, e)),
+                Err(e) => return Err(io_at(path, e)),
             }
             // `create_new` (O_EXCL) never follows whatever another process put there
             // in between: that is refused and looked at again.
@@ -244,7 +276,7 @@ impl CheckedFilesystemStore {
             {
                 Ok(f) => return Ok(f),
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(other(path, e)),
+                Err(e) => return Err(io_at(path, e)),
             }
         }
         Err(other(
@@ -282,7 +314,7 @@ fn read_range(
                 ),
             )
         } else {
-            other(path, e)
+            io_at(path, e)
         }
     })?;
     Ok(Bytes::from(buf))
@@ -325,7 +357,7 @@ impl ReadableStorageTraits for CheckedFilesystemStore {
             Ok(m) if m.is_file() => Ok(Some(m.len())),
             Ok(m) => Err(not_regular(&path, m.file_type())),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(other(&path, e)),
+            Err(e) => Err(io_at(&path, e)),
         }
     }
 
@@ -341,7 +373,7 @@ impl WritableStorageTraits for CheckedFilesystemStore {
         let key_lock = self.key_lock(key);
         let _writing = key_lock.write().unwrap_or_else(|p| p.into_inner());
         let mut file = self.open_replacing(&path)?;
-        file.write_all(&value).map_err(|e| other(&path, e))
+        file.write_all(&value).map_err(|e| io_at(&path, e))
     }
 
     fn set_partial_many(
@@ -362,7 +394,7 @@ impl WritableStorageTraits for CheckedFilesystemStore {
                 ));
             }
             file.write_all_at(&value, offset)
-                .map_err(|e| other(&path, e))?;
+                .map_err(|e| io_at(&path, e))?;
         }
         Ok(())
     }
@@ -376,7 +408,7 @@ impl WritableStorageTraits for CheckedFilesystemStore {
         match std::fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(other(&path, e)),
+            Err(e) => Err(io_at(&path, e)),
         }
     }
 
@@ -386,7 +418,7 @@ impl WritableStorageTraits for CheckedFilesystemStore {
         match std::fs::remove_dir_all(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(other(&path, e)),
+            Err(e) => Err(io_at(&path, e)),
         }
     }
 

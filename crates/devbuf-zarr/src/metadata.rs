@@ -202,14 +202,14 @@ impl ZarrMetadata {
             }
         };
         if v3.chunk_grid.name() != "regular" {
-            return Err(Error::invalid(format!(
+            return Err(Error::unsupported(format!(
                 "zarr array at {location}: chunk grid {:?} is not supported (devbuf reads \
                  regular chunk grids)",
                 v3.chunk_grid.name()
             )));
         }
         let element = element_type(&v3.data_type).ok_or_else(|| {
-            Error::invalid(format!(
+            Error::unsupported(format!(
                 "zarr array at {location}: {:?} is an unsupported data type (devbuf reads {})",
                 v3.data_type.name(),
                 validate::SUPPORTED_TYPES

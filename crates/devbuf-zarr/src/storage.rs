@@ -10,6 +10,7 @@ use zarrs::storage::{
     WritableStorageTraits,
 };
 
+use devbuf_core::error::Error;
 use devbuf_core::zarr::{BufferPrototype, ByteBuffer, ByteRequest, Store};
 
 /// zarrs storage of any kind, as the engine holds it (`Arc<DynStorage>`).
@@ -63,10 +64,55 @@ impl std::fmt::Debug for StoreAdapter {
     }
 }
 
+/// A devbuf error as a `zarrs` storage error: read-only as zarrs' own, any other
+/// wrapped whole (in an `io::Error` of the same kind, which zarrs keeps), so that
+/// [`storage_error`] gives it back with its kind and source.
 fn storage_err(e: devbuf_core::Error) -> StorageError {
+    use devbuf_core::ErrorKind as K;
+    use std::io::ErrorKind as Io;
+    let kind = match e.kind() {
+        K::ReadOnly => return StorageError::ReadOnly,
+        K::NotFound => Io::NotFound,
+        K::PermissionDenied => Io::PermissionDenied,
+        K::Timeout => Io::TimedOut,
+        K::Unsupported => Io::Unsupported,
+        _ => Io::Other,
+    };
+    StorageError::IOError(Arc::new(std::io::Error::new(kind, e)))
+}
+
+/// A `zarrs` storage error during `op`, about `what` (the array's location, a key), as a
+/// devbuf error that keeps its kind and cause: an I/O error by its `io::ErrorKind`
+/// (not found, permission denied, timed out, else [`Error::Io`]) with the `io::Error`
+/// as source; a devbuf error that a [`StoreAdapter`] passed through, as it was, with
+/// `what` in front; zarrs' read-only and unsupported-method errors as
+/// [`Error::ReadOnly`] and [`Error::Unsupported`]; any other as [`Error::Io`] with the
+/// storage error as source. The message is `"{what}: {e}"`, as before.
+/// A `zarrs` array error of writing `what` (a chunk): its storage error as
+/// [`storage_error`] maps it, any other as [`Error::Io`] with the error as source.
+pub(crate) fn write_error(what: impl std::fmt::Display, e: zarrs::array::ArrayError) -> Error {
+    const OP: &str = "writing a zarr chunk";
     match e {
-        devbuf_core::Error::ReadOnly(_) => StorageError::ReadOnly,
-        e => StorageError::Other(e.to_string()),
+        zarrs::array::ArrayError::StorageError(s) => storage_error(OP, what, s),
+        e => Error::io(OP, format!("{what}: {e}")).with_source(e),
+    }
+}
+
+pub(crate) fn storage_error(
+    op: &'static str,
+    what: impl std::fmt::Display,
+    e: StorageError,
+) -> Error {
+    match e {
+        StorageError::IOError(io) => {
+            if let Some(ours) = io.get_ref().and_then(|i| i.downcast_ref::<Error>()) {
+                return ours.clone().context(what);
+            }
+            Error::from_shared_io(op, format!("{what}: {io}"), io)
+        }
+        StorageError::ReadOnly => Error::ReadOnly(format!("{what}: {e}")),
+        StorageError::Unsupported(_) => Error::unsupported(format!("{what}: {e}")).with_source(e),
+        e => Error::io(op, format!("{what}: {e}")).with_source(e),
     }
 }
 

@@ -118,7 +118,7 @@ impl Doc<'_> {
     }
 
     fn unsupported(&self, field: &str, what: impl std::fmt::Display) -> Error {
-        Error::invalid(format!(
+        Error::unsupported(format!(
             "zarr array at {}: {} field {field} {what}",
             self.location, self.file
         ))
@@ -163,10 +163,11 @@ pub(crate) fn check_document(doc: &Value, format: u8, location: &str) -> Result<
 /// then reports the missing array).
 ///
 /// Errors: [`Error::Malformed`] for a document that is not JSON or describes an
-/// impossible array (naming the field); [`Error::InvalidArgument`] for an array devbuf
-/// does not read (data type, chunk grid, rank or chunk size beyond the bounds of this
-/// module), or a group; [`Error::Io`] when the storage fails (e.g. the document is not
-/// a regular file).
+/// impossible array (naming the field); [`Error::Unsupported`] for an array devbuf
+/// does not read (codec, data type, chunk grid, rank or chunk size beyond the bounds of
+/// this module); [`Error::InvalidArgument`] for a group; the storage's error by its
+/// kind ([`Error::Io`], [`Error::PermissionDenied`], ...) when reading fails (e.g. the
+/// document is not a regular file).
 // Called by `ZarrArray::open_storage` before `Array::open`.
 pub(crate) fn preflight(
     storage: &dyn ReadableStorageTraits,
@@ -185,9 +186,8 @@ pub(crate) fn preflight(
                 "zarr array at {location}: bad store key {key:?}: {e}"
             ))
         })?;
-        let io = |e: zarrs::storage::StorageError| Error::Io {
-            op: "reading zarr metadata",
-            message: format!("{location}: {file}: {e}"),
+        let io = |e: zarrs::storage::StorageError| {
+            crate::storage::storage_error("reading zarr metadata", format!("{location}: {file}"), e)
         };
         let Some(size) = storage.size_key(&key).map_err(io)? else {
             continue;

@@ -520,10 +520,7 @@ fn store(
                     ArrayBytes::new_flen(data),
                     &CodecOptions::default(),
                 )
-                .map_err(|e| Error::Io {
-                    op: "writing a zarr chunk",
-                    message: format!("{what}: {e}"),
-                })
+                .map_err(|e| crate::storage::write_error(&what, e))
         })?;
     }
     Ok(())

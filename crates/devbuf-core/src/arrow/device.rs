@@ -305,7 +305,13 @@ impl Parts<Buffer> {
             .buffers(buffers)
             .child_data(children)
             .align_buffers(true);
-        Ok(b.build()?)
+        // The buffers came from outside (an IPC message, a C Data Interface producer):
+        // arrow-rs's validation failing means the data is damaged, not that devbuf was
+        // called wrongly.
+        b.build().map_err(|e| match e {
+            arrow_schema::ArrowError::InvalidArgumentError(m) => Error::Malformed(m),
+            e => Error::from(e),
+        })
     }
 
     /// The description of a host array (normalised to offset 0 by a copy).

@@ -19,16 +19,11 @@ fn io_err(kind: io::ErrorKind, e: Error) -> io::Error {
     io::Error::new(kind, e)
 }
 
-/// The [`Error`] an `io::Error` of this module wraps (any other becomes [`Error::Io`]).
+/// The [`Error`] an `io::Error` of this module wraps (any other becomes an error of
+/// its kind with the `io::Error` as source, see [`Error::from_io`]).
 fn from_io(e: io::Error) -> Error {
     let text = e.to_string();
-    match e.into_inner().map(|inner| inner.downcast::<Error>()) {
-        Some(Ok(inner)) => *inner,
-        _ => Error::Io {
-            op: "flushing a DeviceBufferWriter",
-            message: text,
-        },
-    }
+    Error::from_io("flushing a DeviceBufferWriter", text, e)
 }
 
 /// The position a `seek` lands on in a stream of `len` bytes, or an error for a
@@ -473,6 +468,8 @@ mod tests {
         assert_eq!(from_io(io_err(io::ErrorKind::Other, e.clone())), e);
         let other = from_io(io::Error::other("disk on fire"));
         assert!(matches!(&other, Error::Io { message, .. } if message == "disk on fire"));
+        let src = std::error::Error::source(&other).expect("the io::Error is the source");
+        assert!(src.downcast_ref::<io::Error>().is_some());
     }
 
     #[test]

@@ -95,14 +95,14 @@ impl Handler for Collect {
         if let Some(want) = self.counts.as_ref().and_then(|c| c.get(i))
             && st.batches.len() as u64 != *want
         {
-            return Err(Error::Io {
-                op: "receiving an Arrow Flight stream",
-                message: format!(
+            return Err(Error::io(
+                "receiving an Arrow Flight stream",
+                format!(
                     "endpoint {i} ended after {} of its {want} batches: the result would be \
                      incomplete",
                     st.batches.len()
                 ),
-            });
+            ));
         }
         let mut g = self.got.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(slot) = g.get_mut(i) {

@@ -32,9 +32,12 @@ pub(crate) trait Handler: Send + Sync + 'static {
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| Error::Io {
-        op: "receiving an Arrow Flight stream",
-        message: format!("a receiving task ended: {e}"),
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        Error::io(
+            "receiving an Arrow Flight stream",
+            format!("a receiving task ended: {e}"),
+        )
+        .with_source(e)
     })
 }
 
@@ -61,7 +64,7 @@ impl Client {
         Ok(conn
             .do_get(req)
             .await
-            .map_err(|s| from_status(DOGET, &s))?
+            .map_err(|s| from_status(DOGET, s))?
             .into_inner())
     }
 
@@ -74,16 +77,17 @@ impl Client {
             let next = stream.message();
             let m = match idle {
                 None => next.await,
-                Some(t) => tokio::time::timeout(t, next).await.map_err(|_| Error::Io {
-                    op: "receiving an Arrow Flight stream",
-                    message: format!(
-                        "endpoint {i}: the server sent nothing for {} s (ClientOptions::idle_timeout)",
+                Some(t) => tokio::time::timeout(t, next).await.map_err(|e| {
+                    Error::timeout(format!(
+                        "receiving an Arrow Flight stream: endpoint {i}: the server sent nothing \
+                         for {} s (ClientOptions::idle_timeout)",
                         t.as_secs_f64()
-                    ),
+                    ))
+                    .with_source(e)
                 })?,
             }
             .map_err(|s| {
-                from_status(DOGET, &s).context(format_args!("endpoint {i}: the stream broke off"))
+                from_status(DOGET, s).context(format_args!("endpoint {i}: the stream broke off"))
             })?;
             let Some(m) = m else { break };
             let h = handler.clone();
@@ -134,7 +138,7 @@ impl Iterator for ReceivedStream<'_> {
             let s = self.stream.as_mut()?;
             let m = match self
                 .client
-                .block_on(async { s.message().await.map_err(|s| from_status(DOGET, &s)) })
+                .block_on(async { s.message().await.map_err(|s| from_status(DOGET, s)) })
             {
                 Ok(Some(m)) => m,
                 Ok(None) => {
@@ -222,14 +226,14 @@ impl Claims {
     pub(crate) fn finish(&self, i: usize) -> Result<()> {
         let want = self.range.end - self.range.start;
         if self.got != want {
-            return Err(Error::Io {
-                op: "receiving an Arrow Flight stream",
-                message: format!(
+            return Err(Error::io(
+                "receiving an Arrow Flight stream",
+                format!(
                     "endpoint {i} ended after {} of its {want} chunks: the result would be \
                      incomplete",
                     self.got
                 ),
-            });
+            ));
         }
         Ok(())
     }

@@ -286,8 +286,11 @@ type Conn = FlightServiceClient<Transport>;
 /// tokio runtime is an error (wrap it in `spawn_blocking`). The client is `Send +
 /// Sync`: share it between threads.
 ///
-/// **Failures.** A refused call is an [`Error::Io`] whose message starts with the gRPC
-/// status (`"Unauthenticated: ..."`, `"NotFound: ..."`); a stream that breaks off is an
+/// **Failures.** A refused call is an error of the gRPC status's
+/// [`kind`](Error::kind) (`NotFound`, `PermissionDenied` for `PERMISSION_DENIED` and
+/// `UNAUTHENTICATED`, `Timeout`, `Unsupported`, else `Io`) with the `tonic::Status` as
+/// its source, whose message names the status (`"Unauthenticated: ..."`,
+/// `"NotFound: ..."`); a stream that breaks off is an
 /// error, never a shorter result. Nothing is retried: to retry, fetch the failed
 /// endpoint again with [`fetch`](Self::fetch) (tickets are stateless, so any endpoint
 /// can be fetched again, from any of its locations).
@@ -330,9 +333,8 @@ impl Client {
             .thread_name("devbuf-flight-client")
             .enable_all()
             .build()
-            .map_err(|e| Error::Io {
-                op: "starting the Flight client's runtime",
-                message: e.to_string(),
+            .map_err(|e| {
+                Error::from_io("starting the Flight client's runtime", e.to_string(), e)
             })?;
         let home = runtime.block_on(channel(uri, &options))?;
         Ok(Client {
@@ -374,7 +376,7 @@ impl Client {
             let resp = conn
                 .handshake(req)
                 .await
-                .map_err(|s| from_status("the Arrow Flight handshake", &s))?;
+                .map_err(|s| from_status("the Arrow Flight handshake", s))?;
             let header = resp
                 .metadata()
                 .get("authorization")
@@ -383,12 +385,14 @@ impl Client {
             let mut stream = resp.into_inner();
             let payload = match stream.next().await {
                 Some(Ok(r)) => String::from_utf8(r.payload.to_vec()).ok(),
-                Some(Err(s)) => return Err(from_status("the Arrow Flight handshake", &s)),
+                Some(Err(s)) => return Err(from_status("the Arrow Flight handshake", s)),
                 None => None,
             };
-            header.or(payload).ok_or_else(|| Error::Io {
-                op: "the Arrow Flight handshake",
-                message: "the server answered without a token".into(),
+            header.or(payload).ok_or_else(|| {
+                Error::io(
+                    "the Arrow Flight handshake",
+                    "the server answered without a token",
+                )
             })
         })?;
         let token = check_token(&token).map_err(|e| e.context("the issued token"))?;
@@ -411,11 +415,11 @@ impl Client {
             let mut s = conn
                 .list_flights(req)
                 .await
-                .map_err(|s| from_status("Arrow Flight ListFlights", &s))?
+                .map_err(|s| from_status("Arrow Flight ListFlights", s))?
                 .into_inner();
             let mut out = Vec::new();
             while let Some(i) = s.next().await {
-                out.push(i.map_err(|s| from_status("Arrow Flight ListFlights", &s))?);
+                out.push(i.map_err(|s| from_status("Arrow Flight ListFlights", s))?);
             }
             Ok(out)
         })?;
@@ -430,7 +434,7 @@ impl Client {
             conn.get_flight_info(req)
                 .await
                 .map(|r| r.into_inner())
-                .map_err(|s| from_status("Arrow Flight GetFlightInfo", &s))
+                .map_err(|s| from_status("Arrow Flight GetFlightInfo", s))
         })?;
         Flight::from_info(info)
     }
@@ -467,10 +471,10 @@ impl Client {
             let mut s = conn
                 .do_put(req)
                 .await
-                .map_err(|s| from_status("Arrow Flight DoPut", &s))?
+                .map_err(|s| from_status("Arrow Flight DoPut", s))?
                 .into_inner();
             while let Some(r) = s.next().await {
-                r.map_err(|s| from_status("Arrow Flight DoPut", &s))?;
+                r.map_err(|s| from_status("Arrow Flight DoPut", s))?;
             }
             Ok(())
         })
@@ -484,10 +488,10 @@ impl Client {
             let mut s = conn
                 .do_action(req)
                 .await
-                .map_err(|s| from_status("Arrow Flight DoAction", &s))?
+                .map_err(|s| from_status("Arrow Flight DoAction", s))?
                 .into_inner();
             while let Some(r) = s.next().await {
-                r.map_err(|s| from_status("Arrow Flight DoAction", &s))?;
+                r.map_err(|s| from_status("Arrow Flight DoAction", s))?;
             }
             Ok(())
         })
@@ -605,14 +609,30 @@ async fn channel(uri: &str, o: &ClientOptions) -> Result<(Transport, tonic::code
         .path_and_query("/")
         .build()
         .map_err(|e| Error::invalid(format!("Flight URI {uri:?}: {e}")))?;
-    let connect_err = |e: &dyn std::error::Error| Error::Io {
-        op: "connecting to an Arrow Flight server",
-        message: format!("{uri}: {e}{}", source_chain(e)),
+    // Timed out when an `io::Error` of the chain says so (the connect timeout); the
+    // error is kept as the source.
+    let connect_err = |e: Box<dyn std::error::Error + Send + Sync>| {
+        const OP: &str = "connecting to an Arrow Flight server";
+        let message = format!("{uri}: {e}{}", source_chain(&*e));
+        let mut timed_out = false;
+        let mut c: Option<&(dyn std::error::Error + 'static)> = Some(&*e);
+        while let Some(x) = c {
+            timed_out |= x
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut);
+            c = x.source();
+        }
+        let err = if timed_out {
+            Error::timeout(format!("{OP}: {message}"))
+        } else {
+            Error::io(OP, message)
+        };
+        err.with_shared_source(Arc::from(e))
     };
     if !tls {
         let t = transport::plain(&origin, o.connect_timeout, o.max_frame_bytes)
             .await
-            .map_err(|e| connect_err(&*e))?;
+            .map_err(connect_err)?;
         return Ok((t, origin));
     }
     let mut ep = TonicEndpoint::from_shared(http)
@@ -636,7 +656,7 @@ async fn channel(uri: &str, o: &ClientOptions) -> Result<(Transport, tonic::code
     ep = ep
         .tls_config(cfg)
         .map_err(|e| Error::invalid(format!("TLS settings for {uri:?}: {e}")))?;
-    let ch = ep.connect().await.map_err(|e| connect_err(&e))?;
+    let ch = ep.connect().await.map_err(|e| connect_err(Box::new(e)))?;
     Ok((Transport::Tonic(ch), origin))
 }
 

@@ -82,7 +82,11 @@ pub(crate) async fn plain(
         Ok(Ok(_probe)) => {}
         Ok(Err(e)) => return Err(e.into()),
         Err(_) => {
-            return Err(format!("no connection within {:?}", connect_timeout).into());
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no connection within {:?}", connect_timeout),
+            )
+            .into());
         }
     }
     let mut tcp = HttpConnector::new();

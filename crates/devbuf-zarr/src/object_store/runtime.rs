@@ -3,11 +3,12 @@
 //! workers, never here).
 
 use std::future::Future;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use devbuf_core::error::{Error, Result};
 
-static RUNTIME: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+static RUNTIME: OnceLock<std::result::Result<tokio::runtime::Runtime, Arc<std::io::Error>>> =
+    OnceLock::new();
 
 /// The process's object-store runtime.
 pub(crate) fn runtime() -> Result<&'static tokio::runtime::Runtime> {
@@ -21,13 +22,10 @@ pub(crate) fn runtime() -> Result<&'static tokio::runtime::Runtime> {
                 .thread_name("devbuf-io")
                 .enable_all()
                 .build()
-                .map_err(|e| e.to_string())
+                .map_err(Arc::new)
         })
         .as_ref()
-        .map_err(|e| Error::Io {
-            op: "starting the object-store runtime",
-            message: e.clone(),
-        })
+        .map_err(|e| Error::from_shared_io("starting the object-store runtime", e, e.clone()))
 }
 
 /// Runs `fut` to completion from synchronous code.

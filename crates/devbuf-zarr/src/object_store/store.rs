@@ -279,11 +279,21 @@ impl UrlStore {
     }
 
     /// An error of the client: the message with its causes (where "timed out" or
-    /// "connection refused" is said).
-    pub(crate) fn client_error(&self, op: &str, key: &str, e: &object_store::Error) -> Error {
+    /// "connection refused" is said), of the kind the client's error is (a missing
+    /// object [`Error::NotFound`], HTTP 401/403 [`Error::PermissionDenied`], a request
+    /// that timed out [`Error::Timeout`], an operation the store lacks
+    /// [`Error::Unsupported`], else [`Error::Io`]), with the client's error as source
+    /// (replaced by its scrubbed text when a secret appears anywhere in it).
+    pub(crate) fn client_error(&self, op: &str, key: &str, e: object_store::Error) -> Error {
         let mut text = e.to_string();
-        let mut cause = std::error::Error::source(e);
+        let mut cause = std::error::Error::source(&e);
+        let mut timed_out = false;
         while let Some(c) = cause {
+            timed_out |= c
+                .downcast_ref::<object_store::client::HttpError>()
+                .is_some_and(|h| h.kind() == object_store::client::HttpErrorKind::Timeout)
+                || c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut);
             let c_text = c.to_string();
             if !text.contains(&c_text) {
                 text.push_str(": ");
@@ -291,23 +301,57 @@ impl UrlStore {
             }
             cause = c.source();
         }
-        self.error(op, key, text)
+        let message = scrub(
+            &format!("{op} {key} of {}: {text}", self.url),
+            &self.secrets,
+        );
+        let err = match &e {
+            object_store::Error::NotFound { .. } => {
+                Error::not_found(format!("object store request: {message}"))
+            }
+            object_store::Error::PermissionDenied { .. }
+            | object_store::Error::Unauthenticated { .. } => Error::permission_denied(format!(
+                "object store request refused (check the credentials): {message}"
+            )),
+            object_store::Error::NotSupported { .. }
+            | object_store::Error::NotImplemented { .. } => {
+                Error::unsupported(format!("object store request: {message}"))
+            }
+            _ if timed_out => Error::timeout(format!("object store request: {message}")),
+            _ => self.error_text(message),
+        };
+        let leaks = !self.secrets.is_empty() && {
+            let shown = format!("{e:?} {text}");
+            self.secrets.iter().any(|s| shown.contains(s.as_str()))
+        };
+        if leaks {
+            err.with_source(ScrubbedCause(scrub(&text, &self.secrets)))
+        } else {
+            err.with_source(e)
+        }
     }
 
     /// An error of `op` on `key`, naming the store and without secrets.
     pub(crate) fn error(&self, op: &str, key: &str, e: impl std::fmt::Display) -> Error {
-        let message = scrub(&format!("{op} {key} of {}: {e}", self.url), &self.secrets);
+        self.error_text(scrub(
+            &format!("{op} {key} of {}: {e}", self.url),
+            &self.secrets,
+        ))
+    }
+
+    /// [`Error::Io`] with a scrubbed `message`; an HTTP 401/403 that reached here as
+    /// text is [`Error::PermissionDenied`].
+    fn error_text(&self, message: String) -> Error {
         let denied = message.contains("403")
             || message.contains("401")
             || message.contains("ermission")
             || message.contains("nauthenticated");
-        Error::Io {
-            op: if denied {
-                "object store request refused (check the credentials)"
-            } else {
-                "object store request"
-            },
-            message,
+        if denied {
+            Error::permission_denied(format!(
+                "object store request refused (check the credentials): {message}"
+            ))
+        } else {
+            Error::io("object store request", message)
         }
     }
 
@@ -349,13 +393,13 @@ impl UrlStore {
         let got = match self.inner.get_opts(&path, opts).await {
             Ok(g) => g,
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
-            Err(e) => return Err(self.client_error("GET", key, &e)),
+            Err(e) => return Err(self.client_error("GET", key, e)),
         };
         let expected = got.range.end.saturating_sub(got.range.start);
         let bytes = got
             .bytes()
             .await
-            .map_err(|e| self.client_error("GET (reading the response)", key, &e))?;
+            .map_err(|e| self.client_error("GET (reading the response)", key, e))?;
         if bytes.len() as u64 != expected || want.is_some_and(|w| w != expected) {
             return Err(self.error(
                 "GET",
@@ -379,7 +423,7 @@ impl UrlStore {
             .put(&path, PutPayload::from_bytes(bytes))
             .await
             .map(|_| ())
-            .map_err(|e| self.client_error("PUT", key, &e))
+            .map_err(|e| self.client_error("PUT", key, e))
     }
 
     fn writable(&self, op: &str, key: &str) -> Result<()> {
@@ -405,7 +449,7 @@ impl UrlStore {
                 .list(Some(&at))
                 .try_collect::<Vec<_>>()
                 .await
-                .map_err(|e| self.client_error("LIST", dir, &e))
+                .map_err(|e| self.client_error("LIST", dir, e))
         })??;
         let mut keys: Vec<String> = listed
             .into_iter()
@@ -442,16 +486,32 @@ fn scrub(message: &str, secrets: &[String]) -> String {
     m
 }
 
-fn scrub_err(e: Error, secrets: &[String]) -> Error {
-    match e {
-        Error::InvalidArgument(m) => Error::InvalidArgument(scrub(&m, secrets)),
-        Error::Io { op, message } => Error::Io {
-            op,
-            message: scrub(&message, secrets),
-        },
-        e => e,
+fn scrub_err(mut e: Error, secrets: &[String]) -> Error {
+    match &mut e {
+        Error::InvalidArgument(m)
+        | Error::Malformed(m)
+        | Error::NotFound { message: m, .. }
+        | Error::PermissionDenied { message: m, .. }
+        | Error::Unsupported { message: m, .. }
+        | Error::Timeout { message: m, .. }
+        | Error::Io { message: m, .. } => *m = scrub(m, secrets),
+        _ => {}
+    }
+    e
+}
+
+/// The text of a client's error that held a secret, scrubbed: the source an error keeps
+/// in its place.
+#[derive(Debug)]
+struct ScrubbedCause(String);
+
+impl std::fmt::Display for ScrubbedCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
     }
 }
+
+impl std::error::Error for ScrubbedCause {}
 
 impl Store for UrlStore {
     fn get(
@@ -495,7 +555,7 @@ impl Store for UrlStore {
         block_on(async {
             match self.inner.delete(&path).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-                Err(e) => Err(self.client_error("DELETE", key, &e)),
+                Err(e) => Err(self.client_error("DELETE", key, e)),
             }
         })?
     }
@@ -530,7 +590,7 @@ impl Store for UrlStore {
             self.inner
                 .list_with_delimiter(Some(&at))
                 .await
-                .map_err(|e| self.client_error("LIST", dir, &e))
+                .map_err(|e| self.client_error("LIST", dir, e))
         })??;
         let mut names: Vec<String> = listed
             .common_prefixes
@@ -553,7 +613,7 @@ impl Store for UrlStore {
             match self.inner.head(&path).await {
                 Ok(m) => Ok(Some(usize::try_from(m.size).unwrap_or(usize::MAX))),
                 Err(object_store::Error::NotFound { .. }) => Ok(None),
-                Err(e) => Err(self.client_error("HEAD", key, &e)),
+                Err(e) => Err(self.client_error("HEAD", key, e)),
             }
         })?
     }

@@ -278,10 +278,9 @@ pub(crate) fn with_zstd<T: 'static, R>(
         let mut slot = cell.borrow_mut();
         let d = match &mut *slot {
             Some(d) => d,
-            empty => empty.insert(make().map_err(|e| Error::Io {
-                op: "creating a zstd decoder",
-                message: e.to_string(),
-            })?),
+            empty => empty.insert(
+                make().map_err(|e| Error::from_io("creating a zstd decoder", e.to_string(), e))?,
+            ),
         };
         f(d)
     })

@@ -182,7 +182,7 @@ pub(crate) fn decode(
         .as_ref()
         .ok_or_else(|| Error::invalid("read engine: no open file for a stored unit"))?
         .file;
-    let io = |e: std::io::Error| src.storage_err(&what(), e);
+    let io = |e: std::io::Error| src.io_err(&what(), e);
     if chain.compression == Compression::None {
         if len != n as u64 {
             return Err(Error::Malformed(format!(

@@ -255,11 +255,15 @@ impl<'a> ZarrSource<'a> {
         }
     }
 
-    pub(crate) fn storage_err(&self, what: &str, e: impl std::fmt::Display) -> Error {
-        Error::Io {
-            op: "reading a zarr store",
-            message: format!("{what}: {e}"),
-        }
+    /// A storage error of reading `what`, with its kind and cause
+    /// ([`crate::storage::storage_error`]).
+    pub(crate) fn storage_err(&self, what: &str, e: zarrs::storage::StorageError) -> Error {
+        crate::storage::storage_error("reading a zarr store", what, e)
+    }
+
+    /// An `io::Error` of reading `what` from an open file ([`Error::from_io`]).
+    pub(crate) fn io_err(&self, what: &str, e: std::io::Error) -> Error {
+        Error::from_io("reading a zarr store", format!("{what}: {e}"), e)
     }
 
     /// The stored bytes of `cell` (engine-decoded chains only). An object store's fetch
@@ -540,7 +544,7 @@ impl<'a> ZarrSource<'a> {
             .ok_or_else(|| Error::invalid("read engine: no open file for a stored unit"))?
             .file;
         let what = || self.describe(cell);
-        let io = |e: std::io::Error| self.storage_err(&what(), e);
+        let io = |e: std::io::Error| self.io_err(&what(), e);
         let plain = chain.compression == codec::Compression::None && !chain.crc32c;
         if plain {
             if len != dst.len() as u64 {
@@ -592,8 +596,7 @@ impl<'a> ZarrSource<'a> {
             return Ok(None);
         };
         let what = || self.describe(cell);
-        let io =
-            |e: std::io::Error| self.storage_err(&format!("{} ({})", what(), path.display()), e);
+        let io = |e: std::io::Error| self.io_err(&format!("{} ({})", what(), path.display()), e);
         if last.as_ref().is_none_or(|l| l.path != path) {
             *last = None;
             // Non-blocking open: a FIFO in place of a chunk file must not hang the read.

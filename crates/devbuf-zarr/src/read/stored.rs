@@ -178,7 +178,7 @@ fn one_unit(
             Some((offset, len)) => match (usize::try_from(len), last.as_ref()) {
                 (Ok(n), Some(open)) if n <= region.len() => {
                     super::source::read_exact_at(&open.file, &mut region[..n], offset)
-                        .map_err(|e| src.storage_err(&src.describe(&u.cell), e))?;
+                        .map_err(|e| src.io_err(&src.describe(&u.cell), e))?;
                     Some(n)
                 }
                 _ => None,

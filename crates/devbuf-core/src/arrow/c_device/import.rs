@@ -263,7 +263,7 @@ impl ImportedMemory for DeviceMemory {
 
     fn read_sizes(&mut self, _sizes: &DeviceBuffer, _n: usize) -> Result<Vec<i64>> {
         // `check_type` refuses view types on the device before any buffer is read.
-        Err(Error::invalid(
+        Err(Error::unsupported(
             "view types are not supported on CUDA devices by devbuf's C Device Data Interface",
         ))
     }

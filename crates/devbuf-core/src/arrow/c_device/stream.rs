@@ -23,7 +23,7 @@ use super::import::{import_cuda, import_host, schema_of};
 use super::types::{Side, check_type};
 use crate::arrow::{DeviceArray, DeviceRecordBatch};
 use crate::cuda::Stream;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 type NextFn = Box<dyn FnMut() -> Option<Result<ArrowDeviceArray>> + Send>;
 
@@ -43,9 +43,13 @@ impl StreamPrivate {
 }
 
 fn errno_of(e: &Error) -> c_int {
-    match e {
-        Error::OutOfMemory { .. } => libc::ENOMEM,
-        Error::Io { .. } | Error::Driver { .. } => libc::EIO,
+    match e.kind() {
+        ErrorKind::OutOfMemory => libc::ENOMEM,
+        ErrorKind::NotFound => libc::ENOENT,
+        ErrorKind::PermissionDenied => libc::EACCES,
+        ErrorKind::Timeout => libc::ETIMEDOUT,
+        ErrorKind::Unsupported => libc::ENOSYS,
+        ErrorKind::Io | ErrorKind::Cuda => libc::EIO,
         _ => libc::EINVAL,
     }
 }
@@ -55,6 +59,10 @@ fn errno_name(code: c_int) -> &'static str {
         libc::EINVAL => "EINVAL",
         libc::ENOMEM => "ENOMEM",
         libc::EIO => "EIO",
+        libc::ENOENT => "ENOENT",
+        libc::EACCES => "EACCES",
+        libc::ETIMEDOUT => "ETIMEDOUT",
+        libc::ENOSYS => "ENOSYS",
         _ => "error",
     }
 }

@@ -26,7 +26,7 @@ pub(super) enum Side {
 pub(super) fn check_type(dt: &DataType, side: Side) -> Result<()> {
     match dt {
         DataType::Utf8View | DataType::BinaryView if side == Side::Device => {
-            Err(Error::invalid(format!(
+            Err(Error::unsupported(format!(
                 "{dt} arrays are not supported on CUDA devices by devbuf's C Device Data Interface: the variadic buffer sizes of view types have no agreed place for device arrays (Arrow C++ puts them in host memory, the specification says device memory); convert to {} first or use CPU/CUDA_HOST",
                 if *dt == DataType::Utf8View {
                     "Utf8/LargeUtf8"

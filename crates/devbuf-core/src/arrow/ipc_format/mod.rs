@@ -116,9 +116,8 @@ impl Encoded {
     pub(crate) fn write_to(&self, w: &mut impl Write) -> Result<()> {
         for (h, b) in &self.pieces {
             for part in [h, b] {
-                w.write_all(part).map_err(|e| Error::Io {
-                    op: "writing an Arrow IPC message",
-                    message: e.to_string(),
+                w.write_all(part).map_err(|e| {
+                    Error::from_io("writing an Arrow IPC message", e.to_string(), e)
                 })?;
             }
         }

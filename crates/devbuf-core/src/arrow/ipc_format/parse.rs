@@ -53,17 +53,17 @@ pub(crate) struct Parsed<B> {
 pub(super) fn schema_with_dict_ids(schema: &Schema) -> Result<Schema> {
     let (ed, _) = schema_message(schema)?;
     let msg = arrow_ipc::root_as_message(&ed.ipc_message)
-        .map_err(|e| Error::Arrow(format!("re-reading the schema: {e}")))?;
+        .map_err(|e| Error::arrow(format!("re-reading the schema: {e}")))?;
     let fb = msg
         .header_as_schema()
-        .ok_or_else(|| Error::Arrow("re-reading the schema: not a schema message".into()))?;
+        .ok_or_else(|| Error::arrow("re-reading the schema: not a schema message"))?;
     Ok(arrow_ipc::convert::try_fb_to_schema(fb)?)
 }
 
 #[allow(deprecated)]
 pub(super) fn dict_id(f: &Field) -> Result<i64> {
     f.dict_id()
-        .ok_or_else(|| Error::Arrow(format!("field {:?} has no dictionary id", f.name())))
+        .ok_or_else(|| Error::arrow(format!("field {:?} has no dictionary id", f.name())))
 }
 
 /// Collects, for every dictionary field in `(user, ids)`, its id and value types.
@@ -391,7 +391,7 @@ pub(crate) fn parse<S: IpcBytes>(src: &S, schema: &Schema) -> Result<Parsed<S::B
             .map_err(|e| malformed(format!("invalid metadata flatbuffer at offset {pos}: {e}")))?;
         let version = msg.version();
         if version < MetadataVersion::V4 || version > MetadataVersion::V5 {
-            return Err(malformed(format!(
+            return Err(Error::unsupported(format!(
                 "metadata version {version:?} is not supported (V4 and V5 are)"
             )));
         }
@@ -412,7 +412,7 @@ pub(crate) fn parse<S: IpcBytes>(src: &S, schema: &Schema) -> Result<Parsed<S::B
                       dictionaries: &HashMap<i64, Parts<S::Buf>>|
          -> Result<Parsed<S::Buf>> {
             if rb.compression().is_some() {
-                return Err(Error::invalid(
+                return Err(Error::unsupported(
                     "compressed Arrow IPC bodies are not supported: buffers could not stay \
                      zero-copy (write the batch without compression)",
                 ));
@@ -489,7 +489,7 @@ pub(crate) fn parse<S: IpcBytes>(src: &S, schema: &Schema) -> Result<Parsed<S::B
                     .header_as_dictionary_batch()
                     .ok_or_else(|| malformed("dictionary message without a dictionary batch"))?;
                 if db.isDelta() {
-                    return Err(Error::invalid(
+                    return Err(Error::unsupported(
                         "delta dictionary batches are not supported (concatenating them would \
                          copy); write the whole dictionary",
                     ));

@@ -172,7 +172,7 @@ pub fn element_type_of(data_type: &ArrowType) -> Result<ElementType> {
         ArrowType::FixedSizeList(f, 2) if f.data_type() == &ArrowType::Float32 => E::Complex64,
         ArrowType::FixedSizeList(f, 2) if f.data_type() == &ArrowType::Float64 => E::Complex128,
         other => {
-            return Err(Error::invalid(format!(
+            return Err(Error::unsupported(format!(
                 "Arrow type {other} has no NDBuffer element type: supported are Boolean, \
                  Int8..Int64, UInt8..UInt64, Float16, Float32, Float64 and complex numbers \
                  as FixedSizeList<Float32 or Float64, 2>"

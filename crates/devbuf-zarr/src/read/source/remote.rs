@@ -267,13 +267,10 @@ impl ZarrSource<'_> {
         Some(match (started.prefetch.take(i), part) {
             (Err(e), _) => Err(e),
             (Ok(None), None) => Ok(Stored::Missing),
-            (Ok(None), Some(_)) => Err(Error::Io {
-                op: "reading a zarr store",
-                message: format!(
-                    "{}: the shard disappeared after its index was read",
-                    self.describe(cell)
-                ),
-            }),
+            (Ok(None), Some(_)) => Err(Error::not_found(format!(
+                "reading a zarr store: {}: the shard disappeared after its index was read",
+                self.describe(cell)
+            ))),
             (Ok(Some(b)), None) => Ok(Stored::Bytes(b)),
             (Ok(Some(b)), Some(r)) if r.end <= b.len() => Ok(Stored::Bytes(b.slice(r))),
             (Ok(Some(b)), Some(r)) => Err(Error::Malformed(format!(
