@@ -189,7 +189,7 @@ fn f32_value(i: u64, j: u64) -> f32 {
 }
 
 fn i16_value(i: u64, j: u64) -> i16 {
-    if ((i / 10) + (j / 10)) % 3 == 0 {
+    if ((i / 10) + (j / 10)).is_multiple_of(3) {
         -7 // a chunk that is not stored: the fill value
     } else {
         ((i * 31 + j * 17) % 2000) as i16 - 1000

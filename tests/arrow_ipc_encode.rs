@@ -122,7 +122,12 @@ fn dictionaries_and_slices_are_refused_with_a_reason() {
         sliced
     );
     let whole = mixed(5);
-    assert!(serialize_like_device(&whole).unwrap().len() % 8 == 0);
+    assert!(
+        serialize_like_device(&whole)
+            .unwrap()
+            .len()
+            .is_multiple_of(8)
+    );
     assert_eq!(whole.column(0).len(), 5);
 }
 

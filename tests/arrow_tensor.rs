@@ -152,7 +152,7 @@ fn aligned(nd: &NDBuffer) -> bool {
         ElementType::Complex128 => 8,
         e => e.size() as u64,
     };
-    first_ptr(nd) % a == 0
+    first_ptr(nd).is_multiple_of(a)
 }
 
 // ------------------------------------------------------------------------------ flat

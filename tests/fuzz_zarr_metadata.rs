@@ -209,10 +209,10 @@ fn set(doc: &mut Value, pointer: &str, v: Value) {
         return;
     }
     // A missing leaf of an existing object: add it.
-    if let Some((parent, key)) = pointer.rsplit_once('/') {
-        if let Some(Value::Object(o)) = doc.pointer_mut(parent) {
-            o.insert(key.to_string(), v);
-        }
+    if let Some((parent, key)) = pointer.rsplit_once('/')
+        && let Some(Value::Object(o)) = doc.pointer_mut(parent)
+    {
+        o.insert(key.to_string(), v);
     }
 }
 
@@ -262,11 +262,11 @@ fn apply_edit(doc: &mut Value, e: &Edit) {
             return set(doc, fields[n % fields.len()], v.clone());
         }
         Edit::Axis(f, a, v) => {
-            if let Some(Value::Array(arr)) = doc.pointer_mut(shapes[f % 3]) {
-                if !arr.is_empty() {
-                    let k = a % arr.len();
-                    arr[k] = v.clone();
-                }
+            if let Some(Value::Array(arr)) = doc.pointer_mut(shapes[f % 3])
+                && !arr.is_empty()
+            {
+                let k = a % arr.len();
+                arr[k] = v.clone();
             }
             return;
         }
@@ -300,10 +300,10 @@ fn apply_edit(doc: &mut Value, e: &Edit) {
                     o.remove(&last.replace("~1", "/").replace("~0", "~"));
                 }
                 Some(Value::Array(a)) => {
-                    if let Ok(i) = last.parse::<usize>() {
-                        if i < a.len() {
-                            a.remove(i);
-                        }
+                    if let Ok(i) = last.parse::<usize>()
+                        && i < a.len()
+                    {
+                        a.remove(i);
                     }
                 }
                 _ => {}

@@ -174,10 +174,11 @@ impl S3Server {
             .expect("the server's output ended");
         let mut m = std::collections::BTreeMap::new();
         for l in self.lines.all() {
-            if l.contains("resolved route") && l.contains("GetObject") {
-                if let Some(k) = key_of(&l) {
-                    *m.entry(k).or_insert(0) += 1;
-                }
+            if l.contains("resolved route")
+                && l.contains("GetObject")
+                && let Some(k) = key_of(&l)
+            {
+                *m.entry(k).or_insert(0) += 1;
             }
         }
         m

@@ -414,13 +414,12 @@ gpu_test! {
                 dst.fill(GUARD).unwrap();
                 let t = Instant::now();
                 let res = batch.decompress(&stream, codec, &src, &case.inputs, &dst, &case.outputs);
-                if let Err(e) = &res {
-                    if e.to_string().contains("did not finish") {
+                if let Err(e) = &res
+                    && e.to_string().contains("did not finish") {
                         println!("{codec} random damage: batch {b} HUNG after {:?} ({errs} errors, {wrong} wrong, {fine} intact before); flips (chunk, byte, of bytes): {flips:?}; {e}", t.elapsed());
                         std::mem::forget((src, dst, batch, stream, c));
                         return;
                     }
-                }
                 let got = dst.to_host_vec().unwrap();
                 check_guards(&got, &case.outputs, &format!("{codec} random damage"));
                 match res {
@@ -556,13 +555,13 @@ fn corrupt_variants(codec: GpuCodec) {
             std::mem::forget((src, dst, batch, stream, c));
             return;
         }
-        if let Err(e) = &res {
-            if e.to_string().contains("did not finish") {
-                say("failure", format!("{codec} {name}: HUNG: {e}"));
-                // The device work may still use them: never free.
-                std::mem::forget((src, dst, batch, stream, c));
-                return;
-            }
+        if let Err(e) = &res
+            && e.to_string().contains("did not finish")
+        {
+            say("failure", format!("{codec} {name}: HUNG: {e}"));
+            // The device work may still use them: never free.
+            std::mem::forget((src, dst, batch, stream, c));
+            return;
         }
         let got = back.unwrap();
         check_guards(&got, &outs, &format!("{codec} {name}"));

@@ -116,7 +116,7 @@ fn aligned(nd: &NDBuffer) -> bool {
         ElementType::Complex128 => 8,
         e => e.size() as u64,
     };
-    first_addr(nd) % a == 0
+    first_addr(nd).is_multiple_of(a)
 }
 
 fn check_tensors(h: &TensorArray, d: &TensorArray, what: &str) {

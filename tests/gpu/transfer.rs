@@ -425,7 +425,7 @@ gpu_test! {
                 src_offs.push(s_at);
                 s_at += l;
             }
-            let target = |i: usize| if i % 2 == 0 { &a } else { &b };
+            let target = |i: usize| if i.is_multiple_of(2) { &a } else { &b };
             let list: Vec<(&[u8], &DeviceBuffer, usize)> = (0..count)
                 .map(|i| (&src[src_offs[i]..src_offs[i] + lens[i]], target(i), offs[i]))
                 .collect();

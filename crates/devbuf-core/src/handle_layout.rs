@@ -183,7 +183,7 @@ pub(crate) fn from_hex(text: &str, what: &'static str) -> Result<Vec<u8>> {
             "{what}: character {ch:?} at byte {i} is not a hexadecimal digit (0-9, a-f, A-F)"
         )));
     }
-    if t.len() % 2 != 0 {
+    if !t.len().is_multiple_of(2) {
         return Err(Error::Malformed(format!(
             "{what}: hexadecimal text has an odd number of digits ({})",
             t.len()

@@ -53,7 +53,7 @@ impl DeviceBuffer {
     /// ```
     pub fn to_arrow<T: ArrowPrimitiveType>(&self) -> Result<PrimitiveArray<T>> {
         let size = std::mem::size_of::<T::Native>();
-        if self.len() % size != 0 {
+        if !self.len().is_multiple_of(size) {
             return Err(Error::invalid(format!(
                 "buffer of {} bytes is not a whole number of {}-byte {} values",
                 self.len(),

@@ -558,7 +558,7 @@ impl DeviceBuffer {
     /// `size_of::<T>()`.
     pub fn to_vec<T: ArrowNativeType>(&self) -> Result<Vec<T>> {
         let size = std::mem::size_of::<T>();
-        if self.len % size != 0 {
+        if !self.len.is_multiple_of(size) {
             return Err(Error::invalid(format!(
                 "buffer of {} bytes is not a whole number of {}-byte elements ({})",
                 self.len,

@@ -156,14 +156,14 @@ impl DeviceOwner for PoolOwner {
 
 impl Context {
     fn pooled(&self, nbytes: usize, stream: Option<&Stream>) -> Result<DeviceBuffer> {
-        if let Some(s) = stream {
-            if !s.context().same_as(self) {
-                return Err(Error::invalid(format!(
-                    "allocate_pooled: the stream belongs to another context (device {}) than this one (device {})",
-                    s.context().ordinal(),
-                    self.ordinal()
-                )));
-            }
+        if let Some(s) = stream
+            && !s.context().same_as(self)
+        {
+            return Err(Error::invalid(format!(
+                "allocate_pooled: the stream belongs to another context (device {}) than this one (device {})",
+                s.context().ordinal(),
+                self.ordinal()
+            )));
         }
         if nbytes == 0 {
             return Ok(self.empty_buffer());

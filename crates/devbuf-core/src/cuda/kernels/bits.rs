@@ -39,7 +39,7 @@ pub(crate) fn pack_bits(src: &DeviceBuffer, dst: &DeviceBuffer) -> Result<()> {
             dst.len()
         )));
     }
-    if dst.address() % 4 != 0 {
+    if !dst.address().is_multiple_of(4) {
         return Err(Error::invalid(format!(
             "pack_bits: the destination address {:#x} is not 4-byte aligned",
             dst.address()

@@ -151,12 +151,10 @@ pub(crate) fn check_overlaps(inputs: &[(u64, usize)], outputs: &[(u64, usize)]) 
                 )
             }));
         }
-        if is_out {
-            if let Some((_, j)) = in_reach.filter(|&(e, _)| start < e) {
-                return Err(Error::invalid(format!(
-                    "nvCOMP batch: the output range of chunk {i} overlaps the input of chunk {j}"
-                )));
-            }
+        if is_out && let Some((_, j)) = in_reach.filter(|&(e, _)| start < e) {
+            return Err(Error::invalid(format!(
+                "nvCOMP batch: the output range of chunk {i} overlaps the input of chunk {j}"
+            )));
         }
         let reach = if is_out {
             &mut out_reach
@@ -341,7 +339,7 @@ mod tests {
             at += len;
         }
         assert_eq!(at, l.table_bytes());
-        assert!(l.temp >= at && l.temp % STAGE_ALIGN == 0);
+        assert!(l.temp >= at && l.temp.is_multiple_of(STAGE_ALIGN));
     }
 
     #[test]

@@ -201,14 +201,14 @@ pub(crate) fn plan_batch(pieces: &[PieceSpec], p: &PackParams) -> TransferPlan {
     // The open packed chunk: first segment, tiles used, data cursor.
     let mut open: Option<(usize, usize, usize)> = None;
     let close = |plan: &mut TransferPlan, open: &mut Option<(usize, usize, usize)>| {
-        if let Some((first, tiles, cursor)) = open.take() {
-            if plan.segs.len() > first {
-                plan.chunks.push(Chunk::Packed {
-                    segs: first..plan.segs.len(),
-                    tiles,
-                    data_len: cursor,
-                });
-            }
+        if let Some((first, tiles, cursor)) = open.take()
+            && plan.segs.len() > first
+        {
+            plan.chunks.push(Chunk::Packed {
+                segs: first..plan.segs.len(),
+                tiles,
+                data_len: cursor,
+            });
         }
     };
     for (i, piece) in pieces.iter().enumerate() {

@@ -397,10 +397,10 @@ impl NDBuffer {
         // Strides that are stepped along (others, of axes of length 1, may be anything,
         // even beyond `isize`; they become 0).
         let strides = self.layout.istrides();
-        if base % align != 0
+        if !base.is_multiple_of(align)
             || strides
                 .iter()
-                .any(|&s| s as usize % es != 0 || s as usize % align != 0)
+                .any(|&s| !(s as usize).is_multiple_of(es) || !(s as usize).is_multiple_of(align))
         {
             return Err(Error::invalid(format!(
                 "as_array_view: the data at {base:#x} with byte strides {:?} is not aligned \

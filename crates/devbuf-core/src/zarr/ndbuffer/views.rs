@@ -145,7 +145,7 @@ impl NDBuffer {
         }
         let mut new: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
         if let Some(i) = infer {
-            if known == 0 || size % known != 0 {
+            if known == 0 || !size.is_multiple_of(known) {
                 return Err(Error::invalid(format!(
                     "cannot reshape array of size {size} into shape {shape:?}"
                 )));

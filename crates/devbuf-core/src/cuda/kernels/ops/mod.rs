@@ -52,7 +52,7 @@ fn check_whole(
     size: usize,
     kind: Option<ElementType>,
 ) -> Result<()> {
-    if len % size == 0 {
+    if len.is_multiple_of(size) {
         return Ok(());
     }
     let elements = match kind {

@@ -337,11 +337,11 @@ impl<T> Pending<T> {
 
 impl<T> Drop for Pending<T> {
     fn drop(&mut self) {
-        if let Some(v) = self.value.take() {
-            if self.event.synchronize().is_err() {
-                std::mem::forget(v);
-                std::mem::forget(std::mem::take(&mut self.keep));
-            }
+        if let Some(v) = self.value.take()
+            && self.event.synchronize().is_err()
+        {
+            std::mem::forget(v);
+            std::mem::forget(std::mem::take(&mut self.keep));
         }
     }
 }

@@ -109,7 +109,7 @@ pub(in crate::cuda::kernels::ops) fn cast(
         must_wait = true;
     }
     let src_addr = src_tmp.as_ref().map_or(src.address(), |t| t.address());
-    let dst_tmp = if dst.address() % dst_kind.swap_width() as u64 != 0 {
+    let dst_tmp = if !dst.address().is_multiple_of(dst_kind.swap_width() as u64) {
         must_wait = true;
         Some(ctx.allocate(dst.len())?)
     } else {

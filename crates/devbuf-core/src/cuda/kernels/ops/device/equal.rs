@@ -212,7 +212,7 @@ pub(in crate::cuda::kernels::ops) fn all_equal(
         }
         EqualPlan::Pred { mode, elem } => {
             let mut first = buf.address();
-            if first % elem as u64 != 0 {
+            if !first.is_multiple_of(elem as u64) {
                 let tmp = ctx.allocate(buf.len())?;
                 copy_d2d(ctx, on, tmp.address(), first, buf.len())?;
                 first = tmp.address();

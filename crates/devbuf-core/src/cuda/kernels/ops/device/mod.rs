@@ -167,16 +167,16 @@ impl On<'_> {
 
     /// Checks that the stream belongs to `ctx`.
     fn check(&self, ctx: &Context, op: &str) -> Result<()> {
-        if let Some(s) = self.stream {
-            if !s.context().same_as(ctx) {
-                return Err(Error::invalid(format!(
-                    "{op}: the stream belongs to device {} ({:?}), the buffer to device {} ({:?}): use a stream of the buffer's context",
-                    s.context().ordinal(),
-                    s.context(),
-                    ctx.ordinal(),
-                    ctx
-                )));
-            }
+        if let Some(s) = self.stream
+            && !s.context().same_as(ctx)
+        {
+            return Err(Error::invalid(format!(
+                "{op}: the stream belongs to device {} ({:?}), the buffer to device {} ({:?}): use a stream of the buffer's context",
+                s.context().ordinal(),
+                s.context(),
+                ctx.ordinal(),
+                ctx
+            )));
         }
         Ok(())
     }

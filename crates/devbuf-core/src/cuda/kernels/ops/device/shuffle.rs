@@ -100,7 +100,12 @@ pub(in crate::cuda::kernels::ops) fn unshuffle(
     };
     let s = src.address() + b.offset as u64;
     let d = dst.address() + b.offset as u64;
-    if b.n % 16 != 0 || s % 16 != 0 || d % 16 != 0 || b.ustride % 16 != 0 || b.bstride % 16 != 0 {
+    if !b.n.is_multiple_of(16)
+        || !s.is_multiple_of(16)
+        || !d.is_multiple_of(16)
+        || !b.ustride.is_multiple_of(16)
+        || !b.bstride.is_multiple_of(16)
+    {
         return Ok(false);
     }
     let mut p = UnshuffleParams {

@@ -69,7 +69,7 @@ pub(in crate::cuda::kernels::ops) fn strided_copy(
         bits |= a.s.unsigned_abs() | a.d.unsigned_abs();
     }
     let mut unit = plan.unit;
-    while unit > 1 && bits % unit as u64 != 0 {
+    while unit > 1 && !bits.is_multiple_of(unit as u64) {
         unit /= 2;
     }
     plan.split_unit(unit);
