@@ -25,7 +25,7 @@ use crate::common::*;
 use crate::corpus;
 
 /// The non-null buffer addresses of a C structure tree (buffers, children, dictionary).
-fn c_addrs(a: &ArrowArray, out: &mut Vec<u64>) {
+pub(crate) fn c_addrs(a: &ArrowArray, out: &mut Vec<u64>) {
     for i in 0..a.n_buffers() as usize {
         let p = a.buffer(i).expect("buffer") as u64;
         if p != 0 {
@@ -59,7 +59,7 @@ fn dev_addrs(d: &DeviceArray, validity_if_nulls: bool, out: &mut Vec<u64>) {
     }
 }
 
-fn addrs_of_device(d: &DeviceArray, validity_if_nulls: bool) -> Vec<u64> {
+pub(crate) fn addrs_of_device(d: &DeviceArray, validity_if_nulls: bool) -> Vec<u64> {
     let mut v = Vec::new();
     dev_addrs(d, validity_if_nulls, &mut v);
     v

@@ -1,49 +1,9 @@
 //! A `ChunkBatch` and C Device Data Interface exports on device 1.
 
 use super::*;
+use crate::c_device::{addrs_of_device as addrs, c_addrs};
 
 // Arrow on device 1.
-
-/// The non-null buffer addresses of a C structure tree (buffers, children, dictionary).
-fn c_addrs(a: &ArrowArray, out: &mut Vec<u64>) {
-    for i in 0..a.n_buffers() as usize {
-        let p = a.buffer(i).expect("buffer") as u64;
-        if p != 0 {
-            out.push(p);
-        }
-    }
-    for i in 0..a.n_children() as usize {
-        c_addrs(a.child(i).expect("child"), out);
-    }
-    if let Some(d) = a.dictionary() {
-        c_addrs(d, out);
-    }
-}
-
-/// The device addresses of an array tree, in C buffer order. `validity_if_nulls`: list
-/// the validity bitmap only when there are nulls (the importer drops a bitmap that a
-/// producer sends with `null_count` 0).
-fn dev_addrs(d: &DeviceArray, validity_if_nulls: bool, out: &mut Vec<u64>) {
-    if let Some(v) = d.validity()
-        && (!validity_if_nulls || d.null_count() > 0)
-        && v.address() != 0
-    {
-        out.push(v.address());
-    }
-    out.extend(d.buffers().iter().map(|b| b.address()).filter(|&a| a != 0));
-    for c in d.children() {
-        dev_addrs(c, validity_if_nulls, out);
-    }
-    if let Some(x) = d.dictionary() {
-        dev_addrs(x, validity_if_nulls, out);
-    }
-}
-
-fn addrs(d: &DeviceArray, validity_if_nulls: bool) -> Vec<u64> {
-    let mut v = Vec::new();
-    dev_addrs(d, validity_if_nulls, &mut v);
-    v
-}
 
 /// Whether `b` lies inside `outer` (zero-copy check by address).
 fn within(b: &DeviceBuffer, outer: &DeviceBuffer) -> bool {
