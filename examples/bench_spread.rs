@@ -401,11 +401,7 @@ mod bench {
                         })
                     })
                     .collect();
-                hs.into_iter().try_for_each(|h| {
-                    h.join()
-                        .map_err(|_| devbuf::Error::invalid("a decode thread panicked"))?
-                        .map_err(|e| devbuf::Error::invalid(e.to_string()))
-                })
+                join_io(hs)
             })
         })?;
         println!(
@@ -472,11 +468,7 @@ mod bench {
                         })
                     })
                     .collect();
-                hs.into_iter().try_for_each(|h| {
-                    h.join()
-                        .map_err(|_| devbuf::Error::invalid("a reader thread panicked"))?
-                        .map_err(|e| devbuf::Error::invalid(e.to_string()))
-                })
+                join_io(hs)
             })
         })?;
         println!(
@@ -520,11 +512,7 @@ mod bench {
                         })
                     })
                     .collect();
-                hs.into_iter().try_for_each(|h| {
-                    h.join()
-                        .map_err(|_| devbuf::Error::invalid("a reader thread panicked"))?
-                        .map_err(|e| devbuf::Error::invalid(e.to_string()))
-                })
+                join_io(hs)
             })
         };
         let staged = time_median(3, || read_all(&std::sync::atomic::AtomicUsize::new(0)))?;
@@ -560,6 +548,17 @@ mod bench {
             gbs(decoded, both)
         );
         Ok(())
+    }
+
+    /// Joins threads that do file or decoder I/O: the first failure as a devbuf error.
+    fn join_io(
+        hs: Vec<std::thread::ScopedJoinHandle<'_, std::io::Result<()>>>,
+    ) -> devbuf::Result<()> {
+        hs.into_iter().try_for_each(|h| {
+            h.join()
+                .map_err(|_| devbuf::Error::invalid("a benchmark thread panicked"))?
+                .map_err(|e| devbuf::Error::invalid(e.to_string()))
+        })
     }
 
     fn fmt_list(v: &[f64]) -> String {

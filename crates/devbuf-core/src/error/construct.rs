@@ -219,7 +219,15 @@ impl Error {
     /// free-form message (driver, out-of-memory, out-of-bounds, CUDA unavailable) are
     /// returned unchanged.
     pub fn context(mut self, context: impl fmt::Display) -> Error {
-        match &mut self {
+        if let Some(m) = self.message_mut() {
+            *m = format!("{context}: {m}");
+        }
+        self
+    }
+
+    /// The free-form message of the variants that have one.
+    fn message_mut(&mut self) -> Option<&mut String> {
+        match self {
             Error::InvalidArgument(m)
             | Error::ReadOnly(m)
             | Error::Malformed(m)
@@ -228,10 +236,9 @@ impl Error {
             | Error::Unsupported { message: m, .. }
             | Error::Timeout { message: m, .. }
             | Error::Io { message: m, .. }
-            | Error::Arrow { message: m, .. } => *m = format!("{context}: {m}"),
-            _ => {}
+            | Error::Arrow { message: m, .. } => Some(m),
+            _ => None,
         }
-        self
     }
 
     /// A driver error with `why` added to its description (CUDA's call, name and code
@@ -258,17 +265,9 @@ impl Error {
     /// free-form message): for wrapping an error's cause in an error of another kind.
     /// Messages already end with their cause's text, so this is the whole story.
     pub fn detail(&self) -> String {
-        match self {
-            Error::InvalidArgument(m)
-            | Error::ReadOnly(m)
-            | Error::Malformed(m)
-            | Error::NotFound { message: m, .. }
-            | Error::PermissionDenied { message: m, .. }
-            | Error::Unsupported { message: m, .. }
-            | Error::Timeout { message: m, .. }
-            | Error::Io { message: m, .. }
-            | Error::Arrow { message: m, .. } => m.clone(),
-            e => e.to_string(),
+        match self.clone().message_mut() {
+            Some(m) => std::mem::take(m),
+            None => self.to_string(),
         }
     }
 
