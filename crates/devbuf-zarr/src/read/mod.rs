@@ -14,6 +14,7 @@
 //!   claims in flight per worker while the next one is read);
 //! * `stored`: a GPU claim's host side (parallel reads into a page-locked slot, checks);
 //! * `sched`: when a GPU worker takes another claim (the CPU / GPU split);
+//! * `calibrate`: which decoder `Auto` runs, from rates measured in this process;
 //! * `cut`: where a read spread over several devices is cut;
 //! * `incremental`: streamed decoding of large units straight into a host output;
 //! * `work`: the shared state of one read (work queue, counters, threads), a leaf
@@ -24,6 +25,7 @@
 //! The device write engine (`../write.rs`) reuses `plan`, `codec` and the staging lanes.
 
 mod blosc;
+mod calibrate;
 pub(crate) mod codec;
 pub(crate) mod cut;
 mod gpu;
@@ -86,6 +88,36 @@ pub(crate) fn read(
         ..work::ReadCounters::default()
     };
     let device = matches!(dest, Dest::New(Some(_)) | Dest::Device(_));
+    // Auto on a large device read nvCOMP could decode: the fastest decoder measured.
+    let ordinal = match &dest {
+        Dest::New(Some(ctx)) => Some(ctx.ordinal()),
+        Dest::Device(d) => Some(d.context().ordinal()),
+        _ => None,
+    };
+    let calibrated = match ordinal {
+        Some(o)
+            if options.decoder == Decoder::Auto
+                && total >= calibrate::MIN_CALIBRATED_BYTES
+                && gpu_ready(src, true, false).is_ok() =>
+        {
+            let kind =
+                calibrate::Kind::new(o, src.codecs.describe(), src.cell_bytes, total, threads);
+            let (d, why) = calibrate::choose(&kind);
+            Some((kind, d, why))
+        }
+        _ => None,
+    };
+    let chosen;
+    let options = match &calibrated {
+        Some((_, d, _)) => {
+            chosen = ReadOptions {
+                decoder: *d,
+                ..options.clone()
+            };
+            &chosen
+        }
+        None => options,
+    };
     let (gpu, gpu_note) = choose_gpu(src, device, threads, options)?;
     // The result first: a selection too large for memory fails here, before planning.
     enum Out<'b> {
@@ -161,7 +193,12 @@ pub(crate) fn read(
         }
         _ => gpu_note,
     };
+    let elapsed_us = started.elapsed().as_micros().min(u64::MAX as u128) as u64;
+    if let Some((kind, d, _)) = &calibrated {
+        calibrate::record(kind, *d, total as u64, elapsed_us as f64 * 1e-6);
+    }
     let report = ReadReport {
+        auto: calibrated.map(|c| c.2).unwrap_or_default(),
         decoder: match (cpu_chunks > 0, gpu_chunks > 0) {
             (true, true) => "cpu+gpu",
             (false, true) => "gpu",
@@ -177,7 +214,7 @@ pub(crate) fn read(
         gpu_first_us: counts.gpu_first_us.load(Ordering::Relaxed),
         gpu_read_end_us: counts.gpu_read_end_us.load(Ordering::Relaxed),
         gpu_end_us: counts.gpu_end_us.load(Ordering::Relaxed),
-        elapsed_us: started.elapsed().as_micros().min(u64::MAX as u128) as u64,
+        elapsed_us,
         codecs: src.codecs.describe(),
         cpu_chunks,
         missing_chunks: counts.missing_units.load(Ordering::Relaxed),
@@ -199,6 +236,37 @@ fn check_len(given: usize, total: usize, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Whether nvCOMP can decode this read (`device`: into device memory; `explicit`:
+/// `Gpu` or `Both` was asked for, which also takes chunks without crc32c): the chain
+/// and nvCOMP's codec, or why not.
+fn gpu_ready(
+    src: &ZarrSource<'_>,
+    device: bool,
+    explicit: bool,
+) -> std::result::Result<(codec::Chain, devbuf_core::cuda::nvcomp::GpuCodec), String> {
+    if !device {
+        return Err("the result is in host memory".to_string());
+    }
+    let chain = src.chain().ok_or_else(|| {
+        format!(
+            "the codecs are decoded by zarrs ({})",
+            src.codecs.describe()
+        )
+    })?;
+    let codec = gpu::gpu_codec(chain)?;
+    if !explicit && !chain.crc32c {
+        return Err(
+            "the chunks carry no crc32c checksum: nvCOMP checks less than the CPU decoders \
+             (damage inside compressed data can decode to wrong values unnoticed, and \
+             gzip's CRC-32 and zlib's Adler-32 are not checked), so the GPU decodes \
+             unprotected chunks only when asked for (Decoder::Gpu or Both)"
+                .to_string(),
+        );
+    }
+    devbuf_core::cuda::nvcomp::library().map_err(|e| e.to_string())?;
+    Ok((*chain, codec))
+}
+
 /// Whether (and how) nvCOMP decodes this read: the plan, or why not (empty when the
 /// read could not have used it anyway). An explicit `Gpu` or `Both` that cannot be
 /// honoured is an error saying why.
@@ -212,29 +280,7 @@ fn choose_gpu(
     if options.decoder == Decoder::Cpu {
         return Ok((None, String::new()));
     }
-    let why_not = (|| {
-        if !device {
-            return Err("the result is in host memory".to_string());
-        }
-        let chain = src.chain().ok_or_else(|| {
-            format!(
-                "the codecs are decoded by zarrs ({})",
-                src.codecs.describe()
-            )
-        })?;
-        let codec = gpu::gpu_codec(chain)?;
-        if !explicit && !chain.crc32c {
-            return Err(
-                "the chunks carry no crc32c checksum: nvCOMP checks less than the CPU decoders \
-                 (damage inside compressed data can decode to wrong values unnoticed, and \
-                 gzip's CRC-32 and zlib's Adler-32 are not checked), so the GPU decodes \
-                 unprotected chunks only when asked for (Decoder::Gpu or Both)"
-                    .to_string(),
-            );
-        }
-        devbuf_core::cuda::nvcomp::library().map_err(|e| e.to_string())?;
-        Ok((*chain, codec))
-    })();
+    let why_not = gpu_ready(src, device, explicit);
     match why_not {
         Ok((chain, codec)) => {
             let mut tuning = gpu::Tuning::resolve(&options.gpu, options.decoder == Decoder::Gpu);

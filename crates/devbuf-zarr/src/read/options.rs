@@ -20,7 +20,16 @@ pub const DEFAULT_SLOT_BYTES: usize = 4 << 20;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Decoder {
-    /// The CPU workers, plus GPU workers (as [`Both`](Self::Both), except that a GPU
+    /// The fastest decoder measured on this machine, for device reads of at least 64
+    /// MiB that nvCOMP can decode (chunks with a crc32c checksum, see below): the first
+    /// such reads of a kind (device, codecs, chunk size, read size within a factor 4,
+    /// threads) each run one of [`Gpu`](Self::Gpu), [`Cpu`](Self::Cpu) and
+    /// [`Both`](Self::Both) not measured yet, later ones the fastest measured (its rate
+    /// refined by each read's own timing), and every eighth one the runner-up again.
+    /// The report's `auto` field says which ran and the rates behind the choice.
+    ///
+    /// Smaller device reads, and reads nvCOMP cannot take: the CPU workers, plus GPU
+    /// workers (as [`Both`](Self::Both), except that a GPU
     /// worker takes no chunk the cost model gives to the CPU) on device reads of zstd,
     /// gzip or blosc (LZ4 or zstd inside) chunks that carry a crc32c checksum (verified on the host before nvCOMP sees
     /// them), when nvCOMP is available. Unprotected chunks go to the GPU only when asked

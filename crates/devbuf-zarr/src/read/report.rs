@@ -19,6 +19,10 @@ pub struct ReadReport {
     pub decoder: &'static str,
     /// Why the GPU did not decode (for a read that could have used it), else empty.
     pub gpu_note: String,
+    /// For [`Decoder::Auto`](super::Decoder::Auto) on a large device read nvCOMP could
+    /// decode: which decoder it ran and why (the rates measured in this process, or
+    /// that it measured one not run yet); else empty.
+    pub auto: String,
     /// The codecs as the engine saw them (`"zstd"`, `"sharded zstd"`, or
     /// `"zarrs (<why>)"` when zarrs' codecs decoded the chunks).
     pub codecs: String,
@@ -100,6 +104,9 @@ impl std::fmt::Display for ReadReport {
         }
         if !self.gpu_note.is_empty() {
             write!(f, "; GPU not used: {}", self.gpu_note)?;
+        }
+        if !self.auto.is_empty() {
+            write!(f, "; {}", self.auto)?;
         }
         Ok(())
     }

@@ -1,0 +1,231 @@
+//! What [`Decoder::Auto`](super::Decoder::Auto) runs on a device read that nvCOMP
+//! could decode: the fastest of `Cpu`, `Gpu` and `Both` as measured in this process on
+//! this device, for this codec chain, chunk size and read size.
+//!
+//! No fixed prior decides: the first large reads of a kind each run one decoder not
+//! measured yet (`Gpu`, then `Cpu`, then `Both`), and every later read runs the fastest
+//! measured, refining its rate with the read's own timing; every
+//! [`REPROBE_EVERY`]th read runs the runner-up again, so a rate that changed (a busier
+//! machine, a warmer page cache) is noticed. Reads below [`MIN_CALIBRATED_BYTES`]
+//! keep the per-claim cost model (one read of each decoder would cost more than it
+//! can gain there).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use super::Decoder;
+
+/// Reads smaller than this (decoded bytes) are not calibrated: they run the cost
+/// model of [`Decoder::Auto`] (CPU workers, and GPU workers where a claim pays).
+pub(crate) const MIN_CALIBRATED_BYTES: usize = 64 << 20;
+
+/// Every this many calibrated reads of one kind, the runner-up runs once more.
+pub(crate) const REPROBE_EVERY: u64 = 8;
+
+/// The kind of read a rate belongs to.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Kind {
+    /// Device ordinal.
+    pub device: usize,
+    /// The codec chain as the engine describes it (`"zstd"`, `"sharded zstd"`, ...).
+    pub codecs: String,
+    /// log2 of the decoded bytes of one chunk (inner chunk).
+    pub chunk_log2: u32,
+    /// log4 of the read's decoded bytes (reads within a factor 4 share rates).
+    pub read_log4: u32,
+    /// Worker threads of the read.
+    pub threads: usize,
+}
+
+impl Kind {
+    pub(crate) fn new(
+        device: usize,
+        codecs: String,
+        chunk_bytes: usize,
+        read_bytes: usize,
+        threads: usize,
+    ) -> Kind {
+        Kind {
+            device,
+            codecs,
+            chunk_log2: usize::BITS - chunk_bytes.max(1).leading_zeros(),
+            read_log4: (usize::BITS - read_bytes.max(1).leading_zeros()) / 2,
+            threads,
+        }
+    }
+}
+
+/// Measured decoded bytes per second of each decoder for one kind (`None`: not run).
+#[derive(Clone, Debug, Default)]
+struct Rates {
+    cpu: Option<f64>,
+    gpu: Option<f64>,
+    both: Option<f64>,
+    /// Calibrated reads of this kind so far.
+    reads: u64,
+}
+
+impl Rates {
+    fn get(&mut self, d: Decoder) -> &mut Option<f64> {
+        match d {
+            Decoder::Cpu => &mut self.cpu,
+            Decoder::Gpu => &mut self.gpu,
+            _ => &mut self.both,
+        }
+    }
+
+    /// Measured decoders, fastest first.
+    fn ranked(&self) -> Vec<(Decoder, f64)> {
+        let mut v: Vec<(Decoder, f64)> = [
+            (Decoder::Gpu, self.gpu),
+            (Decoder::Cpu, self.cpu),
+            (Decoder::Both, self.both),
+        ]
+        .into_iter()
+        .filter_map(|(d, r)| r.map(|r| (d, r)))
+        .collect();
+        v.sort_by(|a, b| b.1.total_cmp(&a.1));
+        v
+    }
+}
+
+fn table() -> &'static Mutex<HashMap<Kind, Rates>> {
+    static TABLE: OnceLock<Mutex<HashMap<Kind, Rates>>> = OnceLock::new();
+    TABLE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The decoder `Auto` runs for a read of `kind`, and why (for the read report).
+pub(crate) fn choose(kind: &Kind) -> (Decoder, String) {
+    let mut t = table().lock().unwrap_or_else(|p| p.into_inner());
+    let r = t.entry(kind.clone()).or_default();
+    r.reads += 1;
+    for d in [Decoder::Gpu, Decoder::Cpu, Decoder::Both] {
+        if r.get(d).is_none() {
+            return (
+                d,
+                format!(
+                    "Auto measures {}: not run yet on reads like this one",
+                    name(d)
+                ),
+            );
+        }
+    }
+    let ranked = r.ranked();
+    let rates = ranked
+        .iter()
+        .map(|(d, g)| format!("{} {:.1}", name(*d), g / 1e9))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let pick = if r.reads.is_multiple_of(REPROBE_EVERY) && ranked.len() > 1 {
+        ranked[1].0
+    } else {
+        ranked[0].0
+    };
+    let why = if pick == ranked[0].0 {
+        format!(
+            "Auto chose {}, the fastest measured here (GB/s: {rates})",
+            name(pick)
+        )
+    } else {
+        format!(
+            "Auto measures {} again, the runner-up (GB/s: {rates})",
+            name(pick)
+        )
+    };
+    (pick, why)
+}
+
+/// Records what a read of `kind` with decoder `d` achieved: `bytes` decoded bytes in
+/// `secs` seconds (a moving average with earlier reads).
+pub(crate) fn record(kind: &Kind, d: Decoder, bytes: u64, secs: f64) {
+    if secs <= 0.0 || bytes == 0 {
+        return;
+    }
+    let rate = bytes as f64 / secs;
+    let mut t = table().lock().unwrap_or_else(|p| p.into_inner());
+    let slot = t.entry(kind.clone()).or_default().get(d);
+    *slot = Some(match *slot {
+        Some(old) => (old + rate) / 2.0,
+        None => rate,
+    });
+}
+
+fn name(d: Decoder) -> &'static str {
+    match d {
+        Decoder::Cpu => "cpu",
+        Decoder::Gpu => "gpu",
+        Decoder::Both => "both",
+        Decoder::Auto => "auto",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(device: usize) -> Kind {
+        Kind::new(device, "zstd (test)".into(), 1 << 20, 512 << 20, 16)
+    }
+
+    #[test]
+    fn measures_each_decoder_then_runs_the_fastest_and_reprobes_the_runner_up() {
+        let k = kind(90);
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            let (d, why) = choose(&k);
+            assert!(why.contains("not run yet"), "{why}");
+            seen.push(d);
+            let rate = match d {
+                Decoder::Gpu => 25e9,
+                Decoder::Cpu => 10e9,
+                _ => 15e9,
+            };
+            record(&k, d, 1 << 30, (1u64 << 30) as f64 / rate);
+        }
+        assert_eq!(seen, [Decoder::Gpu, Decoder::Cpu, Decoder::Both]);
+        let mut picks = Vec::new();
+        for _ in 3..(2 * REPROBE_EVERY) {
+            let (d, why) = choose(&k);
+            assert!(why.contains("GB/s: gpu 25.0, both 15.0, cpu 10.0"), "{why}");
+            picks.push(d);
+        }
+        // Reads 8 and 16 re-measure the runner-up; the others run the fastest.
+        assert_eq!(picks.iter().filter(|&&d| d == Decoder::Both).count(), 2);
+        assert!(
+            picks
+                .iter()
+                .all(|&d| d == Decoder::Gpu || d == Decoder::Both)
+        );
+    }
+
+    #[test]
+    fn a_slower_measurement_moves_the_choice() {
+        let k = kind(91);
+        for (d, rate) in [
+            (Decoder::Gpu, 20e9),
+            (Decoder::Cpu, 12e9),
+            (Decoder::Both, 5e9),
+        ] {
+            assert_eq!(choose(&k).0, d);
+            record(&k, d, 1 << 30, (1u64 << 30) as f64 / rate);
+        }
+        assert_eq!(choose(&k).0, Decoder::Gpu);
+        // The GPU got slower (another process took it): twice, and the CPU wins.
+        record(&k, Decoder::Gpu, 1 << 30, (1u64 << 30) as f64 / 2e9);
+        record(&k, Decoder::Gpu, 1 << 30, (1u64 << 30) as f64 / 2e9);
+        assert_eq!(choose(&k).0, Decoder::Cpu);
+    }
+
+    #[test]
+    fn kinds_are_separate_per_device_chunk_and_read_size() {
+        let a = Kind::new(0, "zstd".into(), 1 << 20, 512 << 20, 16);
+        assert_eq!(
+            a,
+            Kind::new(0, "zstd".into(), (1 << 20) + 1000, 600 << 20, 16)
+        );
+        assert_ne!(a, Kind::new(1, "zstd".into(), 1 << 20, 512 << 20, 16));
+        assert_ne!(a, Kind::new(0, "zstd".into(), 4 << 20, 512 << 20, 16));
+        assert_ne!(a, Kind::new(0, "zstd".into(), 1 << 20, 4 << 30, 16));
+        assert_ne!(a, Kind::new(0, "zstd".into(), 1 << 20, 512 << 20, 8));
+    }
+}
