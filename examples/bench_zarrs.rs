@@ -19,7 +19,11 @@
 //! `scripts/peers/zarr.py write` made, so the peers (tensorstore, zarr-python, nvCOMP)
 //! are timed on the same files.
 //!
-//! Per store: host read (into new memory, and into one reused buffer: `host into`); device read; device write (device -> a new store of the same
+//! Per store: host read (into new memory, and into one reused buffer: `host into`); device
+//! reads with each decoder: `Auto` first (`dev auto (first reads)`: as a program that
+//! names no decoder meets it, calibration included), then `Cpu`, `Gpu`, `Both` and
+//! `Auto` again (`dev auto`: settled, with the others measured; `auto/best` against the
+//! best of the three); device write (device -> a new store of the same
 //! codecs, own sweep only) with the CPU encoders and, for zstd, with nvCOMP (and the
 //! ratio of nvCOMP's store). `--decoders` times only the reads named, `--gpu-workers`
 //! sets `ReadOptions::gpu_workers`, `--slot-bytes` `ReadOptions::slot_bytes`, `--no-writes` skips the writes, `--no-limits` the limits, `--reports` prints
@@ -300,8 +304,11 @@ mod bench {
         host: f64,
         /// Host reads into one buffer reused for every read (`read_all_into`).
         into: f64,
-        /// Device reads: CPU decode, GPU decode, both, Auto.
+        /// Device reads: CPU decode, GPU decode, both, Auto (after the others ran).
         device: [f64; 4],
+        /// Auto's first reads of this kind of read in the process, before any other
+        /// decoder ran on it (its calibration included).
+        auto_first: f64,
         /// Device writes with the CPU encoders, with nvCOMP, and the ratio of nvCOMP's store.
         write: [Option<f64>; 3],
         report: ReadReport,
@@ -347,10 +354,29 @@ mod bench {
             f64::NAN
         };
         let mut device = [f64::NAN; 4];
+        let mut auto_first = f64::NAN;
         let mut write = [None; 3];
         let report;
         if let Some(ctx) = ctx {
             let dev = BufferPrototype::Device(ctx.ordinal());
+            // Auto first, as a program that never names a decoder meets it: its
+            // calibration reads are in this figure.
+            if args.wants("auto") {
+                a.set_read_options(args.read.clone())?;
+                auto_first = gbs(
+                    bytes,
+                    time(repeat, &mut || {
+                        a.read_all(&dev)?;
+                        ctx.synchronize()
+                    })?,
+                );
+                if args.reports {
+                    println!(
+                        "  {name} auto (first reads): {}",
+                        a.read_all_with_report(&dev)?.1
+                    );
+                }
+            }
             for (k, (decoder, label)) in [
                 (Decoder::Cpu, "cpu"),
                 (Decoder::Gpu, "gpu"),
@@ -421,6 +447,7 @@ mod bench {
             host: gbs(bytes, host_s),
             into: gbs(bytes, into_s),
             device,
+            auto_first,
             write,
             report,
         })
@@ -436,8 +463,14 @@ mod bench {
             .copied()
             .filter(|x| !x.is_nan())
             .fold(f64::NAN, f64::max);
+        // The best of the decoders a user could name (Auto's target).
+        let named = r.device[..3]
+            .iter()
+            .copied()
+            .filter(|x| !x.is_nan())
+            .fold(f64::NAN, f64::max);
         println!(
-            "| {:<20} | {:>5.2} | {:>6.2} | {:>6.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>6.2} | {:>6} | {:>6} | {:>5} | {} |",
+            "| {:<20} | {:>5.2} | {:>6.2} | {:>6.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>5.2} | {:>6.2} | {:>6} | {:>6} | {:>5} | {} |",
             r.name,
             r.ratio,
             r.host,
@@ -445,7 +478,9 @@ mod bench {
             r.device[0],
             r.device[1],
             r.device[2],
+            r.auto_first,
             r.device[3],
+            r.device[3] / named,
             best / r.host,
             w[0],
             w[1],
@@ -779,9 +814,9 @@ mod bench {
     /// Times every store asked for.
     fn stores(a: &Args, ctx: Option<&Context>) -> devbuf::Result<()> {
         println!(
-            "\n| store | ratio | host | host into | dev cpu | dev gpu | dev both | dev auto | best/host | write cpu | write gpu | gpu ratio | read engine (both) |"
+            "\n| store | ratio | host | host into | dev cpu | dev gpu | dev both | dev auto (first reads) | dev auto | auto/best | best/host | write cpu | write gpu | gpu ratio | read engine (both) |"
         );
-        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         let wanted = |n: &str| a.only.as_ref().is_none_or(|o| o.iter().any(|x| x == n));
         if let Some(m) = &a.manifest {
             let text = std::fs::read_to_string(m).map_err(|e| {

@@ -98,7 +98,8 @@ impl ArraySpec {
 
     /// A `crc32c` checksum after the compressor of each chunk (of each inner chunk
     /// when sharded). The read engine verifies it on the host, and
-    /// [`Decoder::Auto`](super::Decoder::Auto) sends only such chunks to nvCOMP.
+    /// [`Decoder::Auto`](super::Decoder::Auto) sends gzip, zlib, LZ4 and blosc chunks
+    /// to nvCOMP only with it (zstd frames, which the host checks, with or without).
     pub fn with_crc32c(mut self) -> ArraySpec {
         self.crc32c = true;
         self

@@ -55,18 +55,30 @@ impl Kind {
     }
 }
 
-/// Measured decoded bytes per second of each decoder for one kind (`None`: not run).
+/// One decoder's measured rate for one kind of read.
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    /// Decoded bytes per second.
+    rate: f64,
+    /// Every read behind it allocated page-locked staging (a cost later reads do not
+    /// pay): the rate may be far below the decoder's.
+    cold: bool,
+    /// Reads behind it.
+    reads: u32,
+}
+
+/// Measured rates of each decoder for one kind (`None`: not run).
 #[derive(Clone, Debug, Default)]
 struct Rates {
-    cpu: Option<f64>,
-    gpu: Option<f64>,
-    both: Option<f64>,
-    /// Calibrated reads of this kind so far.
+    cpu: Option<Sample>,
+    gpu: Option<Sample>,
+    both: Option<Sample>,
+    /// Reads `Auto` chose a decoder for so far.
     reads: u64,
 }
 
 impl Rates {
-    fn get(&mut self, d: Decoder) -> &mut Option<f64> {
+    fn get(&mut self, d: Decoder) -> &mut Option<Sample> {
         match d {
             Decoder::Cpu => &mut self.cpu,
             Decoder::Gpu => &mut self.gpu,
@@ -82,7 +94,7 @@ impl Rates {
             (Decoder::Both, self.both),
         ]
         .into_iter()
-        .filter_map(|(d, r)| r.map(|r| (d, r)))
+        .filter_map(|(d, r)| r.map(|r| (d, r.rate)))
         .collect();
         v.sort_by(|a, b| b.1.total_cmp(&a.1));
         v
@@ -99,6 +111,8 @@ pub(crate) fn choose(kind: &Kind) -> (Decoder, String) {
     let mut t = table().lock().unwrap_or_else(|p| p.into_inner());
     let r = t.entry(kind.clone()).or_default();
     r.reads += 1;
+    // Each decoder not run yet, then each measured only on a read that set up its
+    // staging (once more, warm).
     for d in [Decoder::Gpu, Decoder::Cpu, Decoder::Both] {
         if r.get(d).is_none() {
             return (
@@ -106,6 +120,22 @@ pub(crate) fn choose(kind: &Kind) -> (Decoder, String) {
                 format!(
                     "Auto measures {}: not run yet on reads like this one",
                     name(d)
+                ),
+            );
+        }
+    }
+    for d in [Decoder::Gpu, Decoder::Cpu, Decoder::Both] {
+        if let Some(s) = *r.get(d)
+            && s.cold
+            && s.reads < 2
+        {
+            return (
+                d,
+                format!(
+                    "Auto measures {} again: its only read here allocated page-locked \
+                     staging ({:.1} GB/s)",
+                    name(d),
+                    s.rate / 1e9
                 ),
             );
         }
@@ -136,8 +166,12 @@ pub(crate) fn choose(kind: &Kind) -> (Decoder, String) {
 }
 
 /// Records what a read of `kind` with decoder `d` achieved: `bytes` decoded bytes in
-/// `secs` seconds (a moving average with earlier reads).
-pub(crate) fn record(kind: &Kind, d: Decoder, bytes: u64, secs: f64) {
+/// `secs` seconds; `cold`: the read allocated page-locked staging.
+///
+/// Warm reads average with earlier warm reads and replace cold ones; a cold read after
+/// a warm one counts only if it was faster (it measured the allocation more than the
+/// decoder); two cold reads keep the faster.
+pub(crate) fn record(kind: &Kind, d: Decoder, bytes: u64, secs: f64, cold: bool) {
     if secs <= 0.0 || bytes == 0 {
         return;
     }
@@ -145,8 +179,36 @@ pub(crate) fn record(kind: &Kind, d: Decoder, bytes: u64, secs: f64) {
     let mut t = table().lock().unwrap_or_else(|p| p.into_inner());
     let slot = t.entry(kind.clone()).or_default().get(d);
     *slot = Some(match *slot {
-        Some(old) => (old + rate) / 2.0,
-        None => rate,
+        None => Sample {
+            rate,
+            cold,
+            reads: 1,
+        },
+        Some(old) => match (old.cold, cold) {
+            (true, false) => Sample {
+                rate,
+                cold,
+                reads: old.reads + 1,
+            },
+            // A cold reprobe says little of a decoder measured warm, unless it was
+            // faster even so.
+            (false, true) if rate <= old.rate => old,
+            (false, true) => Sample {
+                rate,
+                cold: false,
+                reads: old.reads + 1,
+            },
+            (true, true) => Sample {
+                rate: old.rate.max(rate),
+                cold,
+                reads: old.reads + 1,
+            },
+            (false, false) => Sample {
+                rate: (old.rate + rate) / 2.0,
+                cold,
+                reads: old.reads + 1,
+            },
+        },
     });
 }
 
@@ -180,7 +242,7 @@ mod tests {
                 Decoder::Cpu => 10e9,
                 _ => 15e9,
             };
-            record(&k, d, 1 << 30, (1u64 << 30) as f64 / rate);
+            record(&k, d, 1 << 30, (1u64 << 30) as f64 / rate, false);
         }
         assert_eq!(seen, [Decoder::Gpu, Decoder::Cpu, Decoder::Both]);
         let mut picks = Vec::new();
@@ -207,13 +269,42 @@ mod tests {
             (Decoder::Both, 5e9),
         ] {
             assert_eq!(choose(&k).0, d);
-            record(&k, d, 1 << 30, (1u64 << 30) as f64 / rate);
+            record(&k, d, 1 << 30, (1u64 << 30) as f64 / rate, false);
         }
         assert_eq!(choose(&k).0, Decoder::Gpu);
         // The GPU got slower (another process took it): twice, and the CPU wins.
-        record(&k, Decoder::Gpu, 1 << 30, (1u64 << 30) as f64 / 2e9);
-        record(&k, Decoder::Gpu, 1 << 30, (1u64 << 30) as f64 / 2e9);
+        record(&k, Decoder::Gpu, 1 << 30, (1u64 << 30) as f64 / 2e9, false);
+        record(&k, Decoder::Gpu, 1 << 30, (1u64 << 30) as f64 / 2e9, false);
         assert_eq!(choose(&k).0, Decoder::Cpu);
+    }
+
+    #[test]
+    fn a_read_that_allocated_staging_is_measured_again_warm() {
+        let k = kind(92);
+        // Gpu's first read set up its staging: 4 GB/s; Cpu and Both warm.
+        assert_eq!(choose(&k).0, Decoder::Gpu);
+        record(&k, Decoder::Gpu, 1 << 30, (1u64 << 30) as f64 / 4e9, true);
+        assert_eq!(choose(&k).0, Decoder::Cpu);
+        record(&k, Decoder::Cpu, 1 << 30, (1u64 << 30) as f64 / 10e9, false);
+        assert_eq!(choose(&k).0, Decoder::Both);
+        record(
+            &k,
+            Decoder::Both,
+            1 << 30,
+            (1u64 << 30) as f64 / 12e9,
+            false,
+        );
+        // Gpu once more, warm: 20 GB/s replaces the cold 4 and wins from then on.
+        let (d, why) = choose(&k);
+        assert_eq!(d, Decoder::Gpu);
+        assert!(why.contains("allocated page-locked"), "{why}");
+        record(&k, Decoder::Gpu, 1 << 30, (1u64 << 30) as f64 / 20e9, false);
+        let (d, why) = choose(&k);
+        assert_eq!(d, Decoder::Gpu);
+        assert!(why.contains("gpu 20.0, both 12.0, cpu 10.0"), "{why}");
+        // A later cold read does not drag the warm rate down.
+        record(&k, Decoder::Gpu, 1 << 30, (1u64 << 30) as f64 / 2e9, true);
+        assert!(choose(&k).1.contains("gpu 20.0"));
     }
 
     #[test]

@@ -88,35 +88,44 @@ pub(crate) fn read(
         ..work::ReadCounters::default()
     };
     let device = matches!(dest, Dest::New(Some(_)) | Dest::Device(_));
-    // Auto on a large device read nvCOMP could decode: the fastest decoder measured.
-    let ordinal = match &dest {
-        Dest::New(Some(ctx)) => Some(ctx.ordinal()),
-        Dest::Device(d) => Some(d.context().ordinal()),
+    // A large device read nvCOMP could decode: `Auto` runs the fastest decoder measured
+    // in this process on reads like it, and every such read (whichever decoder it ran)
+    // adds its rate to the measurements.
+    let ctx_of_dest = match &dest {
+        Dest::New(Some(ctx)) => Some((*ctx).clone()),
+        Dest::Device(d) => Some(d.context().clone()),
         _ => None,
     };
-    let calibrated = match ordinal {
-        Some(o)
-            if options.decoder == Decoder::Auto
-                && total >= calibrate::MIN_CALIBRATED_BYTES
-                && gpu_ready(src, true, false).is_ok() =>
+    let calibrated = match &ctx_of_dest {
+        Some(ctx)
+            if total >= calibrate::MIN_CALIBRATED_BYTES && gpu_ready(src, true, false).is_ok() =>
         {
-            let kind =
-                calibrate::Kind::new(o, src.codecs.describe(), src.cell_bytes, total, threads);
-            let (d, why) = calibrate::choose(&kind);
-            Some((kind, d, why))
+            let kind = calibrate::Kind::new(
+                ctx.ordinal(),
+                src.codecs.describe(),
+                src.cell_bytes,
+                total,
+                threads,
+            );
+            let (d, why) = match options.decoder {
+                Decoder::Auto => calibrate::choose(&kind),
+                d => (d, String::new()),
+            };
+            let allocations = ctx.transfer_stats().staging_allocations;
+            Some((kind, d, why, allocations))
         }
         _ => None,
     };
     let chosen;
     let options = match &calibrated {
-        Some((_, d, _)) => {
+        Some((_, d, _, _)) if options.decoder == Decoder::Auto => {
             chosen = ReadOptions {
                 decoder: *d,
                 ..options.clone()
             };
             &chosen
         }
-        None => options,
+        _ => options,
     };
     let (gpu, gpu_note) = choose_gpu(src, device, threads, options)?;
     // The result first: a selection too large for memory fails here, before planning.
@@ -194,8 +203,12 @@ pub(crate) fn read(
         _ => gpu_note,
     };
     let elapsed_us = started.elapsed().as_micros().min(u64::MAX as u128) as u64;
-    if let Some((kind, d, _)) = &calibrated {
-        calibrate::record(kind, *d, total as u64, elapsed_us as f64 * 1e-6);
+    if let (Some((kind, d, _, allocations)), Some(ctx)) = (&calibrated, &ctx_of_dest) {
+        // A read that had to allocate page-locked staging (the first of its kind in this
+        // process, or after reads that cut the pool for other slot sizes) paid a cost
+        // the next one will not: its rate is kept only until a warm read replaces it.
+        let cold = ctx.transfer_stats().staging_allocations != *allocations;
+        calibrate::record(kind, *d, total as u64, elapsed_us as f64 * 1e-6, cold);
     }
     let report = ReadReport {
         auto: calibrated.map(|c| c.2).unwrap_or_default(),
@@ -254,12 +267,16 @@ fn gpu_ready(
         )
     })?;
     let codec = gpu::gpu_codec(chain)?;
-    if !explicit && !chain.crc32c {
+    // zstd frames are checked on the host before nvCOMP sees them (declared size,
+    // complete frame, intact block headers; frames with a content checksum go to the
+    // CPU, which verifies it), as the CPU decoder would check them: `Auto` sends them to
+    // the GPU with or without crc32c. Other compressors without crc32c only when asked.
+    if !explicit && !chain.crc32c && chain.compression != codec::Compression::Zstd {
         return Err(
-            "the chunks carry no crc32c checksum: nvCOMP checks less than the CPU decoders \
-             (damage inside compressed data can decode to wrong values unnoticed, and \
-             gzip's CRC-32 and zlib's Adler-32 are not checked), so the GPU decodes \
-             unprotected chunks only when asked for (Decoder::Gpu or Both)"
+            "the chunks carry no crc32c checksum and are not zstd frames (which the host \
+             checks before nvCOMP sees them): nvCOMP checks less than the CPU decoders \
+             (gzip's CRC-32, zlib's Adler-32 and the bounds of LZ4 blocks are not checked), \
+             so the GPU decodes them only when asked for (Decoder::Gpu or Both)"
                 .to_string(),
         );
     }

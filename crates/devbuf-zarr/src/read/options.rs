@@ -21,18 +21,33 @@ pub const DEFAULT_SLOT_BYTES: usize = 4 << 20;
 #[non_exhaustive]
 pub enum Decoder {
     /// The fastest decoder measured on this machine, for device reads of at least 64
-    /// MiB that nvCOMP can decode (chunks with a crc32c checksum, see below): the first
-    /// such reads of a kind (device, codecs, chunk size, read size within a factor 4,
-    /// threads) each run one of [`Gpu`](Self::Gpu), [`Cpu`](Self::Cpu) and
-    /// [`Both`](Self::Both) not measured yet, later ones the fastest measured (its rate
-    /// refined by each read's own timing), and every eighth one the runner-up again.
-    /// The report's `auto` field says which ran and the rates behind the choice.
+    /// MiB that nvCOMP can decode (zstd chunks, and gzip, zlib, LZ4 or blosc chunks
+    /// that carry a crc32c checksum; see below): the first such reads of a kind
+    /// (device, codecs, chunk size, read size within a factor 4, threads) each run one
+    /// of [`Gpu`](Self::Gpu), [`Cpu`](Self::Cpu) and [`Both`](Self::Both) not measured
+    /// yet, later ones the fastest measured (its rate refined by each read's own
+    /// timing), and every eighth one the runner-up again. Reads with an explicit
+    /// decoder on the same device add their rates too, so a program that tried them
+    /// has `Auto` settled at once. A read that had to allocate page-locked staging (the
+    /// first of a decoder, whose slots differ in size) is measured again before its
+    /// rate counts. The report's `auto` field says which ran and the rates behind the
+    /// choice.
+    ///
+    /// zstd frames go to nvCOMP only after the host checked them (declared size,
+    /// complete frame, intact block headers; frames with a content checksum are
+    /// decoded on the CPU, which verifies it): as with [`Gpu`](Self::Gpu), damage
+    /// inside a compressed block that these checks cannot see may decode to wrong
+    /// values unnoticed where the CPU decoder might have caught it. Use
+    /// [`Cpu`](Self::Cpu), or chunks with crc32c, for stores you do not trust. Chunks
+    /// of other compressors go to the GPU under `Auto` only with crc32c (nvCOMP's
+    /// deflate decoder has faulted the device on truncated input).
     ///
     /// Smaller device reads, and reads nvCOMP cannot take: the CPU workers, plus GPU
     /// workers (as [`Both`](Self::Both), except that a GPU
-    /// worker takes no chunk the cost model gives to the CPU) on device reads of zstd,
-    /// gzip or blosc (LZ4 or zstd inside) chunks that carry a crc32c checksum (verified on the host before nvCOMP sees
-    /// them), when nvCOMP is available. Unprotected chunks go to the GPU only when asked
+    /// worker takes no chunk the cost model gives to the CPU) on device reads of zstd
+    /// chunks, or of gzip or blosc (LZ4 or zstd inside) chunks that carry a crc32c
+    /// checksum (verified on the host before nvCOMP sees them), when nvCOMP is
+    /// available. Other unprotected chunks go to the GPU only when asked
     /// for: nvCOMP checks less than the CPU decoders. The cost model weighs the GPU's
     /// measured latency per call against the CPU workers' measured rate, so reads of
     /// large chunks (16 MiB) mostly stay on the CPU. Host reads use the CPU workers. The
