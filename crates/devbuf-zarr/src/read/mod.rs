@@ -4,6 +4,7 @@
 //! device, where the placement runs as device copies.
 //!
 //! * `options`: how a read runs ([`ReadOptions`], [`GpuTuning`]); `report`: what it did;
+//!   `progress`: how far it got ([`Progress`], [`ProgressSink`]) and [`Cancel`];
 //! * `plan`: requests (boxes of the array, each at an output offset) -> units with
 //!   their placements;
 //! * `codec`: the chains the engine decodes itself, bounded;
@@ -33,6 +34,7 @@ mod pieces;
 pub(crate) mod pipeline;
 mod place;
 pub(crate) mod plan;
+pub(crate) mod progress;
 mod report;
 mod sched;
 mod source;
@@ -46,6 +48,7 @@ pub use options::{
     Decoder, GpuTuning, ReadOptions,
 };
 pub(crate) use plan::ReadBox;
+pub use progress::{Cancel, DEFAULT_PROGRESS_INTERVAL, Progress, ProgressSink};
 pub use report::ReadReport;
 pub(crate) use source::{Direct, ZarrSource};
 
@@ -81,10 +84,17 @@ pub(crate) fn read(
         .clamp(1, 1024);
     options.validate()?;
     let started = std::time::Instant::now();
-    let counts = work::ReadCounters {
+    let mut counts = work::ReadCounters {
         stop,
+        cancel: options.cancel.clone(),
         ..work::ReadCounters::default()
     };
+    if counts.cancelled() {
+        return Err(Error::cancelled(format!(
+            "the read of {} was cancelled before it started",
+            src.location
+        )));
+    }
     let device = matches!(dest, Dest::New(Some(_)) | Dest::Device(_));
     let (gpu, gpu_note) = choose_gpu(src, device, threads, options)?;
     // The result first: a selection too large for memory fails here, before planning.
@@ -117,6 +127,16 @@ pub(crate) fn read(
         max_units,
     )?;
     src.order_units(&mut units);
+    if let Some(sink) = &options.progress {
+        let t = progress::Tracker::new(
+            sink.clone(),
+            started,
+            units.len() as u64,
+            src.cell_bytes as u64,
+        );
+        t.start();
+        counts.progress = Some(t);
+    }
     // An object store starts fetching every unit's bytes now, ahead of the workers.
     src.prefetch(&units)?;
 
@@ -185,6 +205,9 @@ pub(crate) fn read(
         workers: counts.workers.load(Ordering::Relaxed),
         target,
     };
+    if let Some(p) = &counts.progress {
+        p.finish();
+    }
     Ok((mem, report))
 }
 
