@@ -84,6 +84,21 @@ pub(crate) fn read(
         .clamp(1, 1024);
     options.validate()?;
     let started = std::time::Instant::now();
+    // Fields are only computed when a subscriber takes the span.
+    let span = tracing::info_span!(
+        "devbuf.read",
+        location = src.location,
+        shape = ?src.array.shape(),
+        dtype = ?src.array.data_type(),
+        codecs = %src.codecs.describe(),
+        selection_bytes = total,
+        decoder = ?options.decoder,
+        threads,
+        chunks = tracing::field::Empty,
+        ran = tracing::field::Empty,
+        target = tracing::field::Empty,
+    );
+    let _in = span.enter();
     let mut counts = work::ReadCounters {
         stop,
         cancel: options.cancel.clone(),
@@ -127,6 +142,7 @@ pub(crate) fn read(
         max_units,
     )?;
     src.order_units(&mut units);
+    span.record("chunks", units.len());
     if let Some(sink) = &options.progress {
         let t = progress::Tracker::new(
             sink.clone(),
@@ -208,6 +224,7 @@ pub(crate) fn read(
     if let Some(p) = &counts.progress {
         p.finish();
     }
+    report::trace_done(&span, &report, total);
     Ok((mem, report))
 }
 

@@ -161,14 +161,8 @@ impl ProgressSink {
         match catch_unwind(AssertUnwindSafe(|| (self.call)(p))) {
             Ok(()) => true,
             Err(panic) => {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a panic".to_string());
                 tracing::warn!(
-                    target: "devbuf::read",
-                    panic = %what,
+                    panic = %devbuf_core::error::panic_message(panic.as_ref()),
                     "the progress callback panicked; it is not called again for this read"
                 );
                 false

@@ -186,11 +186,15 @@ pub(crate) fn on_threads(
     queue: &WorkQueue<'_>,
     work: &(dyn Fn(usize) -> Result<()> + Sync),
 ) {
+    // The workers' events (file reads, fetches) belong to the read's span.
+    let span = tracing::Span::current();
     std::thread::scope(|s| {
         for t in 1..threads {
+            let span = span.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("devbuf-read-{t}"))
                 .spawn_scoped(s, move || {
+                    let _in = span.enter();
                     if let Err(e) = work(t) {
                         queue.fail(e);
                     }
