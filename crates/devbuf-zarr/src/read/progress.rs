@@ -347,10 +347,10 @@ impl Tracker {
             return;
         }
         // Another worker reporting now has this unit's count or will soon report again.
-        if let Ok(_held) = self.reporting.try_lock() {
-            if now >= self.next_due_us.load(Ordering::Relaxed) {
-                self.report();
-            }
+        if let Ok(_held) = self.reporting.try_lock()
+            && now >= self.next_due_us.load(Ordering::Relaxed)
+        {
+            self.report();
         }
     }
 
