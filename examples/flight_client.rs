@@ -30,6 +30,8 @@ use devbuf::zarr::{AxisSel, BufferPrototype, NDBuffer, Slice};
 mod common;
 
 fn main() -> ExitCode {
+    // `RUST_LOG=info` logs devbuf's tracing spans and events (calls, streams, reads).
+    common::progress::init_logging();
     common::exit(run())
 }
 

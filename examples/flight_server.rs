@@ -33,6 +33,8 @@ use devbuf::zarr::{Dtype, NDBuffer, Order, Scalar};
 mod common;
 
 fn main() -> ExitCode {
+    // `RUST_LOG=info` logs devbuf's tracing spans and events (calls, streams, reads).
+    common::progress::init_logging();
     common::exit(run())
 }
 

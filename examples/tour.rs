@@ -16,6 +16,9 @@
 //!    source array it reads itself;
 //! 5. prints a short report.
 //!
+//! Reads longer than a second show a progress bar on stderr; `RUST_LOG=info` (or
+//! `debug`) logs devbuf's `tracing` spans and events there.
+//!
 //! `tour PATH.zarr` or `tour URL` (`s3://bucket/array.zarr`, `https://...`; with the
 //! `object_store` feature, credentials and endpoint from the environment) reads that array
 //! in step 1 instead of the fixture.
@@ -348,15 +351,19 @@ fn run() -> Res<()> {
             BufferPrototype::Host
         }
     };
+    common::progress::init_logging();
     let mut reports = Vec::new();
-    let (fixture, label) = match &cli.source {
+    let (mut fixture, label) = match &cli.source {
         Some(source) => (common::open_array(source)?, "your array"),
         None => (ZarrArray::open(fixture())?, "zarr-python fixture"),
     };
+    // A progress bar on reads longer than a second (a large array of yours).
+    common::progress::show_progress(&mut fixture)?;
     reports.push(run_one(label, &fixture, &prototype, ctx.as_ref())?);
     let dir = std::env::temp_dir().join(format!("devbuf-tour-{}", std::process::id()));
     let t = Instant::now();
-    let big = make_big_array(&dir)?;
+    let mut big = make_big_array(&dir)?;
+    common::progress::show_progress(&mut big)?;
     println!(
         "\n(wrote a 64 MiB float32 zarr v3 array with zstd to {} in {:.0} ms)",
         dir.display(),

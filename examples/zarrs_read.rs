@@ -11,7 +11,9 @@
 //!
 //! `PATH.zarr` defaults to the bundled fixture `tests/fixtures/zarr/v3_float32_sharded.zarr`;
 //! when it cannot be found (a GPU bundle run outside a checkout) the example writes a
-//! small array of its own and reads that. Built without the `zarrs` feature it only says
+//! small array of its own and reads that. Reads longer than a second show a progress
+//! bar on stderr; `RUST_LOG=devbuf_zarr=debug` logs every read's span and each chunk
+//! file or fetch. Built without the `zarrs` feature it only says
 //! how to build it.
 
 #[cfg(feature = "zarr")]
@@ -75,7 +77,10 @@ fn run() -> devbuf::Result<()> {
         }
     };
 
-    let array = common::open_array(&path)?;
+    common::progress::init_logging();
+    let mut array = common::open_array(&path)?;
+    // A progress bar on reads longer than a second.
+    common::progress::show_progress(&mut array)?;
     let m = array.metadata();
     println!("{path}");
     println!(
@@ -123,7 +128,7 @@ fn run() -> devbuf::Result<()> {
         })
         .collect();
     let t = Instant::now();
-    let chunks = array.read_chunks(&indices, &proto)?;
+    let (chunks, report) = array.read_chunks_with_report(&indices, &proto)?;
     if let BufferPrototype::Device(o) = proto {
         cuda::Context::new(o)?.synchronize()?;
     }
@@ -135,6 +140,7 @@ fn run() -> devbuf::Result<()> {
         bytes,
         took.as_secs_f64() * 1e3
     );
+    println!("  read engine: {report}");
 
     // The sum, in float64 (the chunks come back to the host for it).
     let mut sum = 0.0f64;
@@ -150,7 +156,7 @@ fn run() -> devbuf::Result<()> {
     println!("  {count} elements, sum of the finite ones (real parts) {sum:.6}");
 
     // The same array in one read, as a check.
-    let whole = array.read_all(&proto)?;
+    let (whole, report) = array.read_all_with_report(&proto)?;
     println!(
         "  read_all: shape {:?}, {} on {}",
         whole.shape(),
@@ -161,5 +167,6 @@ fn run() -> devbuf::Result<()> {
             "the host"
         }
     );
+    println!("  read engine: {report}");
     Ok(())
 }

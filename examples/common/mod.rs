@@ -1,6 +1,8 @@
 //! What every example's `main` shares: errors are printed for a person to read
 //! (`Display`: "error: cannot open ...", not `Debug`'s `Malformed("...")`).
 
+pub mod progress;
+
 use std::fmt::Display;
 use std::process::ExitCode;
 

@@ -29,6 +29,8 @@ mod nvcomp;
 mod object_store;
 #[path = "../common/peer.rs"]
 mod peer;
+#[cfg(feature = "zarr")]
+mod progress;
 #[path = "../common/random.rs"]
 mod random;
 mod shuffle;

@@ -114,6 +114,12 @@ impl Service {
     }
 
     fn refuse(&self, call: &'static str, s: Status) -> Status {
+        tracing::warn!(
+            call,
+            code = code_name(s.code()),
+            message = s.message(),
+            "call refused"
+        );
         self.shared.event(ServerEvent::Refused {
             call,
             code: code_name(s.code()),
@@ -404,6 +410,7 @@ impl FlightService for Service {
         self.authorize("DoPut", &request)?;
         let put = self.put(request.into_inner()).await;
         let (name, rows, batches, bytes) = put.map_err(|s| self.refuse("DoPut", s))?;
+        tracing::info!(name, rows, batches, bytes, "DoPut stored");
         self.shared.event(ServerEvent::Uploaded {
             name: name.clone(),
             rows,

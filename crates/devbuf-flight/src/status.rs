@@ -21,6 +21,7 @@ pub(crate) fn to_status(e: &Error, root: Option<&Path>) -> Status {
         ErrorKind::Timeout => Status::deadline_exceeded(msg),
         ErrorKind::OutOfMemory => Status::resource_exhausted(msg),
         ErrorKind::CudaUnavailable => Status::unavailable(msg),
+        ErrorKind::Cancelled => Status::cancelled(msg),
         _ => Status::internal(msg),
     }
 }
@@ -43,7 +44,8 @@ pub(crate) fn message(e: &Error) -> String {
         | ErrorKind::NotFound
         | ErrorKind::PermissionDenied
         | ErrorKind::Unsupported
-        | ErrorKind::Timeout => e.detail(),
+        | ErrorKind::Timeout
+        | ErrorKind::Cancelled => e.detail(),
         _ => e.to_string(),
     }
 }
@@ -81,7 +83,8 @@ pub(crate) fn code_name(code: Code) -> &'static str {
 /// A status a server answered with, as a devbuf error of the status's kind, with the
 /// status as its source: `NOT_FOUND` is [`Error::NotFound`], `PERMISSION_DENIED` and
 /// `UNAUTHENTICATED` [`Error::PermissionDenied`], `DEADLINE_EXCEEDED`
-/// [`Error::Timeout`], `UNIMPLEMENTED` [`Error::Unsupported`] (their messages start with
+/// [`Error::Timeout`], `UNIMPLEMENTED` [`Error::Unsupported`], `CANCELLED`
+/// [`Error::Cancelled`] (their messages start with
 /// `op`), any other [`Error::Io`]. The message names the status code
 /// (`"Unauthenticated: invalid bearer token"`).
 pub(crate) fn from_status(op: &'static str, s: Status) -> Error {
@@ -93,6 +96,7 @@ pub(crate) fn from_status(op: &'static str, s: Status) -> Error {
         }
         Code::DeadlineExceeded => Error::timeout(format!("{op}: {message}")),
         Code::Unimplemented => Error::unsupported(format!("{op}: {message}")),
+        Code::Cancelled => Error::cancelled(format!("{op}: {message}")),
         _ => Error::io(op, message),
     };
     e.with_source(s)

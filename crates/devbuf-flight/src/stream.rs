@@ -124,6 +124,8 @@ pub(crate) struct StreamProducer {
     tx: mpsc::Sender<Result<Item, Status>>,
     guard: Arc<StreamGuard>,
     sent: u64,
+    /// Wire bytes queued (for the stream's closing event).
+    bytes: u64,
 }
 
 impl StreamProducer {
@@ -144,6 +146,7 @@ impl StreamProducer {
             bytes,
         });
         self.sent += 1;
+        self.bytes += bytes;
         true
     }
 }
@@ -168,6 +171,7 @@ pub(crate) fn spawn(
     }
     let (tx, rx) = mpsc::channel(depth.max(1));
     let guard = StreamGuard::counted(stats, observer);
+    let span = tracing::info_span!("devbuf.flight.do_get", stream = guard.id, ticket = %describe);
     guard.event(ServerEvent::StreamStarted {
         id: guard.id,
         what: describe,
@@ -176,6 +180,7 @@ pub(crate) fn spawn(
         tx,
         guard: guard.clone(),
         sent: 0,
+        bytes: 0,
     };
     let stream = DoGetStream {
         rx,
@@ -184,6 +189,8 @@ pub(crate) fn spawn(
     std::thread::Builder::new()
         .name("devbuf-flight-doget".into())
         .spawn(move || {
+            let _in = span.enter();
+            let started = std::time::Instant::now();
             // A panic in the producer (or in an observer it calls) ends the stream with
             // an error status, never with a clean end that looks complete.
             let outcome =
@@ -205,6 +212,13 @@ pub(crate) fn spawn(
                     StreamEnd::Failed(msg)
                 }
             };
+            tracing::info!(
+                messages = sink.sent,
+                bytes = sink.bytes,
+                elapsed_us = started.elapsed().as_micros() as u64,
+                end = ?end,
+                "stream ended"
+            );
             sink.guard.set_end(end);
         })
         .map_err(|e| Status::resource_exhausted(format!("cannot start a stream thread: {e}")))?;

@@ -176,6 +176,17 @@ impl ZarrArray {
             })
             .collect();
         let options = self.share_threads(devices.len());
+        // Each device's part reports to a sink of its own, which adds the parts up.
+        let options: Vec<ReadOptions> = match &options.progress {
+            Some(sink) => read::progress::spread_sinks(sink, devices.len())
+                .into_iter()
+                .map(|s| ReadOptions {
+                    progress: Some(s),
+                    ..options.clone()
+                })
+                .collect(),
+            None => vec![options; devices.len()],
+        };
         match spread {
             Spread::Partition { .. } => self.read_partitioned(&boxes, devices, &options, started),
             Spread::Replicate => {
@@ -198,7 +209,7 @@ impl ZarrArray {
         &self,
         boxes: &[Vec<Range<u64>>],
         devices: &[Context],
-        options: &ReadOptions,
+        options: &[ReadOptions],
         started: Instant,
     ) -> Result<SpreadRead> {
         let stop = Arc::new(AtomicBool::new(false));
@@ -209,7 +220,7 @@ impl ZarrArray {
                 .zip(devices)
                 .enumerate()
                 .map(|(i, (b, ctx))| {
-                    let (stop, first) = (stop.clone(), &first);
+                    let (stop, first, options) = (stop.clone(), &first, &options[i]);
                     std::thread::Builder::new()
                         .name(format!("devbuf-spread-{i}"))
                         .spawn_scoped(s, move || {
@@ -274,7 +285,7 @@ impl ZarrArray {
         shape: &[u64],
         slabs: &[Vec<Range<u64>>],
         devices: &[Context],
-        options: &ReadOptions,
+        options: &[ReadOptions],
         started: Instant,
     ) -> Result<SpreadRead> {
         let total = read::plan::checked_bytes(shape, self.elem())?;
@@ -298,6 +309,7 @@ impl ZarrArray {
             let handles: Vec<_> = (0..devices.len())
                 .map(|i| {
                     let (stop, first, outs, spans) = (stop.clone(), &first, &outs, &spans);
+                    let options = &options[i];
                     let slab = &slabs[i];
                     std::thread::Builder::new()
                         .name(format!("devbuf-spread-{i}"))
@@ -345,6 +357,10 @@ impl ZarrArray {
     ) -> Result<(ReadReport, u64, u64)> {
         let (at, len) = spans[i];
         if len == 0 {
+            // Nothing to read: this part's progress is complete (the sum waits for it).
+            if let Some(sink) = &options.progress {
+                sink.deliver(&read::Progress::default());
+            }
             return Ok((ReadReport::default(), 0, 0));
         }
         let (start, shape) = self.check_ranges(slab)?;

@@ -45,6 +45,22 @@ impl ZarrArray {
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
     pub fn write_chunks<I: AsRef<[u64]>>(&self, chunks: &[I], values: &[NDBuffer]) -> Result<()> {
+        let span = tracing::info_span!(
+            "devbuf.write",
+            location = %self.location,
+            call = "write_chunks",
+            chunks = chunks.len(),
+            bytes = values.iter().map(NDBuffer::nbytes).sum::<usize>(),
+            device = values.iter().any(NDBuffer::is_device),
+        );
+        traced_write(&span, || self.write_chunks_untraced(chunks, values))
+    }
+
+    fn write_chunks_untraced<I: AsRef<[u64]>>(
+        &self,
+        chunks: &[I],
+        values: &[NDBuffer],
+    ) -> Result<()> {
         if chunks.len() != values.len() {
             return Err(Error::invalid(format!(
                 "write_chunks: {} chunk indices but {} values",
@@ -106,6 +122,19 @@ impl ZarrArray {
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
     pub fn write_subset(&self, start: &[u64], value: &NDBuffer) -> Result<()> {
+        let span = tracing::info_span!(
+            "devbuf.write",
+            location = %self.location,
+            call = "write_subset",
+            start = ?start,
+            shape = ?value.shape(),
+            bytes = value.nbytes(),
+            device = value.is_device(),
+        );
+        traced_write(&span, || self.write_subset_untraced(start, value))
+    }
+
+    fn write_subset_untraced(&self, start: &[u64], value: &NDBuffer) -> Result<()> {
         if start.len() != self.meta.ndim() {
             return Err(Error::invalid(format!(
                 "write_subset: start {start:?} has {} coordinate(s), the array has {} \
@@ -268,4 +297,18 @@ fn device_bytes(v: &NDBuffer) -> Result<DeviceBuffer> {
         Memory::Device(d) => Ok(d.clone()),
         Memory::Host(_) => Err(Error::invalid("expected a device value")),
     }
+}
+
+/// Runs a write inside its span, closing it with an `info` event of its time (or a
+/// `warn` event with the error).
+fn traced_write(span: &tracing::Span, write: impl FnOnce() -> Result<()>) -> Result<()> {
+    let _in = span.enter();
+    let started = std::time::Instant::now();
+    let r = write();
+    let elapsed_us = started.elapsed().as_micros() as u64;
+    match &r {
+        Ok(()) => tracing::info!(elapsed_us, "write done"),
+        Err(e) => tracing::warn!(elapsed_us, error = %e, "write failed"),
+    }
+    r
 }

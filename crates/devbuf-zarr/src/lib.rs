@@ -99,8 +99,9 @@ pub use encode::{
 };
 pub use metadata::{TimeKind, TimeUnit, ZarrMetadata};
 pub use read::{
-    DEFAULT_LANE_STREAMS, DEFAULT_SLOT_BYTES, DEFAULT_STREAM_MIN_BYTES, DEFAULT_STREAM_PIECE_BYTES,
-    Decoder, GpuTuning, ReadOptions, ReadReport,
+    Cancel, DEFAULT_LANE_STREAMS, DEFAULT_PROGRESS_INTERVAL, DEFAULT_SLOT_BYTES,
+    DEFAULT_STREAM_MIN_BYTES, DEFAULT_STREAM_PIECE_BYTES, Decoder, GpuTuning, Progress,
+    ProgressSink, ReadOptions, ReadReport,
 };
 pub use spec::{ArraySpec, Compressor};
 pub use storage::StoreAdapter;

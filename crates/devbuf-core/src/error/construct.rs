@@ -61,6 +61,18 @@ impl Error {
         }
     }
 
+    /// Builds an [`Error::Cancelled`]: `msg` says what was cancelled.
+    ///
+    /// ```
+    /// use devbuf_core::{Error, ErrorKind};
+    /// let e = Error::cancelled("read of a.zarr after 3 of 8 chunks");
+    /// assert_eq!(e.kind(), ErrorKind::Cancelled);
+    /// assert_eq!(e.to_string(), "cancelled: read of a.zarr after 3 of 8 chunks");
+    /// ```
+    pub fn cancelled(msg: impl fmt::Display) -> Self {
+        Error::Cancelled(msg.to_string())
+    }
+
     /// Builds an [`Error::Arrow`] without a source.
     pub fn arrow(msg: impl fmt::Display) -> Self {
         Error::Arrow {
@@ -190,6 +202,7 @@ impl Error {
             Error::Timeout { .. } => ErrorKind::Timeout,
             Error::Io { .. } => ErrorKind::Io,
             Error::Arrow { .. } => ErrorKind::Arrow,
+            Error::Cancelled(_) => ErrorKind::Cancelled,
         }
     }
 
@@ -231,6 +244,7 @@ impl Error {
             Error::InvalidArgument(m)
             | Error::ReadOnly(m)
             | Error::Malformed(m)
+            | Error::Cancelled(m)
             | Error::NotFound { message: m, .. }
             | Error::PermissionDenied { message: m, .. }
             | Error::Unsupported { message: m, .. }

@@ -141,6 +141,11 @@ pub enum Error {
         source: Option<ErrorSource>,
     },
 
+    /// The operation was cancelled by its caller (a zarr read's `Cancel` token, a
+    /// cancelled gRPC call) before it finished; what it had produced was freed.
+    /// The message says what was cancelled and how far it had got.
+    Cancelled(String),
+
     /// An Arrow error that is none of the kinds above.
     Arrow {
         /// Arrow's message (with devbuf's context in front).
@@ -197,6 +202,8 @@ pub enum ErrorKind {
     Io,
     /// [`Error::Arrow`].
     Arrow,
+    /// [`Error::Cancelled`]: the caller cancelled the operation.
+    Cancelled,
 }
 
 impl fmt::Display for Error {
@@ -244,6 +251,7 @@ impl fmt::Display for Error {
                 write!(f, "I/O error during {op}: {}", Clean(message))
             }
             Error::Arrow { message, .. } => write!(f, "Arrow error: {}", Clean(message)),
+            Error::Cancelled(m) => write!(f, "cancelled: {}", Clean(m)),
         }
     }
 }
@@ -304,6 +312,7 @@ impl PartialEq for Error {
             (InvalidArgument(a), InvalidArgument(b))
             | (ReadOnly(a), ReadOnly(b))
             | (Malformed(a), Malformed(b))
+            | (Cancelled(a), Cancelled(b))
             | (NotFound { message: a, .. }, NotFound { message: b, .. })
             | (PermissionDenied { message: a, .. }, PermissionDenied { message: b, .. })
             | (Unsupported { message: a, .. }, Unsupported { message: b, .. })

@@ -139,6 +139,27 @@ impl Client {
         selection: Option<&[Range<u64>]>,
         prototype: &BufferPrototype,
     ) -> Result<Vec<ChunkBatch>> {
+        let span = tracing::info_span!(
+            "devbuf.flight.client",
+            uri = %self.uri(),
+            call = "read_chunks",
+            path,
+            selection = ?selection,
+            device = prototype.is_device(),
+        );
+        super::trace::call(
+            span,
+            || self.read_chunks_untraced(path, selection, prototype),
+            |b| (b.len(), 0, 0),
+        )
+    }
+
+    fn read_chunks_untraced(
+        &self,
+        path: &str,
+        selection: Option<&[Range<u64>]>,
+        prototype: &BufferPrototype,
+    ) -> Result<Vec<ChunkBatch>> {
         let target = Target::array(path)?;
         let whole = self.info(&Query::whole(target.clone()))?;
         let grid = Grid::of(&whole, path)?;
@@ -176,6 +197,21 @@ impl Client {
 
     /// The batches served under `name`, in order, in `prototype`'s memory.
     pub fn get_batches(&self, name: &str, prototype: &BufferPrototype) -> Result<Vec<Batch>> {
+        let span = tracing::info_span!(
+            "devbuf.flight.client",
+            uri = %self.uri(),
+            call = "get_batches",
+            name,
+            device = prototype.is_device(),
+        );
+        super::trace::call(
+            span,
+            || self.get_batches_untraced(name, prototype),
+            |b| super::trace::of_batches(b),
+        )
+    }
+
+    fn get_batches_untraced(&self, name: &str, prototype: &BufferPrototype) -> Result<Vec<Batch>> {
         let flight = self.info(&Query::whole(Target::batch(name)?))?;
         let mut counts = Vec::with_capacity(flight.endpoints.len());
         for (i, ep) in flight.endpoints.iter().enumerate() {

@@ -51,11 +51,12 @@ impl Client {
         handler: Arc<H>,
     ) -> Result<()> {
         let n = self.options().concurrency;
-        self.block_on(async {
+        // The streams' events belong to the calling span (the client call).
+        self.block_on(tracing::Instrument::in_current_span(async {
             futures::stream::iter(endpoints.iter().enumerate().map(Ok))
                 .try_for_each_concurrent(n, |(i, ep)| self.fetch_one(i, ep, handler.clone()))
                 .await
-        })
+        }))
     }
 
     async fn open(&self, ep: &Endpoint, slot: usize) -> Result<Streaming<FlightData>> {
@@ -69,6 +70,8 @@ impl Client {
     }
 
     async fn fetch_one<H: Handler>(&self, i: usize, ep: &Endpoint, handler: Arc<H>) -> Result<()> {
+        let timed = tracing::enabled!(tracing::Level::DEBUG).then(std::time::Instant::now);
+        let (mut messages, mut bytes) = (0u64, 0usize);
         let mut stream = self.open(ep, i % self.options().concurrency).await?;
         let h = handler.clone();
         let mut state = blocking(move || h.begin(i)).await??;
@@ -90,6 +93,8 @@ impl Client {
                 from_status(DOGET, s).context(format_args!("endpoint {i}: the stream broke off"))
             })?;
             let Some(m) = m else { break };
+            messages += 1;
+            bytes += m.data_header.len() + m.data_body.len();
             let h = handler.clone();
             let (s, r) = blocking(move || {
                 let mut s = state;
@@ -100,7 +105,19 @@ impl Client {
             r.map_err(|e| e.context(format_args!("endpoint {i}")))?;
             state = s;
         }
-        blocking(move || handler.end(i, state)).await?
+        let r = blocking(move || handler.end(i, state)).await?;
+        if let Some(t) = timed {
+            tracing::debug!(
+                endpoint = i,
+                ticket_bytes = ep.ticket.len(),
+                messages,
+                bytes,
+                us = t.elapsed().as_micros() as u64,
+                ok = r.is_ok(),
+                "endpoint received"
+            );
+        }
+        r
     }
 
     /// One endpoint's record batches (host memory) as an iterator: each `next` waits

@@ -14,6 +14,7 @@ mod collect;
 mod fetch;
 mod read;
 mod receive;
+mod trace;
 mod transport;
 
 use std::collections::HashMap;
@@ -449,6 +450,21 @@ impl Client {
     /// encoded on the device and crosses PCIe once; the server keeps uploads in host
     /// memory.
     pub fn put_all(&self, name: &str, batches: &[Batch]) -> Result<()> {
+        let span = tracing::info_span!(
+            "devbuf.flight.client",
+            uri = %self.uri(),
+            call = "put_all",
+            name,
+            batches = batches.len(),
+        );
+        trace::call(
+            span,
+            || self.put_all_untraced(name, batches),
+            |_| trace::of_batches(batches),
+        )
+    }
+
+    fn put_all_untraced(&self, name: &str, batches: &[Batch]) -> Result<()> {
         let target = Target::batch(name)?;
         let first = batches
             .first()

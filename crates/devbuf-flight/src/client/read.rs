@@ -464,6 +464,27 @@ impl Client {
         selection: &[AxisSel],
         prototype: &BufferPrototype,
     ) -> Result<NDBuffer> {
+        let span = tracing::info_span!(
+            "devbuf.flight.client",
+            uri = %self.uri(),
+            call = "read",
+            path,
+            selection = ?selection,
+            device = prototype.is_device(),
+        );
+        super::trace::call(
+            span,
+            || self.read_untraced(path, selection, prototype),
+            |a| (1, 0, a.nbytes()),
+        )
+    }
+
+    fn read_untraced(
+        &self,
+        path: &str,
+        selection: &[AxisSel],
+        prototype: &BufferPrototype,
+    ) -> Result<NDBuffer> {
         let target = Target::array(path)?;
         let whole = self.info(&Query::whole(target.clone()))?;
         let grid = Grid::of(&whole, path)?;

@@ -363,7 +363,20 @@ impl UrlStore {
             Span::Bytes(r) => (Some(GetRange::Bounded(r.clone())), Some(r.end - r.start)),
             Span::Last(n) => (Some(GetRange::Suffix(n)), Some(n)),
         };
-        let got = self.fetch_range(key, range).await?;
+        let timed = tracing::enabled!(tracing::Level::DEBUG).then(std::time::Instant::now);
+        let got = self.fetch_range(key, range).await;
+        if let Some(t) = timed {
+            tracing::debug!(
+                store = %self.url(),
+                key,
+                bytes = got.as_ref().map_or(0, |b| b.as_ref().map_or(0, |b| b.len())),
+                us = t.elapsed().as_micros() as u64,
+                found = got.as_ref().is_ok_and(|b| b.is_some()),
+                error = got.as_ref().err().map(tracing::field::display),
+                "fetched"
+            );
+        }
+        let got = got?;
         if let (Some(b), Some(n)) = (&got, exact)
             && b.len() as u64 != n
         {

@@ -681,6 +681,8 @@ fn tally(got: &[UnitOutcome], cell_bytes: usize, counts: &ReadCounters) {
         .decoded_bytes
         .fetch_add(gpu * cell_bytes as u64, Ordering::Relaxed);
     counts.missing_units.fetch_add(missing, Ordering::Relaxed);
+    // Units decoded on the host were counted by `note_cpu_unit`.
+    counts.note_done(gpu + missing, (gpu + missing) * cell_bytes as u64);
 }
 
 fn micros(d: std::time::Duration) -> u64 {

@@ -178,10 +178,9 @@ pub(crate) fn decode(
         }
         return Ok(Some(false));
     };
-    let file = &last
+    let file = last
         .as_ref()
-        .ok_or_else(|| Error::invalid("read engine: no open file for a stored unit"))?
-        .file;
+        .ok_or_else(|| Error::invalid("read engine: no open file for a stored unit"))?;
     let io = |e: std::io::Error| src.io_err(&what(), e);
     if chain.compression == Compression::None {
         if len != n as u64 {

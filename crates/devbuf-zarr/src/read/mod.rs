@@ -4,6 +4,7 @@
 //! device, where the placement runs as device copies.
 //!
 //! * `options`: how a read runs ([`ReadOptions`], [`GpuTuning`]); `report`: what it did;
+//!   `progress`: how far it got ([`Progress`], [`ProgressSink`]) and [`Cancel`];
 //! * `plan`: requests (boxes of the array, each at an output offset) -> units with
 //!   their placements;
 //! * `codec`: the chains the engine decodes itself, bounded;
@@ -35,6 +36,7 @@ mod pieces;
 pub(crate) mod pipeline;
 mod place;
 pub(crate) mod plan;
+pub(crate) mod progress;
 mod report;
 mod sched;
 mod source;
@@ -48,6 +50,7 @@ pub use options::{
     Decoder, GpuTuning, ReadOptions,
 };
 pub(crate) use plan::ReadBox;
+pub use progress::{Cancel, DEFAULT_PROGRESS_INTERVAL, Progress, ProgressSink};
 pub use report::ReadReport;
 pub(crate) use source::{Direct, ZarrSource};
 
@@ -83,10 +86,32 @@ pub(crate) fn read(
         .clamp(1, 1024);
     options.validate()?;
     let started = std::time::Instant::now();
-    let counts = work::ReadCounters {
+    // Fields are only computed when a subscriber takes the span.
+    let span = tracing::info_span!(
+        "devbuf.read",
+        location = src.location,
+        shape = ?src.array.shape(),
+        dtype = ?src.array.data_type(),
+        codecs = %src.codecs.describe(),
+        selection_bytes = total,
+        decoder = ?options.decoder,
+        threads,
+        chunks = tracing::field::Empty,
+        ran = tracing::field::Empty,
+        target = tracing::field::Empty,
+    );
+    let _in = span.enter();
+    let mut counts = work::ReadCounters {
         stop,
+        cancel: options.cancel.clone(),
         ..work::ReadCounters::default()
     };
+    if counts.cancelled() {
+        return Err(Error::cancelled(format!(
+            "the read of {} was cancelled before it started",
+            src.location
+        )));
+    }
     let device = matches!(dest, Dest::New(Some(_)) | Dest::Device(_));
     // A large device read nvCOMP could decode: `Auto` runs the fastest decoder measured
     // in this process on reads like it, and every such read (whichever decoder it ran)
@@ -158,6 +183,17 @@ pub(crate) fn read(
         max_units,
     )?;
     src.order_units(&mut units);
+    span.record("chunks", units.len());
+    if let Some(sink) = &options.progress {
+        let t = progress::Tracker::new(
+            sink.clone(),
+            started,
+            units.len() as u64,
+            src.cell_bytes as u64,
+        );
+        t.start();
+        counts.progress = Some(t);
+    }
     // An object store starts fetching every unit's bytes now, ahead of the workers.
     src.prefetch(&units)?;
 
@@ -235,6 +271,10 @@ pub(crate) fn read(
         workers: counts.workers.load(Ordering::Relaxed),
         target,
     };
+    if let Some(p) = &counts.progress {
+        p.finish();
+    }
+    report::trace_done(&span, &report, total);
     Ok((mem, report))
 }
 

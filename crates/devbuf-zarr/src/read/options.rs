@@ -148,6 +148,14 @@ pub struct ReadOptions {
     /// Bytes of one piece of a streamed chunk ([`DEFAULT_STREAM_PIECE_BYTES`]; 64 bytes
     /// to 64 MiB, rounded up to a multiple of 64).
     pub stream_piece_bytes: usize,
+    /// Where the read reports its [`Progress`](crate::Progress) (default `None`: no
+    /// reports, and no cost). A read spread over several devices reports the sum of
+    /// its parts. See [`ProgressSink`](crate::ProgressSink).
+    pub progress: Option<super::progress::ProgressSink>,
+    /// A token that cancels the read (default `None`): the read then ends promptly
+    /// with an error of kind [`ErrorKind::Cancelled`](devbuf_core::ErrorKind::Cancelled)
+    /// and frees its memory. See [`Cancel`](crate::Cancel).
+    pub cancel: Option<super::progress::Cancel>,
 }
 
 impl Default for ReadOptions {
@@ -162,6 +170,8 @@ impl Default for ReadOptions {
             prefault: true,
             stream_min_bytes: DEFAULT_STREAM_MIN_BYTES,
             stream_piece_bytes: DEFAULT_STREAM_PIECE_BYTES,
+            progress: None,
+            cancel: None,
         }
     }
 }

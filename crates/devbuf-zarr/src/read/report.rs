@@ -111,3 +111,22 @@ impl std::fmt::Display for ReadReport {
         Ok(())
     }
 }
+
+/// The read span's last fields and its closing `info` event: chunks, bytes, time and
+/// rate (nothing when no subscriber takes them).
+pub(crate) fn trace_done(span: &tracing::Span, r: &ReadReport, selection_bytes: usize) {
+    span.record("ran", r.decoder);
+    span.record("target", r.target.as_str());
+    tracing::info!(
+        decoder = r.decoder,
+        cpu_chunks = r.cpu_chunks,
+        gpu_chunks = r.gpu_chunks,
+        missing_chunks = r.missing_chunks,
+        decoded_bytes = r.decoded_bytes,
+        selection_bytes,
+        workers = r.workers,
+        elapsed_us = r.elapsed_us,
+        gb_per_s = selection_bytes as f64 / r.elapsed_us.max(1) as f64 / 1e3,
+        "read done"
+    );
+}

@@ -539,10 +539,9 @@ impl<'a> ZarrSource<'a> {
         dst: &mut [u8],
         last: &mut Option<OpenFile>,
     ) -> Result<bool> {
-        let file = &last
+        let file = last
             .as_ref()
-            .ok_or_else(|| Error::invalid("read engine: no open file for a stored unit"))?
-            .file;
+            .ok_or_else(|| Error::invalid("read engine: no open file for a stored unit"))?;
         let what = || self.describe(cell);
         let io = |e: std::io::Error| self.io_err(&what(), e);
         let plain = chain.compression == codec::Compression::None && !chain.crc32c;
@@ -686,9 +685,23 @@ pub(crate) fn index_len(spec: &ShardIndex, n: u64, what: &dyn Fn() -> String) ->
         .ok_or_else(|| Error::Malformed(format!("{}: {n} inner chunks", what())))
 }
 
-/// Reads exactly `buf.len()` bytes at `offset` (a file that is shorter is an error).
-pub(crate) fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-    file.read_exact_at(buf, offset)
+/// Reads exactly `buf.len()` bytes at `offset` of an open chunk (shard) file (a file
+/// that is shorter is an error); a `debug` event per read (path, offset, bytes, time)
+/// when a subscriber wants it.
+pub(crate) fn read_exact_at(open: &OpenFile, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    let timed = tracing::enabled!(tracing::Level::DEBUG).then(std::time::Instant::now);
+    let r = open.file.read_exact_at(buf, offset);
+    if let Some(t) = timed {
+        tracing::debug!(
+            path = %open.path.display(),
+            offset,
+            bytes = buf.len(),
+            us = t.elapsed().as_micros() as u64,
+            ok = r.is_ok(),
+            "read chunk file"
+        );
+    }
+    r
 }
 
 /// Where inner-chunk cell `cell` comes in a read of a sharded array: its shard's

@@ -177,7 +177,7 @@ fn one_unit(
             None => return Ok(UnitOutcome::Missing),
             Some((offset, len)) => match (usize::try_from(len), last.as_ref()) {
                 (Ok(n), Some(open)) if n <= region.len() => {
-                    super::source::read_exact_at(&open.file, &mut region[..n], offset)
+                    super::source::read_exact_at(open, &mut region[..n], offset)
                         .map_err(|e| src.io_err(&src.describe(&u.cell), e))?;
                     Some(n)
                 }

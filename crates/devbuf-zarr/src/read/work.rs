@@ -44,6 +44,11 @@ pub(crate) struct ReadCounters {
     /// every device's part when one fails): workers take no more work and the read
     /// ends with an error.
     pub stop: Option<std::sync::Arc<AtomicBool>>,
+    /// The caller's token ([`ReadOptions::cancel`](crate::ReadOptions::cancel)): like
+    /// `stop`, but the read ends with an [`Error::Cancelled`].
+    pub cancel: Option<super::progress::Cancel>,
+    /// The read's progress, when it has a sink (set once the read is planned).
+    pub progress: Option<super::progress::Tracker>,
 }
 
 impl ReadCounters {
@@ -56,6 +61,20 @@ impl ReadCounters {
         if !stored {
             self.missing_units.fetch_add(1, Ordering::Relaxed);
         }
+        self.note_done(1, bytes as u64);
+    }
+
+    /// `units` more units done, of `bytes` decoded bytes, for the read's progress
+    /// (nothing without a sink).
+    pub(crate) fn note_done(&self, units: u64, bytes: u64) {
+        if let Some(p) = &self.progress {
+            p.add(units, bytes);
+        }
+    }
+
+    /// Whether the caller cancelled the read.
+    pub(crate) fn cancelled(&self) -> bool {
+        self.cancel.as_ref().is_some_and(|c| c.is_cancelled())
     }
 }
 
@@ -66,8 +85,10 @@ pub(crate) struct WorkQueue<'a> {
     batches: &'a [Range<usize>],
     next: AtomicUsize,
     failed: AtomicBool,
-    /// [`ReadCounters::stop`].
+    /// [`ReadCounters::stop`] and [`ReadCounters::cancel`].
     stop: Option<&'a AtomicBool>,
+    cancel: Option<&'a AtomicBool>,
+    counts: &'a ReadCounters,
     error: Mutex<Option<Error>>,
     /// When the workers were started.
     pub started: Instant,
@@ -75,7 +96,7 @@ pub(crate) struct WorkQueue<'a> {
 
 impl<'a> WorkQueue<'a> {
     /// The work of `units` in `batches` (ranges of `units`, in claim order), stopped
-    /// early when `counts.stop` is set.
+    /// early when `counts.stop` is set or `counts.cancel` cancelled.
     pub(crate) fn new(
         units: &'a [Unit],
         batches: &'a [Range<usize>],
@@ -87,14 +108,17 @@ impl<'a> WorkQueue<'a> {
             next: AtomicUsize::new(0),
             failed: AtomicBool::new(false),
             stop: counts.stop.as_deref(),
+            cancel: counts.cancel.as_ref().map(|c| c.flag()),
+            counts,
             error: Mutex::new(None),
             started: Instant::now(),
         }
     }
 
-    /// Whether a worker failed or the read was stopped from outside.
+    /// Whether a worker failed or the read was stopped or cancelled from outside.
     fn halted(&self) -> bool {
-        self.failed.load(Ordering::Acquire) || self.stop.is_some_and(|s| s.load(Ordering::Acquire))
+        let set = |f: Option<&AtomicBool>| f.is_some_and(|f| f.load(Ordering::Acquire));
+        self.failed.load(Ordering::Acquire) || set(self.stop) || set(self.cancel)
     }
 
     /// The next batch of units, if any is left and the read was not halted.
@@ -135,8 +159,17 @@ impl<'a> WorkQueue<'a> {
     }
 
     /// The first error of any worker, if one failed; an error too when the read was
-    /// stopped from outside (its output is incomplete).
+    /// stopped from outside (its output is incomplete). A cancelled read is an
+    /// [`Error::Cancelled`] whatever else happened: what the caller asked for.
     pub(crate) fn finish(self) -> Result<()> {
+        if self.cancel.is_some_and(|c| c.load(Ordering::Acquire)) {
+            let decoded = self.counts.cpu_units.load(Ordering::Relaxed)
+                + self.counts.gpu_units.load(Ordering::Relaxed);
+            return Err(Error::cancelled(format!(
+                "the read was cancelled after decoding {decoded} of its {} chunks",
+                self.units.len()
+            )));
+        }
         match self.error.into_inner().unwrap_or_else(|p| p.into_inner()) {
             Some(e) => Err(e),
             None if self.stop.is_some_and(|s| s.load(Ordering::Acquire)) => Err(Error::invalid(
@@ -153,11 +186,15 @@ pub(crate) fn on_threads(
     queue: &WorkQueue<'_>,
     work: &(dyn Fn(usize) -> Result<()> + Sync),
 ) {
+    // The workers' events (file reads, fetches) belong to the read's span.
+    let span = tracing::Span::current();
     std::thread::scope(|s| {
         for t in 1..threads {
+            let span = span.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("devbuf-read-{t}"))
                 .spawn_scoped(s, move || {
+                    let _in = span.enter();
                     if let Err(e) = work(t) {
                         queue.fail(e);
                     }
