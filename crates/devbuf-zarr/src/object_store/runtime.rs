@@ -33,7 +33,18 @@ pub(crate) fn runtime() -> Result<&'static tokio::runtime::Runtime> {
 /// Called from a thread of a multi-threaded tokio runtime (a caller's async code), the
 /// thread is first handed over with `block_in_place`; from a current-thread runtime,
 /// where blocking would deadlock it, it is an error saying what to do instead.
+///
+/// Called from a thread of an async call (its [`Scope`](crate::aio::scope::Scope) has the
+/// caller's runtime), `fut` runs on the caller's runtime instead, and returns early
+/// when the call's future is dropped; devbuf's runtime is not started.
 pub(crate) fn block_on<F: Future>(fut: F) -> Result<F::Output> {
+    if let Some(crate::aio::scope::Scope {
+        handle: Some(h),
+        stop,
+    }) = crate::aio::scope::current()
+    {
+        return crate::aio::scope::block_on_caller(&h, &stop, fut);
+    }
     let rt = runtime()?;
     match tokio::runtime::Handle::try_current() {
         Err(_) => Ok(rt.block_on(fut)),
@@ -42,9 +53,10 @@ pub(crate) fn block_on<F: Future>(fut: F) -> Result<F::Output> {
                 Ok(tokio::task::block_in_place(|| rt.handle().block_on(fut)))
             }
             _ => Err(Error::invalid(
-                "a devbuf object-store call was made from a current-thread tokio runtime, \
-                 which it would block; call it from tokio::task::spawn_blocking or a \
-                 multi-threaded runtime",
+                "a blocking devbuf object-store call was made from a current-thread tokio \
+                 runtime, which it would block; use its async form (e.g. \
+                 ZarrArray::open_url_async, read_subset_async, UrlStore::get_async), or call \
+                 it from tokio::task::spawn_blocking or a multi-threaded runtime",
             )),
         },
     }
