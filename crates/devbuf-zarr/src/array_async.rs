@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use super::ZarrArray;
 use crate::aio::spawn;
+use crate::read;
 use crate::read::ReadReport;
 use devbuf_core::error::Result;
 use devbuf_core::zarr::{AxisSel, BufferPrototype, NDBuffer, Store};
@@ -35,6 +36,28 @@ impl ZarrArray {
             write_options: self.write_options.clone(),
             direct: self.direct.clone(),
         }
+    }
+
+    /// This array with its object store's calls made in this thread's async scope
+    /// (zarrs' rayon workers reach the store without the engine; see
+    /// `aio::scoped_store`). Other stores are left as they are.
+    pub(crate) fn in_scope(self) -> ZarrArray {
+        #[cfg(feature = "object_store")]
+        if let (read::Direct::Url(store), Some(scope)) =
+            (&self.direct, crate::aio::scope::current())
+        {
+            let scoped: Arc<dyn Store> = Arc::new(crate::aio::scoped_store::Scoped {
+                inner: store.clone(),
+                scope,
+            });
+            let storage: Arc<crate::storage::DynStorage> =
+                Arc::new(crate::StoreAdapter::new(scoped));
+            return ZarrArray {
+                array: self.array.with_storage(storage),
+                ..self
+            };
+        }
+        self
     }
 
     /// [`open`](Self::open) without blocking the caller's executor.
@@ -96,7 +119,10 @@ impl ZarrArray {
         prototype: BufferPrototype,
     ) -> Result<NDBuffer> {
         let (a, indices) = (self.duplicate(), indices.to_vec());
-        spawn("a zarr read", move || a.read_chunk(&indices, &prototype)).await
+        spawn("a zarr read", move || {
+            a.in_scope().read_chunk(&indices, &prototype)
+        })
+        .await
     }
 
     /// [`read_chunks_with_report`](Self::read_chunks_with_report) without blocking the
@@ -122,7 +148,7 @@ impl ZarrArray {
         let a = self.duplicate();
         let chunks: Vec<Vec<u64>> = chunks.iter().map(|c| c.as_ref().to_vec()).collect();
         spawn("a zarr read", move || {
-            a.read_chunks_with_report(&chunks, &prototype)
+            a.in_scope().read_chunks_with_report(&chunks, &prototype)
         })
         .await
     }
@@ -173,7 +199,7 @@ impl ZarrArray {
     ) -> Result<(NDBuffer, ReadReport)> {
         let (a, ranges) = (self.duplicate(), ranges.to_vec());
         spawn("a zarr read", move || {
-            a.read_subset_with_report(&ranges, &prototype)
+            a.in_scope().read_subset_with_report(&ranges, &prototype)
         })
         .await
     }
@@ -221,7 +247,10 @@ impl ZarrArray {
         prototype: BufferPrototype,
     ) -> Result<(NDBuffer, ReadReport)> {
         let a = self.duplicate();
-        spawn("a zarr read", move || a.read_all_with_report(&prototype)).await
+        spawn("a zarr read", move || {
+            a.in_scope().read_all_with_report(&prototype)
+        })
+        .await
     }
 
     /// [`read_all`](Self::read_all) without blocking the caller's executor; dropping the
@@ -261,7 +290,10 @@ impl ZarrArray {
         prototype: BufferPrototype,
     ) -> Result<NDBuffer> {
         let (a, selection) = (self.duplicate(), selection.to_vec());
-        spawn("a zarr read", move || a.read(&selection, &prototype)).await
+        spawn("a zarr read", move || {
+            a.in_scope().read(&selection, &prototype)
+        })
+        .await
     }
 
     /// [`write_chunk`](Self::write_chunk) without blocking the caller's executor.
@@ -282,7 +314,10 @@ impl ZarrArray {
     /// ```
     pub async fn write_chunk_async(&self, indices: &[u64], value: NDBuffer) -> Result<()> {
         let (a, indices) = (self.duplicate(), indices.to_vec());
-        spawn("a zarr write", move || a.write_chunk(&indices, &value)).await
+        spawn("a zarr write", move || {
+            a.in_scope().write_chunk(&indices, &value)
+        })
+        .await
     }
 
     /// [`write_chunks`](Self::write_chunks) without blocking the caller's executor.
@@ -307,7 +342,10 @@ impl ZarrArray {
     ) -> Result<()> {
         let a = self.duplicate();
         let chunks: Vec<Vec<u64>> = chunks.iter().map(|c| c.as_ref().to_vec()).collect();
-        spawn("a zarr write", move || a.write_chunks(&chunks, &values)).await
+        spawn("a zarr write", move || {
+            a.in_scope().write_chunks(&chunks, &values)
+        })
+        .await
     }
 
     /// [`write_subset`](Self::write_subset) without blocking the caller's executor.
@@ -328,6 +366,9 @@ impl ZarrArray {
     /// ```
     pub async fn write_subset_async(&self, start: &[u64], value: NDBuffer) -> Result<()> {
         let (a, start) = (self.duplicate(), start.to_vec());
-        spawn("a zarr write", move || a.write_subset(&start, &value)).await
+        spawn("a zarr write", move || {
+            a.in_scope().write_subset(&start, &value)
+        })
+        .await
     }
 }

@@ -63,6 +63,7 @@ impl ZarrArray {
         let (tx, rx) = tokio::sync::mpsc::channel(per);
         let a = self.duplicate();
         let worker = Worker::start("devbuf-chunks", move || {
+            let a = a.in_scope();
             for batch in chunks.chunks(per) {
                 let read = crate::guard("a zarr read", || a.read_chunks(batch, &prototype));
                 let items: Vec<Result<(Vec<u64>, NDBuffer)>> = match read {

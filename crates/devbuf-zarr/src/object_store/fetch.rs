@@ -140,6 +140,8 @@ impl Prefetch {
         let sem = Arc::new(Semaphore::new(budget_units as usize));
         let concurrency = store.options().concurrency;
         let sh = shared.clone();
+        // Counted before the task can run (nothing below fails).
+        LIVE_STAGES.fetch_add(1, Ordering::SeqCst);
         let task = handle.spawn(async move {
             // Marks the stage stopped however the task ends (done, aborted, panicked),
             // so that no worker waits for bytes that will not come.
@@ -176,7 +178,6 @@ impl Prefetch {
             });
             (s.stop, id)
         });
-        LIVE_STAGES.fetch_add(1, Ordering::SeqCst);
         Ok(Prefetch {
             shared,
             task,

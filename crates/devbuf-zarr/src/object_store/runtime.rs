@@ -38,25 +38,26 @@ pub(crate) fn runtime() -> Result<&'static tokio::runtime::Runtime> {
 /// caller's runtime), `fut` runs on the caller's runtime instead, and returns early
 /// when the call's future is dropped; devbuf's runtime is not started.
 pub(crate) fn block_on<F: Future>(fut: F) -> Result<F::Output> {
-    if let Some(crate::aio::scope::Scope {
-        handle: Some(h),
-        stop,
-    }) = crate::aio::scope::current()
-    {
+    if let Some(crate::aio::scope::Scope { handle, stop }) = crate::aio::scope::current() {
+        // An async call polled outside tokio: devbuf's runtime, still stoppable.
+        let h = match handle {
+            Some(h) => h,
+            None => runtime()?.handle().clone(),
+        };
         return crate::aio::scope::block_on_caller(&h, &stop, fut);
     }
-    let rt = runtime()?;
     match tokio::runtime::Handle::try_current() {
-        Err(_) => Ok(rt.block_on(fut)),
+        Err(_) => Ok(runtime()?.block_on(fut)),
         Ok(h) => match h.runtime_flavor() {
             tokio::runtime::RuntimeFlavor::MultiThread => {
+                let rt = runtime()?;
                 Ok(tokio::task::block_in_place(|| rt.handle().block_on(fut)))
             }
             _ => Err(Error::invalid(
                 "a blocking devbuf object-store call was made from a current-thread tokio \
                  runtime, which it would block; use its async form (e.g. \
                  ZarrArray::open_url_async, read_subset_async, UrlStore::get_async), or call \
-                 it from tokio::task::spawn_blocking or a multi-threaded runtime",
+                 it from a thread of its own or a multi-threaded runtime",
             )),
         },
     }
