@@ -6,139 +6,14 @@
 #![cfg(feature = "object_store")]
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
-use devbuf::zarr::object_store::{
-    ObjectStoreOptions, UrlStore, held_fetch_bytes, live_fetch_stages,
-};
-use devbuf::zarr::{
-    ArraySpec, BufferPrototype, Compressor, Dtype, Order, Scalar, Store, ZarrArray,
-};
-use object_store::path::Path;
+use devbuf::zarr::object_store::{UrlStore, held_fetch_bytes, live_fetch_stages};
+use devbuf::zarr::{BufferPrototype, Scalar, ZarrArray};
 
-/// An in-memory object store whose chunk GETs wait at a gate the test opens.
-#[derive(Debug)]
-struct Held {
-    inner: Arc<dyn object_store::ObjectStore>,
-    /// Chunk GETs started, and not yet finished or dropped.
-    started: AtomicUsize,
-    in_flight: Arc<AtomicUsize>,
-    gate: tokio::sync::Semaphore,
-    arrived: tokio::sync::Notify,
-}
-
-impl std::fmt::Display for Held {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Held({})", self.inner)
-    }
-}
-
-/// Counts a GET in flight until dropped (finished or cancelled).
-struct InFlight(Arc<AtomicUsize>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-#[async_trait::async_trait]
-impl object_store::ObjectStore for Held {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: object_store::PutPayload,
-        opts: object_store::PutOptions,
-    ) -> object_store::Result<object_store::PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: object_store::PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: object_store::GetOptions,
-    ) -> object_store::Result<object_store::GetResult> {
-        if location.as_ref().contains("/c/") || location.as_ref().starts_with("c/") {
-            self.in_flight.fetch_add(1, Ordering::SeqCst);
-            let _counted = InFlight(self.in_flight.clone());
-            self.started.fetch_add(1, Ordering::SeqCst);
-            self.arrived.notify_waiters();
-            // Each permit lets one GET through, once.
-            if let Ok(p) = self.gate.acquire().await {
-                p.forget();
-            }
-            return self.inner.get_opts(location, options).await;
-        }
-        self.inner.get_opts(location, options).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: futures::stream::BoxStream<'static, object_store::Result<Path>>,
-    ) -> futures::stream::BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(
-        &self,
-        prefix: Option<&Path>,
-    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    async fn list_with_delimiter(
-        &self,
-        prefix: Option<&Path>,
-    ) -> object_store::Result<object_store::ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: object_store::CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-}
-
-/// A 256-chunk array in an in-memory object store, behind a held gate.
-fn held_array() -> (Arc<Held>, Arc<UrlStore>) {
-    let opts = ObjectStoreOptions::default().with_concurrency(4);
-    let mem: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
-    let plain = UrlStore::from_object_store(mem.clone(), "", "memory:///", &opts).unwrap();
-    let plain: Arc<dyn Store> = Arc::new(plain);
-    let spec = ArraySpec::new(&[256, 64], &[16, 4], Dtype::UINT32)
-        .with_compressor(Compressor::Zstd { level: 1 });
-    let a = ZarrArray::create_in_store(plain, "", &spec).unwrap();
-    let ones = BufferPrototype::Host
-        .nd_create(
-            &[256, 64],
-            Dtype::UINT32,
-            Order::C,
-            Some(Scalar::from(1u32)),
-        )
-        .unwrap();
-    a.write_subset(&[0, 0], &ones).unwrap();
-    let held = Arc::new(Held {
-        inner: mem,
-        started: AtomicUsize::new(0),
-        in_flight: Arc::new(AtomicUsize::new(0)),
-        gate: tokio::sync::Semaphore::new(0),
-        arrived: tokio::sync::Notify::new(),
-    });
-    let store = UrlStore::from_object_store(held.clone(), "", "memory:///", &opts).unwrap();
-    (held, Arc::new(store))
-}
+#[path = "common/held_store.rs"]
+mod held_store;
+use held_store::{Held, held_array, wait_started};
 
 /// Starts a whole read, lets `pass` chunk GETs through and waits until `want` more are
 /// held at the gate, drops the read, then checks that it is gone.
@@ -150,18 +25,7 @@ async fn cancel_mid_read(held: Arc<Held>, store: Arc<UrlStore>) {
     // Boxed, so that `drop` below drops the future itself.
     let mut read = Box::pin(a.read_all_async(BufferPrototype::Host));
     // Until 2 GETs passed and 4 more (the concurrency) wait at the gate.
-    loop {
-        let arrived = held.arrived.notified();
-        tokio::pin!(arrived);
-        arrived.as_mut().enable();
-        if held.started.load(Ordering::SeqCst) >= 6 {
-            break;
-        }
-        tokio::select! {
-            r = &mut read => panic!("the read finished behind a closed gate: {:?}", r.map(|_| ())),
-            _ = arrived => {}
-        }
-    }
+    wait_started(&held, 6, &mut read).await;
     assert_eq!(live_fetch_stages(), 1);
     // The drop returns once the engine's threads ended; the fetch stage is gone and
     // its bytes freed.
@@ -173,11 +37,11 @@ async fn cancel_mid_read(held: Arc<Held>, store: Arc<UrlStore>) {
     // With the gate open, a fetch stage still running would start more GETs: none
     // starts, and the held ones are dropped once the runtime gets to them.
     held.gate.add_permits(1 << 20);
-    for _ in 0..200 {
-        tokio::task::yield_now().await;
-        if held.in_flight.load(Ordering::SeqCst) == 0 {
-            break;
-        }
+    // (A multi-thread runtime drops the aborted task on another worker, when it gets
+    // to it: wait for that, bounded.)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while held.in_flight.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
     }
     for _ in 0..50 {
         tokio::task::yield_now().await;
