@@ -39,6 +39,8 @@ mod spread;
 mod tensor;
 mod transfer;
 mod zarr;
+#[cfg(feature = "object_store")]
+mod zarr_async;
 #[cfg(feature = "zarr")]
 mod zarrs;
 #[cfg(feature = "zarr")]

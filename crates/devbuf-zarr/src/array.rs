@@ -531,7 +531,8 @@ impl ZarrArray {
             total,
             dest,
             &self.read_options,
-            None,
+            // An async read's dropped future stops it (see `crate::aio`).
+            crate::aio::scope::current_stop(),
         )
     }
 

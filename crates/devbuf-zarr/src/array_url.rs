@@ -45,6 +45,51 @@ impl ZarrArray {
         Self::open_url_store(store)
     }
 
+    /// [`open_url`](Self::open_url) without blocking the caller's executor: the metadata
+    /// requests run on the caller's tokio runtime (devbuf's own runtime is not
+    /// started), so it works on a current-thread runtime too. The array's async calls
+    /// ([`read_subset_async`](Self::read_subset_async), ...) fetch on the caller's
+    /// runtime in the same way.
+    ///
+    /// ```
+    /// use devbuf_zarr::ZarrArray;
+    /// use devbuf_zarr::object_store::ObjectStoreOptions;
+    /// use devbuf_core::zarr::BufferPrototype;
+    /// let fixtures = std::fs::canonicalize("../../tests/fixtures/zarr").unwrap();
+    /// let url = format!("file://{}/v3_float32_sharded.zarr", fixtures.display());
+    /// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    /// rt.block_on(async {
+    ///     let a = ZarrArray::open_url_async(&url, &ObjectStoreOptions::default()).await?;
+    ///     let all = a.read_all_async(BufferPrototype::Host).await?;
+    ///     assert_eq!(all.shape(), a.shape().iter().map(|&n| n as usize).collect::<Vec<_>>());
+    ///     Ok::<(), devbuf_core::Error>(())
+    /// })?;
+    /// # Ok::<(), devbuf_core::Error>(())
+    /// ```
+    pub async fn open_url_async(url: &str, options: &ObjectStoreOptions) -> Result<ZarrArray> {
+        let store = Arc::new(UrlStore::open(url, options)?);
+        Self::open_url_store_async(store).await
+    }
+
+    /// [`open_url_store`](Self::open_url_store) without blocking the caller's executor
+    /// (see [`open_url_async`](Self::open_url_async)).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use devbuf_zarr::ZarrArray;
+    /// use devbuf_zarr::object_store::{ObjectStoreOptions, UrlStore};
+    /// let fixtures = std::fs::canonicalize("../../tests/fixtures/zarr").unwrap();
+    /// let url = format!("file://{}/v3_float32.zarr", fixtures.display());
+    /// let store = Arc::new(UrlStore::open(&url, &ObjectStoreOptions::default())?);
+    /// let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    /// let a = rt.block_on(ZarrArray::open_url_store_async(store))?;
+    /// assert_eq!(a.shape(), &[10, 7]);
+    /// # Ok::<(), devbuf_core::Error>(())
+    /// ```
+    pub async fn open_url_store_async(store: Arc<UrlStore>) -> Result<ZarrArray> {
+        crate::aio::spawn("opening a zarr array", move || Self::open_url_store(store)).await
+    }
+
     /// Opens the array at the root of `store` (a [`UrlStore`] made by hand, e.g. from
     /// [`UrlStore::from_object_store`]), with the read engine's concurrent fetches.
     pub fn open_url_store(store: Arc<UrlStore>) -> Result<ZarrArray> {

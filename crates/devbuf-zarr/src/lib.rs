@@ -66,9 +66,12 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use devbuf_core::error::{Error, Result};
 
+pub(crate) mod aio;
 mod array;
+mod array_async;
 mod array_into;
 mod array_spread;
+mod array_stream;
 #[cfg(feature = "object_store")]
 mod array_url;
 mod array_write;
@@ -94,6 +97,7 @@ mod write;
 pub use array::ZarrArray;
 pub use array_into::ReadInto;
 pub use array_spread::{DevicePart, Spread, SpreadRead};
+pub use array_stream::ChunkStream;
 pub use encode::{
     AUTO_GPU_MAX_CHUNK_BYTES, AUTO_MAX_ZSTD_LEVEL, Encoder, WriteEncoding, WriteOptions,
 };

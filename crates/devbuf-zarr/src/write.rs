@@ -367,8 +367,11 @@ fn pool(
             .get_or_insert(e);
         failed.store(true, Ordering::Release);
     };
+    // An async write's dropped future stops it (see `crate::aio`).
+    let scope = crate::aio::scope::current();
+    let stop = scope.as_ref().map(|s| s.stop.clone());
     let claim = || {
-        if failed.load(Ordering::Acquire) {
+        if failed.load(Ordering::Acquire) || stop.as_ref().is_some_and(|s| s.is_set()) {
             return None;
         }
         batches.get(next.fetch_add(1, Ordering::AcqRel)).cloned()
@@ -377,9 +380,11 @@ fn pool(
     std::thread::scope(|s| {
         for w in 1..threads {
             let (claim, fail) = (&claim, &fail);
+            let scope = scope.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("devbuf-write-{w}"))
                 .spawn_scoped(s, move || {
+                    let _in = crate::aio::scope::enter(scope);
                     if let Err(e) = work(w, claim) {
                         fail(e);
                     }
@@ -394,6 +399,9 @@ fn pool(
     });
     match error.into_inner().unwrap_or_else(|p| p.into_inner()) {
         Some(e) => Err(e),
+        None if stop.is_some_and(|s| s.is_set()) => {
+            Err(crate::aio::scope::cancelled("a zarr write"))
+        }
         None => Ok(()),
     }
 }

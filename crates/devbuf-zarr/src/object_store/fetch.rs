@@ -11,8 +11,15 @@
 //! requests behind it; the budget only fills with bytes whose workers will take them.
 //! Dropping the `Prefetch` (the read finished or failed) cancels what is in flight and
 //! frees what was not taken.
+//!
+//! A read started by an async call fetches on the caller's runtime (its
+//! [`Scope`](crate::aio::scope::Scope)); other reads on devbuf's own. When the call's
+//! future is dropped, its stop wakes every worker waiting here (they get an error and
+//! the read ends) without waiting for the fetch task, which needs the caller's
+//! executor to run.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use bytes::Bytes;
@@ -21,7 +28,27 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::runtime::runtime;
 use super::store::{Span, UrlStore};
+use crate::aio::scope::{self, Stop};
 use devbuf_core::error::{Error, Result};
+
+/// Fetched bytes held by fetch stages, not yet taken by every user (process-wide).
+static HELD_BYTES: AtomicU64 = AtomicU64::new(0);
+/// Fetch stages alive (process-wide).
+static LIVE_STAGES: AtomicUsize = AtomicUsize::new(0);
+
+/// Bytes fetched by the read engine's fetch stages and not yet decoded or freed, in
+/// this process. Zero when no object-store read runs (a read that ended, failed or was
+/// cancelled frees what it fetched).
+#[doc(hidden)]
+pub fn held_fetch_bytes() -> u64 {
+    HELD_BYTES.load(Ordering::SeqCst)
+}
+
+/// Fetch stages (object-store reads) alive in this process.
+#[doc(hidden)]
+pub fn live_fetch_stages() -> usize {
+    LIVE_STAGES.load(Ordering::SeqCst)
+}
 
 /// One request of a read: a key, whole or a byte range, and how many units will take
 /// its bytes (coalesced inner chunks of a shard share one request).
@@ -43,6 +70,34 @@ struct Ready {
     _permit: Option<OwnedSemaphorePermit>,
 }
 
+impl Ready {
+    fn new(
+        got: std::result::Result<Option<Bytes>, Error>,
+        users: usize,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Ready {
+        HELD_BYTES.fetch_add(Self::bytes(&got), Ordering::SeqCst);
+        Ready {
+            got,
+            users,
+            _permit: permit,
+        }
+    }
+
+    fn bytes(got: &std::result::Result<Option<Bytes>, Error>) -> u64 {
+        match got {
+            Ok(Some(b)) => b.len() as u64,
+            _ => 0,
+        }
+    }
+}
+
+impl Drop for Ready {
+    fn drop(&mut self) {
+        HELD_BYTES.fetch_sub(Self::bytes(&self.got), Ordering::SeqCst);
+    }
+}
+
 #[derive(Default)]
 struct State {
     ready: HashMap<usize, Ready>,
@@ -60,6 +115,8 @@ pub(crate) struct Prefetch {
     shared: Arc<Shared>,
     task: tokio::task::JoinHandle<()>,
     requests: usize,
+    /// The async call's stop and the hook that wakes waiting workers.
+    stop: Option<(Arc<Stop>, u64)>,
 }
 
 /// Budget units of 4 KiB (the semaphore counts in `u32`).
@@ -68,7 +125,11 @@ const UNIT: u64 = 4096;
 impl Prefetch {
     /// Starts fetching `requests` from `store`.
     pub(crate) fn start(store: Arc<UrlStore>, requests: Vec<FetchRequest>) -> Result<Prefetch> {
-        let rt = runtime()?;
+        let scope = scope::current();
+        let handle = match scope.as_ref().and_then(|s| s.handle.clone()) {
+            Some(h) => h,
+            None => runtime()?.handle().clone(),
+        };
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             arrived: Condvar::new(),
@@ -79,7 +140,9 @@ impl Prefetch {
         let sem = Arc::new(Semaphore::new(budget_units as usize));
         let concurrency = store.options().concurrency;
         let sh = shared.clone();
-        let task = rt.spawn(async move {
+        // Counted before the task can run (nothing below fails).
+        LIVE_STAGES.fetch_add(1, Ordering::SeqCst);
+        let task = handle.spawn(async move {
             // Marks the stage stopped however the task ends (done, aborted, panicked),
             // so that no worker waits for bytes that will not come.
             let _stop = StopOnDrop(sh.clone());
@@ -97,22 +160,29 @@ impl Prefetch {
             let mut fetches = fetches.buffer_unordered(concurrency);
             while let Some((i, users, got, permit)) = fetches.next().await {
                 let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
-                st.ready.insert(
-                    i,
-                    Ready {
-                        got,
-                        users,
-                        _permit: permit,
-                    },
-                );
+                if st.stopped {
+                    break; // the `Prefetch` was dropped: nobody takes these bytes
+                }
+                st.ready.insert(i, Ready::new(got, users, permit));
                 drop(st);
                 sh.arrived.notify_all();
             }
+        });
+        // A dropped async call wakes the workers waiting below (under the lock, so
+        // that none misses it between its check and its wait).
+        let stop = scope.map(|s| {
+            let sh = shared.clone();
+            let id = s.stop.on_stop(move || {
+                let _st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+                sh.arrived.notify_all();
+            });
+            (s.stop, id)
         });
         Ok(Prefetch {
             shared,
             task,
             requests: n,
+            stop,
         })
     }
 
@@ -137,6 +207,11 @@ impl Prefetch {
                     st.ready.remove(&i);
                 }
                 return got;
+            }
+            if let Some((stop, _)) = &self.stop
+                && stop.is_set()
+            {
+                return Err(scope::cancelled("fetching a chunk"));
             }
             if st.stopped {
                 return Err(Error::invalid(format!(
@@ -166,5 +241,17 @@ impl Drop for StopOnDrop {
 impl Drop for Prefetch {
     fn drop(&mut self) {
         self.task.abort();
+        if let Some((stop, id)) = &self.stop {
+            stop.remove(*id);
+        }
+        // Frees what was fetched and not taken now, not when the runtime gets round
+        // to dropping the aborted task (the caller's executor may be busy).
+        let ready = {
+            let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.stopped = true;
+            std::mem::take(&mut st.ready)
+        };
+        drop(ready);
+        LIVE_STAGES.fetch_sub(1, Ordering::SeqCst);
     }
 }

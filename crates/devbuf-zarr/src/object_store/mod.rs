@@ -14,15 +14,21 @@
 //!   then byte ranges of the inner chunks a selection needs, neighbours coalesced);
 //!   their writes PUT chunks (or shards) from the encoding workers concurrently.
 //!
-//! Requests run on a tokio runtime of devbuf's own (a few I/O threads, started on first
-//! use); the API stays synchronous. See `docs/object-store.md`.
+//! The blocking calls run their requests on a tokio runtime of devbuf's own (a few I/O
+//! threads, started on first use); their async forms ([`UrlStore::get_async`],
+//! [`ZarrArray::open_url_async`](crate::ZarrArray::open_url_async),
+//! [`ZarrArray::read_subset_async`](crate::ZarrArray::read_subset_async), ...) run them on
+//! the caller's runtime and start none. See `docs/object-store.md`.
 
 mod fetch;
 mod options;
 mod runtime;
 mod store;
+mod store_async;
 
 pub(crate) use fetch::{FetchRequest, Prefetch};
+#[doc(hidden)]
+pub use fetch::{held_fetch_bytes, live_fetch_stages};
 pub use options::ObjectStoreOptions;
 pub(crate) use store::Span;
 pub use store::UrlStore;

@@ -33,18 +33,31 @@ pub(crate) fn runtime() -> Result<&'static tokio::runtime::Runtime> {
 /// Called from a thread of a multi-threaded tokio runtime (a caller's async code), the
 /// thread is first handed over with `block_in_place`; from a current-thread runtime,
 /// where blocking would deadlock it, it is an error saying what to do instead.
+///
+/// Called from a thread of an async call (its [`Scope`](crate::aio::scope::Scope) has the
+/// caller's runtime), `fut` runs on the caller's runtime instead, and returns early
+/// when the call's future is dropped; devbuf's runtime is not started.
 pub(crate) fn block_on<F: Future>(fut: F) -> Result<F::Output> {
-    let rt = runtime()?;
+    if let Some(crate::aio::scope::Scope { handle, stop }) = crate::aio::scope::current() {
+        // An async call polled outside tokio: devbuf's runtime, still stoppable.
+        let h = match handle {
+            Some(h) => h,
+            None => runtime()?.handle().clone(),
+        };
+        return crate::aio::scope::block_on_caller(&h, &stop, fut);
+    }
     match tokio::runtime::Handle::try_current() {
-        Err(_) => Ok(rt.block_on(fut)),
+        Err(_) => Ok(runtime()?.block_on(fut)),
         Ok(h) => match h.runtime_flavor() {
             tokio::runtime::RuntimeFlavor::MultiThread => {
+                let rt = runtime()?;
                 Ok(tokio::task::block_in_place(|| rt.handle().block_on(fut)))
             }
             _ => Err(Error::invalid(
-                "a devbuf object-store call was made from a current-thread tokio runtime, \
-                 which it would block; call it from tokio::task::spawn_blocking or a \
-                 multi-threaded runtime",
+                "a blocking devbuf object-store call was made from a current-thread tokio \
+                 runtime, which it would block; use its async form (e.g. \
+                 ZarrArray::open_url_async, read_subset_async, UrlStore::get_async), or call \
+                 it from a thread of its own or a multi-threaded runtime",
             )),
         },
     }

@@ -58,8 +58,8 @@ pub(crate) enum Span {
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
 pub struct UrlStore {
-    inner: Arc<dyn ObjectStore>,
-    prefix: Path,
+    pub(super) inner: Arc<dyn ObjectStore>,
+    pub(super) prefix: Path,
     url: String,
     secrets: Vec<String>,
     options: ObjectStoreOptions,
@@ -393,7 +393,11 @@ impl UrlStore {
         Ok(got)
     }
 
-    async fn fetch_range(&self, key: &str, range: Option<GetRange>) -> Result<Option<Bytes>> {
+    pub(super) async fn fetch_range(
+        &self,
+        key: &str,
+        range: Option<GetRange>,
+    ) -> Result<Option<Bytes>> {
         let path = self.path(key)?;
         let want = match &range {
             Some(GetRange::Bounded(r)) => Some(r.end.saturating_sub(r.start)),
@@ -439,7 +443,7 @@ impl UrlStore {
             .map_err(|e| self.client_error("PUT", key, e))
     }
 
-    fn writable(&self, op: &str, key: &str) -> Result<()> {
+    pub(super) fn writable(&self, op: &str, key: &str) -> Result<()> {
         if self.options.read_only {
             return Err(Error::ReadOnly(format!(
                 "{op} {key} of {}: the store is read-only",
@@ -450,20 +454,19 @@ impl UrlStore {
     }
 
     /// Every key under the directory `dir` (`""`: all), relative to the store's prefix.
-    fn keys_under(&self, dir: &str) -> Result<Vec<String>> {
+    pub(super) async fn keys_under(&self, dir: &str) -> Result<Vec<String>> {
         let dir = dir.trim_end_matches('/');
         let at = if dir.is_empty() {
             self.prefix.clone()
         } else {
             self.path(dir)?
         };
-        let listed: Vec<object_store::ObjectMeta> = block_on(async {
-            self.inner
-                .list(Some(&at))
-                .try_collect::<Vec<_>>()
-                .await
-                .map_err(|e| self.client_error("LIST", dir, e))
-        })??;
+        let listed: Vec<object_store::ObjectMeta> = self
+            .inner
+            .list(Some(&at))
+            .try_collect::<Vec<_>>()
+            .await
+            .map_err(|e| self.client_error("LIST", dir, e))?;
         let mut keys: Vec<String> = listed
             .into_iter()
             .filter_map(|m| self.relative(&m.location))
@@ -472,7 +475,7 @@ impl UrlStore {
         Ok(keys)
     }
 
-    fn relative(&self, p: &Path) -> Option<String> {
+    pub(super) fn relative(&self, p: &Path) -> Option<String> {
         let parts: Vec<_> = p.prefix_match(&self.prefix)?.collect();
         Some(
             parts
@@ -533,24 +536,7 @@ impl Store for UrlStore {
         prototype: &BufferPrototype,
         byte_range: Option<ByteRequest>,
     ) -> Result<Option<ByteBuffer>> {
-        let range = match byte_range {
-            None => None,
-            Some(ByteRequest::Range { start, end }) => {
-                if start > end {
-                    return Err(Error::invalid(format!(
-                        "byte range {start}..{end} is reversed (start must not exceed end)"
-                    )));
-                }
-                if start == end {
-                    // An empty range of an existing key: no request for bytes.
-                    return Ok(self.getsize(key)?.map(|_| ByteBuffer::create_zero_length()));
-                }
-                Some(GetRange::Bounded(start..end))
-            }
-            Some(ByteRequest::Offset(o)) => Some(GetRange::Offset(o)),
-            Some(ByteRequest::Suffix(n)) => Some(GetRange::Suffix(n)),
-        };
-        match block_on(self.fetch_range(key, range))?? {
+        match block_on(self.get_async(key, byte_range))?? {
             None => Ok(None),
             Some(b) => Ok(Some(ByteBuffer::from_bytes(b).to_prototype(prototype)?)),
         }
@@ -563,14 +549,7 @@ impl Store for UrlStore {
     }
 
     fn delete(&self, key: &str) -> Result<()> {
-        self.writable("DELETE", key)?;
-        let path = self.path(key)?;
-        block_on(async {
-            match self.inner.delete(&path).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-                Err(e) => Err(self.client_error("DELETE", key, e)),
-            }
-        })?
+        block_on(self.delete_async(key))?
     }
 
     fn exists(&self, key: &str) -> Result<bool> {
@@ -578,42 +557,15 @@ impl Store for UrlStore {
     }
 
     fn list(&self) -> Result<Vec<String>> {
-        self.keys_under("")
+        block_on(self.keys_under(""))?
     }
 
     fn list_prefix(&self, prefix: &str) -> Result<Vec<String>> {
-        // Object stores list whole path segments: list the prefix's directory, then
-        // keep the keys that start with it.
-        let dir = prefix.rsplit_once('/').map_or("", |(d, _)| d);
-        Ok(self
-            .keys_under(dir)?
-            .into_iter()
-            .filter(|k| k.starts_with(prefix))
-            .collect())
+        block_on(self.list_prefix_async(prefix))?
     }
 
     fn list_dir(&self, prefix: &str) -> Result<Vec<String>> {
-        let dir = prefix.trim_end_matches('/');
-        let at = if dir.is_empty() {
-            self.prefix.clone()
-        } else {
-            self.path(dir)?
-        };
-        let listed = block_on(async {
-            self.inner
-                .list_with_delimiter(Some(&at))
-                .await
-                .map_err(|e| self.client_error("LIST", dir, e))
-        })??;
-        let mut names: Vec<String> = listed
-            .common_prefixes
-            .iter()
-            .chain(listed.objects.iter().map(|m| &m.location))
-            .filter_map(|p| p.filename().map(str::to_string))
-            .collect();
-        names.sort();
-        names.dedup();
-        Ok(names)
+        block_on(self.list_dir_async(prefix))?
     }
 
     fn read_only(&self) -> bool {
@@ -621,13 +573,6 @@ impl Store for UrlStore {
     }
 
     fn getsize(&self, key: &str) -> Result<Option<usize>> {
-        let path = self.path(key)?;
-        block_on(async {
-            match self.inner.head(&path).await {
-                Ok(m) => Ok(Some(usize::try_from(m.size).unwrap_or(usize::MAX))),
-                Err(object_store::Error::NotFound { .. }) => Ok(None),
-                Err(e) => Err(self.client_error("HEAD", key, e)),
-            }
-        })?
+        block_on(self.getsize_async(key))?
     }
 }

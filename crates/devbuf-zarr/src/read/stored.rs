@@ -127,12 +127,17 @@ pub(crate) fn read_claim(
                 out.extend(read_group(group)?);
             }
         };
+        let scope = crate::aio::scope::current();
         let results: Vec<Result<Vec<(usize, UnitOutcome)>>> = std::thread::scope(|sc| {
             let handles: Vec<_> = (1..groups)
                 .map_while(|_| {
+                    let scope = scope.clone();
                     std::thread::Builder::new()
                         .name("devbuf-gpu-reader".into())
-                        .spawn_scoped(sc, reader)
+                        .spawn_scoped(sc, move || {
+                            let _in = crate::aio::scope::enter(scope);
+                            reader()
+                        })
                         .ok()
                 })
                 .collect();

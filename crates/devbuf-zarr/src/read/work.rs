@@ -173,28 +173,34 @@ impl<'a> WorkQueue<'a> {
         match self.error.into_inner().unwrap_or_else(|p| p.into_inner()) {
             Some(e) => Err(e),
             None if self.stop.is_some_and(|s| s.load(Ordering::Acquire)) => Err(Error::invalid(
-                "the read was stopped before it finished: another part of it failed",
+                "the read was stopped before it finished: another part of it failed, or its \
+                 async call was dropped",
             )),
             None => Ok(()),
         }
     }
 }
 
-/// Runs `work` on `threads` scoped threads (the caller's thread is one of them).
+/// Runs `work` on `threads` scoped threads (the caller's thread is one of them), each
+/// in the caller's async scope (if any: see `crate::aio`).
 pub(crate) fn on_threads(
     threads: usize,
     queue: &WorkQueue<'_>,
     work: &(dyn Fn(usize) -> Result<()> + Sync),
 ) {
-    // The workers' events (file reads, fetches) belong to the read's span.
+    // The workers' events (file reads, fetches) belong to the read's span, and their
+    // fetches to the caller's runtime (async reads).
     let span = tracing::Span::current();
+    let scope = crate::aio::scope::current();
     std::thread::scope(|s| {
         for t in 1..threads {
             let span = span.clone();
+            let scope = scope.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("devbuf-read-{t}"))
                 .spawn_scoped(s, move || {
                     let _in = span.enter();
+                    let _rt = crate::aio::scope::enter(scope);
                     if let Err(e) = work(t) {
                         queue.fail(e);
                     }

@@ -1,0 +1,59 @@
+//! Async device reads (feature `object_store`): dropping a device read's future gives
+//! back its device memory and page-locked staging before the drop returns.
+
+use std::sync::atomic::Ordering;
+
+use devbuf::cuda::Context;
+use devbuf::zarr::object_store::{held_fetch_bytes, live_fetch_stages};
+use devbuf::zarr::{BufferPrototype, Scalar, ZarrArray};
+
+#[path = "../common/held_store.rs"]
+mod held_store;
+use held_store::{held_array, wait_started};
+
+gpu_test_exclusive! {
+    /// A device read held at its fetches, dropped on a current-thread runtime: device
+    /// memory in use (devbuf's accounting and the driver's) and the staging pool are
+    /// back at their baseline when the drop returns, and no more GETs start.
+    fn zarr_async_device_read_cancelled_frees_device_memory() {
+        let ctx = Context::new(0).unwrap();
+        let (held, store) = held_array();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let a = ZarrArray::open_url_store_async(store).await.unwrap();
+            // A first read warms the staging pool; the baseline is taken after it.
+            held.gate.add_permits(1 << 20);
+            let warm = a.read_all_async(BufferPrototype::Device(0)).await.unwrap();
+            assert!(warm.all_equal(Some(Scalar::from(1u32)), true).unwrap());
+            drop(warm);
+            let (_, report) = a.read_all_with_report_async(BufferPrototype::Host).await.unwrap();
+            assert!(report.cpu_chunks > 0);
+            // Close the gate again (take back the permits left).
+            let left = held.gate.available_permits();
+            held.gate.acquire_many(left as u32).await.unwrap().forget();
+            ctx.synchronize().unwrap();
+            let before = ctx.bytes_allocated();
+            let pinned = ctx.transfer_stats().pinned_in_use_bytes;
+            let free = ctx.free_memory().unwrap();
+            let base = held.started.load(Ordering::SeqCst);
+            held.gate.add_permits(2);
+            let mut read = Box::pin(a.read_all_async(BufferPrototype::Device(0)));
+            wait_started(&held, base + 6, &mut read).await;
+            assert!(ctx.bytes_allocated() > before, "the result is allocated while the read runs");
+            drop(read);
+            ctx.synchronize().unwrap();
+            assert_eq!(ctx.bytes_allocated(), before, "device memory back to baseline");
+            assert_eq!(ctx.transfer_stats().pinned_in_use_bytes, pinned, "staging back");
+            // The driver agrees (other processes aside: within a MiB).
+            let now = ctx.free_memory().unwrap();
+            assert!(now + (1 << 20) >= free, "free {free} before, {now} after");
+            assert_eq!((live_fetch_stages(), held_fetch_bytes()), (0, 0));
+            let started = held.started.load(Ordering::SeqCst);
+            held.gate.add_permits(1 << 20);
+            for _ in 0..100 {
+                tokio::task::yield_now().await;
+            }
+            assert_eq!(held.started.load(Ordering::SeqCst), started);
+        });
+    }
+}
