@@ -172,9 +172,9 @@ impl<'a> WorkQueue<'a> {
         }
         match self.error.into_inner().unwrap_or_else(|p| p.into_inner()) {
             Some(e) => Err(e),
-            None if self.stop.is_some_and(|s| s.load(Ordering::Acquire)) => Err(Error::invalid(
-                "the read was stopped before it finished: another part of it failed, or its \
-                 async call was dropped",
+            None if self.stop.is_some_and(|s| s.load(Ordering::Acquire)) => Err(Error::cancelled(
+                "the read was stopped before it finished: another part of it failed, or \
+                     its async call was dropped",
             )),
             None => Ok(()),
         }
