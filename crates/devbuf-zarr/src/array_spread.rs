@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use super::ZarrArray;
-use super::read::{self, ReadBox, ReadOptions, ReadReport};
+use super::read::{self, Decoder, ReadBox, ReadOptions, ReadReport};
 use devbuf_core::cuda::{Context, DeviceBuffer, Stream};
 use devbuf_core::error::{Error, Result};
 use devbuf_core::memory::Memory;
@@ -175,7 +175,25 @@ impl ZarrArray {
                 b
             })
             .collect();
-        let options = self.share_threads(devices.len());
+        let mut options = self.share_threads(devices.len());
+        // Auto on a large read: one decoder for every part, measured on the whole.
+        let total = read::plan::checked_bytes(&shape, self.elem())?;
+        let auto = match options.decoder {
+            Decoder::Auto => read::SpreadAuto::choose(
+                &self.source()?,
+                total,
+                devices,
+                match spread {
+                    Spread::Partition { .. } => "partition",
+                    Spread::Replicate => "replicate",
+                },
+                options.threads.unwrap_or(1),
+            ),
+            _ => None,
+        };
+        if let Some(a) = &auto {
+            options.decoder = a.decoder;
+        }
         // Each device's part reports to a sink of its own, which adds the parts up.
         let options: Vec<ReadOptions> = match &options.progress {
             Some(sink) => read::progress::spread_sinks(sink, devices.len())
@@ -187,12 +205,19 @@ impl ZarrArray {
                 .collect(),
             None => vec![options; devices.len()],
         };
-        match spread {
+        let mut read = match spread {
             Spread::Partition { .. } => self.read_partitioned(&boxes, devices, &options, started),
             Spread::Replicate => {
                 self.read_replicated(ranges, &shape, &boxes, devices, &options, started)
             }
+        }?;
+        if let Some(a) = &auto {
+            a.record(devices, total, read.elapsed_us as f64 * 1e-6);
+            for p in &mut read.parts {
+                p.report.auto = a.why.clone();
+            }
         }
+        Ok(read)
     }
 
     /// The read options of one device's share of a spread read.

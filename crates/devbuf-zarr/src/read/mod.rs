@@ -278,6 +278,65 @@ pub(crate) fn read(
     Ok((mem, report))
 }
 
+/// What `Decoder::Auto` runs on a read spread over devices: one decoder for every
+/// part, chosen and measured for the spread read as a whole (its parts share the
+/// host's cores and page cache, so one part's rate depends on what the others run).
+pub(crate) struct SpreadAuto {
+    kind: calibrate::Kind,
+    /// The decoder every part runs.
+    pub decoder: Decoder,
+    /// Why (for each part's report).
+    pub why: String,
+    allocations: u64,
+}
+
+impl SpreadAuto {
+    /// For an `Auto` read of `total` decoded bytes of `src` spread over `devices`
+    /// (`layout`: how; `threads`: each part's), the decoder to run; `None` where `Auto`
+    /// does not calibrate (small reads, reads nvCOMP cannot take): each part then
+    /// decides for itself.
+    pub(crate) fn choose(
+        src: &ZarrSource<'_>,
+        total: usize,
+        devices: &[devbuf_core::cuda::Context],
+        layout: &'static str,
+        threads: usize,
+    ) -> Option<SpreadAuto> {
+        if total < calibrate::MIN_CALIBRATED_BYTES || gpu_ready(src, true, false).is_err() {
+            return None;
+        }
+        let kind = calibrate::Kind::spread(
+            devices.iter().map(|c| c.ordinal()).collect(),
+            layout,
+            src.codecs.describe(),
+            src.cell_bytes,
+            total,
+            threads,
+        );
+        let (decoder, why) = calibrate::choose(&kind);
+        Some(SpreadAuto {
+            kind,
+            decoder,
+            why: format!("{why} (for the spread read as a whole)"),
+            allocations: staging_allocations(devices),
+        })
+    }
+
+    /// Records the spread read's rate: `total` decoded bytes in `secs`.
+    pub(crate) fn record(&self, devices: &[devbuf_core::cuda::Context], total: usize, secs: f64) {
+        let cold = staging_allocations(devices) != self.allocations;
+        calibrate::record(&self.kind, self.decoder, total as u64, secs, cold);
+    }
+}
+
+/// Page-locked staging allocations so far, over `devices`.
+fn staging_allocations(devices: &[devbuf_core::cuda::Context]) -> u64 {
+    devices
+        .iter()
+        .map(|c| c.transfer_stats().staging_allocations)
+        .sum()
+}
+
 /// The caller's memory must hold exactly the result.
 fn check_len(given: usize, total: usize, what: &str) -> Result<()> {
     if given != total {

@@ -24,10 +24,11 @@ pub enum Decoder {
     /// MiB that nvCOMP can decode (zstd chunks, and gzip, zlib, LZ4 or blosc chunks
     /// that carry a crc32c checksum; see below): the first such reads of a kind
     /// (device, codecs, chunk size, read size within a factor 4, threads) each run one
-    /// of [`Gpu`](Self::Gpu) and [`Cpu`](Self::Cpu) not measured yet (and
-    /// [`Both`](Self::Both) where those two came out within 1.5x of each other), later
+    /// of [`Gpu`](Self::Gpu) and [`Cpu`](Self::Cpu) not measured yet
+    /// ([`Both`](Self::Both) counts once an explicit `Both` read measured it), later
     /// ones the fastest measured (its rate refined by each read's own timing), and
-    /// every eighth one the runner-up again (every 64th if it is far behind). Reads with an explicit
+    /// every eighth one the runner-up again (every 64th if it is far behind). A read
+    /// spread over devices is measured as a whole, one decoder for every part. Reads with an explicit
     /// decoder on the same device add their rates too, so a program that tried them
     /// has `Auto` settled at once. A read that had to allocate page-locked staging (the
     /// first of a decoder, whose slots differ in size) is measured again before its
