@@ -71,6 +71,18 @@ pub mod flight {
     pub use devbuf_flight::*;
 }
 
+/// Helpers the tests, examples and benchmarks need from inside the layers (feature
+/// `test-support`, which devbuf's own dev-dependency turns on): the device kernels and
+/// their host twins (`ops`, `host_ops`), `HostOutput`, nvCOMP's range checks, stream
+/// gates and mapping counts. Not part of the API; no semver promise.
+#[cfg(feature = "test-support")]
+#[doc(hidden)]
+pub mod __test {
+    pub use devbuf_core::__private::nvcomp::{check_compress_ranges, check_decompress_ranges};
+    pub use devbuf_core::__private::testing::*;
+    pub use devbuf_core::__private::{HostOutput, host_ops, ops};
+}
+
 /// The README's examples are compiled as doc tests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

@@ -5,8 +5,8 @@ use zarrs::metadata::v2::ArrayMetadataV2Order;
 use zarrs::metadata::v3::MetadataV3;
 
 use super::validate;
+use devbuf_core::__private::host_ops;
 use devbuf_core::error::{Error, Result};
-use devbuf_core::memory::host_ops;
 use devbuf_core::zarr::{Dtype, ElementType, Endianness, Order, Scalar};
 
 /// The metadata of a zarr array opened with [`ZarrArray`](super::ZarrArray), mapped to

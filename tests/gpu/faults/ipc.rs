@@ -11,7 +11,7 @@
 //! this process opens no mapping (other tests count them) and a consumer may die.
 //! Outcomes that may legitimately be either come back as `ok:...` / `err:...`.
 
-use devbuf::cuda::ipc::testing::open_mapping_count;
+use devbuf::__test::open_mapping_count;
 use devbuf::cuda::{
     Context, DeviceBuffer, Event, EventFlags, IpcEventHandle, IpcMemHandle, Stream,
 };

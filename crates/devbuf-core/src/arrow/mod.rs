@@ -26,7 +26,7 @@ pub mod chunk_batch;
 mod device;
 mod host;
 pub mod ipc_format;
-mod ipc_format_encode;
+pub(crate) mod ipc_format_encode;
 pub mod tensor;
 
 pub use chunk_batch::{CHUNK_COLUMN, CHUNK_GRID_METADATA_KEY, ChunkBatch, ChunkGrid, coord_column};
@@ -37,9 +37,6 @@ pub use ipc_format::{
     serialize_record_batch_to_vec,
 };
 pub use ipc_format_encode::serialize_device_record_batch;
-#[cfg(feature = "test-support")]
-#[doc(hidden)]
-pub use ipc_format_encode::serialize_like_device;
 pub use tensor::{
     FIXED_SHAPE_TENSOR, TensorArray, TensorStorage, TensorType, arrow_data_type, element_type_of,
 };

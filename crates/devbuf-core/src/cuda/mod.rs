@@ -26,13 +26,14 @@ pub(crate) mod driver;
 mod host;
 pub mod io;
 pub mod ipc;
-pub mod kernels;
+// Shared with devbuf-zarr and devbuf-flight through `crate::__private`; not API.
+pub(crate) mod kernels;
 mod mempool;
 pub mod nvcomp;
 mod stream;
 #[cfg(feature = "test-support")]
-pub mod testing;
-mod transfer;
+pub(crate) mod testing;
+pub(crate) mod transfer;
 
 pub use buffer::DeviceBuffer;
 pub use context::{
@@ -47,4 +48,3 @@ pub use transfer::{
     DirectMode, HostSink, HostSource, PageableMode, Pending, ScatterMode, ScopedPending,
     TransferConfig, TransferScope, TransferStats, copy_many_from_host, copy_many_to_host, scope,
 };
-pub use transfer::{UploadLane, as_lease_holder};

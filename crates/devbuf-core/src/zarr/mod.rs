@@ -35,7 +35,7 @@
 mod buffer;
 mod constructors;
 mod dtype;
-pub mod index;
+pub(crate) mod index;
 mod layout;
 mod ndbuffer;
 mod prototype;

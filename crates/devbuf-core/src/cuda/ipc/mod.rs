@@ -68,7 +68,7 @@ mod event;
 mod mem;
 mod registry;
 #[cfg(feature = "test-support")]
-pub mod testing;
+pub(crate) mod testing;
 
 pub use event::IpcEventHandle;
 pub use mem::IpcMemHandle;
