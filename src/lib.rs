@@ -53,11 +53,6 @@ pub use devbuf_core::{arrow, cuda, element, error, ipc, memory};
 /// (`ZarrArray`, from `devbuf-zarr`).
 pub mod zarr {
     pub use devbuf_core::zarr::*;
-    /// The module path of the zarr engine before the workspace (`devbuf::zarr::zarrs::*`),
-    /// kept so that code written against it keeps building; use `devbuf::zarr::*`.
-    #[cfg(feature = "zarr")]
-    #[doc(hidden)]
-    pub use devbuf_zarr as zarrs;
     #[cfg(feature = "zarr")]
     #[cfg_attr(docsrs, doc(cfg(feature = "zarr")))]
     pub use devbuf_zarr::*;

@@ -18,9 +18,10 @@ use devbuf::arrow::{
     serialize_record_batch, serialize_record_batch_to_vec,
 };
 use devbuf::cuda::{
-    Context, DeviceBuffer, DeviceBufferReader, DeviceBufferWriter, Event, EventFlags,
-    IpcEventHandle, IpcMemHandle, Stream,
+    Context, DeviceBuffer, DeviceBufferReader, DeviceBufferWriter, Event, EventFlags, Stream,
 };
+use devbuf::ipc::IpcEventHandle;
+use devbuf::ipc::IpcMemHandle;
 
 use crate::batches::{Rng, mixed_batch};
 use crate::common::*;
@@ -691,7 +692,8 @@ gpu_test! {
     /// ChunkBatch survives the trip.
     fn arrow_device_batches_serialize_on_the_device() {
         use devbuf::arrow::{ChunkBatch, ChunkGrid, serialize_device_record_batch};
-        use devbuf::zarr::{BufferPrototype, Dtype as ZType, ElementType, NDBuffer};
+        use devbuf::zarr::{BufferPrototype, Dtype as ZType, NDBuffer};
+        use devbuf::ElementType;
         // A context of its own: its allocation counter moves only with this test (other
         // tests allocate in the primary context concurrently).
         let c = Context::new_dedicated(0).unwrap();

@@ -12,9 +12,9 @@
 //! Outcomes that may legitimately be either come back as `ok:...` / `err:...`.
 
 use devbuf::__test::open_mapping_count;
-use devbuf::cuda::{
-    Context, DeviceBuffer, Event, EventFlags, IpcEventHandle, IpcMemHandle, Stream,
-};
+use devbuf::cuda::{Context, DeviceBuffer, Event, EventFlags, Stream};
+use devbuf::ipc::IpcEventHandle;
+use devbuf::ipc::IpcMemHandle;
 
 use super::{NOTHING, held, outcome, same};
 use crate::batches::Rng;

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use devbuf::__test::open_mapping_count;
 use devbuf::arrow::{ChunkBatch, ChunkGrid};
-use devbuf::cuda::{self, Context, DeviceBuffer, IpcMemHandle};
+use devbuf::cuda::{self, Context, DeviceBuffer};
+use devbuf::ipc::IpcMemHandle;
 use devbuf::zarr::{BufferPrototype, Dtype, NDBuffer};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

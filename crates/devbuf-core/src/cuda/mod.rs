@@ -2,10 +2,10 @@
 //!
 //! * [`Context`]: one shared, cached context per device; device queries; allocation.
 //! * [`DeviceBuffer`]: device memory with zero-copy slices and checked copies.
-//! * [`IpcMemHandle`] / [`IpcEventHandle`]: device memory and events shared with other
-//!   processes without copies ([`ipc`]).
+//! * [`IpcMemHandle`](crate::ipc::IpcMemHandle) / [`IpcEventHandle`](crate::ipc::IpcEventHandle):
+//!   device memory and events shared with other processes without copies ([`crate::ipc`]).
 //! * [`DeviceBufferReader`] / [`DeviceBufferWriter`]: device memory as a file
-//!   (`std::io::Read`/`Write` + `Seek`) ([`io`]).
+//!   (`std::io::Read`/`Write` + `Seek`).
 //! * [`HostBuffer`]: page-locked host memory that converts to Arrow and `Bytes` without
 //!   copying.
 //! * The transfer engine ([`TransferConfig`], [`copy_many_from_host`], [`Pending`],
@@ -24,8 +24,8 @@ mod buffer;
 mod context;
 pub(crate) mod driver;
 mod host;
-pub mod io;
-pub mod ipc;
+mod io;
+pub(crate) mod ipc;
 // Shared with devbuf-zarr and devbuf-flight through `crate::__private`; not API.
 pub(crate) mod kernels;
 mod mempool;
@@ -41,7 +41,6 @@ pub use context::{
 };
 pub use host::HostBuffer;
 pub use io::{DeviceBufferReader, DeviceBufferWriter};
-pub use ipc::{IpcEventHandle, IpcMemHandle};
 pub use mempool::DevicePoolStats;
 pub use stream::{Event, EventFlags, Stream};
 pub use transfer::{

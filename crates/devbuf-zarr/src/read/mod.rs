@@ -56,7 +56,7 @@ pub(crate) use source::{Direct, ZarrSource};
 
 use devbuf_core::cuda::{Context, DeviceBuffer};
 use devbuf_core::error::{Error, Result};
-use devbuf_core::zarr::Memory;
+use devbuf_core::memory::Memory;
 
 /// Where a read's result goes.
 pub(crate) enum Dest<'a> {
