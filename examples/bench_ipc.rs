@@ -24,7 +24,8 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use clap::Parser;
-use devbuf::cuda::{self, Context, DeviceBufferWriter, IpcMemHandle};
+use devbuf::cuda::{self, Context, DeviceBufferWriter};
+use devbuf::ipc::IpcMemHandle;
 use devbuf::ipc::{HostIpcHandle, SharedMemory};
 use stats::{gbs, quantile};
 

@@ -22,7 +22,7 @@ mod common;
 mod stats;
 
 use clap::Parser;
-use devbuf::cuda::kernels::ops;
+use devbuf::__test::ops;
 use devbuf::cuda::{self, Context, DeviceBuffer, Event, EventFlags, Stream};
 use devbuf::{ElementType, EqualMode};
 use devbuf::{Error, Result};

@@ -255,7 +255,7 @@ mod bench {
     /// more allocate).
     fn fresh_huge_memory(n: usize, cores: usize) -> devbuf::Result<f64> {
         let s = time(3, &mut || {
-            let mut out = devbuf::memory::HostOutput::new(n)?;
+            let mut out = devbuf::__test::HostOutput::new(n)?;
             out.prefault(cores);
             drop(out);
             Ok(())

@@ -33,6 +33,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use clap::Parser;
+use devbuf::ElementType;
 use devbuf::arrow::c_device::{
     HostDevice, SyncEvent, export_device_array, export_host_array, import_device_array,
     import_host_array,
@@ -45,7 +46,7 @@ use devbuf::arrow::{
 use devbuf::cuda::{self, Context};
 use devbuf::ipc::IpcHandle;
 use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
-use devbuf::zarr::{BufferPrototype, Dtype, ElementType, NDBuffer};
+use devbuf::zarr::{BufferPrototype, Dtype, NDBuffer};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 

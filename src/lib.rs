@@ -53,11 +53,6 @@ pub use devbuf_core::{arrow, cuda, element, error, ipc, memory};
 /// (`ZarrArray`, from `devbuf-zarr`).
 pub mod zarr {
     pub use devbuf_core::zarr::*;
-    /// The module path of the zarr engine before the workspace (`devbuf::zarr::zarrs::*`),
-    /// kept so that code written against it keeps building; use `devbuf::zarr::*`.
-    #[cfg(feature = "zarr")]
-    #[doc(hidden)]
-    pub use devbuf_zarr as zarrs;
     #[cfg(feature = "zarr")]
     #[cfg_attr(docsrs, doc(cfg(feature = "zarr")))]
     pub use devbuf_zarr::*;
@@ -69,6 +64,18 @@ pub mod zarr {
 #[cfg_attr(docsrs, doc(cfg(feature = "flight")))]
 pub mod flight {
     pub use devbuf_flight::*;
+}
+
+/// Helpers the tests, examples and benchmarks need from inside the layers (feature
+/// `test-support`, which devbuf's own dev-dependency turns on): the device kernels and
+/// their host twins (`ops`, `host_ops`), `HostOutput`, nvCOMP's range checks, stream
+/// gates and mapping counts. Not part of the API; no semver promise.
+#[cfg(feature = "test-support")]
+#[doc(hidden)]
+pub mod __test {
+    pub use devbuf_core::__private::nvcomp::{check_compress_ranges, check_decompress_ranges};
+    pub use devbuf_core::__private::testing::*;
+    pub use devbuf_core::__private::{HostOutput, host_ops, ops};
 }
 
 /// The README's examples are compiled as doc tests.

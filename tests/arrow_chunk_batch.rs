@@ -9,10 +9,11 @@ use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, RecordBatch, UInt64Array};
 use arrow_schema::{DataType as ArrowType, Field, Schema};
+use devbuf::ElementType;
 use devbuf::arrow::{
     CHUNK_COLUMN, CHUNK_GRID_METADATA_KEY, ChunkBatch, ChunkGrid, TensorType, coord_column,
 };
-use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, ElementType, NDBuffer, Order, Scalar};
+use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, NDBuffer, Order, Scalar};
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
 

@@ -15,7 +15,8 @@ use arrow_array::{
 };
 use arrow_buffer::Buffer;
 use arrow_schema::{DataType, Field, Schema};
-use devbuf::arrow::{read_record_batch_host, serialize_like_device};
+use devbuf::__test::serialize_like_device;
+use devbuf::arrow::read_record_batch_host;
 
 fn mixed(n: usize) -> RecordBatch {
     let ints: ArrayRef = Arc::new(Int32Array::from_iter(

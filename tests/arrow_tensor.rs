@@ -19,10 +19,12 @@ use arrow_schema::extension::{
     EXTENSION_TYPE_METADATA_KEY, EXTENSION_TYPE_NAME_KEY, ExtensionType, FixedShapeTensor,
 };
 use arrow_schema::{DataType as ArrowType, Field};
+use devbuf::ElementType;
 use devbuf::arrow::{
     FIXED_SHAPE_TENSOR, TensorArray, TensorType, arrow_data_type, element_type_of,
 };
-use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, ElementType, Memory, NDBuffer, Order};
+use devbuf::memory::Memory;
+use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, NDBuffer, Order};
 use rand::Rng;
 
 #[path = "common/arrays.rs"]

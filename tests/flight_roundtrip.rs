@@ -10,10 +10,11 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use arrow_array::{Array, Float32Array, Int64Array, RecordBatch};
+use devbuf::ElementType;
 use devbuf::arrow::{CHUNK_COLUMN, FIXED_SHAPE_TENSOR};
 use devbuf::flight::ticket::Part;
 use devbuf::flight::{Batch, Client, ClientOptions, Query, Server, ServerConfig, Target};
-use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, ElementType, Scalar, Slice};
+use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, Scalar, Slice};
 use devbuf::zarr::{Compressor, ZarrArray};
 use rand::Rng;
 use rand::rngs::SmallRng;

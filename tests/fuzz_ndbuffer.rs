@@ -15,8 +15,9 @@ mod fuzz;
 #[path = "common/ndbuffer_oracle.rs"]
 mod oracle;
 
+use devbuf::ElementType;
 use devbuf::Error;
-use devbuf::zarr::{AxisSel, ElementType, Slice};
+use devbuf::zarr::{AxisSel, Slice};
 use fuzz::fuzz;
 use ndarray::{ArrayD, IxDyn};
 use oracle::*;

@@ -19,8 +19,9 @@ mod zarr_fuzz;
 
 use std::sync::Arc;
 
+use devbuf::ElementType;
 use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
-use devbuf::zarr::{BufferPrototype, Dtype, ElementType, MemoryStore, NDBuffer, Order, Store};
+use devbuf::zarr::{BufferPrototype, Dtype, MemoryStore, NDBuffer, Order, Store};
 use fuzz::{Damage, apply, fuzz};
 use proptest::prelude::*;
 use zarr_fuzz::{Findings, Fixture, fixtures, read_chunk_checked};

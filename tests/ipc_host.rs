@@ -23,7 +23,8 @@ use devbuf::arrow::{
     read_record_batch_host, schema_from_bytes, schema_to_bytes, serialize_record_batch_shared,
     serialize_record_batch_to_vec,
 };
-use devbuf::cuda::{IpcEventHandle, IpcMemHandle};
+use devbuf::ipc::IpcEventHandle;
+use devbuf::ipc::IpcMemHandle;
 use devbuf::ipc::{HostIpcHandle, IpcHandle, SharedMemory};
 use peer::{env, fnv, say, wait_line};
 use proptest::prelude::*;

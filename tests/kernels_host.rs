@@ -1,8 +1,8 @@
 //! The host ops (`memory::host_ops`) against simple, independent reference code,
 //! on every machine. The GPU tests then compare the device kernels with these host ops.
 
+use devbuf::__test::host_ops as host;
 use devbuf::Error;
-use devbuf::memory::host_ops as host;
 use devbuf::{ElementType, EqualMode};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;

@@ -43,7 +43,7 @@ fn every_kernel_source_has_up_to_date_ptx() {
 #[test]
 fn every_shipped_module_is_a_built_source() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/devbuf-core/src/cuda/kernels");
-    for (name, ptx) in devbuf::cuda::kernels::shipped_ptx() {
+    for (name, ptx) in devbuf::__test::shipped_ptx() {
         let on_disk = std::fs::read_to_string(dir.join("ptx").join(format!("{name}.ptx"))).unwrap();
         assert_eq!(
             ptx, on_disk,

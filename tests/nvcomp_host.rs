@@ -9,9 +9,8 @@
 use std::ops::Range;
 use std::process::Command;
 
-use devbuf::cuda::nvcomp::{
-    self, GpuCodec, Nvcomp, check_compress_ranges, check_decompress_ranges,
-};
+use devbuf::__test::{check_compress_ranges, check_decompress_ranges};
+use devbuf::cuda::nvcomp::{self, GpuCodec, Nvcomp};
 
 /// Set in the child process that runs a test under a chosen environment.
 const CHILD: &str = "DEVBUF_NVCOMP_TEST_CHILD";

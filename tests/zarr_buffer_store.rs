@@ -3,8 +3,9 @@
 
 use bytes::Bytes;
 use devbuf::Error;
+use devbuf::memory::Memory;
 use devbuf::zarr::{
-    AxisSel, BufferPrototype, ByteBuffer, ByteRequest, Memory, MemoryStore, Slice, Store,
+    AxisSel, BufferPrototype, ByteBuffer, ByteRequest, MemoryStore, Slice, Store,
     default_buffer_prototype, disable_gpu, enable_gpu, set_default_buffer_prototype,
 };
 

@@ -2,9 +2,8 @@
 //! and None; as_scalar on 0-d and (1,) shapes; empty honouring order; big-endian round
 //! trips; errors that say what was wrong.
 
-use devbuf::zarr::{
-    BufferPrototype, Dtype, ElementType, Endianness, NDBuffer, Order, Scalar, Slice,
-};
+use devbuf::ElementType;
+use devbuf::zarr::{BufferPrototype, Dtype, Endianness, NDBuffer, Order, Scalar, Slice};
 use half::f16;
 use num_complex::Complex32;
 

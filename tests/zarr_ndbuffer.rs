@@ -9,7 +9,8 @@
 #[path = "common/ndbuffer_oracle.rs"]
 mod oracle;
 
-use devbuf::zarr::{BufferPrototype, Dtype, ElementType, Endianness, NDBuffer, Order, Scalar};
+use devbuf::ElementType;
+use devbuf::zarr::{BufferPrototype, Dtype, Endianness, NDBuffer, Order, Scalar};
 use ndarray::{ArrayD, IxDyn};
 use oracle::*;
 use proptest::prelude::*;

@@ -5,9 +5,10 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use devbuf::ElementType;
 use devbuf::zarr::{
-    AxisSel, BufferPrototype, ByteBuffer, ByteRequest, Dtype, ElementType, MemoryStore, NDBuffer,
-    Order, Scalar, Slice, Store,
+    AxisSel, BufferPrototype, ByteBuffer, ByteRequest, Dtype, MemoryStore, NDBuffer, Order, Scalar,
+    Slice, Store,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

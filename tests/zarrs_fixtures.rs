@@ -8,9 +8,8 @@
 
 use std::path::{Path, PathBuf};
 
-use devbuf::zarr::{
-    AxisSel, BufferPrototype, Dtype, ElementType, Endianness, Order, Scalar, Slice,
-};
+use devbuf::ElementType;
+use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, Endianness, Order, Scalar, Slice};
 use devbuf::zarr::{ZarrArray, ZarrMetadata};
 use num_complex::{Complex32, Complex64};
 use rand::rngs::SmallRng;

@@ -10,11 +10,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use devbuf::ElementType;
 use devbuf::Error;
 use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
 use devbuf::zarr::{
-    AxisSel, BufferPrototype, Dtype, ElementType, Endianness, MemoryStore, NDBuffer, Order, Scalar,
-    Store,
+    AxisSel, BufferPrototype, Dtype, Endianness, MemoryStore, NDBuffer, Order, Scalar, Store,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

@@ -4,7 +4,8 @@
 
 #![allow(dead_code)]
 
-use devbuf::zarr::{AxisSel, Dtype, ElementType, Endianness, NDBuffer, Order, Slice};
+use devbuf::ElementType;
+use devbuf::zarr::{AxisSel, Dtype, Endianness, NDBuffer, Order, Slice};
 use rand::rngs::SmallRng;
 
 use super::random::random_bytes;

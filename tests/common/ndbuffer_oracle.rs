@@ -6,7 +6,8 @@
 
 #![allow(dead_code)]
 
-use devbuf::zarr::{AxisSel, Dtype, ElementType, Endianness, NDBuffer, Order, Scalar, Slice};
+use devbuf::ElementType;
+use devbuf::zarr::{AxisSel, Dtype, Endianness, NDBuffer, Order, Scalar, Slice};
 use ndarray::{ArrayD, Axis, IxDyn};
 use proptest::prelude::*;
 use rand::rngs::SmallRng;

@@ -13,10 +13,10 @@ use std::time::Duration;
 use crate::corpus::{counts, serial};
 use arrow_array::{Array, ArrayRef, Int32Array, RecordBatch, StringArray, StructArray};
 use arrow_schema::{DataType, Field, Schema};
+use devbuf::__test::{StreamGate, copy_on_stream};
 use devbuf::Error;
 use devbuf::arrow::c_device::*;
 use devbuf::arrow::{DeviceArray, read_record_batch, serialize_record_batch};
-use devbuf::cuda::ipc::testing::{StreamGate, copy_on_stream};
 use devbuf::cuda::{self, Context, DeviceBuffer, Stream};
 
 use rand::Rng;

@@ -7,9 +7,10 @@
 use std::sync::Arc;
 
 use arrow_array::{Float64Array, Int32Array, RecordBatch};
+use devbuf::ElementType;
 use devbuf::arrow::{ChunkBatch, read_record_batch, serialize_record_batch};
 use devbuf::flight::{Batch, Client};
-use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, ElementType, Endianness, Scalar, Slice};
+use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, Endianness, Scalar, Slice};
 use devbuf::zarr::{Compressor, ZarrArray};
 use rand::Rng;
 

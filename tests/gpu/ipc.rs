@@ -11,16 +11,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_array::{Array, Int32Array, RecordBatch, StringArray};
+use devbuf::__test::{StreamGate, copy_on_stream, open_mapping_count};
 use devbuf::Error;
 use devbuf::arrow::{
     DeviceArray, read_record_batch, read_record_batch_host, schema_from_bytes, schema_to_bytes,
     serialize_record_batch, serialize_record_batch_to_vec,
 };
-use devbuf::cuda::ipc::testing::{StreamGate, copy_on_stream, open_mapping_count};
 use devbuf::cuda::{
-    Context, DeviceBuffer, DeviceBufferReader, DeviceBufferWriter, Event, EventFlags,
-    IpcEventHandle, IpcMemHandle, Stream,
+    Context, DeviceBuffer, DeviceBufferReader, DeviceBufferWriter, Event, EventFlags, Stream,
 };
+use devbuf::ipc::IpcEventHandle;
+use devbuf::ipc::IpcMemHandle;
 
 use crate::batches::{Rng, mixed_batch};
 use crate::common::*;
@@ -691,7 +692,8 @@ gpu_test! {
     /// ChunkBatch survives the trip.
     fn arrow_device_batches_serialize_on_the_device() {
         use devbuf::arrow::{ChunkBatch, ChunkGrid, serialize_device_record_batch};
-        use devbuf::zarr::{BufferPrototype, Dtype as ZType, ElementType, NDBuffer};
+        use devbuf::zarr::{BufferPrototype, Dtype as ZType, NDBuffer};
+        use devbuf::ElementType;
         // A context of its own: its allocation counter moves only with this test (other
         // tests allocate in the primary context concurrently).
         let c = Context::new_dedicated(0).unwrap();

@@ -5,10 +5,10 @@
 //! filled with random guard bytes: the bytes outside the operand must come back
 //! unchanged.
 
+use devbuf::__test::host_ops as host;
+use devbuf::__test::ops;
 use devbuf::Error;
-use devbuf::cuda::kernels::ops;
 use devbuf::cuda::{Context, DeviceBuffer, Stream};
-use devbuf::memory::host_ops as host;
 use devbuf::{ElementType, EqualMode};
 use rand::Rng;
 use rand::rngs::SmallRng;

@@ -5,9 +5,10 @@
 //! GPU claims), and device arrays written to the server read back bit for bit. Without `s3s-fs` (the bundle carries it when it was built beside one)
 //! the tests print SKIPPED.
 
+use devbuf::ElementType;
 use devbuf::zarr::object_store::UrlStore;
 use devbuf::zarr::{ArraySpec, Compressor, Decoder, ReadOptions, ZarrArray};
-use devbuf::zarr::{BufferPrototype, ByteBuffer, Dtype, ElementType, Endianness, Scalar, Store};
+use devbuf::zarr::{BufferPrototype, ByteBuffer, Dtype, Endianness, Scalar, Store};
 
 use crate::common::*;
 use crate::zarrs::zarrs_common::{TempDir, files_under};

@@ -6,9 +6,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use devbuf::ElementType;
 use devbuf::ErrorKind;
 use devbuf::cuda::{Context, device_count};
-use devbuf::zarr::{ArraySpec, BufferPrototype, Compressor, Decoder, Dtype, ElementType};
+use devbuf::zarr::{ArraySpec, BufferPrototype, Compressor, Decoder, Dtype};
 use devbuf::zarr::{Cancel, Progress, ProgressSink, ReadOptions, Spread, ZarrArray};
 
 use crate::common::*;

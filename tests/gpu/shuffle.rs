@@ -5,8 +5,8 @@
 //! gaps between them (the gap bytes must stay as they were), on the legacy stream and
 //! on a stream; refusals before any device work.
 
+use devbuf::__test::ops::{self, ShuffledBlocks};
 use devbuf::Error;
-use devbuf::cuda::kernels::ops::{self, ShuffledBlocks};
 use devbuf::cuda::{DeviceBuffer, Stream};
 use rand::Rng;
 

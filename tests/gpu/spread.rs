@@ -6,10 +6,11 @@
 
 use std::ops::Range;
 
+use devbuf::ElementType;
 use devbuf::cuda::{Context, device_count};
 use devbuf::zarr::{
-    ArraySpec, BufferPrototype, Compressor, Decoder, Dtype, ElementType, ReadOptions, Spread,
-    SpreadRead, ZarrArray,
+    ArraySpec, BufferPrototype, Compressor, Decoder, Dtype, ReadOptions, Spread, SpreadRead,
+    ZarrArray,
 };
 
 use crate::common::*;

@@ -6,9 +6,10 @@
 use arrow_array::{Array, BooleanArray};
 use arrow_data::ArrayData;
 use arrow_schema::DataType as ArrowType;
+use devbuf::ElementType;
 use devbuf::arrow::{ChunkBatch, ChunkGrid, DeviceArray, TensorArray};
 use devbuf::cuda::{Context, DeviceBuffer};
-use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, ElementType, NDBuffer, Order, Scalar};
+use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, NDBuffer, Order, Scalar};
 use rand::Rng;
 use rand::rngs::SmallRng;
 

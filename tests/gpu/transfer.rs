@@ -5,8 +5,8 @@
 //! counters use a dedicated context (its own engine) so parallel tests do not disturb
 //! them.
 
+use devbuf::__test::StreamGate;
 use devbuf::Error;
-use devbuf::cuda::ipc::testing::StreamGate;
 use devbuf::cuda::{
     self, Context, DeviceBuffer, DirectMode, PageableMode, ScatterMode, Stream, TransferConfig,
 };

@@ -2,10 +2,11 @@
 //! operation on host memory (exact, byte for byte), zero-copy claims by address, the
 //! device memory store.
 
+use devbuf::ElementType;
 use devbuf::cuda::DeviceBuffer;
 use devbuf::zarr::{
-    AxisSel, BufferPrototype, ByteBuffer, ByteRequest, DeviceMemoryStore, Dtype, ElementType,
-    Endianness, MemoryStore, NDBuffer, Order, Scalar, Slice, Store,
+    AxisSel, BufferPrototype, ByteBuffer, ByteRequest, DeviceMemoryStore, Dtype, Endianness,
+    MemoryStore, NDBuffer, Order, Scalar, Slice, Store,
 };
 use rand::Rng;
 use rand::rngs::SmallRng;

@@ -8,11 +8,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use devbuf::ElementType;
 use devbuf::cuda::Context;
 use devbuf::zarr::{ArraySpec, Compressor, Decoder, GpuTuning, ReadOptions, ZarrArray};
 use devbuf::zarr::{
-    AxisSel, BufferPrototype, DeviceMemoryStore, Dtype, ElementType, Endianness, NDBuffer, Order,
-    Scalar, Slice,
+    AxisSel, BufferPrototype, DeviceMemoryStore, Dtype, Endianness, NDBuffer, Order, Scalar, Slice,
 };
 use rand::Rng;
 use rand::rngs::SmallRng;

@@ -9,8 +9,9 @@
 
 use std::path::Path;
 
+use devbuf::ElementType;
 use devbuf::zarr::{ArraySpec, Compressor, Decoder, ReadOptions, ZarrArray};
-use devbuf::zarr::{BufferPrototype, Dtype, ElementType, Endianness};
+use devbuf::zarr::{BufferPrototype, Dtype, Endianness};
 use rand::Rng;
 use rand::rngs::SmallRng;
 

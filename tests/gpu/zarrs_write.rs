@@ -9,7 +9,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use devbuf::zarr::{BufferPrototype, ElementType};
+use devbuf::ElementType;
+use devbuf::zarr::BufferPrototype;
 use devbuf::zarr::{Encoder, ReadOptions, WriteOptions, ZarrArray};
 use rand::Rng;
 use serde_json::{Value, json};

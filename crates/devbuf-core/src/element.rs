@@ -216,19 +216,8 @@ impl fmt::Display for ElementType {
     }
 }
 
-/// How an all-equal test compares elements with the value
-/// ([`memory::host_ops::all_equal`](crate::memory::host_ops::all_equal) on the host,
-/// [`cuda::kernels::ops::all_equal`](crate::cuda::kernels::ops::all_equal) on a device).
-///
-/// ```
-/// use devbuf_core::memory::host_ops;
-/// use devbuf_core::{ElementType, EqualMode};
-/// let nan = f64::NAN.to_le_bytes();
-/// let v = nan.repeat(3);
-/// assert!(host_ops::all_equal(&v, ElementType::Float64, &nan, EqualMode::Numeric { equal_nan: true })?);
-/// assert!(!host_ops::all_equal(&v, ElementType::Float64, &nan, EqualMode::Numeric { equal_nan: false })?);
-/// # Ok::<(), devbuf_core::Error>(())
-/// ```
+/// How an all-equal test compares elements with the value (the host and device
+/// all-equal primitives behind [`NDBuffer::all_equal`](crate::zarr::NDBuffer::all_equal)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EqualMode {
     /// Raw bytes: `-0.0 != 0.0`, and a NaN equals only the same NaN bits. zarr compares a

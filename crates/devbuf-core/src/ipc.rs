@@ -1,7 +1,7 @@
 //! Sharing buffers between processes of one machine, with or without a GPU.
 //!
 //! * On a GPU: [`IpcMemHandle`] (device memory) and [`IpcEventHandle`] (device-side
-//!   synchronisation), from [`crate::cuda::ipc`].
+//!   synchronisation).
 //! * Everywhere (the host fallback): [`SharedMemory`], page-aligned host memory backed
 //!   by an anonymous memory file (Linux `memfd`), exported as a [`HostIpcHandle`] that
 //!   another process maps **read-only** and receives as an [`arrow_buffer::Buffer`]
@@ -56,6 +56,64 @@
 //! | 56 | 8 | FNV-1a 64 checksum of bytes 0..56 |
 //!
 //! The empty handle has every field after the flags zero.
+//!
+//! # Device memory and events: how it works
+//!
+//! A producer exports a [`DeviceBuffer`](crate::cuda::DeviceBuffer) (any slice of it) with
+//! [`DeviceBuffer::export_ipc`](crate::cuda::DeviceBuffer::export_ipc), sends the handle's bytes to another process of the same
+//! machine (a pipe, a file, a socket), and the consumer maps the same memory with
+//! [`Context::open_ipc`](crate::cuda::Context::open_ipc) — no copy. An [`IpcEventHandle`] lets the consumer's streams wait,
+//! on the device, until the producer's work has finished.
+//!
+//! # Device handles: lifetime contract
+//!
+//! * The exporter's buffer (any clone or slice of its allocation) keeps the memory
+//!   alive. **Keep it until every consumer has closed its mapping** (dropped every buffer
+//!   it opened): what a consumer sees after the exporter freed the memory is up to the
+//!   driver. Exporting does not leak: the process-wide registry of exports holds only weak
+//!   references.
+//! * A consumer's mapping is closed (`cuIpcCloseMemHandle`) when the last clone or slice of
+//!   the opened buffer drops. Opening several handles of one allocation (e.g. slices)
+//!   in one process maps it once and shares the mapping.
+//! * Opening a handle in the process that exported it (which CUDA refuses) returns a
+//!   zero-copy view of the original allocation: same address, same context.
+//! * Zero-length buffers export as the *empty handle* (no CUDA handle inside); opening it
+//!   returns an empty buffer without calling the driver.
+//!
+//! # Device handles: byte layout of an `IpcMemHandle` (version 1, 144 bytes, little-endian)
+//!
+//! | offset | size | field |
+//! |---:|---:|---|
+//! | 0 | 8 | magic `DEVBUFIM` |
+//! | 8 | 2 | layout version (1) |
+//! | 10 | 2 | total size in bytes (144) |
+//! | 12 | 4 | flags: bit 0 device known, bit 1 read-only; other bits 0 |
+//! | 16 | 64 | `CUipcMemHandle` of the allocation (cupy's / torch's `cudaIpcMemHandle_t` bytes) |
+//! | 80 | 8 | offset of the slice from the allocation's start |
+//! | 88 | 8 | length of the slice |
+//! | 96 | 8 | size of the whole allocation (0: unknown) |
+//! | 104 | 16 | device UUID (zero when unknown) |
+//! | 120 | 4 | device ordinal in the exporting process |
+//! | 124 | 4 | exporting process id (0: unknown) |
+//! | 128 | 8 | exporting process token (random per process; 0: unknown) |
+//! | 136 | 8 | FNV-1a 64 checksum of bytes 0..136 |
+//!
+//! The empty handle has length 0, offset 0, allocation size 0 and an all-zero CUDA handle.
+//!
+//! # Device handles: byte layout of an `IpcEventHandle` (version 1, 120 bytes, little-endian)
+//!
+//! | offset | size | field |
+//! |---:|---:|---|
+//! | 0 | 8 | magic `DEVBUFIE` |
+//! | 8 | 2 | layout version (1) |
+//! | 10 | 2 | total size in bytes (120) |
+//! | 12 | 4 | flags: bit 0 device known, bit 1 blocking sync; other bits 0 |
+//! | 16 | 64 | `CUipcEventHandle` |
+//! | 80 | 16 | device UUID (zero when unknown) |
+//! | 96 | 4 | device ordinal in the exporting process |
+//! | 100 | 4 | exporting process id (0: unknown) |
+//! | 104 | 8 | exporting process token (0: unknown) |
+//! | 112 | 8 | FNV-1a 64 checksum of bytes 0..112 |
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
@@ -65,7 +123,7 @@ use std::sync::Arc;
 use arrow_buffer::Buffer;
 
 use crate::cuda::ipc::{EVENT_MAGIC, HOST_MAGIC, MEM_MAGIC};
-pub use crate::cuda::{IpcEventHandle, IpcMemHandle};
+pub use crate::cuda::ipc::{IpcEventHandle, IpcMemHandle};
 use crate::error::{Error, Result, check_range};
 use crate::handle_layout;
 

@@ -8,7 +8,7 @@
 //! | [`cuda`] | contexts, [`DeviceBuffer`](cuda::DeviceBuffer) (device memory with zero-copy slices and checked copies host↔device↔device), [`HostBuffer`](cuda::HostBuffer) (page-locked host memory), the transfer engine (ordinary memory at page-locked speed, batched and async copies), IPC handles, streams, device kernels |
 //! | [`arrow`] | conversions into arrow-rs types without host copies, device-resident arrays and record batches, Arrow IPC in device memory, the Arrow C Device Data Interface, NDBuffer tensors, `ChunkBatch` |
 //! | [`ipc`] | sharing buffers between processes: device memory handles, and shared host memory where there is no GPU |
-//! | [`memory`] | host-or-device memory as one value ([`Memory`](memory::Memory)) and the host twins of the device kernels ([`host_ops`](memory::host_ops)) |
+//! | [`memory`] | host-or-device memory as one value ([`Memory`](memory::Memory)) |
 //! | [`element`] | the element types ([`ElementType`]) and comparison modes ([`EqualMode`]) that every layer shares |
 //! | [`zarr`] | zarr-python's buffer layer (`ByteBuffer`, `NDBuffer`, `BufferPrototype`, memory stores) on host or device; real zarr v2/v3 arrays are the crate `devbuf-zarr` (the facade's feature `zarr`) |
 //! | [`error`] | the one [`Error`] type |
@@ -52,3 +52,46 @@ pub mod zarr;
 
 pub use element::{ElementType, EqualMode};
 pub use error::{Error, ErrorKind, ErrorSource, Result};
+
+/// Internals that devbuf-zarr and devbuf-flight share with this crate (the crates are
+/// separate, so these must be `pub`). Not API: no semver promise, not re-exported by
+/// the facade `devbuf`. Users call the same operations on an
+/// [`NDBuffer`](zarr::NDBuffer) (`fill`, `astype`, `copy_order`, `all_equal`) or read
+/// through `ZarrArray`.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::cuda::transfer::{UploadLane, as_lease_holder};
+    pub use crate::error::helpers::{fmt_axes, panic_message};
+    pub use crate::memory::host_output::{HostOutput, zeroed_vec};
+
+    /// The device kernels: fill, cast, strided copy (`layout`), unshuffle, byte swap,
+    /// all-equal. Their host twins are [`host_ops`].
+    pub mod ops {
+        pub use crate::cuda::kernels::ops::*;
+    }
+
+    /// The host twins of [`ops`], with the same semantics.
+    pub mod host_ops {
+        pub use crate::memory::host_ops::*;
+    }
+
+    /// Index resolution and bounding boxes of selections.
+    pub mod index {
+        pub use crate::zarr::index::{BoundingBox, Resolved, bounding_box, resolve};
+    }
+
+    /// nvCOMP's range checks, as `DecompressBatch`/`CompressBatch` run them first.
+    pub mod nvcomp {
+        pub use crate::cuda::nvcomp::plan::{check_compress_ranges, check_decompress_ranges};
+    }
+
+    /// Helpers the tests need from inside the layers (feature `test-support`; the facade
+    /// re-exports this module as `devbuf::__test`).
+    #[cfg(feature = "test-support")]
+    pub mod testing {
+        pub use crate::arrow::ipc_format_encode::serialize_like_device;
+        pub use crate::cuda::ipc::testing::*;
+        pub use crate::cuda::kernels::shipped_ptx;
+        pub use crate::cuda::testing::*;
+    }
+}

@@ -28,7 +28,7 @@ pub const MAX_ISSUED: usize = 100_000;
 pub const MAX_TOKEN_BYTES: usize = 1024;
 
 /// Reads a token file: its content without surrounding white space, which must be 1 to
-/// [`MAX_TOKEN_BYTES`] visible ASCII characters (what an HTTP header can carry).
+/// `MAX_TOKEN_BYTES` (1024) visible ASCII characters (what an HTTP header can carry).
 ///
 /// ```
 /// let p = std::env::temp_dir().join(format!("devbuf-doc-token-{}", std::process::id()));

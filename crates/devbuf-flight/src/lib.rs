@@ -12,7 +12,7 @@
 //!   endpoints, each a range of chunks, possibly on other servers
 //!   ([`ServerConfig::locations`]); `DoGet` streams a ticket's chunks with bounded memory
 //!   (a producer thread that blocks when the stream's queue is full, and HTTP/2 flow
-//!   control behind it); every call needs a bearer token ([`auth`]); TLS through rustls
+//!   control behind it); every call needs a bearer token ([`generate_token`], [`read_token_file`]); TLS through rustls
 //!   when a certificate is given. [`Service`] is the `FlightService` itself, for a tonic
 //!   server of your own.
 //! * **Client** ([`Client`]): [`Client::read`] fetches every endpoint of a selection
@@ -62,7 +62,7 @@ pub use arrow_flight;
 /// [`Service`] from a tonic server of their own.
 pub use tonic;
 
-pub mod auth;
+mod auth;
 mod client;
 mod config;
 mod decode;

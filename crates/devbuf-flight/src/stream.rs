@@ -196,7 +196,7 @@ pub(crate) fn spawn(
             let outcome =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| produce(&mut sink)))
                     .unwrap_or_else(|p| {
-                        let msg = devbuf_core::error::panic_message(p.as_ref());
+                        let msg = devbuf_core::__private::panic_message(p.as_ref());
                         Err(Status::internal(format!(
                             "the stream's producer failed: {msg}"
                         )))

@@ -19,10 +19,11 @@ use super::read::plan::checked_bytes;
 use super::read::{self, ReadBox, ReadOptions, ReadReport, ZarrSource};
 use super::spec::ArraySpec;
 use super::storage::StoreAdapter;
+use devbuf_core::__private::index::{BoundingBox, bounding_box};
 use devbuf_core::error::{Error, Result};
-use devbuf_core::zarr::index::{BoundingBox, bounding_box};
+use devbuf_core::memory::Memory;
 use devbuf_core::zarr::{
-    AxisSel, BufferPrototype, Dtype, Endianness, Memory, NDBuffer, Order, Scalar, Store,
+    AxisSel, BufferPrototype, Dtype, Endianness, NDBuffer, Order, Scalar, Store,
 };
 
 /// A zarr array (format 2 or 3) opened with the [`zarrs`] crate, read into and

@@ -494,7 +494,7 @@ fn join_all<'s, T>(
                 Err(p) => {
                     fail(Error::invalid(format!(
                         "spread read: a device's thread panicked: {}",
-                        devbuf_core::error::panic_message(p.as_ref())
+                        devbuf_core::__private::panic_message(p.as_ref())
                     )));
                     None
                 }

@@ -13,7 +13,8 @@ use super::encode::{self, Encoder, WriteEncoding, WriteOptions};
 use super::read::ReadBox;
 use devbuf_core::cuda::DeviceBuffer;
 use devbuf_core::error::{Error, Result};
-use devbuf_core::zarr::{Dtype, Memory, NDBuffer};
+use devbuf_core::memory::Memory;
+use devbuf_core::zarr::{Dtype, NDBuffer};
 
 impl ZarrArray {
     // ------------------------------------------------------------------ writing

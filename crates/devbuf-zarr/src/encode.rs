@@ -13,7 +13,7 @@ use zarrs::metadata::v3::MetadataV3;
 
 use super::read::codec::{Codecs, Compression, ShardIndex, codec_list};
 use super::read::plan::{c_strides, f_strides};
-use devbuf_core::cuda::kernels::ops::MAX_DIMS;
+use devbuf_core::__private::ops::MAX_DIMS;
 use devbuf_core::cuda::nvcomp::{self, GpuCodec};
 use devbuf_core::error::{Error, Result};
 use devbuf_core::zarr::Order;
@@ -512,7 +512,7 @@ mod tests {
         assert_eq!(r.shape, vec![2, 2, 2, 2]);
         let src: Vec<u8> = (0..16).collect();
         let mut dst = vec![0u8; 16];
-        devbuf_core::memory::host_ops::strided_copy(
+        devbuf_core::__private::host_ops::strided_copy(
             &src, 0, &r.src, &mut dst, 0, &r.dst, &r.shape, 1,
         )
         .unwrap();
@@ -523,7 +523,7 @@ mod tests {
         let f = relayout(&[2, 3], &[2, 3], &[1, 1], 1, 6, Order::F);
         let src: Vec<u8> = (0..6).collect();
         let mut dst = vec![0u8; 6];
-        devbuf_core::memory::host_ops::strided_copy(
+        devbuf_core::__private::host_ops::strided_copy(
             &src, 0, &f.src, &mut dst, 0, &f.dst, &f.shape, 1,
         )
         .unwrap();

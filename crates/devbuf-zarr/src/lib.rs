@@ -120,7 +120,7 @@ pub(crate) fn guard<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(p) => {
-            let msg = devbuf_core::error::panic_message(p.as_ref());
+            let msg = devbuf_core::__private::panic_message(p.as_ref());
             Err(Error::Malformed(format!("{what}: zarrs panicked: {msg}")))
         }
     }

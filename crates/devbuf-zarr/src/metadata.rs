@@ -5,9 +5,10 @@ use zarrs::metadata::v2::ArrayMetadataV2Order;
 use zarrs::metadata::v3::MetadataV3;
 
 use super::validate;
+use devbuf_core::__private::host_ops;
+use devbuf_core::ElementType;
 use devbuf_core::error::{Error, Result};
-use devbuf_core::memory::host_ops;
-use devbuf_core::zarr::{Dtype, ElementType, Endianness, Order, Scalar};
+use devbuf_core::zarr::{Dtype, Endianness, Order, Scalar};
 
 /// The metadata of a zarr array opened with [`ZarrArray`](super::ZarrArray), mapped to
 /// devbuf's types.
@@ -18,7 +19,8 @@ use devbuf_core::zarr::{Dtype, ElementType, Endianness, Order, Scalar};
 ///
 /// ```
 /// use devbuf_zarr::ZarrArray;
-/// use devbuf_core::zarr::{Dtype, ElementType, Endianness, Order, Scalar};
+/// use devbuf_core::zarr::{Dtype, Endianness, Order, Scalar};
+/// use devbuf_core::ElementType;
 /// let a = ZarrArray::open("../../tests/fixtures/zarr/v2_float64_bigendian.zarr")?;
 /// let m = a.metadata();
 /// assert_eq!(m.zarr_format, 2);

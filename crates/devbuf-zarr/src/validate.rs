@@ -18,8 +18,10 @@
 use serde_json::Value;
 use zarrs::storage::{ReadableStorageTraits, StoreKey};
 
-use devbuf_core::error::{Error, Result, fmt_axes};
-use devbuf_core::zarr::{Dtype, ElementType};
+use devbuf_core::__private::fmt_axes;
+use devbuf_core::ElementType;
+use devbuf_core::error::{Error, Result};
+use devbuf_core::zarr::Dtype;
 
 /// The most axes an array may have (numpy's limit, `NPY_MAXDIMS`, is 64 too).
 pub const MAX_RANK: usize = 64;

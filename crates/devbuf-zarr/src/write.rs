@@ -26,9 +26,10 @@ use zarrs::array::{Array, ArrayBytes, CodecOptions};
 use super::encode::{self, GpuEncode};
 use super::guard;
 use super::read::plan::{self as rplan, ReadBox, Unit, c_strides};
-use devbuf_core::cuda::kernels::ops::{fill, strided_copy};
+use devbuf_core::__private::ops::{fill, strided_copy};
+use devbuf_core::__private::{UploadLane, as_lease_holder};
 use devbuf_core::cuda::nvcomp::{CompressBatch, GpuCodec};
-use devbuf_core::cuda::{Context, DeviceBuffer, Stream, UploadLane, as_lease_holder};
+use devbuf_core::cuda::{Context, DeviceBuffer, Stream};
 use devbuf_core::error::{Error, Result};
 
 /// What a device write needs of the array.
@@ -509,7 +510,7 @@ fn store(
                         .map(|(&i, &s)| i as isize * s)
                         .sum();
                     let shape: Vec<usize> = p.shape.iter().map(|&n| n as usize).collect();
-                    devbuf_core::memory::host_ops::strided_copy(
+                    devbuf_core::__private::host_ops::strided_copy(
                         mine,
                         off as usize,
                         strides,

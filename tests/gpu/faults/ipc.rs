@@ -11,10 +11,10 @@
 //! this process opens no mapping (other tests count them) and a consumer may die.
 //! Outcomes that may legitimately be either come back as `ok:...` / `err:...`.
 
-use devbuf::cuda::ipc::testing::open_mapping_count;
-use devbuf::cuda::{
-    Context, DeviceBuffer, Event, EventFlags, IpcEventHandle, IpcMemHandle, Stream,
-};
+use devbuf::__test::open_mapping_count;
+use devbuf::cuda::{Context, DeviceBuffer, Event, EventFlags, Stream};
+use devbuf::ipc::IpcEventHandle;
+use devbuf::ipc::IpcMemHandle;
 
 use super::{NOTHING, held, outcome, same};
 use crate::batches::Rng;

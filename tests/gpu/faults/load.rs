@@ -14,9 +14,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
+use devbuf::__test::open_mapping_count;
 use devbuf::arrow::{ChunkBatch, ChunkGrid};
-use devbuf::cuda::ipc::testing::open_mapping_count;
-use devbuf::cuda::{self, Context, DeviceBuffer, IpcMemHandle};
+use devbuf::cuda::{self, Context, DeviceBuffer};
+use devbuf::ipc::IpcMemHandle;
 use devbuf::zarr::{BufferPrototype, Dtype, NDBuffer};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

@@ -9,7 +9,7 @@
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
-use devbuf::cuda::testing::StagingHold;
+use devbuf::__test::StagingHold;
 use devbuf::cuda::{self, Context, DeviceBuffer, PageableMode, TransferConfig};
 
 use super::{NOTHING, held};

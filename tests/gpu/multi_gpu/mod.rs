@@ -19,14 +19,16 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::Float32Type;
 use arrow_array::{Array, StructArray};
 use cudarc::driver::sys;
+use devbuf::ElementType;
 use devbuf::Error;
 use devbuf::arrow::c_device::{
     ARROW_DEVICE_CUDA, SyncEvent, batch_as_struct, export_device_array, export_device_stream,
     import_device_array, import_device_stream,
 };
 use devbuf::arrow::{ChunkBatch, ChunkGrid, DeviceArray};
-use devbuf::cuda::{Context, DeviceBuffer, IpcMemHandle, Stream};
-use devbuf::zarr::{BufferPrototype, Dtype, ElementType, NDBuffer};
+use devbuf::cuda::{Context, DeviceBuffer, Stream};
+use devbuf::ipc::IpcMemHandle;
+use devbuf::zarr::{BufferPrototype, Dtype, NDBuffer};
 use rand::Rng;
 
 pub(crate) use crate::common::*;

@@ -10,9 +10,10 @@ mod zarr_on_device_1 {
     use std::sync::Barrier;
     use std::sync::atomic::{AtomicBool, Ordering};
 
+    use devbuf::ElementType;
     use devbuf::cuda::DeviceBuffer;
     use devbuf::zarr::{
-        ArraySpec, BufferPrototype, Compressor, Decoder, Dtype, ElementType, ReadOptions, ZarrArray,
+        ArraySpec, BufferPrototype, Compressor, Decoder, Dtype, ReadOptions, ZarrArray,
     };
     use rand::Rng;
 

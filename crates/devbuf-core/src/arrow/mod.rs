@@ -12,7 +12,7 @@
 //! * Arrow IPC record batches in device memory ([`serialize_record_batch`],
 //!   [`read_record_batch`] → [`DeviceRecordBatch`]) and, as the host fallback, in shared
 //!   host memory ([`serialize_record_batch_shared`], [`read_record_batch_host`]).
-//! * zarr chunks ⇄ Arrow ([`tensor`], `docs/arrow.md`): an
+//! * zarr chunks ⇄ Arrow (`docs/arrow.md`): an
 //!   [`NDBuffer`](crate::zarr::NDBuffer) becomes a flat array or an
 //!   `arrow.fixed_shape_tensor` column ([`TensorArray`], host or device storage)
 //!   without copying where the layout allows, on the host and on the device, and back.
@@ -22,12 +22,12 @@
 //! Device memory is never wrapped in an `arrow_buffer::Buffer` (which derefs to `&[u8]`).
 
 pub mod c_device;
-pub mod chunk_batch;
+mod chunk_batch;
 mod device;
 mod host;
-pub mod ipc_format;
-mod ipc_format_encode;
-pub mod tensor;
+mod ipc_format;
+pub(crate) mod ipc_format_encode;
+mod tensor;
 
 pub use chunk_batch::{CHUNK_COLUMN, CHUNK_GRID_METADATA_KEY, ChunkBatch, ChunkGrid, coord_column};
 pub use device::DeviceArray;
@@ -37,9 +37,6 @@ pub use ipc_format::{
     serialize_record_batch_to_vec,
 };
 pub use ipc_format_encode::serialize_device_record_batch;
-#[cfg(feature = "test-support")]
-#[doc(hidden)]
-pub use ipc_format_encode::serialize_like_device;
 pub use tensor::{
     FIXED_SHAPE_TENSOR, TensorArray, TensorStorage, TensorType, arrow_data_type, element_type_of,
 };

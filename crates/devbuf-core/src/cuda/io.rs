@@ -273,7 +273,7 @@ pub struct DeviceBufferWriter {
 
 impl DeviceBufferWriter {
     /// A writer at position 0 of `buf`, with a staging buffer of
-    /// [`DEFAULT_STAGING`] bytes (or the buffer's size, when smaller).
+    /// `DEFAULT_STAGING` (1 MiB) bytes (or the buffer's size, when smaller).
     pub fn new(buf: DeviceBuffer) -> Result<Self> {
         let n = DEFAULT_STAGING.min(buf.len());
         Self::with_capacity(buf, n)

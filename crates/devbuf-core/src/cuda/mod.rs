@@ -2,10 +2,10 @@
 //!
 //! * [`Context`]: one shared, cached context per device; device queries; allocation.
 //! * [`DeviceBuffer`]: device memory with zero-copy slices and checked copies.
-//! * [`IpcMemHandle`] / [`IpcEventHandle`]: device memory and events shared with other
-//!   processes without copies ([`ipc`]).
+//! * [`IpcMemHandle`](crate::ipc::IpcMemHandle) / [`IpcEventHandle`](crate::ipc::IpcEventHandle):
+//!   device memory and events shared with other processes without copies ([`crate::ipc`]).
 //! * [`DeviceBufferReader`] / [`DeviceBufferWriter`]: device memory as a file
-//!   (`std::io::Read`/`Write` + `Seek`) ([`io`]).
+//!   (`std::io::Read`/`Write` + `Seek`).
 //! * [`HostBuffer`]: page-locked host memory that converts to Arrow and `Bytes` without
 //!   copying.
 //! * The transfer engine ([`TransferConfig`], [`copy_many_from_host`], [`Pending`],
@@ -24,15 +24,16 @@ mod buffer;
 mod context;
 pub(crate) mod driver;
 mod host;
-pub mod io;
-pub mod ipc;
-pub mod kernels;
+mod io;
+pub(crate) mod ipc;
+// Shared with devbuf-zarr and devbuf-flight through `crate::__private`; not API.
+pub(crate) mod kernels;
 mod mempool;
 pub mod nvcomp;
 mod stream;
 #[cfg(feature = "test-support")]
-pub mod testing;
-mod transfer;
+pub(crate) mod testing;
+pub(crate) mod transfer;
 
 pub use buffer::DeviceBuffer;
 pub use context::{
@@ -40,11 +41,9 @@ pub use context::{
 };
 pub use host::HostBuffer;
 pub use io::{DeviceBufferReader, DeviceBufferWriter};
-pub use ipc::{IpcEventHandle, IpcMemHandle};
 pub use mempool::DevicePoolStats;
 pub use stream::{Event, EventFlags, Stream};
 pub use transfer::{
     DirectMode, HostSink, HostSource, PageableMode, Pending, ScatterMode, ScopedPending,
     TransferConfig, TransferScope, TransferStats, copy_many_from_host, copy_many_to_host, scope,
 };
-pub use transfer::{UploadLane, as_lease_holder};

@@ -1,5 +1,6 @@
 //! Unit tests of the error type.
 
+use super::helpers::fmt_axes;
 use super::*;
 
 #[test]

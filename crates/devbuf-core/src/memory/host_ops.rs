@@ -25,7 +25,7 @@
 //!   truthiness; integers compare exactly. `Bitwise` compares the stored bytes.
 //!
 //! ```
-//! use devbuf_core::memory::host_ops;
+//! use devbuf_core::__private::host_ops;
 //! use devbuf_core::{ElementType, EqualMode};
 //!
 //! let mut v = vec![0u8; 12];
@@ -48,7 +48,7 @@ use crate::error::Result;
 ///
 /// ```
 /// let mut v = [0u8; 6];
-/// devbuf_core::memory::host_ops::fill(&mut v, &[1, 2, 3])?;
+/// devbuf_core::__private::host_ops::fill(&mut v, &[1, 2, 3])?;
 /// assert_eq!(v, [1, 2, 3, 1, 2, 3]);
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
@@ -69,7 +69,7 @@ pub fn fill(dst: &mut [u8], pattern: &[u8]) -> Result<()> {
 /// must hold the same number of elements.
 ///
 /// ```
-/// use devbuf_core::memory::host_ops;
+/// use devbuf_core::__private::host_ops;
 /// use devbuf_core::ElementType;
 /// let src: Vec<u8> = [-1.7f64, 300.0, f64::NAN].iter().flat_map(|x| x.to_le_bytes()).collect();
 /// let mut dst = [0u8; 3];
@@ -101,7 +101,7 @@ pub fn cast(
 /// by a byte offset and byte strides (negative allowed). See [`cuda::kernels::ops::strided_copy`](crate::cuda::kernels::ops::strided_copy).
 ///
 /// ```
-/// use devbuf_core::memory::host_ops;
+/// use devbuf_core::__private::host_ops;
 /// // Transpose a 2x3 matrix of bytes.
 /// let src = [1u8, 2, 3, 4, 5, 6];
 /// let mut dst = [0u8; 6];
@@ -182,7 +182,7 @@ pub fn for_each_run(plan: &layout::StridedCopyPlan, mut f: impl FnMut(usize, usi
 ///
 /// ```
 /// let mut v = 0x0102_0304u32.to_le_bytes();
-/// devbuf_core::memory::host_ops::byteswap(&mut v, 4)?;
+/// devbuf_core::__private::host_ops::byteswap(&mut v, 4)?;
 /// assert_eq!(u32::from_le_bytes(v), 0x0403_0201);
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
@@ -229,7 +229,7 @@ pub(crate) fn unpack_bits(bits: &[u8], start: usize, count: usize) -> Vec<u8> {
 /// under `mode`. An empty buffer is all-equal. See [`cuda::kernels::ops::all_equal`](crate::cuda::kernels::ops::all_equal).
 ///
 /// ```
-/// use devbuf_core::memory::host_ops;
+/// use devbuf_core::__private::host_ops;
 /// use devbuf_core::{ElementType, EqualMode};
 /// let zeros = (-0.0f32).to_le_bytes().repeat(4);
 /// let zero = 0.0f32.to_le_bytes();

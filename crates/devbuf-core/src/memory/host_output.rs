@@ -8,7 +8,6 @@
 use bytes::Bytes;
 
 use crate::error::{Error, Result};
-use crate::memory::zeroed_vec;
 
 /// Results from this size on get their own mapping.
 const MAP_MIN: usize = 8 << 20;
@@ -45,7 +44,7 @@ impl Drop for Mapping {
 /// then hand out as `Bytes` with [`HostOutput::into_bytes`].
 ///
 /// ```
-/// use devbuf_core::memory::HostOutput;
+/// use devbuf_core::__private::HostOutput;
 /// let mut out = HostOutput::new(16 << 20)?;   // a mapping of its own, with huge pages
 /// out.prefault(4);                             // first touch from 4 threads
 /// out.as_mut_slice()[0] = 7;
@@ -162,6 +161,32 @@ impl HostOutput {
             Inner::Map(m) => Bytes::from_owner(m),
         }
     }
+}
+
+/// `n` zero bytes of host memory, or an error when the allocator cannot provide them
+/// (`vec![0; n]` panics or aborts the process instead). Zeroed by the allocator
+/// (`calloc`), so untouched pages cost nothing.
+pub fn zeroed_vec(n: usize) -> Result<Vec<u8>> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let too_big = || {
+        Error::invalid(format!(
+            "cannot allocate {n} bytes of host memory (out of memory or more than the \
+             address space allows; at most {} bytes can be asked for)",
+            isize::MAX
+        ))
+    };
+    let layout = std::alloc::Layout::array::<u8>(n).map_err(|_| too_big())?;
+    // Safety: `layout` has a non-zero size (n > 0).
+    let p = unsafe { std::alloc::alloc_zeroed(layout) };
+    if p.is_null() {
+        return Err(too_big());
+    }
+    // Safety: `p` comes from the global allocator with the layout of `n` bytes of
+    // alignment 1 (what a `Vec<u8>` of capacity `n` uses), and all `n` bytes are
+    // initialised (zero); the vector takes ownership of the allocation.
+    Ok(unsafe { Vec::from_raw_parts(p, n, n) })
 }
 
 #[cfg(test)]

@@ -8,19 +8,23 @@
 //!   Arrow's chunk batches;
 //! * crate-private: its views for the primitives (`MemRef`, `MemMut`), where memory
 //!   lives (`Place`), the `prim` dispatch of the element-wise primitives to the host
-//!   ([`host_ops`]) or the device (`cuda::kernels::ops`), and `zeroed_vec`;
+//!   (`host_ops`) or the device (`cuda::kernels::ops`), and `zeroed_vec`;
 //! * crate-private: bit packing of booleans (`pack_bits`, `unpack_bits`, in place
 //!   `prim::pack_bits`; Arrow's bitmap layout), on the host or with the `bits` kernels;
-//! * [`host_ops`]: the CPU twins of the device kernels (numpy's semantics on the host).
+//! * crate-private: `host_ops`, the CPU twins of the device kernels (numpy's semantics
+//!   on the host), and `HostOutput`; devbuf-zarr and devbuf-flight reach them through
+//!   the hidden `devbuf_core::__private`. Users call the same operations on an
+//!   [`NDBuffer`](crate::zarr::NDBuffer) (`fill`, `astype`, `copy_order`, `all_equal`).
 
 use std::fmt;
 
 use bytes::{Bytes, BytesMut};
 
-pub mod host_ops;
-mod host_output;
+// Shared with devbuf-zarr and devbuf-flight through `crate::__private`; not API.
+pub(crate) mod host_ops;
+pub(crate) mod host_output;
 
-pub use host_output::HostOutput;
+pub(crate) use host_output::zeroed_vec;
 
 use crate::cuda::kernels::{bits, ops};
 use crate::cuda::{Context, DeviceBuffer, HostBuffer};
@@ -216,32 +220,6 @@ impl From<arrow_buffer::Buffer> for Memory {
     fn from(b: arrow_buffer::Buffer) -> Memory {
         Memory::Host(Bytes::from_owner(b))
     }
-}
-
-/// `n` zero bytes of host memory, or an error when the allocator cannot provide them
-/// (`vec![0; n]` panics or aborts the process instead). Zeroed by the allocator
-/// (`calloc`), so untouched pages cost nothing.
-pub fn zeroed_vec(n: usize) -> Result<Vec<u8>> {
-    if n == 0 {
-        return Ok(Vec::new());
-    }
-    let too_big = || {
-        Error::invalid(format!(
-            "cannot allocate {n} bytes of host memory (out of memory or more than the \
-             address space allows; at most {} bytes can be asked for)",
-            isize::MAX
-        ))
-    };
-    let layout = std::alloc::Layout::array::<u8>(n).map_err(|_| too_big())?;
-    // Safety: `layout` has a non-zero size (n > 0).
-    let p = unsafe { std::alloc::alloc_zeroed(layout) };
-    if p.is_null() {
-        return Err(too_big());
-    }
-    // Safety: `p` comes from the global allocator with the layout of `n` bytes of
-    // alignment 1 (what a `Vec<u8>` of capacity `n` uses), and all `n` bytes are
-    // initialised (zero); the vector takes ownership of the allocation.
-    Ok(unsafe { Vec::from_raw_parts(p, n, n) })
 }
 
 /// Bytes to allocate for the bitmap of `n` booleans packed where `place` is: the

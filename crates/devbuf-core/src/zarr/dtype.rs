@@ -18,7 +18,8 @@ use crate::memory::host_ops;
 /// which two values of types `a` and `b` are compared.
 ///
 /// ```
-/// use devbuf_core::zarr::{ElementType as E, promote_types};
+/// use devbuf_core::zarr::promote_types;
+/// use devbuf_core::ElementType as E;
 /// assert_eq!(promote_types(E::UInt8, E::Int8), E::Int16);
 /// assert_eq!(promote_types(E::UInt64, E::Int64), E::Float64);
 /// assert_eq!(promote_types(E::Int16, E::Float16), E::Float32);
@@ -124,7 +125,8 @@ impl fmt::Display for Endianness {
 /// (numpy's `|`), so `Dtype::big(ElementType::Int8) == Dtype::native(ElementType::Int8)`.
 ///
 /// ```
-/// use devbuf_core::zarr::{Dtype, ElementType, Endianness};
+/// use devbuf_core::zarr::{Dtype, Endianness};
+/// use devbuf_core::ElementType;
 /// let t: Dtype = ">f4".parse()?;
 /// assert_eq!(t.element(), ElementType::Float32);
 /// assert_eq!(t.byteorder(), Endianness::Big);
@@ -301,7 +303,8 @@ impl fmt::Display for Dtype {
 /// [`NDBuffer::all_equal`](super::NDBuffer::all_equal)).
 ///
 /// ```
-/// use devbuf_core::zarr::{ElementType, Scalar};
+/// use devbuf_core::zarr::Scalar;
+/// use devbuf_core::ElementType;
 /// let s = Scalar::from(300i64);
 /// assert_eq!(s.element_type(), ElementType::Int64);
 /// assert_eq!(s.cast(ElementType::UInt8), Scalar::UInt8(44)); // numpy's unsafe cast wraps

@@ -220,7 +220,7 @@ pub struct BoundingBox {
 /// Flight client's `Client::read` both read selections this way.
 ///
 /// ```
-/// use devbuf_core::zarr::index::{BoundingBox, bounding_box};
+/// use devbuf_core::__private::index::{BoundingBox, bounding_box};
 /// use devbuf_core::zarr::{AxisSel, Slice};
 /// // Rows 0, 3, 6, 9 of the last column of a 10 x 7 array.
 /// let b = bounding_box(&[Slice::every(3).into(), AxisSel::Index(-1)], &[10, 7])?;

@@ -3,7 +3,7 @@
 //!
 //! | zarr-python | devbuf |
 //! |---|---|
-//! | `zarr.core.buffer.Buffer` (cpu / gpu) | [`ByteBuffer`] over a [`Memory`] (host `Bytes` or a [`DeviceBuffer`](crate::cuda::DeviceBuffer)) |
+//! | `zarr.core.buffer.Buffer` (cpu / gpu) | [`ByteBuffer`] over a [`Memory`](crate::memory::Memory) (host `Bytes` or a [`DeviceBuffer`](crate::cuda::DeviceBuffer)) |
 //! | `zarr.core.buffer.NDBuffer` (cpu / gpu) | [`NDBuffer`]: memory + [`Dtype`] + shape + byte strides + offset |
 //! | `BufferPrototype`, `default_buffer_prototype()` | [`BufferPrototype`], [`default_buffer_prototype`] |
 //! | `zarr.config.enable_gpu()` | [`enable_gpu`] / [`disable_gpu`] |
@@ -35,13 +35,11 @@
 mod buffer;
 mod constructors;
 mod dtype;
-pub mod index;
+pub(crate) mod index;
 mod layout;
 mod ndbuffer;
 mod prototype;
 mod store;
-pub use crate::element::ElementType;
-pub use crate::memory::Memory;
 pub use buffer::ByteBuffer;
 pub use dtype::{Dtype, Element, Endianness, Scalar, promote_types};
 pub use index::{AxisSel, Slice};

@@ -20,13 +20,14 @@ use super::chunks;
 use super::fetch::{Claims, Handler};
 use super::receive::Receiver;
 use super::{Client, Flight};
+use devbuf_core::__private::HostOutput;
+use devbuf_core::__private::host_ops;
+use devbuf_core::__private::index::{BoundingBox, bounding_box};
+use devbuf_core::__private::ops::{layout, strided_copy};
 use devbuf_core::arrow::ChunkBatch;
-use devbuf_core::cuda::kernels::ops::{layout, strided_copy};
 use devbuf_core::cuda::{Context, DeviceBuffer, Stream};
 use devbuf_core::error::{Error, Result};
-use devbuf_core::memory::HostOutput;
-use devbuf_core::memory::{Memory, host_ops};
-use devbuf_core::zarr::index::{BoundingBox, bounding_box};
+use devbuf_core::memory::Memory;
 use devbuf_core::zarr::{AxisSel, BufferPrototype, Dtype, NDBuffer, Order};
 
 /// The chunk grid a flight's schema describes.

@@ -467,7 +467,7 @@ pub(crate) fn decode_into(
         Compression::Blosc(_) => blosc_into(body, dst, what)?,
     }
     if let Some(w) = chain.swap {
-        devbuf_core::memory::host_ops::swap_in_place(dst, w);
+        devbuf_core::__private::host_ops::swap_in_place(dst, w);
     }
     Ok(())
 }

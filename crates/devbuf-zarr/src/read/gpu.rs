@@ -32,11 +32,12 @@ use super::sched::Schedule;
 use super::source::ZarrSource;
 use super::stored::{UnitOutcome, name_chunk, read_claim, stored_room};
 use super::work::{DeviceWork, ReadCounters, WorkQueue, aligned};
-use devbuf_core::cuda::kernels::ops::{
+use devbuf_core::__private::UploadLane;
+use devbuf_core::__private::ops::{
     ShuffledBlocks, byteswap, fill, strided_copy, unshuffle as kernel_unshuffle,
 };
 use devbuf_core::cuda::nvcomp::{DecompressBatch, GpuCodec};
-use devbuf_core::cuda::{Context, DeviceBuffer, Event, EventFlags, Stream, UploadLane};
+use devbuf_core::cuda::{Context, DeviceBuffer, Event, EventFlags, Stream};
 use devbuf_core::error::Result;
 
 /// Claims in flight over all GPU workers of a read (by default): each has a stream,
@@ -357,7 +358,7 @@ impl GpuWorker<'_> {
         // covers every unit.
         let mut fill_value = src.fill.clone();
         if let Some(w) = plan.chain.swap {
-            devbuf_core::memory::host_ops::swap_in_place(&mut fill_value, w);
+            devbuf_core::__private::host_ops::swap_in_place(&mut fill_value, w);
         }
         let depth = plan.tuning.depth.max(1);
         let mut flights: Vec<ClaimSlot> = Vec::with_capacity(depth);

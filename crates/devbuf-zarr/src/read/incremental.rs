@@ -79,7 +79,7 @@ pub(crate) fn runs_of(
     if run < MIN_RUN.min(src.cell_bytes) {
         return Ok(false);
     }
-    devbuf_core::memory::host_ops::for_each_run(&plan, |s, d, n| runs.push((s, d, n)));
+    devbuf_core::__private::host_ops::for_each_run(&plan, |s, d, n| runs.push((s, d, n)));
     runs.sort_unstable_by_key(|r| r.0);
     Ok(true)
 }
@@ -269,7 +269,7 @@ impl Pieces<'_> {
         }
         if let Some(w) = self.swap {
             let buf = self.sink.buf()?;
-            devbuf_core::memory::host_ops::swap_in_place(&mut buf[..self.filled], w);
+            devbuf_core::__private::host_ops::swap_in_place(&mut buf[..self.filled], w);
         }
         self.sink.put(self.done, self.filled)?;
         self.done += self.filled;

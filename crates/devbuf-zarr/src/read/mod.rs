@@ -56,7 +56,7 @@ pub(crate) use source::{Direct, ZarrSource};
 
 use devbuf_core::cuda::{Context, DeviceBuffer};
 use devbuf_core::error::{Error, Result};
-use devbuf_core::zarr::Memory;
+use devbuf_core::memory::Memory;
 
 /// Where a read's result goes.
 pub(crate) enum Dest<'a> {
@@ -155,12 +155,12 @@ pub(crate) fn read(
     let (gpu, gpu_note) = choose_gpu(src, device, threads, options)?;
     // The result first: a selection too large for memory fails here, before planning.
     enum Out<'b> {
-        New(devbuf_core::memory::HostOutput),
+        New(devbuf_core::__private::HostOutput),
         Host(&'b mut [u8]),
         Device(DeviceBuffer, bool),
     }
     let out = match dest {
-        Dest::New(None) => Out::New(devbuf_core::memory::HostOutput::new(total)?),
+        Dest::New(None) => Out::New(devbuf_core::__private::HostOutput::new(total)?),
         Dest::New(Some(ctx)) => Out::Device(ctx.allocate(total)?, true),
         Dest::Host(h) => {
             check_len(h.len(), total, "host")?;

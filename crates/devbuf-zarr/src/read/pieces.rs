@@ -27,7 +27,8 @@ use super::incremental::PieceSink;
 use super::place::place_units;
 use super::source::ZarrSource;
 use super::work::DeviceWork;
-use devbuf_core::cuda::{Context, DeviceBuffer, Stream, UploadLane};
+use devbuf_core::__private::UploadLane;
+use devbuf_core::cuda::{Context, DeviceBuffer, Stream};
 use devbuf_core::error::{Error, Result};
 
 /// Largest piece: see the measurements above.

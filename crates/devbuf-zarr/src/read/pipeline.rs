@@ -24,9 +24,10 @@ use super::plan::{Placement, Unit};
 use super::sched::{GpuModel, Schedule};
 use super::source::ZarrSource;
 use super::work::{DeviceWork, ReadCounters, WorkQueue, aligned, on_threads, slot_layout};
-use devbuf_core::cuda::{DeviceBuffer, UploadLane};
+use devbuf_core::__private::UploadLane;
+use devbuf_core::__private::zeroed_vec;
+use devbuf_core::cuda::DeviceBuffer;
 use devbuf_core::error::{Error, Result};
-use devbuf_core::memory::zeroed_vec;
 
 /// The output memory of a host read, written by several workers at disjoint bytes.
 struct HostOut {
@@ -168,7 +169,7 @@ fn fill_host(src: &ZarrSource<'_>, p: &Placement, out: &HostOut) -> Result<()> {
     let Some(plan) = super::place::unit_plan(src, p, out.len)? else {
         return Ok(());
     };
-    devbuf_core::memory::host_ops::for_each_run(&plan, |_, d, run| {
+    devbuf_core::__private::host_ops::for_each_run(&plan, |_, d, run| {
         // Safety: `layout::plan` checked that every destination byte lies within the
         // output's `len` bytes; they belong to this unit's placement alone (see
         // `HostOut`). Runs are whole elements.
@@ -204,7 +205,7 @@ fn place_host(src: &ZarrSource<'_>, unit: &[u8], p: &Placement, out: &HostOut) -
     let Some(plan) = super::place::unit_plan(src, p, out.len)? else {
         return Ok(());
     };
-    devbuf_core::memory::host_ops::for_each_run(&plan, |s, d, run| {
+    devbuf_core::__private::host_ops::for_each_run(&plan, |s, d, run| {
         // Safety: `layout::plan` checked that every byte the copy touches lies within
         // `unit` (source) and within the output's `len` bytes (destination); the
         // destination bytes belong to this unit's placement alone (see `HostOut`).

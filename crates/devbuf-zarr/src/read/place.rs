@@ -9,8 +9,8 @@
 
 use super::plan::{Placement, Unit};
 use super::source::ZarrSource;
-use devbuf_core::cuda::kernels::ops::layout::{self, MAX_DIMS};
-use devbuf_core::cuda::kernels::ops::strided_copy;
+use devbuf_core::__private::ops::layout::{self, MAX_DIMS};
+use devbuf_core::__private::ops::strided_copy;
 use devbuf_core::cuda::{DeviceBuffer, Stream};
 use devbuf_core::error::Result;
 

@@ -162,7 +162,7 @@ impl ProgressSink {
             Ok(()) => true,
             Err(panic) => {
                 tracing::warn!(
-                    panic = %devbuf_core::error::panic_message(panic.as_ref()),
+                    panic = %devbuf_core::__private::panic_message(panic.as_ref()),
                     "the progress callback panicked; it is not called again for this read"
                 );
                 false

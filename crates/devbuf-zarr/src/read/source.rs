@@ -555,7 +555,7 @@ impl<'a> ZarrSource<'a> {
             }
             read_exact_at(file, dst, offset).map_err(io)?;
             if let Some(w) = chain.swap {
-                devbuf_core::memory::host_ops::swap_in_place(dst, w);
+                devbuf_core::__private::host_ops::swap_in_place(dst, w);
             }
             return Ok(true);
         }

@@ -225,7 +225,7 @@ fn one_unit(
             // In stored order, like nvCOMP's output: the claim's byte swap covers every
             // unit.
             if let Some(w) = chain.swap {
-                devbuf_core::memory::host_ops::swap_in_place(dst, w);
+                devbuf_core::__private::host_ops::swap_in_place(dst, w);
             }
             Ok(UnitOutcome::Host)
         }

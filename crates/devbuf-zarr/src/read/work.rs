@@ -10,7 +10,8 @@ use std::time::Instant;
 
 use super::plan::Unit;
 use super::source::ZarrSource;
-use devbuf_core::cuda::{Context, DeviceBuffer, Stream, UploadLane};
+use devbuf_core::__private::UploadLane;
+use devbuf_core::cuda::{Context, DeviceBuffer, Stream};
 use devbuf_core::error::{Error, Result};
 
 /// Alignment of units within a staging slot (keeps the placement kernels' 16-byte

@@ -125,7 +125,7 @@ impl Encoded {
     }
 }
 
-/// Serializes a record batch as Arrow IPC messages (see the [module docs](self)) into
+/// Serializes a record batch as Arrow IPC messages (the message layout is in `docs/ipc.md`) into
 /// a new device buffer on `ctx`: the batch's bytes cross PCIe once, through a
 /// page-locked staging buffer. Sliced batches are written correctly (only the slice's
 /// data is written).

@@ -9,7 +9,7 @@ use super::*;
 ///
 /// ```
 /// use devbuf_core::arrow::TensorType;
-/// use devbuf_core::zarr::ElementType;
+/// use devbuf_core::ElementType;
 /// // An F-order [2, 3, 4] array: row-major [4, 3, 2] in memory.
 /// let t = TensorType::new(ElementType::Float32, &[4, 3, 2]).with_permutation(vec![2, 1, 0])?;
 /// assert_eq!(t.logical_shape(), vec![2, 3, 4]);

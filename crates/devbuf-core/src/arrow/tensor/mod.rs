@@ -117,7 +117,7 @@ const ITEM: &str = "item";
 /// ```
 /// use arrow_schema::DataType;
 /// use devbuf_core::arrow::arrow_data_type;
-/// use devbuf_core::zarr::ElementType;
+/// use devbuf_core::ElementType;
 /// assert_eq!(arrow_data_type(ElementType::Float16), DataType::Float16);
 /// assert_eq!(arrow_data_type(ElementType::Bool), DataType::Boolean);
 /// let DataType::FixedSizeList(item, 2) = arrow_data_type(ElementType::Complex128) else { panic!() };
@@ -149,7 +149,7 @@ pub fn arrow_data_type(element: ElementType) -> ArrowType {
 /// ```
 /// use arrow_schema::DataType;
 /// use devbuf_core::arrow::element_type_of;
-/// use devbuf_core::zarr::ElementType;
+/// use devbuf_core::ElementType;
 /// assert_eq!(element_type_of(&DataType::UInt16)?, ElementType::UInt16);
 /// assert!(element_type_of(&DataType::Utf8).unwrap_err().to_string().contains("Utf8"));
 /// # Ok::<(), devbuf_core::Error>(())

@@ -51,7 +51,7 @@ impl NDBuffer {
     /// The elements in C order as a flat host Arrow array of
     /// [`arrow_data_type`]`(element)`: **zero-copy** when the NDBuffer is C-contiguous,
     /// native-endian, aligned and not `bool` (the Arrow buffer points at this memory);
-    /// otherwise one copy (see the [module docs](crate::arrow::tensor)). Device memory is
+    /// otherwise one copy (when: `docs/arrow.md`). Device memory is
     /// an error (use [`to_device_array`](Self::to_device_array)).
     ///
     /// ```

@@ -10,10 +10,11 @@ use super::*;
 /// Create the event with `EventFlags { interprocess: true, .. }`, export it once,
 /// and [`record`](Event::record) it after the work the consumer must wait for (an IPC
 /// event may be re-recorded; a consumer's wait refers to the most recent record at the
-/// time it waits). Serializes to a fixed, versioned layout (see the [module docs](super)).
+/// time it waits). Serializes to a fixed, versioned layout (see the [module docs](crate::ipc)).
 ///
 /// ```no_run
-/// use devbuf_core::cuda::{Context, Event, EventFlags, IpcEventHandle, Stream};
+/// use devbuf_core::cuda::{Context, Event, EventFlags, Stream};
+/// use devbuf_core::ipc::IpcEventHandle;
 /// // Producer
 /// let ctx = Context::new(0)?;
 /// let stream = Stream::new(&ctx)?;
@@ -93,7 +94,7 @@ impl IpcEventHandle {
         (self.pid != 0).then_some(self.pid)
     }
 
-    /// Serializes into the fixed layout described in the [module docs](super).
+    /// Serializes into the fixed layout described in the [module docs](crate::ipc).
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut flags = device_flag(self.device);
         if self.blocking_sync {

@@ -9,12 +9,13 @@ use super::*;
 /// [`IpcMemHandle::open`]. It records the CUDA handle of the allocation, the slice's
 /// offset and length within it (so the consumer sees exactly the slice), the device
 /// (UUID and ordinal) and the exporting process. It serializes to a fixed, versioned
-/// layout ([`to_bytes`](Self::to_bytes), documented in the [module docs](super)), and
+/// layout ([`to_bytes`](Self::to_bytes), documented in the [module docs](crate::ipc)), and
 /// converts to and from the raw 64-byte `CUipcMemHandle` that cupy, torch and C++
 /// programs exchange ([`raw_cuda`](Self::raw_cuda), [`from_raw_cuda`](Self::from_raw_cuda)).
 ///
 /// ```no_run
-/// use devbuf_core::cuda::{Context, DeviceBuffer, IpcMemHandle};
+/// use devbuf_core::cuda::{Context, DeviceBuffer};
+/// use devbuf_core::ipc::IpcMemHandle;
 /// // Producer
 /// let ctx = Context::new(0)?;
 /// let data = DeviceBuffer::from_slice(&ctx, &[1u32, 2, 3, 4])?;
@@ -68,7 +69,7 @@ impl IpcMemHandle {
     /// the allocation's real size when the handle is opened.
     ///
     /// ```
-    /// use devbuf_core::cuda::IpcMemHandle;
+    /// use devbuf_core::ipc::IpcMemHandle;
     /// let raw = [7u8; 64]; // e.g. from cupy.cuda.runtime.ipcGetMemHandle
     /// let h = IpcMemHandle::from_raw_cuda(&raw, 256, 1024)?;
     /// assert_eq!((h.offset(), h.len()), (256, 1024));
@@ -181,7 +182,7 @@ impl IpcMemHandle {
         Ok(())
     }
 
-    /// Serializes into the fixed layout described in the [module docs](super)
+    /// Serializes into the fixed layout described in the [module docs](crate::ipc)
     /// ([`ENCODED_LEN`](Self::ENCODED_LEN) bytes).
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut flags = device_flag(self.device);
@@ -327,7 +328,7 @@ impl fmt::Debug for IpcMemHandle {
 
 impl DeviceBuffer {
     /// Exports this buffer (any slice of an allocation) for another process: see
-    /// [`IpcMemHandle`] and the lifetime contract in the [IPC module docs](crate::cuda::ipc).
+    /// [`IpcMemHandle`] and the lifetime contract in the [IPC module docs](crate::ipc).
     ///
     /// The handle records the slice's offset within its allocation and its length, so
     /// the consumer sees exactly this slice. Memory from [`Context::allocate`] is always

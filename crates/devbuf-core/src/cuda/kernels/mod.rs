@@ -5,8 +5,9 @@
 //! driver on first use in each context (no CUDA toolkit needed at run time). Modules are
 //! loaded lazily, once per context, and cached with their functions.
 //!
-//! [`ops`] holds the public operations (fill, cast, strided copy, byte swap, all-equal)
-//! and their host twins.
+//! [`ops`] holds the operations (fill, cast, strided copy, byte swap, all-equal) that
+//! devbuf-zarr and devbuf-flight reach through `devbuf_core::__private::ops`; users call
+//! them as `NDBuffer` methods.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, c_void};
@@ -18,7 +19,7 @@ use super::driver::{self, CUcontext, CUdeviceptr, CUfunction, CUmodule};
 use crate::error::{Error, Result};
 
 pub(crate) mod bits;
-pub mod ops;
+pub(crate) mod ops;
 
 /// A PTX module compiled into the crate.
 pub(crate) struct PtxModule {
@@ -77,7 +78,7 @@ pub(crate) static BYTESWAP: PtxModule = PtxModule {
 };
 
 /// The PTX sources shipped with the crate, by module name (for tests and tooling).
-#[doc(hidden)]
+#[cfg(feature = "test-support")]
 pub fn shipped_ptx() -> Vec<(&'static str, &'static str)> {
     [
         &COMPARE,

@@ -150,13 +150,12 @@ impl DecompressBatch {
     /// the expected vs actual size. Never writes outside `outputs[i]` (unless
     /// [`set_in_place`](Self::set_in_place) was asked for: see there).
     ///
-    /// Checked before any device work: the ranges ([`check_decompress_ranges`]), that
+    /// Checked before any device work: the ranges (one output per input, each range
+    /// ordered, non-empty, inside its buffer and within the codec's chunk limit), that
     /// `stream`, `src` and `dst` belong to this batch's context, that `dst` is writable
     /// and that no output overlaps an input. Ranges may start at any byte; inputs that
     /// miss nvCOMP's alignment are staged (module docs). On error the contents of the
     /// output ranges are unspecified. An empty batch does nothing.
-    ///
-    /// [`check_decompress_ranges`]: super::check_decompress_ranges
     pub fn decompress(
         &mut self,
         stream: &Stream,

@@ -300,6 +300,63 @@ impl TableLayout {
     }
 }
 
+/// Checks a decompression batch's ranges on the host, as [`DecompressBatch::decompress`](super::DecompressBatch::decompress)
+/// does before any device work: one output per input, each range ordered, non-empty and
+/// inside its buffer (`src_len` / `dst_len` bytes), chunk sizes within
+/// [`GpuCodec::max_decompress_chunk_bytes`](super::GpuCodec::max_decompress_chunk_bytes), no two outputs overlapping.
+///
+/// ```
+/// use devbuf_core::__private::nvcomp::check_decompress_ranges;
+/// use devbuf_core::cuda::nvcomp::GpuCodec;
+/// assert!(check_decompress_ranges(GpuCodec::Zstd, 100, &[0..40, 40..100], 64, &[0..32, 32..64]).is_ok());
+/// let e = check_decompress_ranges(GpuCodec::Zstd, 100, &[0..40], 64, &[40..70]).unwrap_err();
+/// assert!(e.to_string().contains("chunk 0"));
+/// ```
+pub fn check_decompress_ranges(
+    codec: GpuCodec,
+    src_len: usize,
+    inputs: &[Range<usize>],
+    dst_len: usize,
+    outputs: &[Range<usize>],
+) -> Result<()> {
+    check_ranges(
+        Direction::Decompress,
+        codec,
+        src_len,
+        inputs,
+        dst_len,
+        outputs,
+    )
+}
+
+/// Checks a compression batch's ranges on the host, as [`CompressBatch::compress`](super::CompressBatch::compress) does
+/// first (the output capacities are checked there, against the library's
+/// [`Nvcomp::max_compressed_chunk_size`](super::Nvcomp::max_compressed_chunk_size)): inputs within
+/// [`GpuCodec::max_compress_chunk_bytes`](super::GpuCodec::max_compress_chunk_bytes), otherwise as [`check_decompress_ranges`].
+///
+/// ```
+/// use devbuf_core::__private::nvcomp::check_compress_ranges;
+/// use devbuf_core::cuda::nvcomp::GpuCodec;
+/// let e = check_compress_ranges(GpuCodec::Deflate, 1 << 20, &[0..(1 << 17)], 1 << 20, &[0..(1 << 18)]).unwrap_err();
+/// assert!(e.to_string().contains("65536"));
+/// ```
+pub fn check_compress_ranges(
+    codec: GpuCodec,
+    src_len: usize,
+    inputs: &[Range<usize>],
+    dst_len: usize,
+    outputs: &[Range<usize>],
+) -> Result<()> {
+    check_ranges(
+        Direction::Compress,
+        codec,
+        src_len,
+        inputs,
+        dst_len,
+        outputs,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -197,7 +197,7 @@ impl NDBuffer {
     ///
     /// ```
     /// use devbuf_core::zarr::{Dtype, NDBuffer, Order, Scalar};
-    /// let nd = NDBuffer::from_memory(vec![0u8, 1, 0, 2], &[2], Dtype::big(devbuf_core::zarr::ElementType::UInt16), Order::C)?;
+    /// let nd = NDBuffer::from_memory(vec![0u8, 1, 0, 2], &[2], Dtype::big(devbuf_core::ElementType::UInt16), Order::C)?;
     /// assert_eq!(nd.get(&[1.into()])?.as_scalar()?, Scalar::UInt16(2));
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```

@@ -17,7 +17,7 @@
 //!
 //! ```no_run
 //! use devbuf_core::cuda::Context;
-//! use devbuf_core::cuda::kernels::ops::{self, EqualMode, ElementType};
+//! use devbuf_core::__private::ops::{self, EqualMode, ElementType};
 //!
 //! let ctx = Context::new(0)?;
 //! let a = ctx.allocate(4 * 1024)?;
@@ -141,7 +141,7 @@ pub(crate) fn check_equal(len: usize, kind: ElementType, value: &[u8]) -> Result
 /// use devbuf_core::cuda::Context;
 /// let ctx = Context::new(0)?;
 /// let buf = ctx.allocate(3 * 1000)?;
-/// devbuf_core::cuda::kernels::ops::fill(&buf, &[1, 2, 3], None)?;
+/// devbuf_core::__private::ops::fill(&buf, &[1, 2, 3], None)?;
 /// assert_eq!(&buf.to_host_vec()?[..6], &[1, 2, 3, 1, 2, 3]);
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
@@ -187,7 +187,7 @@ pub fn fill(dst: &DeviceBuffer, pattern: &[u8], on: Option<&Stream>) -> Result<(
 ///
 /// ```no_run
 /// use devbuf_core::cuda::{Context, DeviceBuffer};
-/// use devbuf_core::cuda::kernels::ops::{cast, ElementType};
+/// use devbuf_core::__private::ops::{cast, ElementType};
 /// let ctx = Context::new(0)?;
 /// let src = DeviceBuffer::from_slice(&ctx, &[1.9f32, -1.9, 300.0])?;
 /// let dst = ctx.allocate(3)?;
@@ -238,7 +238,7 @@ pub fn cast(
 ///
 /// ```no_run
 /// use devbuf_core::cuda::{Context, DeviceBuffer};
-/// use devbuf_core::cuda::kernels::ops::strided_copy;
+/// use devbuf_core::__private::ops::strided_copy;
 /// let ctx = Context::new(0)?;
 /// // a 4 x 6 int32 matrix; take a[::2, 1:-1] (2 x 4) into a contiguous buffer.
 /// let a = DeviceBuffer::from_slice(&ctx, &(0..24).collect::<Vec<i32>>())?;
@@ -291,7 +291,7 @@ pub use device::ShuffledBlocks;
 ///
 /// ```no_run
 /// use devbuf_core::cuda::{Context, DeviceBuffer};
-/// use devbuf_core::cuda::kernels::ops::{unshuffle, ShuffledBlocks};
+/// use devbuf_core::__private::ops::{unshuffle, ShuffledBlocks};
 /// let ctx = Context::new(0)?;
 /// // Two float32 elements shuffled into 4 planes of 2 bytes.
 /// let src = DeviceBuffer::from_slice(&ctx, &[1u8, 5, 2, 6, 3, 7, 4, 8])?;
@@ -339,7 +339,7 @@ pub fn unshuffle(
 /// use devbuf_core::cuda::{Context, DeviceBuffer};
 /// let ctx = Context::new(0)?;
 /// let buf = DeviceBuffer::from_slice(&ctx, &[0x0102_0304u32])?;
-/// devbuf_core::cuda::kernels::ops::byteswap(&buf, 4, None)?;
+/// devbuf_core::__private::ops::byteswap(&buf, 4, None)?;
 /// assert_eq!(buf.to_vec::<u32>()?, vec![0x0403_0201]);
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
@@ -365,7 +365,7 @@ pub fn byteswap(buf: &DeviceBuffer, width: usize, on: Option<&Stream>) -> Result
 ///
 /// ```no_run
 /// use devbuf_core::cuda::{Context, DeviceBuffer};
-/// use devbuf_core::cuda::kernels::ops::{all_equal, EqualMode, ElementType};
+/// use devbuf_core::__private::ops::{all_equal, EqualMode, ElementType};
 /// let ctx = Context::new(0)?;
 /// let buf = DeviceBuffer::from_slice(&ctx, &[-0.0f64, 0.0])?;
 /// let zero = 0.0f64.to_le_bytes();
