@@ -883,6 +883,33 @@ fn host_stream_error_mid_stream() {
 }
 
 #[test]
+fn host_stream_reader_is_a_record_batch_reader() {
+    let _g = serial();
+    let (schema, parts) = batches();
+    let c = counts();
+    // As arrow-rs's reader trait object, with ArrowError items.
+    let mut stream = export_host_stream(schema.clone(), parts.clone().into_iter().map(Ok));
+    let reader: Box<dyn arrow_array::RecordBatchReader> =
+        Box::new(import_host_stream(&mut stream).unwrap());
+    assert_eq!(reader.schema(), schema);
+    let got: Vec<RecordBatch> = reader
+        .collect::<Result<_, arrow_schema::ArrowError>>()
+        .unwrap();
+    assert_eq!(got, parts);
+    drop(got);
+    // next_batch: devbuf's error, the same the iterator wraps.
+    let items = vec![Ok(parts[0].clone()), Err(Error::invalid("bad batch"))];
+    let mut stream = export_host_stream(schema, items);
+    let mut reader = import_host_stream(&mut stream).unwrap();
+    assert_eq!(reader.next_batch().unwrap().unwrap(), parts[0]);
+    let e = reader.next_batch().unwrap().unwrap_err();
+    assert!(e.to_string().contains("bad batch"), "{e}");
+    assert!(reader.next_batch().is_none());
+    drop(reader);
+    assert_eq!(c.live_since(), 0);
+}
+
+#[test]
 fn host_stream_raw_callbacks() {
     let _g = serial();
     let (schema, parts) = batches();

@@ -29,6 +29,7 @@ mod nvcomp;
 mod object_store;
 #[path = "../common/peer.rs"]
 mod peer;
+mod pending_async;
 #[cfg(feature = "zarr")]
 mod progress;
 #[path = "../common/random.rs"]

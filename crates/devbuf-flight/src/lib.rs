@@ -30,10 +30,15 @@
 //!   `InvalidArgument`, `NotFound` or `PermissionDenied` with a message saying what was
 //!   wrong.
 //!
-//! Both sides present a blocking API and run their async work on a tokio runtime of
-//! their own; calling the client from inside another tokio runtime is an error (use
-//! `spawn_blocking`). `docs/flight.md` describes deployments (one or several servers,
-//! tokens, TLS) and the commands.
+//! Both sides have an async API on the caller's tokio runtime (current-thread or
+//! multi-thread; nothing starts a runtime of its own): [`Client::connect_async`],
+//! [`Client::read_async`] and the other `*_async` calls, [`Client::batch_stream`] (host
+//! record batches as a `futures::Stream`), [`Server::start_async`] and
+//! [`Service::into_server`] (to mount the service in a tonic server of your own).
+//! Dropping an async read's future cancels it. The blocking API wraps the async one,
+//! on a runtime of its own outside any runtime; on a current-thread runtime a blocking
+//! call is an error naming its async form. `docs/flight.md` describes deployments (one
+//! or several servers, tokens, TLS), the async API and the commands.
 //!
 //! ```no_run
 //! use devbuf_flight::{Client, Server, ServerConfig};
@@ -81,7 +86,8 @@ pub mod ticket;
 
 pub use auth::{generate_token, read_token_file};
 pub use client::{
-    Client, ClientOptions, DEFAULT_MAX_FRAME_BYTES, Endpoint, Flight, ReceivedStream,
+    Client, ClientOptions, DEFAULT_MAX_FRAME_BYTES, Endpoint, Flight, HostBatchStream,
+    ReceivedStream,
 };
 pub use config::ServerConfig;
 pub use encode::Batch;

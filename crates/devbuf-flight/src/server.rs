@@ -1,12 +1,12 @@
-//! [`Server`]: a Flight server on a tokio runtime of its own, listening on a TCP port
-//! (TLS through rustls when a certificate is given). How it runs is a
+//! [`Server`]: a Flight server listening on a TCP port (TLS through rustls when a
+//! certificate is given), on a tokio runtime of its own ([`Server::start`]) or on the
+//! caller's ([`Server::start_async`]). How it runs is a
 //! [`ServerConfig`] (`config.rs`); what it reports, [`ServerStats`] and
 //! [`ServerEvent`](crate::ServerEvent)s, is in `events.rs`.
 
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::time::Duration;
 
-use arrow_flight::flight_service_server::FlightServiceServer;
 use tokio::sync::oneshot;
 use tonic::transport::{Identity, ServerTlsConfig};
 
@@ -19,6 +19,11 @@ use super::ticket::batch_name;
 use devbuf_core::error::{Error, Result};
 
 /// A running Flight server: serves until [`shutdown`](Self::shutdown) or drop.
+///
+/// [`start`](Self::start) and [`serve`](Self::serve) run it on a runtime of its own
+/// ([`ServerConfig::runtime_threads`]); [`start_async`](Self::start_async) and
+/// [`serve_async`](Self::serve_async) on the caller's tokio runtime, starting none
+/// (or mount [`Service::into_server`] in a tonic server of your own).
 ///
 /// ```no_run
 /// use devbuf_flight::{Server, ServerConfig};
@@ -57,13 +62,9 @@ impl Server {
     /// other's ports before they start, for [`ServerConfig::locations`]).
     pub fn serve(config: ServerConfig, listener: TcpListener) -> Result<Server> {
         config.validate()?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| Error::from_io("reading the Flight server's address", e.to_string(), e))?;
         listener.set_nonblocking(true).map_err(|e| {
             Error::from_io("configuring the Flight server's socket", e.to_string(), e)
         })?;
-        let service = Service::new(&config)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(config.runtime_threads)
             .thread_name("devbuf-flight-server")
@@ -72,6 +73,68 @@ impl Server {
             .map_err(|e| {
                 Error::from_io("starting the Flight server's runtime", e.to_string(), e)
             })?;
+        let listener = {
+            let _guard = runtime.enter();
+            tokio::net::TcpListener::from_std(listener).map_err(|e| {
+                Error::from_io("registering the Flight server's socket", e.to_string(), e)
+            })?
+        };
+        let handle = runtime.handle().clone();
+        Server::launch(config, listener, &handle, Some(runtime))
+    }
+
+    /// Binds `addr` and starts serving on the caller's tokio runtime (current-thread or
+    /// multi-thread): the server's connections and calls are tasks of that runtime,
+    /// which must keep running; no runtime is started
+    /// ([`ServerConfig::runtime_threads`] is not used). Stop it with
+    /// [`shutdown_async`](Self::shutdown_async) (or [`shutdown`](Self::shutdown), or
+    /// drop), or wait for it with [`wait_async`](Self::wait_async).
+    ///
+    /// ```no_run
+    /// use devbuf_flight::{Client, Server, ServerConfig};
+    /// use devbuf_core::zarr::BufferPrototype;
+    /// # async fn f() -> devbuf_core::Result<()> {
+    /// let server = Server::start_async(ServerConfig::new().root("/data/zarr").token("s3cret"), "127.0.0.1:0").await?;
+    /// let client = Client::connect_async(&server.uri(), Some("s3cret")).await?;
+    /// let a = client.read_async("temperature.zarr", &[], &BufferPrototype::Host).await?;
+    /// server.shutdown_async().await?;
+    /// # let _ = a; Ok(()) }
+    /// ```
+    pub async fn start_async(
+        config: ServerConfig,
+        addr: impl tokio::net::ToSocketAddrs,
+    ) -> Result<Server> {
+        config.validate()?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| Error::from_io("binding the Flight server's address", e.to_string(), e))?;
+        Server::serve_async(config, listener)
+    }
+
+    /// Starts serving on a listener bound beforehand, on the caller's tokio runtime (as
+    /// [`start_async`](Self::start_async); an error outside a runtime).
+    pub fn serve_async(config: ServerConfig, listener: tokio::net::TcpListener) -> Result<Server> {
+        let handle = tokio::runtime::Handle::try_current().map_err(|_| {
+            Error::invalid(
+                "Server::serve_async was called outside a tokio runtime: it serves on the \
+                 caller's runtime (Server::serve starts one of its own)",
+            )
+        })?;
+        Server::launch(config, listener, &handle, None)
+    }
+
+    /// Serves on `handle`'s runtime (`runtime`: the server's own, if it has one).
+    fn launch(
+        config: ServerConfig,
+        listener: tokio::net::TcpListener,
+        handle: &tokio::runtime::Handle,
+        runtime: Option<tokio::runtime::Runtime>,
+    ) -> Result<Server> {
+        config.validate()?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Error::from_io("reading the Flight server's address", e.to_string(), e))?;
+        let service = Service::new(&config)?;
         let mut builder = tonic::transport::Server::builder()
             .initial_stream_window_size(Some(16 << 20))
             .initial_connection_window_size(Some(64 << 20))
@@ -82,19 +145,11 @@ impl Server {
                 .tls_config(ServerTlsConfig::new().identity(Identity::from_pem(cert, key)))
                 .map_err(|e| Error::invalid(format!("the TLS certificate or key: {e}")))?;
         }
-        let svc = FlightServiceServer::new(service.clone())
-            .max_decoding_message_size(config.max_message_bytes)
-            .max_encoding_message_size(usize::MAX);
         let (tx, rx) = oneshot::channel::<()>();
-        let incoming = {
-            let _guard = runtime.enter();
-            let l = tokio::net::TcpListener::from_std(listener).map_err(|e| {
-                Error::from_io("registering the Flight server's socket", e.to_string(), e)
-            })?;
-            tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true))
-        };
-        let router = builder.add_service(svc);
-        let task = runtime.spawn(async move {
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        let router = builder.add_service(service.clone().into_server());
+        let task = handle.spawn(async move {
             router
                 .serve_with_incoming_shutdown(incoming, async {
                     let _ = rx.await;
@@ -107,7 +162,7 @@ impl Server {
             service,
             shutdown: Some(tx),
             task: Some(task),
-            runtime: Some(runtime),
+            runtime,
         })
     }
 
@@ -183,26 +238,73 @@ impl Server {
         self.service.wait_idle(timeout)
     }
 
-    /// Blocks until the server stops (an error from the transport ends it).
+    /// Blocks until the server stops (an error from the transport ends it). For a
+    /// server on the caller's runtime ([`start_async`](Self::start_async)) this is an
+    /// error: await [`wait_async`](Self::wait_async).
     pub fn wait(mut self) -> Result<()> {
-        let (Some(rt), Some(task)) = (self.runtime.as_ref(), self.task.take()) else {
+        let Some(rt) = self.runtime.as_ref() else {
+            return Err(Error::invalid(
+                "Server::wait on a server that runs on the caller's tokio runtime: await \
+                 Server::wait_async",
+            ));
+        };
+        let Some(task) = self.task.take() else {
             return Ok(());
         };
-        match rt.block_on(task) {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(Error::io("serving Arrow Flight", e.to_string()).with_source(e)),
-            Err(e) => Err(Error::io(
-                "serving Arrow Flight",
-                format!("the server task ended: {e}"),
-            )
-            .with_source(e)),
+        served(rt.block_on(task))
+    }
+
+    /// Waits until the server stops (an error from the transport ends it), on any
+    /// runtime; for a server on the caller's runtime, that runtime must keep running.
+    ///
+    /// ```no_run
+    /// use devbuf_flight::{Server, ServerConfig};
+    /// # async fn f() -> devbuf_core::Result<()> {
+    /// let server = Server::start_async(ServerConfig::new().root("/data/zarr").token("s3cret"), "0.0.0.0:8815").await?;
+    /// server.wait_async().await // until the process is stopped
+    /// # }
+    /// ```
+    pub async fn wait_async(mut self) -> Result<()> {
+        match self.task.take() {
+            Some(task) => served(task.await),
+            None => Ok(()),
         }
     }
 
     /// Stops accepting connections and ends every call in progress (their clients get
-    /// an error), then releases the runtime.
+    /// an error), then releases the runtime. On the caller's runtime
+    /// ([`start_async`](Self::start_async)) it stops accepting connections and closes
+    /// each connection once its calls in progress finished (HTTP/2 `GOAWAY`), without
+    /// waiting: see [`shutdown_async`](Self::shutdown_async).
     pub fn shutdown(mut self) {
         self.stop();
+    }
+
+    /// Stops accepting connections and waits until the calls in progress finished and
+    /// their connections closed (a client that stopped reading holds this up: bound it
+    /// with `tokio::time::timeout`, then drop). A server with a runtime of its own stops
+    /// as [`shutdown`](Self::shutdown) does.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use devbuf_flight::{Server, ServerConfig};
+    /// # async fn f() -> devbuf_core::Result<()> {
+    /// let server = Server::start_async(ServerConfig::new().root("/data/zarr").token("s3cret"), "127.0.0.1:0").await?;
+    /// let _ = tokio::time::timeout(Duration::from_secs(5), server.shutdown_async()).await;
+    /// # Ok(()) }
+    /// ```
+    pub async fn shutdown_async(mut self) -> Result<()> {
+        if self.runtime.is_some() {
+            self.stop();
+            return Ok(());
+        }
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        match self.task.take() {
+            Some(task) => served(task.await),
+            None => Ok(()),
+        }
     }
 
     fn stop(&mut self) {
@@ -220,6 +322,24 @@ impl Server {
                 rt.shutdown_timeout(Duration::from_millis(200));
             }
         }
+    }
+}
+
+/// The result of the serving task.
+fn served(
+    r: std::result::Result<
+        std::result::Result<(), tonic::transport::Error>,
+        tokio::task::JoinError,
+    >,
+) -> Result<()> {
+    match r {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(Error::io("serving Arrow Flight", e.to_string()).with_source(e)),
+        Err(e) => Err(Error::io(
+            "serving Arrow Flight",
+            format!("the server task ended: {e}"),
+        )
+        .with_source(e)),
     }
 }
 

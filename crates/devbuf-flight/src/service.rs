@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::flight_service_server::{FlightService, FlightServiceServer};
 use arrow_flight::{
     Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo,
     HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaAsIpc, SchemaResult,
@@ -33,7 +33,9 @@ use super::{auth, produce};
 use devbuf_core::error::{Error, Result};
 
 /// devbuf's Arrow Flight service (what a [`Server`](super::Server) runs), for a tonic
-/// server of your own: `FlightServiceServer::new(Service::new(&config)?)`.
+/// server of your own, on your runtime: [`into_server`](Self::into_server) (or
+/// `FlightServiceServer::new(Service::new(&config)?)`, without the configured message
+/// limits).
 #[derive(Clone)]
 pub struct Service {
     shared: Arc<Shared>,
@@ -58,6 +60,7 @@ struct Shared {
     queue_depth: usize,
     max_streams: usize,
     max_upload_bytes: u64,
+    max_message_bytes: usize,
     read_options: ReadOptions,
     observer: Option<Observer>,
 }
@@ -93,10 +96,35 @@ impl Service {
                 queue_depth: config.queue_depth,
                 max_streams: config.max_streams,
                 max_upload_bytes: config.max_upload_bytes,
+                max_message_bytes: config.max_message_bytes,
                 read_options: config.read_options.clone(),
                 observer: config.observer.clone(),
             }),
         })
+    }
+
+    /// The service as tonic's `FlightServiceServer`, with the configuration's message
+    /// limits ([`ServerConfig::max_message_bytes`] on what it decodes, none on what it
+    /// sends): mount it in a tonic server or router of your own, next to your services,
+    /// on your runtime. The listener, TLS and HTTP/2 settings are then yours (a
+    /// [`Server`](super::Server) uses 16 MiB stream and 64 MiB connection windows and
+    /// `TCP_NODELAY`).
+    ///
+    /// ```no_run
+    /// use devbuf_flight::{Service, ServerConfig};
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// let service = Service::new(&ServerConfig::new().root("/data/zarr").token("s3cret"))?;
+    /// devbuf_flight::tonic::transport::Server::builder()
+    ///     .add_service(service.clone().into_server())
+    ///     .serve("0.0.0.0:8815".parse()?)
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn into_server(self) -> FlightServiceServer<Service> {
+        let limit = self.shared.max_message_bytes;
+        FlightServiceServer::new(self)
+            .max_decoding_message_size(limit)
+            .max_encoding_message_size(usize::MAX)
     }
 
     pub(crate) fn registry(&self) -> &BatchRegistry {

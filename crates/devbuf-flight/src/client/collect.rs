@@ -133,7 +133,33 @@ impl Client {
     /// [`Context::allocate`](devbuf_core::cuda::Context::allocate) memory to share it). Every chunk the
     /// selection touches arrives once, whole (edge chunks padded with the fill value,
     /// as [`ChunkBatch`] stores them).
+    ///
+    /// Blocking: see [`read_chunks_async`](Self::read_chunks_async).
     pub fn read_chunks(
+        &self,
+        path: &str,
+        selection: Option<&[Range<u64>]>,
+        prototype: &BufferPrototype,
+    ) -> Result<Vec<ChunkBatch>> {
+        self.block_on(
+            "Client::read_chunks_async",
+            self.read_chunks_async(path, selection, prototype),
+        )
+    }
+
+    /// [`read_chunks`](Self::read_chunks) on the caller's tokio runtime; dropping the
+    /// future cancels it (as [`read_async`](Self::read_async)).
+    ///
+    /// ```no_run
+    /// use devbuf_core::zarr::BufferPrototype;
+    /// # async fn f(client: &devbuf_flight::Client) -> devbuf_core::Result<()> {
+    /// let batches = client
+    ///     .read_chunks_async("v3_float32.zarr", Some(&[0..10]), &BufferPrototype::Host)
+    ///     .await?;
+    /// println!("{} chunk batches", batches.len());
+    /// # Ok(()) }
+    /// ```
+    pub async fn read_chunks_async(
         &self,
         path: &str,
         selection: Option<&[Range<u64>]>,
@@ -149,19 +175,21 @@ impl Client {
         );
         super::trace::call(
             span,
-            || self.read_chunks_untraced(path, selection, prototype),
+            self.read_chunks_untraced(path, selection, prototype),
             |b| (b.len(), 0, 0),
         )
+        .await
     }
 
-    fn read_chunks_untraced(
+    async fn read_chunks_untraced(
         &self,
         path: &str,
         selection: Option<&[Range<u64>]>,
         prototype: &BufferPrototype,
     ) -> Result<Vec<ChunkBatch>> {
+        super::run::need_tokio("Client::read_chunks_async")?;
         let target = Target::array(path)?;
-        let whole = self.info(&Query::whole(target.clone()))?;
+        let whole = self.info_async(&Query::whole(target.clone())).await?;
         let grid = Grid::of(&whole, path)?;
         let sel: Vec<Range<u64>> = match selection {
             Some(s) => s.to_vec(),
@@ -169,11 +197,12 @@ impl Client {
         };
         let region = grid.region(&sel)?;
         let flight = if selection.is_some() {
-            self.info(&Query {
+            self.info_async(&Query {
                 target,
                 selection: Some(sel),
                 endpoints: None,
-            })?
+            })
+            .await?
         } else {
             whole
         };
@@ -183,7 +212,9 @@ impl Client {
             )));
         }
         let ranges = ranges_of(&flight, path, &region)?;
-        let kept = self.collect(&flight, Some(grid), Some((region, ranges)), None, prototype)?;
+        let kept = self
+            .collect(&flight, Some(grid), Some((region, ranges)), None, prototype)
+            .await?;
         kept.into_iter()
             .map(|b| match b {
                 (Batch::Host(rb), _) => ChunkBatch::from_record_batch(rb),
@@ -195,8 +226,30 @@ impl Client {
             .collect()
     }
 
-    /// The batches served under `name`, in order, in `prototype`'s memory.
+    /// The batches served under `name`, in order, in `prototype`'s memory. Blocking:
+    /// see [`get_batches_async`](Self::get_batches_async).
     pub fn get_batches(&self, name: &str, prototype: &BufferPrototype) -> Result<Vec<Batch>> {
+        self.block_on(
+            "Client::get_batches_async",
+            self.get_batches_async(name, prototype),
+        )
+    }
+
+    /// [`get_batches`](Self::get_batches) on the caller's tokio runtime; dropping the
+    /// future cancels it. For host batches one at a time, see
+    /// [`get_batches_stream`](Self::get_batches_stream).
+    ///
+    /// ```no_run
+    /// use devbuf_core::zarr::BufferPrototype;
+    /// # async fn f(client: &devbuf_flight::Client) -> devbuf_core::Result<()> {
+    /// let batches = client.get_batches_async("numbers", &BufferPrototype::Host).await?;
+    /// # let _ = batches; Ok(()) }
+    /// ```
+    pub async fn get_batches_async(
+        &self,
+        name: &str,
+        prototype: &BufferPrototype,
+    ) -> Result<Vec<Batch>> {
         let span = tracing::info_span!(
             "devbuf.flight.client",
             uri = %self.uri(),
@@ -204,15 +257,19 @@ impl Client {
             name,
             device = prototype.is_device(),
         );
-        super::trace::call(
-            span,
-            || self.get_batches_untraced(name, prototype),
-            |b| super::trace::of_batches(b),
-        )
+        super::trace::call(span, self.get_batches_untraced(name, prototype), |b| {
+            super::trace::of_batches(b)
+        })
+        .await
     }
 
-    fn get_batches_untraced(&self, name: &str, prototype: &BufferPrototype) -> Result<Vec<Batch>> {
-        let flight = self.info(&Query::whole(Target::batch(name)?))?;
+    async fn get_batches_untraced(
+        &self,
+        name: &str,
+        prototype: &BufferPrototype,
+    ) -> Result<Vec<Batch>> {
+        super::run::need_tokio("Client::get_batches_async")?;
+        let flight = self.info_async(&Query::whole(Target::batch(name)?)).await?;
         let mut counts = Vec::with_capacity(flight.endpoints.len());
         for (i, ep) in flight.endpoints.iter().enumerate() {
             match &ep.part {
@@ -226,17 +283,40 @@ impl Client {
                 }
             }
         }
-        self.batches(&flight, Some(counts), prototype)
+        self.batches(&flight, Some(counts), prototype).await
     }
 
     /// Fetches endpoint `i` of `flight` alone (any Flight server), into `prototype`'s
-    /// memory: what a caller retries after an endpoint failed.
+    /// memory: what a caller retries after an endpoint failed. Blocking: see
+    /// [`fetch_async`](Self::fetch_async).
     pub fn fetch(
         &self,
         flight: &Flight,
         i: usize,
         prototype: &BufferPrototype,
     ) -> Result<Vec<Batch>> {
+        self.block_on(
+            "Client::fetch_async",
+            self.fetch_async(flight, i, prototype),
+        )
+    }
+
+    /// [`fetch`](Self::fetch) on the caller's tokio runtime; dropping the future cancels
+    /// it.
+    ///
+    /// ```no_run
+    /// use devbuf_core::zarr::BufferPrototype;
+    /// # async fn f(client: &devbuf_flight::Client, flight: &devbuf_flight::Flight) -> devbuf_core::Result<()> {
+    /// let again = client.fetch_async(flight, 0, &BufferPrototype::Host).await?;
+    /// # let _ = again; Ok(()) }
+    /// ```
+    pub async fn fetch_async(
+        &self,
+        flight: &Flight,
+        i: usize,
+        prototype: &BufferPrototype,
+    ) -> Result<Vec<Batch>> {
+        super::run::need_tokio("Client::fetch_async")?;
         let ep = flight.endpoints.get(i).cloned().ok_or_else(|| {
             Error::invalid(format!(
                 "endpoint {i} of a flight of {} endpoints",
@@ -247,21 +327,21 @@ impl Client {
             endpoints: vec![ep],
             ..flight.clone()
         };
-        self.batches(&one, None, prototype)
+        self.batches(&one, None, prototype).await
     }
 
     /// The batches of a batch flight (`counts`: per endpoint, how many it must send).
-    fn batches(
+    async fn batches(
         &self,
         flight: &Flight,
         counts: Option<Vec<u64>>,
         prototype: &BufferPrototype,
     ) -> Result<Vec<Batch>> {
-        let kept = self.collect(flight, None, None, counts, prototype)?;
+        let kept = self.collect(flight, None, None, counts, prototype).await?;
         Ok(kept.into_iter().map(|(b, _)| b).collect())
     }
 
-    fn collect(
+    async fn collect(
         &self,
         flight: &Flight,
         grid: Option<Grid>,
@@ -277,7 +357,7 @@ impl Client {
             counts,
             got: Mutex::new(vec![None; flight.endpoints.len()]),
         });
-        self.fetch_all(&flight.endpoints, handler.clone())?;
+        self.fetch_all(&flight.endpoints, handler.clone()).await?;
         let handler = Arc::try_unwrap(handler)
             .map_err(|_| Error::invalid("internal: a receiving task outlived the fetch"))?;
         Ok(handler.into_kept())

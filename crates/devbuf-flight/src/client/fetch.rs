@@ -1,12 +1,13 @@
 //! Fetching endpoints: every endpoint of a flight concurrently (at most
 //! [`ClientOptions::concurrency`](super::ClientOptions::concurrency) at once), each
-//! message handed to a [`Handler`] on a blocking thread; the first failure ends the
-//! whole fetch (the other streams are cancelled). [`Claims`] checks that a stream
+//! message handed to a [`Handler`] on a blocking thread of the caller's runtime; the
+//! first failure ends the whole fetch (the other streams are cancelled), and so does
+//! dropping it. [`Claims`] checks that a stream
 //! delivered exactly the chunks its ticket names. [`ReceivedStream`] is one endpoint as
 //! an iterator, for callers that consume batches one by one.
 
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 
 use arrow_array::RecordBatch;
 use arrow_flight::{FlightData, Ticket};
@@ -31,35 +32,95 @@ pub(crate) trait Handler: Send + Sync + 'static {
     fn end(&self, i: usize, state: Self::State) -> Result<()>;
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| {
-        Error::io(
-            "receiving an Arrow Flight stream",
-            format!("a receiving task ended: {e}"),
-        )
-        .with_source(e)
-    })
+/// The blocking work (handler calls) of one fetch, counted, so that a fetch dropped
+/// before it finished can wait for the work in progress: when the drop returns, no
+/// handler call runs and nothing of the fetch's state is left (its memory is freed).
+#[derive(Default)]
+struct Inflight {
+    running: Mutex<usize>,
+    idle: Condvar,
 }
+
+/// Counts one piece of blocking work until dropped (after the work and everything it
+/// captured were dropped).
+struct Running(Arc<Inflight>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut n = self.0.running.lock().unwrap_or_else(|p| p.into_inner());
+        *n = n.saturating_sub(1);
+        self.0.idle.notify_all();
+    }
+}
+
+impl Inflight {
+    /// Runs `f` on tokio's blocking threads.
+    async fn run<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T> {
+        *self.running.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        let running = Running(self.clone());
+        tokio::task::spawn_blocking(move || {
+            // Declared first, dropped last: after `f` and its captures (dropped when
+            // the call returns).
+            let _running = running;
+            f()
+        })
+        .await
+        .map_err(|e| {
+            Error::io(
+                "receiving an Arrow Flight stream",
+                format!("a receiving task ended: {e}"),
+            )
+            .with_source(e)
+        })
+    }
+
+    /// Waits until no work runs. Nothing it waits for needs an executor (the work runs
+    /// on blocking threads), so this returns on a current-thread runtime too.
+    fn wait(&self) {
+        let mut n = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        while *n > 0 {
+            n = self.idle.wait(n).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// Waits for a fetch's blocking work when the fetch ends (finished, failed or dropped).
+struct Drain(Arc<Inflight>);
+
+impl Drop for Drain {
+    fn drop(&mut self) {
+        self.0.wait();
+    }
+}
+
+/// One endpoint's handler state, shared with the blocking work (which only borrows
+/// it, so that it is freed by whoever drops the last handle, never left in a finished
+/// task's output).
+type Slot<S> = Arc<Mutex<Option<S>>>;
 
 const DOGET: &str = "Arrow Flight DoGet";
 
 impl Client {
-    /// Fetches every endpoint into `handler`.
-    pub(crate) fn fetch_all<H: Handler>(
+    /// Fetches every endpoint into `handler` on the caller's runtime. Dropped before it
+    /// finished, the streams are cancelled and the drop waits for the handler call in
+    /// progress, if any.
+    pub(crate) async fn fetch_all<H: Handler>(
         &self,
         endpoints: &[Endpoint],
         handler: Arc<H>,
     ) -> Result<()> {
         let n = self.options().concurrency;
-        // The streams' events belong to the calling span (the client call).
-        self.block_on(tracing::Instrument::in_current_span(async {
-            futures::stream::iter(endpoints.iter().enumerate().map(Ok))
-                .try_for_each_concurrent(n, |(i, ep)| self.fetch_one(i, ep, handler.clone()))
-                .await
-        }))
+        let work = Arc::new(Inflight::default());
+        let _drain = Drain(work.clone());
+        futures::stream::iter(endpoints.iter().enumerate().map(Ok))
+            .try_for_each_concurrent(n, |(i, ep)| self.fetch_one(i, ep, handler.clone(), &work))
+            .await
     }
 
-    async fn open(&self, ep: &Endpoint, slot: usize) -> Result<Streaming<FlightData>> {
+    pub(super) async fn open(&self, ep: &Endpoint, slot: usize) -> Result<Streaming<FlightData>> {
         let mut conn = self.conn_for(&ep.locations, slot).await?;
         let req = self.request(Ticket::new(ep.ticket.clone()))?;
         Ok(conn
@@ -69,12 +130,24 @@ impl Client {
             .into_inner())
     }
 
-    async fn fetch_one<H: Handler>(&self, i: usize, ep: &Endpoint, handler: Arc<H>) -> Result<()> {
+    async fn fetch_one<H: Handler>(
+        &self,
+        i: usize,
+        ep: &Endpoint,
+        handler: Arc<H>,
+        work: &Arc<Inflight>,
+    ) -> Result<()> {
         let timed = tracing::enabled!(tracing::Level::DEBUG).then(std::time::Instant::now);
         let (mut messages, mut bytes) = (0u64, 0usize);
         let mut stream = self.open(ep, i % self.options().concurrency).await?;
-        let h = handler.clone();
-        let mut state = blocking(move || h.begin(i)).await??;
+        let slot: Slot<H::State> = Arc::new(Mutex::new(None));
+        let (h, st) = (handler.clone(), slot.clone());
+        work.run(move || -> Result<()> {
+            let s = h.begin(i)?;
+            *st.lock().unwrap_or_else(|p| p.into_inner()) = Some(s);
+            Ok(())
+        })
+        .await??;
         let idle = self.options().idle_timeout;
         loop {
             let next = stream.message();
@@ -95,17 +168,26 @@ impl Client {
             let Some(m) = m else { break };
             messages += 1;
             bytes += m.data_header.len() + m.data_body.len();
-            let h = handler.clone();
-            let (s, r) = blocking(move || {
-                let mut s = state;
-                let r = h.message(&mut s, m);
-                (s, r)
+            let (h, st) = (handler.clone(), slot.clone());
+            work.run(move || {
+                let mut g = st.lock().unwrap_or_else(|p| p.into_inner());
+                let s = g
+                    .as_mut()
+                    .ok_or_else(|| Error::invalid("internal: an endpoint's state is missing"))?;
+                h.message(s, m)
+            })
+            .await?
+            .map_err(|e| e.context(format_args!("endpoint {i}")))?;
+        }
+        let r = work
+            .run(move || {
+                let s = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+                match s {
+                    Some(s) => handler.end(i, s),
+                    None => Err(Error::invalid("internal: an endpoint's state is missing")),
+                }
             })
             .await?;
-            r.map_err(|e| e.context(format_args!("endpoint {i}")))?;
-            state = s;
-        }
-        let r = blocking(move || handler.end(i, state)).await?;
         if let Some(t) = timed {
             tracing::debug!(
                 endpoint = i,
@@ -122,8 +204,11 @@ impl Client {
 
     /// One endpoint's record batches (host memory) as an iterator: each `next` waits
     /// for the next batch. Dropping the iterator cancels the stream.
+    ///
+    /// Blocking; in async code use [`batch_stream`](Self::batch_stream), a
+    /// `futures::Stream` of a flight's batches.
     pub fn stream(&self, endpoint: &Endpoint) -> Result<ReceivedStream<'_>> {
-        let stream = self.block_on(self.open(endpoint, 0))?;
+        let stream = self.block_on("Client::batch_stream", self.open(endpoint, 0))?;
         Ok(ReceivedStream {
             client: self,
             stream: Some(stream),
@@ -153,10 +238,9 @@ impl Iterator for ReceivedStream<'_> {
     fn next(&mut self) -> Option<Result<RecordBatch>> {
         loop {
             let s = self.stream.as_mut()?;
-            let m = match self
-                .client
-                .block_on(async { s.message().await.map_err(|s| from_status(DOGET, s)) })
-            {
+            let m = match self.client.block_on("Client::batch_stream", async {
+                s.message().await.map_err(|s| from_status(DOGET, s))
+            }) {
                 Ok(Some(m)) => m,
                 Ok(None) => {
                     self.stream = None;

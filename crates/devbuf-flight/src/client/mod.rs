@@ -1,42 +1,43 @@
-//! [`Client`]: a blocking Arrow Flight client on a tokio runtime of its own — connect
-//! (plain or TLS) with a bearer token, list, describe, read arrays and batches into host
-//! or device memory, upload batches.
+//! [`Client`]: an Arrow Flight client — connect (plain or TLS) with a bearer token,
+//! list, describe, read arrays and batches into host or device memory, upload batches —
+//! as `async fn`s on the caller's tokio runtime, and as blocking calls that wrap them.
 //!
-//! This file: connecting, calls that move no bulk data, uploads, and the description of
-//! a flight ([`Flight`], [`Endpoint`]). `fetch.rs`: fetching endpoints concurrently and
-//! checking completeness. `read.rs`: [`Client::read`] (the assembly of a selection);
-//! `chunks.rs`: its host fast path. `collect.rs`: [`Client::read_chunks`],
-//! [`Client::get_batches`], [`Client::fetch`]. `receive.rs`: messages
-//! into host or device batches.
+//! This file: connecting, and the description of a flight ([`Flight`], [`Endpoint`]).
+//! `run.rs`: how a blocking call runs its async form. `calls.rs`: calls that move no
+//! bulk data, and uploads. `fetch.rs`: fetching endpoints concurrently and checking
+//! completeness. `read.rs`: [`Client::read`] (the assembly of a selection); `chunks.rs`:
+//! its host fast path. `collect.rs`: [`Client::read_chunks`], [`Client::get_batches`],
+//! [`Client::fetch`]. `batch_stream.rs`: host record batches as a `futures::Stream`.
+//! `receive.rs`: messages into host or device batches.
 
+mod batch_stream;
+mod calls;
 mod chunks;
 mod collect;
 mod fetch;
 mod read;
 mod receive;
+mod run;
 mod trace;
 mod transport;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use arrow_flight::flight_service_client::FlightServiceClient;
-use arrow_flight::{Action, Criteria, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest};
+use arrow_flight::{FlightDescriptor, FlightInfo};
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
-use futures::StreamExt;
 use tonic::Request;
-use tonic::metadata::MetadataValue;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint as TonicEndpoint};
 
+pub use batch_stream::HostBatchStream;
 pub use fetch::ReceivedStream;
 use transport::Transport;
 
-use super::auth::{check_token, encode_base64};
-use super::encode::{Batch, IpcStreamEncoder};
-use super::protocol::{REMOVE_ACTION, endpoint_uri};
-use super::status::from_status;
+use super::auth::check_token;
+use super::protocol::endpoint_uri;
 use super::ticket::{Part, Query, Target};
 use devbuf_core::error::{Error, Result};
 
@@ -146,9 +147,10 @@ impl ClientOptions {
         self
     }
 
-    /// Threads of the client's tokio runtime (1 to 64; default one per core, 2 to 8).
-    /// Each connection's HTTP/2 task and each received message's copy out of the
-    /// connection run on them.
+    /// Threads of the client's own tokio runtime (1 to 64; default one per core, 2 to
+    /// 8), which only blocking calls made outside any tokio runtime start: each
+    /// connection's HTTP/2 task and each received message's copy out of the connection
+    /// run on them. The async calls run on the caller's runtime.
     pub fn runtime_threads(mut self, n: usize) -> ClientOptions {
         self.runtime_threads = n;
         self
@@ -279,24 +281,54 @@ impl Flight {
 
 type Conn = FlightServiceClient<Transport>;
 
-/// A blocking Arrow Flight client (any Flight server for the generic calls; devbuf's
-/// for [`read`](Self::read) and [`read_chunks`](Self::read_chunks), which need its
+/// An Arrow Flight client (any Flight server for the generic calls; devbuf's for
+/// [`read`](Self::read) and [`read_chunks`](Self::read_chunks), which need its
 /// tickets).
 ///
-/// Every method blocks on the client's own runtime; calling one from inside another
-/// tokio runtime is an error (wrap it in `spawn_blocking`). The client is `Send +
-/// Sync`: share it between threads.
+/// **Async and blocking.** Every call that waits on the network has an `async fn` form
+/// (`connect_async`, `read_async`, `read_chunks_async`, `get_batches_async`,
+/// `put_all_async`, `list_async`, `info_async`, ...) that runs on the caller's tokio
+/// runtime (current-thread or multi-thread) and starts no runtime of its own; the
+/// received messages are copied out of the connection on that runtime's blocking
+/// threads (`spawn_blocking`). The blocking forms wrap them: outside any runtime they
+/// run on a runtime of the client's own ([`ClientOptions::runtime_threads`], started by
+/// [`connect`](Self::connect), or by the first blocking call of a client that
+/// [`connect_async`](Self::connect_async) made); on a multi-thread runtime they hand
+/// the thread over (`block_in_place`) and run on that runtime; on a current-thread
+/// runtime they are an error naming the async form (blocking would stall the runtime,
+/// and with it the connections).
+///
+/// Connections live on the runtime that opened them: those of a client made by
+/// `connect_async` need the caller's runtime to keep running (they end with it).
+///
+/// **Cancellation.** Dropping an async call's future cancels it: its gRPC streams are
+/// dropped (the server sees each stream cancelled), and the drop returns once no
+/// received message is being copied any more, with the memory being assembled (host or
+/// device) freed.
+///
+/// The client is `Send + Sync`: share it between threads and tasks (the async calls'
+/// futures are `Send`).
 ///
 /// **Failures.** A refused call is an error of the gRPC status's
 /// [`kind`](Error::kind) (`NotFound`, `PermissionDenied` for `PERMISSION_DENIED` and
-/// `UNAUTHENTICATED`, `Timeout`, `Unsupported`, else `Io`) with the `tonic::Status` as
-/// its source, whose message names the status (`"Unauthenticated: ..."`,
-/// `"NotFound: ..."`); a stream that breaks off is an
-/// error, never a shorter result. Nothing is retried: to retry, fetch the failed
-/// endpoint again with [`fetch`](Self::fetch) (tickets are stateless, so any endpoint
-/// can be fetched again, from any of its locations).
+/// `UNAUTHENTICATED`, `Timeout`, `Unsupported`, `Cancelled`, else `Io`) with the
+/// `tonic::Status` as its source, whose message names the status (`"Unauthenticated:
+/// ..."`, `"NotFound: ..."`); a stream that breaks off is an error, never a shorter
+/// result. Nothing is retried: to retry, fetch the failed endpoint again with
+/// [`fetch`](Self::fetch) (tickets are stateless, so any endpoint can be fetched again,
+/// from any of its locations).
+///
+/// ```no_run
+/// use devbuf_flight::Client;
+/// use devbuf_core::zarr::BufferPrototype;
+/// # async fn f() -> devbuf_core::Result<()> {
+/// let client = Client::connect_async("grpc://127.0.0.1:8815", Some("s3cret")).await?;
+/// let all = client.read_async("v3_float32.zarr", &[], &BufferPrototype::Host).await?;
+/// # let _ = all; Ok(()) }
+/// ```
 pub struct Client {
-    runtime: Option<tokio::runtime::Runtime>,
+    /// The client's own runtime, for blocking calls outside any runtime (`run.rs`).
+    runtime: OnceLock<tokio::runtime::Runtime>,
     uri: String,
     options: ClientOptions,
     token: Mutex<Option<String>>,
@@ -316,36 +348,75 @@ impl std::fmt::Debug for Client {
 
 impl Client {
     /// Connects to `uri` (`grpc://host:port`, or `grpc+tls://` with the web PKI roots)
-    /// and sends `token` as a bearer token with every call.
+    /// and sends `token` as a bearer token with every call. Blocking: see
+    /// [`connect_async`](Self::connect_async) for async code.
+    ///
+    /// ```no_run
+    /// use devbuf_flight::Client;
+    /// let client = Client::connect("grpc://127.0.0.1:8815", Some("s3cret"))?;
+    /// # let _ = client;
+    /// # Ok::<(), devbuf_core::Error>(())
+    /// ```
     pub fn connect(uri: &str, token: Option<&str>) -> Result<Client> {
-        let mut o = ClientOptions::new();
-        if let Some(t) = token {
-            o = o.token(t);
-        }
-        Client::connect_with(uri, o)
+        Client::connect_with(uri, options_with_token(token))
     }
 
-    /// Connects to `uri` with `options`.
+    /// Connects to `uri` with `options`. Outside any tokio runtime the connection opens
+    /// on a runtime of the client's own; on a multi-thread runtime, on that runtime; on
+    /// a current-thread runtime it is an error naming
+    /// [`connect_with_async`](Self::connect_with_async).
     pub fn connect_with(uri: &str, options: ClientOptions) -> Result<Client> {
         options.validate()?;
-        not_in_runtime()?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(options.runtime_threads)
-            .thread_name("devbuf-flight-client")
-            .enable_all()
-            .build()
-            .map_err(|e| {
-                Error::from_io("starting the Flight client's runtime", e.to_string(), e)
-            })?;
-        let home = runtime.block_on(channel(uri, &options))?;
-        Ok(Client {
+        match run::context() {
+            run::Context::Outside => {
+                let runtime = run::build(&options)?;
+                let home = runtime.block_on(channel(uri, &options))?;
+                let client = Client::new(uri, options, home);
+                let _ = client.runtime.set(runtime);
+                Ok(client)
+            }
+            run::Context::MultiThread(h) => {
+                tokio::task::block_in_place(|| h.block_on(Client::connect_with_async(uri, options)))
+            }
+            run::Context::CurrentThread => Err(run::would_block("Client::connect_with_async")),
+        }
+    }
+
+    /// Connects to `uri` on the caller's tokio runtime, which the connections then live
+    /// on; no runtime is started. As [`connect`](Self::connect) otherwise.
+    ///
+    /// ```no_run
+    /// # async fn f() -> devbuf_core::Result<()> {
+    /// let client = devbuf_flight::Client::connect_async("grpc://127.0.0.1:8815", Some("s3cret")).await?;
+    /// println!("{:?}", client.list_async().await?.len());
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_async(uri: &str, token: Option<&str>) -> Result<Client> {
+        Client::connect_with_async(uri, options_with_token(token)).await
+    }
+
+    /// Connects to `uri` with `options` on the caller's tokio runtime (an error when
+    /// polled outside one).
+    pub async fn connect_with_async(uri: &str, options: ClientOptions) -> Result<Client> {
+        options.validate()?;
+        run::need_tokio("Client::connect_with_async")?;
+        let home = channel(uri, &options).await?;
+        Ok(Client::new(uri, options, home))
+    }
+
+    fn new(
+        uri: &str,
+        options: ClientOptions,
+        home: (Transport, tonic::codegen::http::Uri),
+    ) -> Client {
+        Client {
             home: conn(home, &options),
-            runtime: Some(runtime),
+            runtime: OnceLock::new(),
             uri: uri.to_string(),
             token: Mutex::new(options.token.clone()),
             options,
             peers: Mutex::new(HashMap::new()),
-        })
+        }
     }
 
     /// The URI this client connected to.
@@ -357,160 +428,6 @@ impl Client {
     /// [`handshake`](Self::handshake)).
     pub fn token(&self) -> Option<String> {
         self.token.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// The Flight handshake with HTTP Basic credentials: the server issues a token,
-    /// which this client then sends with every call (and returns).
-    pub fn handshake(&self, user: &str, password: &str) -> Result<String> {
-        let basic = format!(
-            "Basic {}",
-            encode_base64(format!("{user}:{password}").as_bytes())
-        );
-        let value: MetadataValue<_> = basic
-            .parse()
-            .map_err(|_| Error::invalid("the user name or password cannot travel in a header"))?;
-        let mut conn = self.home.clone();
-        let token = self.block_on(async move {
-            let mut req =
-                Request::new(futures::stream::once(async { HandshakeRequest::default() }));
-            req.metadata_mut().insert("authorization", value);
-            let resp = conn
-                .handshake(req)
-                .await
-                .map_err(|s| from_status("the Arrow Flight handshake", s))?;
-            let header = resp
-                .metadata()
-                .get("authorization")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.split_once(' ').map(|(_, t)| t.trim().to_string()));
-            let mut stream = resp.into_inner();
-            let payload = match stream.next().await {
-                Some(Ok(r)) => String::from_utf8(r.payload.to_vec()).ok(),
-                Some(Err(s)) => return Err(from_status("the Arrow Flight handshake", s)),
-                None => None,
-            };
-            header.or(payload).ok_or_else(|| {
-                Error::io(
-                    "the Arrow Flight handshake",
-                    "the server answered without a token",
-                )
-            })
-        })?;
-        let token = check_token(&token).map_err(|e| e.context("the issued token"))?;
-        *self.token.lock().unwrap_or_else(|p| p.into_inner()) = Some(token.clone());
-        Ok(token)
-    }
-
-    /// Every flight the server lists (devbuf's servers: its arrays and batches).
-    pub fn list(&self) -> Result<Vec<Flight>> {
-        self.list_prefix("")
-    }
-
-    /// The flights whose path starts with `prefix`.
-    pub fn list_prefix(&self, prefix: &str) -> Result<Vec<Flight>> {
-        let req = self.request(Criteria {
-            expression: Bytes::copy_from_slice(prefix.as_bytes()),
-        })?;
-        let mut conn = self.home.clone();
-        let infos = self.block_on(async move {
-            let mut s = conn
-                .list_flights(req)
-                .await
-                .map_err(|s| from_status("Arrow Flight ListFlights", s))?
-                .into_inner();
-            let mut out = Vec::new();
-            while let Some(i) = s.next().await {
-                out.push(i.map_err(|s| from_status("Arrow Flight ListFlights", s))?);
-            }
-            Ok(out)
-        })?;
-        infos.into_iter().map(Flight::from_info).collect()
-    }
-
-    /// The description of what `query` asks for.
-    pub fn info(&self, query: &Query) -> Result<Flight> {
-        let req = self.request(query.descriptor())?;
-        let mut conn = self.home.clone();
-        let info = self.block_on(async move {
-            conn.get_flight_info(req)
-                .await
-                .map(|r| r.into_inner())
-                .map_err(|s| from_status("Arrow Flight GetFlightInfo", s))
-        })?;
-        Flight::from_info(info)
-    }
-
-    /// Uploads one batch (host or device memory) under `name` (DoPut); the server
-    /// refuses a name it already serves.
-    pub fn put(&self, name: &str, batch: impl Into<Batch>) -> Result<()> {
-        self.put_all(name, &[batch.into()])
-    }
-
-    /// Uploads batches (all of one schema, at least one) under `name`. A device batch is
-    /// encoded on the device and crosses PCIe once; the server keeps uploads in host
-    /// memory.
-    pub fn put_all(&self, name: &str, batches: &[Batch]) -> Result<()> {
-        let span = tracing::info_span!(
-            "devbuf.flight.client",
-            uri = %self.uri(),
-            call = "put_all",
-            name,
-            batches = batches.len(),
-        );
-        trace::call(
-            span,
-            || self.put_all_untraced(name, batches),
-            |_| trace::of_batches(batches),
-        )
-    }
-
-    fn put_all_untraced(&self, name: &str, batches: &[Batch]) -> Result<()> {
-        let target = Target::batch(name)?;
-        let first = batches
-            .first()
-            .ok_or_else(|| Error::invalid("put_all needs at least one batch"))?;
-        let schema = first.schema();
-        let mut enc = IpcStreamEncoder::new()?;
-        let mut messages: Vec<FlightData> =
-            vec![enc.schema(&schema).with_descriptor(target.descriptor())];
-        for (i, b) in batches.iter().enumerate() {
-            if b.schema().fields() != schema.fields() {
-                return Err(Error::invalid(format!(
-                    "batch {i} has another schema than batch 0"
-                )));
-            }
-            messages.extend(enc.batch(b)?);
-        }
-        let req = self.request(futures::stream::iter(messages))?;
-        let mut conn = self.home.clone();
-        self.block_on(async move {
-            let mut s = conn
-                .do_put(req)
-                .await
-                .map_err(|s| from_status("Arrow Flight DoPut", s))?
-                .into_inner();
-            while let Some(r) = s.next().await {
-                r.map_err(|s| from_status("Arrow Flight DoPut", s))?;
-            }
-            Ok(())
-        })
-    }
-
-    /// Removes the batches the server serves under `name` (its `remove` action).
-    pub fn remove(&self, name: &str) -> Result<()> {
-        let req = self.request(Action::new(REMOVE_ACTION, name.to_string()))?;
-        let mut conn = self.home.clone();
-        self.block_on(async move {
-            let mut s = conn
-                .do_action(req)
-                .await
-                .map_err(|s| from_status("Arrow Flight DoAction", s))?
-                .into_inner();
-            while let Some(r) = s.next().await {
-                r.map_err(|s| from_status("Arrow Flight DoAction", s))?;
-            }
-            Ok(())
-        })
     }
 
     /// A request carrying the bearer token.
@@ -569,14 +486,6 @@ impl Client {
     pub(crate) fn options(&self) -> &ClientOptions {
         &self.options
     }
-
-    pub(crate) fn block_on<T>(&self, f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
-        not_in_runtime()?;
-        match &self.runtime {
-            Some(rt) => rt.block_on(f),
-            None => Err(Error::invalid("the Flight client was shut down")),
-        }
-    }
 }
 
 impl Drop for Client {
@@ -589,14 +498,12 @@ impl Drop for Client {
     }
 }
 
-fn not_in_runtime() -> Result<()> {
-    if tokio::runtime::Handle::try_current().is_ok() {
-        return Err(Error::invalid(
-            "the blocking Flight client was called from inside a tokio runtime: call it from \
-             tokio::task::spawn_blocking or a plain thread",
-        ));
+fn options_with_token(token: Option<&str>) -> ClientOptions {
+    let o = ClientOptions::new();
+    match token {
+        Some(t) => o.token(t),
+        None => o,
     }
-    Ok(())
 }
 
 fn conn((transport, origin): (Transport, tonic::codegen::http::Uri), o: &ClientOptions) -> Conn {

@@ -458,8 +458,37 @@ impl Client {
     /// selection is a zero-copy strided view of its bounding box, as there).
     ///
     /// An error when any endpoint fails or delivers less or other than its ticket
-    /// names: never a partial result.
+    /// names: never a partial result. Blocking: see [`read_async`](Self::read_async).
     pub fn read(
+        &self,
+        path: &str,
+        selection: &[AxisSel],
+        prototype: &BufferPrototype,
+    ) -> Result<NDBuffer> {
+        self.block_on(
+            "Client::read_async",
+            self.read_async(path, selection, prototype),
+        )
+    }
+
+    /// [`read`](Self::read) on the caller's tokio runtime (current-thread or
+    /// multi-thread; no runtime is started). The received messages are copied into
+    /// place on the runtime's blocking threads, never on the executor.
+    ///
+    /// Dropping the future cancels the read: every endpoint's stream is dropped (the
+    /// server sees it cancelled), and the drop returns once no message is being copied,
+    /// with the memory being assembled (host or device) freed.
+    ///
+    /// ```no_run
+    /// use devbuf_core::zarr::{AxisSel, BufferPrototype};
+    /// # async fn f(client: &devbuf_flight::Client) -> devbuf_core::Result<()> {
+    /// let part = client
+    ///     .read_async("v3_float32.zarr", &[AxisSel::from(2..7)], &BufferPrototype::Host)
+    ///     .await?;
+    /// assert_eq!(part.shape()[0], 5);
+    /// # Ok(()) }
+    /// ```
+    pub async fn read_async(
         &self,
         path: &str,
         selection: &[AxisSel],
@@ -473,31 +502,33 @@ impl Client {
             selection = ?selection,
             device = prototype.is_device(),
         );
-        super::trace::call(
-            span,
-            || self.read_untraced(path, selection, prototype),
-            |a| (1, 0, a.nbytes()),
-        )
+        super::trace::call(span, self.read_untraced(path, selection, prototype), |a| {
+            (1, 0, a.nbytes())
+        })
+        .await
     }
 
-    fn read_untraced(
+    async fn read_untraced(
         &self,
         path: &str,
         selection: &[AxisSel],
         prototype: &BufferPrototype,
     ) -> Result<NDBuffer> {
+        super::run::need_tokio("Client::read_async")?;
         let target = Target::array(path)?;
-        let whole = self.info(&Query::whole(target.clone()))?;
+        let whole = self.info_async(&Query::whole(target.clone())).await?;
         let grid = Grid::of(&whole, path)?;
         let BoundingBox { ranges, view } = bounding_box(selection, &to_usizes(&grid.array_shape)?)?;
-        let boxed = self.read_box(path, target, &grid, ranges, whole, prototype)?;
+        let boxed = self
+            .read_box(path, target, &grid, ranges, whole, prototype)
+            .await?;
         match view {
             Some(rel) => boxed.get(&rel),
             None => Ok(boxed),
         }
     }
 
-    fn read_box(
+    async fn read_box(
         &self,
         path: &str,
         target: Target,
@@ -542,11 +573,12 @@ impl Client {
             let flight = if everything {
                 whole
             } else {
-                self.info(&Query {
+                self.info_async(&Query {
                     target,
                     selection: Some(sel.clone()),
                     endpoints: None,
-                })?
+                })
+                .await?
             };
             if Grid::of(&flight, path)? != *grid {
                 return Err(Error::Malformed(format!(
@@ -568,7 +600,7 @@ impl Client {
                 schema: flight.schema.clone(),
                 out,
             });
-            self.fetch_all(&flight.endpoints, handler.clone())?;
+            self.fetch_all(&flight.endpoints, handler.clone()).await?;
             let handler = Arc::try_unwrap(handler)
                 .map_err(|_| Error::invalid("internal: a receiving task outlived the read"))?;
             return finish(handler.out, &shape, grid.dtype);

@@ -4,7 +4,10 @@
 //! The endpoints' streams add a `debug` event each (messages, wire bytes, time). None
 //! of it costs more than a check when no subscriber is installed.
 
+use std::future::Future;
 use std::time::Instant;
+
+use tracing::Instrument;
 
 use devbuf_core::error::Result;
 
@@ -12,18 +15,25 @@ use devbuf_core::error::Result;
 /// none), bytes of the result.
 pub(crate) type Size = (usize, usize, usize);
 
-/// Runs `run` in `span`, then closes it with an event (`size` says what came back;
-/// only computed when a subscriber takes the event).
-pub(crate) fn call<T>(
+/// Runs `fut` in `span` (the future is instrumented: the span is entered whenever it is
+/// polled), then closes the span with an event (`size` says what came back; only
+/// computed when a subscriber takes the event). A future dropped before it finished
+/// closes its span without an event.
+pub(crate) async fn call<T>(
     span: tracing::Span,
-    run: impl FnOnce() -> Result<T>,
+    fut: impl Future<Output = Result<T>>,
     size: impl FnOnce(&T) -> Size,
 ) -> Result<T> {
-    let _in = span.enter();
     let started = Instant::now();
-    let r = run();
+    let r = fut.instrument(span.clone()).await;
+    close(&span, started, &r, size);
+    r
+}
+
+fn close<T>(span: &tracing::Span, started: Instant, r: &Result<T>, size: impl FnOnce(&T) -> Size) {
+    let _in = span.enter();
     let elapsed_us = started.elapsed().as_micros() as u64;
-    match &r {
+    match r {
         Ok(v) if tracing::enabled!(tracing::Level::INFO) => {
             let (batches, rows, bytes) = size(v);
             tracing::info!(batches, rows, bytes, elapsed_us, "call done");
@@ -31,7 +41,6 @@ pub(crate) fn call<T>(
         Ok(_) => {}
         Err(e) => tracing::warn!(elapsed_us, error = %e, "call failed"),
     }
-    r
 }
 
 /// Batches, rows and (host) bytes of received batches.

@@ -573,8 +573,12 @@ pub fn import_device_stream(
     })
 }
 
-/// A CPU or CUDA_HOST `ArrowDeviceArrayStream` as an iterator of arrow-rs
-/// [`RecordBatch`]es (zero-copy, fully validated). The first error ends the iteration;
+/// A CPU or CUDA_HOST `ArrowDeviceArrayStream` as an arrow-rs
+/// [`RecordBatchReader`](arrow_array::RecordBatchReader) (an iterator of
+/// `Result<RecordBatch, ArrowError>` with a schema: zero-copy, fully validated), for
+/// code that takes arrow-rs readers; [`next_batch`](Self::next_batch) is the same with
+/// devbuf's errors (the iterator's errors are `ArrowError::ExternalError` wrapping them:
+/// `devbuf_core::Error::from` gives them back). The first error ends the iteration;
 /// dropping the reader releases the stream.
 pub struct HostStreamReader {
     inner: Consumer,
@@ -618,10 +622,10 @@ impl HostStreamReader {
     }
 }
 
-impl Iterator for HostStreamReader {
-    type Item = Result<RecordBatch>;
-
-    fn next(&mut self) -> Option<Result<RecordBatch>> {
+impl HostStreamReader {
+    /// The next batch, with devbuf's error (what the iterator yields as an
+    /// `ArrowError`); `None` after the last batch or the first error.
+    pub fn next_batch(&mut self) -> Option<Result<RecordBatch>> {
         let raw = match self.inner.next_raw()? {
             Ok(r) => r,
             Err(e) => return Some(Err(e)),
@@ -631,6 +635,20 @@ impl Iterator for HostStreamReader {
             self.inner.done = true;
         }
         Some(r)
+    }
+}
+
+impl Iterator for HostStreamReader {
+    type Item = std::result::Result<RecordBatch, arrow_schema::ArrowError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_batch().map(|r| r.map_err(Into::into))
+    }
+}
+
+impl arrow_array::RecordBatchReader for HostStreamReader {
+    fn schema(&self) -> SchemaRef {
+        self.inner.schema.clone()
     }
 }
 
@@ -649,9 +667,13 @@ impl Iterator for HostStreamReader {
 /// let mut stream = export_host_stream(schema, items);
 /// let mut reader = import_host_stream(&mut stream)?;
 /// assert_eq!(reader.next().unwrap()?, batch);
-/// let e = reader.next().unwrap().unwrap_err();
+/// let e = reader.next().unwrap().unwrap_err(); // an ArrowError
 /// assert!(e.to_string().contains("source failed"));
 /// assert!(reader.next().is_none());
+/// // As an arrow-rs RecordBatchReader:
+/// let mut stream = export_host_stream(batch.schema(), vec![Ok(batch.clone())]);
+/// let reader: Box<dyn arrow_array::RecordBatchReader> = Box::new(import_host_stream(&mut stream)?);
+/// assert_eq!(reader.schema(), batch.schema());
 /// # Ok::<(), Error>(())
 /// ```
 pub fn import_host_stream(stream: &mut ArrowDeviceArrayStream) -> Result<HostStreamReader> {

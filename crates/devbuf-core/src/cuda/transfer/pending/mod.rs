@@ -32,11 +32,15 @@
 //! `scope.rs`: [`scope`] and the borrowing copies.
 
 mod scope;
+mod waiter;
 
 pub use scope::{ScopedPending, TransferScope, scope};
 
+use std::future::Future;
 use std::marker::PhantomData;
-use std::sync::Mutex;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll};
 
 use arrow_buffer::ArrowNativeType;
 
@@ -218,7 +222,9 @@ unsafe impl HostSource for &'static [u8] {
 /// ```
 ///
 /// [`wait`](Self::wait) blocks until the copy has completed and returns the host
-/// memory; [`chain`](Self::chain) makes other streams wait for the copy on the device.
+/// memory; awaiting the `Pending` (it is a [`Future`] of `Result<T>`, on any executor)
+/// does the same without blocking the thread; [`chain`](Self::chain) makes other
+/// streams wait for the copy on the device.
 /// Dropping a `Pending` waits too. See the module docs of `devbuf_core::cuda::transfer` for
 /// why this is safe even when it is forgotten.
 ///
@@ -269,7 +275,8 @@ unsafe impl HostSource for &'static [u8] {
 /// ```
 #[must_use = "dropping a Pending waits for the copy; call wait() to get the memory back"]
 pub struct Pending<T> {
-    event: Event,
+    /// Shared with the waiter thread while a poll waits (`waiter.rs`).
+    event: Arc<Event>,
     value: Option<T>,
     keep: Vec<DeviceBuffer>,
 }
@@ -334,6 +341,59 @@ impl<T> Pending<T> {
         stream.wait_event(&self.event)
     }
 }
+
+/// Awaiting a `Pending` gives what [`wait`](Pending::wait) returns, without blocking
+/// the thread: a poll queries the copy's event; while it runs, a waiter thread (one per
+/// process, started by the first such poll) queries the events of every waiting poll
+/// every 100 us and wakes each task whose copy completed. Works on any executor (a
+/// tokio current-thread runtime included). Dropping the future before it completed
+/// waits for the copy, as dropping a `Pending` does. Polling it again after it
+/// returned the memory is an error.
+///
+/// ```no_run
+/// use devbuf_core::cuda::{Context, Stream};
+/// # async fn f() -> devbuf_core::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let s = Stream::new(&ctx)?;
+/// let dev = ctx.allocate_zeroed(8)?;
+/// let v: Vec<u8> = dev.copy_to_host_async(0, vec![1u8; 8], &s)?.await?;
+/// assert_eq!(v, [0u8; 8]);
+/// # Ok(()) }
+/// ```
+impl<T> Future for Pending<T> {
+    type Output = Result<T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Result<T>> {
+        let this = self.get_mut();
+        if this.value.is_none() {
+            return Poll::Ready(Err(Error::invalid(
+                "a Pending was polled after it returned its memory",
+            )));
+        }
+        match this.event.is_complete() {
+            Ok(true) => Poll::Ready(
+                this.value
+                    .take()
+                    .ok_or_else(|| Error::invalid("Pending already waited for")),
+            ),
+            Ok(false) => {
+                waiter::wake_when_done(this.event.clone(), cx.waker().clone());
+                Poll::Pending
+            }
+            Err(e) => {
+                // As `wait`: the DMA could not be confirmed finished, so the memory
+                // leaks rather than being freed under it.
+                std::mem::forget(this.value.take());
+                std::mem::forget(std::mem::take(&mut this.keep));
+                Poll::Ready(Err(e))
+            }
+        }
+    }
+}
+
+// `Pending` never pins its contents: the host memory is moved out by `wait` and `poll`
+// alike (its bytes stay put because `HostSource` owners keep them on the heap).
+impl<T> Unpin for Pending<T> {}
 
 impl<T> Drop for Pending<T> {
     fn drop(&mut self) {
@@ -407,7 +467,7 @@ fn finish<T>(
 ) -> Result<Pending<T>> {
     match queued.and_then(|_| event.record(stream)) {
         Ok(()) => Ok(Pending {
-            event,
+            event: Arc::new(event),
             value: Some(value),
             keep,
         }),
