@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 
-use devbuf::cuda::ipc::testing::StreamGate;
+use devbuf::__test::StreamGate;
 use devbuf::cuda::{DeviceBuffer, Stream};
 
 use crate::common::*;
