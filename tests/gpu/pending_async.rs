@@ -1,5 +1,5 @@
-//! `Pending` as a `Future`: awaited inside a current-thread tokio runtime while its
-//! stream is held by a gate (the first poll is pending, the waiter thread wakes the
+//! `Pending` as a `Future`: a copy into page-locked memory awaited inside a
+//! current-thread tokio runtime while its stream is held by a gate (the first poll is pending, the waiter thread wakes the
 //! task once the gate opens), the data checked; several copies awaited together; a
 //! poll after completion is an error.
 
@@ -29,12 +29,15 @@ gpu_test_exclusive! {
         let dev = DeviceBuffer::from_host(&c, &data).unwrap();
         let gate = Arc::new(StreamGate::block(&s).unwrap());
         runtime().block_on(async {
-            let mut p = dev.copy_to_host_async(0, vec![0u8; n], &s).unwrap();
+            // Page-locked memory: the DMA is queued behind the gate and the call returns
+            // at once (into ordinary memory a large copy completes inside the call, which
+            // would wait for the gate forever).
+            let mut p = dev.copy_to_host_async(0, c.allocate_host(n).unwrap(), &s).unwrap();
             let first = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut p).poll(cx))).await;
             assert!(first.is_pending(), "the stream is held: the copy cannot have run");
             gate.open();
             let got = (&mut p).await.unwrap();
-            assert!(got == data, "the awaited copy's bytes");
+            assert!(got[..] == data[..], "the awaited copy's bytes");
             let again = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut p).poll(cx))).await;
             assert!(matches!(again, Poll::Ready(Err(_))), "polled after it returned its memory");
         });
