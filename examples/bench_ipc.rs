@@ -127,7 +127,7 @@ fn writer_table(ctx: &Context) -> Result<(), Box<dyn std::error::Error>> {
         w.write_all(chunk)?;
     }
     drop(w);
-    let probe = buf.copy_to_host(total - 4096, 4096)?;
+    let probe = buf.slice(total - 4096, 4096)?.to_host()?;
     if probe[..] != src[total - 4096..] {
         return Err("the writer's bytes differ from the source".into());
     }

@@ -84,7 +84,7 @@ fn check(ok: bool, what: &str) -> Result<()> {
 
 fn element(buf: &DeviceBuffer, index: usize, size: usize) -> Result<Vec<u8>> {
     let mut b = vec![0u8; size];
-    buf.copy_to_host_into(index * size, &mut b)?;
+    buf.copy_to_host(index * size, &mut b)?;
     Ok(b)
 }
 

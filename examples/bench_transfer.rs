@@ -271,7 +271,7 @@ fn section_table(b: &mut Bench, ctx: &Context, raw: &Raw, m: &mut Mem) -> devbuf
     let stream = Stream::new(ctx)?;
     println!("\n## Single copies: devbuf vs the driver\n");
     println!(
-        "`devbuf` = `copy_from_host` / `copy_to_host_into`; `devbuf async` = a scoped async copy on a stream + wait; \
+        "`devbuf` = `copy_from_host` / `copy_to_host`; `devbuf async` = a scoped async copy on a stream + wait; \
          `driver` = `cuMemcpyHtoD_v2` / `cuMemcpyDtoH_v2`; `driver async` = `cuMemcpy*Async_v2` + `cuStreamSynchronize`. GB/s (median).\n"
     );
     println!(
@@ -301,7 +301,7 @@ fn section_table(b: &mut Bench, ctx: &Context, raw: &Raw, m: &mut Mem) -> devbuf
                 if h2d {
                     dev.copy_from_host(0, slice())
                 } else {
-                    dev.copy_to_host_into(0, slice())
+                    dev.copy_to_host(0, slice())
                 }
             };
             let mut ours_async = || {
@@ -428,7 +428,7 @@ fn section_small(b: &mut Bench, ctx: &Context, m: &mut Mem) -> devbuf::Result<()
                         if h2d {
                             dev.copy_from_host(0, slice())
                         } else {
-                            dev.copy_to_host_into(0, slice())
+                            dev.copy_to_host(0, slice())
                         }
                     });
             }
@@ -504,7 +504,7 @@ fn section_sweep(b: &mut Bench, ctx: &Context, m: &mut Mem) -> devbuf::Result<()
                     if di == 0 {
                         dev.copy_from_host(0, &ord[..n])
                     } else {
-                        dev.copy_to_host_into(0, &mut ord[..n])
+                        dev.copy_to_host(0, &mut ord[..n])
                     }
                 });
                 let g = n as f64 / secs / 1e9;
@@ -560,7 +560,7 @@ fn section_sweep(b: &mut Bench, ctx: &Context, m: &mut Mem) -> devbuf::Result<()
                     if di == 0 {
                         dev.copy_from_host(0, &ord[..s])
                     } else {
-                        dev.copy_to_host_into(0, &mut ord[..s])
+                        dev.copy_to_host(0, &mut ord[..s])
                     }
                 });
                 let g = s as f64 / secs / 1e9;
@@ -632,7 +632,7 @@ fn section_crossover(b: &mut Bench, ctx: &Context, m: &mut Mem) -> devbuf::Resul
                     if di == 0 {
                         dev.copy_from_host(0, &ord[..n])
                     } else {
-                        dev.copy_to_host_into(0, &mut ord[..n])
+                        dev.copy_to_host(0, &mut ord[..n])
                     }
                 });
                 g[k] = n as f64 / secs / 1e9;
@@ -767,7 +767,7 @@ fn section_batch(b: &mut Bench, ctx: &Context, raw: &Raw) -> devbuf::Result<()> 
                     if di == 0 {
                         dev.copy_from_host(slot(i), c)?;
                     } else {
-                        dev.copy_to_host_into(slot(i), c)?;
+                        dev.copy_to_host(slot(i), c)?;
                     }
                 }
                 Ok(())
@@ -813,7 +813,7 @@ fn section_batch(b: &mut Bench, ctx: &Context, raw: &Raw) -> devbuf::Result<()> 
             );
         }
         // Check: the device holds piece i at slot(i).
-        let all = dev.copy_to_host(0, total)?;
+        let all = dev.slice(0, total)?.to_host()?;
         for (i, c) in chunks.iter().enumerate() {
             assert!(
                 all[slot(i)..slot(i) + piece] == c[..],
@@ -934,7 +934,7 @@ fn section_async(b: &mut Bench, ctx: &Context, m: &mut Mem) -> devbuf::Result<()
                 // directions from two threads.
                 std::thread::scope(|t| {
                     let h = t.spawn(|| dev.copy_from_host(0, up_src));
-                    let r = dev2.copy_to_host_into(0, &mut down_dst[..]);
+                    let r = dev2.copy_to_host(0, &mut down_dst[..]);
                     h.join()
                         .map_err(|_| devbuf::Error::invalid("thread panicked"))??;
                     r

@@ -68,8 +68,8 @@ gpu_test! {
         assert_eq!(b.len(), 0);
         assert_eq!(b.address(), 0);
         b.copy_from_host(0, &[]).unwrap();
-        b.copy_to_host_into(0, &mut []).unwrap();
-        assert_eq!(b.copy_to_host(0, 0).unwrap().len(), 0);
+        b.copy_to_host(0, &mut []).unwrap();
+        assert_eq!(b.slice(0, 0).unwrap().to_host().unwrap().len(), 0);
         assert_eq!(b.to_vec::<u32>().unwrap(), Vec::<u32>::new());
         assert_eq!(b.hex().unwrap(), "");
         assert!(b.slice(0, 0).unwrap().is_empty());
@@ -102,14 +102,14 @@ gpu_test! {
             assert_eq!(d.len(), n);
             assert_ne!(d.address(), 0);
             assert_eq!(d.to_host_vec().unwrap(), data, "size {n}");
-            let h = d.copy_to_host(0, n).unwrap();
+            let h = d.slice(0, n).unwrap().to_host().unwrap();
             assert_eq!(&h[..], &data[..]);
             let pos = below(&mut r, n);
             let len = below(&mut r, n - pos + 1);
-            let part = d.copy_to_host(pos, len).unwrap();
+            let part = d.slice(pos, len).unwrap().to_host().unwrap();
             assert_eq!(&part[..], &data[pos..pos + len], "size {n} part {pos}+{len}");
             let mut into = vec![0u8; len];
-            d.copy_to_host_into(pos, &mut into).unwrap();
+            d.copy_to_host(pos, &mut into).unwrap();
             assert_eq!(into, &data[pos..pos + len]);
         }
     }
@@ -181,8 +181,8 @@ gpu_test! {
         check(s.slice(40, 11).unwrap_err(), "slice");
         check(s.slice(51, 0).unwrap_err(), "slice");
         check(s.slice(usize::MAX, 2).unwrap_err(), "slice");
-        check(s.copy_to_host(49, 2).unwrap_err(), "copy_to_host");
-        check(s.copy_to_host_into(45, &mut [0u8; 6]).unwrap_err(), "copy_to_host_into");
+        check(s.copy_to_host(49, &mut [0u8; 2]).unwrap_err(), "copy_to_host");
+        check(s.copy_to_host(45, &mut [0u8; 6]).unwrap_err(), "copy_to_host");
         check(s.copy_from_host(45, &[1u8; 6]).unwrap_err(), "copy_from_host");
         check(s.copy_from_host(usize::MAX, &[1u8; 6]).unwrap_err(), "copy_from_host");
         let src = DeviceBuffer::from_host(&c, &[9u8; 20]).unwrap();
@@ -375,7 +375,7 @@ gpu_test! {
         let d = c.allocate(4097).unwrap();
         d.copy_from_host(0, &h).unwrap();
         let mut back = c.allocate_host(4097).unwrap();
-        d.copy_to_host_into(0, &mut back).unwrap();
+        d.copy_to_host(0, &mut back).unwrap();
         assert_eq!(&back[..], &data[..]);
         drop((h, back, d));
         assert_eq!(c.host_bytes_allocated(), 0);
@@ -438,7 +438,7 @@ gpu_test! {
         let data = fast_random(n, 0x9E37_79B9_7F4A_7C15);
         let t = std::time::Instant::now();
         let d = DeviceBuffer::from_host(&c, &data).unwrap();
-        let h = d.copy_to_host(0, n).unwrap();
+        let h = d.slice(0, n).unwrap().to_host().unwrap();
         println!("1 GiB host->device->page-locked in {:?}", t.elapsed());
         assert!(h[..] == data[..], "1 GiB round trip differs");
         let d2 = c.allocate(n).unwrap();
@@ -447,7 +447,7 @@ gpu_test! {
         d2.copy_from_host(n - 1, &[data[n - 1] ^ 1]).unwrap();
         assert!(!d2.equals(&d).unwrap());
         let mut tail = vec![0u8; 4096];
-        d.copy_to_host_into(n - 4096, &mut tail).unwrap();
+        d.copy_to_host(n - 4096, &mut tail).unwrap();
         assert_eq!(&tail[..], &data[n - 4096..]);
     }
 
@@ -470,7 +470,7 @@ gpu_test! {
                         assert!(own.equals(&mine).unwrap());
                         let other = c.allocate(data.len()).unwrap();
                         other.copy_from_device(0, &mine).unwrap();
-                        let back = other.copy_to_host(0, data.len()).unwrap();
+                        let back = other.slice(0, data.len()).unwrap().to_host().unwrap();
                         assert!(back[..] == data[..], "thread {t} round {round}");
                     }
                 });

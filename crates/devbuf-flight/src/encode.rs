@@ -152,7 +152,7 @@ impl IpcStreamEncoder {
             Batch::Host(b) => self.host_batch(b),
             Batch::Device(b) => match serialize_device_record_batch(b) {
                 Ok(message) => {
-                    let host = message.copy_to_host(0, message.len())?;
+                    let host = message.to_host()?;
                     Ok(vec![split_message(host.into_bytes())?])
                 }
                 Err(Error::InvalidArgument(_)) => self.host_batch(&b.to_host()?),

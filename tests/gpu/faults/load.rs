@@ -160,7 +160,7 @@ fn host(s: &Shared, r: &mut SmallRng) -> Check {
     h.copy_from_slice(&data);
     let d = DeviceBuffer::from_host(&s.own, &h).map_err(fail("from page-locked"))?;
     drop(h);
-    let back = d.copy_to_host(0, n).map_err(fail("copy_to_host"))?;
+    let back = d.to_host().map_err(fail("to_host"))?;
     let ptr = back.as_ptr();
     let bytes = back.into_bytes();
     ensure(bytes.as_ptr() == ptr, "into_bytes is zero-copy")?;

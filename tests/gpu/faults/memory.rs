@@ -107,7 +107,7 @@ gpu_test! {
         let mut h = c.allocate_host(want.len()).unwrap();
         h.copy_from_slice(&want);
         let d = DeviceBuffer::from_host(&c, &h).unwrap();
-        assert!(d.copy_to_host(0, want.len()).unwrap()[..] == want[..]);
+        assert!(d.slice(0, want.len()).unwrap().to_host().unwrap()[..] == want[..]);
         drop((h, d));
         assert_eq!(held(&c), NOTHING);
 
@@ -169,9 +169,9 @@ gpu_test_exclusive! {
         keep[0].copy_from_host(0, &probe).unwrap();
         last.copy_from_host(last.len() - MIB, &probe).unwrap();
         let mut back = vec![0u8; MIB];
-        keep[0].copy_to_host_into(0, &mut back).unwrap();
+        keep[0].copy_to_host(0, &mut back).unwrap();
         assert!(back == probe);
-        last.copy_to_host_into(last.len() - MIB, &mut back).unwrap();
+        last.copy_to_host(last.len() - MIB, &mut back).unwrap();
         assert!(back == probe);
         // A staged copy needs a new staging kit (each refusal above trimmed the idle
         // ones), whose stream the driver may refuse on a full device: the bytes or an error.
@@ -179,7 +179,7 @@ gpu_test_exclusive! {
         let target = keep.iter().find(|b| b.len() >= big.len()).unwrap_or(&keep[0]);
         let n = big.len().min(target.len());
         let mut got = vec![0u8; n];
-        let staged = target.copy_from_host(0, &big[..n]).and_then(|_| target.copy_to_host_into(0, &mut got));
+        let staged = target.copy_from_host(0, &big[..n]).and_then(|_| target.copy_to_host(0, &mut got));
         let ok = staged.is_ok();
         println!("a staged copy while the device is full: {}", outcome(staged, |_| same(&got, &big[..n])));
         assert!(!ok || got == big[..n], "a staged copy that succeeded gave other bytes");
@@ -188,7 +188,7 @@ gpu_test_exclusive! {
         match cuda::copy_many_from_host(&pieces) {
             Ok(()) => {
                 let mut got = vec![0u8; 64_000];
-                last.copy_to_host_into(0, &mut got).unwrap();
+                last.copy_to_host(0, &mut got).unwrap();
                 for i in 0..64 {
                     assert!(got[i * 1000..i * 1000 + 999] == probe[i * 1000..i * 1000 + 999], "piece {i}");
                 }
@@ -204,7 +204,7 @@ gpu_test_exclusive! {
         assert!(free1 + (256 << 20) >= free0, "not freed: {free0} before, {free1} after");
         let again = c.allocate(free1 / 2).unwrap();
         again.copy_from_host(again.len() - MIB, &probe).unwrap();
-        again.copy_to_host_into(again.len() - MIB, &mut back).unwrap();
+        again.copy_to_host(again.len() - MIB, &mut back).unwrap();
         assert!(back == probe, "allocation works again");
         drop(again);
         assert_eq!(held(&c), NOTHING);

@@ -58,7 +58,7 @@ gpu_test! {
         let dev = c.allocate(n).unwrap();
         dev.copy_from_host(0, &data).unwrap();
         let mut back = vec![0u8; n];
-        dev.copy_to_host_into(0, &mut back).unwrap();
+        dev.copy_to_host(0, &mut back).unwrap();
         assert!(back == data, "64 MiB through one kit");
         // Batched: 300 pieces of up to 100 KiB at odd offsets.
         let mut r = rng("faults_pool_batched");

@@ -179,7 +179,7 @@ gpu_test_exclusive! {
             b.copy_from_device(0, &a).unwrap();
             d1.synchronize().unwrap(); // cuMemcpyPeer may return before the copy is done
             let blocking = t.elapsed().as_secs_f64();
-            b.copy_to_host_into(0, &mut host).unwrap();
+            b.copy_to_host(0, &mut host).unwrap();
             assert_bytes(&host, &data, &format!("peer access {state}: 0 -> 1 blocking"));
             // 1 -> 0 on a stream of device 1 (the source's), odd offsets.
             let len = n - 7;
@@ -188,7 +188,7 @@ gpu_test_exclusive! {
             back.copy_from_device_on(1, &b.slice(3, len).unwrap(), &s1).unwrap();
             s1.synchronize().unwrap();
             let on_src = t.elapsed().as_secs_f64();
-            back.copy_to_host_into(0, &mut host).unwrap();
+            back.copy_to_host(0, &mut host).unwrap();
             assert_eq!(host[0], 0, "peer access {state}: wrote before the range");
             assert_bytes(&host[1..1 + len], &data[3..3 + len], &format!("peer access {state}: 1 -> 0 on device 1's stream"));
             assert!(host[1 + len..].iter().all(|&x| x == 0), "peer access {state}: wrote past the range");
@@ -198,7 +198,7 @@ gpu_test_exclusive! {
             b.copy_from_device_on(5, &back.slice(1, len).unwrap(), &s0).unwrap();
             s0.synchronize().unwrap();
             let on_other = t.elapsed().as_secs_f64();
-            b.copy_to_host_into(0, &mut host).unwrap();
+            b.copy_to_host(0, &mut host).unwrap();
             assert!(host[..5].iter().all(|&x| x == 0), "peer access {state}: wrote before the range");
             assert_bytes(&host[5..5 + len], &data[3..3 + len], &format!("peer access {state}: 0 -> 1 on device 0's stream"));
             assert!(host[5 + len..].iter().all(|&x| x == 0), "peer access {state}: wrote past the range");
@@ -300,7 +300,7 @@ gpu_test! {
                         assert_bytes(&b1.to_host_vec().unwrap(), &data, &format!("{what}: 0 -> 1"));
                         let c0 = d0.allocate(n + 1).unwrap();
                         peer_copy(HOWS[(t + round as usize + 1) % 4], &c0, 1, &b1);
-                        assert_bytes(&c0.copy_to_host(1, n).unwrap(), &data, &format!("{what}: 1 -> 0"));
+                        assert_bytes(&c0.slice(1, n).unwrap().to_host().unwrap(), &data, &format!("{what}: 1 -> 0"));
                         // This thread's slices of the shared buffers, written across devices.
                         let mine1 = shared1.slice(t * per, n).unwrap();
                         let mine0 = shared0.slice(t * per + 1, n).unwrap();

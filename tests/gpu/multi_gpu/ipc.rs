@@ -66,7 +66,7 @@ fn child_open_on_other_device() {
     let mine2 = work.allocate(len + 3).unwrap();
     mine2.copy_from_device_on(3, &opened, &stream).unwrap();
     stream.synchronize().unwrap();
-    let got2 = mine2.copy_to_host(3, len).unwrap();
+    let got2 = mine2.slice(3, len).unwrap().to_host().unwrap();
     say(
         "read",
         format!(

@@ -343,33 +343,34 @@ impl DeviceBuffer {
         }
     }
 
-    /// Copies `nbytes` starting at `position` into a new page-locked [`HostBuffer`]
-    /// (which converts to Arrow or `Bytes` without another copy).
-    pub fn copy_to_host(&self, position: usize, nbytes: usize) -> Result<HostBuffer> {
-        check_range("copy_to_host", position, nbytes, self.len)?;
+    /// Copies the whole buffer into a new page-locked [`HostBuffer`] (which converts to
+    /// Arrow or `Bytes` without another copy: `Bytes::from(h)`,
+    /// `arrow_buffer::Buffer::from(h)`, `PrimitiveArray::<T>::try_from(h)`). A part:
+    /// `d.slice(pos, n)?.to_host()`; into memory you already have:
+    /// [`copy_to_host`](Self::copy_to_host).
+    pub fn to_host(&self) -> Result<HostBuffer> {
+        let nbytes = self.len;
         let mut h = HostBuffer::alloc_uninit(self.context(), nbytes)?;
         if nbytes > 0 {
             // Page-locked destination: one DMA (no staging, no driver query). Through a raw
             // pointer: the memory is not initialised yet, so no `&mut [u8]` may cover it.
             self.context().bind()?;
-            // Safety: `h` owns `nbytes` writable page-locked bytes; the source range was
-            // checked above. The synchronous copy has written every byte when it returns.
-            unsafe {
-                driver::memcpy_dtoh(h.as_mut_ptr(), self.address() + position as u64, nbytes)?
-            };
+            // Safety: `h` owns `nbytes` writable page-locked bytes, the whole of this
+            // buffer. The synchronous copy has written every byte when it returns.
+            unsafe { driver::memcpy_dtoh(h.as_mut_ptr(), self.address(), nbytes)? };
         }
         Ok(h)
     }
 
     /// Copies `dst.len()` bytes starting at `position` into `dst`; every byte is
-    /// written when the call returns.
+    /// written when the call returns. (Into new memory: [`to_host`](Self::to_host).)
     ///
     /// Into page-locked memory this is one DMA; into ordinary memory of at least
     /// [`TransferConfig::staging_min_bytes`](super::TransferConfig) it goes through the
     /// transfer engine's staging lanes (page-locked speed), below that through one
     /// driver call. See [`Context::set_transfer_config`].
-    pub fn copy_to_host_into(&self, position: usize, dst: &mut [u8]) -> Result<()> {
-        check_range("copy_to_host_into", position, dst.len(), self.len)?;
+    pub fn copy_to_host(&self, position: usize, dst: &mut [u8]) -> Result<()> {
+        check_range("copy_to_host", position, dst.len(), self.len)?;
         if dst.is_empty() {
             return Ok(());
         }
@@ -571,21 +572,21 @@ impl DeviceBuffer {
         // a valid value of an Arrow native type.
         let bytes =
             unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), self.len) };
-        self.copy_to_host_into(0, bytes)?;
+        self.copy_to_host(0, bytes)?;
         Ok(v)
     }
 
     /// Copies the contents into a `Vec<u8>`.
     pub fn to_host_vec(&self) -> Result<Vec<u8>> {
         let mut v = vec![0u8; self.len];
-        self.copy_to_host_into(0, &mut v)?;
+        self.copy_to_host(0, &mut v)?;
         Ok(v)
     }
 
     /// Copies the contents into `bytes::Bytes` (one copy, into page-locked memory that the
     /// `Bytes` then owns without another copy).
     pub fn to_bytes(&self) -> Result<bytes::Bytes> {
-        Ok(self.copy_to_host(0, self.len)?.into_bytes())
+        Ok(self.to_host()?.into_bytes())
     }
 
     /// Whether both buffers hold the same bytes. Compared on the device by a kernel

@@ -53,7 +53,7 @@ impl std::panic::UnwindSafe for HostBuffer {}
 
 impl HostBuffer {
     /// Allocates without initialising. Callers must write every byte before the buffer
-    /// is read through `Deref` (see `copy_to_host`, `zero_fill`).
+    /// is read through `Deref` (see `DeviceBuffer::to_host`, `zero_fill`).
     pub(crate) fn alloc_uninit(ctx: &Context, len: usize) -> Result<HostBuffer> {
         if len == 0 {
             return Ok(HostBuffer {
@@ -144,6 +144,14 @@ impl HostBuffer {
     /// Pointer and length of the memory, for zero-copy conversions.
     pub(crate) fn raw_parts(&self) -> (NonNull<u8>, usize) {
         (self.ptr, self.len)
+    }
+}
+
+/// Zero-copy: the `Bytes` points at the page-locked memory, which is freed when the
+/// last `Bytes` clone drops.
+impl From<HostBuffer> for bytes::Bytes {
+    fn from(h: HostBuffer) -> bytes::Bytes {
+        bytes::Bytes::from_owner(h)
     }
 }
 

@@ -132,7 +132,7 @@ impl Read for DeviceBufferReader {
             return Ok(0);
         }
         self.buf
-            .copy_to_host_into(self.pos as usize, &mut out[..n])
+            .copy_to_host(self.pos as usize, &mut out[..n])
             .map_err(|e| io_err(io::ErrorKind::Other, e))?;
         self.pos += n as u64;
         Ok(n)
@@ -264,7 +264,7 @@ impl<T: StagedSink, S: DerefMut<Target = [u8]>> Staged<T, S> {
 /// w.seek(SeekFrom::Start(0))?; // flushes
 /// assert!(w.write_all(&[0u8; 2 << 20]).is_err()); // past the end: nothing written
 /// let buf = w.into_inner()?;
-/// assert_eq!(buf.copy_to_host(256, 1)?[0], 1);
+/// assert_eq!(buf.slice(256, 1)?.to_host()?[0], 1);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct DeviceBufferWriter {

@@ -304,7 +304,7 @@ impl Place {
         check_range("transfer", offset, len, src.len())?;
         Ok(match (self, src) {
             (Place::Host, Memory::Device(d)) => {
-                Memory::Host(d.copy_to_host(offset, len)?.into_bytes())
+                Memory::Host(d.slice(offset, len)?.to_host()?.into_bytes())
             }
             (Place::Device(ctx), Memory::Host(b)) => {
                 Memory::Device(DeviceBuffer::from_host(ctx, &b[offset..offset + len])?)

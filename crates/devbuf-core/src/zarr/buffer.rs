@@ -182,7 +182,7 @@ impl ByteBuffer {
                 Ok(())
             }
             (crate::memory::MemMut::Host(dst), Memory::Device(src)) => {
-                src.copy_to_host_into(0, &mut dst[start..start + len])
+                src.copy_to_host(0, &mut dst[start..start + len])
             }
             (crate::memory::MemMut::Device(dst), Memory::Host(src)) => {
                 dst.copy_from_host(start, src)
@@ -236,7 +236,7 @@ impl ByteBuffer {
                         Memory::Device(d) => {
                             let at = out.len();
                             out.resize(at + d.len(), 0);
-                            d.copy_to_host_into(0, &mut out[at..])?;
+                            d.copy_to_host(0, &mut out[at..])?;
                         }
                     }
                 }
