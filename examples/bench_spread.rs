@@ -329,7 +329,7 @@ mod bench {
             let states = all
                 .iter()
                 .map(|c| {
-                    let src = DeviceBuffer::from_host(c, &raw)?;
+                    let src = DeviceBuffer::from_slice(c, &raw)?;
                     let packed = c.allocate(k * cap)?;
                     let stream = Stream::new(c)?;
                     let sizes = CompressBatch::new(c)?.compress(

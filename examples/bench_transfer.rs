@@ -385,7 +385,7 @@ fn section_table(b: &mut Bench, ctx: &Context, raw: &Raw, m: &mut Mem) -> devbuf
         .filter(|&n| n <= max)
         .max()
         .unwrap_or(0);
-    let check = DeviceBuffer::from_host(ctx, &m.ordinary[..n])?;
+    let check = DeviceBuffer::from_slice(ctx, &m.ordinary[..n])?;
     assert!(check.equals(&m.dev.slice(0, n)?)?, "table: data check");
     Ok(())
 }
@@ -1181,7 +1181,7 @@ fn section_peer(b: &mut Bench, ctx: &Context) -> devbuf::Result<()> {
     ctx.enable_peer_access(&d1)?;
     // The copies moved the pattern 0 -> 1 -> 0 -> ...: device 1 holds it, device 0 too.
     let k = pattern.len();
-    let check = DeviceBuffer::from_host(&d1, &pattern)?;
+    let check = DeviceBuffer::from_slice(&d1, &pattern)?;
     assert!(
         check.equals(&a1.slice(0, k)?)?,
         "peer: data check on device 1"

@@ -705,7 +705,7 @@ mod bench {
         use devbuf::cuda::{DeviceBuffer, Stream};
         let total = 256usize << 20;
         let raw = field(4096, 16384).to_buffer()?.to_bytes()?;
-        let src = DeviceBuffer::from_host(ctx, &raw)?;
+        let src = DeviceBuffer::from_slice(ctx, &raw)?;
         let lib = nvcomp::library()?;
         print!(
             "limits in this run: nvCOMP zstd compression, GB/s (one call of 256 MiB / calls of 32 MiB from 4 threads):"
@@ -764,7 +764,7 @@ mod bench {
         use devbuf::cuda::{DeviceBuffer, Stream};
         let total = 512usize << 20;
         let raw = field(8192, 16384).to_buffer()?.to_bytes()?;
-        let src = DeviceBuffer::from_host(ctx, &raw)?;
+        let src = DeviceBuffer::from_slice(ctx, &raw)?;
         let lib = nvcomp::library()?;
         print!(
             "limits in this run: nvCOMP zstd decode on the device, GB/s (one call of 512 MiB / \

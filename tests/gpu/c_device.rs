@@ -159,7 +159,7 @@ gpu_test! {
                 bits[i / 8] |= 1 << (i % 8);
             }
         }
-        let validity = DeviceBuffer::from_host(&c, &bits).unwrap();
+        let validity = DeviceBuffer::from_slice(&c, &bits).unwrap();
         let (off, len) = (5usize, 23usize);
         let nulls = (off..off + len).filter(|i| i % 4 == 1).count();
         let d = DeviceArray::try_new(DataType::Int32, len, nulls, off, Some(validity), vec![values], vec![], None).unwrap();
@@ -173,8 +173,8 @@ gpu_test! {
         // Utf8 at an offset: the importer reads offsets[offset + len] from the device.
         let words = StringArray::from((0..30).map(|i| "x".repeat(i % 5)).collect::<Vec<_>>());
         let data = words.to_data();
-        let offsets = DeviceBuffer::from_host(&c, data.buffers()[0].as_slice()).unwrap();
-        let bytes = DeviceBuffer::from_host(&c, data.buffers()[1].as_slice()).unwrap();
+        let offsets = DeviceBuffer::from_slice(&c, data.buffers()[0].as_slice()).unwrap();
+        let bytes = DeviceBuffer::from_slice(&c, data.buffers()[1].as_slice()).unwrap();
         let d = DeviceArray::try_new(DataType::Utf8, 11, 0, 7, None, vec![offsets, bytes], vec![], None).unwrap();
         let (mut c_array, schema) = export_device_array(&d, SyncEvent::DefaultStream).unwrap();
         let imported = import_device_array(&mut c_array, &schema, None).unwrap();
@@ -270,7 +270,7 @@ gpu_test_exclusive! {
         let words = StringArray::from((0..5000).map(|i| format!("w{}", i * 7)).collect::<Vec<_>>());
         let data = words.to_data();
         let (o, v) = (data.buffers()[0].as_slice(), data.buffers()[1].as_slice());
-        let (o_src, v_src) = (DeviceBuffer::from_host(&c, o).unwrap(), DeviceBuffer::from_host(&c, v).unwrap());
+        let (o_src, v_src) = (DeviceBuffer::from_slice(&c, o).unwrap(), DeviceBuffer::from_slice(&c, v).unwrap());
         let (o_dst, v_dst) = (c.allocate_zeroed(o.len()).unwrap(), c.allocate_zeroed(v.len()).unwrap());
         let producer = Stream::new(&c).unwrap();
         let consumer = Stream::new(&c).unwrap();

@@ -266,7 +266,7 @@ gpu_test! {
             assert!(small.iter().all(|&b| b == v), "round {round}: small download incomplete");
         }
         // A kernel on the legacy stream, then a download of its result.
-        let a = DeviceBuffer::from_host(&c, &out).unwrap();
+        let a = DeviceBuffer::from_slice(&c, &out).unwrap();
         assert!(a.equals(&dev).unwrap());
     }
 
@@ -512,7 +512,7 @@ gpu_test! {
         for want in ["piece 2", "of 4", "offset 950", "length 100", "1050", "size 1000"] {
             assert!(msg.contains(want), "{msg} lacks {want}");
         }
-        assert!(dev.to_host_vec().unwrap().iter().all(|&b| b == 7), "nothing copied before the check");
+        assert!(dev.to_vec::<u8>().unwrap().iter().all(|&b| b == 7), "nothing copied before the check");
         // Overflow.
         let list: Vec<(&[u8], &DeviceBuffer, usize)> = vec![(&data[..], &dev, usize::MAX)];
         let msg = cuda::copy_many_from_host(&list).unwrap_err().to_string();
@@ -543,7 +543,7 @@ gpu_test! {
         let list: Vec<(&[u8], &DeviceBuffer, usize)> = vec![(&data[..], &dev, 0), (&data[..], &od, 0)];
         let msg = cuda::copy_many_from_host(&list).unwrap_err().to_string();
         assert!(msg.contains("piece 1") && msg.contains("piece 0") && msg.contains("context"), "{msg}");
-        assert!(dev.to_host_vec().unwrap().iter().all(|&b| b == 7), "nothing copied on error");
+        assert!(dev.to_vec::<u8>().unwrap().iter().all(|&b| b == 7), "nothing copied on error");
     }
 
     fn async_owned_copies_and_chained_events() {
@@ -620,7 +620,7 @@ gpu_test! {
         let s = Stream::new(&c).unwrap();
         let n = 8 * MIB;
         let data = fast_random(n, 3);
-        let d = DeviceBuffer::from_host(&c, &data).unwrap();
+        let d = DeviceBuffer::from_slice(&c, &data).unwrap();
         // Forgotten: the Vec leaks (never freed while the copy runs).
         let p = d.copy_to_host_async(0, vec![0u8; n], &s).unwrap();
         std::mem::forget(p);
@@ -630,7 +630,7 @@ gpu_test! {
         // Dropped: waits, then frees.
         let p = d.copy_from_host_async(0, c.allocate_host(n).unwrap(), &s).unwrap();
         drop(p);
-        assert!(d.to_host_vec().unwrap().iter().all(|&b| b == 0), "dropped upload completed");
+        assert!(d.to_vec::<u8>().unwrap().iter().all(|&b| b == 0), "dropped upload completed");
         s.synchronize().unwrap();
     }
 
@@ -660,18 +660,18 @@ gpu_test! {
         let s = Stream::new(&c).unwrap();
         let n = 1_000_003;
         let data = fast_random(n, 8);
-        let d = DeviceBuffer::from_host(&c, &data).unwrap();
+        let d = DeviceBuffer::from_slice(&c, &data).unwrap();
         // Overlapping forward move within one allocation (memmove semantics).
         d.copy_from_device_async(10, &d.slice(0, n - 10).unwrap(), &s).unwrap().wait().unwrap();
         let mut want = data.clone();
         want.copy_within(0..n - 10, 10);
-        assert_bytes(&d.to_host_vec().unwrap(), &want, "overlapping device copy");
+        assert_bytes(&d.to_vec::<u8>().unwrap(), &want, "overlapping device copy");
         // Another context on the same device.
         let other = Context::new_dedicated(0).unwrap();
         let od = other.allocate(n).unwrap();
         let os = Stream::new(&other).unwrap();
         od.copy_from_device_async(0, &d, &os).unwrap().wait().unwrap();
-        assert_bytes(&od.to_host_vec().unwrap(), &want, "peer copy");
+        assert_bytes(&od.to_vec::<u8>().unwrap(), &want, "peer copy");
     }
 
     fn scoped_copies_borrow_until_the_scope_ends() {
@@ -994,7 +994,7 @@ gpu_test_exclusive! {
         let s = Stream::new(&c).unwrap();
         let n = 8 * MIB + 3;
         let data = fast_random(n, 17);
-        let dev = DeviceBuffer::from_host(&c, &data).unwrap();
+        let dev = DeviceBuffer::from_slice(&c, &data).unwrap();
         let hold = Duration::from_millis(500);
         let gate = Arc::new(StreamGate::block(&s).unwrap());
         let opener = {

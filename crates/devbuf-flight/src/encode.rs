@@ -153,7 +153,7 @@ impl IpcStreamEncoder {
             Batch::Device(b) => match serialize_device_record_batch(b) {
                 Ok(message) => {
                     let host = message.to_host()?;
-                    Ok(vec![split_message(host.into_bytes())?])
+                    Ok(vec![split_message(bytes::Bytes::from(host))?])
                 }
                 Err(Error::InvalidArgument(_)) => self.host_batch(&b.to_host()?),
                 Err(e) => Err(e),

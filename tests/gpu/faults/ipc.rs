@@ -51,7 +51,7 @@ fn recorded_event(c: &Context) -> Event {
 
 /// `"equal"` when `b` holds `want`, else `"differ"`.
 fn compare(b: &DeviceBuffer, want: &[u8]) -> String {
-    outcome(b.to_host_vec(), |v| {
+    outcome(b.to_vec::<u8>(), |v| {
         if v == want {
             "equal".into()
         } else {
@@ -73,7 +73,7 @@ fn child_entry() {
             // data(SEED, N) on the device, handles to all of it and to a slice at an odd
             // offset, an event recorded after it; then wait for "exit" or be killed.
             let (seed, n): (u64, usize) = (env("SEED").parse().unwrap(), env("N").parse().unwrap());
-            let b = DeviceBuffer::from_host(&c, &data(seed, n)).unwrap();
+            let b = DeviceBuffer::from_slice(&c, &data(seed, n)).unwrap();
             let e = recorded_event(&c);
             say("mem", b.export_ipc().unwrap().to_hex());
             say(
@@ -160,8 +160,8 @@ fn child_entry() {
                 outcome(c.open_ipc(&mh), |b| compare(&b, &now)),
             );
             say("mappings", open_mapping_count());
-            let mine = DeviceBuffer::from_host(&c, &want[..1 << 20]).unwrap();
-            say("alive", mine.to_host_vec().unwrap() == want[..1 << 20]);
+            let mine = DeviceBuffer::from_slice(&c, &want[..1 << 20]).unwrap();
+            say("alive", mine.to_vec::<u8>().unwrap() == want[..1 << 20]);
         }
         "hold" => {
             // Open MEM and EVENT, check them, report, then die holding them as END says:
@@ -178,7 +178,7 @@ fn child_entry() {
                 "holding",
                 format!(
                     "{} {}",
-                    fnv(&m.to_host_vec().unwrap()) == want_print,
+                    fnv(&m.to_vec::<u8>().unwrap()) == want_print,
                     open_mapping_count()
                 ),
             );
@@ -316,7 +316,7 @@ gpu_test! {
     fn faults_ipc_handles_opened_twice_close_in_either_order() {
         let c = Context::new_dedicated(0).unwrap();
         let (seed, n) = (310u64, (1 << 20) + 9);
-        let b = DeviceBuffer::from_host(&c, &data(seed, n)).unwrap();
+        let b = DeviceBuffer::from_slice(&c, &data(seed, n)).unwrap();
         let e = recorded_event(&c);
         let env_base = [
             ("SEED", seed.to_string()),
@@ -337,7 +337,7 @@ gpu_test! {
             assert_eq!(p.expect("closed"), "0", "{order}");
             p.finish();
         }
-        assert!(b.to_host_vec().unwrap() == data(seed, n), "the exporter's bytes");
+        assert!(b.to_vec::<u8>().unwrap() == data(seed, n), "the exporter's bytes");
         drop((b, e));
         assert_eq!(held(&c), NOTHING);
     }
@@ -355,7 +355,7 @@ gpu_test_exclusive! {
         let free0 = c.free_memory().unwrap();
         let n = (256 << 20) + 7;
         let want = fast_random(n, 320);
-        let b = DeviceBuffer::from_host(&c, &want).unwrap();
+        let b = DeviceBuffer::from_slice(&c, &want).unwrap();
         let e = recorded_event(&c);
         let env_base = [
             ("MEM", b.export_ipc().unwrap().to_hex()),
@@ -370,7 +370,7 @@ gpu_test_exclusive! {
             let status = if end == "wait" { p.kill() } else { p.wait_exit(CHILD_LIMIT).0 };
             println!("consumer ended ({end}): {status}");
             assert!(!status.success(), "{end}: {status}");
-            assert!(b.to_host_vec().unwrap() == want, "{end}: the producer's bytes");
+            assert!(b.to_vec::<u8>().unwrap() == want, "{end}: the producer's bytes");
             b.copy_from_host(n - 3, &[1, 2, 3]).unwrap();
             assert_eq!(&b.slice(n - 3, 3).unwrap().to_host().unwrap()[..], &[1, 2, 3], "{end}: writes");
             b.copy_from_host(n - 3, &want[n - 3..]).unwrap();
@@ -389,7 +389,7 @@ gpu_test_exclusive! {
         println!("device free memory: {free0} before, {free1} after");
         assert!(free1 + (64 << 20) >= free0, "device memory not freed: {free0} before, {free1} after");
         // The device is usable as before.
-        let again = DeviceBuffer::from_host(&c, &want[..1 << 20]).unwrap();
-        assert!(again.to_host_vec().unwrap() == want[..1 << 20]);
+        let again = DeviceBuffer::from_slice(&c, &want[..1 << 20]).unwrap();
+        assert!(again.to_vec::<u8>().unwrap() == want[..1 << 20]);
     }
 }

@@ -41,8 +41,8 @@ fn child_entry() {
     // The context first (as a program that runs into the limit later would), then no
     // page-locked memory allowed for this process any more.
     let c = Context::new_dedicated(0).unwrap();
-    let warm = DeviceBuffer::from_host(&c, &[1, 2, 3]).unwrap();
-    assert_eq!(warm.to_host_vec().unwrap(), [1, 2, 3]);
+    let warm = DeviceBuffer::from_slice(&c, &[1u8, 2, 3]).unwrap();
+    assert_eq!(warm.to_vec::<u8>().unwrap(), [1, 2, 3]);
     drop(warm);
     let zero = libc::rlimit {
         rlim_cur: 0,
@@ -55,7 +55,7 @@ fn child_entry() {
         "host",
         outcome(c.allocate_host(want.len()), |mut h| {
             h.copy_from_slice(&want);
-            let back = DeviceBuffer::from_host(&c, &h).and_then(|d| d.to_host_vec());
+            let back = DeviceBuffer::from_slice(&c, &h).and_then(|d| d.to_vec::<u8>());
             back.map_or_else(|e| format!("copy failed: {e}"), |b| same(&b, &want))
         }),
     );
@@ -74,7 +74,7 @@ fn child_entry() {
         say(
             key,
             outcome(
-                d.copy_from_host(0, &want).and_then(|_| d.to_host_vec()),
+                d.copy_from_host(0, &want).and_then(|_| d.to_vec::<u8>()),
                 |b| same(&b, &want),
             ),
         );
@@ -106,7 +106,7 @@ gpu_test! {
         let want = fast_random(MIB + 3, 62);
         let mut h = c.allocate_host(want.len()).unwrap();
         h.copy_from_slice(&want);
-        let d = DeviceBuffer::from_host(&c, &h).unwrap();
+        let d = DeviceBuffer::from_slice(&c, &h).unwrap();
         assert!(d.slice(0, want.len()).unwrap().to_host().unwrap()[..] == want[..]);
         drop((h, d));
         assert_eq!(held(&c), NOTHING);
@@ -142,8 +142,8 @@ gpu_test_exclusive! {
         // The pool and the streams of direct copies exist before the device is full
         // (their later refusals are allocations'; small copies need nothing new).
         drop(c.allocate_pooled(MIB, None).unwrap());
-        let warm = DeviceBuffer::from_host(&c, &fast_random(MIB, 60)).unwrap();
-        assert!(warm.to_host_vec().unwrap() == fast_random(MIB, 60));
+        let warm = DeviceBuffer::from_slice(&c, &fast_random(MIB, 60)).unwrap();
+        assert!(warm.to_vec::<u8>().unwrap() == fast_random(MIB, 60));
         drop(warm);
         let (mut keep, mut step, mut filled) = (Vec::new(), 1usize << 30, 0usize);
         let refused = loop {

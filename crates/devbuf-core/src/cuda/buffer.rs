@@ -216,16 +216,13 @@ impl DeviceBuffer {
         &self.alloc
     }
 
-    /// Allocates a buffer on `ctx` holding a copy of `data`.
-    pub fn from_host(ctx: &Context, data: &[u8]) -> Result<DeviceBuffer> {
+    /// Allocates a buffer on `ctx` holding a copy of `data` (bytes or any Arrow native
+    /// type).
+    pub fn from_slice<T: ArrowNativeType>(ctx: &Context, data: &[T]) -> Result<DeviceBuffer> {
+        let data = as_bytes(data);
         let b = ctx.allocate(data.len())?;
         b.copy_from_host(0, data)?;
         Ok(b)
-    }
-
-    /// Allocates a buffer on `ctx` holding a copy of `data` (any Arrow native type).
-    pub fn from_slice<T: ArrowNativeType>(ctx: &Context, data: &[T]) -> Result<DeviceBuffer> {
-        Self::from_host(ctx, as_bytes(data))
     }
 
     /// Length in bytes.
@@ -322,17 +319,10 @@ impl DeviceBuffer {
         })
     }
 
-    /// `Ok` when this buffer may be written; an [`Error::InvalidArgument`] naming `op`
-    /// for a read-only view ([`read_only`](Self::read_only), imported read-only memory).
-    ///
-    /// ```no_run
-    /// # use devbuf_core::cuda::Context;
-    /// let buf = Context::new(0)?.allocate(16)?;
-    /// assert!(buf.check_writable("fill").is_ok());
-    /// assert!(buf.read_only().check_writable("fill").is_err());
-    /// # Ok::<(), devbuf_core::Error>(())
-    /// ```
-    pub fn check_writable(&self, op: &str) -> Result<()> {
+    /// `Ok` when this buffer may be written; an [`Error::ReadOnly`] naming `op` for a
+    /// read-only view ([`read_only`](Self::read_only), imported read-only memory). Users
+    /// ask [`is_mutable`](Self::is_mutable).
+    pub(crate) fn check_writable(&self, op: &str) -> Result<()> {
         if self.mutable {
             Ok(())
         } else {
@@ -492,7 +482,7 @@ impl DeviceBuffer {
     ///     let stream = Stream::new(&d0)?; // the source's device drives the copy
     ///     dst.copy_from_device_on(0, &src, &stream)?;
     ///     stream.synchronize()?;
-    ///     assert_eq!(dst.to_host_vec()?, vec![7u8; 4096]);
+    ///     assert_eq!(dst.to_vec::<u8>()?, vec![7u8; 4096]);
     /// }
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
@@ -576,19 +566,6 @@ impl DeviceBuffer {
         Ok(v)
     }
 
-    /// Copies the contents into a `Vec<u8>`.
-    pub fn to_host_vec(&self) -> Result<Vec<u8>> {
-        let mut v = vec![0u8; self.len];
-        self.copy_to_host(0, &mut v)?;
-        Ok(v)
-    }
-
-    /// Copies the contents into `bytes::Bytes` (one copy, into page-locked memory that the
-    /// `Bytes` then owns without another copy).
-    pub fn to_bytes(&self) -> Result<bytes::Bytes> {
-        Ok(self.to_host()?.into_bytes())
-    }
-
     /// Whether both buffers hold the same bytes. Compared on the device by a kernel
     /// (no copy of either buffer to the host); buffers of another context or device are
     /// first copied device-to-device into this one's context. Different lengths are
@@ -610,11 +587,6 @@ impl DeviceBuffer {
             tmp.copy_from_device(0, other)?;
             kernels::bytes_equal(self, &tmp)
         }
-    }
-
-    /// The contents as lowercase hexadecimal (copies to the host).
-    pub fn hex(&self) -> Result<String> {
-        Ok(crate::handle_layout::hex(&self.to_host_vec()?))
     }
 }
 

@@ -18,9 +18,9 @@ struct Align64;
 /// into the device address space).
 ///
 /// Transfers between page-locked memory and the device run at full PCIe speed, and a
-/// `HostBuffer` converts into an `arrow_buffer::Buffer` or `bytes::Bytes` *without a
-/// copy*: the converted value points at the same memory and frees it when its last
-/// owner drops (see `into_arrow_buffer` in the `arrow` module, and [`into_bytes`]).
+/// `HostBuffer` converts into an `arrow_buffer::Buffer`, a `PrimitiveArray<T>` or
+/// `bytes::Bytes` *without a copy* (`From`/`TryFrom`): the converted value points at the
+/// same memory and frees it when its last owner drops.
 ///
 /// It derefs to `[u8]`. Memory is always initialised: [`Context::allocate_host`] zeroes
 /// it and device-to-host copies fill it.
@@ -31,12 +31,10 @@ struct Align64;
 /// let mut h = ctx.allocate_host(4)?;
 /// h.copy_from_slice(&[1, 2, 3, 4]);
 /// let ptr = h.as_ptr();
-/// let bytes = h.into_bytes(); // zero-copy
+/// let bytes = bytes::Bytes::from(h); // zero-copy
 /// assert_eq!(bytes.as_ptr(), ptr);
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
-///
-/// [`into_bytes`]: HostBuffer::into_bytes
 pub struct HostBuffer {
     ptr: NonNull<u8>,
     len: usize,
@@ -133,12 +131,6 @@ impl HostBuffer {
         }
         self.ctx.bind()?;
         driver::host_get_device_pointer(self.ptr.as_ptr())
-    }
-
-    /// Converts into `bytes::Bytes` without copying: the `Bytes` points at this
-    /// page-locked memory, and the memory is freed when the last `Bytes` clone drops.
-    pub fn into_bytes(self) -> bytes::Bytes {
-        bytes::Bytes::from_owner(self)
     }
 
     /// Pointer and length of the memory, for zero-copy conversions.

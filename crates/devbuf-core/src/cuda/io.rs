@@ -70,7 +70,7 @@ fn seek_target(pos: u64, len: u64, to: SeekFrom, allow_past_end: bool) -> io::Re
 /// use std::io::{Read, Seek, SeekFrom};
 /// use devbuf_core::cuda::{Context, DeviceBuffer, DeviceBufferReader};
 /// let ctx = Context::new(0)?;
-/// let buf = DeviceBuffer::from_host(&ctx, b"header:payload")?;
+/// let buf = DeviceBuffer::from_slice(&ctx, b"header:payload")?;
 /// let mut r = DeviceBufferReader::new(buf.clone());
 /// let mut head = [0u8; 7];
 /// r.read_exact(&mut head)?;

@@ -107,7 +107,7 @@ impl ByteBuffer {
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         match &self.mem {
             Memory::Host(b) => Ok(b.to_vec()),
-            Memory::Device(d) => d.to_host_vec(),
+            Memory::Device(d) => d.to_vec::<u8>(),
         }
     }
 
@@ -267,7 +267,7 @@ impl ByteBuffer {
             (Memory::Host(a), Memory::Host(b)) => Ok(a == b),
             (Memory::Device(a), Memory::Device(b)) => a.equals(b),
             (Memory::Host(h), Memory::Device(d)) | (Memory::Device(d), Memory::Host(h)) => {
-                Ok(d.to_host_vec()? == h.as_ref())
+                Ok(d.to_vec::<u8>()? == h.as_ref())
             }
         }
     }

@@ -2,7 +2,7 @@
 //! many small pieces in few DMA transfers, and stream-ordered asynchronous copies.
 //!
 //! Every context has one engine, created on first use. [`DeviceBuffer::copy_from_host`]
-//! and [`DeviceBuffer::copy_to_host_into`] go through it; so do [`copy_many_from_host`],
+//! and [`DeviceBuffer::copy_to_host`] go through it; so do [`copy_many_from_host`],
 //! [`copy_many_to_host`] and the `*_async` copies. `docs/transfer.md` explains the
 //! design and the measurements behind the defaults.
 //!
@@ -17,7 +17,7 @@
 //! ([`Context::transfer_stats`]) are per context.
 //!
 //! [`DeviceBuffer::copy_from_host`]: crate::cuda::DeviceBuffer::copy_from_host
-//! [`DeviceBuffer::copy_to_host_into`]: crate::cuda::DeviceBuffer::copy_to_host_into
+//! [`DeviceBuffer::copy_to_host`]: crate::cuda::DeviceBuffer::copy_to_host_into
 
 mod engine;
 mod lane;

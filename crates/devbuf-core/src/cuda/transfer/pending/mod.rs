@@ -516,10 +516,10 @@ impl DeviceBuffer {
     /// use devbuf_core::cuda::{Context, DeviceBuffer, Stream};
     /// let ctx = Context::new(0)?;
     /// let s = Stream::new(&ctx)?;
-    /// let a = DeviceBuffer::from_host(&ctx, &[1, 2, 3, 4])?;
+    /// let a = DeviceBuffer::from_slice(&ctx, &[1u8, 2, 3, 4])?;
     /// let b = ctx.allocate(4)?;
     /// b.copy_from_device_async(0, &a, &s)?.wait()?;
-    /// assert_eq!(b.to_host_vec()?, [1, 2, 3, 4]);
+    /// assert_eq!(b.to_vec::<u8>()?, [1, 2, 3, 4]);
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
     pub fn copy_from_device_async(

@@ -202,7 +202,7 @@ impl<'scope> TransferScope<'scope, '_> {
     ///     s.copy_from_host(&dev, 0, &src, &st)?; // waited for when the scope ends
     ///     Ok(())
     /// })?;
-    /// assert_eq!(dev.to_host_vec()?, [1, 2, 3]);
+    /// assert_eq!(dev.to_vec::<u8>()?, [1, 2, 3]);
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
     pub fn copy_from_host(
