@@ -103,7 +103,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             std::process::exit(2);
         }
     };
-    let handle = IpcHandle::from_hex(&handle_hex)?;
+    let handle = handle_hex.parse::<IpcHandle>()?;
     let schema = schema_from_bytes(&unhex(&schema_hex)?)?;
     let t = Instant::now();
     let batch = match &handle {

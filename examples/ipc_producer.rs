@@ -78,7 +78,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             let done = done_path(p);
             let _ = std::fs::remove_file(&done);
             let tmp = p.with_extension("tmp");
-            std::fs::write(&tmp, format!("{}\n{}\n", handle.to_hex(), schema))
+            std::fs::write(&tmp, format!("{handle}\n{schema}\n"))
                 .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
             std::fs::rename(&tmp, p)
                 .map_err(|e| format!("cannot rename {} to {}: {e}", tmp.display(), p.display()))?;
@@ -91,7 +91,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             let _ = std::fs::remove_file(p);
         }
         None => {
-            println!("handle: {}", handle.to_hex());
+            println!("handle: {handle}");
             println!("schema: {schema}");
             println!(
                 "run: cargo run --release --features zarr,object_store,flight --example ipc_consumer -- <handle> <schema>"

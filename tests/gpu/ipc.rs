@@ -75,7 +75,7 @@ fn child_entry() {
             let expected = data(seed, n);
             let handles: Vec<IpcMemHandle> = env("HANDLES")
                 .split(',')
-                .map(|h| IpcMemHandle::from_hex(h).unwrap())
+                .map(|h| h.parse::<IpcMemHandle>().unwrap())
                 .collect();
             let opened: Vec<DeviceBuffer> = handles.iter().map(|h| h.open().unwrap()).collect();
             for (i, (h, b)) in handles.iter().zip(&opened).enumerate() {
@@ -120,7 +120,7 @@ fn child_entry() {
             // One big handle: compare on the device against the regenerated data.
             let seed: u64 = env("SEED").parse().unwrap();
             let n: usize = env("N").parse().unwrap();
-            let h = IpcMemHandle::from_hex(&env("HANDLE")).unwrap();
+            let h = env("HANDLE").parse::<IpcMemHandle>().unwrap();
             let mut expected = data(seed, n);
             expected.drain(..h.offset());
             expected.truncate(h.len());
@@ -132,7 +132,7 @@ fn child_entry() {
         "open_many" => {
             let handles: Vec<IpcMemHandle> = env("HANDLES")
                 .split(',')
-                .map(|h| IpcMemHandle::from_hex(h).unwrap())
+                .map(|h| h.parse::<IpcMemHandle>().unwrap())
                 .collect();
             let prints: Vec<u64> = env("PRINTS")
                 .split(',')
@@ -149,7 +149,7 @@ fn child_entry() {
             say("closed", open_mapping_count());
         }
         "open_expect_error" => {
-            let r = match IpcMemHandle::from_hex(&env("HANDLE")) {
+            let r = match env("HANDLE").parse::<IpcMemHandle>() {
                 Ok(h) => c.open_ipc(&h).map(|b| b.len()),
                 Err(e) => Err(e),
             };
@@ -165,12 +165,12 @@ fn child_entry() {
         "export_and_exit" => {
             let b = c.allocate(64 << 20).unwrap();
             b.fill(7).unwrap();
-            say("handle", b.export_ipc().unwrap().to_hex());
+            say("handle", b.export_ipc().unwrap().to_string());
         }
         "export_free_wait" => {
             let b = c.allocate(64 << 20).unwrap();
             b.fill(7).unwrap();
-            say("handle", b.export_ipc().unwrap().to_hex());
+            say("handle", b.export_ipc().unwrap().to_string());
             drop(b);
             c.synchronize().unwrap();
             say("freed", "");
@@ -179,12 +179,13 @@ fn child_entry() {
         "event_consumer" => {
             let seed: u64 = env("SEED").parse().unwrap();
             let n: usize = env("N").parse().unwrap();
-            let dst = IpcMemHandle::from_hex(&env("HANDLE"))
+            let dst = env("HANDLE")
+                .parse::<IpcMemHandle>()
                 .unwrap()
                 .open()
                 .unwrap();
             let event = c
-                .open_ipc_event(&IpcEventHandle::from_hex(&env("EVENT")).unwrap())
+                .open_ipc_event(&env("EVENT").parse::<IpcEventHandle>().unwrap())
                 .unwrap();
             assert!(event.flags().interprocess);
             let mine = Stream::new(&c).unwrap();
@@ -205,7 +206,8 @@ fn child_entry() {
             let seed: u64 = env("SEED").parse().unwrap();
             let rows: usize = env("ROWS").parse().unwrap();
             let schema = schema_from_bytes(&unhex(&env("SCHEMA"))).unwrap();
-            let message = IpcMemHandle::from_hex(&env("HANDLE"))
+            let message = env("HANDLE")
+                .parse::<IpcMemHandle>()
                 .unwrap()
                 .open()
                 .unwrap();
@@ -265,7 +267,7 @@ gpu_test! {
             assert_eq!(h.device_uuid(), Some(c.properties().uuid));
         }
         let write = 2;
-        let list = handles.iter().map(|h| h.to_hex()).collect::<Vec<_>>().join(",");
+        let list = handles.iter().map(|h| h.to_string()).collect::<Vec<_>>().join(",");
         let mut p = spawn("open_slices", &[
             ("SEED", seed.to_string()),
             ("N", n.to_string()),
@@ -303,7 +305,7 @@ gpu_test! {
         let mut p = spawn("open_compare_on_device", &[
             ("SEED", seed.to_string()),
             ("N", n.to_string()),
-            ("HANDLE", h.to_hex()),
+            ("HANDLE", h.to_string()),
         ]);
         assert_eq!(p.expect("equal"), format!("{l} true"));
         p.finish();
@@ -321,7 +323,7 @@ gpu_test! {
             let b = DeviceBuffer::from_slice(&c, &bytes).unwrap();
             let o = below(&mut r, n);
             let l = 1 + below(&mut r, n - o);
-            handles.push(b.slice(o, l).unwrap().export_ipc().unwrap().to_hex());
+            handles.push(b.slice(o, l).unwrap().export_ipc().unwrap().to_string());
             prints.push(fnv(&bytes[o..o + l]).to_string());
             keep.push(b);
         }
@@ -351,7 +353,7 @@ gpu_test_exclusive! {
         // synchronising calls (cuMemFree, cuIpcCloseMemHandle) stall, and one of them may
         // hold the IPC registry that exporting needs.
         let eh = done.export_ipc().unwrap();
-        let dst_handle = dst.export_ipc().unwrap().to_hex();
+        let dst_handle = dst.export_ipc().unwrap().to_string();
         assert_eq!(IpcEventHandle::from_bytes(&eh.to_bytes()).unwrap(), eh);
         let gate = StreamGate::block(&stream).unwrap();
         copy_on_stream(&stream, &dst, &src).unwrap();
@@ -360,7 +362,7 @@ gpu_test_exclusive! {
             ("SEED", seed.to_string()),
             ("N", n.to_string()),
             ("HANDLE", dst_handle),
-            ("EVENT", eh.to_hex()),
+            ("EVENT", eh.to_string()),
         ]);
         assert_eq!(p.expect("pending"), "true true");
         gate.open();
@@ -391,7 +393,7 @@ gpu_test! {
         let cases: Vec<(String, &str, &str)> = vec![
             // Random bytes as a CUDA handle: the driver's error, explained.
             (
-                IpcMemHandle::from_raw_cuda(&data(15, 64), 0, 16).unwrap().to_hex(),
+                IpcMemHandle::from_raw_cuda(&data(15, 64), 0, 16).unwrap().to_string(),
                 "Driver",
                 "could not map the IPC memory handle",
             ),
@@ -399,13 +401,13 @@ gpu_test! {
             (
                 IpcMemHandle::from_parts(raw, 0, 16, 4096, Some((other, 5)), false, 1, 1)
                     .unwrap()
-                    .to_hex(),
+                    .to_string(),
                 "InvalidArgument",
                 "ordinal 5 in the exporting process",
             ),
             // A range past the end of the real allocation (size unknown in the handle).
             (
-                IpcMemHandle::from_raw_cuda(&raw, 1 << 40, 200).unwrap().with_device_uuid(uuid).to_hex(),
+                IpcMemHandle::from_raw_cuda(&raw, 1 << 40, 200).unwrap().with_device_uuid(uuid).to_string(),
                 "OutOfBounds",
                 "exceeds the size",
             ),
@@ -413,7 +415,7 @@ gpu_test! {
             (
                 IpcMemHandle::from_parts(raw, 0, 16, 1 << 40, Some((uuid, 0)), false, 1, 1)
                     .unwrap()
-                    .to_hex(),
+                    .to_string(),
                 "InvalidArgument",
                 "stale or was altered",
             ),
@@ -434,7 +436,7 @@ gpu_test! {
         }
         // And the good handle still opens in another process afterwards.
         let mut p = spawn("open_many", &[
-            ("HANDLES", good.to_hex()),
+            ("HANDLES", good.to_string()),
             ("PRINTS", fnv(&data(14, 4096)).to_string()),
         ]);
         assert_eq!(p.expect("many"), "1 1");
@@ -446,7 +448,7 @@ gpu_test! {
     fn ipc_exporter_gone_is_a_clear_error() {
         let c = ctx();
         let mut p = spawn("export_and_exit", &[]);
-        let h = IpcMemHandle::from_hex(&p.expect("handle")).unwrap();
+        let h = p.expect("handle").parse::<IpcMemHandle>().unwrap();
         p.finish();
         let e = c.open_ipc(&h).unwrap_err();
         println!("exporter exited: {e}");
@@ -455,7 +457,7 @@ gpu_test! {
         assert_eq!(open_mapping_count(), 0);
 
         let mut p = spawn("export_free_wait", &[]);
-        let h = IpcMemHandle::from_hex(&p.expect("handle")).unwrap();
+        let h = p.expect("handle").parse::<IpcMemHandle>().unwrap();
         p.expect("freed");
         let r = c.open_ipc(&h);
         p.send("done");
@@ -666,7 +668,7 @@ gpu_test! {
             ("SEED", seed.to_string()),
             ("ROWS", rows.to_string()),
             ("SCHEMA", hexs(&schema_to_bytes(&b.schema()).unwrap())),
-            ("HANDLE", message.export_ipc().unwrap().to_hex()),
+            ("HANDLE", message.export_ipc().unwrap().to_string()),
         ]);
         assert_eq!(p.expect("arrow"), format!("{rows} true true"));
         p.finish();

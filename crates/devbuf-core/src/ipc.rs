@@ -162,10 +162,10 @@ impl Drop for Mapping {
 /// # if cfg!(not(target_os = "linux")) { return Ok(()); }
 /// let mut shm = SharedMemory::create(4096)?;
 /// shm[..5].copy_from_slice(b"hello");
-/// let text = shm.export_ipc_slice(0, 5)?.to_hex(); // send to another process
+/// let text = shm.export_ipc_slice(0, 5)?.to_string(); // send to another process
 ///
 /// // In the consumer (here the same process, which works too):
-/// let buf = HostIpcHandle::from_hex(&text)?.open()?; // read-only, zero-copy
+/// let buf = text.parse::<HostIpcHandle>()?.open()?; // read-only, zero-copy
 /// assert_eq!(buf.as_slice(), b"hello");
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
@@ -404,16 +404,6 @@ impl HostIpcHandle {
         Ok(h)
     }
 
-    /// [`to_bytes`](Self::to_bytes) as lowercase hexadecimal text.
-    pub fn to_hex(&self) -> String {
-        handle_layout::hex(&self.to_bytes())
-    }
-
-    /// Parses [`to_hex`](Self::to_hex)'s output.
-    pub fn from_hex(text: &str) -> Result<HostIpcHandle> {
-        Self::from_bytes(&handle_layout::from_hex(text, HOST_WHAT)?)
-    }
-
     /// Maps the shared range read-only into this process and returns it as an Arrow
     /// buffer, without copying: the buffer's bytes *are* the exporter's memory. The
     /// mapping is removed when the last clone or slice of the buffer drops.
@@ -450,7 +440,7 @@ impl HostIpcHandle {
 /// # if cfg!(not(target_os = "linux")) { return Ok(()); }
 /// let shm = SharedMemory::create(100)?;
 /// let h = IpcHandle::Host(shm.export_ipc()?);
-/// let back = IpcHandle::from_hex(&h.to_hex())?;
+/// let back = h.to_string().parse::<IpcHandle>()?;
 /// assert_eq!(back, h);
 /// assert!(matches!(back, IpcHandle::Host(_)));
 /// assert_eq!(back.len(), 100);
@@ -503,14 +493,38 @@ impl IpcHandle {
             ))),
         }
     }
+}
 
-    /// [`to_bytes`](Self::to_bytes) as lowercase hexadecimal text.
-    pub fn to_hex(&self) -> String {
-        handle_layout::hex(&self.to_bytes())
+/// Lowercase hexadecimal of [`to_bytes`](HostIpcHandle::to_bytes): text to hand to another process.
+impl fmt::Display for HostIpcHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&handle_layout::hex(&self.to_bytes()))
     }
+}
 
-    /// Parses [`to_hex`](Self::to_hex)'s output.
-    pub fn from_hex(text: &str) -> Result<IpcHandle> {
+/// Parses the [`Display`](fmt::Display) text (surrounding whitespace ignored):
+/// `text.parse::<HostIpcHandle>()`.
+impl std::str::FromStr for HostIpcHandle {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<HostIpcHandle> {
+        Self::from_bytes(&handle_layout::from_hex(text, HOST_WHAT)?)
+    }
+}
+
+/// Lowercase hexadecimal of [`to_bytes`](IpcHandle::to_bytes): text to hand to another process.
+impl fmt::Display for IpcHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&handle_layout::hex(&self.to_bytes()))
+    }
+}
+
+/// Parses the [`Display`](fmt::Display) text (surrounding whitespace ignored):
+/// `text.parse::<IpcHandle>()`.
+impl std::str::FromStr for IpcHandle {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<IpcHandle> {
         Self::from_bytes(&handle_layout::from_hex(text, "a buffer handle")?)
     }
 }

@@ -75,16 +75,16 @@ fn child_entry() {
             let (seed, n): (u64, usize) = (env("SEED").parse().unwrap(), env("N").parse().unwrap());
             let b = DeviceBuffer::from_slice(&c, &data(seed, n)).unwrap();
             let e = recorded_event(&c);
-            say("mem", b.export_ipc().unwrap().to_hex());
+            say("mem", b.export_ipc().unwrap().to_string());
             say(
                 "slice",
                 b.slice(4099, n - 5000)
                     .unwrap()
                     .export_ipc()
                     .unwrap()
-                    .to_hex(),
+                    .to_string(),
             );
-            say("event", e.export_ipc().unwrap().to_hex());
+            say("event", e.export_ipc().unwrap().to_string());
             assert_eq!(wait_line(), "exit");
             drop((b, e));
             c.synchronize().unwrap();
@@ -94,12 +94,12 @@ fn child_entry() {
             // use everything and report each outcome; then close, reopen, carry on.
             let (seed, n): (u64, usize) = (env("SEED").parse().unwrap(), env("N").parse().unwrap());
             let want = data(seed, n);
-            let mh = IpcMemHandle::from_hex(&env("MEM")).unwrap();
-            let sh = IpcMemHandle::from_hex(&env("SLICE")).unwrap();
+            let mh = env("MEM").parse::<IpcMemHandle>().unwrap();
+            let sh = env("SLICE").parse::<IpcMemHandle>().unwrap();
             let whole = c.open_ipc(&mh).unwrap();
             let slice = c.open_ipc(&sh).unwrap();
             let event = c
-                .open_ipc_event(&IpcEventHandle::from_hex(&env("EVENT")).unwrap())
+                .open_ipc_event(&env("EVENT").parse::<IpcEventHandle>().unwrap())
                 .unwrap();
             say(
                 "opened",
@@ -167,9 +167,9 @@ fn child_entry() {
             // Open MEM and EVENT, check them, report, then die holding them as END says:
             // "wait" (the parent kills us) or "exit" (exit status 3, no destructors).
             let want_print: u64 = env("PRINT").parse().unwrap();
-            let m = IpcMemHandle::from_hex(&env("MEM")).unwrap().open().unwrap();
+            let m = env("MEM").parse::<IpcMemHandle>().unwrap().open().unwrap();
             let e = c
-                .open_ipc_event(&IpcEventHandle::from_hex(&env("EVENT")).unwrap())
+                .open_ipc_event(&env("EVENT").parse::<IpcEventHandle>().unwrap())
                 .unwrap();
             let s = Stream::new(&c).unwrap();
             s.wait_event(&e).unwrap();
@@ -194,9 +194,9 @@ fn child_entry() {
             // checked; then opened again once all are closed.
             let (seed, n): (u64, usize) = (env("SEED").parse().unwrap(), env("N").parse().unwrap());
             let want = data(seed, n);
-            let mh = IpcMemHandle::from_hex(&env("MEM")).unwrap();
-            let sh = IpcMemHandle::from_hex(&env("SLICE")).unwrap();
-            let eh = IpcEventHandle::from_hex(&env("EVENT")).unwrap();
+            let mh = env("MEM").parse::<IpcMemHandle>().unwrap();
+            let sh = env("SLICE").parse::<IpcMemHandle>().unwrap();
+            let eh = env("EVENT").parse::<IpcEventHandle>().unwrap();
             let (a, b) = (c.open_ipc(&mh).unwrap(), mh.open().unwrap());
             let other = Context::new_dedicated(0).unwrap();
             let d = other.open_ipc(&mh).unwrap();
@@ -321,9 +321,9 @@ gpu_test! {
         let env_base = [
             ("SEED", seed.to_string()),
             ("N", n.to_string()),
-            ("MEM", b.export_ipc().unwrap().to_hex()),
-            ("SLICE", b.slice(333, 70_000).unwrap().export_ipc().unwrap().to_hex()),
-            ("EVENT", e.export_ipc().unwrap().to_hex()),
+            ("MEM", b.export_ipc().unwrap().to_string()),
+            ("SLICE", b.slice(333, 70_000).unwrap().export_ipc().unwrap().to_string()),
+            ("EVENT", e.export_ipc().unwrap().to_string()),
         ];
         for order in ["ab", "ba"] {
             let mut env = env_base.to_vec();
@@ -358,8 +358,8 @@ gpu_test_exclusive! {
         let b = DeviceBuffer::from_slice(&c, &want).unwrap();
         let e = recorded_event(&c);
         let env_base = [
-            ("MEM", b.export_ipc().unwrap().to_hex()),
-            ("EVENT", e.export_ipc().unwrap().to_hex()),
+            ("MEM", b.export_ipc().unwrap().to_string()),
+            ("EVENT", e.export_ipc().unwrap().to_string()),
             ("PRINT", fnv(&want).to_string()),
         ];
         for end in ["wait", "exit"] {

@@ -57,7 +57,7 @@ fn child_entry() {
         if line == "quit" || line.is_empty() {
             break;
         }
-        let b = IpcMemHandle::from_hex(&line).unwrap().open().unwrap();
+        let b = line.parse::<IpcMemHandle>().unwrap().open().unwrap();
         let print = fnv(&b.to_vec::<u8>().unwrap());
         // Closed before answering: the exporter frees the memory once it has the answer.
         drop(b);
@@ -191,7 +191,9 @@ fn ipc(s: &Shared, r: &mut SmallRng) -> Check {
         v.to_vec::<u8>().map_err(fail("view to host"))? == data[o..o + l],
         "opened view",
     )?;
-    let again = IpcMemHandle::from_hex(&h.to_hex())
+    let again = h
+        .to_string()
+        .parse::<IpcMemHandle>()
         .and_then(|h| h.open())
         .map_err(fail("reopen"))?;
     ensure(again.address() == v.address(), "reopened through the bytes")?;
@@ -216,7 +218,7 @@ fn peer(s: &Shared, r: &mut SmallRng) -> Check {
         .map_err(fail("export"))?;
     let mut guard = s.peer.lock().unwrap();
     let p = guard.as_mut().ok_or("no peer")?;
-    p.send(&h.to_hex());
+    p.send(&h.to_string());
     let got = p.expect("print");
     ensure(
         got == fnv(&data[o..o + l]).to_string(),

@@ -34,7 +34,7 @@ fn child_open_on_other_device() {
     let (w_off, w_len) = (num("W_OFF"), num("W_LEN"));
     let work = Context::new(work_dev).unwrap();
     work.synchronize().unwrap(); // current on this thread
-    let h = IpcMemHandle::from_hex(&env("HANDLE")).unwrap();
+    let h = env("HANDLE").parse::<IpcMemHandle>().unwrap();
     match work.open_ipc(&h) {
         Ok(b) => say("refused", format!("NONE: opened {} bytes", b.len())),
         Err(e) => say(
@@ -113,7 +113,7 @@ fn ipc_across_devices(
         ("N", n.to_string()),
         ("OFF", off.to_string()),
         ("LEN", len.to_string()),
-        ("HANDLE", h.to_hex()),
+        ("HANDLE", h.to_string()),
         ("OPEN_DEV", open_dev.to_string()),
         ("WORK_DEV", work_dev.to_string()),
         ("W_OFF", w_off.to_string()),
