@@ -58,7 +58,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         let ctx = Context::new(0)?;
         println!(
             "device: {} (driver CUDA {:?})",
-            ctx.device_name(),
+            ctx.properties().name,
             cuda::driver_version()?
         );
         writer_table(&ctx)?;

@@ -125,9 +125,9 @@ fn run() -> Result<()> {
     let stream = Stream::new(&ctx)?;
     println!(
         "device: {} (sm_{}{}, {} SMs); array: {n} x {n} float32 = {} MiB; median of {runs} runs",
-        ctx.device_name(),
-        ctx.compute_capability().0,
-        ctx.compute_capability().1,
+        ctx.properties().name,
+        ctx.properties().compute_capability.0,
+        ctx.properties().compute_capability.1,
         ctx.properties().multiprocessor_count,
         bytes >> 20
     );

@@ -114,7 +114,7 @@ mod bench {
         let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
         println!(
             "bench_spread: {count} x {} ({} cores), {}",
-            all[0].device_name(),
+            all[0].properties().name,
             cores,
             chrono_free_date()
         );

@@ -1056,8 +1056,8 @@ fn section_peer(b: &mut Bench, ctx: &Context) -> devbuf::Result<()> {
          Peer access off (`Context::disable_peer_access`): the driver stages the copy \
          through host memory; the driver rows run under the same state. GB/s (median), \
          bytes copied once.\n",
-        ctx.device_name(),
-        d1.device_name()
+        ctx.properties().name,
+        d1.properties().name
     );
     println!(
         "| direction | peer access | size | devbuf | devbuf async | driver | driver async | devbuf / best driver |"
@@ -1233,7 +1233,7 @@ fn run() -> devbuf::Result<()> {
     let cfg = ctx.transfer_config();
     println!(
         "# bench_transfer on {} (device 0), driver CUDA {:?}, {} CPUs{}",
-        ctx.device_name(),
+        ctx.properties().name,
         cuda::driver_version()?,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         if quick { ", --quick" } else { "" }

@@ -627,7 +627,7 @@ mod bench {
         println!(
             "bench_zarrs: {cores} cores, {}",
             match ctx {
-                Some(c) => format!("device 0: {}", c.device_name()),
+                Some(c) => format!("device 0: {}", c.properties().name),
                 None => "no GPU: host reads only".to_string(),
             }
         );

@@ -116,7 +116,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 message.len(),
                 h.exporter_pid().unwrap_or(0),
                 opened.as_secs_f64() * 1e6,
-                message.context().device_name(),
+                message.context().properties().name,
                 on_device.num_rows(),
                 on_device.num_columns()
             );

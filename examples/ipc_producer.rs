@@ -52,7 +52,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             "wrote a {}-row batch as {} bytes of Arrow IPC into GPU memory on {} (device 0)",
             batch.num_rows(),
             message.len(),
-            ctx.device_name()
+            ctx.properties().name
         );
         let h = IpcHandle::Device(message.export_ipc()?);
         _device_memory = Some(message);

@@ -199,7 +199,8 @@ gpu_test_exclusive! {
         let n = (1 << 20) + 3;
         let vals: Vec<i32> = (0..n).map(|_| r.random()).collect();
         let src = DeviceBuffer::from_slice(&c, &vals).unwrap();
-        let dst = c.allocate_zeroed(n * 4).unwrap();
+        let dst = c.allocate(n * 4).unwrap();
+        dst.fill(0).unwrap();
         let producer = Stream::new(&c).unwrap();
         let consumer = Stream::new(&c).unwrap();
         let gate = Arc::new(StreamGate::block(&producer).unwrap());
@@ -220,7 +221,8 @@ gpu_test_exclusive! {
             !opened_by_watchdog.load(Ordering::SeqCst),
             "the import blocked the host until the watchdog opened the gate"
         );
-        let out = c.allocate_zeroed(n * 4).unwrap();
+        let out = c.allocate(n * 4).unwrap();
+        out.fill(0).unwrap();
         copy_on_stream(&consumer, &out, &imported.buffers()[0]).unwrap();
         std::thread::sleep(Duration::from_millis(100));
         assert!(!consumer.is_complete().unwrap(), "the consumer's copy must wait for the producer's event");
@@ -240,7 +242,8 @@ gpu_test_exclusive! {
         let c = ctx();
         let vals: Vec<i64> = (0..100_003).map(|i| i * 31 - 5).collect();
         let src = DeviceBuffer::from_slice(&c, &vals).unwrap();
-        let dst = c.allocate_zeroed(vals.len() * 8).unwrap();
+        let dst = c.allocate(vals.len() * 8).unwrap();
+        dst.fill(0).unwrap();
         let producer = Stream::new(&c).unwrap();
         let gate = Arc::new(StreamGate::block(&producer).unwrap());
         copy_on_stream(&producer, &dst, &src).unwrap();
@@ -271,7 +274,9 @@ gpu_test_exclusive! {
         let data = words.to_data();
         let (o, v) = (data.buffers()[0].as_slice(), data.buffers()[1].as_slice());
         let (o_src, v_src) = (DeviceBuffer::from_slice(&c, o).unwrap(), DeviceBuffer::from_slice(&c, v).unwrap());
-        let (o_dst, v_dst) = (c.allocate_zeroed(o.len()).unwrap(), c.allocate_zeroed(v.len()).unwrap());
+        let (o_dst, v_dst) = (c.allocate(o.len()).unwrap(), c.allocate(v.len()).unwrap());
+        o_dst.fill(0).unwrap();
+        v_dst.fill(0).unwrap();
         let producer = Stream::new(&c).unwrap();
         let consumer = Stream::new(&c).unwrap();
         let gate = Arc::new(StreamGate::block(&producer).unwrap());

@@ -31,12 +31,12 @@ gpu_test! {
         let b = Context::new(0).unwrap();
         assert!(a.same_as(&b), "Context::new must return the cached primary context");
         assert!(a.is_primary());
-        assert!(!a.device_name().is_empty());
-        let (cc_major, _) = a.compute_capability();
+        assert!(!a.properties().name.is_empty());
+        let (cc_major, _) = a.properties().compute_capability;
         assert!(cc_major >= 5);
-        assert!(a.total_memory() > (1 << 30));
+        assert!(a.properties().total_memory > (1 << 30));
         let free = a.free_memory().unwrap();
-        assert!(free > 0 && free <= a.total_memory());
+        assert!(free > 0 && free <= a.properties().total_memory);
         let p = a.properties();
         assert_ne!(p.uuid, [0u8; 16]);
         assert!(p.multiprocessor_count > 0);
@@ -542,12 +542,12 @@ gpu_test! {
 
     fn out_of_memory_is_an_error_and_the_process_carries_on() {
         let c = ctx();
-        let e = c.allocate(c.total_memory() * 2).unwrap_err();
+        let e = c.allocate(c.properties().total_memory * 2).unwrap_err();
         println!("{e}");
         match &e {
             Error::OutOfMemory { requested, total, .. } => {
-                assert_eq!(*requested, c.total_memory() * 2);
-                assert_eq!(*total, c.total_memory());
+                assert_eq!(*requested, c.properties().total_memory * 2);
+                assert_eq!(*total, c.properties().total_memory);
             }
             other => panic!("expected OutOfMemory, got {other}"),
         }
@@ -564,7 +564,8 @@ gpu_test! {
         let mut expect = data.clone();
         expect[33..5_033].fill(0xC3);
         assert_eq!(d.to_vec::<u8>().unwrap(), expect);
-        let z = c.allocate_zeroed(999).unwrap();
+        let z = c.allocate(999).unwrap();
+        z.fill(0).unwrap();
         assert!(z.to_vec::<u8>().unwrap().iter().all(|&b| b == 0));
     }
 

@@ -346,7 +346,8 @@ gpu_test_exclusive! {
         let c = ctx();
         let (seed, n) = (13u64, (4 << 20) + 3);
         let src = DeviceBuffer::from_slice(&c, &data(seed, n)).unwrap();
-        let dst = c.allocate_zeroed(n).unwrap();
+        let dst = c.allocate(n).unwrap();
+        dst.fill(0).unwrap();
         let stream = Stream::new(&c).unwrap();
         let done = Event::new(&c, EventFlags { interprocess: true, ..Default::default() }).unwrap();
         // Export before the stream is held: while it is, other tests' device-wide
@@ -530,7 +531,8 @@ gpu_test! {
         let c = ctx();
         let mut r = rng("io_writer");
         let n = (3 << 20) + 11;
-        let buf = c.allocate_zeroed(n).unwrap();
+        let buf = c.allocate(n).unwrap();
+        buf.fill(0).unwrap();
         let mut w = DeviceBufferWriter::with_capacity(buf.clone(), 64 << 10).unwrap();
         let mut host = vec![0u8; n];
         let mut pos = 0;

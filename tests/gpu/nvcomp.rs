@@ -672,7 +672,7 @@ fn bench(lib: &Nvcomp) {
     let mut cb = CompressBatch::new(&c).unwrap();
     let plain = DeviceBuffer::from_slice(&c, &data).unwrap();
     let out = c.allocate(total).unwrap();
-    println!("nvCOMP {:?} on {}", lib.version(), c.device_name());
+    println!("nvCOMP {:?} on {}", lib.version(), c.properties().name);
     for codec in GpuCodec::ALL {
         for chunk in [64 * KIB, MIB, 4 * MIB] {
             let n = total / chunk;

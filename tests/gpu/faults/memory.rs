@@ -134,7 +134,7 @@ gpu_test_exclusive! {
     /// zero, the device's free memory is back, and allocation works again.
     fn faults_device_memory_exhausted_then_freed() {
         let c = Context::new_dedicated(0).unwrap();
-        let total = c.total_memory();
+        let total = c.properties().total_memory;
         let free0 = c.free_memory().unwrap();
         assert_oom(&c.allocate(2 * total).map(|b| b.len()).unwrap_err(), 2 * total, total);
         assert_oom(&c.allocate_pooled(2 * total, None).map(|b| b.len()).unwrap_err(), 2 * total, total);
@@ -223,7 +223,7 @@ gpu_test_exclusive! {
         let c = Context::new(0).unwrap();
         let base = held(&c);
         let chunk = 1usize << 22; // float32 elements: 16 MiB chunks
-        let n = (2 * c.total_memory() / 4).div_ceil(chunk) * chunk;
+        let n = (2 * c.properties().total_memory / 4).div_ceil(chunk) * chunk;
         let spec = ArraySpec::new(&[n as u64], &[chunk as u64], Dtype::FLOAT32);
         let a = ZarrArray::create_in_store(Arc::new(MemoryStore::new()), "big", &spec).unwrap();
         let bytes = fast_random(4 * chunk, 65);
@@ -232,7 +232,7 @@ gpu_test_exclusive! {
         let dev = BufferPrototype::Device(0);
         let e = a.read_all(&dev).map(|nd| nd.nbytes()).unwrap_err();
         println!("{e}");
-        assert_oom(&e, 4 * n, c.total_memory());
+        assert_oom(&e, 4 * n, c.properties().total_memory);
         assert_eq!(held(&c), base);
         let second = chunk as u64..2 * chunk as u64;
         let part = a.read_subset(std::slice::from_ref(&second), &dev).unwrap();

@@ -286,11 +286,13 @@ impl Place {
     pub(crate) fn alloc(&self, n: usize, zeroed: bool) -> Result<Memory> {
         Ok(match self {
             Place::Host => Memory::Host(Bytes::from(zeroed_vec(n)?)),
-            Place::Device(ctx) => Memory::Device(if zeroed {
-                ctx.allocate_zeroed(n)?
-            } else {
-                ctx.allocate(n)?
-            }),
+            Place::Device(ctx) => {
+                let d = ctx.allocate(n)?;
+                if zeroed {
+                    d.fill(0)?;
+                }
+                Memory::Device(d)
+            }
         })
     }
 

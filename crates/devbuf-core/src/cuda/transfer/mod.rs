@@ -527,7 +527,8 @@ pub fn copy_many_from_host(pieces: &[(&[u8], &DeviceBuffer, usize)]) -> Result<(
 /// ```no_run
 /// use devbuf_core::cuda::{self, Context};
 /// let ctx = Context::new(0)?;
-/// let dev = ctx.allocate_zeroed(100 * 4096)?;
+/// let dev = ctx.allocate(100 * 4096)?;
+/// dev.fill(0)?;
 /// let mut chunks = vec![vec![1u8; 4096]; 100];
 /// let mut pieces: Vec<(&mut [u8], &cuda::DeviceBuffer, usize)> =
 ///     chunks.iter_mut().enumerate().map(|(i, c)| (&mut c[..], &dev, i * 4096)).collect();

@@ -284,7 +284,8 @@ impl<T> Pending<T> {
     /// # use devbuf_core::cuda::{Context, Stream};
     /// # let ctx = Context::new(0)?;
     /// # let s = Stream::new(&ctx)?;
-    /// let dev = ctx.allocate_zeroed(8)?;
+    /// let dev = ctx.allocate(8)?;
+    /// dev.fill(0)?;
     /// let v: Vec<u8> = dev.copy_to_host_async(0, vec![1u8; 8], &s)?.wait()?;
     /// assert_eq!(v, [0u8; 8]);
     /// # Ok::<(), devbuf_core::Error>(())
@@ -476,7 +477,8 @@ impl DeviceBuffer {
     /// use devbuf_core::cuda::{Context, Stream};
     /// let ctx = Context::new(0)?;
     /// let s = Stream::new(&ctx)?;
-    /// let dev = ctx.allocate_zeroed(1 << 20)?;
+    /// let dev = ctx.allocate(1 << 20)?;
+    /// dev.fill(0)?;
     /// let host = ctx.allocate_host(1 << 20)?;
     /// let p = dev.copy_to_host_async(0, host, &s)?;
     /// let host = p.wait()?;
