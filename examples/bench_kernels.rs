@@ -76,7 +76,7 @@ fn check(ok: bool, what: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(Error::invalid(format!(
+        Err(Error::InvalidArgument(format!(
             "benchmark self-check failed: {what}"
         )))
     }

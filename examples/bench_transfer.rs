@@ -157,7 +157,9 @@ fn drv(r: sys::CUresult, what: &str) -> devbuf::Result<()> {
     if r == sys::CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
-        Err(devbuf::Error::invalid(format!("{what} failed: {r:?}")))
+        Err(devbuf::Error::InvalidArgument(format!(
+            "{what} failed: {r:?}"
+        )))
     }
 }
 
@@ -936,7 +938,7 @@ fn section_async(b: &mut Bench, ctx: &Context, m: &mut Mem) -> devbuf::Result<()
                     let h = t.spawn(|| dev.copy_from_host(0, up_src));
                     let r = dev2.copy_to_host(0, &mut down_dst[..]);
                     h.join()
-                        .map_err(|_| devbuf::Error::invalid("thread panicked"))??;
+                        .map_err(|_| devbuf::Error::InvalidArgument("thread panicked".into()))??;
                     r
                 })
             }
@@ -1288,7 +1290,7 @@ fn run() -> devbuf::Result<()> {
     println!("bench_transfer took {:.1} s", t0.elapsed().as_secs_f64());
     if let Some(path) = csv {
         std::fs::write(&path, b.csv())
-            .map_err(|e| devbuf::Error::invalid(format!("writing {path}: {e}")))?;
+            .map_err(|e| devbuf::Error::InvalidArgument(format!("writing {path}: {e}")))?;
         println!("wrote {} rows to {path}", b.rows.len());
     }
     Ok(())

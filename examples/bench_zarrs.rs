@@ -506,7 +506,7 @@ mod bench {
     }
 
     fn io_err(e: std::io::Error) -> devbuf::Error {
-        devbuf::Error::invalid(e.to_string())
+        devbuf::Error::InvalidArgument(e.to_string())
     }
 
     /// One core's zstd-1 decode and encode rates of this data (GB/s of decoded bytes).
@@ -557,7 +557,9 @@ mod bench {
                     .collect();
                 hs.into_iter().try_for_each(|h| {
                     h.join()
-                        .map_err(|_| devbuf::Error::invalid("a decode thread panicked"))?
+                        .map_err(|_| {
+                            devbuf::Error::InvalidArgument("a decode thread panicked".into())
+                        })?
                         .map_err(io_err)
                 })
             })

@@ -459,7 +459,7 @@ gpu_test! {
         // An error in the middle, and a batch that is not a struct.
         let items: Vec<devbuf::Result<DeviceArray>> = vec![
             Ok(on_device[0].clone()),
-            Err(Error::invalid("device batch 1 failed to decode")),
+            Err(Error::InvalidArgument("device batch 1 failed to decode".into())),
             Ok(on_device[2].clone()),
         ];
         let mut stream = export_device_stream(schema.clone(), items, None);

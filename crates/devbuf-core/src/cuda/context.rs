@@ -605,7 +605,7 @@ mod tests {
         assert_eq!(n > 0, is_available());
         if n == 0 {
             let e = Context::new(0).unwrap_err();
-            assert!(e.is_cuda_unavailable(), "{e}");
+            assert_eq!(e.kind(), crate::ErrorKind::CudaUnavailable, "{e}");
             assert!(unavailable_reason().is_some());
         }
     }
