@@ -258,7 +258,7 @@ fn open_table_host() -> Result<(), Box<dyn std::error::Error>> {
     let mut handles = Vec::new();
     for _ in 0..20 {
         let shm = SharedMemory::create(64 << 20)?;
-        handles.push(shm.export_ipc_slice(4097, 1 << 20)?.to_string());
+        handles.push(shm.export_ipc(4097..4097 + (1 << 20))?.to_string());
         keep.push(shm);
     }
     let times = run_child("host", &handles)?;

@@ -68,7 +68,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             batch.num_rows(),
             shm.len()
         );
-        let h = IpcHandle::Host(shm.export_ipc()?);
+        let h = IpcHandle::Host(shm.export_ipc(..)?);
         _host_memory = Some(shm);
         h
     };

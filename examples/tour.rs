@@ -219,7 +219,7 @@ fn run_one(
     } else {
         let rb = batch.to_record_batch()?;
         let shm = serialize_record_batch_shared(&rb)?;
-        let h = IpcHandle::Host(shm.export_ipc()?);
+        let h = IpcHandle::Host(shm.export_ipc(..)?);
         (h, rb.schema(), None, Some(shm))
     };
     let exe = std::env::current_exe()?;

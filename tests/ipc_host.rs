@@ -122,12 +122,12 @@ fn child_entry() {
         "export_and_exit" => {
             let mut shm = SharedMemory::create(4096).expect("create");
             shm.fill(0xab);
-            say("handle", shm.export_ipc().expect("export").to_string());
+            say("handle", shm.export_ipc(..).expect("export").to_string());
             // Exits (dropping the memory) right away.
         }
         "export_drop_wait" => {
             let shm = SharedMemory::create(4096).expect("create");
-            say("handle", shm.export_ipc().expect("export").to_string());
+            say("handle", shm.export_ipc(..).expect("export").to_string());
             drop(shm);
             say("dropped", "");
             wait_line();
@@ -185,7 +185,7 @@ fn shared_memory_slices_open_read_only_and_zero_copy_in_another_process() {
     let ranges = [(0, n), (4099, 5003), (n - 1, 1), (5, 0)];
     let handles: Vec<HostIpcHandle> = ranges
         .iter()
-        .map(|&(o, l)| shm.export_ipc_slice(o, l).unwrap())
+        .map(|&(o, l)| shm.export_ipc(o..o + l).unwrap())
         .collect();
     assert!(handles[3].is_empty());
     let list = handles
@@ -230,7 +230,7 @@ fn many_shared_memory_handles_at_once() {
         shm.copy_from_slice(&r.bytes(n));
         let o = r.below(n as u64) as usize;
         let l = r.below((n - o) as u64 + 1) as usize;
-        let h = shm.export_ipc_slice(o, l).unwrap();
+        let h = shm.export_ipc(o..o + l).unwrap();
         expect.push(format!("{l} {:016x} true", fnv(&shm[o..o + l])));
         list.push(h.to_string());
         keep.push(shm);
@@ -277,7 +277,7 @@ fn exporter_gone_is_a_clear_error() {
 #[test]
 fn bad_host_handles_are_errors_in_the_consumer() {
     let shm = SharedMemory::create(100).unwrap();
-    let good = shm.export_ipc().unwrap();
+    let good = shm.export_ipc(..).unwrap();
     // A handle to our live memory but with the wrong tag: refused, not mapped.
     let b = good.to_bytes();
     let pid = u32::from_le_bytes(b[16..20].try_into().unwrap());
@@ -313,7 +313,7 @@ fn arrow_batch_in_shared_memory_is_read_zero_copy_by_another_process() {
     let (seed, rows) = (42u64, 1000usize);
     let batch = mixed_batch(seed, rows);
     let shm = serialize_record_batch_shared(&batch).unwrap();
-    let handle = IpcHandle::Host(shm.export_ipc().unwrap());
+    let handle = IpcHandle::Host(shm.export_ipc(..).unwrap());
     let text = handle.to_string();
     let IpcHandle::Host(h) = text.parse::<IpcHandle>().unwrap() else {
         panic!("host handle expected");
@@ -572,7 +572,7 @@ fn host_handle_round_trips_and_layout() {
         HostIpcHandle::from_parts(1, 1, 1, 100, 3, 0),
         "empty handle",
     );
-    let empty = SharedMemory::create(0).unwrap().export_ipc().unwrap();
+    let empty = SharedMemory::create(0).unwrap().export_ipc(..).unwrap();
     assert!(empty.is_empty());
     assert_eq!(empty.open().unwrap().len(), 0);
     assert_eq!(HostIpcHandle::from_bytes(&empty.to_bytes()).unwrap(), empty);

@@ -90,8 +90,8 @@ fn child_entry() {
             let (off, len): (usize, usize) =
                 (env("OFF").parse().unwrap(), env("LEN").parse().unwrap());
             let shm = filled(seed, n);
-            say("whole", shm.export_ipc().unwrap().to_string());
-            say("slice", shm.export_ipc_slice(off, len).unwrap().to_string());
+            say("whole", shm.export_ipc(..).unwrap().to_string());
+            say("slice", shm.export_ipc(off..off + len).unwrap().to_string());
             let line = wait_line();
             assert_eq!(line, "exit", "the parent says how to end");
             drop(shm);
@@ -191,7 +191,7 @@ fn child_entry() {
                 },
             );
             let small = filled(9, 1 << 20);
-            let back = small.export_ipc().unwrap().open().unwrap();
+            let back = small.export_ipc(..).unwrap().open().unwrap();
             say("small", back.as_slice() == data(9, 1 << 20).as_slice());
         }
         other => panic!("unknown child role {other}"),
@@ -262,7 +262,7 @@ fn consumer_dies_holding_a_mapping_and_nothing_leaks() {
     let (seed, n) = (7u64, 64 * 1024 + 5);
     let expected = data(seed, n);
     let shm = filled(seed, n);
-    let h = shm.export_ipc().unwrap();
+    let h = shm.export_ipc(..).unwrap();
     let tag = tag_of(&h);
     assert_eq!((mappings_of(tag), descriptors_of(tag)), (1, 1));
     for end in ["wait", "exit"] {
@@ -308,8 +308,8 @@ fn consumer_dies_holding_a_mapping_and_nothing_leaks() {
 fn a_handle_opened_twice_closes_in_either_order() {
     let (seed, n) = (21u64, 5 * 4096 + 77);
     let shm = filled(seed, n);
-    let h = shm.export_ipc().unwrap();
-    let s = shm.export_ipc_slice(4095, 4099).unwrap();
+    let h = shm.export_ipc(..).unwrap();
+    let s = shm.export_ipc(4095..8194).unwrap();
     for order in ["ab", "ba"] {
         let mut p = spawn(
             "open_twice",
@@ -359,7 +359,7 @@ fn shared_memory_the_os_refuses_is_an_error() {
     }
     let shm = filled(3, 4096);
     assert_eq!(
-        shm.export_ipc().unwrap().open().unwrap().as_slice(),
+        shm.export_ipc(..).unwrap().open().unwrap().as_slice(),
         data(3, 4096).as_slice()
     );
 

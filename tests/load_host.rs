@@ -102,7 +102,7 @@ fn shared_memory(_: &Shared, r: &mut SmallRng) -> Check {
     shm.copy_from_slice(&data);
     let o = r.random_range(0..n);
     let l = r.random_range(1..=n - o);
-    let h = shm.export_ipc_slice(o, l).map_err(|e| e.to_string())?;
+    let h = shm.export_ipc(o..o + l).map_err(|e| e.to_string())?;
     let h = h
         .to_string()
         .parse::<HostIpcHandle>()
@@ -125,7 +125,7 @@ fn arrow_ipc(_: &Shared, r: &mut SmallRng) -> Check {
     let batch = batches::mixed_batch(r.random(), r.random_range(0..300));
     let shm = serialize_record_batch_shared(&batch).map_err(|e| e.to_string())?;
     let mapped = shm
-        .export_ipc()
+        .export_ipc(..)
         .and_then(|h| h.open())
         .map_err(|e| e.to_string())?;
     let back = read_record_batch_host(&mapped, batch.schema()).map_err(|e| e.to_string())?;
@@ -187,7 +187,7 @@ fn peer(s: &Shared, r: &mut SmallRng) -> Check {
     shm.copy_from_slice(&data);
     let o = r.random_range(0..n);
     let l = r.random_range(1..=n - o);
-    let h = shm.export_ipc_slice(o, l).map_err(|e| e.to_string())?;
+    let h = shm.export_ipc(o..o + l).map_err(|e| e.to_string())?;
     let mut guard = s.peer.lock().unwrap();
     let p = guard.as_mut().ok_or("no peer")?;
     p.send(&h.to_string());

@@ -171,7 +171,7 @@ pub fn serialize_record_batch(batch: &RecordBatch, ctx: &Context) -> Result<Devi
 /// use devbuf_core::arrow::{read_record_batch_host, serialize_record_batch_shared};
 /// let batch = RecordBatch::try_from_iter([("x", Arc::new(Int64Array::from(vec![7, 8])) as _)])?;
 /// let shm = serialize_record_batch_shared(&batch)?;
-/// let handle = shm.export_ipc()?; // send handle.to_string() to a consumer
+/// let handle = shm.export_ipc(..)?; // send handle.to_string() to a consumer
 /// let mapped = handle.open()?; // read-only mapping, zero-copy
 /// let back = read_record_batch_host(&mapped, batch.schema())?;
 /// assert_eq!(back, batch);

@@ -174,15 +174,9 @@ impl Default for TransferConfig {
 }
 
 impl TransferConfig {
-    /// Checks the bounds documented on each field.
-    ///
-    /// ```
-    /// use devbuf_core::cuda::TransferConfig;
-    /// assert!(TransferConfig::default().validate().is_ok());
-    /// let bad = TransferConfig { lanes: 0, ..TransferConfig::default() };
-    /// assert!(bad.validate().unwrap_err().to_string().contains("lanes"));
-    /// ```
-    pub fn validate(&self) -> Result<()> {
+    /// Checks the bounds documented on each field ([`Context::set_transfer_config`]
+    /// calls it).
+    pub(crate) fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::invalid(format!("TransferConfig: {m}")));
         if !(1..=256).contains(&self.lanes) {
             return bad(format!("lanes must be 1..=256, got {}", self.lanes));
