@@ -58,7 +58,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         let ctx = Context::new(0)?;
         println!(
             "device: {} (driver CUDA {:?})",
-            ctx.device_name(),
+            ctx.properties().name,
             cuda::driver_version()?
         );
         writer_table(&ctx)?;
@@ -127,7 +127,7 @@ fn writer_table(ctx: &Context) -> Result<(), Box<dyn std::error::Error>> {
         w.write_all(chunk)?;
     }
     drop(w);
-    let probe = buf.copy_to_host(total - 4096, 4096)?;
+    let probe = buf.slice(total - 4096, 4096)?.to_host()?;
     if probe[..] != src[total - 4096..] {
         return Err("the writer's bytes differ from the source".into());
     }
@@ -178,7 +178,7 @@ fn child(kind: &str) -> Result<(), Box<dyn std::error::Error>> {
         "device" => {
             let parsed: Vec<IpcMemHandle> = handles
                 .iter()
-                .map(|h| IpcMemHandle::from_hex(h))
+                .map(|h| h.parse::<IpcMemHandle>())
                 .collect::<Result<_, _>>()?;
             let ctx = Context::new(0)?;
             ctx.synchronize()?;
@@ -196,7 +196,7 @@ fn child(kind: &str) -> Result<(), Box<dyn std::error::Error>> {
         "host" => {
             let parsed: Vec<HostIpcHandle> = handles
                 .iter()
-                .map(|h| HostIpcHandle::from_hex(h))
+                .map(|h| h.parse::<HostIpcHandle>())
                 .collect::<Result<_, _>>()?;
             for i in 0..OPENS {
                 let h = &parsed[i % parsed.len()];
@@ -244,7 +244,7 @@ fn open_table_device(ctx: &Context) -> Result<(), Box<dyn std::error::Error>> {
         .map(|b| {
             b.slice(4097, 1 << 20)
                 .and_then(|s| s.export_ipc())
-                .map(|h| h.to_hex())
+                .map(|h| h.to_string())
         })
         .collect::<Result<_, _>>()?;
     let times = run_child("device", &handles)?;
@@ -258,7 +258,7 @@ fn open_table_host() -> Result<(), Box<dyn std::error::Error>> {
     let mut handles = Vec::new();
     for _ in 0..20 {
         let shm = SharedMemory::create(64 << 20)?;
-        handles.push(shm.export_ipc_slice(4097, 1 << 20)?.to_hex());
+        handles.push(shm.export_ipc(4097..4097 + (1 << 20))?.to_string());
         keep.push(shm);
     }
     let times = run_child("host", &handles)?;

@@ -76,7 +76,7 @@ fn check(ok: bool, what: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(Error::invalid(format!(
+        Err(Error::InvalidArgument(format!(
             "benchmark self-check failed: {what}"
         )))
     }
@@ -84,7 +84,7 @@ fn check(ok: bool, what: &str) -> Result<()> {
 
 fn element(buf: &DeviceBuffer, index: usize, size: usize) -> Result<Vec<u8>> {
     let mut b = vec![0u8; size];
-    buf.copy_to_host_into(index * size, &mut b)?;
+    buf.copy_to_host(index * size, &mut b)?;
     Ok(b)
 }
 
@@ -125,9 +125,9 @@ fn run() -> Result<()> {
     let stream = Stream::new(&ctx)?;
     println!(
         "device: {} (sm_{}{}, {} SMs); array: {n} x {n} float32 = {} MiB; median of {runs} runs",
-        ctx.device_name(),
-        ctx.compute_capability().0,
-        ctx.compute_capability().1,
+        ctx.properties().name,
+        ctx.properties().compute_capability.0,
+        ctx.properties().compute_capability.1,
         ctx.properties().multiprocessor_count,
         bytes >> 20
     );

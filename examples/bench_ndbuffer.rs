@@ -50,7 +50,7 @@ fn run() -> devbuf::Result<()> {
     let bytes = N * N * 4;
     println!(
         "bench_ndbuffer: {} ({} SMs), float32 {N}x{N} = {} MiB, median of {RUNS} after {WARMUP} warm-up runs",
-        ctx.device_name(),
+        ctx.properties().name,
         ctx.properties().multiprocessor_count,
         bytes >> 20
     );

@@ -94,7 +94,7 @@ mod bench {
             "cpu" => Decoder::Cpu,
             "both" => Decoder::Both,
             other => {
-                return Err(devbuf::Error::invalid(format!(
+                return Err(devbuf::Error::InvalidArgument(format!(
                     "--decoders: unknown decoder {other:?} (valid: gpu, auto, cpu, both)"
                 )));
             }
@@ -114,7 +114,7 @@ mod bench {
         let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
         println!(
             "bench_spread: {count} x {} ({} cores), {}",
-            all[0].device_name(),
+            all[0].properties().name,
             cores,
             chrono_free_date()
         );
@@ -260,7 +260,8 @@ mod bench {
             .with_compressor(Compressor::Zstd { level: 1 })
             .with_crc32c();
         if path.exists() {
-            std::fs::remove_dir_all(path).map_err(|e| devbuf::Error::invalid(e.to_string()))?;
+            std::fs::remove_dir_all(path)
+                .map_err(|e| devbuf::Error::InvalidArgument(e.to_string()))?;
         }
         let a = ZarrArray::create(path, &spec)?;
         let band = 8192u64.min(rows);
@@ -284,8 +285,9 @@ mod bench {
             std::thread::scope(|s| {
                 let hs: Vec<_> = devs.iter().map(|c| s.spawn(move || f(c))).collect();
                 hs.into_iter().try_for_each(|h| {
-                    h.join()
-                        .map_err(|_| devbuf::Error::invalid("a device thread panicked"))?
+                    h.join().map_err(|_| {
+                        devbuf::Error::InvalidArgument("a device thread panicked".into())
+                    })?
                 })
             })
         })
@@ -329,7 +331,7 @@ mod bench {
             let states = all
                 .iter()
                 .map(|c| {
-                    let src = DeviceBuffer::from_host(c, &raw)?;
+                    let src = DeviceBuffer::from_slice(c, &raw)?;
                     let packed = c.allocate(k * cap)?;
                     let stream = Stream::new(c)?;
                     let sizes = CompressBatch::new(c)?.compress(
@@ -382,7 +384,8 @@ mod bench {
             Ok::<(), devbuf::Error>(())
         })?;
         let raw = field(1024, 1024).to_buffer()?.to_bytes()?;
-        let z = zstd::bulk::compress(&raw, 1).map_err(|e| devbuf::Error::invalid(e.to_string()))?;
+        let z = zstd::bulk::compress(&raw, 1)
+            .map_err(|e| devbuf::Error::InvalidArgument(e.to_string()))?;
         let frame = raw.len();
         let frames = (1usize << 30) / frame;
         let per_thread = frames.div_ceil(cores);
@@ -535,8 +538,9 @@ mod bench {
                     })
                 });
                 let r = read_all(&std::sync::atomic::AtomicUsize::new(0));
-                up.join()
-                    .map_err(|_| devbuf::Error::invalid("the upload thread panicked"))??;
+                up.join().map_err(|_| {
+                    devbuf::Error::InvalidArgument("the upload thread panicked".into())
+                })??;
                 r
             })
         })?;
@@ -556,8 +560,8 @@ mod bench {
     ) -> devbuf::Result<()> {
         hs.into_iter().try_for_each(|h| {
             h.join()
-                .map_err(|_| devbuf::Error::invalid("a benchmark thread panicked"))?
-                .map_err(|e| devbuf::Error::invalid(e.to_string()))
+                .map_err(|_| devbuf::Error::InvalidArgument("a benchmark thread panicked".into()))?
+                .map_err(|e| devbuf::Error::InvalidArgument(e.to_string()))
         })
     }
 

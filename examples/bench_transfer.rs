@@ -157,7 +157,9 @@ fn drv(r: sys::CUresult, what: &str) -> devbuf::Result<()> {
     if r == sys::CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
-        Err(devbuf::Error::invalid(format!("{what} failed: {r:?}")))
+        Err(devbuf::Error::InvalidArgument(format!(
+            "{what} failed: {r:?}"
+        )))
     }
 }
 
@@ -271,7 +273,7 @@ fn section_table(b: &mut Bench, ctx: &Context, raw: &Raw, m: &mut Mem) -> devbuf
     let stream = Stream::new(ctx)?;
     println!("\n## Single copies: devbuf vs the driver\n");
     println!(
-        "`devbuf` = `copy_from_host` / `copy_to_host_into`; `devbuf async` = a scoped async copy on a stream + wait; \
+        "`devbuf` = `copy_from_host` / `copy_to_host`; `devbuf async` = a scoped async copy on a stream + wait; \
          `driver` = `cuMemcpyHtoD_v2` / `cuMemcpyDtoH_v2`; `driver async` = `cuMemcpy*Async_v2` + `cuStreamSynchronize`. GB/s (median).\n"
     );
     println!(
@@ -301,7 +303,7 @@ fn section_table(b: &mut Bench, ctx: &Context, raw: &Raw, m: &mut Mem) -> devbuf
                 if h2d {
                     dev.copy_from_host(0, slice())
                 } else {
-                    dev.copy_to_host_into(0, slice())
+                    dev.copy_to_host(0, slice())
                 }
             };
             let mut ours_async = || {
@@ -385,7 +387,7 @@ fn section_table(b: &mut Bench, ctx: &Context, raw: &Raw, m: &mut Mem) -> devbuf
         .filter(|&n| n <= max)
         .max()
         .unwrap_or(0);
-    let check = DeviceBuffer::from_host(ctx, &m.ordinary[..n])?;
+    let check = DeviceBuffer::from_slice(ctx, &m.ordinary[..n])?;
     assert!(check.equals(&m.dev.slice(0, n)?)?, "table: data check");
     Ok(())
 }
@@ -428,7 +430,7 @@ fn section_small(b: &mut Bench, ctx: &Context, m: &mut Mem) -> devbuf::Result<()
                         if h2d {
                             dev.copy_from_host(0, slice())
                         } else {
-                            dev.copy_to_host_into(0, slice())
+                            dev.copy_to_host(0, slice())
                         }
                     });
             }
@@ -504,7 +506,7 @@ fn section_sweep(b: &mut Bench, ctx: &Context, m: &mut Mem) -> devbuf::Result<()
                     if di == 0 {
                         dev.copy_from_host(0, &ord[..n])
                     } else {
-                        dev.copy_to_host_into(0, &mut ord[..n])
+                        dev.copy_to_host(0, &mut ord[..n])
                     }
                 });
                 let g = n as f64 / secs / 1e9;
@@ -560,7 +562,7 @@ fn section_sweep(b: &mut Bench, ctx: &Context, m: &mut Mem) -> devbuf::Result<()
                     if di == 0 {
                         dev.copy_from_host(0, &ord[..s])
                     } else {
-                        dev.copy_to_host_into(0, &mut ord[..s])
+                        dev.copy_to_host(0, &mut ord[..s])
                     }
                 });
                 let g = s as f64 / secs / 1e9;
@@ -632,7 +634,7 @@ fn section_crossover(b: &mut Bench, ctx: &Context, m: &mut Mem) -> devbuf::Resul
                     if di == 0 {
                         dev.copy_from_host(0, &ord[..n])
                     } else {
-                        dev.copy_to_host_into(0, &mut ord[..n])
+                        dev.copy_to_host(0, &mut ord[..n])
                     }
                 });
                 g[k] = n as f64 / secs / 1e9;
@@ -767,7 +769,7 @@ fn section_batch(b: &mut Bench, ctx: &Context, raw: &Raw) -> devbuf::Result<()> 
                     if di == 0 {
                         dev.copy_from_host(slot(i), c)?;
                     } else {
-                        dev.copy_to_host_into(slot(i), c)?;
+                        dev.copy_to_host(slot(i), c)?;
                     }
                 }
                 Ok(())
@@ -813,7 +815,7 @@ fn section_batch(b: &mut Bench, ctx: &Context, raw: &Raw) -> devbuf::Result<()> 
             );
         }
         // Check: the device holds piece i at slot(i).
-        let all = dev.copy_to_host(0, total)?;
+        let all = dev.slice(0, total)?.to_host()?;
         for (i, c) in chunks.iter().enumerate() {
             assert!(
                 all[slot(i)..slot(i) + piece] == c[..],
@@ -934,9 +936,9 @@ fn section_async(b: &mut Bench, ctx: &Context, m: &mut Mem) -> devbuf::Result<()
                 // directions from two threads.
                 std::thread::scope(|t| {
                     let h = t.spawn(|| dev.copy_from_host(0, up_src));
-                    let r = dev2.copy_to_host_into(0, &mut down_dst[..]);
+                    let r = dev2.copy_to_host(0, &mut down_dst[..]);
                     h.join()
-                        .map_err(|_| devbuf::Error::invalid("thread panicked"))??;
+                        .map_err(|_| devbuf::Error::InvalidArgument("thread panicked".into()))??;
                     r
                 })
             }
@@ -1056,8 +1058,8 @@ fn section_peer(b: &mut Bench, ctx: &Context) -> devbuf::Result<()> {
          Peer access off (`Context::disable_peer_access`): the driver stages the copy \
          through host memory; the driver rows run under the same state. GB/s (median), \
          bytes copied once.\n",
-        ctx.device_name(),
-        d1.device_name()
+        ctx.properties().name,
+        d1.properties().name
     );
     println!(
         "| direction | peer access | size | devbuf | devbuf async | driver | driver async | devbuf / best driver |"
@@ -1181,7 +1183,7 @@ fn section_peer(b: &mut Bench, ctx: &Context) -> devbuf::Result<()> {
     ctx.enable_peer_access(&d1)?;
     // The copies moved the pattern 0 -> 1 -> 0 -> ...: device 1 holds it, device 0 too.
     let k = pattern.len();
-    let check = DeviceBuffer::from_host(&d1, &pattern)?;
+    let check = DeviceBuffer::from_slice(&d1, &pattern)?;
     assert!(
         check.equals(&a1.slice(0, k)?)?,
         "peer: data check on device 1"
@@ -1233,7 +1235,7 @@ fn run() -> devbuf::Result<()> {
     let cfg = ctx.transfer_config();
     println!(
         "# bench_transfer on {} (device 0), driver CUDA {:?}, {} CPUs{}",
-        ctx.device_name(),
+        ctx.properties().name,
         cuda::driver_version()?,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         if quick { ", --quick" } else { "" }
@@ -1288,7 +1290,7 @@ fn run() -> devbuf::Result<()> {
     println!("bench_transfer took {:.1} s", t0.elapsed().as_secs_f64());
     if let Some(path) = csv {
         std::fs::write(&path, b.csv())
-            .map_err(|e| devbuf::Error::invalid(format!("writing {path}: {e}")))?;
+            .map_err(|e| devbuf::Error::InvalidArgument(format!("writing {path}: {e}")))?;
         println!("wrote {} rows to {path}", b.rows.len());
     }
     Ok(())

@@ -506,7 +506,7 @@ mod bench {
     }
 
     fn io_err(e: std::io::Error) -> devbuf::Error {
-        devbuf::Error::invalid(e.to_string())
+        devbuf::Error::InvalidArgument(e.to_string())
     }
 
     /// One core's zstd-1 decode and encode rates of this data (GB/s of decoded bytes).
@@ -557,7 +557,9 @@ mod bench {
                     .collect();
                 hs.into_iter().try_for_each(|h| {
                     h.join()
-                        .map_err(|_| devbuf::Error::invalid("a decode thread panicked"))?
+                        .map_err(|_| {
+                            devbuf::Error::InvalidArgument("a decode thread panicked".into())
+                        })?
                         .map_err(io_err)
                 })
             })
@@ -627,7 +629,7 @@ mod bench {
         println!(
             "bench_zarrs: {cores} cores, {}",
             match ctx {
-                Some(c) => format!("device 0: {}", c.device_name()),
+                Some(c) => format!("device 0: {}", c.properties().name),
                 None => "no GPU: host reads only".to_string(),
             }
         );
@@ -705,7 +707,7 @@ mod bench {
         use devbuf::cuda::{DeviceBuffer, Stream};
         let total = 256usize << 20;
         let raw = field(4096, 16384).to_buffer()?.to_bytes()?;
-        let src = DeviceBuffer::from_host(ctx, &raw)?;
+        let src = DeviceBuffer::from_slice(ctx, &raw)?;
         let lib = nvcomp::library()?;
         print!(
             "limits in this run: nvCOMP zstd compression, GB/s (one call of 256 MiB / calls of 32 MiB from 4 threads):"
@@ -764,7 +766,7 @@ mod bench {
         use devbuf::cuda::{DeviceBuffer, Stream};
         let total = 512usize << 20;
         let raw = field(8192, 16384).to_buffer()?.to_bytes()?;
-        let src = DeviceBuffer::from_host(ctx, &raw)?;
+        let src = DeviceBuffer::from_slice(ctx, &raw)?;
         let lib = nvcomp::library()?;
         print!(
             "limits in this run: nvCOMP zstd decode on the device, GB/s (one call of 512 MiB / \

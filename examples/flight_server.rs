@@ -235,7 +235,7 @@ fn write_demo(root: &Path) -> devbuf::Result<()> {
         let a = ZarrArray::create(&f32_path, &spec)?;
         let nd = NDBuffer::from_ndarray(
             ndarray::Array2::from_shape_vec((r, c), v)
-                .map_err(|e| devbuf::Error::invalid(e.to_string()))?,
+                .map_err(|e| devbuf::Error::InvalidArgument(e.to_string()))?,
         );
         a.write_subset(&[0, 0], &nd)?;
     }

@@ -103,7 +103,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             std::process::exit(2);
         }
     };
-    let handle = IpcHandle::from_hex(&handle_hex)?;
+    let handle = handle_hex.parse::<IpcHandle>()?;
     let schema = schema_from_bytes(&unhex(&schema_hex)?)?;
     let t = Instant::now();
     let batch = match &handle {
@@ -116,7 +116,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 message.len(),
                 h.exporter_pid().unwrap_or(0),
                 opened.as_secs_f64() * 1e6,
-                message.context().device_name(),
+                message.context().properties().name,
                 on_device.num_rows(),
                 on_device.num_columns()
             );

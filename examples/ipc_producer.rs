@@ -52,7 +52,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             "wrote a {}-row batch as {} bytes of Arrow IPC into GPU memory on {} (device 0)",
             batch.num_rows(),
             message.len(),
-            ctx.device_name()
+            ctx.properties().name
         );
         let h = IpcHandle::Device(message.export_ipc()?);
         _device_memory = Some(message);
@@ -68,7 +68,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             batch.num_rows(),
             shm.len()
         );
-        let h = IpcHandle::Host(shm.export_ipc()?);
+        let h = IpcHandle::Host(shm.export_ipc(..)?);
         _host_memory = Some(shm);
         h
     };
@@ -78,7 +78,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             let done = done_path(p);
             let _ = std::fs::remove_file(&done);
             let tmp = p.with_extension("tmp");
-            std::fs::write(&tmp, format!("{}\n{}\n", handle.to_hex(), schema))
+            std::fs::write(&tmp, format!("{handle}\n{schema}\n"))
                 .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
             std::fs::rename(&tmp, p)
                 .map_err(|e| format!("cannot rename {} to {}: {e}", tmp.display(), p.display()))?;
@@ -91,7 +91,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             let _ = std::fs::remove_file(p);
         }
         None => {
-            println!("handle: {}", handle.to_hex());
+            println!("handle: {handle}");
             println!("schema: {schema}");
             println!(
                 "run: cargo run --release --features zarr,object_store,flight --example ipc_consumer -- <handle> <schema>"

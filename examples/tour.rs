@@ -219,13 +219,13 @@ fn run_one(
     } else {
         let rb = batch.to_record_batch()?;
         let shm = serialize_record_batch_shared(&rb)?;
-        let h = IpcHandle::Host(shm.export_ipc()?);
+        let h = IpcHandle::Host(shm.export_ipc(..)?);
         (h, rb.schema(), None, Some(shm))
     };
     let exe = std::env::current_exe()?;
     let status = Command::new(exe)
         .arg("--consumer")
-        .arg(handle.to_hex())
+        .arg(handle.to_string())
         .arg(hex::encode(schema_to_bytes(&schema)?))
         .arg(array.location())
         .status()?;
@@ -253,7 +253,7 @@ fn run_one(
 /// the source array (read here, on the host).
 fn consumer(handle_hex: &str, schema_hex: &str, source: &str) -> Res<()> {
     let t = Instant::now();
-    let handle = IpcHandle::from_hex(handle_hex)?;
+    let handle = handle_hex.parse::<IpcHandle>()?;
     let schema =
         schema_from_bytes(&hex::decode(schema_hex).map_err(|e| format!("bad hex text: {e}"))?)?;
     let batch = match &handle {

@@ -24,7 +24,7 @@
 //! ## Quick start
 //!
 //! ```no_run
-//! use arrow_array::types::Int32Type;
+//! use arrow_array::Int32Array;
 //! use devbuf::cuda::{self, Context, DeviceBuffer};
 //!
 //! if !cuda::is_available() {
@@ -35,7 +35,7 @@
 //! let values: Vec<i32> = (0..1000).collect();
 //! let d = DeviceBuffer::from_slice(&ctx, &values)?;     // host -> device
 //! let tail = d.slice(4 * 900, 4 * 100)?;                 // zero-copy slice
-//! let array = tail.to_arrow::<Int32Type>()?;             // device -> page-locked -> Arrow
+//! let array = Int32Array::try_from(tail.to_host()?)?;   // device -> page-locked -> Arrow
 //! assert_eq!(array.value(0), 900);
 //! # Ok::<(), devbuf::Error>(())
 //! ```

@@ -314,7 +314,7 @@ fn bad_chunks_are_errors() {
     if !devbuf::cuda::is_available() {
         let e = ChunkBatch::from_chunks(&grid, [(vec![0u64, 0], &ok)], &BufferPrototype::Device(0))
             .unwrap_err();
-        assert!(e.is_cuda_unavailable(), "{e}");
+        assert_eq!(e.kind(), devbuf::ErrorKind::CudaUnavailable, "{e}");
     }
 }
 

@@ -88,7 +88,7 @@ fn child_entry() {
             // changes the memory in between: a zero-copy mapping sees it).
             let handles: Vec<HostIpcHandle> = env("HANDLES")
                 .split(',')
-                .map(|h| HostIpcHandle::from_hex(h).expect("handle"))
+                .map(|h| h.parse::<HostIpcHandle>().expect("handle"))
                 .collect();
             let bufs: Vec<Buffer> = handles.iter().map(|h| h.open().expect("open")).collect();
             for (i, b) in bufs.iter().enumerate() {
@@ -110,7 +110,7 @@ fn child_entry() {
         }
         "open_expect_error" => {
             let text = env("HANDLE");
-            let err = match HostIpcHandle::from_hex(&text) {
+            let err = match text.parse::<HostIpcHandle>() {
                 Err(e) => e,
                 Ok(h) => match h.open() {
                     Err(e) => e,
@@ -122,19 +122,19 @@ fn child_entry() {
         "export_and_exit" => {
             let mut shm = SharedMemory::create(4096).expect("create");
             shm.fill(0xab);
-            say("handle", shm.export_ipc().expect("export").to_hex());
+            say("handle", shm.export_ipc(..).expect("export").to_string());
             // Exits (dropping the memory) right away.
         }
         "export_drop_wait" => {
             let shm = SharedMemory::create(4096).expect("create");
-            say("handle", shm.export_ipc().expect("export").to_hex());
+            say("handle", shm.export_ipc(..).expect("export").to_string());
             drop(shm);
             say("dropped", "");
             wait_line();
         }
         "arrow_read" => {
             let schema = schema_from_bytes(&devbuf_hex(&env("SCHEMA"))).expect("schema");
-            let h = HostIpcHandle::from_hex(&env("HANDLE")).expect("handle");
+            let h = env("HANDLE").parse::<HostIpcHandle>().expect("handle");
             let mapped = h.open().expect("open");
             let batch = read_record_batch_host(&mapped, schema).expect("read batch");
             let seed: u64 = env("SEED").parse().expect("seed");
@@ -185,12 +185,12 @@ fn shared_memory_slices_open_read_only_and_zero_copy_in_another_process() {
     let ranges = [(0, n), (4099, 5003), (n - 1, 1), (5, 0)];
     let handles: Vec<HostIpcHandle> = ranges
         .iter()
-        .map(|&(o, l)| shm.export_ipc_slice(o, l).unwrap())
+        .map(|&(o, l)| shm.export_ipc(o..o + l).unwrap())
         .collect();
     assert!(handles[3].is_empty());
     let list = handles
         .iter()
-        .map(|h| h.to_hex())
+        .map(|h| h.to_string())
         .collect::<Vec<_>>()
         .join(",");
     let mut peer = Peer::spawn("child_entry", ROLE, "open_check", &[("HANDLES", list)]);
@@ -230,9 +230,9 @@ fn many_shared_memory_handles_at_once() {
         shm.copy_from_slice(&r.bytes(n));
         let o = r.below(n as u64) as usize;
         let l = r.below((n - o) as u64 + 1) as usize;
-        let h = shm.export_ipc_slice(o, l).unwrap();
+        let h = shm.export_ipc(o..o + l).unwrap();
         expect.push(format!("{l} {:016x} true", fnv(&shm[o..o + l])));
-        list.push(h.to_hex());
+        list.push(h.to_string());
         keep.push(shm);
         let _ = i;
     }
@@ -254,7 +254,7 @@ fn many_shared_memory_handles_at_once() {
 fn exporter_gone_is_a_clear_error() {
     // The exporter exits before the consumer opens.
     let mut peer = Peer::spawn("child_entry", ROLE, "export_and_exit", &[]);
-    let h = HostIpcHandle::from_hex(&peer.expect("handle")).unwrap();
+    let h = peer.expect("handle").parse::<HostIpcHandle>().unwrap();
     peer.finish();
     let e = h.open().unwrap_err();
     let msg = e.to_string();
@@ -263,7 +263,7 @@ fn exporter_gone_is_a_clear_error() {
 
     // The exporter drops the memory but lives on.
     let mut peer = Peer::spawn("child_entry", ROLE, "export_drop_wait", &[]);
-    let h = HostIpcHandle::from_hex(&peer.expect("handle")).unwrap();
+    let h = peer.expect("handle").parse::<HostIpcHandle>().unwrap();
     peer.expect("dropped");
     let msg = h.open().unwrap_err().to_string();
     assert!(
@@ -277,7 +277,7 @@ fn exporter_gone_is_a_clear_error() {
 #[test]
 fn bad_host_handles_are_errors_in_the_consumer() {
     let shm = SharedMemory::create(100).unwrap();
-    let good = shm.export_ipc().unwrap();
+    let good = shm.export_ipc(..).unwrap();
     // A handle to our live memory but with the wrong tag: refused, not mapped.
     let b = good.to_bytes();
     let pid = u32::from_le_bytes(b[16..20].try_into().unwrap());
@@ -287,9 +287,9 @@ fn bad_host_handles_are_errors_in_the_consumer() {
     let wrong_size = HostIpcHandle::from_parts(pid, fd, tag, 200, 0, 150).unwrap();
     let no_fd = HostIpcHandle::from_parts(pid, 999_999, tag, 100, 0, 100).unwrap();
     let cases = [
-        (wrong_tag.to_hex(), "not the shared memory"),
-        (wrong_size.to_hex(), "the handle says 200"),
-        (no_fd.to_hex(), "does not exist"),
+        (wrong_tag.to_string(), "not the shared memory"),
+        (wrong_size.to_string(), "the handle says 200"),
+        (no_fd.to_string(), "does not exist"),
         ("00112233".to_string(), "malformed"),
         (hex(&[b'D'; 64]), "wrong magic"),
     ];
@@ -313,9 +313,9 @@ fn arrow_batch_in_shared_memory_is_read_zero_copy_by_another_process() {
     let (seed, rows) = (42u64, 1000usize);
     let batch = mixed_batch(seed, rows);
     let shm = serialize_record_batch_shared(&batch).unwrap();
-    let handle = IpcHandle::Host(shm.export_ipc().unwrap());
-    let text = handle.to_hex();
-    let IpcHandle::Host(h) = IpcHandle::from_hex(&text).unwrap() else {
+    let handle = IpcHandle::Host(shm.export_ipc(..).unwrap());
+    let text = handle.to_string();
+    let IpcHandle::Host(h) = text.parse::<IpcHandle>().unwrap() else {
         panic!("host handle expected");
     };
     let schema = hex(&schema_to_bytes(&batch.schema()).unwrap());
@@ -324,7 +324,7 @@ fn arrow_batch_in_shared_memory_is_read_zero_copy_by_another_process() {
         ROLE,
         "arrow_read",
         &[
-            ("HANDLE", h.to_hex()),
+            ("HANDLE", h.to_string()),
             ("SCHEMA", schema),
             ("SEED", seed.to_string()),
             ("ROWS", rows.to_string()),
@@ -395,7 +395,7 @@ fn mem_handle_round_trips_and_documented_layout() {
     );
     let back = IpcMemHandle::from_bytes(&b).unwrap();
     assert_eq!(back, h);
-    assert_eq!(IpcMemHandle::from_hex(&h.to_hex()).unwrap(), h);
+    assert_eq!(h.to_string().parse::<IpcMemHandle>().unwrap(), h);
     assert_eq!(back.offset(), 4099);
     assert_eq!(back.len(), 1_000_001);
     assert_eq!(back.allocation_size(), Some(1 << 24));
@@ -497,12 +497,12 @@ fn mem_handle_parser_names_what_is_wrong() {
         IpcHandle::from_bytes(b"garbage"),
         "not a devbuf buffer handle",
     );
-    assert_malformed(IpcMemHandle::from_hex("abc"), "odd number");
+    assert_malformed("abc".parse::<IpcMemHandle>(), "odd number");
     assert_malformed(
-        IpcMemHandle::from_hex("xyz"),
+        "xyz".parse::<IpcMemHandle>(),
         "'x' at byte 0 is not a hexadecimal",
     );
-    assert_malformed(IpcMemHandle::from_hex("zz"), "not a hexadecimal digit");
+    assert_malformed("zz".parse::<IpcMemHandle>(), "not a hexadecimal digit");
 }
 
 #[test]
@@ -519,7 +519,7 @@ fn event_handle_round_trips_and_layout() {
         fnv(&b[..112])
     );
     assert_eq!(IpcEventHandle::from_bytes(&b).unwrap(), h);
-    assert_eq!(IpcEventHandle::from_hex(&h.to_hex()).unwrap(), h);
+    assert_eq!(h.to_string().parse::<IpcEventHandle>().unwrap(), h);
     assert_eq!(h.device_uuid(), Some([4; 16]));
     assert_eq!(h.exporter_pid(), Some(77));
     let raw = IpcEventHandle::from_raw_cuda(&[1; 64]).unwrap();
@@ -572,7 +572,7 @@ fn host_handle_round_trips_and_layout() {
         HostIpcHandle::from_parts(1, 1, 1, 100, 3, 0),
         "empty handle",
     );
-    let empty = SharedMemory::create(0).unwrap().export_ipc().unwrap();
+    let empty = SharedMemory::create(0).unwrap().export_ipc(..).unwrap();
     assert!(empty.is_empty());
     assert_eq!(empty.open().unwrap().len(), 0);
     assert_eq!(HostIpcHandle::from_bytes(&empty.to_bytes()).unwrap(), empty);
@@ -619,7 +619,7 @@ proptest! {
         r64[..32].copy_from_slice(&raw);
         let h = IpcMemHandle::from_parts(r64, offset, len, offset + len + extra, dev, ro, pid, token).unwrap();
         prop_assert_eq!(IpcMemHandle::from_bytes(&h.to_bytes()).unwrap(), h.clone());
-        prop_assert_eq!(IpcMemHandle::from_hex(&h.to_hex()).unwrap(), h);
+        prop_assert_eq!(h.to_string().parse::<IpcMemHandle>().unwrap(), h);
     }
 }
 

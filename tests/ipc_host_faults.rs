@@ -90,8 +90,8 @@ fn child_entry() {
             let (off, len): (usize, usize) =
                 (env("OFF").parse().unwrap(), env("LEN").parse().unwrap());
             let shm = filled(seed, n);
-            say("whole", shm.export_ipc().unwrap().to_hex());
-            say("slice", shm.export_ipc_slice(off, len).unwrap().to_hex());
+            say("whole", shm.export_ipc(..).unwrap().to_string());
+            say("slice", shm.export_ipc(off..off + len).unwrap().to_string());
             let line = wait_line();
             assert_eq!(line, "exit", "the parent says how to end");
             drop(shm);
@@ -100,7 +100,7 @@ fn child_entry() {
             // Map HANDLE, report its fingerprint and the mapping count, then end as
             // END says without unmapping: "wait" (the parent kills us) or "exit" (exit
             // with status 3, no destructors run).
-            let h = HostIpcHandle::from_hex(&env("HANDLE")).unwrap();
+            let h = env("HANDLE").parse::<HostIpcHandle>().unwrap();
             let b = h.open().unwrap();
             say(
                 "holding",
@@ -120,8 +120,8 @@ fn child_entry() {
             // what stays open after each close; then open again once all are closed.
             let (seed, n): (u64, usize) = (env("SEED").parse().unwrap(), env("N").parse().unwrap());
             let expected = data(seed, n);
-            let h = HostIpcHandle::from_hex(&env("HANDLE")).unwrap();
-            let s = HostIpcHandle::from_hex(&env("SLICE")).unwrap();
+            let h = env("HANDLE").parse::<HostIpcHandle>().unwrap();
+            let s = env("SLICE").parse::<HostIpcHandle>().unwrap();
             let tag = tag_of(&h);
             let (a, b) = (h.open().unwrap(), h.open().unwrap());
             let c = s.open().unwrap();
@@ -191,7 +191,7 @@ fn child_entry() {
                 },
             );
             let small = filled(9, 1 << 20);
-            let back = small.export_ipc().unwrap().open().unwrap();
+            let back = small.export_ipc(..).unwrap().open().unwrap();
             say("small", back.as_slice() == data(9, 1 << 20).as_slice());
         }
         other => panic!("unknown child role {other}"),
@@ -215,8 +215,8 @@ fn producer_gone_while_the_consumer_maps_its_memory() {
                 ("LEN", len.to_string()),
             ],
         );
-        let whole = HostIpcHandle::from_hex(&p.expect("whole")).unwrap();
-        let slice = HostIpcHandle::from_hex(&p.expect("slice")).unwrap();
+        let whole = p.expect("whole").parse::<HostIpcHandle>().unwrap();
+        let slice = p.expect("slice").parse::<HostIpcHandle>().unwrap();
         let tag = tag_of(&whole);
         let (a, b): (Buffer, Buffer) = (whole.open().unwrap(), slice.open().unwrap());
         assert_eq!(a.as_slice(), expected.as_slice());
@@ -262,11 +262,11 @@ fn consumer_dies_holding_a_mapping_and_nothing_leaks() {
     let (seed, n) = (7u64, 64 * 1024 + 5);
     let expected = data(seed, n);
     let shm = filled(seed, n);
-    let h = shm.export_ipc().unwrap();
+    let h = shm.export_ipc(..).unwrap();
     let tag = tag_of(&h);
     assert_eq!((mappings_of(tag), descriptors_of(tag)), (1, 1));
     for end in ["wait", "exit"] {
-        let mut p = spawn("hold", &[("HANDLE", h.to_hex()), ("END", end.into())]);
+        let mut p = spawn("hold", &[("HANDLE", h.to_string()), ("END", end.into())]);
         assert_eq!(p.expect("holding"), format!("{:016x} 1", fnv(&expected)));
         let status = match end {
             "wait" => p.kill(),
@@ -285,7 +285,7 @@ fn consumer_dies_holding_a_mapping_and_nothing_leaks() {
         assert_eq!((mappings_of(tag), descriptors_of(tag)), (1, 1), "{end}");
     }
     // The handle still works for a consumer that behaves.
-    let mut p = spawn("hold", &[("HANDLE", h.to_hex()), ("END", "exit".into())]);
+    let mut p = spawn("hold", &[("HANDLE", h.to_string()), ("END", "exit".into())]);
     assert_eq!(p.expect("holding"), format!("{:016x} 1", fnv(&expected)));
     let _ = p.wait_exit(CHILD_LIMIT);
     drop(shm);
@@ -308,16 +308,16 @@ fn consumer_dies_holding_a_mapping_and_nothing_leaks() {
 fn a_handle_opened_twice_closes_in_either_order() {
     let (seed, n) = (21u64, 5 * 4096 + 77);
     let shm = filled(seed, n);
-    let h = shm.export_ipc().unwrap();
-    let s = shm.export_ipc_slice(4095, 4099).unwrap();
+    let h = shm.export_ipc(..).unwrap();
+    let s = shm.export_ipc(4095..8194).unwrap();
     for order in ["ab", "ba"] {
         let mut p = spawn(
             "open_twice",
             &[
                 ("SEED", seed.to_string()),
                 ("N", n.to_string()),
-                ("HANDLE", h.to_hex()),
-                ("SLICE", s.to_hex()),
+                ("HANDLE", h.to_string()),
+                ("SLICE", s.to_string()),
                 ("ORDER", order.into()),
             ],
         );
@@ -359,7 +359,7 @@ fn shared_memory_the_os_refuses_is_an_error() {
     }
     let shm = filled(3, 4096);
     assert_eq!(
-        shm.export_ipc().unwrap().open().unwrap().as_slice(),
+        shm.export_ipc(..).unwrap().open().unwrap().as_slice(),
         data(3, 4096).as_slice()
     );
 

@@ -49,7 +49,7 @@ fn child_entry() {
         if line == "quit" || line.is_empty() {
             break;
         }
-        let b = HostIpcHandle::from_hex(&line).unwrap().open().unwrap();
+        let b = line.parse::<HostIpcHandle>().unwrap().open().unwrap();
         let print = fnv(b.as_slice());
         drop(b);
         say("print", print);
@@ -102,8 +102,11 @@ fn shared_memory(_: &Shared, r: &mut SmallRng) -> Check {
     shm.copy_from_slice(&data);
     let o = r.random_range(0..n);
     let l = r.random_range(1..=n - o);
-    let h = shm.export_ipc_slice(o, l).map_err(|e| e.to_string())?;
-    let h = HostIpcHandle::from_hex(&h.to_hex()).map_err(|e| e.to_string())?;
+    let h = shm.export_ipc(o..o + l).map_err(|e| e.to_string())?;
+    let h = h
+        .to_string()
+        .parse::<HostIpcHandle>()
+        .map_err(|e| e.to_string())?;
     let (a, b) = (
         h.open().map_err(|e| e.to_string())?,
         h.open().map_err(|e| e.to_string())?,
@@ -122,7 +125,7 @@ fn arrow_ipc(_: &Shared, r: &mut SmallRng) -> Check {
     let batch = batches::mixed_batch(r.random(), r.random_range(0..300));
     let shm = serialize_record_batch_shared(&batch).map_err(|e| e.to_string())?;
     let mapped = shm
-        .export_ipc()
+        .export_ipc(..)
         .and_then(|h| h.open())
         .map_err(|e| e.to_string())?;
     let back = read_record_batch_host(&mapped, batch.schema()).map_err(|e| e.to_string())?;
@@ -184,10 +187,10 @@ fn peer(s: &Shared, r: &mut SmallRng) -> Check {
     shm.copy_from_slice(&data);
     let o = r.random_range(0..n);
     let l = r.random_range(1..=n - o);
-    let h = shm.export_ipc_slice(o, l).map_err(|e| e.to_string())?;
+    let h = shm.export_ipc(o..o + l).map_err(|e| e.to_string())?;
     let mut guard = s.peer.lock().unwrap();
     let p = guard.as_mut().ok_or("no peer")?;
-    p.send(&h.to_hex());
+    p.send(&h.to_string());
     ensure(
         p.expect("print") == fnv(&data[o..o + l]).to_string(),
         "the other process's fingerprint",

@@ -24,13 +24,13 @@ fn without_cuda_every_entry_point_says_why() {
         Context::new(7).unwrap_err(),
         Context::new_dedicated(0).unwrap_err(),
     ] {
-        assert!(e.is_cuda_unavailable(), "{e}");
+        assert_eq!(e.kind(), devbuf::ErrorKind::CudaUnavailable, "{e}");
         assert!(e.to_string().starts_with("CUDA is unavailable: "), "{e}");
         assert!(matches!(e, Error::CudaUnavailable { .. }));
     }
     // The driver-version query fails the same way unless a driver without devices exists.
     if let Err(e) = cuda::driver_version() {
-        assert!(e.is_cuda_unavailable());
+        assert_eq!(e.kind(), devbuf::ErrorKind::CudaUnavailable);
     }
 }
 

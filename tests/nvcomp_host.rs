@@ -45,7 +45,7 @@ fn a_variable_pointing_nowhere_is_an_error_naming_it() {
     }
     assert!(!nvcomp::is_available());
     let e = nvcomp::library().unwrap_err();
-    assert!(e.is_cuda_unavailable(), "{e}");
+    assert_eq!(e.kind(), devbuf::ErrorKind::CudaUnavailable, "{e}");
     let msg = e.to_string();
     assert!(msg.contains("/nonexistent/libnvcomp.so.6"), "{msg}");
     assert!(msg.contains("DEVBUF_NVCOMP_LIB"), "{msg}");

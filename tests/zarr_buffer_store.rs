@@ -118,7 +118,7 @@ fn prototypes_and_the_gpu_switch() {
         let e = BufferPrototype::Device(0)
             .buffer_from_bytes(&b"x"[..])
             .unwrap_err();
-        assert!(e.is_cuda_unavailable(), "{e}");
+        assert_eq!(e.kind(), devbuf::ErrorKind::CudaUnavailable, "{e}");
         let e = BufferPrototype::Device(0)
             .nd_create(&[2], devbuf::zarr::Dtype::INT8, Default::default(), None)
             .unwrap_err();

@@ -36,7 +36,7 @@ pub fn open_array(source: &str) -> devbuf::Result<devbuf::zarr::ZarrArray> {
         )
     }
     #[cfg(not(feature = "object_store"))]
-    Err(devbuf::Error::invalid(format!(
+    Err(devbuf::Error::InvalidArgument(format!(
         "{source} is a URL: build with --features zarr,object_store,flight to read object stores"
     )))
 }

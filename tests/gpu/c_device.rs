@@ -159,7 +159,7 @@ gpu_test! {
                 bits[i / 8] |= 1 << (i % 8);
             }
         }
-        let validity = DeviceBuffer::from_host(&c, &bits).unwrap();
+        let validity = DeviceBuffer::from_slice(&c, &bits).unwrap();
         let (off, len) = (5usize, 23usize);
         let nulls = (off..off + len).filter(|i| i % 4 == 1).count();
         let d = DeviceArray::try_new(DataType::Int32, len, nulls, off, Some(validity), vec![values], vec![], None).unwrap();
@@ -173,8 +173,8 @@ gpu_test! {
         // Utf8 at an offset: the importer reads offsets[offset + len] from the device.
         let words = StringArray::from((0..30).map(|i| "x".repeat(i % 5)).collect::<Vec<_>>());
         let data = words.to_data();
-        let offsets = DeviceBuffer::from_host(&c, data.buffers()[0].as_slice()).unwrap();
-        let bytes = DeviceBuffer::from_host(&c, data.buffers()[1].as_slice()).unwrap();
+        let offsets = DeviceBuffer::from_slice(&c, data.buffers()[0].as_slice()).unwrap();
+        let bytes = DeviceBuffer::from_slice(&c, data.buffers()[1].as_slice()).unwrap();
         let d = DeviceArray::try_new(DataType::Utf8, 11, 0, 7, None, vec![offsets, bytes], vec![], None).unwrap();
         let (mut c_array, schema) = export_device_array(&d, SyncEvent::DefaultStream).unwrap();
         let imported = import_device_array(&mut c_array, &schema, None).unwrap();
@@ -199,7 +199,8 @@ gpu_test_exclusive! {
         let n = (1 << 20) + 3;
         let vals: Vec<i32> = (0..n).map(|_| r.random()).collect();
         let src = DeviceBuffer::from_slice(&c, &vals).unwrap();
-        let dst = c.allocate_zeroed(n * 4).unwrap();
+        let dst = c.allocate(n * 4).unwrap();
+        dst.fill(0).unwrap();
         let producer = Stream::new(&c).unwrap();
         let consumer = Stream::new(&c).unwrap();
         let gate = Arc::new(StreamGate::block(&producer).unwrap());
@@ -220,7 +221,8 @@ gpu_test_exclusive! {
             !opened_by_watchdog.load(Ordering::SeqCst),
             "the import blocked the host until the watchdog opened the gate"
         );
-        let out = c.allocate_zeroed(n * 4).unwrap();
+        let out = c.allocate(n * 4).unwrap();
+        out.fill(0).unwrap();
         copy_on_stream(&consumer, &out, &imported.buffers()[0]).unwrap();
         std::thread::sleep(Duration::from_millis(100));
         assert!(!consumer.is_complete().unwrap(), "the consumer's copy must wait for the producer's event");
@@ -240,7 +242,8 @@ gpu_test_exclusive! {
         let c = ctx();
         let vals: Vec<i64> = (0..100_003).map(|i| i * 31 - 5).collect();
         let src = DeviceBuffer::from_slice(&c, &vals).unwrap();
-        let dst = c.allocate_zeroed(vals.len() * 8).unwrap();
+        let dst = c.allocate(vals.len() * 8).unwrap();
+        dst.fill(0).unwrap();
         let producer = Stream::new(&c).unwrap();
         let gate = Arc::new(StreamGate::block(&producer).unwrap());
         copy_on_stream(&producer, &dst, &src).unwrap();
@@ -270,8 +273,10 @@ gpu_test_exclusive! {
         let words = StringArray::from((0..5000).map(|i| format!("w{}", i * 7)).collect::<Vec<_>>());
         let data = words.to_data();
         let (o, v) = (data.buffers()[0].as_slice(), data.buffers()[1].as_slice());
-        let (o_src, v_src) = (DeviceBuffer::from_host(&c, o).unwrap(), DeviceBuffer::from_host(&c, v).unwrap());
-        let (o_dst, v_dst) = (c.allocate_zeroed(o.len()).unwrap(), c.allocate_zeroed(v.len()).unwrap());
+        let (o_src, v_src) = (DeviceBuffer::from_slice(&c, o).unwrap(), DeviceBuffer::from_slice(&c, v).unwrap());
+        let (o_dst, v_dst) = (c.allocate(o.len()).unwrap(), c.allocate(v.len()).unwrap());
+        o_dst.fill(0).unwrap();
+        v_dst.fill(0).unwrap();
         let producer = Stream::new(&c).unwrap();
         let consumer = Stream::new(&c).unwrap();
         let gate = Arc::new(StreamGate::block(&producer).unwrap());
@@ -454,7 +459,7 @@ gpu_test! {
         // An error in the middle, and a batch that is not a struct.
         let items: Vec<devbuf::Result<DeviceArray>> = vec![
             Ok(on_device[0].clone()),
-            Err(Error::invalid("device batch 1 failed to decode")),
+            Err(Error::InvalidArgument("device batch 1 failed to decode".into())),
             Ok(on_device[2].clone()),
         ];
         let mut stream = export_device_stream(schema.clone(), items, None);

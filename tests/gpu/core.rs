@@ -3,8 +3,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use arrow_array::types::{Float16Type, Float64Type, Int8Type, Int32Type, UInt64Type};
-use arrow_array::{Array, ArrowPrimitiveType};
+use arrow_array::types::{Float16Type, Float64Type, Int32Type};
+use arrow_array::{Array, ArrowPrimitiveType, Int8Array, PrimitiveArray, UInt64Array};
+use arrow_buffer::Buffer;
+use bytes::Bytes;
 use devbuf::Error;
 use devbuf::cuda::{self, Context, DeviceBuffer, HostBuffer};
 use rand::Rng;
@@ -29,12 +31,12 @@ gpu_test! {
         let b = Context::new(0).unwrap();
         assert!(a.same_as(&b), "Context::new must return the cached primary context");
         assert!(a.is_primary());
-        assert!(!a.device_name().is_empty());
-        let (cc_major, _) = a.compute_capability();
+        assert!(!a.properties().name.is_empty());
+        let (cc_major, _) = a.properties().compute_capability;
         assert!(cc_major >= 5);
-        assert!(a.total_memory() > (1 << 30));
+        assert!(a.properties().total_memory > (1 << 30));
         let free = a.free_memory().unwrap();
-        assert!(free > 0 && free <= a.total_memory());
+        assert!(free > 0 && free <= a.properties().total_memory);
         let p = a.properties();
         assert_ne!(p.uuid, [0u8; 16]);
         assert!(p.multiprocessor_count > 0);
@@ -68,29 +70,29 @@ gpu_test! {
         assert_eq!(b.len(), 0);
         assert_eq!(b.address(), 0);
         b.copy_from_host(0, &[]).unwrap();
-        b.copy_to_host_into(0, &mut []).unwrap();
-        assert_eq!(b.copy_to_host(0, 0).unwrap().len(), 0);
+        b.copy_to_host(0, &mut []).unwrap();
+        assert_eq!(b.slice(0, 0).unwrap().to_host().unwrap().len(), 0);
         assert_eq!(b.to_vec::<u32>().unwrap(), Vec::<u32>::new());
-        assert_eq!(b.hex().unwrap(), "");
+        assert_eq!(hex::encode(b.to_vec::<u8>().unwrap()), "");
         assert!(b.slice(0, 0).unwrap().is_empty());
         assert!(b.slice(0, 1).is_err());
         assert!(b.copy_from_host(0, &[1]).is_err());
         b.fill(7).unwrap();
         assert!(b.equals(&c.allocate(0).unwrap()).unwrap());
-        let src = DeviceBuffer::from_host(&c, &[]).unwrap();
+        let src = DeviceBuffer::from_slice::<u8>(&c, &[]).unwrap();
         b.copy_from_device(0, &src).unwrap();
-        assert_eq!(b.to_arrow_buffer().unwrap().len(), 0);
-        assert_eq!(b.to_arrow::<Int32Type>().unwrap().len(), 0);
-        assert_eq!(b.to_bytes().unwrap().len(), 0);
+        assert_eq!(Buffer::from(b.to_host().unwrap()).len(), 0);
+        assert_eq!(PrimitiveArray::<Int32Type>::try_from(b.to_host().unwrap()).unwrap().len(), 0);
+        assert_eq!(Bytes::from(b.to_host().unwrap()).len(), 0);
         let h = c.allocate_host(0).unwrap();
         assert!(h.is_empty());
         assert!(h.device_address().is_err());
-        assert_eq!(h.into_arrow_buffer().len(), 0);
+        assert_eq!(Buffer::from(h).len(), 0);
         // A non-empty buffer sliced to nothing at its end.
-        let d = DeviceBuffer::from_host(&c, &[1, 2, 3]).unwrap();
+        let d = DeviceBuffer::from_slice(&c, &[1u8, 2, 3]).unwrap();
         let end = d.slice(3, 0).unwrap();
         assert!(end.is_empty());
-        assert_eq!(end.to_host_vec().unwrap(), Vec::<u8>::new());
+        assert_eq!(end.to_vec::<u8>().unwrap(), Vec::<u8>::new());
     }
 
     fn round_trip_random_odd_sizes() {
@@ -98,18 +100,18 @@ gpu_test! {
         let mut r = rng("round_trip_random_odd_sizes");
         for &n in &[1usize, 3, 17, 255, 4095, 4096, 4097, 65_537, (1 << 20) + 7] {
             let data = random_bytes(&mut r, n);
-            let d = DeviceBuffer::from_host(&c, &data).unwrap();
+            let d = DeviceBuffer::from_slice(&c, &data).unwrap();
             assert_eq!(d.len(), n);
             assert_ne!(d.address(), 0);
-            assert_eq!(d.to_host_vec().unwrap(), data, "size {n}");
-            let h = d.copy_to_host(0, n).unwrap();
+            assert_eq!(d.to_vec::<u8>().unwrap(), data, "size {n}");
+            let h = d.slice(0, n).unwrap().to_host().unwrap();
             assert_eq!(&h[..], &data[..]);
             let pos = below(&mut r, n);
             let len = below(&mut r, n - pos + 1);
-            let part = d.copy_to_host(pos, len).unwrap();
+            let part = d.slice(pos, len).unwrap().to_host().unwrap();
             assert_eq!(&part[..], &data[pos..pos + len], "size {n} part {pos}+{len}");
             let mut into = vec![0u8; len];
-            d.copy_to_host_into(pos, &mut into).unwrap();
+            d.copy_to_host(pos, &mut into).unwrap();
             assert_eq!(into, &data[pos..pos + len]);
         }
     }
@@ -119,7 +121,7 @@ gpu_test! {
         let mut r = rng("slices_at_odd_offsets");
         let n = 10_007;
         let data = random_bytes(&mut r, n);
-        let parent = DeviceBuffer::from_host(&c, &data).unwrap();
+        let parent = DeviceBuffer::from_slice(&c, &data).unwrap();
         assert_eq!(c.bytes_allocated(), n);
         let s1 = parent.slice(3, 9_001).unwrap();
         let s2 = s1.slice(5, 4_001).unwrap();
@@ -130,18 +132,18 @@ gpu_test! {
         assert_eq!(s3.offset_in_parent(), 9);
         assert_eq!(s3.parent().address(), parent.address());
         assert_eq!(s3.parent().len(), n);
-        assert_eq!(s3.to_host_vec().unwrap(), &data[9..9 + 999]);
+        assert_eq!(s3.to_vec::<u8>().unwrap(), &data[9..9 + 999]);
         assert!(s3.slice(999, 1).is_err());
         assert!(s3.slice(500, 500).is_err());
         // Nested slices outlive every handle to their parent.
         drop(parent);
         drop(s1);
         assert_eq!(c.bytes_allocated(), n, "the allocation must stay alive");
-        assert_eq!(s2.to_host_vec().unwrap(), &data[8..8 + 4_001]);
+        assert_eq!(s2.to_vec::<u8>().unwrap(), &data[8..8 + 4_001]);
         s3.copy_from_host(10, &[0xAB; 5]).unwrap();
         let mut expect = data[8..8 + 4_001].to_vec();
         expect[1 + 10..1 + 15].copy_from_slice(&[0xAB; 5]);
-        assert_eq!(s2.to_host_vec().unwrap(), expect);
+        assert_eq!(s2.to_vec::<u8>().unwrap(), expect);
         drop(s2);
         assert_eq!(c.bytes_allocated(), n);
         drop(s3);
@@ -153,7 +155,7 @@ gpu_test! {
         let mut r = rng("writes_into_slices");
         let n = 50_001;
         let mut oracle = random_bytes(&mut r, n);
-        let d = DeviceBuffer::from_host(&c, &oracle).unwrap();
+        let d = DeviceBuffer::from_slice(&c, &oracle).unwrap();
         for _ in 0..50 {
             let off = below(&mut r, n);
             let len = below(&mut r, n - off + 1);
@@ -164,14 +166,14 @@ gpu_test! {
             s.copy_from_host(pos, &w).unwrap();
             oracle[off + pos..off + pos + wlen].copy_from_slice(&w);
         }
-        assert_eq!(d.to_host_vec().unwrap(), oracle);
+        assert_eq!(d.to_vec::<u8>().unwrap(), oracle);
     }
 
     fn every_range_error_names_sizes_and_changes_nothing() {
         let c = ctx();
         let mut r = rng("range_errors");
         let data = random_bytes(&mut r, 100);
-        let d = DeviceBuffer::from_host(&c, &data).unwrap();
+        let d = DeviceBuffer::from_slice(&c, &data).unwrap();
         let s = d.slice(10, 50).unwrap();
         let check = |e: Error, what: &str| {
             let m = e.to_string();
@@ -181,22 +183,22 @@ gpu_test! {
         check(s.slice(40, 11).unwrap_err(), "slice");
         check(s.slice(51, 0).unwrap_err(), "slice");
         check(s.slice(usize::MAX, 2).unwrap_err(), "slice");
-        check(s.copy_to_host(49, 2).unwrap_err(), "copy_to_host");
-        check(s.copy_to_host_into(45, &mut [0u8; 6]).unwrap_err(), "copy_to_host_into");
+        check(s.copy_to_host(49, &mut [0u8; 2]).unwrap_err(), "copy_to_host");
+        check(s.copy_to_host(45, &mut [0u8; 6]).unwrap_err(), "copy_to_host");
         check(s.copy_from_host(45, &[1u8; 6]).unwrap_err(), "copy_from_host");
         check(s.copy_from_host(usize::MAX, &[1u8; 6]).unwrap_err(), "copy_from_host");
-        let src = DeviceBuffer::from_host(&c, &[9u8; 20]).unwrap();
+        let src = DeviceBuffer::from_slice(&c, &[9u8; 20]).unwrap();
         check(s.copy_from_device(31, &src).unwrap_err(), "copy_from_device");
         let e = d.to_vec::<u64>().unwrap_err();
         assert!(e.to_string().contains("100 bytes"), "{e}");
-        assert!(d.to_arrow::<Int32Type>().is_ok());
-        assert!(d.slice(0, 99).unwrap().to_arrow::<Int32Type>().is_err());
-        assert_eq!(d.to_host_vec().unwrap(), data, "failed calls must not write");
+        assert!(PrimitiveArray::<Int32Type>::try_from(d.to_host().unwrap()).is_ok());
+        assert!(PrimitiveArray::<Int32Type>::try_from(d.slice(0, 99).unwrap().to_host().unwrap()).is_err());
+        assert_eq!(d.to_vec::<u8>().unwrap(), data, "failed calls must not write");
     }
 
     fn read_only_buffers_refuse_writes() {
         let c = ctx();
-        let d = DeviceBuffer::from_host(&c, &[1, 2, 3, 4]).unwrap();
+        let d = DeviceBuffer::from_slice(&c, &[1u8, 2, 3, 4]).unwrap();
         let ro = d.read_only();
         assert!(!ro.is_mutable());
         assert!(d.is_mutable());
@@ -205,7 +207,7 @@ gpu_test! {
         assert!(matches!(ro.fill(0), Err(Error::ReadOnly(_))));
         assert!(matches!(ro.slice(1, 2).unwrap().copy_from_device(0, &d.slice(0, 1).unwrap()), Err(Error::ReadOnly(_))));
         assert!(!ro.slice(1, 2).unwrap().is_mutable());
-        assert_eq!(ro.to_host_vec().unwrap(), vec![1, 2, 3, 4]);
+        assert_eq!(ro.to_vec::<u8>().unwrap(), vec![1, 2, 3, 4]);
     }
 
     fn device_to_device_same_context_and_overlap() {
@@ -213,22 +215,22 @@ gpu_test! {
         let mut r = rng("device_to_device");
         let n = 100_003;
         let data = random_bytes(&mut r, n);
-        let a = DeviceBuffer::from_host(&c, &data).unwrap();
+        let a = DeviceBuffer::from_slice(&c, &data).unwrap();
         let b = c.allocate(n + 10).unwrap();
         b.fill(0x5A).unwrap();
         b.copy_from_device(7, &a).unwrap();
-        let got = b.to_host_vec().unwrap();
+        let got = b.to_vec::<u8>().unwrap();
         assert_eq!(&got[7..7 + n], &data[..]);
         assert!(got[..7].iter().all(|&x| x == 0x5A));
         assert!(got[7 + n..].iter().all(|&x| x == 0x5A));
         // Overlapping copies within one allocation behave like memmove.
         for &(src_off, dst_off, len) in &[(0usize, 1usize, 50_000usize), (1, 0, 50_000), (10, 10, 100), (3, 4_000, 5_000)] {
             let mut oracle = data.clone();
-            let d = DeviceBuffer::from_host(&c, &data).unwrap();
+            let d = DeviceBuffer::from_slice(&c, &data).unwrap();
             let src = d.slice(src_off, len).unwrap();
             d.copy_from_device(dst_off, &src).unwrap();
             oracle.copy_within(src_off..src_off + len, dst_off);
-            assert_eq!(d.to_host_vec().unwrap(), oracle, "overlap {src_off}->{dst_off} x{len}");
+            assert_eq!(d.to_vec::<u8>().unwrap(), oracle, "overlap {src_off}->{dst_off} x{len}");
         }
     }
 
@@ -240,15 +242,15 @@ gpu_test! {
         let mut r = rng("cross_context_copies");
         let n = 1_000_003;
         let data = random_bytes(&mut r, n);
-        let a = DeviceBuffer::from_host(&p, &data).unwrap();
+        let a = DeviceBuffer::from_slice(&p, &data).unwrap();
         let b = q.allocate(n).unwrap();
         b.copy_from_device(0, &a).unwrap();
-        assert_eq!(b.to_host_vec().unwrap(), data);
+        assert_eq!(b.to_vec::<u8>().unwrap(), data);
         assert!(b.equals(&a).unwrap());
         assert!(a.equals(&b).unwrap());
         let c2 = p.allocate(n - 1).unwrap();
         c2.copy_from_device(0, &b.slice(1, n - 1).unwrap()).unwrap();
-        assert_eq!(c2.to_host_vec().unwrap(), &data[1..]);
+        assert_eq!(c2.to_vec::<u8>().unwrap(), &data[1..]);
         b.copy_from_host(n / 2, &[data[n / 2] ^ 0xFF]).unwrap();
         assert!(!a.equals(&b).unwrap());
         drop((a, b, c2));
@@ -263,15 +265,15 @@ gpu_test! {
         let mut r = rng("peer_copies");
         let n = (64 << 20) + 5;
         let data = random_bytes(&mut r, n);
-        let a = DeviceBuffer::from_host(&d0, &data).unwrap();
+        let a = DeviceBuffer::from_slice(&d0, &data).unwrap();
         let b = d1.allocate(n).unwrap();
         b.copy_from_device(0, &a).unwrap();
         assert_eq!(b.context().ordinal(), 1);
-        assert_eq!(b.to_host_vec().unwrap(), data);
+        assert_eq!(b.to_vec::<u8>().unwrap(), data);
         assert!(a.equals(&b).unwrap());
         let back = d0.allocate(n - 3).unwrap();
         back.copy_from_device(0, &b.slice(3, n - 3).unwrap()).unwrap();
-        assert_eq!(back.to_host_vec().unwrap(), &data[3..]);
+        assert_eq!(back.to_vec::<u8>().unwrap(), &data[3..]);
     }
 
     fn typed_round_trips() {
@@ -304,7 +306,7 @@ gpu_test! {
         let odd = odd.slice(1, 8).unwrap();
         let mut expect = Vec::new();
         expect.extend_from_slice(&bytemuck_i32(&i32s)[1..9]);
-        assert_eq!(odd.to_host_vec().unwrap(), expect);
+        assert_eq!(odd.to_vec::<u8>().unwrap(), expect);
         assert_eq!(odd.to_vec::<u32>().unwrap().len(), 2);
     }
 
@@ -312,11 +314,11 @@ gpu_test! {
         let c = ctx();
         let mut r = rng("to_bytes_and_hex");
         let data = random_bytes(&mut r, 777);
-        let d = DeviceBuffer::from_host(&c, &data).unwrap();
-        let b = d.to_bytes().unwrap();
+        let d = DeviceBuffer::from_slice(&c, &data).unwrap();
+        let b = Bytes::from(d.to_host().unwrap());
         assert_eq!(&b[..], &data[..]);
-        assert_eq!(d.hex().unwrap(), hex_of(&data));
-        assert_eq!(d.slice(5, 3).unwrap().hex().unwrap(), hex_of(&data[5..8]));
+        assert_eq!(hex::encode(d.to_vec::<u8>().unwrap()), hex_of(&data));
+        assert_eq!(hex::encode(d.slice(5, 3).unwrap().to_vec::<u8>().unwrap()), hex_of(&data[5..8]));
     }
 
     fn equals_on_device() {
@@ -324,13 +326,13 @@ gpu_test! {
         let mut r = rng("equals_on_device");
         for &n in &[1usize, 15, 16, 17, 4096, 1_000_001, 64 << 20] {
             let data = random_bytes(&mut r, n);
-            let a = DeviceBuffer::from_host(&c, &data).unwrap();
-            let b = DeviceBuffer::from_host(&c, &data).unwrap();
+            let a = DeviceBuffer::from_slice(&c, &data).unwrap();
+            let b = DeviceBuffer::from_slice(&c, &data).unwrap();
             assert!(a.equals(&b).unwrap(), "equal buffers of {n} bytes");
             for pos in [0, n / 2, n - 1, below(&mut r, n)] {
                 let mut changed = data.clone();
                 changed[pos] ^= 1 << below(&mut r, 8);
-                let e = DeviceBuffer::from_host(&c, &changed).unwrap();
+                let e = DeviceBuffer::from_slice(&c, &changed).unwrap();
                 assert!(!a.equals(&e).unwrap(), "{n} bytes differing at {pos}");
                 assert!(!e.equals(&a).unwrap());
             }
@@ -343,8 +345,8 @@ gpu_test! {
         // misalignment (vector path with a head and a tail).
         let n = 3_000_017;
         let data = random_bytes(&mut r, n + 64);
-        let big = DeviceBuffer::from_host(&c, &data).unwrap();
-        let other = DeviceBuffer::from_host(&c, &data).unwrap();
+        let big = DeviceBuffer::from_slice(&c, &data).unwrap();
+        let other = DeviceBuffer::from_slice(&c, &data).unwrap();
         for &(oa, ob) in &[(1usize, 2usize), (3, 3), (0, 5), (17, 33), (7, 7)] {
             let a = big.slice(oa, n).unwrap();
             let b = other.slice(ob, n).unwrap();
@@ -352,7 +354,7 @@ gpu_test! {
             let b_same = other.slice(oa, n).unwrap();
             assert!(a.equals(&b_same).unwrap());
         }
-        let x = DeviceBuffer::from_host(&c, &data).unwrap();
+        let x = DeviceBuffer::from_slice(&c, &data).unwrap();
         x.copy_from_host(n + 10, &[data[n + 10] ^ 0x80]).unwrap();
         assert!(!big.slice(7, n + 10).unwrap().equals(&x.slice(7, n + 10).unwrap()).unwrap());
         assert!(big.slice(7, n).unwrap().equals(&x.slice(7, n).unwrap()).unwrap());
@@ -375,7 +377,7 @@ gpu_test! {
         let d = c.allocate(4097).unwrap();
         d.copy_from_host(0, &h).unwrap();
         let mut back = c.allocate_host(4097).unwrap();
-        d.copy_to_host_into(0, &mut back).unwrap();
+        d.copy_to_host(0, &mut back).unwrap();
         assert_eq!(&back[..], &data[..]);
         drop((h, back, d));
         assert_eq!(c.host_bytes_allocated(), 0);
@@ -388,7 +390,7 @@ gpu_test! {
         let mut h = c.allocate_host(data.len()).unwrap();
         h.copy_from_slice(&data);
         let ptr = h.as_ptr();
-        let buf = h.into_arrow_buffer();
+        let buf = Buffer::from(h);
         assert_eq!(buf.as_ptr(), ptr, "Arrow buffer must point at the page-locked memory");
         assert_eq!(buf.as_slice(), &data[..]);
         let sliced = buf.slice_with_length(100, 1000);
@@ -402,7 +404,7 @@ gpu_test! {
         let mut h = c.allocate_host(data.len()).unwrap();
         h.copy_from_slice(&data);
         let ptr = h.as_ptr();
-        let bytes = h.into_bytes();
+        let bytes = Bytes::from(h);
         assert_eq!(bytes.as_ptr(), ptr, "Bytes must point at the page-locked memory");
         let clone = bytes.slice(10..20);
         assert_eq!(clone.as_ptr(), ptr.wrapping_add(10));
@@ -418,17 +420,17 @@ gpu_test! {
         let mut r = rng("device_to_arrow");
         let v: Vec<f64> = (0..10_001).map(|_| r.random::<f64>()).collect();
         let d = DeviceBuffer::from_slice(&c, &v).unwrap();
-        let a = d.to_arrow::<Float64Type>().unwrap();
+        let a = PrimitiveArray::<Float64Type>::try_from(d.to_host().unwrap()).unwrap();
         assert_eq!(a.len(), v.len());
         assert_eq!(a.null_count(), 0);
         assert_eq!(a.values().as_ref(), &v[..]);
         let u: Vec<u64> = (0..333).map(|_| r.random()).collect();
-        let a = DeviceBuffer::from_slice(&c, &u).unwrap().slice(8, 8 * 300).unwrap().to_arrow::<UInt64Type>().unwrap();
+        let a = UInt64Array::try_from(DeviceBuffer::from_slice(&c, &u).unwrap().slice(8, 8 * 300).unwrap().to_host().unwrap()).unwrap();
         assert_eq!(a.values().as_ref(), &u[1..301]);
         let bytes = random_bytes(&mut r, 99);
-        let a = DeviceBuffer::from_host(&c, &bytes).unwrap().to_arrow::<Int8Type>().unwrap();
+        let a = Int8Array::try_from(DeviceBuffer::from_slice(&c, &bytes).unwrap().to_host().unwrap()).unwrap();
         assert_eq!(a.values().iter().map(|&x| x as u8).collect::<Vec<_>>(), bytes);
-        let b = DeviceBuffer::from_host(&c, &bytes).unwrap().to_arrow_buffer().unwrap();
+        let b = Buffer::from(DeviceBuffer::from_slice(&c, &bytes).unwrap().to_host().unwrap());
         assert_eq!(b.as_slice(), &bytes[..]);
     }
 
@@ -437,8 +439,8 @@ gpu_test! {
         let n = 1usize << 30;
         let data = fast_random(n, 0x9E37_79B9_7F4A_7C15);
         let t = std::time::Instant::now();
-        let d = DeviceBuffer::from_host(&c, &data).unwrap();
-        let h = d.copy_to_host(0, n).unwrap();
+        let d = DeviceBuffer::from_slice(&c, &data).unwrap();
+        let h = d.slice(0, n).unwrap().to_host().unwrap();
         println!("1 GiB host->device->page-locked in {:?}", t.elapsed());
         assert!(h[..] == data[..], "1 GiB round trip differs");
         let d2 = c.allocate(n).unwrap();
@@ -447,7 +449,7 @@ gpu_test! {
         d2.copy_from_host(n - 1, &[data[n - 1] ^ 1]).unwrap();
         assert!(!d2.equals(&d).unwrap());
         let mut tail = vec![0u8; 4096];
-        d.copy_to_host_into(n - 4096, &mut tail).unwrap();
+        d.copy_to_host(n - 4096, &mut tail).unwrap();
         assert_eq!(&tail[..], &data[n - 4096..]);
     }
 
@@ -466,11 +468,11 @@ gpu_test! {
                         let data = fast_random(per - t - 1, seed ^ round);
                         let mine = shared.slice(t * per, per - t - 1).unwrap();
                         mine.copy_from_host(0, &data).unwrap();
-                        let own = DeviceBuffer::from_host(&c, &data).unwrap();
+                        let own = DeviceBuffer::from_slice(&c, &data).unwrap();
                         assert!(own.equals(&mine).unwrap());
                         let other = c.allocate(data.len()).unwrap();
                         other.copy_from_device(0, &mine).unwrap();
-                        let back = other.copy_to_host(0, data.len()).unwrap();
+                        let back = other.slice(0, data.len()).unwrap().to_host().unwrap();
                         assert!(back[..] == data[..], "thread {t} round {round}");
                     }
                 });
@@ -478,7 +480,7 @@ gpu_test! {
         });
         for (t, &seed) in seeds.iter().enumerate() {
             let expect = fast_random(per - t - 1, seed ^ 9);
-            let got = shared.slice(t * per, per - t - 1).unwrap().to_host_vec().unwrap();
+            let got = shared.slice(t * per, per - t - 1).unwrap().to_vec::<u8>().unwrap();
             assert!(got == expect, "thread {t}'s final data");
         }
     }
@@ -506,7 +508,7 @@ gpu_test! {
         let c = ctx();
         let mut r = rng("view_of_foreign_memory");
         let data = random_bytes(&mut r, 4096);
-        let backing = DeviceBuffer::from_host(&c, &data).unwrap();
+        let backing = DeviceBuffer::from_slice(&c, &data).unwrap();
         struct Owner(#[allow(dead_code)] DeviceBuffer, Arc<AtomicBool>);
         impl Drop for Owner {
             fn drop(&mut self) {
@@ -519,11 +521,11 @@ gpu_test! {
         drop(backing);
         assert_eq!(view.address(), addr + 100, "a view is zero-copy");
         assert!(!view.is_owned());
-        assert_eq!(view.to_host_vec().unwrap(), &data[100..1100]);
+        assert_eq!(view.to_vec::<u8>().unwrap(), &data[100..1100]);
         let s = view.slice(10, 10).unwrap();
         drop(view);
         assert!(!dropped.load(Ordering::SeqCst), "slices keep the owner alive");
-        assert_eq!(s.to_host_vec().unwrap(), &data[110..120]);
+        assert_eq!(s.to_vec::<u8>().unwrap(), &data[110..120]);
         drop(s);
         assert!(dropped.load(Ordering::SeqCst), "owner dropped with the last view");
 
@@ -540,30 +542,31 @@ gpu_test! {
 
     fn out_of_memory_is_an_error_and_the_process_carries_on() {
         let c = ctx();
-        let e = c.allocate(c.total_memory() * 2).unwrap_err();
+        let e = c.allocate(c.properties().total_memory * 2).unwrap_err();
         println!("{e}");
         match &e {
             Error::OutOfMemory { requested, total, .. } => {
-                assert_eq!(*requested, c.total_memory() * 2);
-                assert_eq!(*total, c.total_memory());
+                assert_eq!(*requested, c.properties().total_memory * 2);
+                assert_eq!(*total, c.properties().total_memory);
             }
             other => panic!("expected OutOfMemory, got {other}"),
         }
-        let ok = DeviceBuffer::from_host(&c, &[1, 2, 3]).unwrap();
-        assert_eq!(ok.to_host_vec().unwrap(), vec![1, 2, 3]);
+        let ok = DeviceBuffer::from_slice(&c, &[1u8, 2, 3]).unwrap();
+        assert_eq!(ok.to_vec::<u8>().unwrap(), vec![1, 2, 3]);
     }
 
     fn fill_sets_every_byte() {
         let c = ctx();
         let mut r = rng("fill");
         let data = random_bytes(&mut r, 10_000);
-        let d = DeviceBuffer::from_host(&c, &data).unwrap();
+        let d = DeviceBuffer::from_slice(&c, &data).unwrap();
         d.slice(33, 5_000).unwrap().fill(0xC3).unwrap();
         let mut expect = data.clone();
         expect[33..5_033].fill(0xC3);
-        assert_eq!(d.to_host_vec().unwrap(), expect);
-        let z = c.allocate_zeroed(999).unwrap();
-        assert!(z.to_host_vec().unwrap().iter().all(|&b| b == 0));
+        assert_eq!(d.to_vec::<u8>().unwrap(), expect);
+        let z = c.allocate(999).unwrap();
+        z.fill(0).unwrap();
+        assert!(z.to_vec::<u8>().unwrap().iter().all(|&b| b == 0));
     }
 
     fn types_are_send_and_sync() {
@@ -571,8 +574,8 @@ gpu_test! {
         assert_send_sync::<HostBuffer>();
         assert_send_sync::<Context>();
         let c = ctx();
-        let d = DeviceBuffer::from_host(&c, &[1, 2, 3]).unwrap();
-        let h = std::thread::spawn(move || d.to_host_vec().unwrap()).join().unwrap();
+        let d = DeviceBuffer::from_slice(&c, &[1u8, 2, 3]).unwrap();
+        let h = std::thread::spawn(move || d.to_vec::<u8>().unwrap()).join().unwrap();
         assert_eq!(h, vec![1, 2, 3]);
     }
 }
@@ -614,17 +617,17 @@ gpu_test! {
     fn overlapping_copies_between_distinct_views_are_memmove() {
         let c = ctx();
         let host: Vec<u8> = (0u8..64).collect();
-        let a = DeviceBuffer::from_host(&c, &host).unwrap();
+        let a = DeviceBuffer::from_slice(&c, &host).unwrap();
         let front = c.view(a.address(), 32, a.clone()).unwrap();
         a.slice(8, 32).unwrap().copy_from_device(0, &front).unwrap();
         let mut want = host.clone();
         want.copy_within(0..32, 8);
-        assert_eq!(a.to_host_vec().unwrap(), want);
+        assert_eq!(a.to_vec::<u8>().unwrap(), want);
         // And backwards.
         let back = c.view(a.address() + 8, 32, a.clone()).unwrap();
         a.slice(2, 32).unwrap().copy_from_device(0, &back).unwrap();
         want.copy_within(8..40, 2);
-        assert_eq!(a.to_host_vec().unwrap(), want);
-        assert_eq!(a.slice(0, 3).unwrap().hex().unwrap(), hex_of(&want[..3]));
+        assert_eq!(a.to_vec::<u8>().unwrap(), want);
+        assert_eq!(hex::encode(a.slice(0, 3).unwrap().to_vec::<u8>().unwrap()), hex_of(&want[..3]));
     }
 }

@@ -75,11 +75,11 @@ fn child_entry() {
             let expected = data(seed, n);
             let handles: Vec<IpcMemHandle> = env("HANDLES")
                 .split(',')
-                .map(|h| IpcMemHandle::from_hex(h).unwrap())
+                .map(|h| h.parse::<IpcMemHandle>().unwrap())
                 .collect();
             let opened: Vec<DeviceBuffer> = handles.iter().map(|h| h.open().unwrap()).collect();
             for (i, (h, b)) in handles.iter().zip(&opened).enumerate() {
-                let host = b.to_host_vec().unwrap();
+                let host = b.to_vec::<u8>().unwrap();
                 let want = &expected[h.offset()..h.offset() + h.len()];
                 say(
                     &format!("slice{i}"),
@@ -120,11 +120,11 @@ fn child_entry() {
             // One big handle: compare on the device against the regenerated data.
             let seed: u64 = env("SEED").parse().unwrap();
             let n: usize = env("N").parse().unwrap();
-            let h = IpcMemHandle::from_hex(&env("HANDLE")).unwrap();
+            let h = env("HANDLE").parse::<IpcMemHandle>().unwrap();
             let mut expected = data(seed, n);
             expected.drain(..h.offset());
             expected.truncate(h.len());
-            let mine = DeviceBuffer::from_host(&c, &expected).unwrap();
+            let mine = DeviceBuffer::from_slice(&c, &expected).unwrap();
             drop(expected);
             let b = c.open_ipc(&h).unwrap();
             say("equal", format!("{} {}", b.len(), b.equals(&mine).unwrap()));
@@ -132,7 +132,7 @@ fn child_entry() {
         "open_many" => {
             let handles: Vec<IpcMemHandle> = env("HANDLES")
                 .split(',')
-                .map(|h| IpcMemHandle::from_hex(h).unwrap())
+                .map(|h| h.parse::<IpcMemHandle>().unwrap())
                 .collect();
             let prints: Vec<u64> = env("PRINTS")
                 .split(',')
@@ -142,14 +142,14 @@ fn child_entry() {
             let ok = opened
                 .iter()
                 .zip(&prints)
-                .filter(|(b, p)| fnv(&b.to_host_vec().unwrap()) == **p)
+                .filter(|(b, p)| fnv(&b.to_vec::<u8>().unwrap()) == **p)
                 .count();
             say("many", format!("{ok} {}", open_mapping_count()));
             drop(opened);
             say("closed", open_mapping_count());
         }
         "open_expect_error" => {
-            let r = match IpcMemHandle::from_hex(&env("HANDLE")) {
+            let r = match env("HANDLE").parse::<IpcMemHandle>() {
                 Ok(h) => c.open_ipc(&h).map(|b| b.len()),
                 Err(e) => Err(e),
             };
@@ -165,12 +165,12 @@ fn child_entry() {
         "export_and_exit" => {
             let b = c.allocate(64 << 20).unwrap();
             b.fill(7).unwrap();
-            say("handle", b.export_ipc().unwrap().to_hex());
+            say("handle", b.export_ipc().unwrap().to_string());
         }
         "export_free_wait" => {
             let b = c.allocate(64 << 20).unwrap();
             b.fill(7).unwrap();
-            say("handle", b.export_ipc().unwrap().to_hex());
+            say("handle", b.export_ipc().unwrap().to_string());
             drop(b);
             c.synchronize().unwrap();
             say("freed", "");
@@ -179,12 +179,13 @@ fn child_entry() {
         "event_consumer" => {
             let seed: u64 = env("SEED").parse().unwrap();
             let n: usize = env("N").parse().unwrap();
-            let dst = IpcMemHandle::from_hex(&env("HANDLE"))
+            let dst = env("HANDLE")
+                .parse::<IpcMemHandle>()
                 .unwrap()
                 .open()
                 .unwrap();
             let event = c
-                .open_ipc_event(&IpcEventHandle::from_hex(&env("EVENT")).unwrap())
+                .open_ipc_event(&env("EVENT").parse::<IpcEventHandle>().unwrap())
                 .unwrap();
             assert!(event.flags().interprocess);
             let mine = Stream::new(&c).unwrap();
@@ -194,18 +195,19 @@ fn child_entry() {
             // The producer's stream is held: our stream waits on the device, and the
             // data is not there yet.
             let pending = !after.is_complete().unwrap();
-            let still_zero = dst.to_host_vec().unwrap().iter().all(|&x| x == 0);
+            let still_zero = dst.to_vec::<u8>().unwrap().iter().all(|&x| x == 0);
             say("pending", format!("{pending} {still_zero}"));
             wait_line();
             after.synchronize().unwrap();
-            let got = dst.to_host_vec().unwrap();
+            let got = dst.to_vec::<u8>().unwrap();
             say("after", format!("{}", got == data(seed, n)));
         }
         "arrow_consumer" => {
             let seed: u64 = env("SEED").parse().unwrap();
             let rows: usize = env("ROWS").parse().unwrap();
             let schema = schema_from_bytes(&unhex(&env("SCHEMA"))).unwrap();
-            let message = IpcMemHandle::from_hex(&env("HANDLE"))
+            let message = env("HANDLE")
+                .parse::<IpcMemHandle>()
                 .unwrap()
                 .open()
                 .unwrap();
@@ -250,7 +252,7 @@ gpu_test! {
         let c = ctx();
         let (seed, n) = (11u64, (1 << 20) + 7);
         let host = data(seed, n);
-        let buf = DeviceBuffer::from_host(&c, &host).unwrap();
+        let buf = DeviceBuffer::from_slice(&c, &host).unwrap();
         let ranges = [(0, n), (3, 1000), (4097, 65_535), (n - 1, 1), (9, 0), (123_457, 500_001)];
         let handles: Vec<IpcMemHandle> = ranges
             .iter()
@@ -265,7 +267,7 @@ gpu_test! {
             assert_eq!(h.device_uuid(), Some(c.properties().uuid));
         }
         let write = 2;
-        let list = handles.iter().map(|h| h.to_hex()).collect::<Vec<_>>().join(",");
+        let list = handles.iter().map(|h| h.to_string()).collect::<Vec<_>>().join(",");
         let mut p = spawn("open_slices", &[
             ("SEED", seed.to_string()),
             ("N", n.to_string()),
@@ -277,7 +279,7 @@ gpu_test! {
         }
         assert_eq!(p.expect("shared"), "true 1");
         p.expect("written");
-        let now = buf.to_host_vec().unwrap();
+        let now = buf.to_vec::<u8>().unwrap();
         let (o, l) = ranges[write];
         for (i, (a, b)) in now.iter().zip(&host).enumerate() {
             if (o..o + l).contains(&i) {
@@ -296,14 +298,14 @@ gpu_test! {
         let c = ctx();
         let (seed, n) = (12u64, 1usize << 30);
         let host = data(seed, n);
-        let buf = DeviceBuffer::from_host(&c, &host).unwrap();
+        let buf = DeviceBuffer::from_slice(&c, &host).unwrap();
         drop(host);
         let (o, l) = (12_345, n - 12_345 - 1);
         let h = buf.slice(o, l).unwrap().export_ipc().unwrap();
         let mut p = spawn("open_compare_on_device", &[
             ("SEED", seed.to_string()),
             ("N", n.to_string()),
-            ("HANDLE", h.to_hex()),
+            ("HANDLE", h.to_string()),
         ]);
         assert_eq!(p.expect("equal"), format!("{l} true"));
         p.finish();
@@ -318,10 +320,10 @@ gpu_test! {
         for _ in 0..64 {
             let n = 1 + below(&mut r, 1 << 20);
             let bytes = random_bytes(&mut r, n);
-            let b = DeviceBuffer::from_host(&c, &bytes).unwrap();
+            let b = DeviceBuffer::from_slice(&c, &bytes).unwrap();
             let o = below(&mut r, n);
             let l = 1 + below(&mut r, n - o);
-            handles.push(b.slice(o, l).unwrap().export_ipc().unwrap().to_hex());
+            handles.push(b.slice(o, l).unwrap().export_ipc().unwrap().to_string());
             prints.push(fnv(&bytes[o..o + l]).to_string());
             keep.push(b);
         }
@@ -343,15 +345,16 @@ gpu_test_exclusive! {
     fn ipc_event_wait_is_device_side() {
         let c = ctx();
         let (seed, n) = (13u64, (4 << 20) + 3);
-        let src = DeviceBuffer::from_host(&c, &data(seed, n)).unwrap();
-        let dst = c.allocate_zeroed(n).unwrap();
+        let src = DeviceBuffer::from_slice(&c, &data(seed, n)).unwrap();
+        let dst = c.allocate(n).unwrap();
+        dst.fill(0).unwrap();
         let stream = Stream::new(&c).unwrap();
         let done = Event::new(&c, EventFlags { interprocess: true, ..Default::default() }).unwrap();
         // Export before the stream is held: while it is, other tests' device-wide
         // synchronising calls (cuMemFree, cuIpcCloseMemHandle) stall, and one of them may
         // hold the IPC registry that exporting needs.
         let eh = done.export_ipc().unwrap();
-        let dst_handle = dst.export_ipc().unwrap().to_hex();
+        let dst_handle = dst.export_ipc().unwrap().to_string();
         assert_eq!(IpcEventHandle::from_bytes(&eh.to_bytes()).unwrap(), eh);
         let gate = StreamGate::block(&stream).unwrap();
         copy_on_stream(&stream, &dst, &src).unwrap();
@@ -360,7 +363,7 @@ gpu_test_exclusive! {
             ("SEED", seed.to_string()),
             ("N", n.to_string()),
             ("HANDLE", dst_handle),
-            ("EVENT", eh.to_hex()),
+            ("EVENT", eh.to_string()),
         ]);
         assert_eq!(p.expect("pending"), "true true");
         gate.open();
@@ -382,7 +385,7 @@ gpu_test! {
     /// Bad handles give clear errors in the consumer, and leave nothing mapped.
     fn ipc_bad_handles_are_clear_errors() {
         let c = ctx();
-        let buf = DeviceBuffer::from_host(&c, &data(14, 4096)).unwrap();
+        let buf = DeviceBuffer::from_slice(&c, &data(14, 4096)).unwrap();
         let good = buf.export_ipc().unwrap();
         let raw = good.raw_cuda();
         let uuid = c.properties().uuid;
@@ -391,7 +394,7 @@ gpu_test! {
         let cases: Vec<(String, &str, &str)> = vec![
             // Random bytes as a CUDA handle: the driver's error, explained.
             (
-                IpcMemHandle::from_raw_cuda(&data(15, 64), 0, 16).unwrap().to_hex(),
+                IpcMemHandle::from_raw_cuda(&data(15, 64), 0, 16).unwrap().to_string(),
                 "Driver",
                 "could not map the IPC memory handle",
             ),
@@ -399,13 +402,13 @@ gpu_test! {
             (
                 IpcMemHandle::from_parts(raw, 0, 16, 4096, Some((other, 5)), false, 1, 1)
                     .unwrap()
-                    .to_hex(),
+                    .to_string(),
                 "InvalidArgument",
                 "ordinal 5 in the exporting process",
             ),
             // A range past the end of the real allocation (size unknown in the handle).
             (
-                IpcMemHandle::from_raw_cuda(&raw, 1 << 40, 200).unwrap().with_device_uuid(uuid).to_hex(),
+                IpcMemHandle::from_raw_cuda(&raw, 1 << 40, 200).unwrap().with_device_uuid(uuid).to_string(),
                 "OutOfBounds",
                 "exceeds the size",
             ),
@@ -413,7 +416,7 @@ gpu_test! {
             (
                 IpcMemHandle::from_parts(raw, 0, 16, 1 << 40, Some((uuid, 0)), false, 1, 1)
                     .unwrap()
-                    .to_hex(),
+                    .to_string(),
                 "InvalidArgument",
                 "stale or was altered",
             ),
@@ -434,7 +437,7 @@ gpu_test! {
         }
         // And the good handle still opens in another process afterwards.
         let mut p = spawn("open_many", &[
-            ("HANDLES", good.to_hex()),
+            ("HANDLES", good.to_string()),
             ("PRINTS", fnv(&data(14, 4096)).to_string()),
         ]);
         assert_eq!(p.expect("many"), "1 1");
@@ -446,7 +449,7 @@ gpu_test! {
     fn ipc_exporter_gone_is_a_clear_error() {
         let c = ctx();
         let mut p = spawn("export_and_exit", &[]);
-        let h = IpcMemHandle::from_hex(&p.expect("handle")).unwrap();
+        let h = p.expect("handle").parse::<IpcMemHandle>().unwrap();
         p.finish();
         let e = c.open_ipc(&h).unwrap_err();
         println!("exporter exited: {e}");
@@ -455,7 +458,7 @@ gpu_test! {
         assert_eq!(open_mapping_count(), 0);
 
         let mut p = spawn("export_free_wait", &[]);
-        let h = IpcMemHandle::from_hex(&p.expect("handle")).unwrap();
+        let h = p.expect("handle").parse::<IpcMemHandle>().unwrap();
         p.expect("freed");
         let r = c.open_ipc(&h);
         p.send("done");
@@ -471,7 +474,7 @@ gpu_test! {
     fn ipc_same_process_open_is_a_pointer_equal_view() {
         let c = Context::new_dedicated(0).unwrap();
         let base = c.bytes_allocated();
-        let buf = DeviceBuffer::from_host(&c, &data(16, 10_007)).unwrap();
+        let buf = DeviceBuffer::from_slice(&c, &data(16, 10_007)).unwrap();
         let s = buf.slice(13, 5000).unwrap();
         let h = s.export_ipc().unwrap();
         assert!(h.is_from_this_process());
@@ -492,7 +495,7 @@ gpu_test! {
         assert!(matches!(rv.copy_from_host(0, &[1]), Err(Error::ReadOnly(_))));
         // The view keeps the allocation alive after the original drops.
         drop((buf, s));
-        assert_eq!(v.to_host_vec().unwrap(), data(16, 10_007)[13..5013].to_vec());
+        assert_eq!(v.to_vec::<u8>().unwrap(), data(16, 10_007)[13..5013].to_vec());
         drop((v, v2, rv));
         assert_eq!(c.bytes_allocated(), base, "exporting must not leak");
         // Now the handle is dead.
@@ -502,14 +505,14 @@ gpu_test! {
         let empty = c.allocate(0).unwrap().export_ipc().unwrap();
         assert!(empty.is_empty());
         assert!(c.open_ipc(&empty).unwrap().is_empty());
-        let end = DeviceBuffer::from_host(&c, &[1, 2, 3]).unwrap().slice(3, 0).unwrap();
+        let end = DeviceBuffer::from_slice(&c, &[1u8, 2, 3]).unwrap().slice(3, 0).unwrap();
         assert!(c.open_ipc(&end.export_ipc().unwrap()).unwrap().is_empty());
     }
 
     /// Views of foreign memory: exportable when the driver says it is cuMemAlloc memory.
     fn ipc_export_of_foreign_views() {
         let c = ctx();
-        let owner = DeviceBuffer::from_host(&c, &data(17, 8192)).unwrap();
+        let owner = DeviceBuffer::from_slice(&c, &data(17, 8192)).unwrap();
         let view = c.view(owner.address() + 100, 1000, owner.clone()).unwrap();
         let h = view.slice(5, 10).unwrap().export_ipc().unwrap();
         // Offsets are relative to the driver's allocation (owner), not the view.
@@ -528,7 +531,8 @@ gpu_test! {
         let c = ctx();
         let mut r = rng("io_writer");
         let n = (3 << 20) + 11;
-        let buf = c.allocate_zeroed(n).unwrap();
+        let buf = c.allocate(n).unwrap();
+        buf.fill(0).unwrap();
         let mut w = DeviceBufferWriter::with_capacity(buf.clone(), 64 << 10).unwrap();
         let mut host = vec![0u8; n];
         let mut pos = 0;
@@ -551,27 +555,27 @@ gpu_test! {
         assert_eq!(w.buffered(), 0);
         let back = w.into_inner().unwrap();
         assert_eq!(back.address(), buf.address());
-        assert_eq!(buf.to_host_vec().unwrap(), host);
+        assert_eq!(buf.to_vec::<u8>().unwrap(), host);
         // Drop flushes.
         {
             let mut w = DeviceBufferWriter::new(buf.slice(1, 10).unwrap()).unwrap();
             w.write_all(b"dropflush!").unwrap();
         }
-        assert_eq!(buf.copy_to_host(1, 10).unwrap().to_vec(), b"dropflush!".to_vec());
+        assert_eq!(buf.slice(1, 10).unwrap().to_host().unwrap().to_vec(), b"dropflush!".to_vec());
         assert!(DeviceBufferWriter::new(buf.read_only()).is_err());
     }
 
     fn io_reader_reads_seeks_and_slices_zero_copy() {
         let c = ctx();
         let host = data(18, 100_003);
-        let buf = DeviceBuffer::from_host(&c, &host).unwrap();
+        let buf = DeviceBuffer::from_slice(&c, &host).unwrap();
         let mut r = DeviceBufferReader::new(buf.clone());
         let mut head = vec![0u8; 777];
         r.read_exact(&mut head).unwrap();
         assert_eq!(head, &host[..777]);
         let s = r.read_buffer(1000).unwrap();
         assert_eq!(s.address(), buf.address() + 777);
-        assert_eq!(s.to_host_vec().unwrap(), &host[777..1777]);
+        assert_eq!(s.to_vec::<u8>().unwrap(), &host[777..1777]);
         assert_eq!(r.position(), 1777);
         r.seek(SeekFrom::End(-3)).unwrap();
         let rest = r.read_buffer(10).unwrap();
@@ -597,7 +601,7 @@ gpu_test! {
         for (seed, rows) in [(1u64, 0usize), (2, 1), (3, 1000)] {
             let b = mixed_batch(seed, rows);
             let message = serialize_record_batch(&b, &c).unwrap();
-            assert_eq!(message.to_host_vec().unwrap(), serialize_record_batch_to_vec(&b).unwrap());
+            assert_eq!(message.to_vec::<u8>().unwrap(), serialize_record_batch_to_vec(&b).unwrap());
             let d = read_record_batch(&message, b.schema()).unwrap();
             assert_eq!(d.num_rows(), rows);
             assert_eq!(d.num_columns(), b.num_columns());
@@ -618,11 +622,11 @@ gpu_test! {
         // The device path and the host path read the same bytes the same way.
         let b = mixed_batch(4, 300);
         let bytes = serialize_record_batch_to_vec(&b).unwrap();
-        let on_dev = DeviceBuffer::from_host(&c, &bytes).unwrap();
+        let on_dev = DeviceBuffer::from_slice(&c, &bytes).unwrap();
         let host = read_record_batch_host(&arrow_buffer::Buffer::from_vec(bytes), b.schema()).unwrap();
         assert_eq!(read_record_batch(&on_dev, b.schema()).unwrap().to_host().unwrap(), host);
         // Malformed device messages are errors.
-        let bad = DeviceBuffer::from_host(&c, &[0xff, 0xff, 0xff, 0xff, 0x40, 0, 0, 0]).unwrap();
+        let bad = DeviceBuffer::from_slice(&c, &[0xffu8, 0xff, 0xff, 0xff, 0x40, 0, 0, 0]).unwrap();
         assert!(matches!(read_record_batch(&bad, b.schema()), Err(Error::Malformed(_))));
     }
 
@@ -666,7 +670,7 @@ gpu_test! {
             ("SEED", seed.to_string()),
             ("ROWS", rows.to_string()),
             ("SCHEMA", hexs(&schema_to_bytes(&b.schema()).unwrap())),
-            ("HANDLE", message.export_ipc().unwrap().to_hex()),
+            ("HANDLE", message.export_ipc().unwrap().to_string()),
         ]);
         assert_eq!(p.expect("arrow"), format!("{rows} true true"));
         p.finish();

@@ -22,7 +22,7 @@ use strides::contiguous_strides;
 
 /// A device copy of `bytes`.
 fn upload(c: &Context, bytes: &[u8]) -> DeviceBuffer {
-    DeviceBuffer::from_host(c, bytes).unwrap()
+    DeviceBuffer::from_slice(c, bytes).unwrap()
 }
 
 /// `len` bytes at `offset` of a fresh allocation of `offset + len + tail` random bytes;
@@ -221,7 +221,7 @@ gpu_test! {
                     ops::fill(&slice, &pattern, None).unwrap();
                     host::fill(&mut want[offset..offset + len], &pattern).unwrap();
                     assert!(
-                        parent.to_host_vec().unwrap() == want,
+                        parent.to_vec::<u8>().unwrap() == want,
                         "fill width {w} offset {offset} count {count}"
                     );
                 }
@@ -238,7 +238,7 @@ gpu_test! {
             let buf = c.allocate(w * count + 5).unwrap();
             let slice = buf.slice(5, w * count).unwrap();
             ops::fill(&slice, &pattern, None).unwrap();
-            let got = slice.to_host_vec().unwrap();
+            let got = slice.to_vec::<u8>().unwrap();
             assert!(got.chunks(w).all(|e| e == pattern), "width {w}");
         }
     }
@@ -277,7 +277,7 @@ gpu_test! {
                     let (parent, dst, mut want) = guarded(&c, &mut r, doff, n * d.size(), 7);
                     ops::cast(&src, s, &dst, d, None).unwrap();
                     host::cast(&src_bytes, s, &mut want[doff..doff + n * d.size()], d).unwrap();
-                    let got = parent.to_host_vec().unwrap();
+                    let got = parent.to_vec::<u8>().unwrap();
                     assert_eq!(&got[..doff], &want[..doff], "{s}->{d}: bytes before");
                     assert_eq!(&got[doff + n * d.size()..], &want[doff + n * d.size()..], "{s}->{d}: bytes after");
                     if let Err(msg) = same_values(d, &got[doff..doff + n * d.size()], &want[doff..doff + n * d.size()]) {
@@ -310,7 +310,7 @@ gpu_test! {
             ops::cast(&src, s, &dst, d, None).unwrap();
             let mut want = vec![0u8; n * d.size()];
             host::cast(&src_bytes, s, &mut want, d).unwrap();
-            same_values(d, &dst.to_host_vec().unwrap(), &want).unwrap_or_else(|m| panic!("{s} -> {d}: {m}"));
+            same_values(d, &dst.to_vec::<u8>().unwrap(), &want).unwrap_or_else(|m| panic!("{s} -> {d}: {m}"));
         }
     }
 
@@ -321,19 +321,19 @@ gpu_test! {
         let b = upload(&c, &bytes);
         let out = c.allocate(4000).unwrap();
         ops::cast(&b, ElementType::Int32, &out, ElementType::Int32, None).unwrap();
-        assert_eq!(out.to_host_vec().unwrap(), bytes);
+        assert_eq!(out.to_vec::<u8>().unwrap(), bytes);
         // In place, same size: i32 -> f32 over the same memory.
         ops::cast(&b, ElementType::Int32, &b, ElementType::Float32, None).unwrap();
         let mut want = vec![0u8; 4000];
         host::cast(&bytes, ElementType::Int32, &mut want, ElementType::Float32).unwrap();
-        assert_eq!(b.to_host_vec().unwrap(), want);
+        assert_eq!(b.to_vec::<u8>().unwrap(), want);
         // Overlapping, different sizes: u8 [0..1000) -> u16 [500..2500) of one buffer.
         let big_init = random_bytes(&mut r, 3000);
         let big = upload(&c, &big_init);
         ops::cast(&big.slice(0, 1000).unwrap(), ElementType::UInt8, &big.slice(500, 2000).unwrap(), ElementType::UInt16, None).unwrap();
         let mut want = big_init.clone();
         host::cast(&big_init[..1000], ElementType::UInt8, &mut want[500..2500], ElementType::UInt16).unwrap();
-        assert_eq!(big.to_host_vec().unwrap(), want);
+        assert_eq!(big.to_vec::<u8>().unwrap(), want);
     }
 
     fn cast_rejects_bad_arguments() {
@@ -454,9 +454,9 @@ gpu_test! {
         }
         // Zero-length axes: nothing is touched, whatever the strides and offsets.
         let a = upload(&c, &random_bytes(&mut r, 64));
-        let before = a.to_host_vec().unwrap();
+        let before = a.to_vec::<u8>().unwrap();
         ops::strided_copy(&a, 0, &[4, 1 << 40], &a, 0, &[0, 4], &[0, 9], 4, None).unwrap();
-        assert_eq!(a.to_host_vec().unwrap(), before);
+        assert_eq!(a.to_vec::<u8>().unwrap(), before);
         // Broadcasting reads (source stride 0).
         let case = Case {
             shape: vec![50, 40],
@@ -521,7 +521,7 @@ gpu_test! {
         for start in [0usize, (1 << 31) - (1 << 19), n - (1 << 20)] {
             // Windows that cross the 2^31 boundary; the middle one may end at `n`.
             let mut got = vec![0u8; (1usize << 20).min(n - start)];
-            dst.copy_to_host_into(start, &mut got).unwrap();
+            dst.copy_to_host(start, &mut got).unwrap();
             for (k, &b) in got.iter().enumerate() {
                 let i = start + k;
                 assert_eq!(b, pattern[(2 * i) % 3], "element {i}");
@@ -538,14 +538,14 @@ gpu_test! {
         ops::strided_copy(&buf, 0, &[4], &buf, 4, &[4], &[900], 4, None).unwrap();
         let mut want = init.clone();
         host::strided_copy(&init, 0, &[4], &mut want, 4, &[4], &[900], 4).unwrap();
-        assert_eq!(buf.to_host_vec().unwrap(), want);
+        assert_eq!(buf.to_vec::<u8>().unwrap(), want);
         // Transpose a 30 x 30 u16 matrix in place.
         let init = random_bytes(&mut r, 1800);
         let buf = upload(&c, &init);
         ops::strided_copy(&buf, 0, &[60, 2], &buf, 0, &[2, 60], &[30, 30], 2, None).unwrap();
         let mut want = init.clone();
         host::strided_copy(&init, 0, &[60, 2], &mut want, 0, &[2, 60], &[30, 30], 2).unwrap();
-        assert_eq!(buf.to_host_vec().unwrap(), want);
+        assert_eq!(buf.to_vec::<u8>().unwrap(), want);
     }
 
     fn strided_rejects_out_of_range_and_bad_arguments() {
@@ -600,7 +600,7 @@ gpu_test! {
                     let (parent, slice, mut want) = guarded(&c, &mut r, offset, width * count, 9);
                     ops::byteswap(&slice, width, None).unwrap();
                     host::byteswap(&mut want[offset..offset + width * count], width).unwrap();
-                    assert!(parent.to_host_vec().unwrap() == want, "width {width} offset {offset} count {count}");
+                    assert!(parent.to_vec::<u8>().unwrap() == want, "width {width} offset {offset} count {count}");
                 }
             }
         }
@@ -610,9 +610,9 @@ gpu_test! {
         ops::byteswap(&b, 8, None).unwrap();
         let mut want = init.clone();
         host::byteswap(&mut want, 8).unwrap();
-        assert!(b.to_host_vec().unwrap() == want);
+        assert!(b.to_vec::<u8>().unwrap() == want);
         ops::byteswap(&b, 8, None).unwrap();
-        assert!(b.to_host_vec().unwrap() == init);
+        assert!(b.to_vec::<u8>().unwrap() == init);
         for (w, len) in [(3usize, 9usize), (16, 16), (4, 6)] {
             let e = ops::byteswap(&c.allocate(len).unwrap(), w, None).unwrap_err();
             assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
@@ -779,14 +779,14 @@ gpu_test! {
                     let pattern = random_bytes(&mut r, w);
                     let (_p, s) = tail_of(&mut r, offset, &init);
                     ops::fill(&s, &pattern, None).unwrap();
-                    assert!(s.to_host_vec().unwrap().chunks(w).all(|e| e == pattern), "fill {w} at {offset}+{len}");
+                    assert!(s.to_vec::<u8>().unwrap().chunks(w).all(|e| e == pattern), "fill {w} at {offset}+{len}");
                 }
                 for w in [2usize, 4, 8].into_iter().filter(|w| len % w == 0) {
                     let (_p, s) = tail_of(&mut r, offset, &init);
                     ops::byteswap(&s, w, None).unwrap();
                     let mut want = init.clone();
                     host::byteswap(&mut want, w).unwrap();
-                    assert!(s.to_host_vec().unwrap() == want, "byteswap {w} at {offset}+{len}");
+                    assert!(s.to_vec::<u8>().unwrap() == want, "byteswap {w} at {offset}+{len}");
                 }
                 for kind in ElementType::ALL.into_iter().filter(|k| len % k.size() == 0) {
                     let n = len / kind.size();
@@ -814,14 +814,14 @@ gpu_test! {
                         ops::cast(&s, kind, &dst, other, None).unwrap();
                         let mut want = vec![0u8; n * other.size()];
                         host::cast(&data, kind, &mut want, other).unwrap();
-                        same_values(other, &dst.to_host_vec().unwrap(), &want).unwrap_or_else(|m| panic!("cast {kind} -> {other} at {offset}+{len}: {m}"));
+                        same_values(other, &dst.to_vec::<u8>().unwrap(), &want).unwrap_or_else(|m| panic!("cast {kind} -> {other} at {offset}+{len}: {m}"));
                         let src_bytes = values(&mut r, other, n);
                         let (_e, src) = tail_of(&mut r, offset / 3, &src_bytes);
                         let (_f, back) = tail_of(&mut r, offset, &data);
                         ops::cast(&src, other, &back, kind, None).unwrap();
                         let mut want = vec![0u8; len];
                         host::cast(&src_bytes, other, &mut want, kind).unwrap();
-                        same_values(kind, &back.to_host_vec().unwrap(), &want).unwrap_or_else(|m| panic!("cast {other} -> {kind} at {offset}+{len}: {m}"));
+                        same_values(kind, &back.to_vec::<u8>().unwrap(), &want).unwrap_or_else(|m| panic!("cast {other} -> {kind} at {offset}+{len}: {m}"));
                     }
                 }
                 // Byte comparison (DeviceBuffer::equals) of two allocation tails.
@@ -881,17 +881,17 @@ gpu_test! {
         assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
         // A source in another context is copied over first.
         let init = values(&mut r, ElementType::Float32, 5000);
-        let foreign = DeviceBuffer::from_host(&other, &init).unwrap();
+        let foreign = DeviceBuffer::from_slice(&other, &init).unwrap();
         let out = c.allocate(8 * 5000).unwrap();
         ops::cast(&foreign, ElementType::Float32, &out, ElementType::Float64, None).unwrap();
         let mut want = vec![0u8; 8 * 5000];
         host::cast(&init, ElementType::Float32, &mut want, ElementType::Float64).unwrap();
-        same_values(ElementType::Float64, &out.to_host_vec().unwrap(), &want).unwrap();
+        same_values(ElementType::Float64, &out.to_vec::<u8>().unwrap(), &want).unwrap();
         let t2 = c.allocate(4 * 5000).unwrap();
         ops::strided_copy(&foreign, 0, &[4 * 100, 4], &t2, 0, &[4, 4 * 50], &[50, 100], 4, None).unwrap();
         let mut want = vec![0u8; 4 * 5000];
         host::strided_copy(&init, 0, &[4 * 100, 4], &mut want, 0, &[4, 4 * 50], &[50, 100], 4).unwrap();
-        assert_eq!(t2.to_host_vec().unwrap(), want);
+        assert_eq!(t2.to_vec::<u8>().unwrap(), want);
     }
 }
 
@@ -1036,7 +1036,7 @@ fn run_case(c: &Context, r: &mut SmallRng, case: &Case, id: usize) {
         None,
     )
     .unwrap_or_else(|e| panic!("device rejected case {id} {case:?}: {e}"));
-    let got = dst.to_host_vec().unwrap();
+    let got = dst.to_vec::<u8>().unwrap();
     if got != want {
         let first = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);
         panic!("case {id} {case:?}: first difference at byte {first}");

@@ -135,7 +135,7 @@ impl Case {
 
     /// Uploads the sources and a guarded destination.
     fn upload(&self, ctx: &Context) -> (DeviceBuffer, DeviceBuffer) {
-        let src = DeviceBuffer::from_host(ctx, &self.src).unwrap();
+        let src = DeviceBuffer::from_slice(ctx, &self.src).unwrap();
         let dst = ctx.allocate(self.dst_len).unwrap();
         dst.fill(GUARD).unwrap();
         (src, dst)
@@ -215,7 +215,7 @@ fn decodes_bit_exact(test: &str, codec: GpuCodec) {
                 sizes.iter().min().unwrap(),
                 sizes.iter().max().unwrap()
             );
-            case.check(&dst.to_host_vec().unwrap(), &what);
+            case.check(&dst.to_vec::<u8>().unwrap(), &what);
             println!(
                 "{what}: ok in {ms:.2} ms (workspace {} bytes)",
                 batch.device_bytes()
@@ -348,12 +348,12 @@ gpu_test! {
                     let max_in = *sizes.iter().max().unwrap();
                     let cap = lib.max_compressed_chunk_size(codec, max_in).unwrap();
                     let outputs: Vec<Range<usize>> = (0..sizes.len()).map(|i| i * (cap + 3) + 1..i * (cap + 3) + 1 + cap).collect();
-                    let src = DeviceBuffer::from_host(&c, &host).unwrap();
+                    let src = DeviceBuffer::from_slice(&c, &host).unwrap();
                     let dst = c.allocate(sizes.len() * (cap + 3) + 1).unwrap();
                     let t = Instant::now();
                     let got = cb.compress(&stream, codec, &src, &inputs, &dst, &outputs).unwrap_or_else(|e| panic!("{codec}: {e}"));
                     let ms = t.elapsed().as_secs_f64() * 1e3;
-                    let back = dst.to_host_vec().unwrap();
+                    let back = dst.to_vec::<u8>().unwrap();
                     let total: usize = got.iter().sum();
                     // Host oracle (GDeflate: none; the device round trip below checks it).
                     if codec != GpuCodec::GDeflate {
@@ -366,7 +366,7 @@ gpu_test! {
                     let ins: Vec<Range<usize>> = outputs.iter().zip(&got).map(|(o, &n)| o.start..o.start + n).collect();
                     let plain = c.allocate(host.len()).unwrap();
                     db.decompress(&stream, codec, &dst, &ins, &plain, &inputs).unwrap_or_else(|e| panic!("{codec} device round trip: {e}"));
-                    let plain = plain.to_host_vec().unwrap();
+                    let plain = plain.to_vec::<u8>().unwrap();
                     for (i, rg) in inputs.iter().enumerate() {
                         assert!(plain[rg.clone()] == want[i][..], "{codec}: chunk {i} differs after the device round trip");
                     }
@@ -409,7 +409,7 @@ gpu_test! {
                         flips.push((i, k, rg.len()));
                     }
                 }
-                let src = DeviceBuffer::from_host(&c, &bad).unwrap();
+                let src = DeviceBuffer::from_slice(&c, &bad).unwrap();
                 let dst = c.allocate(case.dst_len).unwrap();
                 dst.fill(GUARD).unwrap();
                 let t = Instant::now();
@@ -420,7 +420,7 @@ gpu_test! {
                         std::mem::forget((src, dst, batch, stream, c));
                         return;
                     }
-                let got = dst.to_host_vec().unwrap();
+                let got = dst.to_vec::<u8>().unwrap();
                 check_guards(&got, &case.outputs, &format!("{codec} random damage"));
                 match res {
                     Err(_) => errs += 1,
@@ -541,10 +541,10 @@ fn corrupt_variants(codec: GpuCodec) {
         false,
     ));
     for (name, k, bytes, ins, outs, must_fail) in variants {
-        let src = DeviceBuffer::from_host(&c, &bytes).unwrap();
+        let src = DeviceBuffer::from_slice(&c, &bytes).unwrap();
         dst.fill(GUARD).unwrap();
         let res = batch.decompress(&stream, codec, &src, &ins, &dst, &outs);
-        let back = dst.to_host_vec();
+        let back = dst.to_vec::<u8>();
         let fault = [res.as_ref().err(), back.as_ref().err()]
             .into_iter()
             .flatten()
@@ -670,9 +670,9 @@ fn bench(lib: &Nvcomp) {
     };
     let mut db = DecompressBatch::new(&c).unwrap();
     let mut cb = CompressBatch::new(&c).unwrap();
-    let plain = DeviceBuffer::from_host(&c, &data).unwrap();
+    let plain = DeviceBuffer::from_slice(&c, &data).unwrap();
     let out = c.allocate(total).unwrap();
-    println!("nvCOMP {:?} on {}", lib.version(), c.device_name());
+    println!("nvCOMP {:?} on {}", lib.version(), c.properties().name);
     for codec in GpuCodec::ALL {
         for chunk in [64 * KIB, MIB, 4 * MIB] {
             let n = total / chunk;
@@ -719,7 +719,7 @@ fn bench(lib: &Nvcomp) {
                     host.extend_from_slice(f);
                     host.resize(host.len().next_multiple_of(8), 0);
                 }
-                (DeviceBuffer::from_host(&c, &host).unwrap(), inputs)
+                (DeviceBuffer::from_slice(&c, &host).unwrap(), inputs)
             };
             let compressed: usize = inputs.iter().map(|r| r.len()).sum();
             for in_place in [false, true] {

@@ -52,11 +52,11 @@ gpu_test! {
                 let b = ShuffledBlocks { offset, groups, ustride, blocks, bstride, n, typesize };
                 let src = random_bytes(&mut r, len);
                 let before = random_bytes(&mut r, len);
-                let (sd, dd) = (DeviceBuffer::from_host(&c, &src).unwrap(), DeviceBuffer::from_host(&c, &before).unwrap());
+                let (sd, dd) = (DeviceBuffer::from_slice(&c, &src).unwrap(), DeviceBuffer::from_slice(&c, &before).unwrap());
                 let on_stream = r.random_bool(0.5);
                 ops::unshuffle(&sd, &dd, &b, on_stream.then_some(&stream)).unwrap();
                 stream.synchronize().unwrap();
-                assert!(dd.to_host_vec().unwrap() == oracle(&src, &before, &b), "{b:?} on a stream: {on_stream}");
+                assert!(dd.to_vec::<u8>().unwrap() == oracle(&src, &before, &b), "{b:?} on a stream: {on_stream}");
                 cases += 1;
             }
         }

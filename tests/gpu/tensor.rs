@@ -99,7 +99,7 @@ fn pair(
     let order = base_order(kind);
     let h = NDBuffer::from_memory(bytes.clone(), &base, dtype, order).unwrap();
     let d = NDBuffer::from_memory(
-        DeviceBuffer::from_host(c, &bytes).unwrap(),
+        DeviceBuffer::from_slice(c, &bytes).unwrap(),
         &base,
         dtype,
         order,
@@ -257,11 +257,11 @@ gpu_test! {
         for n in [0usize, 1, 7, 8, 9, 31, 32, 33, 63, 64, 65, 255, 1000, 4097, (1 << 20) + 3] {
             let bytes: Vec<u8> = (0..n).map(|_| if rng.random_ratio(1, 3) { rng.random_range(1..=255) } else { 0 }).collect();
             let h = NDBuffer::from_memory(bytes.clone(), &[n], Dtype::BOOL, Order::C).unwrap();
-            let d = NDBuffer::from_memory(DeviceBuffer::from_host(&c, &bytes).unwrap(), &[n], Dtype::BOOL, Order::C).unwrap();
+            let d = NDBuffer::from_memory(DeviceBuffer::from_slice(&c, &bytes).unwrap(), &[n], Dtype::BOOL, Order::C).unwrap();
             let da = d.to_device_array().unwrap();
             let ha = h.to_arrow().unwrap();
             // The packed bitmap itself (bits past n are zero on the device).
-            let dbits = da.buffers()[0].to_host_vec().unwrap();
+            let dbits = da.buffers()[0].to_vec::<u8>().unwrap();
             assert_eq!(dbits.len(), n.div_ceil(8), "n = {n}");
             let want: Vec<u8> = (0..n.div_ceil(8))
                 .map(|k| (0..8).filter(|&j| k * 8 + j < n && bytes[k * 8 + j] != 0).fold(0u8, |b, j| b | 1 << j))
@@ -282,12 +282,12 @@ gpu_test! {
     fn tensor_device_misaligned_is_copied() {
         let c = ctx();
         let data: Vec<u8> = (0u8..65).collect();
-        let buf = DeviceBuffer::from_host(&c, &data).unwrap();
+        let buf = DeviceBuffer::from_slice(&c, &data).unwrap();
         let nd = NDBuffer::from_memory(buf.slice(1, 64).unwrap(), &[8], Dtype::INT64, Order::C).unwrap();
         let a = nd.to_device_array().unwrap();
         assert_eq!(a.buffers()[0].address() % 8, 0);
         assert_ne!(a.buffers()[0].address(), first_addr(&nd));
-        assert_eq!(a.buffers()[0].to_host_vec().unwrap(), &data[1..]);
+        assert_eq!(a.buffers()[0].to_vec::<u8>().unwrap(), &data[1..]);
         let h = NDBuffer::from_memory(data[1..].to_vec(), &[8], Dtype::INT64, Order::C).unwrap();
         check_tensors(&h.to_arrow_tensor().unwrap(), &nd.to_arrow_tensor().unwrap(), "misaligned");
     }

@@ -81,7 +81,7 @@ fn upload_pinned(ctx: &Context, dev: &DeviceBuffer, pos: usize, data: &[u8]) {
 /// host address.
 fn round_trip(ctx: &Context, dev: &DeviceBuffer, pos: usize, data: &[u8], what: &str) {
     dev.copy_from_host(pos, data).unwrap();
-    let pinned = dev.copy_to_host(pos, data.len()).unwrap();
+    let pinned = dev.slice(pos, data.len()).unwrap().to_host().unwrap();
     assert_bytes(
         &pinned,
         data,
@@ -89,8 +89,7 @@ fn round_trip(ctx: &Context, dev: &DeviceBuffer, pos: usize, data: &[u8], what: 
     );
     // Misaligned destination: a slice at offset 3 of a larger Vec, with guard bytes.
     let mut out = vec![0xEEu8; data.len() + 8];
-    dev.copy_to_host_into(pos, &mut out[3..3 + data.len()])
-        .unwrap();
+    dev.copy_to_host(pos, &mut out[3..3 + data.len()]).unwrap();
     assert_bytes(&out[3..3 + data.len()], data, &format!("{what}: download"));
     assert!(
         out[..3].iter().all(|&b| b == 0xEE),
@@ -164,7 +163,7 @@ gpu_test! {
         // And the bytes are right: small copy, then the page-locked copy (shifted by
         // one), then the last byte of the first, staged copy.
         let mut back = vec![0u8; n];
-        dev.copy_to_host_into(0, &mut back).unwrap();
+        dev.copy_to_host(0, &mut back).unwrap();
         assert_bytes(&back[..1000], &data[..1000], "small part");
         assert_bytes(&back[1000..n - 1], &data[1001..n], "page-locked part");
         assert_eq!(back[n - 1], data[n - 1], "staged part");
@@ -240,13 +239,13 @@ gpu_test! {
         let t = std::time::Instant::now();
         dev.copy_from_host(0, &data).unwrap();
         let up = n as f64 / t.elapsed().as_secs_f64() / 1e9;
-        let pinned = dev.copy_to_host(0, n).unwrap();
+        let pinned = dev.slice(0, n).unwrap().to_host().unwrap();
         assert_bytes(&pinned, &data, "1 GiB upload");
         drop(pinned);
         let mut back = vec![0u8; n];
         back.iter_mut().step_by(4096).for_each(|b| *b = 1); // fault the pages in
         let t = std::time::Instant::now();
-        dev.copy_to_host_into(0, &mut back).unwrap();
+        dev.copy_to_host(0, &mut back).unwrap();
         let down = n as f64 / t.elapsed().as_secs_f64() / 1e9;
         assert_bytes(&back, &data, "1 GiB download");
         println!("one_gib_ordinary_round_trip: {up:.1} GB/s up, {down:.1} GB/s down (first call, cold pool)");
@@ -261,13 +260,13 @@ gpu_test! {
         for round in 0..20u8 {
             let v = round.wrapping_mul(37).wrapping_add(1);
             dev.fill(v).unwrap(); // legacy-stream memset
-            dev.copy_to_host_into(0, &mut out).unwrap();
+            dev.copy_to_host(0, &mut out).unwrap();
             assert!(out.iter().all(|&b| b == v), "round {round}: staged download incomplete");
-            dev.slice(n - 3000, 3000).unwrap().copy_to_host_into(0, &mut small).unwrap();
+            dev.slice(n - 3000, 3000).unwrap().copy_to_host(0, &mut small).unwrap();
             assert!(small.iter().all(|&b| b == v), "round {round}: small download incomplete");
         }
         // A kernel on the legacy stream, then a download of its result.
-        let a = DeviceBuffer::from_host(&c, &out).unwrap();
+        let a = DeviceBuffer::from_slice(&c, &out).unwrap();
         assert!(a.equals(&dev).unwrap());
     }
 
@@ -289,7 +288,7 @@ gpu_test! {
                         let off = below(&mut r, region - n + 1);
                         mine.copy_from_host(pos, &data[off..off + n]).unwrap();
                         let mut back = vec![0u8; n];
-                        mine.copy_to_host_into(pos, &mut back).unwrap();
+                        mine.copy_to_host(pos, &mut back).unwrap();
                         assert_bytes(&back, &data[off..off + n], &format!("thread {t} round {i}"));
                         // A batched round trip of 300 small pieces within the region.
                         let pieces: Vec<(usize, usize)> = (0..300).map(|k| (k * 40_000, below(&mut r, 40_000))).collect();
@@ -444,8 +443,8 @@ gpu_test! {
                 let e = if i % 2 == 0 { &mut ea } else { &mut eb };
                 e[offs[i]..offs[i] + lens[i]].copy_from_slice(&src[src_offs[i]..src_offs[i] + lens[i]]);
             }
-            assert_bytes(&a.copy_to_host(0, size).unwrap(), &ea, &format!("{mode:?}: batched upload, a"));
-            assert_bytes(&b.copy_to_host(0, size).unwrap(), &eb, &format!("{mode:?}: batched upload, b"));
+            assert_bytes(&a.slice(0, size).unwrap().to_host().unwrap(), &ea, &format!("{mode:?}: batched upload, a"));
+            assert_bytes(&b.slice(0, size).unwrap().to_host().unwrap(), &eb, &format!("{mode:?}: batched upload, b"));
             // Device -> host into misaligned slices of one big buffer, with guard bytes.
             let mut out = vec![0x5Au8; total + count * 8];
             {
@@ -483,7 +482,7 @@ gpu_test! {
         let t = std::time::Instant::now();
         cuda::copy_many_from_host(&list).unwrap();
         let up = (n * piece) as f64 / t.elapsed().as_secs_f64() / 1e9;
-        let all = dev.copy_to_host(0, n * piece).unwrap();
+        let all = dev.slice(0, n * piece).unwrap().to_host().unwrap();
         for (i, ch) in chunks.iter().enumerate() {
             let at = (n - 1 - i) * piece;
             assert_bytes(&all[at..at + piece], ch, &format!("piece {i}"));
@@ -513,7 +512,7 @@ gpu_test! {
         for want in ["piece 2", "of 4", "offset 950", "length 100", "1050", "size 1000"] {
             assert!(msg.contains(want), "{msg} lacks {want}");
         }
-        assert!(dev.to_host_vec().unwrap().iter().all(|&b| b == 7), "nothing copied before the check");
+        assert!(dev.to_vec::<u8>().unwrap().iter().all(|&b| b == 7), "nothing copied before the check");
         // Overflow.
         let list: Vec<(&[u8], &DeviceBuffer, usize)> = vec![(&data[..], &dev, usize::MAX)];
         let msg = cuda::copy_many_from_host(&list).unwrap_err().to_string();
@@ -544,7 +543,7 @@ gpu_test! {
         let list: Vec<(&[u8], &DeviceBuffer, usize)> = vec![(&data[..], &dev, 0), (&data[..], &od, 0)];
         let msg = cuda::copy_many_from_host(&list).unwrap_err().to_string();
         assert!(msg.contains("piece 1") && msg.contains("piece 0") && msg.contains("context"), "{msg}");
-        assert!(dev.to_host_vec().unwrap().iter().all(|&b| b == 7), "nothing copied on error");
+        assert!(dev.to_vec::<u8>().unwrap().iter().all(|&b| b == 7), "nothing copied on error");
     }
 
     fn async_owned_copies_and_chained_events() {
@@ -585,7 +584,7 @@ gpu_test! {
             assert_eq!(got.len(), n / 4);
             let frozen = bytes::Bytes::from(data.clone());
             d2.copy_from_host_async(0, frozen, &a).unwrap().wait().unwrap();
-            assert_bytes(&d2.copy_to_host(0, n).unwrap(), &data, "Bytes source");
+            assert_bytes(&d2.slice(0, n).unwrap().to_host().unwrap(), &data, "Bytes source");
         }
     }
 
@@ -621,7 +620,7 @@ gpu_test! {
         let s = Stream::new(&c).unwrap();
         let n = 8 * MIB;
         let data = fast_random(n, 3);
-        let d = DeviceBuffer::from_host(&c, &data).unwrap();
+        let d = DeviceBuffer::from_slice(&c, &data).unwrap();
         // Forgotten: the Vec leaks (never freed while the copy runs).
         let p = d.copy_to_host_async(0, vec![0u8; n], &s).unwrap();
         std::mem::forget(p);
@@ -631,7 +630,7 @@ gpu_test! {
         // Dropped: waits, then frees.
         let p = d.copy_from_host_async(0, c.allocate_host(n).unwrap(), &s).unwrap();
         drop(p);
-        assert!(d.to_host_vec().unwrap().iter().all(|&b| b == 0), "dropped upload completed");
+        assert!(d.to_vec::<u8>().unwrap().iter().all(|&b| b == 0), "dropped upload completed");
         s.synchronize().unwrap();
     }
 
@@ -661,18 +660,18 @@ gpu_test! {
         let s = Stream::new(&c).unwrap();
         let n = 1_000_003;
         let data = fast_random(n, 8);
-        let d = DeviceBuffer::from_host(&c, &data).unwrap();
+        let d = DeviceBuffer::from_slice(&c, &data).unwrap();
         // Overlapping forward move within one allocation (memmove semantics).
         d.copy_from_device_async(10, &d.slice(0, n - 10).unwrap(), &s).unwrap().wait().unwrap();
         let mut want = data.clone();
         want.copy_within(0..n - 10, 10);
-        assert_bytes(&d.to_host_vec().unwrap(), &want, "overlapping device copy");
+        assert_bytes(&d.to_vec::<u8>().unwrap(), &want, "overlapping device copy");
         // Another context on the same device.
         let other = Context::new_dedicated(0).unwrap();
         let od = other.allocate(n).unwrap();
         let os = Stream::new(&other).unwrap();
         od.copy_from_device_async(0, &d, &os).unwrap().wait().unwrap();
-        assert_bytes(&od.to_host_vec().unwrap(), &want, "peer copy");
+        assert_bytes(&od.to_vec::<u8>().unwrap(), &want, "peer copy");
     }
 
     fn scoped_copies_borrow_until_the_scope_ends() {
@@ -799,7 +798,7 @@ gpu_test! {
         let s0 = c.transfer_stats();
         d.copy_from_host(0, &h[100..n - 100]).unwrap();
         let mut back = c.allocate_host(n).unwrap();
-        d.copy_to_host_into(0, &mut back[7..n - 193]).unwrap();
+        d.copy_to_host(0, &mut back[7..n - 193]).unwrap();
         let s1 = c.transfer_stats();
         assert_eq!(s1.staged_copies, s0.staged_copies, "{s1:?}");
         assert_eq!(s1.direct_copies, s0.direct_copies + 2);
@@ -824,7 +823,7 @@ gpu_test! {
         let e = b.record_event().unwrap();
         e.synchronize().unwrap();
         assert!(up.is_complete().unwrap(), "an event recorded after chain() completes after the copy");
-        assert_bytes(&dev.copy_to_host(0, n).unwrap(), &data, "chained event");
+        assert_bytes(&dev.slice(0, n).unwrap().to_host().unwrap(), &data, "chained event");
         let src = up.wait().unwrap();
         assert_bytes(&src, &data, "source handed back");
     }
@@ -915,7 +914,7 @@ gpu_test! {
             if r2.is_ok() {
                 // It had the kit before the lowering: correct, but not what this test
                 // is after. Check the copy and try again.
-                assert_bytes(&dst[1].copy_to_host(0, 4 * KIB).unwrap(), &data[..4 * KIB], "second transfer");
+                assert_bytes(&dst[1].slice(0, 4 * KIB).unwrap().to_host().unwrap(), &data[..4 * KIB], "second transfer");
             }
             let s = c.transfer_stats();
             assert!(s.pinned_bytes <= s.pinned_limit_bytes, "{s:?}");
@@ -967,7 +966,7 @@ gpu_test! {
                         // Whole source, and a part of it at an odd offset.
                         let (off, len) = if round % 2 == 0 { (0, n) } else { (4096 + 5, n - 9000) };
                         d.copy_from_host(0, &data[off..off + len]).unwrap();
-                        let got = d.copy_to_host(0, len).unwrap();
+                        let got = d.slice(0, len).unwrap().to_host().unwrap();
                         assert_bytes(&got, &data[off..off + len], &format!("thread {t} round {round}"));
                         d.fill(0).unwrap();
                     }
@@ -995,7 +994,7 @@ gpu_test_exclusive! {
         let s = Stream::new(&c).unwrap();
         let n = 8 * MIB + 3;
         let data = fast_random(n, 17);
-        let dev = DeviceBuffer::from_host(&c, &data).unwrap();
+        let dev = DeviceBuffer::from_slice(&c, &data).unwrap();
         let hold = Duration::from_millis(500);
         let gate = Arc::new(StreamGate::block(&s).unwrap());
         let opener = {

@@ -136,7 +136,7 @@ gpu_test! {
         let c = ctx();
         let mut rng = rng("zarr_buffer_zero_copy_by_address");
         let data = random_bytes(&mut rng, 4096);
-        let d = DeviceBuffer::from_host(&c, &data).unwrap();
+        let d = DeviceBuffer::from_slice(&c, &data).unwrap();
         let b = ByteBuffer::from(d.clone());
         assert!(b.is_device());
         assert_eq!(b.as_array_like().address(), d.address());
@@ -357,7 +357,7 @@ gpu_test! {
         let ro = DeviceBuffer::from_slice(&c, &[1u8; 4]).unwrap().read_only();
         let mut nd = NDBuffer::from_memory(ro.clone(), &[4], Dtype::UINT8, Order::C).unwrap();
         nd.set_scalar(&[0.into()], Scalar::from(9u8)).unwrap();
-        assert_eq!(ro.to_host_vec().unwrap(), vec![1u8; 4]);
+        assert_eq!(ro.to_vec::<u8>().unwrap(), vec![1u8; 4]);
     }
 
     fn zarr_all_equal_on_large_arrays() {
@@ -382,7 +382,7 @@ gpu_test! {
         let mut rng = rng("zarr_device_memory_store");
         let data = random_bytes(&mut rng, 1000);
         store.set("a/c/0", &ByteBuffer::from(data.clone())).unwrap();
-        let d = DeviceBuffer::from_host(&c, &data).unwrap();
+        let d = DeviceBuffer::from_slice(&c, &data).unwrap();
         store.set("a/c/1", &ByteBuffer::from(d.clone())).unwrap();
         // The store copied the caller's device memory: changing it afterwards is invisible.
         d.copy_from_host(0, &[0u8; 10]).unwrap();

@@ -431,14 +431,14 @@ fn check_read_into(
     let ctx = Context::new(0).unwrap();
     let n = want.len();
     let noise: Vec<u8> = (0..n + 512).map(|_| rng.random()).collect();
-    let whole = devbuf::cuda::DeviceBuffer::from_host(&ctx, &noise).unwrap();
+    let whole = devbuf::cuda::DeviceBuffer::from_slice(&ctx, &noise).unwrap();
     let view = whole.slice(256, n).unwrap();
     let r = a.read_subset_into(ranges, &view).unwrap();
     assert!(
         r.target.starts_with("device 0 (the caller's memory)"),
         "{what}: {r}"
     );
-    let got = whole.to_host_vec().unwrap();
+    let got = whole.to_vec::<u8>().unwrap();
     assert!(
         got[256..256 + n] == *want,
         "{what}: device bytes read into a view differ from host"
@@ -477,7 +477,7 @@ gpu_test_exclusive! {
             let r = a.read_all_into(&out).unwrap();
             assert_eq!(r.target, "device 0 (the caller's memory)");
             assert_eq!(out.address(), address);
-            assert!(out.to_host_vec().unwrap() == want, "read {k}");
+            assert!(out.to_vec::<u8>().unwrap() == want, "read {k}");
             ctx.synchronize().unwrap();
             assert_eq!(ctx.bytes_allocated(), before, "read {k}: no device memory kept for the result");
         }
@@ -508,7 +508,7 @@ gpu_test_exclusive! {
             assert_eq!(ctx.bytes_allocated(), before, "{decoder:?}: device memory back after the error");
         }
         std::fs::write(&chunk, &original).unwrap();
-        assert!(a.read_all_into(&out).is_ok() && out.to_host_vec().unwrap() == want);
+        assert!(a.read_all_into(&out).is_ok() && out.to_vec::<u8>().unwrap() == want);
     }
 }
 

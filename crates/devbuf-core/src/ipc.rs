@@ -116,7 +116,7 @@
 //! | 112 | 8 | FNV-1a 64 checksum of bytes 0..112 |
 
 use std::fmt;
-use std::ops::{Deref, DerefMut};
+use std::ops::{Bound, Deref, DerefMut, RangeBounds};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -162,10 +162,10 @@ impl Drop for Mapping {
 /// # if cfg!(not(target_os = "linux")) { return Ok(()); }
 /// let mut shm = SharedMemory::create(4096)?;
 /// shm[..5].copy_from_slice(b"hello");
-/// let text = shm.export_ipc_slice(0, 5)?.to_hex(); // send to another process
+/// let text = shm.export_ipc(0..5)?.to_string(); // send to another process
 ///
 /// // In the consumer (here the same process, which works too):
-/// let buf = HostIpcHandle::from_hex(&text)?.open()?; // read-only, zero-copy
+/// let buf = text.parse::<HostIpcHandle>()?.open()?; // read-only, zero-copy
 /// assert_eq!(buf.as_slice(), b"hello");
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
@@ -205,14 +205,26 @@ impl SharedMemory {
         self.len() == 0
     }
 
-    /// A handle to all of it.
-    pub fn export_ipc(&self) -> Result<HostIpcHandle> {
-        self.export_ipc_slice(0, self.len())
-    }
-
-    /// A handle to `len` bytes starting at `offset` (the consumer sees exactly those).
-    pub fn export_ipc_slice(&self, offset: usize, len: usize) -> Result<HostIpcHandle> {
-        check_range("export_ipc_slice", offset, len, self.len())?;
+    /// A handle to the bytes in `range` (the consumer sees exactly those); `..` is all
+    /// of it.
+    pub fn export_ipc(&self, range: impl RangeBounds<usize>) -> Result<HostIpcHandle> {
+        let offset = match range.start_bound() {
+            Bound::Included(&s) => s,
+            Bound::Excluded(&s) => s.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&e) => e.saturating_add(1),
+            Bound::Excluded(&e) => e,
+            Bound::Unbounded => self.len(),
+        };
+        if end < offset {
+            return Err(Error::invalid(format!(
+                "export_ipc: the range {offset}..{end} ends before it starts"
+            )));
+        }
+        let len = end - offset;
+        check_range("export_ipc", offset, len, self.len())?;
         let (Some(file), true) = (&self.file, len > 0) else {
             return Ok(HostIpcHandle::EMPTY);
         };
@@ -404,16 +416,6 @@ impl HostIpcHandle {
         Ok(h)
     }
 
-    /// [`to_bytes`](Self::to_bytes) as lowercase hexadecimal text.
-    pub fn to_hex(&self) -> String {
-        handle_layout::hex(&self.to_bytes())
-    }
-
-    /// Parses [`to_hex`](Self::to_hex)'s output.
-    pub fn from_hex(text: &str) -> Result<HostIpcHandle> {
-        Self::from_bytes(&handle_layout::from_hex(text, HOST_WHAT)?)
-    }
-
     /// Maps the shared range read-only into this process and returns it as an Arrow
     /// buffer, without copying: the buffer's bytes *are* the exporter's memory. The
     /// mapping is removed when the last clone or slice of the buffer drops.
@@ -449,8 +451,8 @@ impl HostIpcHandle {
 /// use devbuf_core::ipc::{IpcHandle, SharedMemory};
 /// # if cfg!(not(target_os = "linux")) { return Ok(()); }
 /// let shm = SharedMemory::create(100)?;
-/// let h = IpcHandle::Host(shm.export_ipc()?);
-/// let back = IpcHandle::from_hex(&h.to_hex())?;
+/// let h = IpcHandle::Host(shm.export_ipc(..)?);
+/// let back = h.to_string().parse::<IpcHandle>()?;
 /// assert_eq!(back, h);
 /// assert!(matches!(back, IpcHandle::Host(_)));
 /// assert_eq!(back.len(), 100);
@@ -503,14 +505,38 @@ impl IpcHandle {
             ))),
         }
     }
+}
 
-    /// [`to_bytes`](Self::to_bytes) as lowercase hexadecimal text.
-    pub fn to_hex(&self) -> String {
-        handle_layout::hex(&self.to_bytes())
+/// Lowercase hexadecimal of [`to_bytes`](HostIpcHandle::to_bytes): text to hand to another process.
+impl fmt::Display for HostIpcHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&handle_layout::hex(&self.to_bytes()))
     }
+}
 
-    /// Parses [`to_hex`](Self::to_hex)'s output.
-    pub fn from_hex(text: &str) -> Result<IpcHandle> {
+/// Parses the [`Display`](fmt::Display) text (surrounding whitespace ignored):
+/// `text.parse::<HostIpcHandle>()`.
+impl std::str::FromStr for HostIpcHandle {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<HostIpcHandle> {
+        Self::from_bytes(&handle_layout::from_hex(text, HOST_WHAT)?)
+    }
+}
+
+/// Lowercase hexadecimal of [`to_bytes`](IpcHandle::to_bytes): text to hand to another process.
+impl fmt::Display for IpcHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&handle_layout::hex(&self.to_bytes()))
+    }
+}
+
+/// Parses the [`Display`](fmt::Display) text (surrounding whitespace ignored):
+/// `text.parse::<IpcHandle>()`.
+impl std::str::FromStr for IpcHandle {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<IpcHandle> {
         Self::from_bytes(&handle_layout::from_hex(text, "a buffer handle")?)
     }
 }

@@ -152,8 +152,8 @@ impl IpcStreamEncoder {
             Batch::Host(b) => self.host_batch(b),
             Batch::Device(b) => match serialize_device_record_batch(b) {
                 Ok(message) => {
-                    let host = message.copy_to_host(0, message.len())?;
-                    Ok(vec![split_message(host.into_bytes())?])
+                    let host = message.to_host()?;
+                    Ok(vec![split_message(bytes::Bytes::from(host))?])
                 }
                 Err(Error::InvalidArgument(_)) => self.host_batch(&b.to_host()?),
                 Err(e) => Err(e),

@@ -108,7 +108,7 @@ pub(crate) fn storage_error(
             if let Some(ours) = io.get_ref().and_then(|i| i.downcast_ref::<Error>()) {
                 return ours.clone().context(what);
             }
-            Error::from_shared_io(op, format!("{what}: {io}"), io)
+            Error::from_io(op, format!("{what}: {io}"), io)
         }
         StorageError::ReadOnly => Error::ReadOnly(format!("{what}: {e}")),
         StorageError::Unsupported(_) => Error::unsupported(format!("{what}: {e}")).with_source(e),

@@ -51,7 +51,7 @@ fn recorded_event(c: &Context) -> Event {
 
 /// `"equal"` when `b` holds `want`, else `"differ"`.
 fn compare(b: &DeviceBuffer, want: &[u8]) -> String {
-    outcome(b.to_host_vec(), |v| {
+    outcome(b.to_vec::<u8>(), |v| {
         if v == want {
             "equal".into()
         } else {
@@ -73,18 +73,18 @@ fn child_entry() {
             // data(SEED, N) on the device, handles to all of it and to a slice at an odd
             // offset, an event recorded after it; then wait for "exit" or be killed.
             let (seed, n): (u64, usize) = (env("SEED").parse().unwrap(), env("N").parse().unwrap());
-            let b = DeviceBuffer::from_host(&c, &data(seed, n)).unwrap();
+            let b = DeviceBuffer::from_slice(&c, &data(seed, n)).unwrap();
             let e = recorded_event(&c);
-            say("mem", b.export_ipc().unwrap().to_hex());
+            say("mem", b.export_ipc().unwrap().to_string());
             say(
                 "slice",
                 b.slice(4099, n - 5000)
                     .unwrap()
                     .export_ipc()
                     .unwrap()
-                    .to_hex(),
+                    .to_string(),
             );
-            say("event", e.export_ipc().unwrap().to_hex());
+            say("event", e.export_ipc().unwrap().to_string());
             assert_eq!(wait_line(), "exit");
             drop((b, e));
             c.synchronize().unwrap();
@@ -94,12 +94,12 @@ fn child_entry() {
             // use everything and report each outcome; then close, reopen, carry on.
             let (seed, n): (u64, usize) = (env("SEED").parse().unwrap(), env("N").parse().unwrap());
             let want = data(seed, n);
-            let mh = IpcMemHandle::from_hex(&env("MEM")).unwrap();
-            let sh = IpcMemHandle::from_hex(&env("SLICE")).unwrap();
+            let mh = env("MEM").parse::<IpcMemHandle>().unwrap();
+            let sh = env("SLICE").parse::<IpcMemHandle>().unwrap();
             let whole = c.open_ipc(&mh).unwrap();
             let slice = c.open_ipc(&sh).unwrap();
             let event = c
-                .open_ipc_event(&IpcEventHandle::from_hex(&env("EVENT")).unwrap())
+                .open_ipc_event(&env("EVENT").parse::<IpcEventHandle>().unwrap())
                 .unwrap();
             say(
                 "opened",
@@ -136,7 +136,7 @@ fn child_entry() {
             let inverted: Vec<u8> = want[..4096].iter().map(|x| !x).collect();
             let wrote = whole
                 .copy_from_host(0, &inverted)
-                .and_then(|_| whole.copy_to_host(0, 4096));
+                .and_then(|_| whole.slice(0, 4096).and_then(|p| p.to_host()));
             let written = wrote.is_ok();
             say("write", outcome(wrote, |h| same(&h, &inverted)));
             // A second open of the held handle shares the mapping: the bytes as written
@@ -160,16 +160,16 @@ fn child_entry() {
                 outcome(c.open_ipc(&mh), |b| compare(&b, &now)),
             );
             say("mappings", open_mapping_count());
-            let mine = DeviceBuffer::from_host(&c, &want[..1 << 20]).unwrap();
-            say("alive", mine.to_host_vec().unwrap() == want[..1 << 20]);
+            let mine = DeviceBuffer::from_slice(&c, &want[..1 << 20]).unwrap();
+            say("alive", mine.to_vec::<u8>().unwrap() == want[..1 << 20]);
         }
         "hold" => {
             // Open MEM and EVENT, check them, report, then die holding them as END says:
             // "wait" (the parent kills us) or "exit" (exit status 3, no destructors).
             let want_print: u64 = env("PRINT").parse().unwrap();
-            let m = IpcMemHandle::from_hex(&env("MEM")).unwrap().open().unwrap();
+            let m = env("MEM").parse::<IpcMemHandle>().unwrap().open().unwrap();
             let e = c
-                .open_ipc_event(&IpcEventHandle::from_hex(&env("EVENT")).unwrap())
+                .open_ipc_event(&env("EVENT").parse::<IpcEventHandle>().unwrap())
                 .unwrap();
             let s = Stream::new(&c).unwrap();
             s.wait_event(&e).unwrap();
@@ -178,7 +178,7 @@ fn child_entry() {
                 "holding",
                 format!(
                     "{} {}",
-                    fnv(&m.to_host_vec().unwrap()) == want_print,
+                    fnv(&m.to_vec::<u8>().unwrap()) == want_print,
                     open_mapping_count()
                 ),
             );
@@ -194,9 +194,9 @@ fn child_entry() {
             // checked; then opened again once all are closed.
             let (seed, n): (u64, usize) = (env("SEED").parse().unwrap(), env("N").parse().unwrap());
             let want = data(seed, n);
-            let mh = IpcMemHandle::from_hex(&env("MEM")).unwrap();
-            let sh = IpcMemHandle::from_hex(&env("SLICE")).unwrap();
-            let eh = IpcEventHandle::from_hex(&env("EVENT")).unwrap();
+            let mh = env("MEM").parse::<IpcMemHandle>().unwrap();
+            let sh = env("SLICE").parse::<IpcMemHandle>().unwrap();
+            let eh = env("EVENT").parse::<IpcEventHandle>().unwrap();
             let (a, b) = (c.open_ipc(&mh).unwrap(), mh.open().unwrap());
             let other = Context::new_dedicated(0).unwrap();
             let d = other.open_ipc(&mh).unwrap();
@@ -316,14 +316,14 @@ gpu_test! {
     fn faults_ipc_handles_opened_twice_close_in_either_order() {
         let c = Context::new_dedicated(0).unwrap();
         let (seed, n) = (310u64, (1 << 20) + 9);
-        let b = DeviceBuffer::from_host(&c, &data(seed, n)).unwrap();
+        let b = DeviceBuffer::from_slice(&c, &data(seed, n)).unwrap();
         let e = recorded_event(&c);
         let env_base = [
             ("SEED", seed.to_string()),
             ("N", n.to_string()),
-            ("MEM", b.export_ipc().unwrap().to_hex()),
-            ("SLICE", b.slice(333, 70_000).unwrap().export_ipc().unwrap().to_hex()),
-            ("EVENT", e.export_ipc().unwrap().to_hex()),
+            ("MEM", b.export_ipc().unwrap().to_string()),
+            ("SLICE", b.slice(333, 70_000).unwrap().export_ipc().unwrap().to_string()),
+            ("EVENT", e.export_ipc().unwrap().to_string()),
         ];
         for order in ["ab", "ba"] {
             let mut env = env_base.to_vec();
@@ -337,7 +337,7 @@ gpu_test! {
             assert_eq!(p.expect("closed"), "0", "{order}");
             p.finish();
         }
-        assert!(b.to_host_vec().unwrap() == data(seed, n), "the exporter's bytes");
+        assert!(b.to_vec::<u8>().unwrap() == data(seed, n), "the exporter's bytes");
         drop((b, e));
         assert_eq!(held(&c), NOTHING);
     }
@@ -355,11 +355,11 @@ gpu_test_exclusive! {
         let free0 = c.free_memory().unwrap();
         let n = (256 << 20) + 7;
         let want = fast_random(n, 320);
-        let b = DeviceBuffer::from_host(&c, &want).unwrap();
+        let b = DeviceBuffer::from_slice(&c, &want).unwrap();
         let e = recorded_event(&c);
         let env_base = [
-            ("MEM", b.export_ipc().unwrap().to_hex()),
-            ("EVENT", e.export_ipc().unwrap().to_hex()),
+            ("MEM", b.export_ipc().unwrap().to_string()),
+            ("EVENT", e.export_ipc().unwrap().to_string()),
             ("PRINT", fnv(&want).to_string()),
         ];
         for end in ["wait", "exit"] {
@@ -370,9 +370,9 @@ gpu_test_exclusive! {
             let status = if end == "wait" { p.kill() } else { p.wait_exit(CHILD_LIMIT).0 };
             println!("consumer ended ({end}): {status}");
             assert!(!status.success(), "{end}: {status}");
-            assert!(b.to_host_vec().unwrap() == want, "{end}: the producer's bytes");
+            assert!(b.to_vec::<u8>().unwrap() == want, "{end}: the producer's bytes");
             b.copy_from_host(n - 3, &[1, 2, 3]).unwrap();
-            assert_eq!(&b.copy_to_host(n - 3, 3).unwrap()[..], &[1, 2, 3], "{end}: writes");
+            assert_eq!(&b.slice(n - 3, 3).unwrap().to_host().unwrap()[..], &[1, 2, 3], "{end}: writes");
             b.copy_from_host(n - 3, &want[n - 3..]).unwrap();
             e.record_on_default_stream().unwrap();
             e.synchronize().unwrap();
@@ -389,7 +389,7 @@ gpu_test_exclusive! {
         println!("device free memory: {free0} before, {free1} after");
         assert!(free1 + (64 << 20) >= free0, "device memory not freed: {free0} before, {free1} after");
         // The device is usable as before.
-        let again = DeviceBuffer::from_host(&c, &want[..1 << 20]).unwrap();
-        assert!(again.to_host_vec().unwrap() == want[..1 << 20]);
+        let again = DeviceBuffer::from_slice(&c, &want[..1 << 20]).unwrap();
+        assert!(again.to_vec::<u8>().unwrap() == want[..1 << 20]);
     }
 }

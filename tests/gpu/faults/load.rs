@@ -57,8 +57,8 @@ fn child_entry() {
         if line == "quit" || line.is_empty() {
             break;
         }
-        let b = IpcMemHandle::from_hex(&line).unwrap().open().unwrap();
-        let print = fnv(&b.to_host_vec().unwrap());
+        let b = line.parse::<IpcMemHandle>().unwrap().open().unwrap();
+        let print = fnv(&b.to_vec::<u8>().unwrap());
         // Closed before answering: the exporter frees the memory once it has the answer.
         drop(b);
         say("print", print);
@@ -101,7 +101,7 @@ fn copies(s: &Shared, r: &mut SmallRng) -> Check {
     };
     let sl = d.slice(o, l).map_err(fail("slice"))?;
     ensure(
-        sl.to_host_vec().map_err(fail("slice to host"))? == data[o..o + l],
+        sl.to_vec::<u8>().map_err(fail("slice to host"))? == data[o..o + l],
         "slice",
     )?;
     let p = s
@@ -112,7 +112,7 @@ fn copies(s: &Shared, r: &mut SmallRng) -> Check {
         .map_err(fail("copy_from_device"))?;
     let back = p
         .slice(17, l)
-        .and_then(|x| x.to_host_vec())
+        .and_then(|x| x.to_vec::<u8>())
         .map_err(fail("pooled to host"))?;
     ensure(back == data[o..o + l], "device-to-device copy")?;
     let w = random_bytes(r, l.min(4096));
@@ -120,7 +120,7 @@ fn copies(s: &Shared, r: &mut SmallRng) -> Check {
         .map_err(fail("write through a slice"))?;
     data[o..o + w.len()].copy_from_slice(&w);
     ensure(
-        d.to_host_vec().map_err(fail("to host"))? == data,
+        d.to_vec::<u8>().map_err(fail("to host"))? == data,
         "after a write through a slice",
     )
 }
@@ -135,7 +135,8 @@ fn batched(s: &Shared, r: &mut SmallRng) -> Check {
         pieces.push((at, random_bytes(r, len)));
         at += len;
     }
-    let dev = s.own.allocate_zeroed(at.max(1)).map_err(fail("allocate"))?;
+    let dev = s.own.allocate(at.max(1)).map_err(fail("allocate"))?;
+    dev.fill(0).map_err(fail("fill"))?;
     let list: Vec<(&[u8], &DeviceBuffer, usize)> =
         pieces.iter().map(|(o, p)| (&p[..], &dev, *o)).collect();
     cuda::copy_many_from_host(&list).map_err(fail("copy_many_from_host"))?;
@@ -158,12 +159,15 @@ fn host(s: &Shared, r: &mut SmallRng) -> Check {
     let data = random_bytes(r, n);
     let mut h = s.own.allocate_host(n).map_err(fail("allocate_host"))?;
     h.copy_from_slice(&data);
-    let d = DeviceBuffer::from_host(&s.own, &h).map_err(fail("from page-locked"))?;
+    let d = DeviceBuffer::from_slice(&s.own, &h).map_err(fail("from page-locked"))?;
     drop(h);
-    let back = d.copy_to_host(0, n).map_err(fail("copy_to_host"))?;
+    let back = d.to_host().map_err(fail("to_host"))?;
     let ptr = back.as_ptr();
-    let bytes = back.into_bytes();
-    ensure(bytes.as_ptr() == ptr, "into_bytes is zero-copy")?;
+    let bytes = bytes::Bytes::from(back);
+    ensure(
+        bytes.as_ptr() == ptr,
+        "Bytes::from(HostBuffer) is zero-copy",
+    )?;
     ensure(bytes[..] == data[..], "page-locked round trip")
 }
 
@@ -172,7 +176,7 @@ fn host(s: &Shared, r: &mut SmallRng) -> Check {
 fn ipc(s: &Shared, r: &mut SmallRng) -> Check {
     let n = 1 + below(r, 1 << 20);
     let data = random_bytes(r, n);
-    let b = DeviceBuffer::from_host(&s.own, &data).map_err(fail("from_host"))?;
+    let b = DeviceBuffer::from_slice(&s.own, &data).map_err(fail("from_slice"))?;
     let o = below(r, n);
     let l = 1 + below(r, n - o);
     let h = b
@@ -185,10 +189,12 @@ fn ipc(s: &Shared, r: &mut SmallRng) -> Check {
         "a pointer-equal view",
     )?;
     ensure(
-        v.to_host_vec().map_err(fail("view to host"))? == data[o..o + l],
+        v.to_vec::<u8>().map_err(fail("view to host"))? == data[o..o + l],
         "opened view",
     )?;
-    let again = IpcMemHandle::from_hex(&h.to_hex())
+    let again = h
+        .to_string()
+        .parse::<IpcMemHandle>()
         .and_then(|h| h.open())
         .map_err(fail("reopen"))?;
     ensure(again.address() == v.address(), "reopened through the bytes")?;
@@ -204,7 +210,7 @@ fn ipc(s: &Shared, r: &mut SmallRng) -> Check {
 fn peer(s: &Shared, r: &mut SmallRng) -> Check {
     let n = 1 + below(r, 1 << 20);
     let data = random_bytes(r, n);
-    let b = DeviceBuffer::from_host(&s.own, &data).map_err(fail("from_host"))?;
+    let b = DeviceBuffer::from_slice(&s.own, &data).map_err(fail("from_slice"))?;
     let o = below(r, n);
     let l = 1 + below(r, n - o);
     let h = b
@@ -213,7 +219,7 @@ fn peer(s: &Shared, r: &mut SmallRng) -> Check {
         .map_err(fail("export"))?;
     let mut guard = s.peer.lock().unwrap();
     let p = guard.as_mut().ok_or("no peer")?;
-    p.send(&h.to_hex());
+    p.send(&h.to_string());
     let got = p.expect("print");
     ensure(
         got == fnv(&data[o..o + l]).to_string(),

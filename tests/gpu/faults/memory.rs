@@ -41,8 +41,8 @@ fn child_entry() {
     // The context first (as a program that runs into the limit later would), then no
     // page-locked memory allowed for this process any more.
     let c = Context::new_dedicated(0).unwrap();
-    let warm = DeviceBuffer::from_host(&c, &[1, 2, 3]).unwrap();
-    assert_eq!(warm.to_host_vec().unwrap(), [1, 2, 3]);
+    let warm = DeviceBuffer::from_slice(&c, &[1u8, 2, 3]).unwrap();
+    assert_eq!(warm.to_vec::<u8>().unwrap(), [1, 2, 3]);
     drop(warm);
     let zero = libc::rlimit {
         rlim_cur: 0,
@@ -55,7 +55,7 @@ fn child_entry() {
         "host",
         outcome(c.allocate_host(want.len()), |mut h| {
             h.copy_from_slice(&want);
-            let back = DeviceBuffer::from_host(&c, &h).and_then(|d| d.to_host_vec());
+            let back = DeviceBuffer::from_slice(&c, &h).and_then(|d| d.to_vec::<u8>());
             back.map_or_else(|e| format!("copy failed: {e}"), |b| same(&b, &want))
         }),
     );
@@ -74,7 +74,7 @@ fn child_entry() {
         say(
             key,
             outcome(
-                d.copy_from_host(0, &want).and_then(|_| d.to_host_vec()),
+                d.copy_from_host(0, &want).and_then(|_| d.to_vec::<u8>()),
                 |b| same(&b, &want),
             ),
         );
@@ -106,8 +106,8 @@ gpu_test! {
         let want = fast_random(MIB + 3, 62);
         let mut h = c.allocate_host(want.len()).unwrap();
         h.copy_from_slice(&want);
-        let d = DeviceBuffer::from_host(&c, &h).unwrap();
-        assert!(d.copy_to_host(0, want.len()).unwrap()[..] == want[..]);
+        let d = DeviceBuffer::from_slice(&c, &h).unwrap();
+        assert!(d.slice(0, want.len()).unwrap().to_host().unwrap()[..] == want[..]);
         drop((h, d));
         assert_eq!(held(&c), NOTHING);
 
@@ -134,7 +134,7 @@ gpu_test_exclusive! {
     /// zero, the device's free memory is back, and allocation works again.
     fn faults_device_memory_exhausted_then_freed() {
         let c = Context::new_dedicated(0).unwrap();
-        let total = c.total_memory();
+        let total = c.properties().total_memory;
         let free0 = c.free_memory().unwrap();
         assert_oom(&c.allocate(2 * total).map(|b| b.len()).unwrap_err(), 2 * total, total);
         assert_oom(&c.allocate_pooled(2 * total, None).map(|b| b.len()).unwrap_err(), 2 * total, total);
@@ -142,8 +142,8 @@ gpu_test_exclusive! {
         // The pool and the streams of direct copies exist before the device is full
         // (their later refusals are allocations'; small copies need nothing new).
         drop(c.allocate_pooled(MIB, None).unwrap());
-        let warm = DeviceBuffer::from_host(&c, &fast_random(MIB, 60)).unwrap();
-        assert!(warm.to_host_vec().unwrap() == fast_random(MIB, 60));
+        let warm = DeviceBuffer::from_slice(&c, &fast_random(MIB, 60)).unwrap();
+        assert!(warm.to_vec::<u8>().unwrap() == fast_random(MIB, 60));
         drop(warm);
         let (mut keep, mut step, mut filled) = (Vec::new(), 1usize << 30, 0usize);
         let refused = loop {
@@ -169,9 +169,9 @@ gpu_test_exclusive! {
         keep[0].copy_from_host(0, &probe).unwrap();
         last.copy_from_host(last.len() - MIB, &probe).unwrap();
         let mut back = vec![0u8; MIB];
-        keep[0].copy_to_host_into(0, &mut back).unwrap();
+        keep[0].copy_to_host(0, &mut back).unwrap();
         assert!(back == probe);
-        last.copy_to_host_into(last.len() - MIB, &mut back).unwrap();
+        last.copy_to_host(last.len() - MIB, &mut back).unwrap();
         assert!(back == probe);
         // A staged copy needs a new staging kit (each refusal above trimmed the idle
         // ones), whose stream the driver may refuse on a full device: the bytes or an error.
@@ -179,7 +179,7 @@ gpu_test_exclusive! {
         let target = keep.iter().find(|b| b.len() >= big.len()).unwrap_or(&keep[0]);
         let n = big.len().min(target.len());
         let mut got = vec![0u8; n];
-        let staged = target.copy_from_host(0, &big[..n]).and_then(|_| target.copy_to_host_into(0, &mut got));
+        let staged = target.copy_from_host(0, &big[..n]).and_then(|_| target.copy_to_host(0, &mut got));
         let ok = staged.is_ok();
         println!("a staged copy while the device is full: {}", outcome(staged, |_| same(&got, &big[..n])));
         assert!(!ok || got == big[..n], "a staged copy that succeeded gave other bytes");
@@ -188,7 +188,7 @@ gpu_test_exclusive! {
         match cuda::copy_many_from_host(&pieces) {
             Ok(()) => {
                 let mut got = vec![0u8; 64_000];
-                last.copy_to_host_into(0, &mut got).unwrap();
+                last.copy_to_host(0, &mut got).unwrap();
                 for i in 0..64 {
                     assert!(got[i * 1000..i * 1000 + 999] == probe[i * 1000..i * 1000 + 999], "piece {i}");
                 }
@@ -204,7 +204,7 @@ gpu_test_exclusive! {
         assert!(free1 + (256 << 20) >= free0, "not freed: {free0} before, {free1} after");
         let again = c.allocate(free1 / 2).unwrap();
         again.copy_from_host(again.len() - MIB, &probe).unwrap();
-        again.copy_to_host_into(again.len() - MIB, &mut back).unwrap();
+        again.copy_to_host(again.len() - MIB, &mut back).unwrap();
         assert!(back == probe, "allocation works again");
         drop(again);
         assert_eq!(held(&c), NOTHING);
@@ -223,7 +223,7 @@ gpu_test_exclusive! {
         let c = Context::new(0).unwrap();
         let base = held(&c);
         let chunk = 1usize << 22; // float32 elements: 16 MiB chunks
-        let n = (2 * c.total_memory() / 4).div_ceil(chunk) * chunk;
+        let n = (2 * c.properties().total_memory / 4).div_ceil(chunk) * chunk;
         let spec = ArraySpec::new(&[n as u64], &[chunk as u64], Dtype::FLOAT32);
         let a = ZarrArray::create_in_store(Arc::new(MemoryStore::new()), "big", &spec).unwrap();
         let bytes = fast_random(4 * chunk, 65);
@@ -232,7 +232,7 @@ gpu_test_exclusive! {
         let dev = BufferPrototype::Device(0);
         let e = a.read_all(&dev).map(|nd| nd.nbytes()).unwrap_err();
         println!("{e}");
-        assert_oom(&e, 4 * n, c.total_memory());
+        assert_oom(&e, 4 * n, c.properties().total_memory);
         assert_eq!(held(&c), base);
         let second = chunk as u64..2 * chunk as u64;
         let part = a.read_subset(std::slice::from_ref(&second), &dev).unwrap();

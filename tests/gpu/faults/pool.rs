@@ -58,7 +58,7 @@ gpu_test! {
         let dev = c.allocate(n).unwrap();
         dev.copy_from_host(0, &data).unwrap();
         let mut back = vec![0u8; n];
-        dev.copy_to_host_into(0, &mut back).unwrap();
+        dev.copy_to_host(0, &mut back).unwrap();
         assert!(back == data, "64 MiB through one kit");
         // Batched: 300 pieces of up to 100 KiB at odd offsets.
         let mut r = rng("faults_pool_batched");
@@ -70,7 +70,8 @@ gpu_test! {
             pieces.push((at, random_bytes(&mut r, len)));
             at += len;
         }
-        let many = c.allocate_zeroed(at).unwrap();
+        let many = c.allocate(at).unwrap();
+        many.fill(0).unwrap();
         let list: Vec<(&[u8], &DeviceBuffer, usize)> =
             pieces.iter().map(|(o, p)| (&p[..], &many, *o)).collect();
         cuda::copy_many_from_host(&list).unwrap();
@@ -89,7 +90,7 @@ gpu_test! {
                 std::thread::spawn(move || {
                     let data = fast_random(8 * MIB + t as usize, 50 + t);
                     let d = c.allocate(data.len()).unwrap();
-                    let r = d.copy_from_host(0, &data).and_then(|_| d.to_host_vec());
+                    let r = d.copy_from_host(0, &data).and_then(|_| d.to_vec::<u8>());
                     let _ = tx.send(r.map(|b| b == data));
                 });
                 rx
@@ -126,7 +127,7 @@ gpu_test! {
             let hold = StagingHold::take(&c2, chunk).unwrap().expect("the pool is empty");
             assert_eq!(c2.transfer_stats().pinned_in_use_bytes, 2 * chunk, "the pool is full");
             let before = c2.transfer_stats();
-            let single = dev2.copy_from_host(0, &data2).and_then(|_| dev2.to_host_vec());
+            let single = dev2.copy_from_host(0, &data2).and_then(|_| dev2.to_vec::<u8>());
             let mut outs = vec![vec![0u8; 100_000]; 3];
             let batched = cuda::copy_many_from_host(&[(&data2[..100_000], &dev2, 7), (&data2[1..100_001], &dev2, 200_000)])
                 .and_then(|_| {
@@ -152,7 +153,7 @@ gpu_test! {
         assert!(after.direct_copies >= before.direct_copies + 6, "driver copies: {after:?}");
         // The kit is back: the same copies stage again.
         dev.copy_from_host(0, &data).unwrap();
-        assert!(dev.to_host_vec().unwrap() == *data);
+        assert!(dev.to_vec::<u8>().unwrap() == *data);
         assert!(c.transfer_stats().staged_copies >= after.staged_copies + 2);
         drop(dev);
         assert_eq!(held(&c), NOTHING);

@@ -103,7 +103,7 @@ gpu_test! {
             .iter()
             .flat_map(|x| x.to_le_bytes())
             .collect();
-        let got = copy.to_host_vec().unwrap();
+        let got = copy.to_vec::<u8>().unwrap();
         assert!(got.len() >= host_values.len(), "{} value bytes on device 1, {} expected", got.len(), host_values.len());
         assert_bytes(&got[..host_values.len()], &host_values, "chunk values copied on device 1");
         // The import's buffers (and the clone of one) keep the export alive.

@@ -58,17 +58,17 @@ fn check_peer_copy(
 ) {
     let src_off = 1 + 2 * below(r, 8);
     let whole = random_bytes(r, src_off + n + 5);
-    let src_parent = DeviceBuffer::from_host(src_ctx, &whole).unwrap();
+    let src_parent = DeviceBuffer::from_slice(src_ctx, &whole).unwrap();
     let src = src_parent.slice(src_off, n).unwrap();
     let noise = random_bytes(r, n + 16);
-    let dst_parent = DeviceBuffer::from_host(dst_ctx, &noise).unwrap();
+    let dst_parent = DeviceBuffer::from_slice(dst_ctx, &noise).unwrap();
     let dst = dst_parent.slice(3, n + 9).unwrap();
     let pos = 1 + 2 * below(r, 5);
     peer_copy(how, &dst, pos, &src);
     assert_eq!(dst.context().ordinal(), dst_ctx.ordinal());
     let mut want = noise;
     want[3 + pos..3 + pos + n].copy_from_slice(&whole[src_off..src_off + n]);
-    assert_bytes(&dst_parent.to_host_vec().unwrap(), &want, what);
+    assert_bytes(&dst_parent.to_vec::<u8>().unwrap(), &want, what);
 }
 
 // These turn peer access off: they run alone (see the module docs).
@@ -110,12 +110,12 @@ gpu_test_exclusive! {
                     }
                 }
                 // An empty copy is fine in every form and writes nothing.
-                let a = DeviceBuffer::from_host(src, &[1, 2, 3]).unwrap();
-                let b = DeviceBuffer::from_host(dst, &[4, 5, 6]).unwrap();
+                let a = DeviceBuffer::from_slice(src, &[1u8, 2, 3]).unwrap();
+                let b = DeviceBuffer::from_slice(dst, &[4u8, 5, 6]).unwrap();
                 for how in HOWS {
                     peer_copy(how, &b, 3, &a.slice(1, 0).unwrap());
                 }
-                assert_eq!(b.to_host_vec().unwrap(), vec![4, 5, 6]);
+                assert_eq!(b.to_vec::<u8>().unwrap(), vec![4, 5, 6]);
             }
             // Copies with access off did not turn it on behind the caller's back.
             assert_eq!(driver_peer_access(&d0, &d1), on && direct, "peer access {state}, 0 -> 1");
@@ -160,7 +160,7 @@ gpu_test_exclusive! {
             return;
         }
         let data = fast_random(n, 0x5eed_0031);
-        let a = DeviceBuffer::from_host(&d0, &data).unwrap();
+        let a = DeviceBuffer::from_slice(&d0, &data).unwrap();
         let b = d1.allocate(n).unwrap();
         let back = d0.allocate(n).unwrap();
         let (s0, s1) = (Stream::new(&d0).unwrap(), Stream::new(&d1).unwrap());
@@ -179,7 +179,7 @@ gpu_test_exclusive! {
             b.copy_from_device(0, &a).unwrap();
             d1.synchronize().unwrap(); // cuMemcpyPeer may return before the copy is done
             let blocking = t.elapsed().as_secs_f64();
-            b.copy_to_host_into(0, &mut host).unwrap();
+            b.copy_to_host(0, &mut host).unwrap();
             assert_bytes(&host, &data, &format!("peer access {state}: 0 -> 1 blocking"));
             // 1 -> 0 on a stream of device 1 (the source's), odd offsets.
             let len = n - 7;
@@ -188,7 +188,7 @@ gpu_test_exclusive! {
             back.copy_from_device_on(1, &b.slice(3, len).unwrap(), &s1).unwrap();
             s1.synchronize().unwrap();
             let on_src = t.elapsed().as_secs_f64();
-            back.copy_to_host_into(0, &mut host).unwrap();
+            back.copy_to_host(0, &mut host).unwrap();
             assert_eq!(host[0], 0, "peer access {state}: wrote before the range");
             assert_bytes(&host[1..1 + len], &data[3..3 + len], &format!("peer access {state}: 1 -> 0 on device 1's stream"));
             assert!(host[1 + len..].iter().all(|&x| x == 0), "peer access {state}: wrote past the range");
@@ -198,7 +198,7 @@ gpu_test_exclusive! {
             b.copy_from_device_on(5, &back.slice(1, len).unwrap(), &s0).unwrap();
             s0.synchronize().unwrap();
             let on_other = t.elapsed().as_secs_f64();
-            b.copy_to_host_into(0, &mut host).unwrap();
+            b.copy_to_host(0, &mut host).unwrap();
             assert!(host[..5].iter().all(|&x| x == 0), "peer access {state}: wrote before the range");
             assert_bytes(&host[5..5 + len], &data[3..3 + len], &format!("peer access {state}: 0 -> 1 on device 0's stream"));
             assert!(host[5 + len..].iter().all(|&x| x == 0), "peer access {state}: wrote past the range");
@@ -226,8 +226,8 @@ gpu_test! {
             let (so, dd) = (src_ctx.ordinal(), dst_ctx.ordinal());
             let data = random_bytes(&mut r, 100);
             let noise = random_bytes(&mut r, 100);
-            let src = DeviceBuffer::from_host(src_ctx, &data).unwrap();
-            let dst = DeviceBuffer::from_host(dst_ctx, &noise).unwrap();
+            let src = DeviceBuffer::from_slice(src_ctx, &data).unwrap();
+            let dst = DeviceBuffer::from_slice(dst_ctx, &noise).unwrap();
             for third_dev in [0, 1] {
                 let third = Context::new_dedicated(third_dev).unwrap();
                 let s = Stream::new(&third).unwrap();
@@ -262,8 +262,8 @@ gpu_test! {
             assert!(matches!(ro.copy_from_device_on(0, &src, &s_src), Err(Error::ReadOnly(_))));
             s_dst.synchronize().unwrap();
             s_src.synchronize().unwrap();
-            assert_eq!(dst.to_host_vec().unwrap(), noise, "device {so} -> {dd}: a refused copy wrote");
-            assert_eq!(src.to_host_vec().unwrap(), data);
+            assert_eq!(dst.to_vec::<u8>().unwrap(), noise, "device {so} -> {dd}: a refused copy wrote");
+            assert_eq!(src.to_vec::<u8>().unwrap(), data);
         }
     }
 
@@ -294,13 +294,13 @@ gpu_test! {
                         let what = format!("thread {t} round {round}");
                         let data = fast_random(n, seed ^ round);
                         // 0 -> 1 into a new buffer, then 1 -> 0 back.
-                        let a0 = DeviceBuffer::from_host(&d0, &data).unwrap();
+                        let a0 = DeviceBuffer::from_slice(&d0, &data).unwrap();
                         let b1 = d1.allocate(n).unwrap();
                         peer_copy(HOWS[(t + round as usize) % 4], &b1, 0, &a0);
-                        assert_bytes(&b1.to_host_vec().unwrap(), &data, &format!("{what}: 0 -> 1"));
+                        assert_bytes(&b1.to_vec::<u8>().unwrap(), &data, &format!("{what}: 0 -> 1"));
                         let c0 = d0.allocate(n + 1).unwrap();
                         peer_copy(HOWS[(t + round as usize + 1) % 4], &c0, 1, &b1);
-                        assert_bytes(&c0.copy_to_host(1, n).unwrap(), &data, &format!("{what}: 1 -> 0"));
+                        assert_bytes(&c0.slice(1, n).unwrap().to_host().unwrap(), &data, &format!("{what}: 1 -> 0"));
                         // This thread's slices of the shared buffers, written across devices.
                         let mine1 = shared1.slice(t * per, n).unwrap();
                         let mine0 = shared0.slice(t * per + 1, n).unwrap();
@@ -314,8 +314,8 @@ gpu_test! {
         });
         for (t, &seed) in seeds.iter().enumerate() {
             let want = fast_random(len_of(t), seed ^ (rounds - 1));
-            assert_bytes(&shared1.slice(t * per, len_of(t)).unwrap().to_host_vec().unwrap(), &want, &format!("thread {t}: final data on device 1"));
-            assert_bytes(&shared0.slice(t * per + 1, len_of(t)).unwrap().to_host_vec().unwrap(), &want, &format!("thread {t}: final data on device 0"));
+            assert_bytes(&shared1.slice(t * per, len_of(t)).unwrap().to_vec::<u8>().unwrap(), &want, &format!("thread {t}: final data on device 1"));
+            assert_bytes(&shared0.slice(t * per + 1, len_of(t)).unwrap().to_vec::<u8>().unwrap(), &want, &format!("thread {t}: final data on device 0"));
         }
     }
 }

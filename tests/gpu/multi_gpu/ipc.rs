@@ -34,7 +34,7 @@ fn child_open_on_other_device() {
     let (w_off, w_len) = (num("W_OFF"), num("W_LEN"));
     let work = Context::new(work_dev).unwrap();
     work.synchronize().unwrap(); // current on this thread
-    let h = IpcMemHandle::from_hex(&env("HANDLE")).unwrap();
+    let h = env("HANDLE").parse::<IpcMemHandle>().unwrap();
     match work.open_ipc(&h) {
         Ok(b) => say("refused", format!("NONE: opened {} bytes", b.len())),
         Err(e) => say(
@@ -61,12 +61,12 @@ fn child_open_on_other_device() {
     let expected = fast_random(n, seed)[off..off + len].to_vec();
     let mine = work.allocate(len).unwrap();
     mine.copy_from_device(0, &opened).unwrap();
-    let got = mine.to_host_vec().unwrap();
+    let got = mine.to_vec::<u8>().unwrap();
     let stream = Stream::new(&work).unwrap();
     let mine2 = work.allocate(len + 3).unwrap();
     mine2.copy_from_device_on(3, &opened, &stream).unwrap();
     stream.synchronize().unwrap();
-    let got2 = mine2.copy_to_host(3, len).unwrap();
+    let got2 = mine2.slice(3, len).unwrap().to_host().unwrap();
     say(
         "read",
         format!(
@@ -77,7 +77,7 @@ fn child_open_on_other_device() {
         ),
     );
     let inverted: Vec<u8> = expected[w_off..w_off + w_len].iter().map(|x| !x).collect();
-    let src = DeviceBuffer::from_host(&work, &inverted).unwrap();
+    let src = DeviceBuffer::from_slice(&work, &inverted).unwrap();
     opened
         .slice(w_off, w_len)
         .unwrap()
@@ -102,7 +102,7 @@ fn ipc_across_devices(
     let seed = 0x1bc0 + export.ordinal() as u64 + 10 * work_dev as u64;
     let n = (4 << 20) + 7;
     let host = fast_random(n, seed);
-    let buf = DeviceBuffer::from_host(export, &host).unwrap();
+    let buf = DeviceBuffer::from_slice(export, &host).unwrap();
     let (off, len) = (4099, n - 4099 - 5);
     let (w_off, w_len) = (13, 100_001);
     let h = buf.slice(off, len).unwrap().export_ipc().unwrap();
@@ -113,7 +113,7 @@ fn ipc_across_devices(
         ("N", n.to_string()),
         ("OFF", off.to_string()),
         ("LEN", len.to_string()),
-        ("HANDLE", h.to_hex()),
+        ("HANDLE", h.to_string()),
         ("OPEN_DEV", open_dev.to_string()),
         ("WORK_DEV", work_dev.to_string()),
         ("W_OFF", w_off.to_string()),
@@ -141,7 +141,7 @@ fn ipc_across_devices(
         *x = !*x;
     }
     assert_bytes(
-        &buf.to_host_vec().unwrap(),
+        &buf.to_vec::<u8>().unwrap(),
         &want,
         &format!(
             "device {} after the child's write from its device {work_dev}",

@@ -98,10 +98,10 @@ gpu_test! {
             let small = random_bytes(&mut r, pinned.len());
             pinned.copy_from_slice(&small);
             let mut out = vec![0u8; pooled_s.len()];
-            pooled_s.copy_to_host_into(0, &mut out).unwrap();
+            pooled_s.copy_to_host(0, &mut out).unwrap();
             assert_bytes(&out, &big[13..13 + pooled_s.len()], &format!("device {b}: through the pooled buffers"));
             plain.copy_from_host(100, &pinned).unwrap();
-            assert_bytes(&plain.copy_to_host(100, pinned.len()).unwrap(), &small, &format!("device {b}: page-locked upload"));
+            assert_bytes(&plain.slice(100, pinned.len()).unwrap().to_host().unwrap(), &small, &format!("device {b}: page-locked upload"));
             let t = busy.transfer_stats();
             assert!(t.staged_copies > start.staged_copies && t.pinned_bytes > 0, "device {b} staged: {t:?}");
             assert_eq!(usage(idle), idle_before, "working on device {b} changed device {i}'s context");

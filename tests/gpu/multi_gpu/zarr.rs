@@ -96,11 +96,11 @@ mod zarr_on_device_1 {
                 }
                 // Into the caller's device-1 memory: a view in the middle of noise.
                 let noise: Vec<u8> = (0..want_box.len() + 512).map(|_| r.random()).collect();
-                let whole = DeviceBuffer::from_host(&d1, &noise).unwrap();
+                let whole = DeviceBuffer::from_slice(&d1, &noise).unwrap();
                 let view = whole.slice(256, want_box.len()).unwrap();
                 let report = a.read_subset_into(&boxed, &view).unwrap();
                 assert!(report.target.starts_with("device 1 (the caller's memory)"), "{report}");
-                let got = whole.to_host_vec().unwrap();
+                let got = whole.to_vec::<u8>().unwrap();
                 assert_bytes(&got[256..256 + want_box.len()], &want_box, "read_subset_into device-1 memory");
                 assert!(got[..256] == noise[..256] && got[256 + want_box.len()..] == noise[256 + want_box.len()..], "bytes around the view changed");
                 if gpu {

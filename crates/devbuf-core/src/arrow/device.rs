@@ -462,7 +462,7 @@ impl DeviceArray {
     /// Copies a host array's buffers to the device (one copy each).
     pub fn from_host(array: &dyn Array, ctx: &Context) -> Result<DeviceArray> {
         let host = Parts::from_array_data(&array.to_data())?;
-        let dev = host.map(&mut |b: &Buffer| DeviceBuffer::from_host(ctx, b.as_slice()))?;
+        let dev = host.map(&mut |b: &Buffer| DeviceBuffer::from_slice(ctx, b.as_slice()))?;
         dev.validate()?;
         Ok(DeviceArray::from_parts(dev))
     }
@@ -515,7 +515,7 @@ impl DeviceArray {
     /// Copies the array to the host and checks it fully (offsets, UTF-8, dictionary
     /// keys): an invalid array is an error, never undefined behaviour.
     pub fn to_host(&self) -> Result<ArrayRef> {
-        self.to_host_with(&mut |b: &DeviceBuffer| b.to_arrow_buffer())
+        self.to_host_with(&mut |b: &DeviceBuffer| Ok(Buffer::from(b.to_host()?)))
     }
 
     pub(crate) fn to_host_with(

@@ -5,65 +5,56 @@ use std::sync::Arc;
 use arrow_array::{ArrowPrimitiveType, PrimitiveArray};
 use arrow_buffer::{Buffer, ScalarBuffer};
 
-use crate::cuda::{DeviceBuffer, HostBuffer};
+use crate::cuda::HostBuffer;
 use crate::error::{Error, Result};
 
-impl HostBuffer {
-    /// Converts into an [`arrow_buffer::Buffer`] without copying.
-    ///
-    /// The Arrow buffer's pointer is this page-locked memory; the memory is freed when
-    /// the last Arrow buffer (or array) that shares it drops.
-    ///
-    /// ```no_run
-    /// use devbuf_core::cuda::Context;
-    /// let ctx = Context::new(0)?;
-    /// let h = ctx.allocate_host(64)?;
-    /// let ptr = h.as_ptr();
-    /// let buffer = h.into_arrow_buffer();
-    /// assert_eq!(buffer.as_ptr(), ptr);
-    /// # Ok::<(), devbuf_core::Error>(())
-    /// ```
-    pub fn into_arrow_buffer(self) -> Buffer {
-        let (ptr, len) = self.raw_parts();
+/// Zero-copy: the Arrow buffer's pointer is the page-locked memory, freed when the last
+/// Arrow buffer (or array) that shares it drops.
+///
+/// ```no_run
+/// use devbuf_core::cuda::Context;
+/// let h = Context::new(0)?.allocate_host(64)?;
+/// let ptr = h.as_ptr();
+/// let buffer = arrow_buffer::Buffer::from(h);
+/// assert_eq!(buffer.as_ptr(), ptr);
+/// # Ok::<(), devbuf_core::Error>(())
+/// ```
+impl From<HostBuffer> for Buffer {
+    fn from(h: HostBuffer) -> Buffer {
+        let (ptr, len) = h.raw_parts();
         // Safety: `ptr` is valid for `len` initialised bytes for as long as the owner
         // (this HostBuffer, moved into the Arc) lives; Arrow never frees it itself and
         // only reads through the pointer while holding the owner.
-        unsafe { Buffer::from_custom_allocation(ptr, len, Arc::new(self)) }
+        unsafe { Buffer::from_custom_allocation(ptr, len, Arc::new(h)) }
     }
 }
 
-impl DeviceBuffer {
-    /// Copies the whole buffer into page-locked host memory and hands that memory to
-    /// Arrow without another copy (one copy over PCIe, none on the host).
-    pub fn to_arrow_buffer(&self) -> Result<Buffer> {
-        Ok(self.copy_to_host(0, self.len())?.into_arrow_buffer())
-    }
+/// Zero-copy: a [`PrimitiveArray<T>`] (no nulls) over the page-locked memory. The
+/// length must be a multiple of the native size (else [`Error::InvalidArgument`]).
+///
+/// ```no_run
+/// use arrow_array::Float64Array;
+/// use devbuf_core::cuda::{Context, DeviceBuffer};
+/// let ctx = Context::new(0)?;
+/// let d = DeviceBuffer::from_slice(&ctx, &[1.5f64, 2.5])?;
+/// let a = Float64Array::try_from(d.to_host()?)?;
+/// assert_eq!(a.values(), &[1.5, 2.5]);
+/// # Ok::<(), devbuf_core::Error>(())
+/// ```
+impl<T: ArrowPrimitiveType> TryFrom<HostBuffer> for PrimitiveArray<T> {
+    type Error = Error;
 
-    /// Copies the buffer to the host as a [`PrimitiveArray<T>`] (no nulls), with one copy
-    /// over PCIe and none on the host. The length must be a multiple of the native size.
-    ///
-    /// ```no_run
-    /// use arrow_array::types::Float64Type;
-    /// use devbuf_core::cuda::{Context, DeviceBuffer};
-    /// let ctx = Context::new(0)?;
-    /// let d = DeviceBuffer::from_slice(&ctx, &[1.5f64, 2.5])?;
-    /// let a = d.to_arrow::<Float64Type>()?;
-    /// assert_eq!(a.values(), &[1.5, 2.5]);
-    /// # Ok::<(), devbuf_core::Error>(())
-    /// ```
-    pub fn to_arrow<T: ArrowPrimitiveType>(&self) -> Result<PrimitiveArray<T>> {
+    fn try_from(h: HostBuffer) -> Result<PrimitiveArray<T>> {
         let size = std::mem::size_of::<T::Native>();
-        if !self.len().is_multiple_of(size) {
+        let len = h.len();
+        if !len.is_multiple_of(size) {
             return Err(Error::invalid(format!(
-                "buffer of {} bytes is not a whole number of {}-byte {} values",
-                self.len(),
-                size,
+                "buffer of {len} bytes is not a whole number of {size}-byte {} values",
                 T::DATA_TYPE
             )));
         }
-        let buffer = self.to_arrow_buffer()?;
         // Page-locked memory is page-aligned, so the typed view is always aligned.
-        let values = ScalarBuffer::<T::Native>::new(buffer, 0, self.len() / size);
+        let values = ScalarBuffer::<T::Native>::new(Buffer::from(h), 0, len / size);
         Ok(PrimitiveArray::<T>::try_new(values, None)?)
     }
 }

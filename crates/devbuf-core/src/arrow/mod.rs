@@ -1,10 +1,10 @@
 //! Arrow interop.
 //!
 //! * Host, zero-copy: a page-locked [`HostBuffer`](crate::cuda::HostBuffer) *is* an
-//!   [`arrow_buffer::Buffer`] ([`HostBuffer::into_arrow_buffer`](crate::cuda::HostBuffer::into_arrow_buffer)),
+//!   [`arrow_buffer::Buffer`] (`Buffer::from(h)`, `PrimitiveArray::<T>::try_from(h)`),
 //!   and a device buffer reaches Arrow with exactly one copy over PCIe and none on the
-//!   host ([`DeviceBuffer::to_arrow_buffer`](crate::cuda::DeviceBuffer::to_arrow_buffer),
-//!   [`DeviceBuffer::to_arrow`](crate::cuda::DeviceBuffer::to_arrow)).
+//!   host (`Buffer::from(d.to_host()?)`, see
+//!   [`DeviceBuffer::to_host`](crate::cuda::DeviceBuffer::to_host)).
 //! * Device-resident arrays: [`DeviceArray`] (data type, length, nulls, offset, device
 //!   buffers, children, dictionary).
 //! * The Arrow C Device Data Interface ([`c_device`]): export and import

@@ -216,16 +216,13 @@ impl DeviceBuffer {
         &self.alloc
     }
 
-    /// Allocates a buffer on `ctx` holding a copy of `data`.
-    pub fn from_host(ctx: &Context, data: &[u8]) -> Result<DeviceBuffer> {
+    /// Allocates a buffer on `ctx` holding a copy of `data` (bytes or any Arrow native
+    /// type).
+    pub fn from_slice<T: ArrowNativeType>(ctx: &Context, data: &[T]) -> Result<DeviceBuffer> {
+        let data = as_bytes(data);
         let b = ctx.allocate(data.len())?;
         b.copy_from_host(0, data)?;
         Ok(b)
-    }
-
-    /// Allocates a buffer on `ctx` holding a copy of `data` (any Arrow native type).
-    pub fn from_slice<T: ArrowNativeType>(ctx: &Context, data: &[T]) -> Result<DeviceBuffer> {
-        Self::from_host(ctx, as_bytes(data))
     }
 
     /// Length in bytes.
@@ -322,17 +319,10 @@ impl DeviceBuffer {
         })
     }
 
-    /// `Ok` when this buffer may be written; an [`Error::InvalidArgument`] naming `op`
-    /// for a read-only view ([`read_only`](Self::read_only), imported read-only memory).
-    ///
-    /// ```no_run
-    /// # use devbuf_core::cuda::Context;
-    /// let buf = Context::new(0)?.allocate(16)?;
-    /// assert!(buf.check_writable("fill").is_ok());
-    /// assert!(buf.read_only().check_writable("fill").is_err());
-    /// # Ok::<(), devbuf_core::Error>(())
-    /// ```
-    pub fn check_writable(&self, op: &str) -> Result<()> {
+    /// `Ok` when this buffer may be written; an [`Error::ReadOnly`] naming `op` for a
+    /// read-only view ([`read_only`](Self::read_only), imported read-only memory). Users
+    /// ask [`is_mutable`](Self::is_mutable).
+    pub(crate) fn check_writable(&self, op: &str) -> Result<()> {
         if self.mutable {
             Ok(())
         } else {
@@ -343,33 +333,34 @@ impl DeviceBuffer {
         }
     }
 
-    /// Copies `nbytes` starting at `position` into a new page-locked [`HostBuffer`]
-    /// (which converts to Arrow or `Bytes` without another copy).
-    pub fn copy_to_host(&self, position: usize, nbytes: usize) -> Result<HostBuffer> {
-        check_range("copy_to_host", position, nbytes, self.len)?;
+    /// Copies the whole buffer into a new page-locked [`HostBuffer`] (which converts to
+    /// Arrow or `Bytes` without another copy: `Bytes::from(h)`,
+    /// `arrow_buffer::Buffer::from(h)`, `PrimitiveArray::<T>::try_from(h)`). A part:
+    /// `d.slice(pos, n)?.to_host()`; into memory you already have:
+    /// [`copy_to_host`](Self::copy_to_host).
+    pub fn to_host(&self) -> Result<HostBuffer> {
+        let nbytes = self.len;
         let mut h = HostBuffer::alloc_uninit(self.context(), nbytes)?;
         if nbytes > 0 {
             // Page-locked destination: one DMA (no staging, no driver query). Through a raw
             // pointer: the memory is not initialised yet, so no `&mut [u8]` may cover it.
             self.context().bind()?;
-            // Safety: `h` owns `nbytes` writable page-locked bytes; the source range was
-            // checked above. The synchronous copy has written every byte when it returns.
-            unsafe {
-                driver::memcpy_dtoh(h.as_mut_ptr(), self.address() + position as u64, nbytes)?
-            };
+            // Safety: `h` owns `nbytes` writable page-locked bytes, the whole of this
+            // buffer. The synchronous copy has written every byte when it returns.
+            unsafe { driver::memcpy_dtoh(h.as_mut_ptr(), self.address(), nbytes)? };
         }
         Ok(h)
     }
 
     /// Copies `dst.len()` bytes starting at `position` into `dst`; every byte is
-    /// written when the call returns.
+    /// written when the call returns. (Into new memory: [`to_host`](Self::to_host).)
     ///
     /// Into page-locked memory this is one DMA; into ordinary memory of at least
     /// [`TransferConfig::staging_min_bytes`](super::TransferConfig) it goes through the
     /// transfer engine's staging lanes (page-locked speed), below that through one
     /// driver call. See [`Context::set_transfer_config`].
-    pub fn copy_to_host_into(&self, position: usize, dst: &mut [u8]) -> Result<()> {
-        check_range("copy_to_host_into", position, dst.len(), self.len)?;
+    pub fn copy_to_host(&self, position: usize, dst: &mut [u8]) -> Result<()> {
+        check_range("copy_to_host", position, dst.len(), self.len)?;
         if dst.is_empty() {
             return Ok(());
         }
@@ -491,7 +482,7 @@ impl DeviceBuffer {
     ///     let stream = Stream::new(&d0)?; // the source's device drives the copy
     ///     dst.copy_from_device_on(0, &src, &stream)?;
     ///     stream.synchronize()?;
-    ///     assert_eq!(dst.to_host_vec()?, vec![7u8; 4096]);
+    ///     assert_eq!(dst.to_vec::<u8>()?, vec![7u8; 4096]);
     /// }
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
@@ -571,21 +562,8 @@ impl DeviceBuffer {
         // a valid value of an Arrow native type.
         let bytes =
             unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), self.len) };
-        self.copy_to_host_into(0, bytes)?;
+        self.copy_to_host(0, bytes)?;
         Ok(v)
-    }
-
-    /// Copies the contents into a `Vec<u8>`.
-    pub fn to_host_vec(&self) -> Result<Vec<u8>> {
-        let mut v = vec![0u8; self.len];
-        self.copy_to_host_into(0, &mut v)?;
-        Ok(v)
-    }
-
-    /// Copies the contents into `bytes::Bytes` (one copy, into page-locked memory that the
-    /// `Bytes` then owns without another copy).
-    pub fn to_bytes(&self) -> Result<bytes::Bytes> {
-        Ok(self.copy_to_host(0, self.len)?.into_bytes())
     }
 
     /// Whether both buffers hold the same bytes. Compared on the device by a kernel
@@ -609,11 +587,6 @@ impl DeviceBuffer {
             tmp.copy_from_device(0, other)?;
             kernels::bytes_equal(self, &tmp)
         }
-    }
-
-    /// The contents as lowercase hexadecimal (copies to the host).
-    pub fn hex(&self) -> Result<String> {
-        Ok(crate::handle_layout::hex(&self.to_host_vec()?))
     }
 }
 

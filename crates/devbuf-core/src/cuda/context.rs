@@ -155,7 +155,7 @@ impl Drop for ContextInner {
 /// ```no_run
 /// use devbuf_core::cuda::Context;
 /// let ctx = Context::new(0)?;
-/// println!("{} (sm_{}{})", ctx.device_name(), ctx.compute_capability().0, ctx.compute_capability().1);
+/// println!("{} (sm_{}{})", ctx.properties().name, ctx.properties().compute_capability.0, ctx.properties().compute_capability.1);
 /// let buf = ctx.allocate(1 << 20)?;
 /// assert_eq!(ctx.bytes_allocated(), 1 << 20);
 /// drop(buf);
@@ -275,21 +275,6 @@ impl Context {
     /// The device ordinal.
     pub fn ordinal(&self) -> usize {
         self.inner.ordinal
-    }
-
-    /// The device's name, e.g. `NVIDIA H200`.
-    pub fn device_name(&self) -> &str {
-        &self.inner.props.name
-    }
-
-    /// Compute capability as `(major, minor)`, e.g. `(9, 0)` for Hopper.
-    pub fn compute_capability(&self) -> (u32, u32) {
-        self.inner.props.compute_capability
-    }
-
-    /// Total memory of the device in bytes.
-    pub fn total_memory(&self) -> usize {
-        self.inner.props.total_memory
     }
 
     /// Free memory of the device in bytes, as the driver reports it now.
@@ -464,7 +449,7 @@ impl Context {
         if !driver::is_oom(&e) {
             return e;
         }
-        let (free, total) = driver::mem_get_info().unwrap_or((0, self.total_memory()));
+        let (free, total) = driver::mem_get_info().unwrap_or((0, self.properties().total_memory));
         Error::OutOfMemory {
             device: self.ordinal(),
             requested: nbytes,
@@ -488,13 +473,6 @@ impl Context {
         let mut alloc = Allocation::new(self, ptr, nbytes, owner);
         alloc.counted = true;
         DeviceBuffer::from_allocation(Arc::new(alloc))
-    }
-
-    /// Allocates `nbytes` of device memory set to zero.
-    pub fn allocate_zeroed(&self, nbytes: usize) -> Result<DeviceBuffer> {
-        let b = self.allocate(nbytes)?;
-        b.fill(0)?;
-        Ok(b)
     }
 
     /// Allocates `nbytes` of page-locked host memory (portable and mapped into the
@@ -627,7 +605,7 @@ mod tests {
         assert_eq!(n > 0, is_available());
         if n == 0 {
             let e = Context::new(0).unwrap_err();
-            assert!(e.is_cuda_unavailable(), "{e}");
+            assert_eq!(e.kind(), crate::ErrorKind::CudaUnavailable, "{e}");
             assert!(unavailable_reason().is_some());
         }
     }

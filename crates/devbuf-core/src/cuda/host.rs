@@ -18,9 +18,9 @@ struct Align64;
 /// into the device address space).
 ///
 /// Transfers between page-locked memory and the device run at full PCIe speed, and a
-/// `HostBuffer` converts into an `arrow_buffer::Buffer` or `bytes::Bytes` *without a
-/// copy*: the converted value points at the same memory and frees it when its last
-/// owner drops (see `into_arrow_buffer` in the `arrow` module, and [`into_bytes`]).
+/// `HostBuffer` converts into an `arrow_buffer::Buffer`, a `PrimitiveArray<T>` or
+/// `bytes::Bytes` *without a copy* (`From`/`TryFrom`): the converted value points at the
+/// same memory and frees it when its last owner drops.
 ///
 /// It derefs to `[u8]`. Memory is always initialised: [`Context::allocate_host`] zeroes
 /// it and device-to-host copies fill it.
@@ -31,12 +31,10 @@ struct Align64;
 /// let mut h = ctx.allocate_host(4)?;
 /// h.copy_from_slice(&[1, 2, 3, 4]);
 /// let ptr = h.as_ptr();
-/// let bytes = h.into_bytes(); // zero-copy
+/// let bytes = bytes::Bytes::from(h); // zero-copy
 /// assert_eq!(bytes.as_ptr(), ptr);
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
-///
-/// [`into_bytes`]: HostBuffer::into_bytes
 pub struct HostBuffer {
     ptr: NonNull<u8>,
     len: usize,
@@ -53,7 +51,7 @@ impl std::panic::UnwindSafe for HostBuffer {}
 
 impl HostBuffer {
     /// Allocates without initialising. Callers must write every byte before the buffer
-    /// is read through `Deref` (see `copy_to_host`, `zero_fill`).
+    /// is read through `Deref` (see `DeviceBuffer::to_host`, `zero_fill`).
     pub(crate) fn alloc_uninit(ctx: &Context, len: usize) -> Result<HostBuffer> {
         if len == 0 {
             return Ok(HostBuffer {
@@ -135,15 +133,17 @@ impl HostBuffer {
         driver::host_get_device_pointer(self.ptr.as_ptr())
     }
 
-    /// Converts into `bytes::Bytes` without copying: the `Bytes` points at this
-    /// page-locked memory, and the memory is freed when the last `Bytes` clone drops.
-    pub fn into_bytes(self) -> bytes::Bytes {
-        bytes::Bytes::from_owner(self)
-    }
-
     /// Pointer and length of the memory, for zero-copy conversions.
     pub(crate) fn raw_parts(&self) -> (NonNull<u8>, usize) {
         (self.ptr, self.len)
+    }
+}
+
+/// Zero-copy: the `Bytes` points at the page-locked memory, which is freed when the
+/// last `Bytes` clone drops.
+impl From<HostBuffer> for bytes::Bytes {
+    fn from(h: HostBuffer) -> bytes::Bytes {
+        bytes::Bytes::from_owner(h)
     }
 }
 

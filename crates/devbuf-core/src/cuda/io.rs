@@ -70,7 +70,7 @@ fn seek_target(pos: u64, len: u64, to: SeekFrom, allow_past_end: bool) -> io::Re
 /// use std::io::{Read, Seek, SeekFrom};
 /// use devbuf_core::cuda::{Context, DeviceBuffer, DeviceBufferReader};
 /// let ctx = Context::new(0)?;
-/// let buf = DeviceBuffer::from_host(&ctx, b"header:payload")?;
+/// let buf = DeviceBuffer::from_slice(&ctx, b"header:payload")?;
 /// let mut r = DeviceBufferReader::new(buf.clone());
 /// let mut head = [0u8; 7];
 /// r.read_exact(&mut head)?;
@@ -132,7 +132,7 @@ impl Read for DeviceBufferReader {
             return Ok(0);
         }
         self.buf
-            .copy_to_host_into(self.pos as usize, &mut out[..n])
+            .copy_to_host(self.pos as usize, &mut out[..n])
             .map_err(|e| io_err(io::ErrorKind::Other, e))?;
         self.pos += n as u64;
         Ok(n)
@@ -264,7 +264,7 @@ impl<T: StagedSink, S: DerefMut<Target = [u8]>> Staged<T, S> {
 /// w.seek(SeekFrom::Start(0))?; // flushes
 /// assert!(w.write_all(&[0u8; 2 << 20]).is_err()); // past the end: nothing written
 /// let buf = w.into_inner()?;
-/// assert_eq!(buf.copy_to_host(256, 1)?[0], 1);
+/// assert_eq!(buf.slice(256, 1)?.to_host()?[0], 1);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct DeviceBufferWriter {

@@ -4,6 +4,7 @@ use super::*;
 
 impl Error {
     /// Builds an [`Error::OutOfBounds`].
+    #[doc(hidden)] // devbuf-zarr and devbuf-flight build errors with it; users build the variant
     pub fn out_of_bounds(what: &'static str, offset: usize, len: usize, size: usize) -> Self {
         Error::OutOfBounds {
             what,
@@ -14,12 +15,14 @@ impl Error {
     }
 
     /// Builds an [`Error::InvalidArgument`] from anything displayable.
+    #[doc(hidden)] // devbuf-zarr and devbuf-flight build errors with it; users build the variant
     pub fn invalid(msg: impl fmt::Display) -> Self {
         Error::InvalidArgument(msg.to_string())
     }
 
     /// Builds an [`Error::NotFound`] (no source; add one with
     /// [`with_source`](Self::with_source)).
+    #[doc(hidden)] // devbuf-zarr and devbuf-flight build errors with it; users build the variant
     pub fn not_found(msg: impl fmt::Display) -> Self {
         Error::NotFound {
             message: msg.to_string(),
@@ -28,6 +31,7 @@ impl Error {
     }
 
     /// Builds an [`Error::PermissionDenied`] (no source).
+    #[doc(hidden)] // devbuf-zarr and devbuf-flight build errors with it; users build the variant
     pub fn permission_denied(msg: impl fmt::Display) -> Self {
         Error::PermissionDenied {
             message: msg.to_string(),
@@ -36,6 +40,7 @@ impl Error {
     }
 
     /// Builds an [`Error::Unsupported`] (no source).
+    #[doc(hidden)] // devbuf-zarr and devbuf-flight build errors with it; users build the variant
     pub fn unsupported(msg: impl fmt::Display) -> Self {
         Error::Unsupported {
             message: msg.to_string(),
@@ -44,6 +49,7 @@ impl Error {
     }
 
     /// Builds an [`Error::Timeout`] (no source).
+    #[doc(hidden)] // devbuf-zarr and devbuf-flight build errors with it; users build the variant
     pub fn timeout(msg: impl fmt::Display) -> Self {
         Error::Timeout {
             message: msg.to_string(),
@@ -53,6 +59,7 @@ impl Error {
 
     /// Builds an [`Error::Io`] without a source (a failure devbuf found itself, such as
     /// a stream that ended early).
+    #[doc(hidden)] // devbuf-zarr and devbuf-flight build errors with it; users build the variant
     pub fn io(op: &'static str, msg: impl fmt::Display) -> Self {
         Error::Io {
             op,
@@ -74,6 +81,7 @@ impl Error {
     }
 
     /// Builds an [`Error::Arrow`] without a source.
+    #[doc(hidden)] // devbuf-zarr and devbuf-flight build errors with it; users build the variant
     pub fn arrow(msg: impl fmt::Display) -> Self {
         Error::Arrow {
             message: msg.to_string(),
@@ -86,24 +94,14 @@ impl Error {
     /// `e` as its source. Its kind follows `e.kind()`: `NotFound`, `PermissionDenied`,
     /// `TimedOut` ([`Error::Timeout`]) and `Unsupported` get their own
     /// variant, with `op` in front of the message; any other is [`Error::Io`]. An
-    /// `io::Error` that wraps a devbuf [`Error`] gives that error back.
-    pub fn from_io(op: &'static str, message: impl fmt::Display, e: std::io::Error) -> Self {
-        if e.get_ref().is_some_and(|inner| inner.is::<Error>()) {
-            let inner = e.into_inner().expect("checked: wraps an error");
-            return *inner.downcast::<Error>().expect("checked: a devbuf error");
-        }
-        let kind = e.kind();
-        Self::of_io_kind(op, message, kind, Arc::new(e))
-    }
-
-    /// [`from_io`](Self::from_io) for an `io::Error` that is shared (as `zarrs`' storage
-    /// errors hold theirs); an `io::Error` that wraps a devbuf [`Error`] gives a clone of
-    /// it.
-    pub fn from_shared_io(
+    /// `io::Error` that wraps a devbuf [`Error`] gives that error back. `e` may be
+    /// shared (`Arc<io::Error>`, as `zarrs`' storage errors hold theirs).
+    pub fn from_io(
         op: &'static str,
         message: impl fmt::Display,
-        e: Arc<std::io::Error>,
+        e: impl Into<Arc<std::io::Error>>,
     ) -> Self {
+        let e = e.into();
         if let Some(ours) = e.get_ref().and_then(|inner| inner.downcast_ref::<Error>()) {
             return ours.clone();
         }
@@ -170,8 +168,9 @@ impl Error {
         self
     }
 
-    /// The cause this error carries, shared (see [`ErrorSource`]).
-    pub fn source_ref(&self) -> Option<&ErrorSource> {
+    /// The cause this error carries, shared (see [`ErrorSource`]); users call
+    /// [`std::error::Error::source`].
+    pub(crate) fn source_ref(&self) -> Option<&ErrorSource> {
         match self {
             Error::NotFound { source, .. }
             | Error::PermissionDenied { source, .. }
@@ -207,22 +206,10 @@ impl Error {
     }
 
     /// Builds an [`Error::CudaUnavailable`].
+    #[doc(hidden)] // devbuf-zarr and devbuf-flight build errors with it; users build the variant
     pub fn unavailable(reason: impl fmt::Display) -> Self {
         Error::CudaUnavailable {
             reason: reason.to_string(),
-        }
-    }
-
-    /// True when this error means CUDA is not usable here (as opposed to a failed call).
-    pub fn is_cuda_unavailable(&self) -> bool {
-        matches!(self, Error::CudaUnavailable { .. })
-    }
-
-    /// The CUDA error name when this is a driver error (`CUDA_ERROR_...`).
-    pub fn cuda_error_name(&self) -> Option<&str> {
-        match self {
-            Error::Driver { name, .. } => Some(name),
-            _ => None,
         }
     }
 

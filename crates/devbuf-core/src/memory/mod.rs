@@ -121,7 +121,7 @@ impl Memory {
     pub fn to_host(&self) -> Result<Bytes> {
         match self {
             Memory::Host(b) => Ok(b.clone()),
-            Memory::Device(d) => d.to_bytes(),
+            Memory::Device(d) => Ok(Bytes::from(d.to_host()?)),
         }
     }
 
@@ -209,9 +209,9 @@ impl From<DeviceBuffer> for Memory {
 
 impl From<HostBuffer> for Memory {
     /// Zero-copy: the page-locked memory becomes host memory (see
-    /// [`HostBuffer::into_bytes`]).
+    /// `From<HostBuffer> for Bytes`).
     fn from(h: HostBuffer) -> Memory {
-        Memory::Host(h.into_bytes())
+        Memory::Host(Bytes::from(h))
     }
 }
 
@@ -286,11 +286,13 @@ impl Place {
     pub(crate) fn alloc(&self, n: usize, zeroed: bool) -> Result<Memory> {
         Ok(match self {
             Place::Host => Memory::Host(Bytes::from(zeroed_vec(n)?)),
-            Place::Device(ctx) => Memory::Device(if zeroed {
-                ctx.allocate_zeroed(n)?
-            } else {
-                ctx.allocate(n)?
-            }),
+            Place::Device(ctx) => {
+                let d = ctx.allocate(n)?;
+                if zeroed {
+                    d.fill(0)?;
+                }
+                Memory::Device(d)
+            }
         })
     }
 
@@ -304,10 +306,10 @@ impl Place {
         check_range("transfer", offset, len, src.len())?;
         Ok(match (self, src) {
             (Place::Host, Memory::Device(d)) => {
-                Memory::Host(d.copy_to_host(offset, len)?.into_bytes())
+                Memory::Host(Bytes::from(d.slice(offset, len)?.to_host()?))
             }
             (Place::Device(ctx), Memory::Host(b)) => {
-                Memory::Device(DeviceBuffer::from_host(ctx, &b[offset..offset + len])?)
+                Memory::Device(DeviceBuffer::from_slice(ctx, &b[offset..offset + len])?)
             }
             (Place::Device(ctx), Memory::Device(d)) => {
                 let out = ctx.allocate(len)?;

@@ -107,7 +107,7 @@ impl ByteBuffer {
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         match &self.mem {
             Memory::Host(b) => Ok(b.to_vec()),
-            Memory::Device(d) => d.to_host_vec(),
+            Memory::Device(d) => d.to_vec::<u8>(),
         }
     }
 
@@ -182,7 +182,7 @@ impl ByteBuffer {
                 Ok(())
             }
             (crate::memory::MemMut::Host(dst), Memory::Device(src)) => {
-                src.copy_to_host_into(0, &mut dst[start..start + len])
+                src.copy_to_host(0, &mut dst[start..start + len])
             }
             (crate::memory::MemMut::Device(dst), Memory::Host(src)) => {
                 dst.copy_from_host(start, src)
@@ -236,7 +236,7 @@ impl ByteBuffer {
                         Memory::Device(d) => {
                             let at = out.len();
                             out.resize(at + d.len(), 0);
-                            d.copy_to_host_into(0, &mut out[at..])?;
+                            d.copy_to_host(0, &mut out[at..])?;
                         }
                     }
                 }
@@ -267,7 +267,7 @@ impl ByteBuffer {
             (Memory::Host(a), Memory::Host(b)) => Ok(a == b),
             (Memory::Device(a), Memory::Device(b)) => a.equals(b),
             (Memory::Host(h), Memory::Device(d)) | (Memory::Device(d), Memory::Host(h)) => {
-                Ok(d.to_host_vec()? == h.as_ref())
+                Ok(d.to_vec::<u8>()? == h.as_ref())
             }
         }
     }

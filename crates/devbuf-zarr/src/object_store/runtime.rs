@@ -25,7 +25,7 @@ pub(crate) fn runtime() -> Result<&'static tokio::runtime::Runtime> {
                 .map_err(Arc::new)
         })
         .as_ref()
-        .map_err(|e| Error::from_shared_io("starting the object-store runtime", e, e.clone()))
+        .map_err(|e| Error::from_io("starting the object-store runtime", e, e.clone()))
 }
 
 /// Runs `fut` to completion from synchronous code.

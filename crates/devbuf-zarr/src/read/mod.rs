@@ -168,7 +168,12 @@ pub(crate) fn read(
         }
         Dest::Device(d) => {
             check_len(d.len(), total, "device")?;
-            d.check_writable("a zarr read")?;
+            if !d.is_mutable() {
+                return Err(Error::ReadOnly(format!(
+                    "a zarr read on a read-only device buffer of {} bytes",
+                    d.len()
+                )));
+            }
             Out::Device(d.clone(), false)
         }
     };

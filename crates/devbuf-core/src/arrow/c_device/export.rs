@@ -417,7 +417,7 @@ pub enum HostDevice<'a> {
     #[default]
     Cpu,
     /// Page-locked host memory of `context` (e.g. from
-    /// [`HostBuffer::into_arrow_buffer`](crate::cuda::HostBuffer::into_arrow_buffer) or
+    /// `arrow_buffer::Buffer::from(`[`HostBuffer`](crate::cuda::HostBuffer)`)` or
     /// copied from the device by [`DeviceArray::to_host`]): device type CUDA_HOST (3),
     /// `device_id` = the context's ordinal. Every non-empty buffer is checked with the
     /// driver to be page-locked; buffers the export has to make are allocated
@@ -440,7 +440,7 @@ impl HostDevice<'_> {
             HostDevice::CudaHost { context, .. } => {
                 let mut h = context.allocate_host(bytes.len())?;
                 h.copy_from_slice(bytes);
-                Ok(h.into_arrow_buffer())
+                Ok(Buffer::from(h))
             }
         }
     }

@@ -246,7 +246,7 @@ impl ImportedMemory for DeviceMemory {
 
     fn read_offset(&mut self, offsets: &DeviceBuffer, index: usize, width: usize) -> Result<i64> {
         self.before_read()?;
-        let v = offsets.slice(index * width, width)?.to_host_vec()?;
+        let v = offsets.slice(index * width, width)?.to_vec::<u8>()?;
         Ok(le_value(&v, width))
     }
 
@@ -257,7 +257,7 @@ impl ImportedMemory for DeviceMemory {
         self.before_read()?;
         let first = offset / 8;
         let last = (offset + len).div_ceil(8);
-        let bytes = bitmap.slice(first, last - first)?.to_host_vec()?;
+        let bytes = bitmap.slice(first, last - first)?.to_vec::<u8>()?;
         Ok(count_unset(&bytes, first, offset, len))
     }
 

@@ -171,7 +171,7 @@ pub fn serialize_record_batch(batch: &RecordBatch, ctx: &Context) -> Result<Devi
 /// use devbuf_core::arrow::{read_record_batch_host, serialize_record_batch_shared};
 /// let batch = RecordBatch::try_from_iter([("x", Arc::new(Int64Array::from(vec![7, 8])) as _)])?;
 /// let shm = serialize_record_batch_shared(&batch)?;
-/// let handle = shm.export_ipc()?; // send handle.to_hex() to a consumer
+/// let handle = shm.export_ipc(..)?; // send handle.to_string() to a consumer
 /// let mapped = handle.open()?; // read-only mapping, zero-copy
 /// let back = read_record_batch_host(&mapped, batch.schema())?;
 /// assert_eq!(back, batch);
@@ -347,7 +347,7 @@ impl DeviceRecordBatch {
     pub fn to_host(&self) -> Result<RecordBatch> {
         let base = self.message.address();
         let end = base + self.message.len() as u64;
-        let host = self.message.to_arrow_buffer()?;
+        let host = Buffer::from(self.message.to_host()?);
         let ctx = self.message.context().clone();
         let mut map = |b: &DeviceBuffer| -> Result<Buffer> {
             if b.is_empty() {
@@ -357,7 +357,7 @@ impl DeviceRecordBatch {
             if b.context().same_as(&ctx) && a >= base && a + b.len() as u64 <= end {
                 Ok(host.slice_with_length((a - base) as usize, b.len()))
             } else {
-                b.to_arrow_buffer()
+                Ok(Buffer::from(b.to_host()?))
             }
         };
         let columns = self

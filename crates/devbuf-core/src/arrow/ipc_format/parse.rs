@@ -19,7 +19,7 @@ impl IpcBytes for DeviceBuffer {
         DeviceBuffer::len(self)
     }
     fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        self.copy_to_host_into(offset, dst)
+        self.copy_to_host(offset, dst)
     }
     fn slice(&self, offset: usize, len: usize) -> Result<DeviceBuffer> {
         DeviceBuffer::slice(self, offset, len)

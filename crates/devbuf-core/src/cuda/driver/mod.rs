@@ -272,7 +272,7 @@ mod tests {
         match init() {
             Ok(info) => assert!(info.version >= MIN_DRIVER_VERSION),
             Err(e) => {
-                assert!(e.is_cuda_unavailable());
+                assert_eq!(e.kind(), crate::ErrorKind::CudaUnavailable);
                 assert!(!e.to_string().is_empty());
             }
         }

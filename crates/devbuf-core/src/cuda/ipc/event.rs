@@ -19,13 +19,13 @@ use super::*;
 /// let ctx = Context::new(0)?;
 /// let stream = Stream::new(&ctx)?;
 /// let done = Event::new(&ctx, EventFlags { interprocess: true, ..Default::default() })?;
-/// let text = done.export_ipc()?.to_hex();
+/// let text = done.export_ipc()?.to_string();
 /// // ... queue work on `stream`, then:
 /// done.record(&stream)?;
 ///
 /// // Consumer (another process)
 /// let ctx = Context::new(0)?;
-/// let event = ctx.open_ipc_event(&IpcEventHandle::from_hex(&text)?)?;
+/// let event = ctx.open_ipc_event(&text.parse::<IpcEventHandle>()?)?;
 /// let mine = Stream::new(&ctx)?;
 /// mine.wait_event(&event)?; // work queued on `mine` from now on runs after the producer's
 /// # Ok::<(), devbuf_core::Error>(())
@@ -142,20 +142,27 @@ impl IpcEventHandle {
         })
     }
 
-    /// [`to_bytes`](Self::to_bytes) as lowercase hexadecimal text.
-    pub fn to_hex(&self) -> String {
-        handle_layout::hex(&self.to_bytes())
-    }
-
-    /// Parses [`to_hex`](Self::to_hex)'s output.
-    pub fn from_hex(text: &str) -> Result<IpcEventHandle> {
-        Self::from_bytes(&handle_layout::from_hex(text, EVENT_WHAT)?)
-    }
-
     /// Opens the handle on the device it belongs to (found by UUID; device 0 when
     /// unknown). See [`Context::open_ipc_event`].
     pub fn open(&self) -> Result<Event> {
         Context::new(local_ordinal(self.device)?)?.open_ipc_event(self)
+    }
+}
+
+/// Lowercase hexadecimal of [`to_bytes`](IpcEventHandle::to_bytes): text to hand to another process.
+impl fmt::Display for IpcEventHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&handle_layout::hex(&self.to_bytes()))
+    }
+}
+
+/// Parses the [`Display`](fmt::Display) text (surrounding whitespace ignored):
+/// `text.parse::<IpcEventHandle>()`.
+impl std::str::FromStr for IpcEventHandle {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<IpcEventHandle> {
+        Self::from_bytes(&handle_layout::from_hex(text, EVENT_WHAT)?)
     }
 }
 

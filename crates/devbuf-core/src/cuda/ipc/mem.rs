@@ -20,10 +20,10 @@ use super::*;
 /// let ctx = Context::new(0)?;
 /// let data = DeviceBuffer::from_slice(&ctx, &[1u32, 2, 3, 4])?;
 /// let handle = data.slice(4, 8)?.export_ipc()?;
-/// let text = handle.to_hex(); // send this to the consumer; keep `data` alive
+/// let text = handle.to_string(); // send this to the consumer; keep `data` alive
 ///
 /// // Consumer (another process)
-/// let handle = IpcMemHandle::from_hex(&text)?;
+/// let handle = text.parse::<IpcMemHandle>()?;
 /// let view = handle.open()?; // maps the producer's memory: bytes 4..12 of `data`
 /// assert_eq!(view.to_vec::<u32>()?, vec![2, 3]);
 /// # Ok::<(), devbuf_core::Error>(())
@@ -239,16 +239,6 @@ impl IpcMemHandle {
         Ok(h)
     }
 
-    /// [`to_bytes`](Self::to_bytes) as lowercase hexadecimal text.
-    pub fn to_hex(&self) -> String {
-        handle_layout::hex(&self.to_bytes())
-    }
-
-    /// Parses [`to_hex`](Self::to_hex)'s output (surrounding whitespace ignored).
-    pub fn from_hex(text: &str) -> Result<IpcMemHandle> {
-        Self::from_bytes(&handle_layout::from_hex(text, MEM_WHAT)?)
-    }
-
     /// The raw 64-byte `CUipcMemHandle` of the allocation (all zero for the empty
     /// handle). Hand it with [`offset`](Self::offset) and [`len`](Self::len) to other
     /// CUDA programs: `cudaIpcOpenMemHandle` maps the allocation's start.
@@ -305,6 +295,23 @@ impl IpcMemHandle {
     /// devices; device 0 when the handle does not record one). See [`Context::open_ipc`].
     pub fn open(&self) -> Result<DeviceBuffer> {
         Context::new(local_ordinal(self.device)?)?.open_ipc(self)
+    }
+}
+
+/// Lowercase hexadecimal of [`to_bytes`](IpcMemHandle::to_bytes): text to hand to another process.
+impl fmt::Display for IpcMemHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&handle_layout::hex(&self.to_bytes()))
+    }
+}
+
+/// Parses the [`Display`](fmt::Display) text (surrounding whitespace ignored):
+/// `text.parse::<IpcMemHandle>()`.
+impl std::str::FromStr for IpcMemHandle {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<IpcMemHandle> {
+        Self::from_bytes(&handle_layout::from_hex(text, MEM_WHAT)?)
     }
 }
 

@@ -297,7 +297,7 @@ pub(crate) fn bytes_equal(a: &DeviceBuffer, b: &DeviceBuffer) -> Result<bool> {
         )?
     };
     let mut out = [0u8; 4];
-    flag.copy_to_host_into(0, &mut out)?;
+    flag.copy_to_host(0, &mut out)?;
     Ok(u32::from_ne_bytes(out) == 0)
 }
 

@@ -32,12 +32,12 @@ use crate::error::{Error, Result};
 /// fn decode_two(frames: &[u8], first_len: usize) -> devbuf_core::Result<Vec<u8>> {
 ///     let ctx = Context::new(0)?;
 ///     let stream = Stream::new(&ctx)?;
-///     let src = DeviceBuffer::from_host(&ctx, frames)?;
+///     let src = DeviceBuffer::from_slice(&ctx, frames)?;
 ///     let dst = ctx.allocate(8)?;
 ///     let mut batch = DecompressBatch::new(&ctx)?;
 ///     let inputs = [0..first_len, first_len..frames.len()];
 ///     batch.decompress(&stream, GpuCodec::Deflate, &src, &inputs, &dst, &[0..4, 4..8])?;
-///     dst.to_host_vec()
+///     dst.to_vec::<u8>()
 /// }
 /// ```
 pub struct DecompressBatch {
@@ -402,7 +402,7 @@ impl Drop for DecompressBatch {
 /// use devbuf_core::cuda::{Context, DeviceBuffer, Stream};
 /// let ctx = Context::new(0)?;
 /// let stream = Stream::new(&ctx)?;
-/// let data = DeviceBuffer::from_host(&ctx, &[1u8; 1 << 17])?; // two 64 KiB chunks
+/// let data = DeviceBuffer::from_slice(&ctx, &[1u8; 1 << 17])?; // two 64 KiB chunks
 /// let cap = nvcomp::library()?.max_compressed_chunk_size(GpuCodec::Zstd, 1 << 16)?;
 /// let out = ctx.allocate(2 * cap)?;
 /// let mut batch = CompressBatch::new(&ctx)?;

@@ -76,7 +76,7 @@
 //!     println!("nvCOMP {:?} from {}", lib.version(), lib.path().display());
 //!     let ctx = Context::new(0)?;
 //!     let stream = Stream::new(&ctx)?;
-//!     let src = DeviceBuffer::from_host(&ctx, frames)?;
+//!     let src = DeviceBuffer::from_slice(&ctx, frames)?;
 //!     let n = bounds.len() - 1;
 //!     let dst = ctx.allocate(n * chunk)?;
 //!     let inputs: Vec<_> = bounds.windows(2).map(|w| w[0]..w[1]).collect();

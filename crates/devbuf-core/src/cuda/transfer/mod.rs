@@ -2,7 +2,7 @@
 //! many small pieces in few DMA transfers, and stream-ordered asynchronous copies.
 //!
 //! Every context has one engine, created on first use. [`DeviceBuffer::copy_from_host`]
-//! and [`DeviceBuffer::copy_to_host_into`] go through it; so do [`copy_many_from_host`],
+//! and [`DeviceBuffer::copy_to_host`] go through it; so do [`copy_many_from_host`],
 //! [`copy_many_to_host`] and the `*_async` copies. `docs/transfer.md` explains the
 //! design and the measurements behind the defaults.
 //!
@@ -17,7 +17,7 @@
 //! ([`Context::transfer_stats`]) are per context.
 //!
 //! [`DeviceBuffer::copy_from_host`]: crate::cuda::DeviceBuffer::copy_from_host
-//! [`DeviceBuffer::copy_to_host_into`]: crate::cuda::DeviceBuffer::copy_to_host_into
+//! [`DeviceBuffer::copy_to_host`]: crate::cuda::DeviceBuffer::copy_to_host_into
 
 mod engine;
 mod lane;
@@ -174,15 +174,9 @@ impl Default for TransferConfig {
 }
 
 impl TransferConfig {
-    /// Checks the bounds documented on each field.
-    ///
-    /// ```
-    /// use devbuf_core::cuda::TransferConfig;
-    /// assert!(TransferConfig::default().validate().is_ok());
-    /// let bad = TransferConfig { lanes: 0, ..TransferConfig::default() };
-    /// assert!(bad.validate().unwrap_err().to_string().contains("lanes"));
-    /// ```
-    pub fn validate(&self) -> Result<()> {
+    /// Checks the bounds documented on each field ([`Context::set_transfer_config`]
+    /// calls it).
+    pub(crate) fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::invalid(format!("TransferConfig: {m}")));
         if !(1..=256).contains(&self.lanes) {
             return bad(format!("lanes must be 1..=256, got {}", self.lanes));
@@ -527,7 +521,8 @@ pub fn copy_many_from_host(pieces: &[(&[u8], &DeviceBuffer, usize)]) -> Result<(
 /// ```no_run
 /// use devbuf_core::cuda::{self, Context};
 /// let ctx = Context::new(0)?;
-/// let dev = ctx.allocate_zeroed(100 * 4096)?;
+/// let dev = ctx.allocate(100 * 4096)?;
+/// dev.fill(0)?;
 /// let mut chunks = vec![vec![1u8; 4096]; 100];
 /// let mut pieces: Vec<(&mut [u8], &cuda::DeviceBuffer, usize)> =
 ///     chunks.iter_mut().enumerate().map(|(i, c)| (&mut c[..], &dev, i * 4096)).collect();

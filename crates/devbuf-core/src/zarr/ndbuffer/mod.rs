@@ -497,7 +497,7 @@ impl NDBuffer {
         let mut b = vec![0u8; es];
         match &self.mem {
             Memory::Host(h) => b.copy_from_slice(&h[off..off + es]),
-            Memory::Device(d) => d.copy_to_host_into(off, &mut b)?,
+            Memory::Device(d) => d.copy_to_host(off, &mut b)?,
         }
         if self.dtype.needs_swap() {
             host_ops::swap_in_place(&mut b, self.dtype.element().swap_width());

@@ -110,7 +110,7 @@ impl NDBuffer {
             let src = match &m {
                 MemMut::Host(_) => MemRef::Host(&pattern),
                 MemMut::Device(d) => {
-                    tiny = DeviceBuffer::from_host(d.context(), &pattern)?;
+                    tiny = DeviceBuffer::from_slice(d.context(), &pattern)?;
                     MemRef::Device(&tiny)
                 }
             };

@@ -142,7 +142,7 @@ pub(crate) fn check_equal(len: usize, kind: ElementType, value: &[u8]) -> Result
 /// let ctx = Context::new(0)?;
 /// let buf = ctx.allocate(3 * 1000)?;
 /// devbuf_core::__private::ops::fill(&buf, &[1, 2, 3], None)?;
-/// assert_eq!(&buf.to_host_vec()?[..6], &[1, 2, 3, 1, 2, 3]);
+/// assert_eq!(&buf.to_vec::<u8>()?[..6], &[1, 2, 3, 1, 2, 3]);
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
 pub fn fill(dst: &DeviceBuffer, pattern: &[u8], on: Option<&Stream>) -> Result<()> {
@@ -192,7 +192,7 @@ pub fn fill(dst: &DeviceBuffer, pattern: &[u8], on: Option<&Stream>) -> Result<(
 /// let src = DeviceBuffer::from_slice(&ctx, &[1.9f32, -1.9, 300.0])?;
 /// let dst = ctx.allocate(3)?;
 /// cast(&src, ElementType::Float32, &dst, ElementType::UInt8, None)?;
-/// assert_eq!(dst.to_host_vec()?, vec![1, 255, 44]);
+/// assert_eq!(dst.to_vec::<u8>()?, vec![1, 255, 44]);
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
 pub fn cast(
@@ -298,7 +298,7 @@ pub use device::ShuffledBlocks;
 /// let dst = ctx.allocate(8)?;
 /// let b = ShuffledBlocks { offset: 0, groups: 1, ustride: 0, blocks: 1, bstride: 0, n: 2, typesize: 4 };
 /// unshuffle(&src, &dst, &b, None)?;
-/// assert_eq!(dst.to_host_vec()?, [1, 2, 3, 4, 5, 6, 7, 8]);
+/// assert_eq!(dst.to_vec::<u8>()?, [1, 2, 3, 4, 5, 6, 7, 8]);
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
 pub fn unshuffle(

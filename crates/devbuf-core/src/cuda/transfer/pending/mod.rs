@@ -291,7 +291,8 @@ impl<T> Pending<T> {
     /// # use devbuf_core::cuda::{Context, Stream};
     /// # let ctx = Context::new(0)?;
     /// # let s = Stream::new(&ctx)?;
-    /// let dev = ctx.allocate_zeroed(8)?;
+    /// let dev = ctx.allocate(8)?;
+    /// dev.fill(0)?;
     /// let v: Vec<u8> = dev.copy_to_host_async(0, vec![1u8; 8], &s)?.wait()?;
     /// assert_eq!(v, [0u8; 8]);
     /// # Ok::<(), devbuf_core::Error>(())
@@ -536,7 +537,8 @@ impl DeviceBuffer {
     /// use devbuf_core::cuda::{Context, Stream};
     /// let ctx = Context::new(0)?;
     /// let s = Stream::new(&ctx)?;
-    /// let dev = ctx.allocate_zeroed(1 << 20)?;
+    /// let dev = ctx.allocate(1 << 20)?;
+    /// dev.fill(0)?;
     /// let host = ctx.allocate_host(1 << 20)?;
     /// let p = dev.copy_to_host_async(0, host, &s)?;
     /// let host = p.wait()?;
@@ -576,10 +578,10 @@ impl DeviceBuffer {
     /// use devbuf_core::cuda::{Context, DeviceBuffer, Stream};
     /// let ctx = Context::new(0)?;
     /// let s = Stream::new(&ctx)?;
-    /// let a = DeviceBuffer::from_host(&ctx, &[1, 2, 3, 4])?;
+    /// let a = DeviceBuffer::from_slice(&ctx, &[1u8, 2, 3, 4])?;
     /// let b = ctx.allocate(4)?;
     /// b.copy_from_device_async(0, &a, &s)?.wait()?;
-    /// assert_eq!(b.to_host_vec()?, [1, 2, 3, 4]);
+    /// assert_eq!(b.to_vec::<u8>()?, [1, 2, 3, 4]);
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
     pub fn copy_from_device_async(

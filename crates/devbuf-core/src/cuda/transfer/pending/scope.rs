@@ -202,7 +202,7 @@ impl<'scope> TransferScope<'scope, '_> {
     ///     s.copy_from_host(&dev, 0, &src, &st)?; // waited for when the scope ends
     ///     Ok(())
     /// })?;
-    /// assert_eq!(dev.to_host_vec()?, [1, 2, 3]);
+    /// assert_eq!(dev.to_vec::<u8>()?, [1, 2, 3]);
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
     pub fn copy_from_host(
@@ -234,7 +234,8 @@ impl<'scope> TransferScope<'scope, '_> {
     /// # use devbuf_core::cuda::{self, Context, Stream};
     /// # let ctx = Context::new(0)?;
     /// # let st = Stream::new(&ctx)?;
-    /// let dev = ctx.allocate_zeroed(3)?;
+    /// let dev = ctx.allocate(3)?;
+    /// dev.fill(0)?;
     /// let mut out = [9u8; 3];
     /// cuda::scope(|s| {
     ///     let filled = s.copy_to_host(&dev, 0, &mut out, &st)?.wait()?;
