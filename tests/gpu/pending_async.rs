@@ -26,7 +26,7 @@ gpu_test_exclusive! {
         let s = Stream::new(&c).unwrap();
         let n = (8 << 20) + 5;
         let data: Vec<u8> = (0..n).map(|i| (i * 7 + 3) as u8).collect();
-        let dev = DeviceBuffer::from_host(&c, &data).unwrap();
+        let dev = DeviceBuffer::from_slice(&c, &data).unwrap();
         let gate = Arc::new(StreamGate::block(&s).unwrap());
         runtime().block_on(async {
             // Page-locked memory: the DMA is queued behind the gate and the call returns
@@ -50,7 +50,7 @@ gpu_test! {
         let streams: Vec<Stream> = (0..4).map(|_| Stream::new(&c).unwrap()).collect();
         let n = 1 << 20;
         let data: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
-        let dev = DeviceBuffer::from_host(&c, &data).unwrap();
+        let dev = DeviceBuffer::from_slice(&c, &data).unwrap();
         let got = runtime().block_on(async {
             let copies = streams
                 .iter()
