@@ -356,7 +356,8 @@ impl<T> Pending<T> {
 /// # async fn f() -> devbuf_core::Result<()> {
 /// let ctx = Context::new(0)?;
 /// let s = Stream::new(&ctx)?;
-/// let dev = ctx.allocate_zeroed(8)?;
+/// let dev = ctx.allocate(8)?;
+/// dev.fill(0)?;
 /// let v: Vec<u8> = dev.copy_to_host_async(0, vec![1u8; 8], &s)?.await?;
 /// assert_eq!(v, [0u8; 8]);
 /// # Ok(()) }
