@@ -296,6 +296,11 @@ fn blocking_calls_on_a_current_thread_runtime_name_the_async_form() {
         let a = client.read_async(ARRAY, &[], &HOST).await.unwrap();
         assert!(a.nbytes() > 0);
     });
+    // A server with a runtime of its own: its blocking wait there is an error naming
+    // wait_async, not tokio's panic on a runtime started inside another.
+    let own = flight_common::serve(Path::new(FIXTURES), |c| c);
+    let e = rt.block_on(async { own.wait().unwrap_err() });
+    assert!(e.to_string().contains("wait_async"), "{e}");
     // On a multi-thread runtime the blocking form hands its thread over and works.
     let mt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -248,10 +248,24 @@ impl Server {
                  Server::wait_async",
             ));
         };
+        // Blocking inside a runtime: a multi-threaded one hands this thread over first;
+        // a current-thread one would be blocked whole (and tokio panics on it).
+        let inside = tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor());
+        if let Ok(flavor) = &inside
+            && *flavor != tokio::runtime::RuntimeFlavor::MultiThread
+        {
+            return Err(Error::invalid(
+                "Server::wait called on a current-thread tokio runtime, which it would \
+                 block: await Server::wait_async instead",
+            ));
+        }
         let Some(task) = self.task.take() else {
             return Ok(());
         };
-        served(rt.block_on(task))
+        match inside {
+            Ok(_) => served(tokio::task::block_in_place(|| rt.block_on(task))),
+            Err(_) => served(rt.block_on(task)),
+        }
     }
 
     /// Waits until the server stops (an error from the transport ends it), on any

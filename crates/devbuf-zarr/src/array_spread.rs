@@ -249,7 +249,7 @@ impl ZarrArray {
                     std::thread::Builder::new()
                         .name(format!("devbuf-spread-{i}"))
                         .spawn_scoped(s, move || {
-                            let r = self.read_part(b, ctx, options, &stop);
+                            let r = read::as_spread_part(|| self.read_part(b, ctx, options, &stop));
                             settle(r, &stop, first)
                         })
                 })
@@ -339,7 +339,9 @@ impl ZarrArray {
                     std::thread::Builder::new()
                         .name(format!("devbuf-spread-{i}"))
                         .spawn_scoped(s, move || {
-                            let r = self.read_slab(i, slab, spans, outs, options, &stop);
+                            let r = read::as_spread_part(|| {
+                                self.read_slab(i, slab, spans, outs, options, &stop)
+                            });
                             settle(r, &stop, first)
                         })
                 })

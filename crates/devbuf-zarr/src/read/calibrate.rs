@@ -262,12 +262,30 @@ pub(crate) fn record(kind: &Kind, d: Decoder, bytes: u64, secs: f64, cold: bool)
                 cold,
                 reads: old.reads + 1,
             },
+            (false, false) if old.rate == 0.0 => Sample {
+                rate,
+                cold,
+                reads: old.reads + 1,
+            },
             (false, false) => Sample {
                 rate: (old.rate + rate) / 2.0,
                 cold,
                 reads: old.reads + 1,
             },
         },
+    });
+}
+
+/// Records that a read of `kind` with decoder `d` failed: the decoder ranks last (a
+/// rate of zero) until a read with it succeeds again.
+pub(crate) fn record_failure(kind: &Kind, d: Decoder) {
+    let mut t = table().lock().unwrap_or_else(|p| p.into_inner());
+    let slot = t.entry(kind.clone()).or_default().get(d);
+    let reads = slot.map_or(0, |s| s.reads) + 1;
+    *slot = Some(Sample {
+        rate: 0.0,
+        cold: false,
+        reads,
     });
 }
 
@@ -377,6 +395,21 @@ mod tests {
         choose(&k);
         record(&k, Decoder::Gpu, 1 << 30, secs(2e9), true);
         assert_eq!(choose(&k).0, Decoder::Cpu);
+    }
+
+    #[test]
+    fn a_decoder_that_failed_ranks_last_until_it_succeeds() {
+        let k = kind(95);
+        assert_eq!(choose(&k).0, Decoder::Gpu);
+        record_failure(&k, Decoder::Gpu);
+        assert_eq!(choose(&k).0, Decoder::Cpu);
+        record(&k, Decoder::Cpu, 1 << 30, secs(8e9), false);
+        // Cpu from now on; Gpu only as the far runner-up, every REPROBE_FAR reads.
+        let picks: Vec<Decoder> = (0..REPROBE_FAR).map(|_| choose(&k).0).collect();
+        assert_eq!(picks.iter().filter(|&&d| d == Decoder::Gpu).count(), 1);
+        // It succeeded that time at 20 GB/s: that rate replaces the zero.
+        record(&k, Decoder::Gpu, 1 << 30, secs(20e9), false);
+        assert!(choose(&k).1.contains("gpu 20.0"));
     }
 
     #[test]

@@ -121,9 +121,12 @@ pub(crate) fn read(
         Dest::Device(d) => Some(d.context().clone()),
         _ => None,
     };
+    // A part of a spread read is measured with the whole (`SpreadAuto`), not alone.
     let calibrated = match &ctx_of_dest {
         Some(ctx)
-            if total >= calibrate::MIN_CALIBRATED_BYTES && gpu_ready(src, true, false).is_ok() =>
+            if !in_spread_part()
+                && total >= calibrate::MIN_CALIBRATED_BYTES
+                && gpu_ready(src, true, false).is_ok() =>
         {
             let kind = calibrate::Kind::new(
                 ctx.ordinal(),
@@ -141,6 +144,16 @@ pub(crate) fn read(
         }
         _ => None,
     };
+    // A read that fails counts against its decoder (below a rate it never had), so
+    // `Auto` does not pick a decoder that fails on this kind of read (out of device
+    // memory, say) read after read; it tries it again only as a far runner-up. A
+    // cancelled or stopped read says nothing of its decoder.
+    let mut failed = calibrated.as_ref().map(|(kind, d, _, _)| FailedRead {
+        kind: kind.clone(),
+        decoder: *d,
+        cancel: options.cancel.clone(),
+        stop: counts.stop.clone(),
+    });
     let chosen;
     let options = match &calibrated {
         Some((_, d, _, _)) if options.decoder == Decoder::Auto => {
@@ -251,6 +264,9 @@ pub(crate) fn read(
         let cold = ctx.transfer_stats().staging_allocations != *allocations;
         calibrate::record(kind, *d, total as u64, elapsed_us as f64 * 1e-6, cold);
     }
+    if let Some(f) = failed.as_mut() {
+        f.succeeded();
+    }
     let report = ReadReport {
         auto: calibrated.map(|c| c.2).unwrap_or_default(),
         decoder: match (cpu_chunks > 0, gpu_chunks > 0) {
@@ -281,6 +297,57 @@ pub(crate) fn read(
     }
     report::trace_done(&span, &report, total);
     Ok((mem, report))
+}
+
+/// Records a calibrated read's failure when dropped before [`succeeded`](Self::succeeded).
+struct FailedRead {
+    kind: calibrate::Kind,
+    decoder: Decoder,
+    cancel: Option<Cancel>,
+    stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl FailedRead {
+    fn succeeded(&mut self) {
+        self.stop = None;
+        self.cancel = None;
+        self.decoder = Decoder::Auto;
+    }
+}
+
+impl Drop for FailedRead {
+    fn drop(&mut self) {
+        let cancelled = self.cancel.as_ref().is_some_and(|c| c.is_cancelled())
+            || self
+                .stop
+                .as_ref()
+                .is_some_and(|s| s.load(Ordering::Acquire));
+        if self.decoder != Decoder::Auto && !cancelled {
+            calibrate::record_failure(&self.kind, self.decoder);
+        }
+    }
+}
+
+thread_local! {
+    /// Set while this thread reads one device's part of a spread read.
+    static SPREAD_PART: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` (one device's part of a spread read) with the per-read calibration off:
+/// the spread read is measured as a whole.
+pub(crate) fn as_spread_part<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            SPREAD_PART.with(|c| c.set(self.0));
+        }
+    }
+    let _reset = Reset(SPREAD_PART.with(|c| c.replace(true)));
+    f()
+}
+
+fn in_spread_part() -> bool {
+    SPREAD_PART.with(|c| c.get())
 }
 
 /// What `Decoder::Auto` runs on a read spread over devices: one decoder for every

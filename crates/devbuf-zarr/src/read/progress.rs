@@ -205,6 +205,8 @@ impl Eq for ProgressSink {}
 /// A read stops within one claim of work per worker: one chunk on the host, a staging
 /// slot's chunks (4 MiB by default) for a CPU worker of a device read, a GPU claim
 /// (up to [`GpuTuning::claim_bytes`](crate::GpuTuning::claim_bytes)) for a GPU worker.
+/// A worker waiting for an object-store fetch notices it when that fetch returns (or
+/// times out); dropping an async read's future aborts the fetches at once.
 ///
 /// ```
 /// use devbuf_zarr::{Cancel, ReadOptions, ZarrArray};

@@ -65,7 +65,14 @@ fn run(w: &Waiter) {
                     .unwrap_or_else(|p| p.into_inner())
                     .0;
             }
-            mine.append(&mut g);
+            // One entry per event: a future polled again (in a `select!` loop, say)
+            // registers again, with the waker that counts now.
+            for (e, waker) in g.drain(..) {
+                match mine.iter_mut().find(|(m, _)| Arc::ptr_eq(m, &e)) {
+                    Some(slot) => slot.1 = waker,
+                    None => mine.push((e, waker)),
+                }
+            }
         }
         // Wakers run executor code (scheduling a task): called outside the lock, so a
         // poll that registers again cannot deadlock.
@@ -73,7 +80,9 @@ fn run(w: &Waiter) {
             .into_iter()
             .partition(|(e, _)| matches!(e.is_complete(), Ok(false)));
         for (_, waker) in finished {
-            waker.wake();
+            // A waker that panics must not end the only waiter thread (every later
+            // await of a Pending in the process would hang).
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake()));
         }
         mine = still;
     }
