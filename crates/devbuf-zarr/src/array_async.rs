@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use super::ZarrArray;
 use crate::aio::spawn;
+#[cfg(feature = "object_store")]
 use crate::read;
 use crate::read::ReadReport;
 use devbuf_core::error::Result;

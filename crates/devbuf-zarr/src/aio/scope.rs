@@ -20,6 +20,8 @@ type Hook = Box<dyn FnOnce() + Send>;
 
 /// A one-way stop signal: a flag the engine's workers poll (`ReadCounters::stop`) and
 /// hooks that wake whatever waits on I/O.
+// The hooks wake object-store waits: without that feature only the flag is used.
+#[cfg_attr(not(feature = "object_store"), allow(dead_code))]
 #[derive(Default)]
 pub(crate) struct Stop {
     flag: Arc<AtomicBool>,
@@ -27,6 +29,7 @@ pub(crate) struct Stop {
     next: AtomicU64,
 }
 
+#[cfg_attr(not(feature = "object_store"), allow(dead_code))]
 impl Stop {
     pub(crate) fn new() -> Arc<Stop> {
         Arc::new(Stop::default())
@@ -85,6 +88,7 @@ pub(crate) fn cancelled(what: &str) -> Error {
 }
 
 /// An async call's context.
+#[cfg_attr(not(feature = "object_store"), allow(dead_code))]
 #[derive(Clone)]
 pub(crate) struct Scope {
     /// The caller's runtime (`None`: the future was polled outside tokio, e.g. by
@@ -128,6 +132,7 @@ impl Drop for Entered {
 /// `Handle::block_on` polls `fut` on this thread; its I/O is driven by the caller's
 /// runtime, whose executor is free while the caller awaits the call's future. When the
 /// future is dropped instead, the stop aborts the wait here without the executor.
+#[cfg_attr(not(feature = "object_store"), allow(dead_code))]
 pub(crate) fn block_on_caller<F: Future>(
     handle: &tokio::runtime::Handle,
     stop: &Stop,

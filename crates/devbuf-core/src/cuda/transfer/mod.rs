@@ -275,8 +275,8 @@ impl Context {
         engine(self).config()
     }
 
-    /// Replaces the transfer engine's configuration (checked with
-    /// [`TransferConfig::validate`]). Transfers already running finish with the old one,
+    /// Replaces the transfer engine's configuration (checked first: an invalid one is
+    /// an error and changes nothing). Transfers already running finish with the old one,
     /// except that one still waiting for a staging kit that no longer fits a lowered
     /// [`TransferConfig::max_pinned_bytes`] fails with an error naming both sizes
     /// (rather than wait for memory the bound will never allow). Lowering
