@@ -363,19 +363,7 @@ mod bench {
             // calibration reads are in this figure.
             if args.wants("auto") {
                 a.set_read_options(args.read.clone())?;
-                auto_first = gbs(
-                    bytes,
-                    time(repeat, &mut || {
-                        a.read_all(&dev)?;
-                        ctx.synchronize()
-                    })?,
-                );
-                if args.reports {
-                    println!(
-                        "  {name} auto (first reads): {}",
-                        a.read_all_with_report(&dev)?.1
-                    );
-                }
+                auto_first = device_rate(a, ctx, args, name, "auto (first reads)")?;
             }
             for (k, (decoder, label)) in [
                 (Decoder::Cpu, "cpu"),
@@ -396,16 +384,7 @@ mod bench {
                 if matches!(decoder, Decoder::Gpu | Decoder::Both) && a.read_all(&dev).is_err() {
                     continue; // nvCOMP missing or the codec not for it: the report says why
                 }
-                device[k] = gbs(
-                    bytes,
-                    time(repeat, &mut || {
-                        a.read_all(&dev)?;
-                        ctx.synchronize()
-                    })?,
-                );
-                if args.reports {
-                    println!("  {name} {label}: {}", a.read_all_with_report(&dev)?.1);
-                }
+                device[k] = device_rate(a, ctx, args, name, label)?;
             }
             a.set_read_options(ReadOptions {
                 decoder: if device[2].is_nan() {
@@ -451,6 +430,26 @@ mod bench {
             write,
             report,
         })
+    }
+
+    /// GB/s of whole-array reads onto `ctx`'s device with `a`'s read options (median of
+    /// `--repeat` after a warm-up); with `--reports`, one more read's report.
+    fn device_rate(
+        a: &ZarrArray,
+        ctx: &Context,
+        args: &Args,
+        name: &str,
+        label: &str,
+    ) -> devbuf::Result<f64> {
+        let dev = BufferPrototype::Device(ctx.ordinal());
+        let secs = time(args.repeat, &mut || {
+            a.read_all(&dev)?;
+            ctx.synchronize()
+        })?;
+        if args.reports {
+            println!("  {name} {label}: {}", a.read_all_with_report(&dev)?.1);
+        }
+        Ok(gbs(a.metadata().nbytes() as f64, secs))
     }
 
     fn print_row(r: &Row) {
