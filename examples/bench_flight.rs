@@ -274,7 +274,7 @@ fn run() -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let e = |e: devbuf::Error| e.to_string();
-    let want = host_checksum(&local.read_all(&BufferPrototype::Host).map_err(e)?)?;
+    let want = host_checksum(&local.read(..).to(&BufferPrototype::Host).map_err(e)?)?;
     let mut table: Vec<(String, String, Result<f64, String>)> = Vec::new();
 
     let chunks = (rows / chunk_rows) as usize;

@@ -12,7 +12,7 @@
 //! * **raw GET**: an `object_store` GET loop over the same objects (whole objects, the
 //!   same concurrency), the I/O ceiling: its figure is the array's decoded bytes over
 //!   the loop's time, so it compares with the reads directly;
-//! * **devbuf**: `ZarrArray::open_url(...).read_all` into host memory and, with a GPU,
+//! * **devbuf**: `ZarrArray::open(url).read(..).to(..)` into host memory and, with a GPU,
 //!   into device memory;
 //! * **peers** (`scripts/peers/object_store.py`, when Python has them): zarr-python on
 //!   obstore, tensorstore's S3 driver, and with cupy each followed by an upload.
@@ -211,13 +211,17 @@ fn run() -> Res<()> {
     };
     let (_server, port) = start_server(&bin)?;
     let endpoint = format!("http://127.0.0.1:{port}");
-    let opts = ObjectStoreOptions::default()
-        .with("aws_endpoint", endpoint.clone())
-        .with("aws_allow_http", "true")
-        .with("aws_region", "us-east-1")
-        .with("aws_access_key_id", KEY)
-        .with("aws_secret_access_key", SECRET)
-        .with_concurrency(a.concurrency);
+    let mut opts = ObjectStoreOptions::default();
+    opts.config = [
+        ("aws_endpoint", endpoint.as_str()),
+        ("aws_allow_http", "true"),
+        ("aws_region", "us-east-1"),
+        ("aws_access_key_id", KEY),
+        ("aws_secret_access_key", SECRET),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .to_vec();
+    opts.concurrency = a.concurrency;
     let gpu = cuda::is_available();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
@@ -263,7 +267,10 @@ fn run() -> Res<()> {
         }
         let url = format!("s3://{BUCKET}/{name}");
         let t = Instant::now();
-        let arr = ZarrArray::create_url(&url, &spec, &opts)?;
+        let arr = ZarrArray::create(
+            devbuf::zarr::Location::Url(url.to_string(), opts.clone()),
+            &spec,
+        )?;
         arr.write_subset(&[0, 0], &data)?;
         let write = gbs(decoded, t.elapsed().as_secs_f64());
         let store = UrlStore::open(&format!("s3://{BUCKET}"), &opts)?;
@@ -276,13 +283,14 @@ fn run() -> Res<()> {
             }
             Ok(())
         })?;
-        let arr = ZarrArray::open_url(&url, &opts)?;
+        let arr = ZarrArray::open(devbuf::zarr::Location::Url(url.to_string(), opts.clone()))?;
         let host_t = time(a.repeat, &mut || {
-            arr.read_all(&BufferPrototype::Host)?;
+            arr.read(..).to(&BufferPrototype::Host)?;
             Ok(())
         })?;
         let want = arr
-            .read_all(&BufferPrototype::Host)?
+            .read(..)
+            .to(&BufferPrototype::Host)?
             .to_buffer()?
             .to_bytes()?;
         if want != data.to_buffer()?.to_bytes()? {
@@ -290,7 +298,8 @@ fn run() -> Res<()> {
         }
         let device = if gpu {
             let dev = arr
-                .read_all(&BufferPrototype::Device(0))?
+                .read(..)
+                .to(&BufferPrototype::Device(0))?
                 .to_buffer()?
                 .to_bytes()?;
             if dev != want {
@@ -299,7 +308,7 @@ fn run() -> Res<()> {
             Some(gbs(
                 decoded,
                 time(a.repeat, &mut || {
-                    arr.read_all(&BufferPrototype::Device(0))?;
+                    arr.read(..).to(&BufferPrototype::Device(0))?;
                     Ok(())
                 })?,
             ))

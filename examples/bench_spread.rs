@@ -1,5 +1,5 @@
 //! Multi-device read benchmark: one store read onto 1, 2, 4, ... GPUs with
-//! `ZarrArray::read_spread`, partitioned along axis 0 and replicated, against the
+//! `ZarrArray::read(..).spread(..)`, partitioned along axis 0 and replicated, against the
 //! limits measured in the same run.
 //!
 //! ```text
@@ -176,7 +176,7 @@ mod bench {
                     let devs = &all[..n];
                     let mut last = None;
                     let secs = time_median(args.repeat, || {
-                        last = Some(a.read_spread(&whole, devs, spread)?);
+                        last = Some(a.read(&whole).spread(devs, spread)?);
                         Ok::<(), devbuf::Error>(())
                     })?;
                     let rate = gbs(bytes, secs);

@@ -302,7 +302,7 @@ mod bench {
         name: String,
         ratio: f64,
         host: f64,
-        /// Host reads into one buffer reused for every read (`read_all_into`).
+        /// Host reads into one buffer reused for every read (`read(..).into(..)`).
         into: f64,
         /// Device reads: CPU decode, GPU decode, both, Auto (after the others ran).
         device: [f64; 4],
@@ -342,21 +342,21 @@ mod bench {
         let host = BufferPrototype::Host;
         a.set_read_options(args.read.clone())?;
         let host_s = if args.wants("host") {
-            time(repeat, &mut || a.read_all(&host).map(drop))?
+            time(repeat, &mut || a.read(..).to(&host).map(drop))?
         } else {
             f64::NAN
         };
         let into_s = if args.wants("into") {
             // One buffer for every read, touched once before the timing.
             let mut out = vec![0u8; bytes as usize];
-            time(repeat, &mut || a.read_all_into(&mut out).map(drop))?
+            time(repeat, &mut || a.read(..).into(&mut out).map(drop))?
         } else {
             f64::NAN
         };
         let mut device = [f64::NAN; 4];
         let mut auto_first = f64::NAN;
         let mut write = [None; 3];
-        let report;
+        let mut report = ReadReport::default();
         if let Some(ctx) = ctx {
             let dev = BufferPrototype::Device(ctx.ordinal());
             // Auto first, as a program that never names a decoder meets it: its
@@ -381,7 +381,7 @@ mod bench {
                     decoder,
                     ..args.read.clone()
                 })?;
-                if matches!(decoder, Decoder::Gpu | Decoder::Both) && a.read_all(&dev).is_err() {
+                if matches!(decoder, Decoder::Gpu | Decoder::Both) && a.read(..).to(&dev).is_err() {
                     continue; // nvCOMP missing or the codec not for it: the report says why
                 }
                 device[k] = device_rate(a, ctx, args, name, label)?;
@@ -394,7 +394,8 @@ mod bench {
                 },
                 ..args.read.clone()
             })?;
-            let (on_dev, r) = a.read_all_with_report(&dev)?;
+            let mut r = devbuf::zarr::ReadReport::default();
+            let on_dev = a.read(..).report(&mut r).to(&dev)?;
             report = r;
             if let Some((spec, dir)) = write_spec.filter(|_| args.writes && WRITES.contains(&name))
             {
@@ -417,7 +418,7 @@ mod bench {
                 let _ = std::fs::remove_dir_all(dir);
             }
         } else {
-            report = a.read_all_with_report(&host)?.1;
+            a.read(..).report(&mut report).to(&host)?;
         }
         let ratio = bytes / stored_bytes(path).max(1) as f64;
         Ok(Row {
@@ -443,11 +444,13 @@ mod bench {
     ) -> devbuf::Result<f64> {
         let dev = BufferPrototype::Device(ctx.ordinal());
         let secs = time(args.repeat, &mut || {
-            a.read_all(&dev)?;
+            a.read(..).to(&dev)?;
             ctx.synchronize()
         })?;
         if args.reports {
-            println!("  {name} {label}: {}", a.read_all_with_report(&dev)?.1);
+            let mut report = ReadReport::default();
+            a.read(..).report(&mut report).to(&dev)?;
+            println!("  {name} {label}: {report}");
         }
         Ok(gbs(a.metadata().nbytes() as f64, secs))
     }

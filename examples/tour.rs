@@ -153,7 +153,11 @@ fn run_one(
 
     // 1. Load every chunk into the prototype's memory.
     let t = Instant::now();
-    let (chunks, read_report) = array.read_chunks_with_report(&coords, prototype)?;
+    let mut read_report = devbuf::zarr::ReadReport::default();
+    let chunks = array
+        .read_chunks(&coords)
+        .report(&mut read_report)
+        .to(prototype)?;
     if let Some(c) = ctx {
         c.synchronize()?;
     }
@@ -272,7 +276,9 @@ fn consumer(handle_hex: &str, schema_hex: &str, source: &str) -> Res<()> {
         let coords = batch.coords(i).ok_or("missing coordinates")?.to_vec();
         let got = batch.chunk(i)?.to_buffer()?.to_bytes()?;
         let want = array
-            .read_chunk(&coords, &BufferPrototype::Host)?
+            .read_chunks(&[&coords])
+            .to(&BufferPrototype::Host)
+            .map(|mut v| v.remove(0))?
             .to_buffer()?
             .to_bytes()?;
         if got != want {

@@ -128,7 +128,8 @@ fn run() -> devbuf::Result<()> {
         })
         .collect();
     let t = Instant::now();
-    let (chunks, report) = array.read_chunks_with_report(&indices, &proto)?;
+    let mut report = devbuf::zarr::ReadReport::default();
+    let chunks = array.read_chunks(&indices).report(&mut report).to(&proto)?;
     if let BufferPrototype::Device(o) = proto {
         cuda::Context::new(o)?.synchronize()?;
     }
@@ -156,7 +157,8 @@ fn run() -> devbuf::Result<()> {
     println!("  {count} elements, sum of the finite ones (real parts) {sum:.6}");
 
     // The same array in one read, as a check.
-    let (whole, report) = array.read_all_with_report(&proto)?;
+    let mut report = devbuf::zarr::ReadReport::default();
+    let whole = array.read(..).report(&mut report).to(&proto)?;
     println!(
         "  read_all: shape {:?}, {} on {}",
         whole.shape(),

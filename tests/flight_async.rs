@@ -2,7 +2,7 @@
 //! current-thread and a multi-thread runtime: a devbuf server started with
 //! `Server::start_async` and a tonic service of the test's own (an arrow-flight
 //! `FlightService` whose DoGet handler reads through devbuf's async Flight client and
-//! reads the same array with `ZarrArray::read_async`), all on the test's runtime; blocking
+//! reads the same array with `ZarrArray::read(..).to_async`), all on the test's runtime; blocking
 //! calls on a current-thread runtime are errors naming the async form; dropping an async
 //! read's future cancels its stream on the server.
 #![cfg(feature = "flight")]
@@ -44,7 +44,7 @@ const ARRAY: &str = "v3_float32.zarr";
 const WAIT: Duration = Duration::from_secs(20);
 
 /// A tonic service of the test's own: DoGet of a ticket naming an array reads it through
-/// devbuf's async Flight client from the devbuf server and with `ZarrArray::read_async`
+/// devbuf's async Flight client from the devbuf server and with `ZarrArray::read(..).to_async`
 /// from the same directory, checks that both agree, and sends the values as one batch.
 struct Proxy {
     client: Arc<Client>,
@@ -80,7 +80,8 @@ impl FlightService for Proxy {
         let local = ZarrArray::open_async(self.root.join(&path))
             .await
             .map_err(internal)?
-            .read_async(&[], HOST)
+            .read(..)
+            .to_async(&HOST)
             .await
             .map_err(internal)?;
         let (remote, local) = (bytes_of(&remote), bytes_of(&local));
@@ -199,7 +200,7 @@ async fn everything_on_the_callers_runtime() {
 
     // Reads agree with the local async read.
     let local = ZarrArray::open_async(root.join(ARRAY)).await.unwrap();
-    let whole = local.read_async(&[], HOST).await.unwrap();
+    let whole = local.read(..).to_async(&HOST).await.unwrap();
     let got = client.read_async(ARRAY, &[], &HOST).await.unwrap();
     assert_eq!(bytes_of(&got), bytes_of(&whole));
     let chunks = client.read_chunks_async(ARRAY, None, &HOST).await.unwrap();
@@ -222,7 +223,7 @@ async fn everything_on_the_callers_runtime() {
         .unwrap_err();
     assert_eq!(gone.kind(), devbuf::ErrorKind::NotFound, "{gone}");
 
-    // A tonic service whose handler awaits devbuf's async client and read_async.
+    // A tonic service whose handler awaits devbuf's async client and read(..).to_async.
     let proxy = start_proxy(Proxy {
         client: client.clone(),
         root: root.to_path_buf(),

@@ -358,7 +358,7 @@ fn lying_server(root: &Path, lie: Lie) -> (tokio::runtime::Runtime, String) {
 fn streams_that_end_early_or_repeat_chunks_are_errors() {
     let dir = TempDir::new("flight-lies");
     let local = many_chunks(&dir);
-    let want = bytes_of(&local.read_all(&HOST).unwrap());
+    let want = bytes_of(&local.read(..).to(&HOST).unwrap());
     // Honest: the read is whole.
     let honest = serve(&dir.0, |c| c.endpoints(3).batch_bytes(1000));
     let client = Client::connect(&honest.uri(), Some(TOKEN)).unwrap();
@@ -455,5 +455,5 @@ fn a_silent_server_times_out_and_streams_are_limited() {
     gate.open();
     assert!(server.wait_idle(Duration::from_secs(60)));
     let all = client.read("a.zarr", &[], &HOST).unwrap();
-    assert_eq!(bytes_of(&all), bytes_of(&local.read_all(&HOST).unwrap()));
+    assert_eq!(bytes_of(&all), bytes_of(&local.read(..).to(&HOST).unwrap()));
 }

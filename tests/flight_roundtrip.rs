@@ -59,7 +59,7 @@ fn every_fixture_array_reads_back_bit_for_bit() {
             );
             continue;
         }
-        let want = local.read_all(&HOST).unwrap();
+        let want = local.read(..).to(&HOST).unwrap();
         let got = client
             .read(name, &[], &HOST)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -94,7 +94,7 @@ fn fixture_selections_match_local_reads() {
         vec![],
     ];
     for sel in &sels {
-        let want = local.read(sel, &HOST).unwrap();
+        let want = local.read(sel).to(&HOST).unwrap();
         let got = client.read("v2_float64_F.zarr", sel, &HOST).unwrap();
         assert_eq!(got.shape(), want.shape(), "{sel:?}");
         assert_eq!(bytes_of(&got), bytes_of(&want), "{sel:?}");
@@ -123,7 +123,8 @@ fn server_read_options_reach_the_engine_and_are_checked() {
     for name in ["v2_float64_F.zarr", "v3_float32_sharded.zarr"] {
         let want = ZarrArray::open(format!("{FIXTURES}/{name}"))
             .unwrap()
-            .read_all(&HOST)
+            .read(..)
+            .to(&HOST)
             .unwrap();
         let got = client.read(name, &[], &HOST).unwrap();
         assert_eq!(bytes_of(&got), bytes_of(&want), "{name}");
@@ -225,7 +226,7 @@ fn random_arrays_and_selections_match_local_reads() {
         let whole = client.read(name, &[], &HOST).unwrap();
         assert_eq!(
             bytes_of(&whole),
-            bytes_of(&local.read_all(&HOST).unwrap()),
+            bytes_of(&local.read(..).to(&HOST).unwrap()),
             "{name}"
         );
         for _ in 0..12 {
@@ -233,7 +234,7 @@ fn random_arrays_and_selections_match_local_reads() {
                 .iter()
                 .map(|&n| random_axis(&mut rng, n as usize))
                 .collect();
-            let want = local.read(&sel, &HOST).unwrap();
+            let want = local.read(&sel).to(&HOST).unwrap();
             let got = client
                 .read(name, &sel, &HOST)
                 .unwrap_or_else(|e| panic!("{name} {sel:?}: {e}"));
@@ -258,7 +259,11 @@ fn chunk_batches_arrive_whole_and_padded_with_the_fill_value() {
     for b in &batches {
         assert_eq!(b.tensor_type().element(), ElementType::Int16);
         for (coords, chunk) in b.iter().map(Result::unwrap) {
-            let want = local.read_chunk(coords, &HOST).unwrap();
+            let want = local
+                .read_chunks(&[coords])
+                .to(&HOST)
+                .map(|mut v| v.remove(0))
+                .unwrap();
             assert_eq!(bytes_of(&chunk), bytes_of(&want), "chunk {coords:?}");
             seen.push(coords.to_vec());
         }
@@ -504,7 +509,7 @@ fn two_servers_each_serve_half_of_an_array() {
             Server::serve(cfg, l).unwrap()
         })
         .collect();
-    let want = bytes_of(&local.read_all(&HOST).unwrap());
+    let want = bytes_of(&local.read(..).to(&HOST).unwrap());
     for uri in &uris {
         // Either server describes the same flight: half at each.
         let client = Client::connect(uri, Some(TOKEN)).unwrap();
@@ -521,7 +526,10 @@ fn two_servers_each_serve_half_of_an_array() {
         assert_eq!(bytes_of(&got), want);
         let sel = [AxisSel::from(5..35), Slice::every(2).into()];
         let got = client.read("a.zarr", &sel, &HOST).unwrap();
-        assert_eq!(bytes_of(&got), bytes_of(&local.read(&sel, &HOST).unwrap()));
+        assert_eq!(
+            bytes_of(&got),
+            bytes_of(&local.read(&sel).to(&HOST).unwrap())
+        );
     }
     // Both served: each sent its half.
     for s in &servers {
@@ -558,7 +566,8 @@ fn tls_round_trip_and_untrusted_certificates_are_refused() {
     let got = client.read("v2_int32_C.zarr", &[], &HOST).unwrap();
     let want = ZarrArray::open(format!("{FIXTURES}/v2_int32_C.zarr"))
         .unwrap()
-        .read_all(&HOST)
+        .read(..)
+        .to(&HOST)
         .unwrap();
     assert_eq!(bytes_of(&got), bytes_of(&want));
     // Another CA: the handshake fails.

@@ -5,7 +5,7 @@
 //!
 //! Each input damages one stored chunk (bit flips, bytes, extreme words, truncation,
 //! extension, splices; or replaces it with another chunk's bytes) and reads it with
-//! `read_chunk` and the whole array with `read_all` on the host. Outcome: an error, or
+//! `read_chunks` and the whole array with `read(..)` on the host. Outcome: an error, or
 //! arrays of exactly the expected shape and data type (the values of an undamaged
 //! chunk). A panic, a hang or a read of the wrong size fails; a panic inside `zarrs`
 //! that devbuf caught is reported as a finding (a failure with `DEVBUF_FUZZ_STRICT=1`).
@@ -50,7 +50,7 @@ fn written() -> Vec<Fixture> {
                 spec = spec.with_subchunks(&[3, 2]);
             }
             let store = Arc::new(MemoryStore::new());
-            let a = ZarrArray::create_in_store(store.clone(), "", &spec).unwrap();
+            let a = ZarrArray::create((store.clone(), ""), &spec).unwrap();
             // Compressible but not constant data.
             let bytes: Vec<u8> = (0..13 * 9 * dtype.size())
                 .map(|i| {
@@ -113,8 +113,8 @@ fn fuzz_zarr_chunk_bytes_every_codec() {
     let baseline: Vec<Vec<u8>> = sources
         .iter()
         .map(|f| {
-            let a = ZarrArray::open_store(f.store(&[]), "").unwrap();
-            let nd = a.read_all(&BufferPrototype::Host).unwrap();
+            let a = ZarrArray::open((f.store(&[]), "")).unwrap();
+            let nd = a.read(..).to(&BufferPrototype::Host).unwrap();
             nd.to_buffer().unwrap().to_bytes().unwrap()
         })
         .collect();
@@ -152,14 +152,15 @@ fn fuzz_zarr_chunk_bytes_every_codec() {
             }
             let unchanged = &bytes == original;
             let describe = || format!("{}: {key} {change:?}", src.name);
-            let a = ZarrArray::open_store(src.store(&[(key, bytes.clone())]), "")
+            let a = ZarrArray::open((src.store(&[(key, bytes.clone())]), ""))
                 .map_err(|e| format!("the metadata no longer opens: {e}"))?;
             let ndim = a.metadata().shape.len();
             let index = chunk_index(key, ndim).unwrap_or_else(|| vec![0; ndim]);
             let what = read_chunk_checked(&a, &index, &findings, &describe)?;
             if unchanged {
                 let all = a
-                    .read_all(&BufferPrototype::Host)
+                    .read(..)
+                    .to(&BufferPrototype::Host)
                     .map_err(|e| format!("an undamaged array failed to read: {e}"))?;
                 if all.to_buffer().unwrap().to_bytes().unwrap() != baseline[s] {
                     return Err("an undamaged array read other values".into());

@@ -2,7 +2,7 @@
 //! metadata documents, v2 (`.zarray`) and v3 (`zarr.json`).
 //!
 //! Each input is a zarr-python fixture array (its real chunks included) in a
-//! `MemoryStore`, opened with `ZarrArray::open_store` after its metadata was edited as
+//! `MemoryStore`, opened with `ZarrArray::open((store, path))` after its metadata was edited as
 //! JSON (a node replaced by an extreme or misplaced value, removed, or an array made
 //! longer or shorter: shapes of overflowing extents, zero, thousands of axes, unknown
 //! data types and codecs, shards that do not divide) and sometimes damaged as text.
@@ -356,10 +356,10 @@ fn fuzz_zarr_metadata_documents() {
     // array of zero axes in order "F" reaches `unwrap_unchecked` in zarrs 0.23
     // (undefined behaviour; an abort in a debug build): such inputs are skipped then.
     let checked_first = matches!(
-        ZarrArray::open_store(
+        ZarrArray::open((
             fixtures[0].store(&[(fixtures[0].metadata().0, b"{".to_vec())]),
             ""
-        ),
+        )),
         Err(devbuf::Error::Malformed(_))
     );
     let input = (
@@ -398,7 +398,7 @@ fn fuzz_zarr_metadata_documents() {
                 )
             };
             let store = fx.store(&[(key, text.clone())]);
-            let a = match ZarrArray::open_store(store, "") {
+            let a = match ZarrArray::open((store, "")) {
                 Ok(a) => a,
                 Err(e) => {
                     return classify(&e, &findings, describe)

@@ -1,4 +1,4 @@
-//! zarr stores in object storage (`devbuf::zarr::object_store`, `ZarrArray::open_url`)
+//! zarr stores in object storage (`devbuf::zarr::object_store`, `ZarrArray::open` of a URL)
 //! against real servers on 127.0.0.1: an S3-compatible server (`s3s-fs`) and a plain
 //! HTTP server with byte ranges and faults (`scripts/http_store_server.py`).
 //!
@@ -77,14 +77,17 @@ fn fixtures_upload_and_read_bit_exactly_over_s3() {
     }
     let mut rng = random::rng("fixtures_over_s3");
     for name in &names {
-        let remote = ZarrArray::open_url(&server.url(&format!("fixtures/{name}")), &opts)
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let remote = ZarrArray::open(devbuf::zarr::Location::Url(
+            server.url(&format!("fixtures/{name}")).to_string(),
+            opts.clone(),
+        ))
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
         let local = ZarrArray::open(fixtures_dir().join(name)).unwrap();
         assert_eq!(remote.metadata().shape, local.metadata().shape, "{name}");
         assert_eq!(remote.dtype(), local.dtype(), "{name}");
         let (r, l) = (
-            remote.read_all(&HOST).unwrap(),
-            local.read_all(&HOST).unwrap(),
+            remote.read(..).to(&HOST).unwrap(),
+            local.read(..).to(&HOST).unwrap(),
         );
         assert_eq!(bytes_of(&r), bytes_of(&l), "{name}: read_all");
         // A random box, read both ways.
@@ -98,8 +101,8 @@ fn fixtures_upload_and_read_bit_exactly_over_s3() {
         let ranges: Vec<std::ops::Range<u64>> =
             start.iter().zip(&ext).map(|(&s, &e)| s..s + e).collect();
         let (r, l) = (
-            remote.read_subset(&ranges, &HOST).unwrap(),
-            local.read_subset(&ranges, &HOST).unwrap(),
+            remote.read(&ranges).to(&HOST).unwrap(),
+            local.read(&ranges).to(&HOST).unwrap(),
         );
         assert_eq!(
             bytes_of(&r),
@@ -198,12 +201,20 @@ fn sharded_reads_fetch_whole_shards_or_each_index_once_and_coalesced_ranges() {
     let spec = ArraySpec::new(&shape, &[32, 48], Dtype::UINT16)
         .with_subchunks(&[8, 12])
         .with_compressor(Compressor::Zstd { level: 1 });
-    let a = ZarrArray::create_url(&server.url("sh"), &spec, &opts).unwrap();
+    let a = ZarrArray::create(
+        devbuf::zarr::Location::Url(server.url("sh").to_string(), opts.clone()),
+        &spec,
+    )
+    .unwrap();
     let all = fill_random(&a, &shape, "sharded_reads");
     let before = server.gets(&sentinel(&probe));
 
-    let r = ZarrArray::open_url(&server.url("sh"), &opts).unwrap();
-    assert_eq!(bytes_of(&r.read_all(&HOST).unwrap()), all);
+    let r = ZarrArray::open(devbuf::zarr::Location::Url(
+        server.url("sh").to_string(),
+        opts.clone(),
+    ))
+    .unwrap();
+    assert_eq!(bytes_of(&r.read(..).to(&HOST).unwrap()), all);
     let after = server.gets(&sentinel(&probe));
     let shard_keys: Vec<String> = (0..2)
         .flat_map(|i| (0..2).map(move |j| format!("sh/c/{i}/{j}")))
@@ -218,7 +229,7 @@ fn sharded_reads_fetch_whole_shards_or_each_index_once_and_coalesced_ranges() {
 
     // One inner chunk of shard [1, 0]: its index and one range; no other shard read.
     // (A box over parts of every shard reads each index once and coalesced ranges.)
-    let part = r.read_subset(&[40..48, 12..24], &HOST).unwrap();
+    let part = r.read(&[40..48, 12..24]).to(&HOST).unwrap();
     assert_eq!(
         bytes_of(&part),
         zarrs_common::sub_box(&all, &shape, 2, &[40, 12], &[8, 12])
@@ -231,7 +242,7 @@ fn sharded_reads_fetch_whole_shards_or_each_index_once_and_coalesced_ranges() {
     }
 
     // A box over part of every shard: each index once, then one coalesced range each.
-    let part = r.read_subset(&[20..44, 30..70], &HOST).unwrap();
+    let part = r.read(&[20..44, 30..70]).to(&HOST).unwrap();
     assert_eq!(
         bytes_of(&part),
         zarrs_common::sub_box(&all, &shape, 2, &[20, 30], &[24, 40])
@@ -251,13 +262,18 @@ fn each_chunk_is_fetched_once_and_missing_chunks_read_as_fill() {
     let Some(server) = S3Server::start("chunks") else {
         return;
     };
-    let opts = server.options().with_concurrency(3);
+    let mut opts = server.options();
+    opts.concurrency = 3;
     let probe = UrlStore::open(&server.url(""), &opts).unwrap();
     let shape = [40u64, 30];
     let spec = ArraySpec::new(&shape, &[8, 10], Dtype::UINT16)
         .with_fill_value(Scalar::from(7u16))
         .with_compressor(Compressor::Gzip { level: 1 });
-    let a = ZarrArray::create_url(&server.url("ch"), &spec, &opts).unwrap();
+    let a = ZarrArray::create(
+        devbuf::zarr::Location::Url(server.url("ch").to_string(), opts.clone()),
+        &spec,
+    )
+    .unwrap();
     let mut all = fill_random(&a, &shape, "chunks_once");
     // Chunk [2, 1] goes missing: it reads as the fill value.
     probe.delete("ch/c/2/1").unwrap();
@@ -266,10 +282,14 @@ fn each_chunk_is_fetched_once_and_missing_chunks_read_as_fill() {
         .collect();
     zarrs_common::put_box(&mut all, &shape, 2, &[16, 10], &[8, 10], &fill);
     let before = probe_gets(&server, &probe);
-    let got = ZarrArray::open_url(&server.url("ch"), &opts)
-        .unwrap()
-        .read_all(&HOST)
-        .unwrap();
+    let got = ZarrArray::open(devbuf::zarr::Location::Url(
+        server.url("ch").to_string(),
+        opts.clone(),
+    ))
+    .unwrap()
+    .read(..)
+    .to(&HOST)
+    .unwrap();
     assert_eq!(bytes_of(&got), all);
     let after = probe_gets(&server, &probe);
     for i in 0..5 {
@@ -286,7 +306,8 @@ fn reads_larger_than_the_read_ahead_stream_through_it() {
     let Some(server) = S3Server::start("stream") else {
         return;
     };
-    let mut opts = server.options().with_concurrency(4);
+    let mut opts = server.options();
+    opts.concurrency = 4;
     opts.read_ahead_bytes = 1 << 20; // the least allowed: 8 of these chunks
     let shape = [2048u64, 1024];
     for (name, spec) in [
@@ -298,11 +319,19 @@ fn reads_larger_than_the_read_ahead_stream_through_it() {
                 .with_compressor(Compressor::Zstd { level: 1 }),
         ),
     ] {
-        let a = ZarrArray::create_url(&server.url(name), &spec, &opts).unwrap();
+        let a = ZarrArray::create(
+            devbuf::zarr::Location::Url(server.url(name).to_string(), opts.clone()),
+            &spec,
+        )
+        .unwrap();
         let all = fill_random(&a, &shape, name);
-        let r = ZarrArray::open_url(&server.url(name), &opts).unwrap();
-        assert_eq!(bytes_of(&r.read_all(&HOST).unwrap()), all, "{name}");
-        let part = r.read_subset(&[100..1900, 300..1000], &HOST).unwrap();
+        let r = ZarrArray::open(devbuf::zarr::Location::Url(
+            server.url(name).to_string(),
+            opts.clone(),
+        ))
+        .unwrap();
+        assert_eq!(bytes_of(&r.read(..).to(&HOST).unwrap()), all, "{name}");
+        let part = r.read(&[100..1900, 300..1000]).to(&HOST).unwrap();
         assert_eq!(
             bytes_of(&part),
             zarrs_common::sub_box(&all, &shape, 2, &[100, 300], &[1800, 700]),
@@ -321,17 +350,23 @@ fn wrong_credentials_are_refused_and_never_shown() {
         return;
     };
     let spec = ArraySpec::new(&[4], &[2], Dtype::INT32);
-    ZarrArray::create_url(&server.url("c"), &spec, &server.options()).unwrap();
+    ZarrArray::create(
+        devbuf::zarr::Location::Url(server.url("c").to_string(), server.options()),
+        &spec,
+    )
+    .unwrap();
     let wrong_secret = "wrong-secret-value-1234";
-    let bad = ObjectStoreOptions::default()
-        .with("aws_endpoint", server.endpoint())
-        .with("aws_allow_http", "true")
-        .with("aws_region", "us-east-1")
-        .with("aws_access_key_id", servers::ACCESS_KEY)
-        .with("aws_secret_access_key", wrong_secret)
-        .with_max_retries(0);
+    let mut bad = server.options();
+    bad.config.retain(|(k, _)| k != "aws_secret_access_key");
+    bad.config
+        .push(("aws_secret_access_key".into(), wrong_secret.into()));
+    bad.max_retries = 0;
     assert!(!format!("{bad:?}").contains(wrong_secret));
-    let e = ZarrArray::open_url(&server.url("c"), &bad).unwrap_err();
+    let e = ZarrArray::open(devbuf::zarr::Location::Url(
+        server.url("c").to_string(),
+        bad.clone(),
+    ))
+    .unwrap_err();
     let msg = e.to_string();
     // HTTP 403: permission denied, with the client's error as source.
     assert!(matches!(e, Error::PermissionDenied { .. }), "{e:?}");
@@ -350,10 +385,11 @@ fn wrong_credentials_are_refused_and_never_shown() {
     );
     assert!(!msg.contains(servers::ACCESS_KEY), "{msg}");
     // An unknown configuration key is named.
-    let e = UrlStore::open(
-        &server.url("c"),
-        &ObjectStoreOptions::default().with("aws_no_such_key", "1"),
-    )
+    let e = UrlStore::open(&server.url("c"), &{
+        let mut o = ObjectStoreOptions::default();
+        o.config.push(("aws_no_such_key".into(), "1".into()));
+        o
+    })
     .unwrap_err();
     assert!(e.to_string().contains("aws_no_such_key"), "{e}");
 }
@@ -442,15 +478,18 @@ fn a_server_that_dies_mid_read_is_an_error_not_a_partial_result() {
     let Some(server) = S3Server::start("killed") else {
         return;
     };
-    let opts = server
-        .options()
-        .with_concurrency(2)
-        .with_max_retries(1)
-        .with_request_timeout(Duration::from_secs(5));
+    let mut opts = server.options();
+    opts.concurrency = 2;
+    opts.max_retries = 1;
+    opts.request_timeout = Duration::from_secs(5);
     let shape = [64u64, 64];
     let spec = ArraySpec::new(&shape, &[8, 8], Dtype::UINT16)
         .with_compressor(Compressor::Zstd { level: 1 });
-    let a = ZarrArray::create_url(&server.url("k"), &spec, &opts).unwrap();
+    let a = ZarrArray::create(
+        devbuf::zarr::Location::Url(server.url("k").to_string(), opts.clone()),
+        &spec,
+    )
+    .unwrap();
     fill_random(&a, &shape, "killed");
     let real = UrlStore::open(&server.url("k"), &opts).unwrap();
     // 2 GETs open the array (metadata), then 64 chunks: stop the server at the 10th.
@@ -462,8 +501,8 @@ fn a_server_that_dies_mid_read_is_an_error_not_a_partial_result() {
     };
     let store =
         UrlStore::from_object_store(Arc::new(stopping), real.prefix(), real.url(), &opts).unwrap();
-    let a = ZarrArray::open_url_store(Arc::new(store)).unwrap();
-    let e = a.read_all(&HOST).unwrap_err();
+    let a = ZarrArray::open(Arc::new(store)).unwrap();
+    let e = a.read(..).to(&HOST).unwrap_err();
     let msg = e.to_string();
     assert!(matches!(e, Error::Io { .. }), "{e:?}");
     assert!(
@@ -480,26 +519,38 @@ fn an_http_server_serves_stores_read_only() {
         "v2_float32_blosc.zarr",
         "v3_uint8_sharded.zarr",
     ] {
-        let remote = ZarrArray::open_url(&server.url(name), &ObjectStoreOptions::default())
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let remote = ZarrArray::open(devbuf::zarr::Location::Url(
+            server.url(name).to_string(),
+            ObjectStoreOptions::default(),
+        ))
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
         let local = ZarrArray::open(fixtures_dir().join(name)).unwrap();
         assert_eq!(
-            bytes_of(&remote.read_all(&HOST).unwrap()),
-            bytes_of(&local.read_all(&HOST).unwrap()),
+            bytes_of(&remote.read(..).to(&HOST).unwrap()),
+            bytes_of(&local.read(..).to(&HOST).unwrap()),
             "{name}"
         );
         let origin = vec![0u64; local.metadata().shape.len()];
-        let value = local.read_chunk(&origin, &HOST).unwrap();
-        let e = remote.write_chunk(&origin, &value).unwrap_err().to_string();
+        let value = local
+            .read_chunks(&[&origin])
+            .to(&HOST)
+            .map(|mut v| v.remove(0))
+            .unwrap();
+        let e = remote
+            .write_chunks(&[&origin], std::slice::from_ref(&value))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("read-only") || e.contains("read only"),
             "{name}: {e}"
         );
     }
-    let e = ZarrArray::create_url(
-        &server.url("new.zarr"),
+    let e = ZarrArray::create(
+        devbuf::zarr::Location::Url(
+            server.url("new.zarr").to_string(),
+            ObjectStoreOptions::default(),
+        ),
         &ArraySpec::new(&[4], &[2], Dtype::INT32),
-        &ObjectStoreOptions::default(),
     )
     .unwrap_err();
     assert!(matches!(e, Error::ReadOnly(_)), "{e:?}");
@@ -517,19 +568,27 @@ fn http_failures_retry_when_transient_and_name_the_key_otherwise() {
             "/v2_float32_none.zarr/1.1.0=status:403",
         ],
     );
-    let opts = ObjectStoreOptions::default().with_max_retries(3);
+    let opts = options(|o| o.max_retries = 3);
     // Two 503s, then the chunk: the retries hide them.
-    let a = ZarrArray::open_url(&server.url("v2_float32_zstd.zarr"), &opts).unwrap();
+    let a = ZarrArray::open(devbuf::zarr::Location::Url(
+        server.url("v2_float32_zstd.zarr").to_string(),
+        opts.clone(),
+    ))
+    .unwrap();
     let local = ZarrArray::open(fixtures_dir().join("v2_float32_zstd.zarr")).unwrap();
     assert_eq!(
-        bytes_of(&a.read_all(&HOST).unwrap()),
-        bytes_of(&local.read_all(&HOST).unwrap())
+        bytes_of(&a.read(..).to(&HOST).unwrap()),
+        bytes_of(&local.read(..).to(&HOST).unwrap())
     );
     assert_eq!(server.stats()["/v2_float32_zstd.zarr/0.1.0"], 3);
 
     let check = |name: &str, key: &str, opts: &ObjectStoreOptions, what: &[&str]| {
-        let a = ZarrArray::open_url(&server.url(name), opts).unwrap();
-        let e = a.read_all(&HOST).unwrap_err();
+        let a = ZarrArray::open(devbuf::zarr::Location::Url(
+            server.url(name).to_string(),
+            opts.clone(),
+        ))
+        .unwrap();
+        let e = a.read(..).to(&HOST).unwrap_err();
         let msg = e.to_string();
         let want = if what.contains(&"403") {
             ErrorKind::PermissionDenied
@@ -557,14 +616,14 @@ fn http_failures_retry_when_transient_and_name_the_key_otherwise() {
     check(
         "v2_int16_zstd.zarr",
         "1.0.0",
-        &ObjectStoreOptions::default().with_max_retries(2),
+        &options(|o| o.max_retries = 2),
         &["500"],
     );
     assert_eq!(server.stats()["/v2_int16_zstd.zarr/1.0.0"], 3);
     check(
         "v2_float32_gzip.zarr",
         "1.2.0",
-        &opts.clone().with_max_retries(0),
+        &options(|o| o.max_retries = 0),
         &[],
     );
     check("v2_float32_none.zarr", "1.1.0", &opts, &["refused", "403"]);
@@ -572,9 +631,10 @@ fn http_failures_retry_when_transient_and_name_the_key_otherwise() {
     check(
         "v2_int16_gzip.zarr",
         "0.2.0",
-        &ObjectStoreOptions::default()
-            .with_max_retries(0)
-            .with_request_timeout(Duration::from_secs(1)),
+        &options(|o| {
+            o.max_retries = 0;
+            o.request_timeout = Duration::from_secs(1);
+        }),
         &["timed out"],
     );
     assert!(
@@ -582,7 +642,11 @@ fn http_failures_retry_when_transient_and_name_the_key_otherwise() {
         "the timeout bounds the read"
     );
     // No array at the URL (every GET answers 404): not found.
-    let e = ZarrArray::open_url(&server.url("no_such.zarr"), &opts).unwrap_err();
+    let e = ZarrArray::open(devbuf::zarr::Location::Url(
+        server.url("no_such.zarr").to_string(),
+        opts.clone(),
+    ))
+    .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound, "{e:?}");
     assert!(e.to_string().contains("no_such.zarr"), "{e}");
 }
@@ -593,8 +657,12 @@ fn http_failures_retry_when_transient_and_name_the_key_otherwise() {
 #[ignore = "run by credentials_and_endpoint_come_from_the_environment in a child process"]
 fn env_child() {
     let url = std::env::var("DEVBUF_TEST_URL").expect("DEVBUF_TEST_URL");
-    let a = ZarrArray::open_url(&url, &ObjectStoreOptions::default()).unwrap();
-    let v = a.read_all(&HOST).unwrap().to_ndarray::<i32>().unwrap();
+    let a = ZarrArray::open(devbuf::zarr::Location::Url(
+        url.to_string(),
+        ObjectStoreOptions::default(),
+    ))
+    .unwrap();
+    let v = a.read(..).to(&HOST).unwrap().to_ndarray::<i32>().unwrap();
     assert_eq!(v.as_slice().unwrap(), &[0, 7, 8, 0]);
     println!("env_child read {:?}", v.as_slice().unwrap());
 }
@@ -604,10 +672,9 @@ fn credentials_and_endpoint_come_from_the_environment() {
     let Some(server) = S3Server::start("env") else {
         return;
     };
-    let a = ZarrArray::create_url(
-        &server.url("e"),
+    let a = ZarrArray::create(
+        devbuf::zarr::Location::Url(server.url("e").to_string(), server.options()),
         &ArraySpec::new(&[4], &[2], Dtype::INT32),
-        &server.options(),
     )
     .unwrap();
     a.write_subset(&[1], &NDBuffer::from_ndarray(ndarray::arr1(&[7i32, 8])))
@@ -648,10 +715,13 @@ fn bad_urls_and_options_are_errors() {
         let e = UrlStore::open(url, &ObjectStoreOptions::default());
         assert!(e.is_err(), "{url}: {e:?}");
     }
-    let e = UrlStore::open(
-        "file:///tmp",
-        &ObjectStoreOptions::default().with_concurrency(0),
-    )
-    .unwrap_err();
+    let e = UrlStore::open("file:///tmp", &options(|o| o.concurrency = 0)).unwrap_err();
     assert!(e.to_string().contains("concurrency"), "{e}");
+}
+
+/// Default options changed by `f`.
+fn options(f: impl FnOnce(&mut ObjectStoreOptions)) -> ObjectStoreOptions {
+    let mut o = ObjectStoreOptions::default();
+    f(&mut o);
+    o
 }

@@ -161,7 +161,7 @@ fn a_read_and_a_write_leave_spans_and_events() {
         ..ReadOptions::default()
     })
     .unwrap();
-    a.read_all(&BufferPrototype::Host).unwrap();
+    a.read(..).to(&BufferPrototype::Host).unwrap();
 
     let reads = cap.spans("devbuf.read", "location", "traced_rw.zarr");
     assert_eq!(reads.len(), 1, "{reads:?}");

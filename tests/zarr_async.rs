@@ -1,4 +1,4 @@
-//! The async API of zarr arrays and object stores (`*_async`, `chunks_stream`) on a
+//! The async API of zarr arrays and object stores (`open_async`, `to_async`, `read_chunks(..).stream(..)`) on a
 //! current-thread and a multi-thread tokio runtime: the same values as the blocking
 //! calls, object-store requests on the caller's runtime (devbuf's own I/O runtime is
 //! never started in this binary), and the blocking forms refused on a current-thread
@@ -67,18 +67,27 @@ async fn disk_reads_match(name: &str) {
     let path = fixture(name);
     let a = ZarrArray::open_async(&path).await.unwrap();
     let blocking = ZarrArray::open(&path).unwrap();
-    let all = a.read_all_async(HOST).await.unwrap();
-    assert_eq!(bytes_of(&all), bytes_of(&blocking.read_all(&HOST).unwrap()));
+    let all = a.read(..).to_async(&HOST).await.unwrap();
+    assert_eq!(
+        bytes_of(&all),
+        bytes_of(&blocking.read(..).to(&HOST).unwrap())
+    );
     let box_: Vec<_> = a.shape().iter().map(|&n| n / 3..n).collect();
-    let (s, report) = a.read_subset_with_report_async(&box_, HOST).await.unwrap();
+    let mut report = devbuf::zarr::ReadReport::default();
+    let s = a
+        .read(&box_)
+        .report(&mut report)
+        .to_async(&HOST)
+        .await
+        .unwrap();
     assert_eq!(
         bytes_of(&s),
-        bytes_of(&blocking.read_subset(&box_, &HOST).unwrap())
+        bytes_of(&blocking.read(&box_).to(&HOST).unwrap())
     );
     assert!(report.cpu_chunks > 0);
     let chunks = all_chunks(&a);
-    let read = a.read_chunks_async(&chunks, HOST).await.unwrap();
-    let mut stream = a.chunks_stream(chunks.clone(), HOST, 3);
+    let read = a.read_chunks(&chunks).to_async(&HOST).await.unwrap();
+    let mut stream = a.read_chunks(&chunks.clone()).stream(&HOST, 3);
     let mut n = 0;
     while let Some(c) = stream.next().await {
         let (indices, values) = c.unwrap();
@@ -90,9 +99,15 @@ async fn disk_reads_match(name: &str) {
     // Bad input is an error, not a panic or a hang.
     // One range for a two-dimensional array.
     let one_axis: Vec<std::ops::Range<u64>> = vec![std::ops::Range { start: 0, end: 1 }];
-    assert!(a.read_subset_async(&one_axis, HOST).await.is_err());
-    assert!(a.read_chunk_async(&[999, 999], HOST).await.is_err());
-    let mut bad = a.chunks_stream(vec![vec![999, 0]], HOST, 1);
+    assert!(a.read(&one_axis).to_async(&HOST).await.is_err());
+    assert!(
+        a.read_chunks(&[&[999, 999]])
+            .to_async(&HOST)
+            .await
+            .map(|mut v| v.remove(0))
+            .is_err()
+    );
+    let mut bad = a.read_chunks(&vec![vec![999, 0]]).stream(&HOST, 1);
     assert!(bad.next().await.unwrap().is_err());
     assert!(bad.next().await.is_none());
 }
@@ -146,7 +161,8 @@ async fn upload(store: &UrlStore, name: &str, to: &str) {
 
 /// Upload, open, read, write and read back over S3 with the async calls only.
 async fn s3_roundtrip(server: &S3Server, tag: &str) {
-    let opts = server.options().with_concurrency(4);
+    let mut opts = server.options();
+    opts.concurrency = 4;
     let root = UrlStore::open(&server.url(""), &opts).unwrap();
     for name in [
         "v3_float32.zarr",
@@ -155,22 +171,29 @@ async fn s3_roundtrip(server: &S3Server, tag: &str) {
     ] {
         let to = format!("{tag}/{name}");
         upload(&root, name, &to).await;
-        let a = ZarrArray::open_url_async(&server.url(&to), &opts)
-            .await
-            .unwrap();
+        let a = ZarrArray::open_async(devbuf::zarr::Location::Url(
+            server.url(&to).to_string(),
+            opts.clone(),
+        ))
+        .await
+        .unwrap();
         let local = ZarrArray::open(fixture(name)).unwrap();
-        let got = a.read_all_async(HOST).await.unwrap();
+        let got = a.read(..).to_async(&HOST).await.unwrap();
         assert_eq!(
             bytes_of(&got),
-            bytes_of(&local.read_all(&HOST).unwrap()),
+            bytes_of(&local.read(..).to(&HOST).unwrap()),
             "{name}"
         );
         let chunks = all_chunks(&a);
-        let mut stream = a.chunks_stream(chunks.clone(), HOST, 2);
+        let mut stream = a.read_chunks(&chunks.clone()).stream(&HOST, 2);
         let mut n = 0;
         while let Some(c) = stream.next().await {
             let (indices, values) = c.unwrap();
-            let want = local.read_chunk(&indices, &HOST).unwrap();
+            let want = local
+                .read_chunks(&[&indices])
+                .to(&HOST)
+                .map(|mut v| v.remove(0))
+                .unwrap();
             assert_eq!(bytes_of(&values), bytes_of(&want));
             n += 1;
         }
@@ -187,7 +210,7 @@ async fn s3_roundtrip(server: &S3Server, tag: &str) {
         a.write_subset_async(&vec![0; a.shape().len()], zeros.clone())
             .await
             .unwrap();
-        let back = a.read_all_async(HOST).await.unwrap();
+        let back = a.read(..).to_async(&HOST).await.unwrap();
         assert_eq!(bytes_of(&back), bytes_of(&zeros), "{name}");
     }
     let keys = root.list_prefix_async(&format!("{tag}/")).await.unwrap();
@@ -228,8 +251,8 @@ fn async_calls_run_under_other_executors_too() {
     // No tokio runtime at all: object-store requests fall back to devbuf's runtime.
     let path = fixture("v3_float32.zarr");
     let a = futures::executor::block_on(ZarrArray::open_async(&path)).unwrap();
-    let x = futures::executor::block_on(a.read_all_async(HOST)).unwrap();
-    assert_eq!(bytes_of(&x), bytes_of(&a.read_all(&HOST).unwrap()));
+    let x = futures::executor::block_on(a.read(..).to_async(&HOST)).unwrap();
+    assert_eq!(bytes_of(&x), bytes_of(&a.read(..).to(&HOST).unwrap()));
     let store: Arc<dyn Store> = Arc::new(devbuf::zarr::MemoryStore::new());
-    assert!(futures::executor::block_on(ZarrArray::open_store_async(store, "/")).is_err());
+    assert!(futures::executor::block_on(ZarrArray::open_async((store, "/"))).is_err());
 }

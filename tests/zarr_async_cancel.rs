@@ -18,12 +18,12 @@ use held_store::{Held, held_array, wait_started};
 /// Starts a whole read, lets `pass` chunk GETs through and waits until `want` more are
 /// held at the gate, drops the read, then checks that it is gone.
 async fn cancel_mid_read(held: Arc<Held>, store: Arc<UrlStore>) {
-    let a = ZarrArray::open_url_store_async(store).await.unwrap();
+    let a = ZarrArray::open_async(store).await.unwrap();
     assert_eq!(live_fetch_stages(), 0);
     let baseline = held_fetch_bytes();
     held.gate.add_permits(2);
     // Boxed, so that `drop` below drops the future itself.
-    let mut read = Box::pin(a.read_all_async(BufferPrototype::Host));
+    let mut read = Box::pin(a.read(..).to_async(&BufferPrototype::Host));
     // Until 2 GETs passed and 4 more (the concurrency) wait at the gate.
     wait_started(&held, 6, &mut read).await;
     assert_eq!(live_fetch_stages(), 1);
@@ -49,7 +49,7 @@ async fn cancel_mid_read(held: Arc<Held>, store: Arc<UrlStore>) {
     assert_eq!(held.started.load(Ordering::SeqCst), started);
     assert_eq!(held.in_flight.load(Ordering::SeqCst), 0);
     // The array still reads, on the same runtime.
-    let all = a.read_all_async(BufferPrototype::Host).await.unwrap();
+    let all = a.read(..).to_async(&BufferPrototype::Host).await.unwrap();
     assert!(all.all_equal(Some(Scalar::from(1u32)), true).unwrap());
     assert_eq!((live_fetch_stages(), held_fetch_bytes()), (0, baseline));
 }

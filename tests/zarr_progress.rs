@@ -83,20 +83,21 @@ fn a_callback_sees_progress_up_to_the_totals() {
     let mut a = make(&dir, "a.zarr", false);
     let (sink, seen) = recorder();
     with(&mut a, |o| o.progress = Some(sink));
-    let (_, report) = a.read_all_with_report(&HOST).unwrap();
+    let mut report = devbuf::zarr::ReadReport::default();
+    let _ = a.read(..).report(&mut report).to(&HOST).unwrap();
     check_series(&seen.lock().unwrap(), 12);
     assert_eq!(report.decoded_bytes, 12 * CHUNK_BYTES);
 
     // A subset: rows 10..40 and columns 5..40 touch 3 x 3 chunks.
     seen.lock().unwrap().clear();
-    let v = a.read_subset(&[10..40, 5..40], &HOST).unwrap();
+    let v = a.read(&[10..40, 5..40]).to(&HOST).unwrap();
     assert_eq!(v.shape(), &[30, 35]);
     check_series(&seen.lock().unwrap(), 9);
 
     // Into the caller's memory.
     seen.lock().unwrap().clear();
     let mut out = vec![0u8; 64 * 48 * 4];
-    a.read_all_into(&mut out).unwrap();
+    a.read(..).into(&mut out).unwrap();
     check_series(&seen.lock().unwrap(), 12);
 }
 
@@ -106,7 +107,8 @@ fn chunks_not_stored_count_as_done() {
     let mut a = make(&dir, "a.zarr", true);
     let (sink, seen) = recorder();
     with(&mut a, |o| o.progress = Some(sink));
-    let (_, report) = a.read_all_with_report(&HOST).unwrap();
+    let mut report = devbuf::zarr::ReadReport::default();
+    let _ = a.read(..).report(&mut report).to(&HOST).unwrap();
     assert_eq!(report.missing_chunks, 9);
     check_series(&seen.lock().unwrap(), 12);
 }
@@ -117,7 +119,7 @@ fn a_watch_channel_ends_at_the_totals() {
     let mut a = make(&dir, "a.zarr", false);
     let (tx, mut rx) = tokio::sync::watch::channel(Progress::default());
     with(&mut a, |o| o.progress = Some(tx.into()));
-    a.read_all(&HOST).unwrap();
+    a.read(..).to(&HOST).unwrap();
     assert!(rx.has_changed().unwrap());
     let p = *rx.borrow_and_update();
     assert_eq!((p.chunks_done, p.chunks_total), (12, 12));
@@ -150,7 +152,7 @@ fn cancelling_from_the_callback_ends_the_read_with_cancelled() {
         ..ReadOptions::default()
     };
     a.set_read_options(o.clone()).unwrap();
-    let e = a.read_all(&HOST).unwrap_err();
+    let e = a.read(..).to(&HOST).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Cancelled, "{e}");
     assert!(
         e.to_string()
@@ -162,21 +164,21 @@ fn cancelling_from_the_callback_ends_the_read_with_cancelled() {
     assert_eq!(last.chunks_done, 2, "no report after the cancel");
 
     // The token stays cancelled: the next read with it fails before it starts.
-    let e = a.read_subset(&[0..1, 0..1], &HOST).unwrap_err();
+    let e = a.read(&[0..1, 0..1]).to(&HOST).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Cancelled, "{e}");
     assert!(e.to_string().contains("before it started"), "{e}");
 
     // A fresh token reads again.
     o.cancel = Some(Cancel::new());
     a.set_read_options(o).unwrap();
-    assert_eq!(a.read_all(&HOST).unwrap().shape(), &[64, 48]);
+    assert_eq!(a.read(..).to(&HOST).unwrap().shape(), &[64, 48]);
 }
 
 #[test]
 fn a_panicking_callback_does_not_lose_the_read() {
     let dir = TempDir::new("progress_panic");
     let mut a = make(&dir, "a.zarr", false);
-    let expect = a.read_all(&HOST).unwrap();
+    let expect = a.read(..).to(&HOST).unwrap();
     let calls = Arc::new(Mutex::new(0));
     let c = calls.clone();
     let sink = ProgressSink::new(move |_| {
@@ -185,7 +187,7 @@ fn a_panicking_callback_does_not_lose_the_read() {
     })
     .every(Duration::ZERO);
     with(&mut a, |o| o.progress = Some(sink));
-    let got = a.read_all(&HOST).unwrap();
+    let got = a.read(..).to(&HOST).unwrap();
     assert_eq!(
         got.to_ndarray::<i32>().unwrap(),
         expect.to_ndarray::<i32>().unwrap()

@@ -62,10 +62,12 @@ fn store_with(key: &str, doc: &str) -> Arc<MemoryStore> {
 
 /// Opens, and when that works reads chunk 0 and everything: returns the first error.
 fn open_and_read(store: Arc<MemoryStore>) -> Result<(), Error> {
-    let a = ZarrArray::open_store(store, "")?;
+    let a = ZarrArray::open((store, ""))?;
     let zero = vec![0; a.metadata().shape.len()];
-    a.read_chunk(&zero, &BufferPrototype::Host)?;
-    a.read_all(&BufferPrototype::Host)?;
+    a.read_chunks(&[&zero])
+        .to(&BufferPrototype::Host)
+        .map(|mut v| v.remove(0))?;
+    a.read(..).to(&BufferPrototype::Host)?;
     Ok(())
 }
 
@@ -178,7 +180,7 @@ fn arrays_made_by_create_are_checked_too() {
     let _g = count_panics();
     let before = PANICS.load(Ordering::SeqCst);
     let spec = ArraySpec::new(&[4, 4], &[1 << 62, 1 << 62], Dtype::FLOAT32);
-    let e = ZarrArray::create_in_store(Arc::new(MemoryStore::new()), "a", &spec).unwrap_err();
+    let e = ZarrArray::create((Arc::new(MemoryStore::new()), "a"), &spec).unwrap_err();
     assert!(e.to_string().contains("2^64"), "{e}");
     assert_eq!(
         PANICS.load(Ordering::SeqCst),
@@ -191,9 +193,11 @@ fn arrays_made_by_create_are_checked_too() {
 fn dir_array(tag: &str) -> (TempDir, ZarrArray) {
     let d = TempDir::new(tag);
     let a = ZarrArray::create(&d.0, &ArraySpec::new(&[4, 4], &[2, 2], Dtype::UINT16)).unwrap();
-    a.write_chunk(
-        &[0, 0],
-        &NDBuffer::from_ndarray(ndarray::arr2(&[[1u16, 2], [3, 4]]).into_dyn()),
+    a.write_chunks(
+        &[&[0, 0]],
+        std::slice::from_ref(&NDBuffer::from_ndarray(
+            ndarray::arr2(&[[1u16, 2], [3, 4]]).into_dyn(),
+        )),
     )
     .unwrap();
     assert!(d.join("c/0/0").is_file());
@@ -238,8 +242,11 @@ fn odd_files_in_a_store_are_errors_naming_the_path() {
         let (one, all) = no_hang(what, move || {
             let a = ZarrArray::open(&dir).unwrap();
             (
-                a.read_chunk(&[0, 0], &BufferPrototype::Host).map(|_| ()),
-                a.read_all(&BufferPrototype::Host).map(|_| ()),
+                a.read_chunks(&[&[0, 0]])
+                    .to(&BufferPrototype::Host)
+                    .map(|mut v| v.remove(0))
+                    .map(|_| ()),
+                a.read(..).to(&BufferPrototype::Host).map(|_| ()),
             )
         });
         for r in [one, all] {
@@ -254,7 +261,9 @@ fn odd_files_in_a_store_are_errors_naming_the_path() {
     std::os::unix::fs::symlink(d2.join("c/0/0"), &chunk).unwrap();
     let a = ZarrArray::open(&d.0).unwrap();
     let v = a
-        .read_chunk(&[0, 0], &BufferPrototype::Host)
+        .read_chunks(&[&[0, 0]])
+        .to(&BufferPrototype::Host)
+        .map(|mut v| v.remove(0))
         .unwrap()
         .to_ndarray::<u16>()
         .unwrap();
@@ -264,9 +273,11 @@ fn odd_files_in_a_store_are_errors_naming_the_path() {
     std::fs::create_dir_all(c1.parent().unwrap()).unwrap();
     std::os::unix::fs::symlink("/dev/zero", &c1).unwrap();
     let e = a
-        .write_chunk(
-            &[1, 1],
-            &NDBuffer::from_ndarray(ndarray::arr2(&[[5u16, 6], [7, 8]]).into_dyn()),
+        .write_chunks(
+            &[&[1, 1]],
+            std::slice::from_ref(&NDBuffer::from_ndarray(
+                ndarray::arr2(&[[5u16, 6], [7, 8]]).into_dyn(),
+            )),
         )
         .unwrap_err();
     assert!(e.to_string().contains("not a regular file"), "{e}");
@@ -440,18 +451,22 @@ fn chunks_far_past_the_array_cost_memory_of_the_read_not_of_the_chunk() {
             let arrays = [
                 (
                     "store",
-                    ZarrArray::open_store(store_with("zarr.json", d), "").unwrap(),
+                    ZarrArray::open((store_with("zarr.json", d), "")).unwrap(),
                 ),
                 ("directory", ZarrArray::open(&dir.0).unwrap()),
             ];
             for (kind, a) in &arrays {
                 let before = peak_rss();
-                let all = a.read_all(&BufferPrototype::Host).unwrap();
+                let all = a.read(..).to(&BufferPrototype::Host).unwrap();
                 let shape: Vec<usize> = a.metadata().shape.iter().map(|&n| n as usize).collect();
                 assert_eq!(all.shape(), shape.as_slice());
                 assert!(all.all_equal(Some(*fill), true).unwrap(), "{name} {kind}");
                 let last: Vec<u64> = a.metadata().grid_shape.iter().map(|&g| g - 1).collect();
-                let c = a.read_chunk(&last, &BufferPrototype::Host).unwrap();
+                let c = a
+                    .read_chunks(&[&last])
+                    .to(&BufferPrototype::Host)
+                    .map(|mut v| v.remove(0))
+                    .unwrap();
                 assert!(c.all_equal(Some(*fill), true).unwrap(), "{name} {kind}");
                 let grew = peak_rss().saturating_sub(before);
                 assert!(
@@ -469,7 +484,8 @@ fn chunks_far_past_the_array_cost_memory_of_the_read_not_of_the_chunk() {
             let before = peak_rss();
             let e = ZarrArray::open(&dir.0)
                 .unwrap()
-                .read_all(&BufferPrototype::Host)
+                .read(..)
+                .to(&BufferPrototype::Host)
                 .unwrap_err()
                 .to_string();
             assert!(

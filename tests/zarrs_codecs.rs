@@ -117,7 +117,8 @@ fn every_codec_fixture_reads_exactly_what_zarr_python_reads() {
             None => assert_eq!(meta.time_unit, None, "{name}"),
         }
         let expected = std::fs::read(dir().join("expected").join(format!("{name}.bin"))).unwrap();
-        let (all, report) = a.read_all_with_report(&HOST).unwrap();
+        let mut report = devbuf::zarr::ReadReport::default();
+        let all = a.read(..).report(&mut report).to(&HOST).unwrap();
         assert!(bytes_of(&all) == expected, "{name}: values differ");
         if let Some(fill) = f["fill_value"].as_i64() {
             assert_eq!(
@@ -129,21 +130,30 @@ fn every_codec_fixture_reads_exactly_what_zarr_python_reads() {
         // Every chunk alone, and all of them in one batch.
         let elem = dtype.size();
         let indices = grid_indices(&meta.grid_shape);
-        let batch = a.read_chunks(&indices, &HOST).unwrap();
+        let batch = a.read_chunks(&indices).to(&HOST).unwrap();
         for (idx, b) in indices.iter().zip(&batch) {
             let ranges = a.chunk_ranges(idx).unwrap();
             let start: Vec<u64> = ranges.iter().map(|r| r.start).collect();
             let extent: Vec<u64> = ranges.iter().map(|r| r.end - r.start).collect();
             let want = sub_box(&expected, &shape, elem, &start, &extent);
             assert!(
-                bytes_of(&a.read_chunk(idx, &HOST).unwrap()) == want,
+                bytes_of(
+                    &a.read_chunks(&[idx])
+                        .to(&HOST)
+                        .map(|mut v| v.remove(0))
+                        .unwrap()
+                ) == want,
                 "{name} {idx:?}"
             );
             assert!(bytes_of(b) == want, "{name} {idx:?} (batch)");
         }
         for idx in f["missing_chunks"].as_array().unwrap().iter().map(u64s) {
             assert!(!a.chunk_is_stored(&idx).unwrap(), "{name} {idx:?}");
-            let c = a.read_chunk(&idx, &HOST).unwrap();
+            let c = a
+                .read_chunks(&[&idx])
+                .to(&HOST)
+                .map(|mut v| v.remove(0))
+                .unwrap();
             assert!(
                 c.all_equal(Some(meta.fill_value), true).unwrap(),
                 "{name} {idx:?}"
@@ -206,23 +216,39 @@ fn a_bz2_bomb_in_a_small_chunk_is_an_error_not_an_allocation() {
         std::fs::copy(&p, dst.join(p.file_name().unwrap())).unwrap();
     }
     let a = ZarrArray::open(&dst).unwrap();
-    let first = bytes_of(&a.read_chunk(&[0, 0], &HOST).unwrap());
+    let first = bytes_of(
+        &a.read_chunks(&[&[0, 0]])
+            .to(&HOST)
+            .map(|mut v| v.remove(0))
+            .unwrap(),
+    );
     // 256 MiB of zeros: a few hundred bytes of bzip2, in place of a 48-byte chunk.
     let mut bomb = Vec::new();
     bzip2_compress(&vec![0u8; 256 << 20], &mut bomb);
     assert!(bomb.len() < 4096, "{}", bomb.len());
     std::fs::write(dst.join("1.0"), &bomb).unwrap();
     for r in [
-        a.read_all(&HOST).map(drop),
-        a.read_chunk(&[1, 0], &HOST).map(drop),
-        a.read_subset(&[4..6, 0..2], &HOST).map(drop),
+        a.read(..).to(&HOST).map(drop),
+        a.read_chunks(&[&[1, 0]])
+            .to(&HOST)
+            .map(|mut v| v.remove(0))
+            .map(drop),
+        a.read(&[4..6, 0..2]).to(&HOST).map(drop),
     ] {
         let e = r.unwrap_err().to_string();
         assert!(e.contains("more than 48 bytes"), "{e}");
         assert!(e.contains("1.0") || e.contains("[1, 0]"), "{e}");
     }
     // The other chunks still read.
-    assert_eq!(bytes_of(&a.read_chunk(&[0, 0], &HOST).unwrap()), first);
+    assert_eq!(
+        bytes_of(
+            &a.read_chunks(&[&[0, 0]])
+                .to(&HOST)
+                .map(|mut v| v.remove(0))
+                .unwrap()
+        ),
+        first
+    );
 }
 
 /// bzip2 at level 9 (numcodecs' `BZ2`, as the fixtures' chunks are).
@@ -262,17 +288,17 @@ fn writes_into_bz2_pcodec_and_time_arrays_read_back() {
         "v3_timedelta64_10s.zarr",
     ] {
         let a = ZarrArray::open(copy_fixture(&tmp, name)).unwrap();
-        let before = a.read_all(&HOST).unwrap();
+        let before = a.read(..).to(&HOST).unwrap();
         // Rewrite a box across chunks (read-modify-write through zarrs' encoders) and
         // the missing chunk (1, 1) with values of the read's own type.
-        let part = a.read_subset(&[1..6, 2..5], &HOST).unwrap();
+        let part = a.read(&[1..6, 2..5]).to(&HOST).unwrap();
         a.write_subset(&[4, 3], &part)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let back = a.read_subset(&[4..9, 3..6], &HOST).unwrap();
+        let back = a.read(&[4..9, 3..6]).to(&HOST).unwrap();
         assert_eq!(bytes_of(&back), bytes_of(&part), "{name}");
         assert!(a.chunk_is_stored(&[1, 1]).unwrap(), "{name}");
         // The rest is unchanged.
-        let after = a.read_subset(&[0..4, 0..7], &HOST).unwrap();
+        let after = a.read(&[0..4, 0..7]).to(&HOST).unwrap();
         let want = before.to_buffer().unwrap().to_bytes().unwrap();
         let elem = a.metadata().dtype().size();
         assert_eq!(

@@ -196,7 +196,7 @@ fn metadata_matches_the_manifest() {
 fn whole_arrays_read_bit_exactly() {
     for f in load() {
         let a = ZarrArray::open(f.path()).unwrap();
-        let nd = a.read_all(&host()).unwrap();
+        let nd = a.read(..).to(&host()).unwrap();
         let shape: Vec<u64> = nd.shape().iter().map(|&s| s as u64).collect();
         assert_eq!(shape, f.shape, "{}", f.name);
         assert_eq!(nd.dtype(), Dtype::native(f.element), "{}", f.name);
@@ -209,14 +209,18 @@ fn every_chunk_reads_bit_exactly_alone_and_in_batches() {
     for f in load() {
         let a = ZarrArray::open(f.path()).unwrap();
         let indices = grid_indices(&a.metadata().grid_shape);
-        let batch = a.read_chunks(&indices, &host()).unwrap();
+        let batch = a.read_chunks(&indices).to(&host()).unwrap();
         assert_eq!(batch.len(), indices.len());
         for (idx, from_batch) in indices.iter().zip(&batch) {
             let ranges = a.chunk_ranges(idx).unwrap();
             let start: Vec<u64> = ranges.iter().map(|r| r.start).collect();
             let shape: Vec<u64> = ranges.iter().map(|r| r.end - r.start).collect();
             let want = f.expected_box(&start, &shape);
-            let alone = a.read_chunk(idx, &host()).unwrap();
+            let alone = a
+                .read_chunks(&[idx])
+                .to(&host())
+                .map(|mut v| v.remove(0))
+                .unwrap();
             let got_shape: Vec<u64> = alone.shape().iter().map(|&s| s as u64).collect();
             assert_eq!(got_shape, shape, "{} chunk {idx:?}", f.name);
             assert!(bytes_of(&alone) == want, "{} chunk {idx:?}", f.name);
@@ -257,7 +261,7 @@ fn missing_chunks_are_absent_and_read_as_the_fill_value() {
                 .zip(&f.shape)
                 .map(|((&i, &c), &s)| i * c..((i + 1) * c).min(s))
                 .collect();
-            let nd = a.read_subset(&ranges, &host()).unwrap();
+            let nd = a.read(&ranges).to(&host()).unwrap();
             assert!(
                 nd.all_equal(Some(fill), true).unwrap(),
                 "{} {idx:?}",
@@ -299,7 +303,7 @@ fn inner_chunks_of_shards_read_bit_exactly() {
         for idx in grid_indices(&grid) {
             let start: Vec<u64> = idx.iter().zip(&inner).map(|(&i, &c)| i * c).collect();
             let ranges: Vec<_> = start.iter().zip(&inner).map(|(&s, &c)| s..s + c).collect();
-            let nd = a.read_subset(&ranges, &host()).unwrap();
+            let nd = a.read(&ranges).to(&host()).unwrap();
             assert!(
                 bytes_of(&nd) == f.expected_box(&start, &inner),
                 "{} {idx:?}",
@@ -331,7 +335,7 @@ fn random_boxes_and_stepped_selections_read_bit_exactly() {
                 shape.push(e - s);
             }
             let ranges: Vec<_> = start.iter().zip(&shape).map(|(&s, &n)| s..s + n).collect();
-            let nd = a.read_subset(&ranges, &host()).unwrap();
+            let nd = a.read(&ranges).to(&host()).unwrap();
             let got_shape: Vec<u64> = nd.shape().iter().map(|&s| s as u64).collect();
             assert_eq!(got_shape, shape);
             let want = f.expected_box(&start, &shape);
@@ -339,7 +343,8 @@ fn random_boxes_and_stepped_selections_read_bit_exactly() {
             // The same box into memory the caller holds, filled with noise first:
             // every byte is written (missing chunks as the fill value included).
             let mut into: Vec<u8> = (0..want.len()).map(|_| rng.random()).collect();
-            let report = a.read_subset_into(&ranges, &mut into).unwrap();
+            let mut report = devbuf::zarr::ReadReport::default();
+            a.read(&ranges).report(&mut report).into(&mut into).unwrap();
             assert_eq!(report.target, "host (the caller's memory)");
             assert!(into == want, "{} box {ranges:?} read into noise", f.name);
         }
@@ -350,7 +355,7 @@ fn random_boxes_and_stepped_selections_read_bit_exactly() {
                 AxisSel::Slice(Slice::new(Some(1), None, step)),
                 AxisSel::Index(-1),
             ];
-            let nd = a.read(&sel, &host()).unwrap();
+            let nd = a.read(&sel).to(&host()).unwrap();
             let rows: Vec<u64> = (1..f.shape[0]).step_by(step as usize).collect();
             assert_eq!(nd.shape(), &[rows.len()]);
             let mut want = Vec::new();
@@ -368,10 +373,10 @@ fn reads_into_the_callers_memory_check_its_size() {
     let a = ZarrArray::open(fixtures_dir().join("v3_float32_zstd.zarr")).unwrap();
     let shape = a.shape().to_vec();
     let n: usize = shape.iter().product::<u64>() as usize * 4;
-    let want = bytes_of(&a.read_all(&host()).unwrap());
+    let want = bytes_of(&a.read(..).to(&host()).unwrap());
     for wrong in [0, n - 1, n + 1] {
         let mut out = vec![0u8; wrong];
-        let e = a.read_all_into(&mut out).unwrap_err().to_string();
+        let e = a.read(..).into(&mut out).unwrap_err().to_string();
         assert!(
             e.contains(&format!("holds {wrong} bytes"))
                 && e.contains(&format!("exactly {n} bytes")),
@@ -379,7 +384,8 @@ fn reads_into_the_callers_memory_check_its_size() {
         );
     }
     let mut out = vec![0x5Au8; n];
-    let r = a.read_all_into(out.as_mut_slice()).unwrap();
+    let mut r = devbuf::zarr::ReadReport::default();
+    a.read(..).report(&mut r).into(out.as_mut_slice()).unwrap();
     assert!(out == want);
     assert_eq!(
         (r.decoder, r.target.as_str()),
@@ -389,31 +395,40 @@ fn reads_into_the_callers_memory_check_its_size() {
     // An empty box reads into empty memory; a box past the array is refused as for
     // `read_subset`.
     let empty: Vec<_> = shape.iter().map(|_| 0..0).collect();
-    a.read_subset_into(&empty, &mut Vec::new()).unwrap();
+    a.read(&empty).into(&mut Vec::new()).unwrap();
     let past: Vec<_> = shape.iter().map(|&s| 0..s + 1).collect();
-    assert!(a.read_subset_into(&past, &mut out).is_err());
+    assert!(a.read(&past).into(&mut out).is_err());
 }
 
 #[test]
 fn zero_d_and_one_d_fixtures() {
     let a = ZarrArray::open(fixtures_dir().join("v3_int32_0d.zarr")).unwrap();
     assert!(a.metadata().shape.is_empty());
-    let nd = a.read_all(&host()).unwrap();
+    let nd = a.read(..).to(&host()).unwrap();
     assert_eq!(nd.shape(), &[] as &[usize]);
     let want = std::fs::read(fixtures_dir().join("expected/v3_int32_0d.bin")).unwrap();
     assert_eq!(nd.as_scalar().unwrap().to_le_bytes(), want);
     assert_eq!(
-        a.read_chunk(&[], &host()).unwrap().as_scalar().unwrap(),
+        a.read_chunks(&[&[]])
+            .to(&host())
+            .map(|mut v| v.remove(0))
+            .unwrap()
+            .as_scalar()
+            .unwrap(),
         nd.as_scalar().unwrap()
     );
     assert_eq!(
-        a.read(&[], &host()).unwrap().as_scalar().unwrap(),
+        a.read(..).to(&host()).unwrap().as_scalar().unwrap(),
         nd.as_scalar().unwrap()
     );
 
     let a = ZarrArray::open(fixtures_dir().join("v3_float64_nanfill_1d.zarr")).unwrap();
     assert!(a.metadata().fill_value.is_nan());
-    let missing = a.read_chunk(&[1], &host()).unwrap();
+    let missing = a
+        .read_chunks(&[&[1]])
+        .to(&host())
+        .map(|mut v| v.remove(0))
+        .unwrap();
     assert!(
         missing
             .all_equal(Some(Scalar::from(f64::NAN)), true)
@@ -424,18 +439,23 @@ fn zero_d_and_one_d_fixtures() {
             .all_equal(Some(Scalar::from(f64::NAN)), false)
             .unwrap()
     );
-    let edge = a.read_chunk(&[2], &host()).unwrap();
+    let edge = a
+        .read_chunks(&[&[2]])
+        .to(&host())
+        .map(|mut v| v.remove(0))
+        .unwrap();
     assert_eq!(edge.shape(), &[3]); // 11 = 4 + 4 + 3
 }
 
 #[test]
 fn empty_selections_read_as_empty_arrays() {
     let a = ZarrArray::open(fixtures_dir().join("v3_float32_zstd.zarr")).unwrap();
-    let nd = a.read_subset(&[2..2, 0..5, 1..3], &host()).unwrap();
+    let nd = a.read(&[2..2, 0..5, 1..3]).to(&host()).unwrap();
     assert_eq!(nd.shape(), &[0, 5, 2]);
     assert_eq!(nd.nbytes(), 0);
     let nd = a
-        .read(&[Slice::new(Some(5), Some(1), 1).into()], &host())
+        .read(&[AxisSel::from(Slice::new(Some(5), Some(1), 1))])
+        .to(&host())
         .unwrap();
     assert_eq!(nd.shape(), &[0, 5, 4]);
 }
@@ -456,7 +476,7 @@ fn host_read_throughput_report() {
         for a in &arrays {
             let idx = grid_indices(&a.metadata().grid_shape);
             chunks += idx.len();
-            for c in a.read_chunks(&idx, &host()).unwrap() {
+            for c in a.read_chunks(&idx).to(&host()).unwrap() {
                 bytes += c.nbytes();
             }
         }

@@ -44,28 +44,33 @@ type Read<'a> = (&'static str, Box<dyn Fn() -> devbuf::Result<()> + 'a>);
 /// Every read path, each expected to fail naming `key`.
 fn all_reads_fail(a: &ZarrArray, key: &str, want: &str) {
     let reads: Vec<Read<'_>> = vec![
-        ("read_all", Box::new(|| a.read_all(&HOST).map(drop))),
+        ("read_all", Box::new(|| a.read(..).to(&HOST).map(drop))),
         (
             "read_subset",
-            Box::new(|| a.read_subset(&[10..40, 5..40], &HOST).map(drop)),
+            Box::new(|| a.read(&[10..40, 5..40]).to(&HOST).map(drop)),
         ),
         (
             "read_chunk",
-            Box::new(|| a.read_chunk(&[2, 1], &HOST).map(drop)),
+            Box::new(|| {
+                a.read_chunks(&[&[2, 1]])
+                    .to(&HOST)
+                    .map(|mut v| v.remove(0))
+                    .map(drop)
+            }),
         ),
         (
             "read_chunks",
-            Box::new(|| a.read_chunks(&[[0u64, 0], [2, 1]], &HOST).map(drop)),
+            Box::new(|| a.read_chunks(&[[0u64, 0], [2, 1]]).to(&HOST).map(drop)),
         ),
         (
             "read",
-            Box::new(|| a.read(&[AxisSel::Index(35)], &HOST).map(drop)),
+            Box::new(|| a.read(&[AxisSel::Index(35)]).to(&HOST).map(drop)),
         ),
         (
             "read_subset_into",
             Box::new(|| {
                 let mut out = vec![0u8; 30 * 35 * 4];
-                a.read_subset_into(&[10..40, 5..40], &mut out).map(drop)
+                a.read(&[10..40, 5..40]).into(&mut out).map(drop)
             }),
         ),
     ];
@@ -139,7 +144,7 @@ fn wrong_size_and_bomb_chunks_are_refused_on_every_path() {
             all_reads_fail(&a, "c/2/1", "");
         }
         std::fs::write(&chunk, &original).unwrap();
-        assert!(a.read_all(&HOST).is_ok(), "{name}: restored");
+        assert!(a.read(..).to(&HOST).is_ok(), "{name}: restored");
     }
 }
 
@@ -148,29 +153,30 @@ fn reports_say_what_ran_and_stores_without_a_directory_work() {
     let dir = TempDir::new("report");
     let a = make(&dir, "a", Compressor::Zstd { level: 1 });
     std::fs::remove_file(dir.join("a").join("c").join("0").join("0")).unwrap();
-    let (v, r) = a.read_all_with_report(&HOST).unwrap();
+    let mut r = devbuf::zarr::ReadReport::default();
+    let v = a.read(..).report(&mut r).to(&HOST).unwrap();
     assert_eq!(v.shape(), &[64, 48]);
     assert_eq!((r.decoder, r.codecs.as_str()), ("cpu", "zstd"));
     assert_eq!((r.cpu_chunks, r.missing_chunks), (12, 1));
     assert_eq!(r.decoded_bytes, 12 * 16 * 16 * 4);
-    let (_, r) = a.read_subset_with_report(&[0..16, 0..16], &HOST).unwrap();
+    let mut r = devbuf::zarr::ReadReport::default();
+    let _ = a.read(&[0..16, 0..16]).report(&mut r).to(&HOST).unwrap();
     assert_eq!(r.cpu_chunks, 1);
     assert!(r.to_string().contains("decoder cpu"));
 
     // The same array in a memory store (no files: the store's get).
     let store = Arc::new(MemoryStore::new());
-    let m = ZarrArray::create_in_store(
-        store,
-        "x",
+    let m = ZarrArray::create(
+        (store, "x"),
         &ArraySpec::new(&[64, 48], &[16, 16], Dtype::INT32)
             .with_compressor(Compressor::Zstd { level: 1 }),
     )
     .unwrap();
-    m.write_subset(&[0, 0], &a.read_all(&HOST).unwrap())
+    m.write_subset(&[0, 0], &a.read(..).to(&HOST).unwrap())
         .unwrap();
-    let want = a.read_all(&HOST).unwrap().to_ndarray::<i32>().unwrap();
+    let want = a.read(..).to(&HOST).unwrap().to_ndarray::<i32>().unwrap();
     assert_eq!(
-        m.read_all(&HOST).unwrap().to_ndarray::<i32>().unwrap(),
+        m.read(..).to(&HOST).unwrap().to_ndarray::<i32>().unwrap(),
         want
     );
     let mut f = ZarrArray::open(dir.join("a")).unwrap();
@@ -180,7 +186,8 @@ fn reports_say_what_ran_and_stores_without_a_directory_work() {
             ..ReadOptions::default()
         })
         .unwrap();
-        let (v, r) = f.read_all_with_report(&HOST).unwrap();
+        let mut r = devbuf::zarr::ReadReport::default();
+        let v = f.read(..).report(&mut r).to(&HOST).unwrap();
         assert_eq!(v.to_ndarray::<i32>().unwrap(), want);
         assert!(r.workers >= 1 && r.workers <= threads, "{r}");
     }
@@ -216,7 +223,8 @@ fn chains_the_engine_does_not_decode_go_through_zarrs() {
         &NDBuffer::from_ndarray(ndarray::Array3::from_shape_vec((4, 3, 2), v.clone()).unwrap()),
     )
     .unwrap();
-    let (got, r) = a.read_all_with_report(&HOST).unwrap();
+    let mut r = devbuf::zarr::ReadReport::default();
+    let got = a.read(..).report(&mut r).to(&HOST).unwrap();
     assert!(r.codecs.starts_with("zarrs"), "{r}");
     assert_eq!(
         got.to_ndarray::<i16>()
@@ -226,7 +234,7 @@ fn chains_the_engine_does_not_decode_go_through_zarrs() {
             .collect::<Vec<_>>(),
         v
     );
-    let s = a.read_subset(&[1..3, 0..3, 1..2], &HOST).unwrap();
+    let s = a.read(&[1..3, 0..3, 1..2]).to(&HOST).unwrap();
     assert_eq!(
         s.to_ndarray::<i16>()
             .unwrap()
@@ -253,11 +261,11 @@ fn reads_too_large_for_memory_are_errors() {
     )
     .unwrap();
     let a = ZarrArray::open(&path).unwrap();
-    let e = a.read_all(&HOST).unwrap_err().to_string();
+    let e = a.read(..).to(&HOST).unwrap_err().to_string();
     assert!(e.contains("4611686018427387904"), "{e}");
     // A small part of it reads fine (as the fill value).
     let five = std::slice::from_ref(&(5..10));
-    let v = a.read_subset(five, &HOST).unwrap();
+    let v = a.read(five).to(&HOST).unwrap();
     assert_eq!(
         v.to_ndarray::<i64>()
             .unwrap()
@@ -299,17 +307,18 @@ fn v2_array(dir: &TempDir, name: &str, compressor: &str, encode: &dyn Fn(&[u8]) 
 /// The array of [`v2_array`] read by the engine (the report names `codec`, not zarrs)
 /// on every read path, bit-exactly.
 fn check_v2_reads(a: &ZarrArray, codec: &str) {
-    let (v, r) = a.read_all_with_report(&HOST).unwrap();
+    let mut r = devbuf::zarr::ReadReport::default();
+    let v = a.read(..).report(&mut r).to(&HOST).unwrap();
     assert_eq!(r.codecs, codec, "{r}");
     let want = ndarray::Array2::from_shape_vec((64, 48), values(64 * 48)).unwrap();
     assert_eq!(v.to_ndarray::<i32>().unwrap(), want.clone().into_dyn());
-    let sub = a.read_subset(&[10..40, 5..40], &HOST).unwrap();
+    let sub = a.read(&[10..40, 5..40]).to(&HOST).unwrap();
     assert_eq!(
         sub.to_ndarray::<i32>().unwrap(),
         want.slice(ndarray::s![10..40, 5..40]).to_owned().into_dyn()
     );
     let mut into = vec![0u8; 30 * 35 * 4];
-    a.read_subset_into(&[10..40, 5..40], &mut into).unwrap();
+    a.read(&[10..40, 5..40]).into(&mut into).unwrap();
     assert_eq!(into, sub.to_buffer().unwrap().to_bytes().unwrap());
 }
 
@@ -386,7 +395,7 @@ fn lz4_chunks_open_and_are_decoded_by_the_engine() {
     assert!(meta.contains("numcodecs.lz4"), "{meta}");
     let want = ndarray::Array2::from_shape_vec((64, 48), values(64 * 48)).unwrap();
     assert_eq!(
-        v3.read_all(&HOST).unwrap().to_ndarray::<i32>().unwrap(),
+        v3.read(..).to(&HOST).unwrap().to_ndarray::<i32>().unwrap(),
         want.clone().into_dyn()
     );
     // A partial chunk: zarrs reads the chunk back through devbuf's codec.
@@ -395,9 +404,12 @@ fn lz4_chunks_open_and_are_decoded_by_the_engine() {
         .unwrap();
     let mut want = want;
     want.slice_mut(ndarray::s![17..20, 18..23]).fill(-7);
-    let (v, r) = ZarrArray::open(dir.join("v3"))
+    let mut r = devbuf::zarr::ReadReport::default();
+    let v = ZarrArray::open(dir.join("v3"))
         .unwrap()
-        .read_all_with_report(&HOST)
+        .read(..)
+        .report(&mut r)
+        .to(&HOST)
         .unwrap();
     assert_eq!(r.codecs, "lz4", "{r}");
     assert_eq!(v.to_ndarray::<i32>().unwrap(), want.into_dyn());
@@ -424,7 +436,8 @@ fn crc32c_chunks_are_written_and_verified() {
             .unwrap();
         let meta = std::fs::read_to_string(dir.join(name).join("zarr.json")).unwrap();
         assert!(meta.contains("crc32c"), "{meta}");
-        let (got, r) = a.read_all_with_report(&HOST).unwrap();
+        let mut r = devbuf::zarr::ReadReport::default();
+        let got = a.read(..).report(&mut r).to(&HOST).unwrap();
         assert_eq!(got.to_ndarray::<i32>().unwrap(), v.into_dyn());
         assert!(!r.codecs.starts_with("zarrs"), "{r}");
         let chunk = dir.join(name).join("c").join("2").join("1");
@@ -443,7 +456,7 @@ fn crc32c_chunks_are_written_and_verified() {
 fn read_options_are_checked_and_every_knob_keeps_reads_exact() {
     let dir = TempDir::new("options");
     let mut a = make(&dir, "a", Compressor::Zstd { level: 1 });
-    let want = a.read_all(&HOST).unwrap().to_ndarray::<i32>().unwrap();
+    let want = a.read(..).to(&HOST).unwrap().to_ndarray::<i32>().unwrap();
     let d = ReadOptions::default;
     let g = GpuTuning::default;
     let refused = [
@@ -583,12 +596,13 @@ fn read_options_are_checked_and_every_knob_keeps_reads_exact() {
         let what = format!("{options:?}");
         a.set_read_options(options).unwrap();
         assert_eq!(
-            a.read_all(&HOST).unwrap().to_ndarray::<i32>().unwrap(),
+            a.read(..).to(&HOST).unwrap().to_ndarray::<i32>().unwrap(),
             want,
             "{what}"
         );
         let part = a
-            .read_subset(&[3..40, 5..47], &HOST)
+            .read(&[3..40, 5..47])
+            .to(&HOST)
             .unwrap()
             .to_ndarray::<i32>()
             .unwrap();

@@ -34,11 +34,11 @@ fn f32_values(n: usize, rng: &mut SmallRng) -> Vec<f32> {
 fn check_every_read(a: &ZarrArray, all: &[u8], elem: usize, rng: &mut SmallRng, what: &str) {
     let shape = a.shape().to_vec();
     assert!(
-        bytes_of(&a.read_all(&HOST).unwrap()) == all,
+        bytes_of(&a.read(..).to(&HOST).unwrap()) == all,
         "{what}: read_all"
     );
     let mut into = vec![0x5Au8; all.len()];
-    a.read_all_into(&mut into).unwrap();
+    a.read(..).into(&mut into).unwrap();
     assert!(into == all, "{what}: read_all_into");
     for round in 0..6 {
         let (start, sub): (Vec<u64>, Vec<u64>) = shape
@@ -60,16 +60,16 @@ fn check_every_read(a: &ZarrArray, all: &[u8], elem: usize, rng: &mut SmallRng, 
         let ranges: Vec<Range<u64>> = start.iter().zip(&sub).map(|(&s, &n)| s..s + n).collect();
         let want = sub_box(all, &shape, elem, &start, &sub);
         assert!(
-            bytes_of(&a.read_subset(&ranges, &HOST).unwrap()) == want,
+            bytes_of(&a.read(&ranges).to(&HOST).unwrap()) == want,
             "{what}: box {ranges:?}"
         );
         let mut into: Vec<u8> = (0..want.len()).map(|_| rng.random()).collect();
-        a.read_subset_into(&ranges, &mut into).unwrap();
+        a.read(&ranges).into(&mut into).unwrap();
         assert!(into == want, "{what}: box {ranges:?} into noise");
     }
     // Chunks one by one and all at once (each placed once per request).
     let grid = a.metadata().grid_shape.clone();
-    let chunks = a.read_chunks(&grid_indices(&grid), &HOST).unwrap();
+    let chunks = a.read_chunks(&grid_indices(&grid)).to(&HOST).unwrap();
     for (idx, c) in grid_indices(&grid).iter().zip(&chunks) {
         let r = a.chunk_ranges(idx).unwrap();
         let start: Vec<u64> = r.iter().map(|r| r.start).collect();
@@ -124,7 +124,8 @@ fn large_chunks_read_bit_exactly_for_every_streamed_codec() {
             None,
         )
         .unwrap();
-        a.write_chunk(&last, &zero).unwrap();
+        a.write_chunks(&[&last], std::slice::from_ref(&zero))
+            .unwrap();
         assert!(!a.chunk_is_stored(&last).unwrap());
         let start: Vec<u64> = r.iter().map(|r| r.start).collect();
         let sub: Vec<u64> = r.iter().map(|r| r.end - r.start).collect();
@@ -246,9 +247,9 @@ fn zstd_frames_the_whole_chunk_decoder_accepts_stream_too() {
         ("no declared size (decoded whole)", undeclared),
     ] {
         std::fs::write(&chunk, &bytes).unwrap();
-        assert!(bytes_of(&a.read_all(&HOST).unwrap()) == all, "{case}");
+        assert!(bytes_of(&a.read(..).to(&HOST).unwrap()) == all, "{case}");
         let mut into = vec![0u8; all.len()];
-        a.read_all_into(&mut into).unwrap();
+        a.read(..).into(&mut into).unwrap();
         assert!(into == all, "{case}: into");
     }
 }
@@ -336,19 +337,25 @@ fn damaged_large_chunks_are_errors_naming_them() {
             std::fs::write(&chunk, &bytes).unwrap();
             let mut into = vec![0u8; 1 << 22];
             for (path, r) in [
-                ("read_all", a.read_all(&HOST).map(drop)),
+                ("read_all", a.read(..).to(&HOST).map(drop)),
                 (
                     "read_subset",
-                    a.read_subset(&[100..900, 400..700], &HOST).map(drop),
+                    a.read(&[100..900, 400..700]).to(&HOST).map(drop),
                 ),
-                ("read_all_into", a.read_all_into(&mut into).map(drop)),
-                ("read_chunk", a.read_chunk(&[0, 1], &HOST).map(drop)),
+                ("read_all_into", a.read(..).into(&mut into).map(drop)),
+                (
+                    "read_chunk",
+                    a.read_chunks(&[&[0, 1]])
+                        .to(&HOST)
+                        .map(|mut v| v.remove(0))
+                        .map(drop),
+                ),
             ] {
                 let e = r.expect_err(&format!("{name} {case} {path}")).to_string();
                 assert!(e.contains("c/0/1"), "{name} {case} {path}: {e}");
             }
         }
         std::fs::write(&chunk, &original).unwrap();
-        assert!(a.read_all(&HOST).is_ok());
+        assert!(a.read(..).to(&HOST).is_ok());
     }
 }

@@ -74,7 +74,7 @@ fn round_trip(a: &ZarrArray, rng: &mut SmallRng, what: &str) -> Vec<u8> {
     )
     .unwrap_or_else(|e| panic!("{what}: {e}"));
     assert!(
-        bytes_of(&a.read_all(&HOST).unwrap()) == model,
+        bytes_of(&a.read(..).to(&HOST).unwrap()) == model,
         "{what}: whole"
     );
 
@@ -99,7 +99,7 @@ fn round_trip(a: &ZarrArray, rng: &mut SmallRng, what: &str) -> Vec<u8> {
     a.write_chunks(&indices, &values)
         .unwrap_or_else(|e| panic!("{what}: {e}"));
     assert!(
-        bytes_of(&a.read_all(&HOST).unwrap()) == model,
+        bytes_of(&a.read(..).to(&HOST).unwrap()) == model,
         "{what}: chunks"
     );
 
@@ -120,13 +120,13 @@ fn round_trip(a: &ZarrArray, rng: &mut SmallRng, what: &str) -> Vec<u8> {
             .unwrap_or_else(|e| panic!("{what}: {e}"));
         let ranges: Vec<_> = start.iter().zip(&shape).map(|(&s, &n)| s..s + n).collect();
         assert!(
-            bytes_of(&a.read_subset(&ranges, &HOST).unwrap())
+            bytes_of(&a.read(&ranges).to(&HOST).unwrap())
                 == sub_box(&model, &m.shape, elem, &start, &shape),
             "{what}: box {ranges:?}"
         );
     }
     assert!(
-        bytes_of(&a.read_all(&HOST).unwrap()) == model,
+        bytes_of(&a.read(..).to(&HOST).unwrap()) == model,
         "{what}: boxes"
     );
     model
@@ -172,8 +172,8 @@ fn every_dtype_byte_order_and_compressor_round_trips() {
                 // A fresh handle reads what the first wrote.
                 let again = ZarrArray::open(&path).unwrap();
                 assert!(
-                    bytes_of(&again.read_all(&HOST).unwrap())
-                        == bytes_of(&a.read_all(&HOST).unwrap()),
+                    bytes_of(&again.read(..).to(&HOST).unwrap())
+                        == bytes_of(&a.read(..).to(&HOST).unwrap()),
                     "{name}"
                 );
             }
@@ -200,7 +200,7 @@ fn zarr_v2_arrays_are_written_in_place() {
         assert_eq!(a.metadata().zarr_format, 2);
         let model = round_trip(&a, &mut rng, name);
         assert!(
-            bytes_of(&ZarrArray::open(&path).unwrap().read_all(&HOST).unwrap()) == model,
+            bytes_of(&ZarrArray::open(&path).unwrap().read(..).to(&HOST).unwrap()) == model,
             "{name}"
         );
     }
@@ -215,7 +215,8 @@ fn chunks_equal_to_the_fill_value_are_not_stored() {
     let a = ZarrArray::create(dir.join("a"), &spec).unwrap();
     let mut ones = NDBuffer::create(&HOST, &[2, 2], Dtype::FLOAT64, Order::C, None).unwrap();
     ones.fill(Scalar::from(1.0f64)).unwrap();
-    a.write_chunk(&[0, 1], &ones).unwrap();
+    a.write_chunks(&[&[0, 1]], std::slice::from_ref(&ones))
+        .unwrap();
     assert!(a.chunk_is_stored(&[0, 1]).unwrap());
     let fill = NDBuffer::create(
         &HOST,
@@ -225,13 +226,15 @@ fn chunks_equal_to_the_fill_value_are_not_stored() {
         Some(Scalar::from(2.5f64)),
     )
     .unwrap();
-    a.write_chunk(&[0, 1], &fill).unwrap();
+    a.write_chunks(&[&[0, 1]], std::slice::from_ref(&fill))
+        .unwrap();
     assert!(
         !a.chunk_is_stored(&[0, 1]).unwrap(),
         "a fill-valued chunk is erased"
     );
     assert!(
-        a.read_all(&HOST)
+        a.read(..)
+            .to(&HOST)
             .unwrap()
             .all_equal(Some(Scalar::from(2.5f64)), true)
             .unwrap()
@@ -250,12 +253,12 @@ fn devbuf_stores_hold_zarr_arrays() {
         } else {
             spec
         };
-        let a = ZarrArray::create_in_store(store.clone(), path, &spec).unwrap();
+        let a = ZarrArray::create((store.clone(), path), &spec).unwrap();
         assert!(a.location().starts_with("store:/"));
         let model = round_trip(&a, &mut rng, path);
-        let b = ZarrArray::open_store(store.clone(), path).unwrap();
-        assert!(bytes_of(&b.read_all(&HOST).unwrap()) == model);
-        assert!(ZarrArray::create_in_store(store.clone(), path, &spec).is_err());
+        let b = ZarrArray::open((store.clone(), path)).unwrap();
+        assert!(bytes_of(&b.read(..).to(&HOST).unwrap()) == model);
+        assert!(ZarrArray::create((store.clone(), path), &spec).is_err());
     }
     let keys = store.list().unwrap();
     assert!(keys.contains(&"zarr.json".to_string()), "{keys:?}");
@@ -270,69 +273,11 @@ fn devbuf_stores_hold_zarr_arrays() {
 
     // Read-only: reads work, writes are refused with an error.
     let ro: Arc<dyn Store> = Arc::new(store.with_read_only(true));
-    let a = ZarrArray::open_store(ro, "group/inner/arr").unwrap();
-    a.read_all(&HOST).unwrap();
+    let a = ZarrArray::open((ro, "group/inner/arr")).unwrap();
+    a.read(..).to(&HOST).unwrap();
     let v = nd(vec![0u8; 4], &[1, 1], ElementType::Int32);
     let e = a.write_subset(&[0, 0], &v).unwrap_err();
     assert!(e.to_string().contains("read only"), "{e}");
-}
-
-/// A caller's store whose `list_prefix` ignores the prefix (answers every key).
-struct LooseStore(MemoryStore);
-
-impl Store for LooseStore {
-    fn get(
-        &self,
-        key: &str,
-        prototype: &BufferPrototype,
-        byte_range: Option<devbuf::zarr::ByteRequest>,
-    ) -> devbuf::Result<Option<devbuf::zarr::ByteBuffer>> {
-        self.0.get(key, prototype, byte_range)
-    }
-    fn set(&self, key: &str, value: &devbuf::zarr::ByteBuffer) -> devbuf::Result<()> {
-        self.0.set(key, value)
-    }
-    fn delete(&self, key: &str) -> devbuf::Result<()> {
-        self.0.delete(key)
-    }
-    fn exists(&self, key: &str) -> devbuf::Result<bool> {
-        self.0.exists(key)
-    }
-    fn list(&self) -> devbuf::Result<Vec<String>> {
-        self.0.list()
-    }
-    fn list_prefix(&self, _prefix: &str) -> devbuf::Result<Vec<String>> {
-        self.0.list()
-    }
-    fn list_dir(&self, prefix: &str) -> devbuf::Result<Vec<String>> {
-        self.0.list_dir(prefix)
-    }
-    fn read_only(&self) -> bool {
-        false
-    }
-    fn getsize(&self, key: &str) -> devbuf::Result<Option<usize>> {
-        self.0.getsize(key)
-    }
-}
-
-#[test]
-fn store_adapter_lists_only_keys_under_the_prefix() {
-    use zarrs::storage::{ListableStorageTraits, StorePrefix};
-    let store = LooseStore(MemoryStore::new());
-    for k in ["b", "abc/x", "abc/d/y", "zz/é"] {
-        store
-            .set(k, &devbuf::zarr::ByteBuffer::from_bytes(&b"1"[..]))
-            .unwrap();
-    }
-    let adapter = devbuf::zarr::StoreAdapter::new(Arc::new(store));
-    // Keys outside the prefix (shorter ones included) are skipped, not sliced (a panic).
-    let listed = adapter
-        .list_dir(&StorePrefix::new("abc/").unwrap())
-        .unwrap();
-    let keys: Vec<&str> = listed.keys().iter().map(|k| k.as_str()).collect();
-    let dirs: Vec<&str> = listed.prefixes().iter().map(|p| p.as_str()).collect();
-    assert_eq!(keys, ["abc/x"]);
-    assert_eq!(dirs, ["abc/d/"]);
 }
 
 #[test]
@@ -355,10 +300,11 @@ fn fixtures_in_a_memory_store_read_like_on_disk() {
                 .unwrap();
         }
         let disk = ZarrArray::open(&root).unwrap();
-        let mem = ZarrArray::open_store(store, "/x/").unwrap();
+        let mem = ZarrArray::open((store, "/x/")).unwrap();
         assert_eq!(disk.metadata(), mem.metadata(), "{name}");
         assert!(
-            bytes_of(&disk.read_all(&HOST).unwrap()) == bytes_of(&mem.read_all(&HOST).unwrap()),
+            bytes_of(&disk.read(..).to(&HOST).unwrap())
+                == bytes_of(&mem.read(..).to(&HOST).unwrap()),
             "{name}"
         );
     }
@@ -367,12 +313,12 @@ fn fixtures_in_a_memory_store_read_like_on_disk() {
 #[test]
 fn reads_from_many_threads_agree() {
     let a = ZarrArray::open(fixture("v3_float32_sharded.zarr")).unwrap();
-    let whole = bytes_of(&a.read_all(&HOST).unwrap());
+    let whole = bytes_of(&a.read(..).to(&HOST).unwrap());
     std::thread::scope(|s| {
         for _ in 0..4 {
             s.spawn(|| {
                 for _ in 0..10 {
-                    assert!(bytes_of(&a.read_all(&HOST).unwrap()) == whole);
+                    assert!(bytes_of(&a.read(..).to(&HOST).unwrap()) == whole);
                 }
             });
         }
@@ -439,36 +385,36 @@ fn opening_bad_paths_and_bad_metadata_is_an_error() {
     assert!(t.contains("unsupported codec"), "{t}");
     assert!(t.contains("no_such_codec"), "{t}");
 
-    let t = err_text(ZarrArray::open_store(
-        Arc::new(MemoryStore::new()),
-        "a/../b",
-    ));
+    let t = err_text(ZarrArray::open((Arc::new(MemoryStore::new()), "a/../b")));
     assert!(t.contains("invalid array path"), "{t}");
-    let t = err_text(ZarrArray::open_store(Arc::new(MemoryStore::new()), "a"));
+    let t = err_text(ZarrArray::open((Arc::new(MemoryStore::new()), "a")));
     assert!(t.contains("no zarr array at store:/a"), "{t}");
 }
 
 #[test]
 fn bad_selections_are_errors_that_say_what_is_valid() {
     let a = ZarrArray::open(fixture("v3_float32.zarr")).unwrap(); // 10 x 7, chunks 4 x 3
-    let t = err_text(a.read_chunk(&[3, 0], &HOST));
+    let t = err_text(a.read_chunks(&[&[3, 0]]).to(&HOST).map(|mut v| v.remove(0)));
     assert!(t.contains("[3, 0]") && t.contains("[3, 3]"), "{t}");
-    let t = err_text(a.read_chunk(&[0], &HOST));
+    let t = err_text(a.read_chunks(&[&[0]]).to(&HOST).map(|mut v| v.remove(0)));
     assert!(t.contains("2 indices"), "{t}");
-    let t = err_text(a.read_chunks(&[[0u64, 0], [0, 9]], &HOST));
+    let t = err_text(a.read_chunks(&[[0u64, 0], [0, 9]]).to(&HOST));
     assert!(t.contains("[0, 9]"), "{t}");
-    let t = err_text(a.read_subset(&[0..11, 0..7], &HOST));
+    let t = err_text(a.read(&[0..11, 0..7]).to(&HOST));
     assert!(t.contains("axis 0") && t.contains("size 10"), "{t}");
     #[allow(clippy::reversed_empty_ranges)]
-    let t = err_text(a.read_subset(&[5..2, 0..7], &HOST));
+    let t = err_text(a.read(&[5..2, 0..7]).to(&HOST));
     assert!(t.contains("5..2"), "{t}");
     #[allow(clippy::single_range_in_vec_init)] // one range: one axis, deliberately
     let one_axis = [0..1u64];
-    let t = err_text(a.read_subset(&one_axis, &HOST));
+    let t = err_text(a.read(&one_axis).to(&HOST));
     assert!(t.contains("2 dimension(s)"), "{t}");
-    let t = err_text(a.read(&[0.into(), 0.into(), 0.into()], &HOST));
+    let t = err_text(
+        a.read(&[AxisSel::from(0), AxisSel::from(0), AxisSel::from(0)])
+            .to(&HOST),
+    );
     assert!(t.contains("too many indices"), "{t}");
-    let t = err_text(a.read(&[AxisSel::Index(-11)], &HOST));
+    let t = err_text(a.read(&[AxisSel::Index(-11)]).to(&HOST));
     assert!(t.contains("out of bounds"), "{t}");
     let t = err_text(a.chunk_is_stored(&[0, 3]));
     assert!(t.contains("out of range"), "{t}");
@@ -493,11 +439,12 @@ fn bad_writes_are_errors() {
     assert!(t.contains("out of bounds for axis 0"), "{t}");
     let t = err_text(a.write_subset(&[0], &v));
     assert!(t.contains("2 dimension(s)"), "{t}");
-    let t = err_text(a.write_chunk(&[0, 0], &v));
+    let t = err_text(a.write_chunks(&[&[0, 0]], std::slice::from_ref(&v)));
     assert!(t.contains("[2, 2]") && t.contains("[4, 4]"), "{t}");
     let edge = nd(vec![0u8; 2 * 4 * 2], &[2, 4], ElementType::Int16); // chunk (1, 0) is 2 x 4
-    a.write_chunk(&[1, 0], &edge).unwrap();
-    let t = err_text(a.write_chunk(&[2, 0], &edge));
+    a.write_chunks(&[&[1, 0]], std::slice::from_ref(&edge))
+        .unwrap();
+    let t = err_text(a.write_chunks(&[&[2, 0]], std::slice::from_ref(&edge)));
     assert!(t.contains("out of range"), "{t}");
     let t = err_text(a.write_chunks(&[[1u64, 0], [1, 0]], &[edge.clone(), edge.clone()]));
     assert!(t.contains("more than once"), "{t}");
@@ -555,7 +502,7 @@ fn corrupt_chunks_are_errors_not_panics() {
         let len = std::fs::metadata(&file).unwrap().len() as usize;
         std::fs::write(&file, vec![0xA5u8; len / 2 + 1]).unwrap();
         let a = ZarrArray::open(&path).unwrap();
-        let e = a.read_all(&HOST).unwrap_err();
+        let e = a.read(..).to(&HOST).unwrap_err();
         println!("{name}: {e}");
         assert!(
             matches!(
@@ -570,7 +517,10 @@ fn corrupt_chunks_are_errors_not_panics() {
         );
         // Other chunks still read.
         let last: Vec<u64> = a.metadata().grid_shape.iter().map(|&g| g - 1).collect();
-        a.read_chunk(&last, &HOST).unwrap();
+        a.read_chunks(&[&last])
+            .to(&HOST)
+            .map(|mut v| v.remove(0))
+            .unwrap();
     }
 }
 
@@ -593,11 +543,15 @@ fn huge_shapes_in_metadata_are_errors_not_panics() {
     assert_eq!(m.grid_shape, vec![r, c]);
     assert_eq!(m.num_chunks(), r * c);
     assert_eq!(m.nbytes(), r * c);
-    let last = a.read_chunk(&[r - 1, c - 1], &HOST).unwrap();
+    let last = a
+        .read_chunks(&[&[r - 1, c - 1]])
+        .to(&HOST)
+        .map(|mut v| v.remove(0))
+        .unwrap();
     assert!(last.all_equal(Some(Scalar::from(3i8)), true).unwrap());
-    let end = a.read_subset(&[r - 3..r, c - 2..c], &HOST).unwrap();
+    let end = a.read(&[r - 3..r, c - 2..c]).to(&HOST).unwrap();
     assert_eq!(end.shape(), &[3, 2]);
-    let t = err_text(a.read_all(&HOST));
+    let t = err_text(a.read(..).to(&HOST));
     assert!(t.contains("too large"), "{t}");
     // (2^64 - 1)^2 overflows: refused at open, naming the field.
     write([u64::MAX, u64::MAX]);
@@ -612,10 +566,11 @@ fn device_prototypes_without_a_gpu_are_errors() {
         return;
     }
     let a = ZarrArray::open(fixture("v3_int8.zarr")).unwrap();
-    let e = a.read_all(&BufferPrototype::Device(0)).unwrap_err();
+    let e = a.read(..).to(&BufferPrototype::Device(0)).unwrap_err();
     assert_eq!(e.kind(), devbuf::ErrorKind::CudaUnavailable, "{e}");
     let e = a
-        .read_chunks(&[[0u64, 0]], &BufferPrototype::Device(0))
+        .read_chunks(&[[0u64, 0]])
+        .to(&BufferPrototype::Device(0))
         .unwrap_err();
     assert_eq!(e.kind(), devbuf::ErrorKind::CudaUnavailable, "{e}");
 }
@@ -735,9 +690,10 @@ fn zarr_python_reads_what_devbuf_writes() {
             Some(Scalar::from(1u8)),
         )
         .unwrap();
-        a.write_chunk(&[0, 0], &fill).unwrap();
+        a.write_chunks(&[&[0, 0]], std::slice::from_ref(&fill))
+            .unwrap();
         assert!(!a.chunk_is_stored(&[0, 0]).unwrap(), "{name}");
-        let whole = bytes_of(&a.read_all(&HOST).unwrap());
+        let whole = bytes_of(&a.read(..).to(&HOST).unwrap());
         std::fs::write(dir.join(&format!("{element}.bin")), &whole).unwrap();
         cases.push((name, element.name().to_string()));
     }
@@ -746,7 +702,7 @@ fn zarr_python_reads_what_devbuf_writes() {
         copy_dir(&fixture(name), &dir.join(name));
         let a = ZarrArray::open(dir.join(name)).unwrap();
         round_trip(&a, &mut rng, name);
-        let whole = bytes_of(&a.read_all(&HOST).unwrap());
+        let whole = bytes_of(&a.read(..).to(&HOST).unwrap());
         let stem = name.trim_end_matches(".zarr");
         std::fs::write(dir.join(&format!("{stem}.bin")), &whole).unwrap();
         cases.push((name.to_string(), a.dtype().element().name().to_string()));

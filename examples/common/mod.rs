@@ -30,10 +30,10 @@ pub fn open_array(source: &str) -> devbuf::Result<devbuf::zarr::ZarrArray> {
     }
     #[cfg(feature = "object_store")]
     {
-        ZarrArray::open_url(
-            source,
-            &devbuf::zarr::object_store::ObjectStoreOptions::default(),
-        )
+        ZarrArray::open(devbuf::zarr::Location::Url(
+            source.to_string(),
+            devbuf::zarr::object_store::ObjectStoreOptions::default(),
+        ))
     }
     #[cfg(not(feature = "object_store"))]
     Err(devbuf::Error::InvalidArgument(format!(

@@ -110,13 +110,14 @@ impl object_store::ObjectStore for Held {
 
 /// A 256-chunk array in an in-memory object store, behind a held gate.
 pub fn held_array() -> (Arc<Held>, Arc<UrlStore>) {
-    let opts = ObjectStoreOptions::default().with_concurrency(4);
+    let mut opts = ObjectStoreOptions::default();
+    opts.concurrency = 4;
     let mem: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
     let plain = UrlStore::from_object_store(mem.clone(), "", "memory:///", &opts).unwrap();
     let plain: Arc<dyn Store> = Arc::new(plain);
     let spec = ArraySpec::new(&[256, 64], &[16, 4], Dtype::UINT32)
         .with_compressor(Compressor::Zstd { level: 1 });
-    let a = ZarrArray::create_in_store(plain, "", &spec).unwrap();
+    let a = ZarrArray::create((plain, ""), &spec).unwrap();
     let ones = BufferPrototype::Host
         .nd_create(
             &[256, 64],

@@ -154,12 +154,17 @@ impl S3Server {
 
     /// Options reaching this server with the right credentials.
     pub fn options(&self) -> devbuf::zarr::object_store::ObjectStoreOptions {
-        devbuf::zarr::object_store::ObjectStoreOptions::default()
-            .with("aws_endpoint", self.endpoint())
-            .with("aws_allow_http", "true")
-            .with("aws_region", "us-east-1")
-            .with("aws_access_key_id", ACCESS_KEY)
-            .with("aws_secret_access_key", SECRET_KEY)
+        let mut o = devbuf::zarr::object_store::ObjectStoreOptions::default();
+        o.config = [
+            ("aws_endpoint", self.endpoint().as_str()),
+            ("aws_allow_http", "true"),
+            ("aws_region", "us-east-1"),
+            ("aws_access_key_id", ACCESS_KEY),
+            ("aws_secret_access_key", SECRET_KEY),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .to_vec();
+        o
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -188,7 +188,11 @@ pub fn read_chunk_checked(
     let in_grid = index.iter().zip(&m.grid_shape).all(|(i, g)| i < g);
     if bytes_of(&m.chunk_shape, elem).is_some_and(|b| b <= READ_LIMIT) {
         let want = clipped_chunk(a, index);
-        match a.read_chunk(index, &BufferPrototype::Host) {
+        match a
+            .read_chunks(&[index])
+            .to(&BufferPrototype::Host)
+            .map(|mut v| v.remove(0))
+        {
             Ok(nd) => {
                 if !in_grid {
                     return Err(format!(
@@ -211,7 +215,7 @@ pub fn read_chunk_checked(
         }
     }
     if bytes_of(&m.shape, elem).is_some_and(|b| b <= READ_LIMIT) {
-        match a.read_all(&BufferPrototype::Host) {
+        match a.read(..).to(&BufferPrototype::Host) {
             Ok(nd) => {
                 let want: Vec<usize> = m.shape.iter().map(|&s| s as usize).collect();
                 if nd.shape() != want.as_slice() || nd.dtype() != m.dtype() {

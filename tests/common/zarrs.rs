@@ -159,7 +159,7 @@ impl LoadArray {
         let spec = ArraySpec::new(&Self::SHAPE, &Self::CHUNK, Dtype::INT32)
             .with_compressor(Compressor::Zstd { level: 1 });
         let store = std::sync::Arc::new(MemoryStore::new());
-        let mut array = ZarrArray::create_in_store(store, "load", &spec).unwrap();
+        let mut array = ZarrArray::create((store, "load"), &spec).unwrap();
         let options = ReadOptions {
             threads: Some(4),
             ..ReadOptions::default()
@@ -197,7 +197,8 @@ impl LoadArray {
                 .collect();
             let got = self
                 .array
-                .read_chunks(&pick, prototype)
+                .read_chunks(&pick)
+                .to(prototype)
                 .map_err(|e| format!("read_chunks {pick:?}: {e}"))?;
             for (idx, nd) in pick.iter().zip(&got) {
                 let start = [idx[0] * Self::CHUNK[0], idx[1] * Self::CHUNK[1]];
@@ -214,7 +215,8 @@ impl LoadArray {
         let b1 = r.random_range(a1 + 1..=s1);
         let nd = self
             .array
-            .read_subset(&[a0..b0, a1..b1], prototype)
+            .read(&[a0..b0, a1..b1])
+            .to(prototype)
             .map_err(|e| format!("read_subset [{a0}..{b0}, {a1}..{b1}]: {e}"))?;
         let want = sub_box(&self.bytes, &Self::SHAPE, 4, &[a0, a1], &[b0 - a0, b1 - a1]);
         if nd.prototype() != *prototype || to_host(&nd)? != want {

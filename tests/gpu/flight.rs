@@ -78,7 +78,7 @@ gpu_test! {
         let client = Client::connect(&server.uri(), Some(TOKEN)).unwrap();
         let ctx = ctx();
         for (name, local, shape) in &made {
-            let want = local.read_all(&HOST).unwrap();
+            let want = local.read(..).to(&HOST).unwrap();
             let got = client.read(name, &[], &DEV).unwrap();
             assert!(got.is_device(), "{name}");
             let mem = got.as_ndarray_like().memory;
@@ -98,7 +98,7 @@ gpu_test! {
                         }
                     })
                     .collect();
-                let want = local.read(&sel, &HOST).unwrap();
+                let want = local.read(&sel).to(&HOST).unwrap();
                 let got = client.read(name, &sel, &DEV).unwrap();
                 assert!(got.is_device());
                 assert_eq!(got.shape(), want.shape(), "{name} {sel:?}");

@@ -33,16 +33,16 @@ gpu_test! {
         ];
         for (name, element, shape, spec) in cases {
             let url = server.url(name);
-            let a = ZarrArray::create_url(&url, &spec, &opts).unwrap();
+            let a = ZarrArray::create(devbuf::zarr::Location::Url(url.to_string(), opts.clone()), &spec).unwrap();
             let n = (shape[0] * shape[1]) as usize;
             let model = random_elements(&mut rng, element, n);
             a.write_subset(&[0, 0], &host_nd(model.clone(), &shape, element)).unwrap();
-            let mut a = ZarrArray::open_url(&url, &opts).unwrap();
-            assert!(bytes_of(&a.read_all(&HOST).unwrap()) == model, "{name}: host read");
+            let mut a = ZarrArray::open(devbuf::zarr::Location::Url(url.to_string(), opts.clone())).unwrap();
+            assert!(bytes_of(&a.read(..).to(&HOST).unwrap()) == model, "{name}: host read");
             for (decoder, threads, slot) in [(Decoder::Cpu, 3, 4096), (Decoder::Auto, 5, 64 << 10)] {
                 a.set_read_options(ReadOptions { decoder, threads: Some(threads), slot_bytes: slot, ..ReadOptions::default() }).unwrap();
                 check_reads(&a, &mut rng, &format!("{name} {decoder:?}"));
-                assert!(bytes_of(&a.read_all(&DEV).unwrap()) == model, "{name} {decoder:?}: device read");
+                assert!(bytes_of(&a.read(..).to(&DEV).unwrap()) == model, "{name} {decoder:?}: device read");
             }
         }
     }
@@ -57,13 +57,13 @@ gpu_test! {
             ArraySpec::new(&[97, 61], &[32, 32], Dtype::INT32).with_subchunks(&[8, 8]).with_compressor(Compressor::Blosc { level: 5 }),
         ].into_iter().enumerate() {
             let url = server.url(&format!("w{k}"));
-            let a = ZarrArray::create_url(&url, &spec, &opts).unwrap();
+            let a = ZarrArray::create(devbuf::zarr::Location::Url(url.to_string(), opts.clone()), &spec).unwrap();
             let model = random_elements(&mut rng, ElementType::Int32, 97 * 61);
             let v = host_nd(model.clone(), &[97, 61], ElementType::Int32).to_prototype(&DEV).unwrap();
             a.write_subset(&[0, 0], &v).unwrap();
-            let back = ZarrArray::open_url(&url, &opts).unwrap();
-            assert!(bytes_of(&back.read_all(&HOST).unwrap()) == model, "w{k}: host read back");
-            assert!(bytes_of(&back.read_all(&DEV).unwrap()) == model, "w{k}: device read back");
+            let back = ZarrArray::open(devbuf::zarr::Location::Url(url.to_string(), opts.clone())).unwrap();
+            assert!(bytes_of(&back.read(..).to(&HOST).unwrap()) == model, "w{k}: host read back");
+            assert!(bytes_of(&back.read(..).to(&DEV).unwrap()) == model, "w{k}: device read back");
         }
     }
 
@@ -109,12 +109,13 @@ gpu_test! {
         for (rel, path) in files_under(&local) {
             store.set(&rel, &ByteBuffer::from_bytes(std::fs::read(path).unwrap())).unwrap();
         }
-        let host = bytes_of(&ZarrArray::open(&local).unwrap().read_all(&HOST).unwrap());
-        let mut a = ZarrArray::open_url(&server.url("once"), &opts).unwrap();
+        let host = bytes_of(&ZarrArray::open(&local).unwrap().read(..).to(&HOST).unwrap());
+        let mut a = ZarrArray::open(devbuf::zarr::Location::Url(server.url("once").to_string(), opts.clone())).unwrap();
         for (decoder, threads, gpu_workers) in [(Decoder::Gpu, 2, None), (Decoder::Gpu, 10, None), (Decoder::Both, 4, Some(1))] {
             let what = format!("{decoder:?} {threads} threads");
             a.set_read_options(ReadOptions { decoder, threads: Some(threads), gpu_workers, slot_bytes: 16 << 10, ..ReadOptions::default() }).unwrap();
-            let (dev, r) = a.read_all_with_report(&DEV).unwrap();
+            let mut r = devbuf::zarr::ReadReport::default();
+            let dev = a.read(..).report(&mut r).to(&DEV).unwrap();
             assert!(bytes_of(&dev) == host, "{what}: device read");
             assert!(r.gpu_chunks > 0, "{what}: {r}");
             if decoder == Decoder::Gpu {

@@ -70,7 +70,7 @@ gpu_test! {
         let mut rng = rng(test);
         let dir = TempDir::new("progress_device");
         let mut a = make(&dir, &mut rng);
-        let want = bytes_of(&a.read_all(&HOST).unwrap());
+        let want = bytes_of(&a.read(..).to(&HOST).unwrap());
         let mut decoders = vec![Decoder::Cpu];
         if !nvcomp_missing(test) {
             decoders.extend([Decoder::Both, Decoder::Gpu]);
@@ -85,7 +85,8 @@ gpu_test! {
                 ..ReadOptions::default()
             })
             .unwrap();
-            let (got, report) = a.read_all_with_report(&DEV).unwrap();
+            let mut report = devbuf::zarr::ReadReport::default();
+            let got = a.read(..).report(&mut report).to(&DEV).unwrap();
             assert!(bytes_of(&got) == want, "{decoder:?}: device bytes differ");
             assert_eq!(report.cpu_chunks + report.gpu_chunks, 64, "{decoder:?}: {report}");
             check_series(&seen.lock().unwrap(), 64, 32 * 64 * 4, &format!("{decoder:?}"));
@@ -114,12 +115,12 @@ gpu_test! {
             ..ReadOptions::default()
         })
         .unwrap();
-        let e = a.read_all(&DEV).unwrap_err();
+        let e = a.read(..).to(&DEV).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Cancelled, "{e}");
         assert!(e.to_string().contains("after decoding 1 of its 64 chunks"), "{e}");
         a.set_read_options(ReadOptions::default()).unwrap();
-        let want = bytes_of(&a.read_all(&HOST).unwrap());
-        assert!(bytes_of(&a.read_all(&DEV).unwrap()) == want);
+        let want = bytes_of(&a.read(..).to(&HOST).unwrap());
+        assert!(bytes_of(&a.read(..).to(&DEV).unwrap()) == want);
     }
 
     fn zarrs_spread_reads_report_the_sum_of_their_parts() {
@@ -130,7 +131,7 @@ gpu_test! {
         for spread in [Spread::Partition { axis: 0 }, Spread::Replicate] {
             let (sink, seen) = recorder();
             a.set_read_options(ReadOptions { progress: Some(sink), ..ReadOptions::default() }).unwrap();
-            let r = a.read_spread(&[0..512, 0..256], &devices, spread).unwrap();
+            let r = a.read(&[0..512, 0..256]).spread(&devices, spread).unwrap();
             let chunks: u64 = r.parts.iter().map(|p| p.report.cpu_chunks + p.report.gpu_chunks).sum();
             assert_eq!(chunks, 64, "{spread:?}: every chunk read once over the devices");
             check_series(&seen.lock().unwrap(), 64, 32 * 64 * 4, &format!("{spread:?}"));

@@ -1,4 +1,4 @@
-//! One read spread over the machine's devices (`ZarrArray::read_spread`): partitioned
+//! One read spread over the machine's devices (`ZarrArray::read(..).spread(..)`): partitioned
 //! and replicated reads give exactly the bytes of host reads, each part on its own
 //! device and cut at chunk boundaries; a failure on one device fails the read and
 //! frees every device's memory. On one GPU the reads run over that device alone (a
@@ -103,7 +103,7 @@ fn check_partition(
         }
         assert_eq!(p.ranges[axis].start, at, "{what}: parts in order");
         at = p.ranges[axis].end;
-        let want = a.read_subset(&p.ranges, &HOST).unwrap();
+        let want = a.read(&p.ranges).to(&HOST).unwrap();
         assert_eq!(p.array.shape(), want.shape(), "{what}");
         assert!(
             bytes_of(&p.array) == bytes_of(&want),
@@ -145,7 +145,7 @@ gpu_test! {
                 for (axis, &cell) in cell.iter().enumerate() {
                     for sel in [&whole, &inner] {
                         let what = format!("{name} {decoder:?} axis {axis} {sel:?} on {} devices", devs.len());
-                        let r = a.read_spread(sel, &devs, Spread::Partition { axis }).unwrap();
+                        let r = a.read(sel).spread(&devs, Spread::Partition { axis }).unwrap();
                         check_partition(&a, sel, axis, cell, &devs, &r, &what);
                         if decoder == Decoder::Gpu {
                             assert!(r.parts.iter().all(|p| p.report.cpu_chunks == 0), "{what}: {r}");
@@ -154,7 +154,7 @@ gpu_test! {
                 }
             }
             // Fewer rows than devices: the last parts are empty, the others one row.
-            let r = a.read_spread(&[5..6, 0..shape[1]], &devs, Spread::Partition { axis: 0 }).unwrap();
+            let r = a.read(&[5..6, 0..shape[1]]).spread(&devs, Spread::Partition { axis: 0 }).unwrap();
             check_partition(&a, &[5..6, 0..shape[1]], 0, cell[0], &devs, &r, &format!("{name}: one row"));
         }
     }
@@ -167,8 +167,8 @@ gpu_test! {
             let shape = a.shape().to_vec();
             for sel in [shape.iter().map(|&n| 0..n).collect::<Vec<_>>(), vec![11..shape[0] - 1, 2..shape[1]]] {
                 let what = format!("{name} {sel:?} on {} devices", devs.len());
-                let want = a.read_subset(&sel, &HOST).unwrap();
-                let r = a.read_spread(&sel, &devs, Spread::Replicate).unwrap();
+                let want = a.read(&sel).to(&HOST).unwrap();
+                let r = a.read(&sel).spread(&devs, Spread::Replicate).unwrap();
                 assert_eq!(r.parts.len(), devs.len(), "{what}");
                 let mut at = sel[0].start;
                 let mut decoded_chunks = 0;
@@ -185,7 +185,8 @@ gpu_test! {
                 }
                 assert_eq!(at, sel[0].end, "{what}: the slabs cover the selection");
                 // Each chunk decoded once over all devices: as many as one host read.
-                let (_, one) = a.read_subset_with_report(&sel, &HOST).unwrap();
+                let mut one = devbuf::zarr::ReadReport::default();
+                let _ = a.read(&sel).report(&mut one).to(&HOST).unwrap();
                 assert_eq!(decoded_chunks, one.cpu_chunks, "{what}: {r}");
                 println!("{what}: {r}");
             }
@@ -198,13 +199,13 @@ gpu_test! {
         let mut rng = rng("spread_argument_errors_name_the_problem");
         let (_, a, _) = arrays(&dir, &mut rng).remove(2);
         let whole = vec![0..97, 0..33];
-        let e = a.read_spread(&whole, &[], Spread::Replicate).unwrap_err().to_string();
+        let e = a.read(&whole).spread(&[], Spread::Replicate).unwrap_err().to_string();
         assert!(e.contains("at least one device"), "{e}");
-        let e = a.read_spread(&whole, &[d0.clone(), d0.clone()], Spread::Replicate).unwrap_err().to_string();
+        let e = a.read(&whole).spread(&[d0.clone(), d0.clone()], Spread::Replicate).unwrap_err().to_string();
         assert!(e.contains("device 0 is listed twice"), "{e}");
-        let e = a.read_spread(&whole, std::slice::from_ref(&d0), Spread::Partition { axis: 2 }).unwrap_err().to_string();
+        let e = a.read(&whole).spread(std::slice::from_ref(&d0), Spread::Partition { axis: 2 }).unwrap_err().to_string();
         assert!(e.contains("axis 2 is out of range") && e.contains("valid: 0 to 1"), "{e}");
-        let e = a.read_spread(&[0..98, 0..33], std::slice::from_ref(&d0), Spread::Replicate).unwrap_err().to_string();
+        let e = a.read(&[0..98, 0..33]).spread(std::slice::from_ref(&d0), Spread::Replicate).unwrap_err().to_string();
         assert!(e.contains("out of bounds"), "{e}");
     }
 }
@@ -223,7 +224,7 @@ gpu_test_exclusive! {
         a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, ElementType::Int32, 256 * 64), &shape, ElementType::Int32)).unwrap();
         let whole = vec![0..256, 0..64];
         for spread in [Spread::Partition { axis: 0 }, Spread::Replicate] {
-            drop(a.read_spread(&whole, &devs, spread).unwrap()); // warm: pools, kernels
+            drop(a.read(&whole).spread(&devs, spread).unwrap()); // warm: pools, kernels
         }
         for c in &devs {
             c.synchronize().unwrap();
@@ -233,7 +234,7 @@ gpu_test_exclusive! {
         let original = std::fs::read(&chunk).unwrap();
         std::fs::write(&chunk, &original[..original.len() / 2]).unwrap();
         for spread in [Spread::Partition { axis: 0 }, Spread::Replicate] {
-            let e = a.read_spread(&whole, &devs, spread).unwrap_err().to_string();
+            let e = a.read(&whole).spread(&devs, spread).unwrap_err().to_string();
             assert!(e.contains("c/15/0"), "{spread:?}: the damaged chunk's error, not another device's stop: {e}");
             for (c, b) in devs.iter().zip(&before) {
                 c.synchronize().unwrap();
@@ -241,7 +242,7 @@ gpu_test_exclusive! {
             }
         }
         std::fs::write(&chunk, &original).unwrap();
-        assert!(a.read_spread(&whole, &devs, Spread::Replicate).is_ok());
+        assert!(a.read(&whole).spread(&devs, Spread::Replicate).is_ok());
     }
 }
 
@@ -256,11 +257,11 @@ gpu_test! {
         let (_, a, _) = arrays(&dir, &mut rng).remove(0);
         let whole = vec![0..300, 0..70];
         for devs in [[d1.clone(), d0.clone()], [d0.clone(), d1.clone()]] {
-            let r = a.read_spread(&whole, &devs, Spread::Partition { axis: 0 }).unwrap();
+            let r = a.read(&whole).spread(&devs, Spread::Partition { axis: 0 }).unwrap();
             check_partition(&a, &whole, 0, 32, &devs, &r, "two devices");
             assert_eq!(r.parts[0].ranges[0], 0..160, "{r}");
-            let r = a.read_spread(&whole, &devs, Spread::Replicate).unwrap();
-            let want = a.read_all(&HOST).unwrap();
+            let r = a.read(&whole).spread(&devs, Spread::Replicate).unwrap();
+            let want = a.read(..).to(&HOST).unwrap();
             for (p, c) in r.parts.iter().zip(&devs) {
                 assert_eq!(p.array.prototype(), BufferPrototype::Device(c.ordinal()));
                 assert!(bytes_of(&p.array) == bytes_of(&want), "device {}", c.ordinal());

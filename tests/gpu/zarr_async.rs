@@ -20,13 +20,14 @@ gpu_test_exclusive! {
         let (held, store) = held_array();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
-            let a = ZarrArray::open_url_store_async(store).await.unwrap();
+            let a = ZarrArray::open_async(store).await.unwrap();
             // A first read warms the staging pool; the baseline is taken after it.
             held.gate.add_permits(1 << 20);
-            let warm = a.read_all_async(BufferPrototype::Device(0)).await.unwrap();
+            let warm = a.read(..).to_async(&BufferPrototype::Device(0)).await.unwrap();
             assert!(warm.all_equal(Some(Scalar::from(1u32)), true).unwrap());
             drop(warm);
-            let (_, report) = a.read_all_with_report_async(BufferPrototype::Host).await.unwrap();
+            let mut report = devbuf::zarr::ReadReport::default();
+            let _ = a.read(..).report(&mut report).to_async(&BufferPrototype::Host).await.unwrap();
             assert!(report.cpu_chunks > 0);
             // Close the gate again (take back the permits left).
             let left = held.gate.available_permits();
@@ -37,7 +38,7 @@ gpu_test_exclusive! {
             let free = ctx.free_memory().unwrap();
             let base = held.started.load(Ordering::SeqCst);
             held.gate.add_permits(2);
-            let mut read = Box::pin(a.read_all_async(BufferPrototype::Device(0)));
+            let mut read = Box::pin(a.read(..).to_async(&BufferPrototype::Device(0)));
             wait_started(&held, base + 6, &mut read).await;
             assert!(ctx.bytes_allocated() > before, "the result is allocated while the read runs");
             drop(read);

@@ -75,14 +75,14 @@ pub(crate) fn host_nd(bytes: Vec<u8>, shape: &[u64], element: ElementType) -> ND
 pub(crate) fn check_reads(a: &ZarrArray, rng: &mut SmallRng, what: &str) {
     let m = a.metadata().clone();
     assert_same(
-        &a.read_all(&DEV).unwrap(),
-        &a.read_all(&HOST).unwrap(),
+        &a.read(..).to(&DEV).unwrap(),
+        &a.read(..).to(&HOST).unwrap(),
         what,
     );
 
     let indices = grid_indices(&m.grid_shape);
-    let dev = a.read_chunks(&indices, &DEV).unwrap();
-    let host = a.read_chunks(&indices, &HOST).unwrap();
+    let dev = a.read_chunks(&indices).to(&DEV).unwrap();
+    let host = a.read_chunks(&indices).to(&HOST).unwrap();
     // One allocation, consecutive slices (zero-copy views of it), in order.
     let base = dev.first().map(|d| d.as_ndarray_like().memory.address());
     let mut expect = base.unwrap_or(0);
@@ -109,8 +109,14 @@ pub(crate) fn check_reads(a: &ZarrArray, rng: &mut SmallRng, what: &str) {
     }
     if let Some(idx) = indices.last() {
         assert_same(
-            &a.read_chunk(idx, &DEV).unwrap(),
-            &a.read_chunk(idx, &HOST).unwrap(),
+            &a.read_chunks(&[idx])
+                .to(&DEV)
+                .map(|mut v| v.remove(0))
+                .unwrap(),
+            &a.read_chunks(&[idx])
+                .to(&HOST)
+                .map(|mut v| v.remove(0))
+                .unwrap(),
             what,
         );
     }
@@ -124,9 +130,9 @@ pub(crate) fn check_reads(a: &ZarrArray, rng: &mut SmallRng, what: &str) {
                 s..rng.random_range(s..=n)
             })
             .collect();
-        let host = a.read_subset(&ranges, &HOST).unwrap();
+        let host = a.read(&ranges).to(&HOST).unwrap();
         assert_same(
-            &a.read_subset(&ranges, &DEV).unwrap(),
+            &a.read(&ranges).to(&DEV).unwrap(),
             &host,
             &format!("{what} box {ranges:?}"),
         );
@@ -140,8 +146,8 @@ pub(crate) fn check_reads(a: &ZarrArray, rng: &mut SmallRng, what: &str) {
     }
     if m.shape.len() >= 2 && m.shape[0] > 1 {
         let sel = [Slice::new(Some(1), None, 2).into(), AxisSel::Index(-1)];
-        let d = a.read(&sel, &DEV).unwrap();
-        let h = a.read(&sel, &HOST).unwrap();
+        let d = a.read(&sel).to(&DEV).unwrap();
+        let h = a.read(&sel).to(&HOST).unwrap();
         assert_same(
             &d.copy().unwrap(),
             &h.copy().unwrap(),
@@ -188,7 +194,7 @@ gpu_test! {
                     None,
                 )
                 .unwrap();
-                a.write_chunk(&[1, 1, 0], &fill).unwrap();
+                a.write_chunks(&[&[1, 1, 0]], std::slice::from_ref(&fill)).unwrap();
                 // Small staging slots (one chunk each, many rounds per worker), larger
                 // ones (many chunks per slot) and tiny ones, on several workers.
                 let mut a = ZarrArray::open(&path).unwrap();
@@ -224,7 +230,7 @@ gpu_test! {
             check_reads(&a, &mut rng, &what);
             // The expected bytes, from the device.
             let expected = std::fs::read(dir.join("expected").join(what.replace(".zarr", ".bin"))).unwrap();
-            assert!(bytes_of(&a.read_all(&DEV).unwrap()) == expected, "{what}");
+            assert!(bytes_of(&a.read(..).to(&DEV).unwrap()) == expected, "{what}");
         }
     }
 
@@ -240,11 +246,11 @@ gpu_test! {
         a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, ElementType::Float32, 65536), &shape, ElementType::Float32))
             .unwrap();
         let ctx = Context::new(0).unwrap();
-        let first = a.read_all(&DEV).unwrap();
+        let first = a.read(..).to(&DEV).unwrap();
         for _ in 0..5 {
-            let again = a.read_all(&DEV).unwrap();
+            let again = a.read(..).to(&DEV).unwrap();
             assert!(bytes_of(&again) == bytes_of(&first));
-            let chunks = a.read_chunks(&grid_indices(&[4, 4]), &DEV).unwrap();
+            let chunks = a.read_chunks(&grid_indices(&[4, 4])).to(&DEV).unwrap();
             assert_eq!(chunks.len(), 16);
         }
         // Reads keep no staging of their own: the context's pool holds it.
@@ -276,7 +282,7 @@ gpu_test! {
             // Whole array from the device (slabs smaller than a chunk row).
             let v = host_nd(model.clone(), &shape, element).to_prototype(&DEV).unwrap();
             a.write_subset(&[0, 0], &v).unwrap();
-            assert!(bytes_of(&a.read_all(&HOST).unwrap()) == model, "{element}: whole");
+            assert!(bytes_of(&a.read(..).to(&HOST).unwrap()) == model, "{element}: whole");
 
             // Chunks from another array's device read (consecutive slices of one
             // allocation: copied back in few copies) into this one.
@@ -284,12 +290,12 @@ gpu_test! {
             model = random_elements(&mut rng, element, n as usize);
             b.write_subset(&[0, 0], &host_nd(model.clone(), &shape, element)).unwrap();
             let indices = grid_indices(&a.metadata().grid_shape);
-            let chunks = b.read_chunks(&indices, &DEV).unwrap();
+            let chunks = b.read_chunks(&indices).to(&DEV).unwrap();
             a.write_chunks(&indices, &chunks).unwrap();
-            assert!(bytes_of(&a.read_all(&HOST).unwrap()) == model, "{element}: chunks");
+            assert!(bytes_of(&a.read(..).to(&HOST).unwrap()) == model, "{element}: chunks");
 
             // A device box in F order and big-endian (converted on the device).
-            let boxed = a.read_subset(&[3..20, 5..29], &DEV).unwrap();
+            let boxed = a.read(&[3..20, 5..29]).to(&DEV).unwrap();
             let flipped = boxed
                 .copy_order(Order::F)
                 .unwrap()
@@ -297,7 +303,7 @@ gpu_test! {
                 .unwrap();
             assert!(flipped.is_device());
             a.write_subset(&[0, 0], &flipped).unwrap();
-            let back = a.read_subset(&[0..17, 0..24], &HOST).unwrap();
+            let back = a.read(&[0..17, 0..24]).to(&HOST).unwrap();
             assert!(bytes_of(&back) == bytes_of(&boxed.to_prototype(&HOST).unwrap()), "{element}: box");
         }
     }
@@ -309,12 +315,12 @@ gpu_test! {
         let spec = ArraySpec::new(&shape, &[16, 16], Dtype::INT64)
             .with_subchunks(&[8, 8])
             .with_compressor(Compressor::Gzip { level: 3 });
-        let a = ZarrArray::create_in_store(store.clone(), "grp/a", &spec).unwrap();
+        let a = ZarrArray::create((store.clone(), "grp/a"), &spec).unwrap();
         let data = random_elements(&mut rng, ElementType::Int64, 40 * 33);
         a.write_subset(&[0, 0], &host_nd(data.clone(), &shape, ElementType::Int64)).unwrap();
-        let b = ZarrArray::open_store(store, "grp/a").unwrap();
-        assert!(bytes_of(&b.read_all(&HOST).unwrap()) == data);
-        assert_same(&b.read_all(&DEV).unwrap(), &b.read_all(&HOST).unwrap(), "device store");
+        let b = ZarrArray::open((store, "grp/a")).unwrap();
+        assert!(bytes_of(&b.read(..).to(&HOST).unwrap()) == data);
+        assert_same(&b.read(..).to(&DEV).unwrap(), &b.read(..).to(&HOST).unwrap(), "device store");
     }
 
     fn zarrs_device_read_throughput_report() {
@@ -334,17 +340,17 @@ gpu_test! {
         }
         a.write_subset(&[0, 0], &host_nd(v, &shape, ElementType::Float32)).unwrap();
         let mb = 64.0 * 1.048576;
-        let _ = a.read_all(&DEV).unwrap(); // warm up (staging, context)
+        let _ = a.read(..).to(&DEV).unwrap(); // warm up (staging, context)
         for proto in [HOST, DEV] {
             let t = std::time::Instant::now();
-            let r = a.read_all(&proto).unwrap();
+            let r = a.read(..).to(&proto).unwrap();
             if proto.is_device() {
                 ctx().synchronize().unwrap();
             }
             let s = t.elapsed().as_secs_f64();
             println!("zarrs read_all 64 MiB zstd to {proto}: {:.1} ms, {:.0} MB/s", s * 1e3, mb / s);
             let t = std::time::Instant::now();
-            let chunks = a.read_chunks(&grid_indices(&[8, 8]), &proto).unwrap();
+            let chunks = a.read_chunks(&grid_indices(&[8, 8])).to(&proto).unwrap();
             let s = t.elapsed().as_secs_f64();
             println!("zarrs read_chunks 64 x 1 MiB zstd to {proto}: {:.1} ms, {:.0} MB/s", s * 1e3, mb / s);
             drop((r, chunks));
@@ -365,7 +371,7 @@ gpu_test_exclusive! {
             let path = dir.0.join(format!("{comp:?}").replace([' ', '{', '}', ':'], ""));
             let a = ZarrArray::create(&path, &ArraySpec::new(&shape, &[32, 32], Dtype::INT32).with_compressor(comp)).unwrap();
             a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, ElementType::Int32, 128 * 96), &shape, ElementType::Int32)).unwrap();
-            let good = a.read_all(&DEV).unwrap();
+            let good = a.read(..).to(&DEV).unwrap();
             drop(good);
             ctx.synchronize().unwrap();
             let before = ctx.bytes_allocated();
@@ -382,11 +388,11 @@ gpu_test_exclusive! {
             for bad in bad_inputs {
                 std::fs::write(&chunk, &bad).unwrap();
                 let reads: Vec<Box<dyn Fn() -> devbuf::Result<()>>> = vec![
-                    Box::new(|| a.read_all(&DEV).map(drop)),
-                    Box::new(|| a.read_subset(&[40..100, 10..90], &DEV).map(drop)),
-                    Box::new(|| a.read_chunk(&[2, 1], &DEV).map(drop)),
-                    Box::new(|| a.read_chunks(&[[0u64, 0], [2, 1]], &DEV).map(drop)),
-                    Box::new(|| a.read(&[AxisSel::Index(70)], &DEV).map(drop)),
+                    Box::new(|| a.read(..).to(&DEV).map(drop)),
+                    Box::new(|| a.read(&[40..100, 10..90]).to(&DEV).map(drop)),
+                    Box::new(|| a.read_chunks(&[&[2, 1]]).to(&DEV).map(|mut v| v.remove(0)).map(drop)),
+                    Box::new(|| a.read_chunks(&[[0u64, 0], [2, 1]]).to(&DEV).map(drop)),
+                    Box::new(|| a.read(&[AxisSel::Index(70)]).to(&DEV).map(drop)),
                 ];
                 for (k, read) in reads.iter().enumerate() {
                     match read() {
@@ -433,7 +439,8 @@ fn check_read_into(
     let noise: Vec<u8> = (0..n + 512).map(|_| rng.random()).collect();
     let whole = devbuf::cuda::DeviceBuffer::from_slice(&ctx, &noise).unwrap();
     let view = whole.slice(256, n).unwrap();
-    let r = a.read_subset_into(ranges, &view).unwrap();
+    let mut r = devbuf::zarr::ReadReport::default();
+    a.read(ranges).report(&mut r).into(&view).unwrap();
     assert!(
         r.target.starts_with("device 0 (the caller's memory)"),
         "{what}: {r}"
@@ -448,7 +455,7 @@ fn check_read_into(
         "{what}: bytes around the view changed"
     );
     let mut host: Vec<u8> = noise[..n].to_vec();
-    a.read_subset_into(ranges, &mut host).unwrap();
+    a.read(ranges).into(&mut host).unwrap();
     assert!(host == want, "{what}: host bytes read into noise differ");
 }
 
@@ -465,26 +472,27 @@ gpu_test_exclusive! {
         let a = ZarrArray::create(dir.0.join("a"), &ArraySpec::new(&shape, &[64, 48], Dtype::FLOAT32).with_compressor(Compressor::Zstd { level: 1 })).unwrap();
         let n = 300 * 260;
         a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, ElementType::Float32, n), &shape, ElementType::Float32)).unwrap();
-        let want = bytes_of(&a.read_all(&HOST).unwrap());
+        let want = bytes_of(&a.read(..).to(&HOST).unwrap());
         let out = ctx.allocate(n * 4).unwrap();
         let address = out.address();
         // A first read sets up what every read keeps (staging scratch).
-        a.read_all_into(&out).unwrap();
+        a.read(..).into(&out).unwrap();
         ctx.synchronize().unwrap();
         let before = ctx.bytes_allocated();
         for k in 0..3 {
             out.fill(0xA5 ^ k).unwrap();
-            let r = a.read_all_into(&out).unwrap();
+            let mut r = devbuf::zarr::ReadReport::default();
+            a.read(..).report(&mut r).into(&out).unwrap();
             assert_eq!(r.target, "device 0 (the caller's memory)");
             assert_eq!(out.address(), address);
             assert!(out.to_vec::<u8>().unwrap() == want, "read {k}");
             ctx.synchronize().unwrap();
             assert_eq!(ctx.bytes_allocated(), before, "read {k}: no device memory kept for the result");
         }
-        let e = a.read_all_into(&out.read_only()).unwrap_err();
+        let e = a.read(..).into(&out.read_only()).unwrap_err();
         assert!(matches!(e, devbuf::Error::ReadOnly(_)), "{e}");
         let short = out.slice(0, n * 4 - 4).unwrap();
-        let e = a.read_all_into(&short).unwrap_err().to_string();
+        let e = a.read(..).into(&short).unwrap_err().to_string();
         assert!(e.contains(&format!("holds {} bytes", n * 4 - 4)) && e.contains(&format!("exactly {} bytes", n * 4)), "{e}");
         // A damaged chunk: an error naming it, on the CPU decoder and on nvCOMP.
         let chunk = dir.0.join("a").join("c").join("2").join("3");
@@ -498,17 +506,17 @@ gpu_test_exclusive! {
             let mut b = ZarrArray::open(dir.0.join("a")).unwrap();
             b.set_read_options(ReadOptions { decoder, ..ReadOptions::default() }).unwrap();
             std::fs::write(&chunk, &original).unwrap();
-            b.read_all_into(&out).unwrap();
+            b.read(..).into(&out).unwrap();
             ctx.synchronize().unwrap();
             let before = ctx.bytes_allocated();
             std::fs::write(&chunk, &original[..original.len() / 2]).unwrap();
-            let e = b.read_all_into(&out).unwrap_err().to_string();
+            let e = b.read(..).into(&out).unwrap_err().to_string();
             assert!(e.contains("c/2/3"), "{decoder:?}: {e}");
             ctx.synchronize().unwrap();
             assert_eq!(ctx.bytes_allocated(), before, "{decoder:?}: device memory back after the error");
         }
         std::fs::write(&chunk, &original).unwrap();
-        assert!(a.read_all_into(&out).is_ok() && out.to_vec::<u8>().unwrap() == want);
+        assert!(a.read(..).into(&out).is_ok() && out.to_vec::<u8>().unwrap() == want);
     }
 }
 
@@ -550,14 +558,15 @@ gpu_test! {
                     // One chunk (shard) missing: fill value on the device.
                     let missing = a.chunk_ranges(&[1, 1]).unwrap();
                     let filled = NDBuffer::create(&HOST, &missing.iter().map(|r| (r.end - r.start) as usize).collect::<Vec<_>>(), Dtype::native(element), Order::C, Some(fill)).unwrap();
-                    a.write_chunk(&[1, 1], &filled).unwrap();
+                    a.write_chunks(&[&[1, 1]], std::slice::from_ref(&filled)).unwrap();
                     assert!(!a.chunk_is_stored(&[1, 1]).unwrap(), "chunk [1, 1] equals the fill value: not stored");
                     let what = format!("{comp:?} {dtype} sharded={sharded}");
                     for (decoder, threads, gpu_workers) in [(Decoder::Gpu, 2, None), (Decoder::Both, 6, Some(2)), (Decoder::Auto, 4, None)] {
                         let mut a = ZarrArray::open(&path).unwrap();
                         a.set_read_options(ReadOptions { decoder, threads: Some(threads), gpu_workers, slot_bytes: 16 << 10, ..ReadOptions::default() }).unwrap();
                         check_reads(&a, &mut rng, &format!("{what} {decoder:?}"));
-                        let (_, r) = a.read_all_with_report(&DEV).unwrap();
+                        let mut r = devbuf::zarr::ReadReport::default();
+                        let _ = a.read(..).report(&mut r).to(&DEV).unwrap();
                         if decoder == Decoder::Auto {
                             // zstd frames go to the GPU with or without crc32c (the host
                             // checks them first; the cost model decides how many); other
@@ -580,23 +589,26 @@ gpu_test! {
         let path = dir.0.join("zlib-no-crc");
         let a = ZarrArray::create(&path, &ArraySpec::new(&[64, 64], &[16, 16], Dtype::FLOAT32).with_compressor(Compressor::Zlib { level: 1 })).unwrap();
         a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, ElementType::Float32, 4096), &[64, 64], ElementType::Float32)).unwrap();
-        let (_, r) = a.read_all_with_report(&DEV).unwrap();
+        let mut r = devbuf::zarr::ReadReport::default();
+        let _ = a.read(..).report(&mut r).to(&DEV).unwrap();
         assert!(r.gpu_chunks == 0 && r.gpu_note.contains("zlib chunks without crc32c"), "{r}");
         let mut a = ZarrArray::open(&path).unwrap();
         a.set_read_options(ReadOptions { decoder: Decoder::Gpu, ..ReadOptions::default() }).unwrap();
-        let e = a.read_all(&DEV).unwrap_err().to_string();
+        let e = a.read(..).to(&DEV).unwrap_err().to_string();
         assert!(e.contains("zlib chunks without crc32c"), "{e}");
         // blosc (LZ4 inside) without crc32c: Auto leaves it to the CPU and says why, Gpu
         // decodes it (zarrs_blosc.rs tests it in depth).
         let path = dir.0.join("blosc");
         let a = ZarrArray::create(&path, &ArraySpec::new(&[64, 64], &[16, 16], Dtype::FLOAT32).with_compressor(Compressor::Blosc { level: 5 })).unwrap();
         a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, ElementType::Float32, 4096), &[64, 64], ElementType::Float32)).unwrap();
-        let (_, r) = a.read_all_with_report(&DEV).unwrap();
+        let mut r = devbuf::zarr::ReadReport::default();
+        let _ = a.read(..).report(&mut r).to(&DEV).unwrap();
         assert!(r.gpu_chunks == 0 && r.gpu_note.contains("crc32c"), "{r}");
         let mut a = ZarrArray::open(&path).unwrap();
         a.set_read_options(ReadOptions { decoder: Decoder::Gpu, ..ReadOptions::default() }).unwrap();
-        let (d, r) = a.read_all_with_report(&DEV).unwrap();
-        assert!(bytes_of(&d) == bytes_of(&a.read_all(&HOST).unwrap()) && r.gpu_chunks == 16, "{r}");
+        let mut r = devbuf::zarr::ReadReport::default();
+        let d = a.read(..).report(&mut r).to(&DEV).unwrap();
+        assert!(bytes_of(&d) == bytes_of(&a.read(..).to(&HOST).unwrap()) && r.gpu_chunks == 16, "{r}");
     }
 }
 
@@ -620,7 +632,7 @@ gpu_test_exclusive! {
             a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, ElementType::Int32, 128 * 96), &[128, 96], ElementType::Int32)).unwrap();
             let mut a = ZarrArray::open(&path).unwrap();
             a.set_read_options(ReadOptions { decoder: Decoder::Gpu, threads: Some(2), ..ReadOptions::default() }).unwrap();
-            drop(a.read_all(&DEV).unwrap());
+            drop(a.read(..).to(&DEV).unwrap());
             ctx.synchronize().unwrap();
             let before = ctx.bytes_allocated();
             let pinned = ctx.transfer_stats().pinned_in_use_bytes;
@@ -645,7 +657,7 @@ gpu_test_exclusive! {
             if zlib {
                 // A stream of the chunk's bytes and 8 more, with a valid crc32c: zlib
                 // records no size, so nvCOMP's output bound catches it.
-                let mut long = bytes_of(&a.read_chunk(&[2, 1], &HOST).unwrap());
+                let mut long = bytes_of(&a.read_chunks(&[&[2, 1]]).to(&HOST).map(|mut v| v.remove(0)).unwrap());
                 long.extend_from_slice(&[9u8; 8]);
                 let mut enc = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::new(1));
                 std::io::Write::write_all(&mut enc, &long).unwrap();
@@ -671,7 +683,7 @@ gpu_test_exclusive! {
             let _ = garbage;
             for (how, bad) in bad_inputs {
                 std::fs::write(&chunk, &bad).unwrap();
-                let e = a.read_all(&DEV).expect_err(&format!("{comp:?} {how}")).to_string();
+                let e = a.read(..).to(&DEV).expect_err(&format!("{comp:?} {how}")).to_string();
                 assert!(e.contains("c/2/1"), "{comp:?} {how}: {e}");
                 ctx.synchronize().unwrap();
                 assert_eq!(ctx.bytes_allocated(), before, "{comp:?}: device memory back");
@@ -717,8 +729,8 @@ gpu_test_exclusive! {
             enc.write_all(&raw).unwrap();
             std::fs::write(&f, enc.finish().unwrap()).unwrap();
         }
-        let host = a.read_all(&HOST).unwrap();
-        drop(a.read_all(&DEV).unwrap());
+        let host = a.read(..).to(&HOST).unwrap();
+        drop(a.read(..).to(&DEV).unwrap());
         ctx.synchronize().unwrap();
         let before = ctx.bytes_allocated();
         let pinned = ctx.transfer_stats().pinned_in_use_bytes;
@@ -740,7 +752,8 @@ gpu_test_exclusive! {
             let mut a = ZarrArray::open(&path).unwrap();
             // Small staging slots: a GPU claim is two of them (24 chunks), five claims.
             a.set_read_options(ReadOptions { decoder, threads: Some(threads), gpu_workers, slot_bytes: 16 << 10, gpu, lane_streams, ..ReadOptions::default() }).unwrap();
-            let (dev, r) = a.read_all_with_report(&DEV).unwrap();
+            let mut r = devbuf::zarr::ReadReport::default();
+            let dev = a.read(..).report(&mut r).to(&DEV).unwrap();
             assert_same(&dev, &host, &what);
             drop(dev);
             assert!(r.gpu_chunks > 0, "{what}: {r}");

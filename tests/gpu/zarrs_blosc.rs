@@ -143,9 +143,10 @@ fn gpu_reads_equal_host(path: &Path, rng: &mut SmallRng, what: &str, all_gpu: bo
         })
         .unwrap();
         check_reads(&a, rng, what);
-        let (dev, r) = a.read_all_with_report(&DEV).unwrap();
+        let mut r = devbuf::zarr::ReadReport::default();
+        let dev = a.read(..).report(&mut r).to(&DEV).unwrap();
         assert!(
-            bytes_of(&dev) == bytes_of(&a.read_all(&HOST).unwrap()),
+            bytes_of(&dev) == bytes_of(&a.read(..).to(&HOST).unwrap()),
             "{what}"
         );
         assert!(r.gpu_chunks > 0, "{what}: {r}");
@@ -207,20 +208,22 @@ gpu_test! {
         let offset: f32 = rng.random_range(0.0..1000.0);
         let smooth: Vec<u8> = (0..10_000).flat_map(|i| (offset + (i % 97) as f32).to_le_bytes()).collect();
         a.write_subset(&[0, 0], &host_nd(smooth, &[100, 100], ElementType::Float32)).unwrap();
-        let want = bytes_of(&a.read_all(&HOST).unwrap());
+        let want = bytes_of(&a.read(..).to(&HOST).unwrap());
         set_cname(&path, "zstd", false);
         let mut a = ZarrArray::open(&path).unwrap();
         a.set_read_options(ReadOptions { decoder: Decoder::Gpu, ..ReadOptions::default() }).unwrap();
-        let (dev, r) = a.read_all_with_report(&DEV).unwrap();
+        let mut r = devbuf::zarr::ReadReport::default();
+        let dev = a.read(..).report(&mut r).to(&DEV).unwrap();
         assert!(bytes_of(&dev) == want, "mismatched compressor: {r}");
         assert_eq!((r.gpu_chunks, r.cpu_chunks), (0, 4), "decoded on the host inside GPU claims: {r}");
         // A compressor nvCOMP lacks: Gpu is an error naming it, Auto decodes on the CPU.
         set_cname(&path, "blosclz", false);
         let mut a = ZarrArray::open(&path).unwrap();
-        let (dev, r) = a.read_all_with_report(&DEV).unwrap();
+        let mut r = devbuf::zarr::ReadReport::default();
+        let dev = a.read(..).report(&mut r).to(&DEV).unwrap();
         assert!(bytes_of(&dev) == want && r.gpu_chunks == 0, "{r}");
         a.set_read_options(ReadOptions { decoder: Decoder::Gpu, ..ReadOptions::default() }).unwrap();
-        let e = a.read_all(&DEV).unwrap_err().to_string();
+        let e = a.read(..).to(&DEV).unwrap_err().to_string();
         assert!(e.contains("blosclz"), "{e}");
 
         // zarr-python's blosc arrays (v2 and v3, every dtype, C and F order).
@@ -240,7 +243,7 @@ gpu_test! {
             let expected = std::fs::read(fixtures.join("expected").join(what.replace(".zarr", ".bin"))).unwrap();
             let mut a = ZarrArray::open(&path).unwrap();
             a.set_read_options(ReadOptions { decoder: Decoder::Gpu, ..ReadOptions::default() }).unwrap();
-            match a.read_all(&DEV) {
+            match a.read(..).to(&DEV) {
                 Ok(d) => assert!(bytes_of(&d) == expected, "{what}"),
                 // A chain the read engine leaves to zarrs (e.g. v2 filters): not nvCOMP's.
                 Err(e) if e.to_string().contains("decoded by zarrs") => {

@@ -38,7 +38,8 @@ fn check_in_pieces(a: &mut ZarrArray, small: usize, rng: &mut SmallRng, what: &s
             ..ReadOptions::default()
         })
         .unwrap();
-        let (_, report) = a.read_all_with_report(&DEV).unwrap();
+        let mut report = devbuf::zarr::ReadReport::default();
+        let _ = a.read(..).report(&mut report).to(&DEV).unwrap();
         assert_eq!(report.gpu_chunks, 0, "{what}: {report}");
         check_reads(a, rng, &format!("{what}, slots of {slot_bytes}"));
     }
@@ -74,7 +75,7 @@ gpu_test! {
             let last: Vec<u64> = grid.iter().map(|&g| g - 1).collect();
             let r = a.chunk_ranges(&last).unwrap();
             let zero = NDBuffer::create(&HOST, &r.iter().map(|r| (r.end - r.start) as usize).collect::<Vec<_>>(), Dtype::FLOAT32, devbuf::zarr::Order::C, None).unwrap();
-            a.write_chunk(&last, &zero).unwrap();
+            a.write_chunks(&[&last], std::slice::from_ref(&zero)).unwrap();
             let mut a = ZarrArray::open(&path).unwrap();
             check_in_pieces(&mut a, 4096, &mut rng, &format!("{comp:?} sharded={sharded}"));
         }
@@ -138,16 +139,16 @@ gpu_test_exclusive! {
             for slot_bytes in [1 << 20, 4096] {
                 a.set_read_options(ReadOptions { decoder: Decoder::Cpu, slot_bytes, ..ReadOptions::default() }).unwrap();
                 std::fs::write(&chunk, &original).unwrap();
-                drop(a.read_all(&DEV).unwrap());
+                drop(a.read(..).to(&DEV).unwrap());
                 ctx.synchronize().unwrap();
                 let before = ctx.bytes_allocated();
                 let pinned = ctx.transfer_stats().pinned_in_use_bytes;
                 for (case, bytes) in &cases {
                     std::fs::write(&chunk, bytes).unwrap();
                     let reads: [(&str, devbuf::Result<()>); 3] = [
-                        ("read_all", a.read_all(&DEV).map(drop)),
-                        ("read_subset", a.read_subset(&[100..900, 400..700], &DEV).map(drop)),
-                        ("read_chunk", a.read_chunk(&[0, 1], &DEV).map(drop)),
+                        ("read_all", a.read(..).to(&DEV).map(drop)),
+                        ("read_subset", a.read(&[100..900, 400..700]).to(&DEV).map(drop)),
+                        ("read_chunk", a.read_chunks(&[&[0, 1]]).to(&DEV).map(|mut v| v.remove(0)).map(drop)),
                     ];
                     for (read, r) in reads {
                         let what = format!("{name} {case} {read}, slots of {slot_bytes}");

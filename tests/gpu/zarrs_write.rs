@@ -223,7 +223,7 @@ gpu_test! {
             a.write_subset(&bstart, &host_nd(part.clone(), &bshape, c.element).to_prototype(&DEV).unwrap()).unwrap();
             paste(&mut model, &c.shape, &bstart, &bshape, &part, elem);
             assert!(zarrs_oracle(&path) == model, "{}: box {bstart:?} {bshape:?}, read by zarrs", c.name);
-            assert!(bytes_of(&a.read_all(&HOST).unwrap()) == model, "{}: devbuf host read", c.name);
+            assert!(bytes_of(&a.read(..).to(&HOST).unwrap()) == model, "{}: devbuf host read", c.name);
             check_reads(&a, &mut rng, c.name);
         }
     }
@@ -255,7 +255,7 @@ gpu_test! {
             let model = random_elements(&mut rng, ElementType::Int32, 64 * 64);
             let v = host_nd(model.clone(), &[64, 64], ElementType::Int32).to_prototype(&DEV).unwrap();
             a.write_subset(&[0, 0], &v).unwrap();
-            assert!(bytes_of(&a.read_all(&HOST).unwrap()) == model, "{name}: written on the CPU");
+            assert!(bytes_of(&a.read(..).to(&HOST).unwrap()) == model, "{name}: written on the CPU");
             a.set_write_options(WriteOptions { encoder: Encoder::Gpu });
             if name == "4 MiB chunks" || name == "zstd level 9" {
                 // Only Auto leaves these to the CPU; Gpu encodes them.

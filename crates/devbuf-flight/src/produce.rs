@@ -48,7 +48,8 @@ pub(crate) fn chunks(
             .map_err(st)?;
         let chunks = src
             .array
-            .read_chunks(&coords, &BufferPrototype::Host)
+            .read_chunks(&coords)
+            .to(&BufferPrototype::Host)
             .map_err(|e| st(e.context(format_args!("reading {:?}", src.path))))?;
         let batch = ChunkBatch::from_chunks(
             &src.grid,

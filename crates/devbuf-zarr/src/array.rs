@@ -14,32 +14,31 @@ use ::zarrs::metadata::Endianness as ZEndianness;
 use ::zarrs::storage::{ReadableStorageTraits, StoreKey};
 
 use super::guard;
+use super::location::Location;
 use super::metadata::ZarrMetadata;
 use super::read::plan::checked_bytes;
 use super::read::{self, ReadBox, ReadOptions, ReadReport, ZarrSource};
 use super::spec::ArraySpec;
 use super::storage::StoreAdapter;
-use devbuf_core::__private::index::{BoundingBox, bounding_box};
 use devbuf_core::error::{Error, Result};
 use devbuf_core::memory::Memory;
-use devbuf_core::zarr::{
-    AxisSel, BufferPrototype, Dtype, Endianness, NDBuffer, Order, Scalar, Store,
-};
+use devbuf_core::zarr::{BufferPrototype, Dtype, Endianness, NDBuffer, Order, Scalar};
 
 /// A zarr array (format 2 or 3) opened with the [`zarrs`] crate, read into and
 /// written from [`NDBuffer`]s of any [`BufferPrototype`].
 ///
-/// * **Reads** ([`read_chunk`](Self::read_chunk), [`read_chunks`](Self::read_chunks),
-///   [`read_subset`](Self::read_subset), [`read`](Self::read), [`read_all`](Self::read_all))
-///   return native-endian, C-contiguous arrays whatever the stored byte order and
-///   order (numpy's values, as zarr-python returns them); missing chunks read as the
-///   fill value. Every read goes through the read engine (`docs/zarr.md`, "The read
+/// * **Reads** ([`read`](Self::read) a selection, [`read_chunks`](Self::read_chunks)
+///   whole chunks; each a request run `to` new memory of a [`BufferPrototype`], `into`
+///   memory you hold, or `spread` over devices, blocking or async) return
+///   native-endian, C-contiguous arrays whatever the stored byte order and order
+///   (numpy's values, as zarr-python returns them); missing chunks read as the fill
+///   value. Every read goes through the read engine (`docs/zarr.md`, "The read
 ///   engine"): one worker per core fetches and decodes each chunk it touches exactly
 ///   once (on the CPU, or batched through nvCOMP on the GPU), and places it into host
 ///   memory or — through page-locked slots of the context's transfer pool — onto the
 ///   device, where the placement runs as device copies. [`ReadOptions`] tunes it, and
-///   the `*_with_report` reads say what ran.
-/// * **Writes** ([`write_chunk`](Self::write_chunk), [`write_chunks`](Self::write_chunks),
+///   a [`ReadReport`] says what ran.
+/// * **Writes** ([`write_chunks`](Self::write_chunks),
 ///   [`write_subset`](Self::write_subset)) take host or device arrays of the array's
 ///   element type (either byte order, any layout). Device data is gathered per chunk on
 ///   the device, brought back through the same pool's slots, and encoded by one worker
@@ -56,9 +55,9 @@ use devbuf_core::zarr::{
 /// assert_eq!(a.metadata().shape, vec![10, 7]);
 /// assert_eq!(a.dtype(), Dtype::FLOAT32);
 /// // BufferPrototype::Device(0) on a machine with a GPU.
-/// let chunk = a.read_chunk(&[2, 2], &BufferPrototype::Host)?; // clipped at the edge
+/// let chunk = a.read_chunks(&[[2u64, 2]]).to(&BufferPrototype::Host)?.remove(0); // clipped at the edge
 /// assert_eq!(chunk.shape(), &[2, 1]);
-/// let whole = a.read_all(&BufferPrototype::Host)?;
+/// let whole = a.read(..).to(&BufferPrototype::Host)?;
 /// assert!(whole.is_c_contiguous());
 /// let v = whole.to_ndarray::<f32>()?;
 /// assert_eq!(v[[9, 6]], chunk.to_ndarray::<f32>()?[[1, 0]]);
@@ -97,10 +96,23 @@ fn shape_usize(shape: &[u64]) -> Result<Vec<usize>> {
 impl ZarrArray {
     // ------------------------------------------------------------------ opening
 
-    /// Opens the zarr array (v3 `zarr.json` or v2 `.zarray`) in the directory `path`.
+    /// Opens the zarr array (v3 `zarr.json` or v2 `.zarray`) at `location`: a directory,
+    /// an object-store URL, a devbuf [`Store`] or `zarrs` storage (see [`Location`]).
     ///
-    /// Errors when the directory does not exist, holds no array metadata, or the array
-    /// uses a data type, chunk grid or codec devbuf or `zarrs` does not support.
+    /// Errors when nothing is there ([`Error::NotFound`]), the metadata is damaged, or
+    /// the array uses a data type, chunk grid or codec devbuf or `zarrs` does not
+    /// support ([`Error::Unsupported`], naming it).
+    ///
+    /// A URL (`s3://bucket/path`, `gs://bucket/path`, `az://container/path`,
+    /// `http(s)://host/path` read-only, `file:///path`) takes credentials and endpoints
+    /// from the environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
+    /// `AWS_ENDPOINT_URL`, ...) and from [`Location::Url`]'s options, which also set the
+    /// request concurrency, the read-ahead bound, timeouts and retries. Reads fetch
+    /// every chunk they need with many requests in flight, ahead of the decoders; a
+    /// shard the read needs all of is fetched whole (one GET), otherwise its index is
+    /// read once and only the inner chunks the selection needs are fetched, with byte
+    /// ranges (neighbours coalesced). Any failed request is an error naming the key and
+    /// the URL (after the retries the options allow). Errors never show credentials.
     ///
     /// ```
     /// use devbuf_zarr::ZarrArray;
@@ -109,11 +121,38 @@ impl ZarrArray {
     /// assert!(ZarrArray::open("../../tests/fixtures/zarr/no_such.zarr").is_err());
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
-    pub fn open(path: impl AsRef<Path>) -> Result<ZarrArray> {
-        let path = path.as_ref();
+    pub fn open(location: impl Into<Location>) -> Result<ZarrArray> {
+        match location.into() {
+            Location::Path(path) => Self::open_dir(&path),
+            #[cfg(feature = "object_store")]
+            Location::Url(url, options) => {
+                let store = Arc::new(crate::object_store::UrlStore::open(&url, &options)?);
+                Self::open_url_store(store)
+            }
+            #[cfg(feature = "object_store")]
+            Location::UrlStore(store) => Self::open_url_store(store),
+            Location::Store(store, path) => {
+                let (node, location) = node_path(&path)?;
+                Self::open_storage(Arc::new(StoreAdapter::new(store)), &node, location)
+            }
+            Location::Zarrs(storage, node) => {
+                let (node, location) = zarrs_node(&node)?;
+                Self::open_storage(storage, &node, location)
+            }
+        }
+    }
+
+    /// Opens the array in the directory `path`.
+    fn open_dir(path: &Path) -> Result<ZarrArray> {
         let location = path.display().to_string();
         match std::fs::metadata(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                #[cfg(not(feature = "object_store"))]
+                if crate::location::has_scheme(&location) {
+                    return Err(Error::unsupported(format!(
+                        "cannot open {location}: URLs need devbuf's feature `object_store`"
+                    )));
+                }
                 return Err(Error::not_found(format!(
                     "no zarr array at {location}: the path does not exist"
                 ))
@@ -137,26 +176,6 @@ impl ZarrArray {
         let mut a = Self::open_storage(storage, "/", location)?;
         a.direct = read::Direct::Dir(path.to_path_buf());
         Ok(a)
-    }
-
-    /// Opens the zarr array at `path` (`""` for the root, else `"group/array"`) of a
-    /// devbuf [`Store`], through [`StoreAdapter`].
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use devbuf_zarr::{ArraySpec, ZarrArray};
-    /// use devbuf_core::zarr::{BufferPrototype, Dtype, MemoryStore, NDBuffer};
-    /// let store = Arc::new(MemoryStore::new());
-    /// let a = ZarrArray::create_in_store(store.clone(), "g/a", &ArraySpec::new(&[4], &[2], Dtype::INT32))?;
-    /// a.write_subset(&[1], &NDBuffer::from_ndarray(ndarray::arr1(&[7i32, 8])))?;
-    /// let b = ZarrArray::open_store(store, "g/a")?;
-    /// let v = b.read_all(&BufferPrototype::Host)?.to_ndarray::<i32>()?;
-    /// assert_eq!(v.as_slice().unwrap(), &[0, 7, 8, 0]);
-    /// # Ok::<(), devbuf_core::Error>(())
-    /// ```
-    pub fn open_store(store: Arc<dyn Store>, path: &str) -> Result<ZarrArray> {
-        let (node, location) = node_path(path)?;
-        Self::open_storage(Arc::new(StoreAdapter::new(store)), &node, location)
     }
 
     pub(super) fn open_storage(
@@ -210,8 +229,10 @@ impl ZarrArray {
         })
     }
 
-    /// Creates a zarr v3 array described by `spec` in the directory `path` (created if
-    /// missing) and writes its metadata. Errors when an array already exists there.
+    /// Creates a zarr v3 array described by `spec` at `location` (a directory, created
+    /// if missing; an object-store URL; a devbuf [`Store`]; `zarrs` storage: see
+    /// [`Location`]) and writes its metadata. Errors when an array already exists
+    /// there, or the store is read-only (`http(s)://`).
     ///
     /// ```
     /// use devbuf_zarr::{ArraySpec, Compressor, ZarrArray};
@@ -221,14 +242,73 @@ impl ZarrArray {
     ///     .with_fill_value(Scalar::from(9u16))
     ///     .with_compressor(Compressor::Gzip { level: 5 });
     /// let a = ZarrArray::create(&dir, &spec)?;
-    /// assert!(a.read_all(&BufferPrototype::Host)?.all_equal(Some(Scalar::from(9u16)), true)?);
+    /// assert!(a.read(..).to(&BufferPrototype::Host)?.all_equal(Some(Scalar::from(9u16)), true)?);
     /// assert!(ZarrArray::create(&dir, &spec).is_err()); // already there
     /// std::fs::remove_dir_all(&dir).ok();
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
-    pub fn create(path: impl AsRef<Path>, spec: &ArraySpec) -> Result<ZarrArray> {
-        let path = path.as_ref();
+    pub fn create(location: impl Into<Location>, spec: &ArraySpec) -> Result<ZarrArray> {
+        match location.into() {
+            Location::Path(path) => Self::create_dir(&path, spec),
+            #[cfg(feature = "object_store")]
+            Location::Url(url, options) => {
+                let store = Arc::new(crate::object_store::UrlStore::open(&url, &options)?);
+                Self::create_url_store(store, spec)
+            }
+            #[cfg(feature = "object_store")]
+            Location::UrlStore(store) => Self::create_url_store(store, spec),
+            Location::Store(store, path) => {
+                let (node, location) = node_path(&path)?;
+                let prefix = node.trim_start_matches('/');
+                for meta in ["zarr.json", ".zarray"] {
+                    let key = if prefix.is_empty() {
+                        meta.to_string()
+                    } else {
+                        format!("{prefix}/{meta}")
+                    };
+                    if store.exists(&key)? {
+                        return Err(Error::invalid(format!(
+                            "a zarr array already exists at {location}"
+                        )));
+                    }
+                }
+                Self::create_storage(Arc::new(StoreAdapter::new(store)), &node, location, spec)
+            }
+            Location::Zarrs(storage, node) => {
+                let (node, location) = zarrs_node(&node)?;
+                let prefix = node.trim_start_matches('/');
+                for meta in ["zarr.json", ".zarray"] {
+                    let key = if prefix.is_empty() {
+                        meta.to_string()
+                    } else {
+                        format!("{prefix}/{meta}")
+                    };
+                    let key = StoreKey::new(key).map_err(|e| {
+                        Error::invalid(format!("invalid array path {location}: {e}"))
+                    })?;
+                    let there = storage.size_key(&key).map_err(|e| {
+                        crate::storage::storage_error("reading a zarr store", &location, e)
+                    })?;
+                    if there.is_some() {
+                        return Err(Error::invalid(format!(
+                            "a zarr array already exists at {location}"
+                        )));
+                    }
+                }
+                Self::create_storage(storage, &node, location, spec)
+            }
+        }
+    }
+
+    /// Creates an array in the directory `path` (created if missing).
+    fn create_dir(path: &Path, spec: &ArraySpec) -> Result<ZarrArray> {
         let location = path.display().to_string();
+        #[cfg(not(feature = "object_store"))]
+        if crate::location::has_scheme(&location) && !path.exists() {
+            return Err(Error::unsupported(format!(
+                "cannot create {location}: URLs need devbuf's feature `object_store`"
+            )));
+        }
         if path.join("zarr.json").exists() || path.join(".zarray").exists() {
             return Err(Error::invalid(format!(
                 "a zarr array already exists at {location}"
@@ -245,30 +325,6 @@ impl ZarrArray {
         let mut a = Self::create_storage(storage, "/", location, spec)?;
         a.direct = read::Direct::Dir(path.to_path_buf());
         Ok(a)
-    }
-
-    /// Creates a zarr v3 array described by `spec` at `path` of a devbuf [`Store`]
-    /// (see [`open_store`](Self::open_store)). Errors when an array already exists there.
-    pub fn create_in_store(
-        store: Arc<dyn Store>,
-        path: &str,
-        spec: &ArraySpec,
-    ) -> Result<ZarrArray> {
-        let (node, location) = node_path(path)?;
-        let prefix = node.trim_start_matches('/');
-        for meta in ["zarr.json", ".zarray"] {
-            let key = if prefix.is_empty() {
-                meta.to_string()
-            } else {
-                format!("{prefix}/{meta}")
-            };
-            if store.exists(&key)? {
-                return Err(Error::invalid(format!(
-                    "a zarr array already exists at {location}"
-                )));
-            }
-        }
-        Self::create_storage(Arc::new(StoreAdapter::new(store)), &node, location, spec)
     }
 
     pub(super) fn create_storage(
@@ -364,40 +420,9 @@ impl ZarrArray {
 
     // ------------------------------------------------------------------ reading
 
-    /// Reads chunk `indices` (a shard, for a sharded array) clipped to the array's
-    /// bounds, into `prototype`'s memory. A missing chunk reads as the fill value.
-    pub fn read_chunk(&self, indices: &[u64], prototype: &BufferPrototype) -> Result<NDBuffer> {
-        let mut v = self.read_chunks(&[indices], prototype)?;
-        v.pop()
-            .ok_or_else(|| Error::invalid("read_chunks returned no chunk"))
-    }
-
-    /// Reads many chunks, each clipped to the array's bounds, into `prototype`'s memory,
-    /// in the order given (repeats allowed).
-    ///
-    /// The chunks land in **one** allocation (host or device); the returned arrays are
-    /// consecutive zero-copy slices of it (so writing into one of them first copies that
-    /// chunk: copy-on-write). A chunk listed twice is decoded once.
-    ///
-    /// ```
-    /// use devbuf_zarr::ZarrArray;
-    /// use devbuf_core::zarr::{BufferPrototype, Scalar};
-    /// let a = ZarrArray::open("../../tests/fixtures/zarr/v3_int16.zarr")?; // chunk (1, 1) missing
-    /// let chunks = a.read_chunks(&[[0u64, 0], [1, 1]], &BufferPrototype::Host)?;
-    /// assert_eq!(chunks[0].shape(), &[4, 3]);
-    /// assert!(chunks[1].all_equal(Some(Scalar::from(-7i16)), true)?); // the fill value
-    /// # Ok::<(), devbuf_core::Error>(())
-    /// ```
-    pub fn read_chunks<I: AsRef<[u64]>>(
-        &self,
-        chunks: &[I],
-        prototype: &BufferPrototype,
-    ) -> Result<Vec<NDBuffer>> {
-        Ok(self.read_chunks_with_report(chunks, prototype)?.0)
-    }
-
-    /// [`read_chunks`](Self::read_chunks), and what the read engine did.
-    pub fn read_chunks_with_report<I: AsRef<[u64]>>(
+    /// Reads whole chunks (each clipped to the array's bounds) into one allocation of
+    /// `prototype`'s memory: [`read_chunks`](Self::read_chunks)' engine.
+    pub(crate) fn read_chunk_list<I: AsRef<[u64]>>(
         &self,
         chunks: &[I],
         prototype: &BufferPrototype,
@@ -429,33 +454,9 @@ impl ZarrArray {
         Ok((out, report))
     }
 
-    /// Reads the box `ranges` (`start..end` per axis, within the shape) into
-    /// `prototype`'s memory as one C-contiguous array of that box's shape.
-    ///
-    /// The read engine decodes every chunk the box touches once, on one worker per core
-    /// (and nvCOMP where [`ReadOptions::decoder`] says so), and places its part of the
-    /// box: on the host straight into the result, on a device from page-locked staging
-    /// slots by device copies.
-    ///
-    /// ```
-    /// use devbuf_zarr::ZarrArray;
-    /// use devbuf_core::zarr::BufferPrototype;
-    /// let a = ZarrArray::open("../../tests/fixtures/zarr/v2_int16_zstd.zarr")?; // 6 x 5 x 4
-    /// let s = a.read_subset(&[1..5, 0..5, 2..3], &BufferPrototype::Host)?;
-    /// assert_eq!(s.shape(), &[4, 5, 1]);
-    /// assert!(a.read_subset(&[0..7, 0..5, 0..4], &BufferPrototype::Host).is_err());
-    /// # Ok::<(), devbuf_core::Error>(())
-    /// ```
-    pub fn read_subset(
-        &self,
-        ranges: &[Range<u64>],
-        prototype: &BufferPrototype,
-    ) -> Result<NDBuffer> {
-        Ok(self.read_subset_with_report(ranges, prototype)?.0)
-    }
-
-    /// [`read_subset`](Self::read_subset), and what the read engine did.
-    pub fn read_subset_with_report(
+    /// Reads the box `ranges` (`start..end` per axis, within the shape) into new memory
+    /// of `prototype` as one C-contiguous array: [`read`](Self::read)'s engine.
+    pub(crate) fn read_box(
         &self,
         ranges: &[Range<u64>],
         prototype: &BufferPrototype,
@@ -471,15 +472,6 @@ impl ZarrArray {
         Ok((self.wrap(mem, &shape)?, report))
     }
 
-    /// [`read_all`](Self::read_all), and what the read engine did.
-    pub fn read_all_with_report(
-        &self,
-        prototype: &BufferPrototype,
-    ) -> Result<(NDBuffer, ReadReport)> {
-        let ranges: Vec<Range<u64>> = self.meta.shape.iter().map(|&s| 0..s).collect();
-        self.read_subset_with_report(&ranges, prototype)
-    }
-
     /// How reads run: decoder, worker threads, staging slot size.
     pub fn read_options(&self) -> &ReadOptions {
         &self.read_options
@@ -493,7 +485,8 @@ impl ZarrArray {
     /// use devbuf_core::zarr::BufferPrototype;
     /// let mut a = ZarrArray::open("../../tests/fixtures/zarr/v3_float32.zarr")?;
     /// a.set_read_options(ReadOptions { threads: Some(1), ..ReadOptions::default() })?;
-    /// let (_, report) = a.read_all_with_report(&BufferPrototype::Host)?;
+    /// let mut report = devbuf_zarr::ReadReport::default();
+    /// a.read(..).report(&mut report).to(&BufferPrototype::Host)?;
     /// assert_eq!(report.workers, 1);
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
@@ -549,38 +542,6 @@ impl ZarrArray {
             fill,
             &self.direct,
         )
-    }
-
-    /// Reads a numpy-style selection (integers, ranges, [`Slice`](devbuf_core::zarr::Slice)s
-    /// with positive steps, full axes; fewer selectors than axes select the rest whole)
-    /// into `prototype`'s memory. Integer axes are dropped, as in numpy.
-    ///
-    /// The bounding box of the selection ([`bounding_box`]) is read (see
-    /// [`read_subset`](Self::read_subset)) and a stepped selection is returned as a
-    /// zero-copy strided view of it.
-    ///
-    /// ```
-    /// use devbuf_zarr::ZarrArray;
-    /// use devbuf_core::zarr::{AxisSel, BufferPrototype, Slice};
-    /// let a = ZarrArray::open("../../tests/fixtures/zarr/v3_float64.zarr")?; // 10 x 7
-    /// let v = a.read(&[Slice::every(3).into(), AxisSel::Index(-1)], &BufferPrototype::Host)?;
-    /// assert_eq!(v.shape(), &[4]); // rows 0, 3, 6, 9 of the last column
-    /// # Ok::<(), devbuf_core::Error>(())
-    /// ```
-    pub fn read(&self, selection: &[AxisSel], prototype: &BufferPrototype) -> Result<NDBuffer> {
-        let shape = shape_usize(&self.meta.shape)?;
-        let BoundingBox { ranges, view } = bounding_box(selection, &shape)?;
-        let boxed = self.read_subset(&ranges, prototype)?;
-        match view {
-            Some(rel) => boxed.get(&rel),
-            None => Ok(boxed),
-        }
-    }
-
-    /// Reads the whole array into `prototype`'s memory.
-    pub fn read_all(&self, prototype: &BufferPrototype) -> Result<NDBuffer> {
-        let ranges: Vec<Range<u64>> = self.meta.shape.iter().map(|&s| 0..s).collect();
-        self.read_subset(&ranges, prototype)
     }
 
     // ------------------------------------------------------------------ internals
@@ -723,6 +684,13 @@ fn fmt_box(start: &[u64], shape: &[u64]) -> String {
 }
 
 /// zarrs' node path and devbuf's description of `path` in a store.
+/// The node path and location text of an array at `node` of `zarrs` storage.
+fn zarrs_node(node: &str) -> Result<(String, String)> {
+    let (node, _) = node_path(node)?;
+    let location = format!("zarrs:{node}");
+    Ok((node, location))
+}
+
 pub(super) fn node_path(path: &str) -> Result<(String, String)> {
     let p = path.trim_matches('/');
     if p.split('/').any(|c| c == "." || c == "..") || p.contains("//") {

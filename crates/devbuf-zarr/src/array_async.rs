@@ -14,16 +14,15 @@
 //! (fetched bytes, page-locked staging, device memory of the result). A write stopped
 //! this way may have written some of its chunks.
 
-use std::ops::Range;
 use std::sync::Arc;
 
 use super::ZarrArray;
 use crate::aio::spawn;
+use crate::location::Location;
 #[cfg(feature = "object_store")]
 use crate::read;
-use crate::read::ReadReport;
 use devbuf_core::error::Result;
-use devbuf_core::zarr::{AxisSel, BufferPrototype, NDBuffer, Store};
+use devbuf_core::zarr::{NDBuffer, Store};
 
 impl ZarrArray {
     /// A second handle on the same array (shared storage; metadata and options
@@ -52,7 +51,7 @@ impl ZarrArray {
                 scope,
             });
             let storage: Arc<crate::storage::DynStorage> =
-                Arc::new(crate::StoreAdapter::new(scoped));
+                Arc::new(crate::storage::StoreAdapter::new(scoped));
             return ZarrArray {
                 array: self.array.with_storage(storage),
                 ..self
@@ -61,7 +60,11 @@ impl ZarrArray {
         self
     }
 
-    /// [`open`](Self::open) without blocking the caller's executor.
+    /// [`open`](Self::open) without blocking the caller's executor: the store's reads
+    /// of the metadata run on a thread of this call (an object store's requests on the
+    /// caller's tokio runtime; devbuf's own runtime is not started), so it works on a
+    /// current-thread runtime too. The array's async calls ([`Read::to_async`](crate::Read::to_async),
+    /// ...) fetch on the caller's runtime in the same way.
     ///
     /// ```
     /// use devbuf_zarr::ZarrArray;
@@ -69,256 +72,15 @@ impl ZarrArray {
     /// let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
     /// rt.block_on(async {
     ///     let a = ZarrArray::open_async("../../tests/fixtures/zarr/v3_float32.zarr").await?;
-    ///     let whole = a.read_all_async(BufferPrototype::Host).await?;
+    ///     let whole = a.read(..).to_async(&BufferPrototype::Host).await?;
     ///     assert_eq!(whole.shape(), &[10, 7]);
     ///     Ok::<(), devbuf_core::Error>(())
     /// })?;
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
-    pub async fn open_async(path: impl AsRef<std::path::Path>) -> Result<ZarrArray> {
-        let path = path.as_ref().to_path_buf();
-        spawn("opening a zarr array", move || ZarrArray::open(path)).await
-    }
-
-    /// [`open_store`](Self::open_store) without blocking the caller's executor: the
-    /// store's reads of the metadata run on this call's thread (an object store's
-    /// requests on the caller's runtime).
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use devbuf_zarr::ZarrArray;
-    /// use devbuf_core::zarr::{MemoryStore, Store};
-    /// let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-    /// let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    /// // Nothing there yet: an error, not a hang.
-    /// assert!(rt.block_on(ZarrArray::open_store_async(store, "/")).is_err());
-    /// ```
-    pub async fn open_store_async(store: Arc<dyn Store>, path: &str) -> Result<ZarrArray> {
-        let path = path.to_string();
-        spawn("opening a zarr array", move || {
-            ZarrArray::open_store(store, &path)
-        })
-        .await
-    }
-
-    /// [`read_chunk`](Self::read_chunk) without blocking the caller's executor;
-    /// dropping the future cancels the read (see the module docs).
-    ///
-    /// ```
-    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-    /// use devbuf_zarr::ZarrArray;
-    /// use devbuf_core::zarr::BufferPrototype;
-    /// let a = ZarrArray::open_async("../../tests/fixtures/zarr/v3_float32.zarr").await?;
-    /// let c = a.read_chunk_async(&[2, 2], BufferPrototype::Host).await?;
-    /// assert_eq!(c.shape(), &[2, 1]); // clipped at the edge
-    /// # Ok::<(), devbuf_core::Error>(())
-    /// # }).unwrap();
-    /// ```
-    pub async fn read_chunk_async(
-        &self,
-        indices: &[u64],
-        prototype: BufferPrototype,
-    ) -> Result<NDBuffer> {
-        let (a, indices) = (self.duplicate(), indices.to_vec());
-        spawn("a zarr read", move || {
-            a.in_scope().read_chunk(&indices, &prototype)
-        })
-        .await
-    }
-
-    /// [`read_chunks_with_report`](Self::read_chunks_with_report) without blocking the
-    /// caller's executor; dropping the future cancels the read.
-    ///
-    /// ```
-    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-    /// use devbuf_zarr::ZarrArray;
-    /// use devbuf_core::zarr::BufferPrototype;
-    /// let a = ZarrArray::open_async("../../tests/fixtures/zarr/v3_int16.zarr").await?;
-    /// let (chunks, report) = a
-    ///     .read_chunks_with_report_async(&[[0u64, 0], [1, 1]], BufferPrototype::Host)
-    ///     .await?;
-    /// assert_eq!((chunks.len(), report.missing_chunks), (2, 1));
-    /// # Ok::<(), devbuf_core::Error>(())
-    /// # }).unwrap();
-    /// ```
-    pub async fn read_chunks_with_report_async<I: AsRef<[u64]>>(
-        &self,
-        chunks: &[I],
-        prototype: BufferPrototype,
-    ) -> Result<(Vec<NDBuffer>, ReadReport)> {
-        let a = self.duplicate();
-        let chunks: Vec<Vec<u64>> = chunks.iter().map(|c| c.as_ref().to_vec()).collect();
-        spawn("a zarr read", move || {
-            a.in_scope().read_chunks_with_report(&chunks, &prototype)
-        })
-        .await
-    }
-
-    /// [`read_chunks`](Self::read_chunks) without blocking the caller's executor;
-    /// dropping the future cancels the read.
-    ///
-    /// ```
-    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-    /// use devbuf_zarr::ZarrArray;
-    /// use devbuf_core::zarr::BufferPrototype;
-    /// let a = ZarrArray::open_async("../../tests/fixtures/zarr/v3_int16.zarr").await?;
-    /// let chunks = a.read_chunks_async(&[[0u64, 0]], BufferPrototype::Host).await?;
-    /// assert_eq!(chunks[0].shape(), &[4, 3]);
-    /// # Ok::<(), devbuf_core::Error>(())
-    /// # }).unwrap();
-    /// ```
-    pub async fn read_chunks_async<I: AsRef<[u64]>>(
-        &self,
-        chunks: &[I],
-        prototype: BufferPrototype,
-    ) -> Result<Vec<NDBuffer>> {
-        Ok(self
-            .read_chunks_with_report_async(chunks, prototype)
-            .await?
-            .0)
-    }
-
-    /// [`read_subset_with_report`](Self::read_subset_with_report) without blocking the
-    /// caller's executor; dropping the future cancels the read.
-    ///
-    /// ```
-    /// # tokio::runtime::Builder::new_multi_thread().build().unwrap().block_on(async {
-    /// use devbuf_zarr::ZarrArray;
-    /// use devbuf_core::zarr::BufferPrototype;
-    /// let a = ZarrArray::open_async("../../tests/fixtures/zarr/v2_int16_zstd.zarr").await?;
-    /// let (s, report) = a
-    ///     .read_subset_with_report_async(&[1..5, 0..5, 2..3], BufferPrototype::Host)
-    ///     .await?;
-    /// assert_eq!((s.shape(), report.decoder), (&[4, 5, 1][..], "cpu"));
-    /// # Ok::<(), devbuf_core::Error>(())
-    /// # }).unwrap();
-    /// ```
-    pub async fn read_subset_with_report_async(
-        &self,
-        ranges: &[Range<u64>],
-        prototype: BufferPrototype,
-    ) -> Result<(NDBuffer, ReadReport)> {
-        let (a, ranges) = (self.duplicate(), ranges.to_vec());
-        spawn("a zarr read", move || {
-            a.in_scope().read_subset_with_report(&ranges, &prototype)
-        })
-        .await
-    }
-
-    /// [`read_subset`](Self::read_subset) without blocking the caller's executor;
-    /// dropping the future cancels the read.
-    ///
-    /// ```
-    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-    /// use devbuf_zarr::ZarrArray;
-    /// use devbuf_core::zarr::BufferPrototype;
-    /// let a = ZarrArray::open_async("../../tests/fixtures/zarr/v2_int16_zstd.zarr").await?;
-    /// let s = a.read_subset_async(&[1..5, 0..5, 2..3], BufferPrototype::Host).await?;
-    /// assert_eq!(s.shape(), &[4, 5, 1]);
-    /// assert!(a.read_subset_async(&[0..7, 0..5, 0..4], BufferPrototype::Host).await.is_err());
-    /// # Ok::<(), devbuf_core::Error>(())
-    /// # }).unwrap();
-    /// ```
-    pub async fn read_subset_async(
-        &self,
-        ranges: &[Range<u64>],
-        prototype: BufferPrototype,
-    ) -> Result<NDBuffer> {
-        Ok(self
-            .read_subset_with_report_async(ranges, prototype)
-            .await?
-            .0)
-    }
-
-    /// [`read_all_with_report`](Self::read_all_with_report) without blocking the
-    /// caller's executor; dropping the future cancels the read.
-    ///
-    /// ```
-    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-    /// use devbuf_zarr::ZarrArray;
-    /// use devbuf_core::zarr::BufferPrototype;
-    /// let a = ZarrArray::open_async("../../tests/fixtures/zarr/v3_float32.zarr").await?;
-    /// let (_, report) = a.read_all_with_report_async(BufferPrototype::Host).await?;
-    /// assert_eq!(report.target, "host");
-    /// # Ok::<(), devbuf_core::Error>(())
-    /// # }).unwrap();
-    /// ```
-    pub async fn read_all_with_report_async(
-        &self,
-        prototype: BufferPrototype,
-    ) -> Result<(NDBuffer, ReadReport)> {
-        let a = self.duplicate();
-        spawn("a zarr read", move || {
-            a.in_scope().read_all_with_report(&prototype)
-        })
-        .await
-    }
-
-    /// [`read_all`](Self::read_all) without blocking the caller's executor; dropping the
-    /// future cancels the read.
-    ///
-    /// ```
-    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-    /// use devbuf_zarr::ZarrArray;
-    /// use devbuf_core::zarr::BufferPrototype;
-    /// let a = ZarrArray::open_async("../../tests/fixtures/zarr/v3_float64.zarr").await?;
-    /// assert_eq!(a.read_all_async(BufferPrototype::Host).await?.shape(), &[10, 7]);
-    /// # Ok::<(), devbuf_core::Error>(())
-    /// # }).unwrap();
-    /// ```
-    pub async fn read_all_async(&self, prototype: BufferPrototype) -> Result<NDBuffer> {
-        Ok(self.read_all_with_report_async(prototype).await?.0)
-    }
-
-    /// [`read`](Self::read) (a numpy-style selection) without blocking the caller's
-    /// executor; dropping the future cancels the read.
-    ///
-    /// ```
-    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-    /// use devbuf_zarr::ZarrArray;
-    /// use devbuf_core::zarr::{AxisSel, BufferPrototype, Slice};
-    /// let a = ZarrArray::open_async("../../tests/fixtures/zarr/v3_float64.zarr").await?;
-    /// let v = a
-    ///     .read_async(&[Slice::every(3).into(), AxisSel::Index(-1)], BufferPrototype::Host)
-    ///     .await?;
-    /// assert_eq!(v.shape(), &[4]);
-    /// # Ok::<(), devbuf_core::Error>(())
-    /// # }).unwrap();
-    /// ```
-    pub async fn read_async(
-        &self,
-        selection: &[AxisSel],
-        prototype: BufferPrototype,
-    ) -> Result<NDBuffer> {
-        let (a, selection) = (self.duplicate(), selection.to_vec());
-        spawn("a zarr read", move || {
-            a.in_scope().read(&selection, &prototype)
-        })
-        .await
-    }
-
-    /// [`write_chunk`](Self::write_chunk) without blocking the caller's executor.
-    /// Dropping the future stops the write (some of it may have been written).
-    ///
-    /// ```
-    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-    /// use devbuf_zarr::{ArraySpec, ZarrArray};
-    /// use devbuf_core::zarr::{BufferPrototype, Dtype, MemoryStore, Order, Scalar};
-    /// let a = ZarrArray::create_in_store(std::sync::Arc::new(MemoryStore::new()), "",
-    ///     &ArraySpec::new(&[4, 4], &[2, 2], Dtype::UINT8))?;
-    /// let v = BufferPrototype::Host.nd_create(&[2, 2], Dtype::UINT8, Order::C, Some(Scalar::from(7u8)))?;
-    /// a.write_chunk_async(&[1, 1], v).await?;
-    /// let c = a.read_chunk_async(&[1, 1], BufferPrototype::Host).await?;
-    /// assert_eq!(c.to_buffer()?.to_bytes()?, vec![7u8; 4]);
-    /// # Ok::<(), devbuf_core::Error>(())
-    /// # }).unwrap();
-    /// ```
-    pub async fn write_chunk_async(&self, indices: &[u64], value: NDBuffer) -> Result<()> {
-        let (a, indices) = (self.duplicate(), indices.to_vec());
-        spawn("a zarr write", move || {
-            a.in_scope().write_chunk(&indices, &value)
-        })
-        .await
+    pub async fn open_async(location: impl Into<Location>) -> Result<ZarrArray> {
+        let location = location.into();
+        spawn("opening a zarr array", move || ZarrArray::open(location)).await
     }
 
     /// [`write_chunks`](Self::write_chunks) without blocking the caller's executor.
@@ -328,7 +90,7 @@ impl ZarrArray {
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
     /// use devbuf_zarr::{ArraySpec, ZarrArray};
     /// use devbuf_core::zarr::{BufferPrototype, Dtype, MemoryStore, Order, Scalar};
-    /// let a = ZarrArray::create_in_store(std::sync::Arc::new(MemoryStore::new()), "",
+    /// let a = ZarrArray::create((std::sync::Arc::new(MemoryStore::new()), ""),
     ///     &ArraySpec::new(&[4], &[2], Dtype::UINT8))?;
     /// let v = |x: u8| BufferPrototype::Host.nd_create(&[2], Dtype::UINT8, Order::C, Some(Scalar::from(x)));
     /// a.write_chunks_async(&[[0u64], [1]], vec![v(1)?, v(2)?]).await?;
@@ -356,11 +118,11 @@ impl ZarrArray {
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
     /// use devbuf_zarr::{ArraySpec, ZarrArray};
     /// use devbuf_core::zarr::{BufferPrototype, Dtype, MemoryStore, Order, Scalar};
-    /// let a = ZarrArray::create_in_store(std::sync::Arc::new(MemoryStore::new()), "",
+    /// let a = ZarrArray::create((std::sync::Arc::new(MemoryStore::new()), ""),
     ///     &ArraySpec::new(&[4, 4], &[2, 2], Dtype::UINT8))?;
     /// let v = BufferPrototype::Host.nd_create(&[2, 3], Dtype::UINT8, Order::C, Some(Scalar::from(3u8)))?;
     /// a.write_subset_async(&[1, 1], v).await?;
-    /// let s = a.read_subset_async(&[1..3, 1..4], BufferPrototype::Host).await?;
+    /// let s = a.read([1..3, 1..4]).to_async(&BufferPrototype::Host).await?;
     /// assert_eq!(s.to_buffer()?.to_bytes()?, vec![3u8; 6]);
     /// # Ok::<(), devbuf_core::Error>(())
     /// # }).unwrap();

@@ -1,4 +1,4 @@
-//! One read spread over several devices ([`ZarrArray::read_spread`]): the selection
+//! One read spread over several devices ([`Read::spread`](crate::Read::spread)): the selection
 //! partitioned along an axis (each device holds and decodes its part), or replicated
 //! (each device decodes a slab, and the slabs are copied device to device, so every
 //! chunk is read and decoded once however many devices hold the result).
@@ -16,7 +16,7 @@ use devbuf_core::error::{Error, Result};
 use devbuf_core::memory::Memory;
 use devbuf_core::zarr::NDBuffer;
 
-/// How [`ZarrArray::read_spread`] lays a selection over its devices.
+/// How [`Read::spread`](crate::Read::spread) lays a selection over its devices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Spread {
@@ -37,7 +37,7 @@ pub enum Spread {
     Replicate,
 }
 
-/// One device's share of a [`ZarrArray::read_spread`].
+/// One device's share of a [`Read::spread`](crate::Read::spread).
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct DevicePart {
@@ -60,7 +60,7 @@ pub struct DevicePart {
     pub copy_us: u64,
 }
 
-/// What [`ZarrArray::read_spread`] returns: one part per device, in the order the
+/// What [`Read::spread`](crate::Read::spread) returns: one part per device, in the order the
 /// devices were given, and the read's figures.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -106,37 +106,8 @@ impl std::fmt::Display for SpreadRead {
 }
 
 impl ZarrArray {
-    /// Reads the box `ranges` (one half-open range per axis, as
-    /// [`read_subset`](Self::read_subset)) onto several devices at once: partitioned
-    /// (each device holds a part) or replicated (each holds all of it), as `spread`
-    /// says. Every part is a normal device array of its device.
-    ///
-    /// The devices' reads run at the same time, each with its share of the read's
-    /// threads ([`ReadOptions::threads`], one per core by default, divided evenly) and
-    /// with its own context's page-locked staging pool and nVCOMP; the other
-    /// [`ReadOptions`] apply to each. A failure on one device (a damaged chunk, a
-    /// device out of memory) stops the reads on every device; the call then returns
-    /// that first error and every device's memory of the read is freed.
-    ///
-    /// `devices` names each device once (an error otherwise), in the order the parts
-    /// are cut and returned. One device is allowed and reads the whole box there.
-    ///
-    /// ```no_run
-    /// use devbuf_core::cuda::{device_count, Context};
-    /// use devbuf_zarr::{Spread, ZarrArray};
-    /// let a = ZarrArray::open("../../tests/fixtures/zarr/v3_float32.zarr")?;
-    /// let devices = (0..device_count()).map(Context::new).collect::<Result<Vec<_>, _>>()?;
-    /// let whole: Vec<_> = a.shape().iter().map(|&n| 0..n).collect();
-    /// let read = a.read_spread(&whole, &devices, Spread::Partition { axis: 0 })?;
-    /// for part in &read.parts {
-    ///     println!("device {} holds rows {:?}", part.device, part.ranges[0]);
-    /// }
-    /// let copies = a.read_spread(&whole, &devices, Spread::Replicate)?;
-    /// assert!(copies.parts.iter().all(|p| p.ranges == whole)); // each device: all of it
-    /// println!("{copies}");
-    /// # Ok::<(), devbuf_core::Error>(())
-    /// ```
-    pub fn read_spread(
+    /// Reads the box `ranges` onto `devices` ([`Read::spread`](crate::Read::spread)'s engine).
+    pub(crate) fn read_box_spread(
         &self,
         ranges: &[Range<u64>],
         devices: &[Context],
@@ -151,7 +122,7 @@ impl ZarrArray {
         if shape.is_empty() {
             return Err(Error::invalid(format!(
                 "{} has no axes to spread over devices (a zero-dimensional array: read it \
-                 onto one device with read_subset)",
+                 onto one device with read(..).to(..))",
                 self.location()
             )));
         }
@@ -446,13 +417,13 @@ impl ZarrArray {
 fn check_devices(devices: &[Context]) -> Result<()> {
     if devices.is_empty() {
         return Err(Error::invalid(
-            "read_spread needs at least one device (an empty list was given)",
+            "a spread read needs at least one device (an empty list was given)",
         ));
     }
     for (i, a) in devices.iter().enumerate() {
         if let Some(b) = devices[..i].iter().find(|b| b.ordinal() == a.ordinal()) {
             return Err(Error::invalid(format!(
-                "read_spread: device {} is listed twice (positions {} and {i}); name each \
+                "a spread read: device {} is listed twice (positions {} and {i}); name each \
                  device once",
                 a.ordinal(),
                 devices.iter().position(|c| c.same_as(b)).unwrap_or(0)
@@ -524,15 +495,18 @@ mod tests {
     fn a_spread_needs_devices_and_a_valid_box() {
         let a = ZarrArray::open(fixtures::path("v3_float64.zarr")).unwrap(); // 10 x 7
         let e = a
-            .read_spread(&[0..10, 0..7], &[], Spread::Replicate)
+            .read([0..10, 0..7])
+            .spread(&[], Spread::Replicate)
             .unwrap_err();
         assert!(e.to_string().contains("at least one device"), "{e}");
         let e = a
-            .read_spread(&[0..11, 0..7], &[], Spread::Partition { axis: 0 })
+            .read([0..11, 0..7])
+            .spread(&[], Spread::Partition { axis: 0 })
             .unwrap_err();
         assert!(e.to_string().contains("out of bounds for axis 0"), "{e}");
         let e = a
-            .read_spread(&[0..10, 0..7], &[], Spread::Partition { axis: 2 })
+            .read([0..10, 0..7])
+            .spread(&[], Spread::Partition { axis: 2 })
             .unwrap_err();
         assert!(e.to_string().contains("valid: 0 to 1"), "{e}");
     }

@@ -8,13 +8,13 @@ use crate::aio::Worker;
 use devbuf_core::error::{Error, Result};
 use devbuf_core::zarr::{BufferPrototype, NDBuffer};
 
-/// The chunks a [`ZarrArray::chunks_stream`] call asked for, each `(indices, values)`
+/// The chunks a [`ReadChunks::stream`](crate::ReadChunks::stream) call asked for, each `(indices, values)`
 /// in the order given, as they are decoded.
 ///
 /// The chunks are read a batch at a time by the read engine on a thread of its own (a
 /// batch of `in_flight` chunks decoded in parallel), ahead of the consumer by at most
 /// two batches. Dropping the stream cancels it: the read in progress stops (see
-/// [`ZarrArray::read_subset_async`]) and the drop returns once its thread has ended.
+/// [`Read::to_async`](crate::Read::to_async)) and the drop returns once its thread has ended.
 /// After an error the stream ends.
 pub struct ChunkStream {
     rx: tokio::sync::mpsc::Receiver<Result<(Vec<u64>, NDBuffer)>>,
@@ -30,30 +30,8 @@ impl std::fmt::Debug for ChunkStream {
 }
 
 impl ZarrArray {
-    /// The chunks `chunks` (indices, each clipped to the array as
-    /// [`read_chunk`](Self::read_chunk) does) decoded into `prototype`'s memory, as a
-    /// stream (see [`ChunkStream`]); `in_flight` (at least 1) chunks are decoded at once.
-    /// Object-store requests run on the caller's tokio runtime.
-    ///
-    /// ```
-    /// use futures::StreamExt;
-    /// use devbuf_zarr::ZarrArray;
-    /// use devbuf_core::zarr::BufferPrototype;
-    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-    /// let a = ZarrArray::open("../../tests/fixtures/zarr/v3_float32.zarr")?; // 10 x 7, chunks 4 x 3
-    /// let all: Vec<Vec<u64>> = (0..3).flat_map(|i| (0..3).map(move |j| vec![i, j])).collect();
-    /// let mut s = a.chunks_stream(all, BufferPrototype::Host, 4);
-    /// let mut n = 0;
-    /// while let Some(c) = s.next().await {
-    ///     let (indices, values) = c?;
-    ///     assert_eq!(values.shape(), a.read_chunk(&indices, &BufferPrototype::Host)?.shape());
-    ///     n += 1;
-    /// }
-    /// assert_eq!(n, 9);
-    /// # Ok::<(), devbuf_core::Error>(())
-    /// # }).unwrap();
-    /// ```
-    pub fn chunks_stream(
+    /// The chunks decoded as a stream ([`ReadChunks::stream`](crate::ReadChunks::stream)).
+    pub(crate) fn chunk_stream(
         &self,
         chunks: Vec<Vec<u64>>,
         prototype: BufferPrototype,
@@ -65,7 +43,9 @@ impl ZarrArray {
         let worker = Worker::start("devbuf-chunks", move || {
             let a = a.in_scope();
             for batch in chunks.chunks(per) {
-                let read = crate::guard("a zarr read", || a.read_chunks(batch, &prototype));
+                let read = crate::guard("a zarr read", || {
+                    a.read_chunk_list(batch, &prototype).map(|r| r.0)
+                });
                 let items: Vec<Result<(Vec<u64>, NDBuffer)>> = match read {
                     Ok(v) => batch.iter().cloned().zip(v).map(Ok).collect(),
                     Err(e) => vec![Err(e)],

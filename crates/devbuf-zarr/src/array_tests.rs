@@ -47,7 +47,7 @@ fn engine_reads_equal_zarrs_reads() {
                 let (start, shape) = a.check_ranges(&ranges).unwrap();
                 let mut want = vec![0x55u8; checked_bytes(&shape, elem).unwrap()];
                 a.decode_into(&start, &shape, &mut want).unwrap();
-                let got = host_bytes(&a.read_subset(&ranges, &HOST_PROTO).unwrap());
+                let got = host_bytes(&a.read(&ranges).to(&HOST_PROTO).unwrap());
                 assert!(got == want, "{name} threads {threads} box {ranges:?}");
                 checked += 1;
             }
@@ -67,7 +67,7 @@ fn engine_reads_equal_zarrs_reads() {
             if let Some(first) = indices.first().cloned() {
                 indices.push(first);
             }
-            let chunks = a.read_chunks(&indices, &HOST_PROTO).unwrap();
+            let chunks = a.read_chunks(&indices).to(&HOST_PROTO).unwrap();
             for (idx, c) in indices.iter().zip(&chunks) {
                 let (start, shape) = a.chunk_box(idx).unwrap();
                 let mut want = vec![0u8; checked_bytes(&shape, elem).unwrap()];

@@ -19,16 +19,10 @@ use devbuf_core::zarr::{Dtype, NDBuffer};
 impl ZarrArray {
     // ------------------------------------------------------------------ writing
 
-    /// Writes `value` into the box of chunk `indices` clipped to the array (its shape
-    /// must be that box's shape; see [`chunk_ranges`](Self::chunk_ranges)). `value` may
-    /// be on the host or a device, of the array's element type in either byte order,
-    /// in any layout.
-    pub fn write_chunk(&self, indices: &[u64], value: &NDBuffer) -> Result<()> {
-        self.write_chunks(&[indices], std::slice::from_ref(value))
-    }
-
-    /// Writes many chunks: `values[i]` into the clipped box of `chunks[i]`. Each chunk
-    /// may be listed once. Host values are encoded in parallel; device values come back
+    /// Writes chunks: `values[i]` into the box of chunk `chunks[i]` clipped to the array
+    /// (its shape must be that box's shape; see [`chunk_ranges`](Self::chunk_ranges)),
+    /// host or device values of the array's element type in either byte order, in any
+    /// layout. Each chunk may be listed once. Host values are encoded in parallel; device values come back
     /// through page-locked memory in batches (values that are consecutive slices of one
     /// device allocation, as [`read_chunks`](Self::read_chunks) returns them, in one
     /// copy per batch), encoded in parallel while the next batch is copied.
@@ -36,12 +30,11 @@ impl ZarrArray {
     /// ```
     /// use devbuf_zarr::{ArraySpec, ZarrArray};
     /// use devbuf_core::zarr::{BufferPrototype, Dtype, MemoryStore, Order, Scalar};
-    /// let a = ZarrArray::create_in_store(std::sync::Arc::new(MemoryStore::new()), "",
-    ///     &ArraySpec::new(&[5], &[2], Dtype::INT8))?;
+    /// let a = ZarrArray::create((std::sync::Arc::new(MemoryStore::new()), ""), ///     &ArraySpec::new(&[5], &[2], Dtype::INT8))?;
     /// let one = BufferPrototype::Host.nd_create(&[2], Dtype::INT8, Order::C, Some(Scalar::from(1i8)))?;
     /// let edge = BufferPrototype::Host.nd_create(&[1], Dtype::INT8, Order::C, Some(Scalar::from(2i8)))?;
     /// a.write_chunks(&[[0u64], [2]], &[one, edge])?;
-    /// let v = a.read_all(&BufferPrototype::Host)?.to_ndarray::<i8>()?;
+    /// let v = a.read(..).to(&BufferPrototype::Host)?.to_ndarray::<i8>()?;
     /// assert_eq!(v.as_slice().unwrap(), &[1, 1, 0, 0, 2]);
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
@@ -113,10 +106,9 @@ impl ZarrArray {
     /// ```
     /// use devbuf_zarr::{ArraySpec, ZarrArray};
     /// use devbuf_core::zarr::{BufferPrototype, Dtype, MemoryStore, NDBuffer};
-    /// let a = ZarrArray::create_in_store(std::sync::Arc::new(MemoryStore::new()), "",
-    ///     &ArraySpec::new(&[4, 4], &[2, 2], Dtype::FLOAT32))?;
+    /// let a = ZarrArray::create((std::sync::Arc::new(MemoryStore::new()), ""), ///     &ArraySpec::new(&[4, 4], &[2, 2], Dtype::FLOAT32))?;
     /// a.write_subset(&[1, 1], &NDBuffer::from_ndarray(ndarray::arr2(&[[1.0f32, 2.0], [3.0, 4.0]])))?;
-    /// let v = a.read_subset(&[1..3, 1..3], &BufferPrototype::Host)?.to_ndarray::<f32>()?;
+    /// let v = a.read(&[1..3, 1..3]).to(&BufferPrototype::Host)?.to_ndarray::<f32>()?;
     /// assert_eq!(v.as_slice().unwrap(), &[1.0, 2.0, 3.0, 4.0]);
     /// // Wrong element type: an error, no conversion.
     /// assert!(a.write_subset(&[0, 0], &NDBuffer::from_ndarray(ndarray::arr1(&[1i32]))).is_err());

@@ -2,15 +2,16 @@
 //! [`Store`](devbuf_core::zarr::Store), read with the [`zarrs`] crate into
 //! [`NDBuffer`](devbuf_core::zarr::NDBuffer)s on the host or a GPU, and written back.
 //!
-//! * [`ZarrArray`]: open ([`open`](ZarrArray::open) a directory,
-//!   [`open_store`](ZarrArray::open_store) a devbuf store), create
-//!   ([`create`](ZarrArray::create) from an [`ArraySpec`]), read a chunk, many chunks, a
-//!   box or a numpy-style selection into any [`BufferPrototype`](devbuf_core::zarr::BufferPrototype),
-//!   write a chunk, many chunks or a box from host or device arrays.
+//! * [`ZarrArray`]: [`open`](ZarrArray::open) or [`create`](ZarrArray::create) (from an
+//!   [`ArraySpec`]) an array at a [`Location`] (a directory, an object-store URL, a
+//!   devbuf [`Store`](devbuf_core::zarr::Store), `zarrs` storage); [`read`](ZarrArray::read)
+//!   a selection or [`read_chunks`](ZarrArray::read_chunks) into any
+//!   [`BufferPrototype`](devbuf_core::zarr::BufferPrototype), into memory you hold or
+//!   over several devices, blocking or async; write chunks or a box from host or
+//!   device arrays.
 //! * [`ZarrMetadata`]: shape, chunk shape and grid, inner chunks of shards, stored data
 //!   type (element type + byte order), fill value as a [`Scalar`](devbuf_core::zarr::Scalar),
 //!   stored order, codecs.
-//! * [`StoreAdapter`]: a devbuf store as `zarrs` storage.
 //!
 //! **What opens.** Metadata is input like any other, and is checked before anything
 //! computes with it: every product of extents and element size fits 64 bits, chunk
@@ -47,7 +48,7 @@
 //! let proto = default_buffer_prototype();
 //! let grid = &m.grid_shape;
 //! let indices: Vec<[u64; 2]> = (0..grid[0]).flat_map(|i| (0..grid[1]).map(move |j| [i, j])).collect();
-//! let chunks = a.read_chunks(&indices, &proto)?;
+//! let chunks = a.read_chunks(&indices).to(&proto)?;
 //! let mut sum = 0.0f64;
 //! for c in &chunks {
 //!     sum += c.to_ndarray::<f32>()?.iter().map(|&v| v as f64).sum::<f64>();
@@ -79,12 +80,14 @@ mod bitround_v2;
 pub(crate) mod bz2;
 mod encode;
 mod fs_store;
+mod location;
 pub(crate) mod lz4;
 mod metadata;
 #[cfg(feature = "object_store")]
 #[cfg_attr(docsrs, doc(cfg(feature = "object_store")))]
 pub mod object_store;
 pub(crate) mod read;
+mod request;
 mod spec;
 mod storage;
 mod time_v2;
@@ -101,18 +104,22 @@ pub use array_stream::ChunkStream;
 pub use encode::{
     AUTO_GPU_MAX_CHUNK_BYTES, AUTO_MAX_ZSTD_LEVEL, Encoder, WriteEncoding, WriteOptions,
 };
+pub use location::Location;
 pub use metadata::{TimeKind, TimeUnit, ZarrMetadata};
 pub use read::{
     Cancel, DEFAULT_LANE_STREAMS, DEFAULT_PROGRESS_INTERVAL, DEFAULT_SLOT_BYTES,
     DEFAULT_STREAM_MIN_BYTES, DEFAULT_STREAM_PIECE_BYTES, Decoder, GpuTuning, Progress,
     ProgressSink, ReadOptions, ReadReport,
 };
+pub use request::{Read, ReadChunks, Selection};
 pub use spec::{ArraySpec, Compressor};
-pub use storage::StoreAdapter;
 pub use validate::{
     MAX_CHUNK_BYTES, MAX_CODECS, MAX_METADATA_BYTES, MAX_RANK, MAX_SHARD_PRODUCT,
     MAX_SHARDING_DEPTH,
 };
+/// The [`zarrs`] crate devbuf reads and writes with, for [`Location::Zarrs`]: storage
+/// built with this version is the storage devbuf accepts.
+pub use zarrs;
 
 /// Runs a `zarrs` call, turning a panic inside it into an error (devbuf never panics
 /// on bad input; `zarrs` may on malformed data it does not expect).

@@ -41,7 +41,7 @@ pub struct ZarrMetadata {
     /// The array's shape.
     pub shape: Vec<u64>,
     /// The shape of every chunk of the regular chunk grid: for a sharded array, the
-    /// shard (the unit of storage, and of [`ZarrArray::read_chunk`](super::ZarrArray::read_chunk)).
+    /// shard (the unit of storage, and of [`ZarrArray::read_chunks`](super::ZarrArray::read_chunks)).
     /// Chunks at the upper edges extend past the array; reads clip them.
     pub chunk_shape: Vec<u64>,
     /// Chunks per axis (`ceil(shape / chunk_shape)`).

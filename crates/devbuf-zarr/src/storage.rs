@@ -19,40 +19,22 @@ pub(crate) type DynStorage = dyn zarrs::storage::ReadableWritableStorageTraits;
 /// A devbuf [`Store`] ([`MemoryStore`](devbuf_core::zarr::MemoryStore),
 /// [`DeviceMemoryStore`](devbuf_core::zarr::DeviceMemoryStore) or your own) seen through
 /// `zarrs`' storage traits (readable, writable, listable), so that
-/// [`ZarrArray::open_store`](super::ZarrArray::open_store) can read and write zarr
-/// arrays kept in it.
+/// [`ZarrArray::open`](super::ZarrArray::open) of a
+/// [`Location::Store`](crate::Location::Store) can read and write zarr arrays kept in it.
 ///
 /// Values travel as host `Bytes`: a host store hands its values over without a copy;
 /// a device store copies each value (or the requested byte range) to the host, since
 /// `zarrs`' codecs run on the host. Errors of the store become `zarrs` storage errors
 /// carrying devbuf's message.
-///
-/// ```
-/// use std::sync::Arc;
-/// use devbuf_zarr::StoreAdapter;
-/// use devbuf_core::zarr::{ByteBuffer, MemoryStore, Store};
-/// use zarrs::storage::{ReadableStorageTraits, StoreKey};
-/// let store = Arc::new(MemoryStore::new());
-/// store.set("a/zarr.json", &ByteBuffer::from_bytes(&b"{}"[..]))?;
-/// let adapter = StoreAdapter::new(store);
-/// let key = StoreKey::new("a/zarr.json").unwrap();
-/// assert_eq!(adapter.get(&key).unwrap().unwrap().as_ref(), b"{}");
-/// # Ok::<(), devbuf_core::Error>(())
-/// ```
 #[derive(Clone)]
-pub struct StoreAdapter {
+pub(crate) struct StoreAdapter {
     store: Arc<dyn Store>,
 }
 
 impl StoreAdapter {
     /// Wraps `store`.
-    pub fn new(store: Arc<dyn Store>) -> StoreAdapter {
+    pub(crate) fn new(store: Arc<dyn Store>) -> StoreAdapter {
         StoreAdapter { store }
-    }
-
-    /// The wrapped store.
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
     }
 }
 
@@ -284,4 +266,72 @@ fn to_keys(keys: Vec<String>) -> Result<StoreKeys, StorageError> {
     keys.into_iter()
         .map(|k| StoreKey::new(k).map_err(StorageError::from))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use devbuf_core::zarr::MemoryStore;
+    use zarrs::storage::StorePrefix;
+
+    /// A caller's store whose `list_prefix` ignores the prefix (answers every key).
+    struct LooseStore(MemoryStore);
+
+    impl Store for LooseStore {
+        fn get(
+            &self,
+            key: &str,
+            prototype: &BufferPrototype,
+            byte_range: Option<devbuf_core::zarr::ByteRequest>,
+        ) -> devbuf_core::error::Result<Option<devbuf_core::zarr::ByteBuffer>> {
+            self.0.get(key, prototype, byte_range)
+        }
+        fn set(
+            &self,
+            key: &str,
+            value: &devbuf_core::zarr::ByteBuffer,
+        ) -> devbuf_core::error::Result<()> {
+            self.0.set(key, value)
+        }
+        fn delete(&self, key: &str) -> devbuf_core::error::Result<()> {
+            self.0.delete(key)
+        }
+        fn exists(&self, key: &str) -> devbuf_core::error::Result<bool> {
+            self.0.exists(key)
+        }
+        fn list(&self) -> devbuf_core::error::Result<Vec<String>> {
+            self.0.list()
+        }
+        fn list_prefix(&self, _prefix: &str) -> devbuf_core::error::Result<Vec<String>> {
+            self.0.list()
+        }
+        fn list_dir(&self, prefix: &str) -> devbuf_core::error::Result<Vec<String>> {
+            self.0.list_dir(prefix)
+        }
+        fn read_only(&self) -> bool {
+            false
+        }
+        fn getsize(&self, key: &str) -> devbuf_core::error::Result<Option<usize>> {
+            self.0.getsize(key)
+        }
+    }
+
+    #[test]
+    fn store_adapter_lists_only_keys_under_the_prefix() {
+        let store = LooseStore(MemoryStore::new());
+        for k in ["b", "abc/x", "abc/d/y", "zz/é"] {
+            store
+                .set(k, &devbuf_core::zarr::ByteBuffer::from_bytes(&b"1"[..]))
+                .unwrap();
+        }
+        let adapter = StoreAdapter::new(Arc::new(store));
+        // Keys outside the prefix (shorter ones included) are skipped, not sliced (a panic).
+        let listed = adapter
+            .list_dir(&StorePrefix::new("abc/").unwrap())
+            .unwrap();
+        let keys: Vec<&str> = listed.keys().iter().map(|k| k.as_str()).collect();
+        let dirs: Vec<&str> = listed.prefixes().iter().map(|p| p.as_str()).collect();
+        assert_eq!(keys, ["abc/x"]);
+        assert_eq!(dirs, ["abc/d/"]);
+    }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::*;
-use crate::StoreAdapter;
+use crate::storage::StoreAdapter;
 use devbuf_core::zarr::{ByteBuffer, MemoryStore, Store};
 
 fn v3(shape: Value, chunk: Value, dt: &str) -> Value {

@@ -225,17 +225,17 @@ gpu_test_exclusive! {
         let chunk = 1usize << 22; // float32 elements: 16 MiB chunks
         let n = (2 * c.properties().total_memory / 4).div_ceil(chunk) * chunk;
         let spec = ArraySpec::new(&[n as u64], &[chunk as u64], Dtype::FLOAT32);
-        let a = ZarrArray::create_in_store(Arc::new(MemoryStore::new()), "big", &spec).unwrap();
+        let a = ZarrArray::create((Arc::new(MemoryStore::new()), "big"), &spec).unwrap();
         let bytes = fast_random(4 * chunk, 65);
-        a.write_chunk(&[1], &NDBuffer::from_memory(bytes.clone(), &[chunk], Dtype::FLOAT32, Order::C).unwrap())
+        a.write_chunks(&[&[1]], std::slice::from_ref(&NDBuffer::from_memory(bytes.clone(), &[chunk], Dtype::FLOAT32, Order::C).unwrap()))
             .unwrap();
         let dev = BufferPrototype::Device(0);
-        let e = a.read_all(&dev).map(|nd| nd.nbytes()).unwrap_err();
+        let e = a.read(..).to(&dev).map(|nd| nd.nbytes()).unwrap_err();
         println!("{e}");
         assert_oom(&e, 4 * n, c.properties().total_memory);
         assert_eq!(held(&c), base);
         let second = chunk as u64..2 * chunk as u64;
-        let part = a.read_subset(std::slice::from_ref(&second), &dev).unwrap();
+        let part = a.read(std::slice::from_ref(&second)).to(&dev).unwrap();
         assert!(part.to_buffer().unwrap().to_bytes().unwrap() == bytes);
         drop(part);
         assert_eq!(held(&c), base);

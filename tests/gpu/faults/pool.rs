@@ -175,7 +175,7 @@ mod zarr_at_the_bound {
     fn one_chunk_slots(chunks: usize, chunk_elems: usize, seed: u64) -> (Arc<ZarrArray>, Vec<u8>) {
         let n = chunks * chunk_elems;
         let spec = ArraySpec::new(&[n as u64], &[chunk_elems as u64], Dtype::FLOAT32);
-        let mut a = ZarrArray::create_in_store(Arc::new(MemoryStore::new()), "a", &spec).unwrap();
+        let mut a = ZarrArray::create((Arc::new(MemoryStore::new()), "a"), &spec).unwrap();
         let bytes = fast_random(4 * n, seed);
         let nd = NDBuffer::from_memory(bytes.clone(), &[n], Dtype::FLOAT32, Order::C).unwrap();
         a.write_subset(&[0], &nd).unwrap();
@@ -215,7 +215,7 @@ mod zarr_at_the_bound {
             let high_before = c.transfer_stats().pinned_high_water_bytes;
             let store = Arc::new(DeviceMemoryStore::new(0).unwrap());
             let spec = ArraySpec::new(&[4 * chunk_elems as u64], &[chunk_elems as u64], Dtype::FLOAT32);
-            let mut a = ZarrArray::create_in_store(store.clone(), "w", &spec).unwrap();
+            let mut a = ZarrArray::create((store.clone(), "w"), &spec).unwrap();
             a.set_read_options(ReadOptions { threads: Some(4), ..ReadOptions::default() }).unwrap();
             let bytes = fast_random(16 * MIB, 77);
             let values = NDBuffer::from_memory(bytes.clone(), &[4 * chunk_elems], Dtype::FLOAT32, Order::C)
@@ -233,7 +233,7 @@ mod zarr_at_the_bound {
             } else {
                 println!("pool high water {high_before} B from earlier tests: the peak of this test is not visible");
             }
-            let back = ZarrArray::open_store(store.clone(), "w").unwrap().read_all(&BufferPrototype::Host).unwrap();
+            let back = ZarrArray::open((store.clone(), "w")).unwrap().read(..).to(&BufferPrototype::Host).unwrap();
             assert!(bytes_of(&back) == bytes, "the written array reads back");
             // Read back into the device: the four read workers' lanes fill the pool while
             // each fetches its chunk from the device store (a copy into new page-locked
@@ -241,7 +241,7 @@ mod zarr_at_the_bound {
             c.trim_transfer_pool();
             let a3 = a.clone();
             let on_device = within("a zarr read whose lanes fill the pool", move || {
-                a3.read_all(&DEV).map(|nd| (nd.is_device(), bytes_of(&nd)))
+                a3.read(..).to(&DEV).map(|nd| (nd.is_device(), bytes_of(&nd)))
             })
             .unwrap();
             assert!(on_device.0 && on_device.1 == bytes, "the array read into the device");
@@ -278,7 +278,7 @@ mod zarr_at_the_bound {
             let n = 64 * chunk_elems;
             let spec = ArraySpec::new(&[n as u64], &[chunk_elems as u64], Dtype::FLOAT32)
                 .with_compressor(Compressor::Zstd { level: 1 });
-            let mut a = ZarrArray::create_in_store(store.clone(), "g", &spec).unwrap();
+            let mut a = ZarrArray::create((store.clone(), "g"), &spec).unwrap();
             a.set_read_options(ReadOptions { threads: Some(4), slot_bytes: MIB, ..ReadOptions::default() }).unwrap();
             a.set_write_options(WriteOptions { encoder: Encoder::Gpu });
             let bytes = fast_random(4 * n, 79);
@@ -290,7 +290,7 @@ mod zarr_at_the_bound {
             within("a GPU-encoded zarr write whose lanes fill the pool", move || a2.write_subset(&[0], &values)).unwrap();
             let s = c.transfer_stats();
             assert!(s.pinned_bytes <= 4 * kit, "the pool holds no more than its bound: {s:?}");
-            let back = ZarrArray::open_store(store.clone(), "g").unwrap().read_all(&BufferPrototype::Host).unwrap();
+            let back = ZarrArray::open((store.clone(), "g")).unwrap().read(..).to(&BufferPrototype::Host).unwrap();
             assert!(bytes_of(&back) == bytes, "the written array reads back");
         }
 
@@ -314,7 +314,7 @@ mod zarr_at_the_bound {
             let base = held(&c);
             let e = within("a read whose chunks do not fit the pool", {
                 let a = a.clone();
-                move || a.read_all(&DEV).map(|nd| nd.nbytes())
+                move || a.read(..).to(&DEV).map(|nd| nd.nbytes())
             })
             .unwrap_err()
             .to_string();
@@ -323,7 +323,7 @@ mod zarr_at_the_bound {
             assert!(!e.contains("lowered while this transfer ran"), "{e}");
             assert_eq!(held(&c), base, "the output and the staging are freed");
             c.set_transfer_config(TransferConfig { max_pinned_bytes: 4 * MIB, ..c.transfer_config() }).unwrap();
-            let nd = a.read_all(&DEV).unwrap();
+            let nd = a.read(..).to(&DEV).unwrap();
             assert!(bytes_of(&nd) == bytes);
             drop(nd);
             assert_eq!(held(&c), base);

@@ -45,11 +45,11 @@ mod zarr_on_device_1 {
             a.write_subset(&[0, 0], &host_nd(random_elements(&mut r, ElementType::Float32, n), &shape, ElementType::Float32)).unwrap();
             let mut a = ZarrArray::open(&path).unwrap();
             a.set_read_options(ReadOptions { threads: Some(3), slot_bytes: 64 << 10, ..ReadOptions::default() }).unwrap();
-            let want = bytes_of(&a.read_all(&HOST).unwrap());
+            let want = bytes_of(&a.read(..).to(&HOST).unwrap());
             let boxed = [100..420u64, 7..300];
-            let want_box = bytes_of(&a.read_subset(&boxed, &HOST).unwrap());
+            let want_box = bytes_of(&a.read(&boxed).to(&HOST).unwrap());
             let indices = grid_indices(&a.metadata().grid_shape);
-            let want_chunks: Vec<Vec<u8>> = a.read_chunks(&indices, &HOST).unwrap().iter().map(bytes_of).collect();
+            let want_chunks: Vec<Vec<u8>> = a.read_chunks(&indices).to(&HOST).unwrap().iter().map(bytes_of).collect();
             let gpu = !nvcomp_missing(&format!("{test} (nvCOMP part)"));
             let start = Barrier::new(2);
             let done = AtomicBool::new(false);
@@ -66,7 +66,8 @@ mod zarr_on_device_1 {
                     start.wait();
                     let mut reads = 0;
                     loop {
-                        let (nd, report) = a.read_all_with_report(&DEV0).unwrap();
+                        let mut report = devbuf::zarr::ReadReport::default();
+                        let nd = a.read(..).report(&mut report).to(&DEV0).unwrap();
                         assert_eq!(report.target, "device 0", "{report}");
                         assert_eq!(nd.as_ndarray_like().memory.device_ordinal(), Some(0));
                         assert!(bytes_of(&nd) == want, "device 0 read {reads}");
@@ -78,18 +79,20 @@ mod zarr_on_device_1 {
                 });
                 start.wait();
                 let done_guard = Done(&done);
-                let (nd, report) = a.read_all_with_report(&DEV1).unwrap();
+                let mut report = devbuf::zarr::ReadReport::default();
+                let nd = a.read(..).report(&mut report).to(&DEV1).unwrap();
                 assert_eq!(report.target, "device 1", "{report}");
                 let mem = nd.as_ndarray_like().memory;
                 assert_eq!(mem.device_ordinal(), Some(1));
                 assert_eq!(mem.as_device().unwrap().context().ordinal(), 1);
                 assert_eq!(device_of_pointer(mem.address()), 1);
                 assert_bytes(&bytes_of(&nd), &want, "read_all into device 1");
-                let (nd, report) = a.read_subset_with_report(&boxed, &DEV1).unwrap();
+                let mut report = devbuf::zarr::ReadReport::default();
+                let nd = a.read(&boxed).report(&mut report).to(&DEV1).unwrap();
                 assert_eq!(report.target, "device 1", "{report}");
                 assert_eq!(nd.as_ndarray_like().memory.device_ordinal(), Some(1));
                 assert_bytes(&bytes_of(&nd), &want_box, "read_subset into device 1");
-                let chunks = a.read_chunks(&indices, &DEV1).unwrap();
+                let chunks = a.read_chunks(&indices).to(&DEV1).unwrap();
                 for ((c, w), idx) in chunks.iter().zip(&want_chunks).zip(&indices) {
                     assert_eq!(c.as_ndarray_like().memory.device_ordinal(), Some(1), "chunk {idx:?}");
                     assert_bytes(&bytes_of(c), w, &format!("chunk {idx:?} into device 1"));
@@ -98,7 +101,8 @@ mod zarr_on_device_1 {
                 let noise: Vec<u8> = (0..want_box.len() + 512).map(|_| r.random()).collect();
                 let whole = DeviceBuffer::from_slice(&d1, &noise).unwrap();
                 let view = whole.slice(256, want_box.len()).unwrap();
-                let report = a.read_subset_into(&boxed, &view).unwrap();
+                let mut report = devbuf::zarr::ReadReport::default();
+                a.read(&boxed).report(&mut report).into(&view).unwrap();
                 assert!(report.target.starts_with("device 1 (the caller's memory)"), "{report}");
                 let got = whole.to_vec::<u8>().unwrap();
                 assert_bytes(&got[256..256 + want_box.len()], &want_box, "read_subset_into device-1 memory");
@@ -106,7 +110,8 @@ mod zarr_on_device_1 {
                 if gpu {
                     let mut g = ZarrArray::open(&path).unwrap();
                     g.set_read_options(ReadOptions { decoder: Decoder::Gpu, ..ReadOptions::default() }).unwrap();
-                    let (nd, report) = g.read_all_with_report(&DEV1).unwrap();
+                    let mut report = devbuf::zarr::ReadReport::default();
+                    let nd = g.read(..).report(&mut report).to(&DEV1).unwrap();
                     println!("nvCOMP into device 1: {report}");
                     assert_eq!(report.target, "device 1", "{report}");
                     assert_eq!(nd.as_ndarray_like().memory.device_ordinal(), Some(1));

@@ -6,9 +6,9 @@
 //! * [`UrlStore`]: a store by URL as a devbuf [`Store`](devbuf_core::zarr::Store);
 //! * [`ObjectStoreOptions`]: credentials and endpoints beside the environment's,
 //!   request concurrency, read-ahead bound, timeouts and retries;
-//! * [`ZarrArray::open_url`](crate::ZarrArray::open_url) and
-//!   [`ZarrArray::create_url`](crate::ZarrArray::create_url): arrays in
-//!   such stores. Their reads go through the read engine, whose fetch stage (`fetch`)
+//! * [`ZarrArray::open`](crate::ZarrArray::open) and
+//!   [`ZarrArray::create`](crate::ZarrArray::create) of a URL
+//!   ([`Location::Url`](crate::Location::Url)): arrays in such stores. Their reads go through the read engine, whose fetch stage (`fetch`)
 //!   keeps many requests in flight ahead of the decoders (shards: whole in one GET
 //!   when the read needs all of them, else the index once,
 //!   then byte ranges of the inner chunks a selection needs, neighbours coalesced);
@@ -16,8 +16,8 @@
 //!
 //! The blocking calls run their requests on a tokio runtime of devbuf's own (a few I/O
 //! threads, started on first use); their async forms ([`UrlStore::get_async`],
-//! [`ZarrArray::open_url_async`](crate::ZarrArray::open_url_async),
-//! [`ZarrArray::read_subset_async`](crate::ZarrArray::read_subset_async), ...) run them on
+//! [`ZarrArray::open_async`](crate::ZarrArray::open_async),
+//! [`Read::to_async`](crate::Read::to_async), ...) run them on
 //! the caller's runtime and start none. See `docs/object-store.md`.
 
 mod fetch;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use devbuf_core::error::{Error, Result};
 
 /// How [`UrlStore::open`](super::UrlStore::open) (and
-/// [`ZarrArray::open_url`](crate::ZarrArray::open_url)) reach a store.
+/// [`ZarrArray::open`](crate::ZarrArray::open) of a URL) reach a store.
 ///
 /// Credentials and endpoints come from the environment variables each service's
 /// client reads (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
@@ -20,10 +20,10 @@ use devbuf_core::error::{Error, Result};
 ///
 /// ```
 /// use devbuf_zarr::object_store::ObjectStoreOptions;
-/// let o = ObjectStoreOptions::default()
-///     .with("aws_endpoint", "http://127.0.0.1:9000")
-///     .with("aws_allow_http", "true")
-///     .with_concurrency(32);
+/// let mut o = ObjectStoreOptions::default();
+/// o.config.push(("aws_endpoint".into(), "http://127.0.0.1:9000".into()));
+/// o.config.push(("aws_allow_http".into(), "true".into()));
+/// o.concurrency = 32;
 /// assert_eq!(o.concurrency, 32);
 /// assert_eq!(o.max_retries, 3);
 /// ```
@@ -135,36 +135,6 @@ impl std::fmt::Debug for ObjectStoreOptions {
 }
 
 impl ObjectStoreOptions {
-    /// Adds the configuration key `key` (see the type's docs).
-    pub fn with(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.config.push((key.into(), value.into()));
-        self
-    }
-
-    /// Sets [`concurrency`](Self::concurrency).
-    pub fn with_concurrency(mut self, n: usize) -> Self {
-        self.concurrency = n;
-        self
-    }
-
-    /// Sets [`max_retries`](Self::max_retries).
-    pub fn with_max_retries(mut self, n: usize) -> Self {
-        self.max_retries = n;
-        self
-    }
-
-    /// Sets [`request_timeout`](Self::request_timeout).
-    pub fn with_request_timeout(mut self, t: Duration) -> Self {
-        self.request_timeout = t;
-        self
-    }
-
-    /// Sets [`read_only`](Self::read_only).
-    pub fn with_read_only(mut self, read_only: bool) -> Self {
-        self.read_only = read_only;
-        self
-    }
-
     /// Checks the numeric fields.
     pub(crate) fn validate(&self) -> Result<()> {
         if !(1..=4096).contains(&self.concurrency) {

@@ -33,9 +33,8 @@ pub(crate) enum Span {
 /// `http(s)://host/path` server (read-only: GET with byte ranges), or `file:///path`.
 ///
 /// It is a devbuf [`Store`] (synchronous; requests run on a small runtime of devbuf's
-/// own), so [`ZarrArray::open_store`](crate::ZarrArray::open_store) and
-/// every store API work on it; [`ZarrArray::open_url`](crate::ZarrArray::open_url)
-/// opens an array with it and lets the read engine fetch many chunks at once
+/// own), so every store API works on it; [`ZarrArray::open`](crate::ZarrArray::open)
+/// of an `Arc<UrlStore>` or a URL opens an array with it and lets the read engine fetch many chunks at once
 /// ([`ObjectStoreOptions::concurrency`]), ahead of its decoders.
 ///
 /// **Errors** name the operation, the key and the store's URL; a missing key is
@@ -262,7 +261,7 @@ impl UrlStore {
     }
 
     /// The options it was opened with.
-    pub fn options(&self) -> &ObjectStoreOptions {
+    pub(crate) fn options(&self) -> &ObjectStoreOptions {
         &self.options
     }
 

@@ -21,7 +21,7 @@ pub const DEFAULT_PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
 ///
 /// A chunk is a unit the engine decodes: a chunk, or an inner chunk of a shard. Bytes
 /// are *decoded* bytes of whole chunks, before the selection (as
-/// [`ReadReport::decoded_bytes`](crate::ReadReport::decoded_bytes) counts them), so
+/// [`ReadReport::decoded_bytes`](devbuf_zarr::ReadReport::decoded_bytes) counts them), so
 /// `bytes_total` is `chunks_total` times the decoded size of one chunk, whatever part
 /// of each chunk the selection takes; chunks that are not stored count as done when
 /// their fill value is placed. A chunk counts as done when it is decoded and placed on
@@ -103,14 +103,14 @@ impl Progress {
 ///     progress: Some(ProgressSink::new(move |p| log.lock().unwrap().push(*p))),
 ///     ..ReadOptions::default()
 /// })?;
-/// a.read_all(&BufferPrototype::Host)?;
+/// a.read(..).to(&BufferPrototype::Host)?;
 /// let last = *seen.lock().unwrap().last().unwrap();
 /// assert!(last.is_done() && last.bytes_done == last.bytes_total);
 ///
 /// // Or a watch channel, for async code:
 /// let (tx, rx) = tokio::sync::watch::channel(devbuf_zarr::Progress::default());
 /// a.set_read_options(ReadOptions { progress: Some(tx.into()), ..ReadOptions::default() })?;
-/// a.read_all(&BufferPrototype::Host)?;
+/// a.read(..).to(&BufferPrototype::Host)?;
 /// assert!(rx.borrow().is_done());
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
@@ -215,7 +215,7 @@ impl Eq for ProgressSink {}
 /// let mut a = ZarrArray::open("../../tests/fixtures/zarr/v3_float32.zarr")?;
 /// a.set_read_options(ReadOptions { cancel: Some(cancel.clone()), ..ReadOptions::default() })?;
 /// cancel.cancel(); // from another thread, a signal handler's flag, a progress callback ...
-/// let e = a.read_all(&BufferPrototype::Host).unwrap_err();
+/// let e = a.read(..).to(&BufferPrototype::Host).unwrap_err();
 /// assert_eq!(e.kind(), ErrorKind::Cancelled);
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```

@@ -6,7 +6,8 @@
 /// use devbuf_zarr::ZarrArray;
 /// use devbuf_core::zarr::BufferPrototype;
 /// let a = ZarrArray::open("../../tests/fixtures/zarr/v2_int16_zstd.zarr")?;
-/// let (_, report) = a.read_all_with_report(&BufferPrototype::Host)?;
+/// let mut report = devbuf_zarr::ReadReport::default();
+/// let _ = a.read(..).report(&mut report).to(&BufferPrototype::Host)?;
 /// assert_eq!(report.decoder, "cpu");
 /// assert!(report.cpu_chunks > 0);
 /// println!("{report}");
