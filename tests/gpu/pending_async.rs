@@ -61,3 +61,26 @@ gpu_test! {
         assert!(got.iter().all(|v| *v == data));
     }
 }
+
+gpu_test_exclusive! {
+    fn a_stream_is_awaited_until_its_queued_work_has_run() {
+        let c = ctx();
+        let s = Stream::new(&c).unwrap();
+        let n = (4 << 20) + 3;
+        let data: Vec<u8> = (0..n).map(|i| (i * 13 + 1) as u8).collect();
+        let dev = DeviceBuffer::from_slice(&c, &data).unwrap();
+        let gate = Arc::new(StreamGate::block(&s).unwrap());
+        runtime().block_on(async {
+            let host = dev.copy_to_host_async(0, c.allocate_host(n).unwrap(), &s).unwrap();
+            let mut done = s.synchronize_async().unwrap();
+            let first = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut done).poll(cx))).await;
+            assert!(first.is_pending(), "the stream is held: its work cannot have run");
+            gate.open();
+            done.await.unwrap();
+            // The copy queued before the synchronisation has completed.
+            assert!(s.is_complete().unwrap());
+            let got = host.wait().unwrap();
+            assert!(got[..] == data[..], "the copy's bytes");
+        });
+    }
+}

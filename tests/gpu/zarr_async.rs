@@ -58,3 +58,26 @@ gpu_test_exclusive! {
         });
     }
 }
+
+gpu_test! {
+    /// Async reads into a device buffer and page-locked memory the read owns: the
+    /// values equal the host read's, the device buffer's address is unchanged.
+    fn zarr_async_reads_into_owned_device_and_pinned_memory() {
+        let ctx = Context::new(0).unwrap();
+        let (held, store) = held_array();
+        held.gate.add_permits(1 << 20);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let a = ZarrArray::open_async(store).await.unwrap();
+            let host = a.read(..).to_async(&BufferPrototype::Host).await.unwrap();
+            let want = host.to_buffer().unwrap().into_memory().to_host().unwrap();
+            let dev = ctx.allocate(want.len()).unwrap();
+            let address = dev.address();
+            let dev = a.read(..).into_async(dev).await.unwrap();
+            assert_eq!(dev.address(), address);
+            assert!(dev.to_vec::<u8>().unwrap() == want[..], "device bytes");
+            let pinned = a.read(..).into_async(ctx.allocate_host(want.len()).unwrap()).await.unwrap();
+            assert!(pinned[..] == want[..], "page-locked bytes");
+        });
+    }
+}

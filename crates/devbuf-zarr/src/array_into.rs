@@ -8,7 +8,7 @@ use std::ops::Range;
 
 use super::ZarrArray;
 use super::read::{self, ReadBox, ReadReport};
-use devbuf_core::cuda::DeviceBuffer;
+use devbuf_core::cuda::{DeviceBuffer, HostBuffer};
 use devbuf_core::error::Result;
 
 /// Memory a read fills in place ([`Read::into`](crate::Read::into)): exactly the
@@ -41,6 +41,41 @@ impl<'a> From<&'a mut Vec<u8>> for ReadInto<'a> {
 impl<'a> From<&'a DeviceBuffer> for ReadInto<'a> {
     fn from(b: &'a DeviceBuffer) -> Self {
         ReadInto::Device(b)
+    }
+}
+
+/// Memory an async read fills and hands back ([`Read::into_async`](crate::Read::into_async)):
+/// owned, so the read's thread can hold it whatever happens to the future. Implemented
+/// for `Vec<u8>`, page-locked [`HostBuffer`]s and [`DeviceBuffer`]s (a buffer or a view;
+/// the handle is shared, so the caller's copy sees the values).
+pub trait ReadTarget: Send + 'static + sealed::Sealed {
+    /// The memory as a read's destination.
+    #[doc(hidden)]
+    fn as_read_into(&mut self) -> ReadInto<'_>;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for Vec<u8> {}
+    impl Sealed for devbuf_core::cuda::HostBuffer {}
+    impl Sealed for devbuf_core::cuda::DeviceBuffer {}
+}
+
+impl ReadTarget for Vec<u8> {
+    fn as_read_into(&mut self) -> ReadInto<'_> {
+        ReadInto::Host(self.as_mut_slice())
+    }
+}
+
+impl ReadTarget for HostBuffer {
+    fn as_read_into(&mut self) -> ReadInto<'_> {
+        ReadInto::Host(&mut self[..])
+    }
+}
+
+impl ReadTarget for DeviceBuffer {
+    fn as_read_into(&mut self) -> ReadInto<'_> {
+        ReadInto::Device(self)
     }
 }
 

@@ -30,7 +30,8 @@ impl ZarrArray {
     /// ```
     /// use devbuf_zarr::{ArraySpec, ZarrArray};
     /// use devbuf_core::zarr::{BufferPrototype, Dtype, MemoryStore, Order, Scalar};
-    /// let a = ZarrArray::create((std::sync::Arc::new(MemoryStore::new()), ""), ///     &ArraySpec::new(&[5], &[2], Dtype::INT8))?;
+    /// let a = ZarrArray::create((std::sync::Arc::new(MemoryStore::new()), ""),
+    ///     &ArraySpec::new(&[5], &[2], Dtype::INT8))?;
     /// let one = BufferPrototype::Host.nd_create(&[2], Dtype::INT8, Order::C, Some(Scalar::from(1i8)))?;
     /// let edge = BufferPrototype::Host.nd_create(&[1], Dtype::INT8, Order::C, Some(Scalar::from(2i8)))?;
     /// a.write_chunks(&[[0u64], [2]], &[one, edge])?;
@@ -106,7 +107,8 @@ impl ZarrArray {
     /// ```
     /// use devbuf_zarr::{ArraySpec, ZarrArray};
     /// use devbuf_core::zarr::{BufferPrototype, Dtype, MemoryStore, NDBuffer};
-    /// let a = ZarrArray::create((std::sync::Arc::new(MemoryStore::new()), ""), ///     &ArraySpec::new(&[4, 4], &[2, 2], Dtype::FLOAT32))?;
+    /// let a = ZarrArray::create((std::sync::Arc::new(MemoryStore::new()), ""),
+    ///     &ArraySpec::new(&[4, 4], &[2, 2], Dtype::FLOAT32))?;
     /// a.write_subset(&[1, 1], &NDBuffer::from_ndarray(ndarray::arr2(&[[1.0f32, 2.0], [3.0, 4.0]])))?;
     /// let v = a.read(&[1..3, 1..3]).to(&BufferPrototype::Host)?.to_ndarray::<f32>()?;
     /// assert_eq!(v.as_slice().unwrap(), &[1.0, 2.0, 3.0, 4.0]);

@@ -98,7 +98,7 @@ mod validate;
 mod write;
 
 pub use array::ZarrArray;
-pub use array_into::ReadInto;
+pub use array_into::{ReadInto, ReadTarget};
 pub use array_spread::{DevicePart, Spread, SpreadRead};
 pub use array_stream::ChunkStream;
 pub use encode::{

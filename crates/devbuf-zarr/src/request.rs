@@ -6,7 +6,7 @@
 use std::ops::{Range, RangeFull};
 
 use super::ZarrArray;
-use super::array_into::ReadInto;
+use super::array_into::{ReadInto, ReadTarget};
 use super::array_spread::{Spread, SpreadRead};
 use super::read::ReadReport;
 use crate::aio::spawn;
@@ -408,6 +408,46 @@ impl<'a> Read<'a> {
             *r = report;
         }
         Ok(())
+    }
+
+    /// [`into`](Self::into) without blocking the caller's executor, into memory the
+    /// read owns until it ends (a `Vec<u8>`, a page-locked [`HostBuffer`](devbuf_core::cuda::HostBuffer)
+    /// or a [`DeviceBuffer`](devbuf_core::cuda::DeviceBuffer): [`ReadTarget`]), handed back
+    /// with the values in place. Dropping the future cancels the read (see
+    /// [`to_async`](Self::to_async)); the memory goes with it.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// use devbuf_zarr::ZarrArray;
+    /// use devbuf_core::zarr::BufferPrototype;
+    /// let a = ZarrArray::open_async("../../tests/fixtures/zarr/v2_int16_zstd.zarr").await?; // 6 x 5 x 4 int16
+    /// let mut frame = vec![0u8; 5 * 4 * 2];
+    /// for i in 0..6 {
+    ///     frame = a.read([i..i + 1, 0..5, 0..4]).into_async(frame).await?;
+    /// }
+    /// assert_eq!(frame.len(), 40);
+    /// # Ok::<(), devbuf_core::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn into_async<M: ReadTarget>(self, out: M) -> Result<M> {
+        let Read {
+            array,
+            selection,
+            report,
+        } = self;
+        let a = array.duplicate();
+        let (out, r) = spawn("a zarr read", move || {
+            let a = a.in_scope();
+            let mut out = out;
+            let mut r = ReadReport::default();
+            a.read(selection).report(&mut r).into(out.as_read_into())?;
+            Ok((out, r))
+        })
+        .await?;
+        if let Some(slot) = report {
+            *slot = r;
+        }
+        Ok(out)
     }
 
     /// Reads a box onto several devices at once: partitioned (each device holds a part)

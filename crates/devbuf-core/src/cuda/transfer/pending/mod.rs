@@ -483,6 +483,31 @@ fn finish<T>(
     }
 }
 
+impl Stream {
+    /// [`synchronize`](Stream::synchronize) without blocking: a [`Pending`] that
+    /// completes once the work queued on this stream so far has finished. Await it
+    /// (it is a `Future`, woken by a waiter thread, on any executor) or
+    /// [`wait`](Pending::wait) for it.
+    ///
+    /// ```no_run
+    /// use devbuf_core::cuda::{Context, HostBuffer, Stream};
+    /// async fn download(ctx: &Context, s: &Stream) -> devbuf_core::Result<HostBuffer> {
+    ///     let dev = ctx.allocate(1 << 20)?;
+    ///     let host = dev.copy_to_host_async(0, ctx.allocate_host(1 << 20)?, s)?; // queued
+    ///     s.synchronize_async()?.await?; // everything queued on `s` has run
+    ///     host.wait()
+    /// }
+    /// ```
+    pub fn synchronize_async(&self) -> Result<Pending<()>> {
+        let event = self.record_event()?;
+        Ok(Pending {
+            event: Arc::new(event),
+            value: Some(()),
+            keep: Vec::new(),
+        })
+    }
+}
+
 impl DeviceBuffer {
     /// Queues a copy of all of `src` into this buffer at `position` on `stream`, and
     /// returns at once with a [`Pending`] that owns `src` until the copy completes.
