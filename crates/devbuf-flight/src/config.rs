@@ -97,7 +97,18 @@ pub struct ServerConfig {
 }
 
 /// The certificate and key a [`Server`](crate::Server) serves TLS with
-/// ([`ServerConfig::tls`]).
+/// ([`ServerConfig::tls`]); clients then connect to `grpc+tls://` (trusting a private
+/// certificate with [`ClientOptions::tls_ca`](crate::ClientOptions::tls_ca)).
+///
+/// ```no_run
+/// use devbuf_flight::{ServerConfig, Tls};
+/// let mut cfg = ServerConfig::default();
+/// cfg.tls = Some(Tls {
+///     cert_pem: std::fs::read("/etc/devbuf/cert.pem")?,
+///     key_pem: std::fs::read("/etc/devbuf/key.pem")?,
+/// });
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct Tls {
     /// The PEM certificate chain.

@@ -73,9 +73,10 @@ impl Client {
         Ok(token)
     }
 
-    /// The flights the server lists whose path starts with `prefix` (`""`: all of them;
-    /// devbuf's servers: its arrays and batches, e.g. `"zarr/"` for the arrays).
-    /// Blocking: see [`list_async`](Self::list_async).
+    /// The flights the server lists whose name starts with `prefix` (`""`: all of them;
+    /// sent as the `ListFlights` criteria). devbuf's servers list their arrays, whose
+    /// name is the path under the root (`"group/"`: the arrays in `group`), and their
+    /// batches. Blocking: see [`list_async`](Self::list_async).
     pub fn list(&self, prefix: &str) -> Result<Vec<Flight>> {
         self.block_on("Client::list_async", self.list_async(prefix))
     }
@@ -87,8 +88,8 @@ impl Client {
     /// for f in client.list_async("").await? {
     ///     println!("{:?}: {} records", f.target, f.total_records);
     /// }
-    /// let arrays = client.list_async("zarr/").await?;
-    /// # let _ = arrays; Ok(()) }
+    /// let in_group = client.list_async("group/").await?;
+    /// # let _ = in_group; Ok(()) }
     /// ```
     pub async fn list_async(&self, prefix: &str) -> Result<Vec<Flight>> {
         run::need_tokio("Client::list_async")?;
