@@ -257,21 +257,17 @@ fn run() -> Result<(), String> {
         t.elapsed().as_secs_f64()
     );
     let token = generate_token().map_err(|e| e.to_string())?;
-    let server = Server::start(
-        ServerConfig::new()
-            .root(&dir)
-            .token(&token)
-            .endpoints(a.endpoints)
-            .runtime_threads(8),
-        "127.0.0.1:0",
-    )
-    .map_err(|e| e.to_string())?;
+    let mut cfg = ServerConfig::default();
+    cfg.root = Some(dir.clone());
+    cfg.tokens.push(token.clone());
+    cfg.endpoints = a.endpoints;
+    cfg.runtime_threads = 8;
+    let server = Server::start(cfg, "127.0.0.1:0").map_err(|e| e.to_string())?;
     let uri = server.uri();
-    let client = Client::connect_with(
-        &uri,
-        ClientOptions::new().token(&token).concurrency(a.endpoints),
-    )
-    .map_err(|e| e.to_string())?;
+    let mut options = ClientOptions::default();
+    options.token = Some(token.clone());
+    options.concurrency = a.endpoints;
+    let client = Client::connect(&uri, &options).map_err(|e| e.to_string())?;
     let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let e = |e: devbuf::Error| e.to_string();
     let want = host_checksum(&local.read(..).to(&BufferPrototype::Host).map_err(e)?)?;
@@ -317,15 +313,10 @@ fn run() -> Result<(), String> {
     table.push(("devbuf Client::read".into(), "host array".into(), r));
     // The same client with HTTP/2's default frame size (what tonic's channel uses) and
     // two runtime threads (the default before 1 MiB frames): the two changes' effect.
-    let small = Client::connect_with(
-        &uri,
-        ClientOptions::new()
-            .token(&token)
-            .concurrency(a.endpoints)
-            .max_frame_bytes(16 << 10)
-            .runtime_threads(2),
-    )
-    .map_err(|e| e.to_string())?;
+    let mut small_options = options.clone();
+    small_options.max_frame_bytes = 16 << 10;
+    small_options.runtime_threads = 2;
+    let small = Client::connect(&uri, &small_options).map_err(|e| e.to_string())?;
     let r = time_best(a.repeat, || {
         small.read_chunks("bench.zarr", None, &host).map_err(e)
     })

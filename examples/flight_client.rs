@@ -81,25 +81,23 @@ enum Command {
 
 fn run() -> Result<(), String> {
     let cli = Cli::parse();
-    let mut options = ClientOptions::new();
+    let mut options = ClientOptions::default();
     if let Some(t) = cli.token {
-        options = options.token(t);
+        options.token = Some(t);
     }
     if let Some(p) = &cli.token_file {
-        options = options.token(read_token_file(p).map_err(|e| e.to_string())?);
+        options.token = Some(read_token_file(p).map_err(|e| e.to_string())?);
     }
     if let Some(p) = &cli.tls_ca {
         let pem = std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?;
-        options = options.tls_ca(pem);
+        options.tls_ca = Some(pem);
     }
-    if let Some(d) = cli.tls_domain {
-        options = options.tls_domain(d);
-    }
+    options.tls_domain = cli.tls_domain;
     let device = cli.device;
     let uri = cli
         .uri
         .ok_or("the server's address is missing: give --uri URI (see --help)")?;
-    let client = Client::connect_with(&uri, options).map_err(|e| e.to_string())?;
+    let client = Client::connect(&uri, &options).map_err(|e| e.to_string())?;
     let proto = match device {
         Some(d) => BufferPrototype::Device(d),
         None => BufferPrototype::Host,
@@ -112,7 +110,7 @@ fn run() -> Result<(), String> {
 }
 
 fn list(client: &Client) -> Result<(), String> {
-    for f in client.list().map_err(|e| e.to_string())? {
+    for f in client.list("").map_err(|e| e.to_string())? {
         let what = match &f.target {
             Some(t) => t.to_string(),
             None => format!("{:?}", f.descriptor),
@@ -300,9 +298,9 @@ fn demo(client: &Client, device: Option<usize>) -> Result<(), String> {
     ])
     .map_err(|e| e.to_string())?;
     let name = format!("demo-upload-{}", std::process::id());
-    client.put(&name, batch.clone()).map_err(e)?;
+    client.put(&name, [batch.clone()]).map_err(e)?;
     let back = client
-        .get_batches(&name, &BufferPrototype::Host)
+        .read_batches(&name, &BufferPrototype::Host)
         .map_err(e)?;
     client.remove(&name).map_err(e)?;
     let back: Vec<RecordBatch> = back
@@ -314,7 +312,7 @@ fn demo(client: &Client, device: Option<usize>) -> Result<(), String> {
         return Err("the uploaded batch came back different".into());
     }
     println!("ok  DoPut of {name} (1000 rows) read back and removed");
-    let listed = client.list().map_err(e)?;
+    let listed = client.list("").map_err(e)?;
     let arrays = listed
         .iter()
         .filter(|f| matches!(f.target, Some(Target::Array(_))))

@@ -24,9 +24,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::Parser;
-use devbuf::flight::{Server, ServerConfig, ServerEvent, generate_token, read_token_file};
+use devbuf::flight::{Server, ServerConfig, ServerEvent, Tls, generate_token, read_token_file};
 use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
 use devbuf::zarr::{Dtype, NDBuffer, Order, Scalar};
 
@@ -133,12 +134,12 @@ fn run() -> Result<(), String> {
     if a.demo {
         write_demo(&a.root).map_err(|e| format!("writing the demo arrays: {e}"))?;
     }
-    let mut cfg = ServerConfig::new()
-        .root(&a.root)
-        .endpoints(a.endpoints)
-        .locations(a.locations.clone());
+    let mut cfg = ServerConfig::default();
+    cfg.root = Some(a.root.clone());
+    cfg.endpoints = a.endpoints;
+    cfg.locations = a.locations.clone();
     if let Some(t) = &a.token {
-        cfg = cfg.token(t);
+        cfg.tokens.push(t.clone());
     }
     if let Some(p) = &a.token_file {
         if !p.exists() {
@@ -146,12 +147,10 @@ fn run() -> Result<(), String> {
             write_private(p, format!("{t}\n").as_bytes())?;
             eprintln!("wrote a new token to {}", p.display());
         }
-        read_token_file(p).map_err(|e| e.to_string())?;
-        cfg = cfg.token_file(p);
+        cfg.tokens
+            .push(read_token_file(p).map_err(|e| e.to_string())?);
     }
-    if let Some((u, p)) = &a.basic {
-        cfg = cfg.basic_auth(u, p);
-    }
+    cfg.basic_auth = a.basic.clone();
     if let Some(dir) = &a.tls_self_signed {
         let c = rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()])
             .map_err(|e| format!("making a certificate: {e}"))?;
@@ -163,17 +162,23 @@ fn run() -> Result<(), String> {
             "TLS certificate for localhost: {}",
             dir.join("cert.pem").display()
         );
-        cfg = cfg.tls(cert, key);
+        cfg.tls = Some(Tls {
+            cert_pem: cert.into(),
+            key_pem: key.into(),
+        });
     }
     if let Some((c, k)) = &a.tls {
         let read = |p: &Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
-        cfg = cfg.tls(read(c)?, read(k)?);
+        cfg.tls = Some(Tls {
+            cert_pem: read(c)?,
+            key_pem: read(k)?,
+        });
     }
     if a.verbose {
-        cfg = cfg.observer(|e| match e {
+        cfg.observer = Some(Arc::new(|e: &ServerEvent| match e {
             ServerEvent::MessageQueued { .. } => {}
             e => eprintln!("{e:?}"),
-        });
+        }));
     }
     let server = Server::start(cfg, a.addr.as_str()).map_err(|e| e.to_string())?;
     let arrays = count_arrays(&a.root);

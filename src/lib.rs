@@ -69,13 +69,20 @@ pub mod flight {
 /// Helpers the tests, examples and benchmarks need from inside the layers (feature
 /// `test-support`, which devbuf's own dev-dependency turns on): the device kernels and
 /// their host twins (`ops`, `host_ops`), `HostOutput`, nvCOMP's range checks, stream
-/// gates and mapping counts. Not part of the API; no semver promise.
+/// gates and mapping counts, the Flight tickets' wire format (`flight::ticket`). Not part
+/// of the API; no semver promise.
 #[cfg(feature = "test-support")]
 #[doc(hidden)]
 pub mod __test {
     pub use devbuf_core::__private::nvcomp::{check_compress_ranges, check_decompress_ranges};
     pub use devbuf_core::__private::testing::*;
     pub use devbuf_core::__private::{HostOutput, host_ops, ops};
+
+    /// devbuf-flight's internals the Flight tests need (feature `flight`).
+    #[cfg(feature = "flight")]
+    pub mod flight {
+        pub use devbuf_flight::__private::ticket;
+    }
 }
 
 /// The README's examples are compiled as doc tests.

@@ -20,7 +20,7 @@ use devbuf::flight::arrow_flight::{
 };
 use devbuf::flight::tonic::{self, Request, Response, Status, Streaming};
 use devbuf::flight::{
-    Batch, Client, Endpoint, Flight, Server, ServerConfig, ServerEvent, StreamEnd,
+    Batch, Client, ClientOptions, Endpoint, Flight, Server, ServerEvent, StreamEnd,
 };
 use devbuf::zarr::{BufferPrototype, Compressor, Dtype, Scalar, ZarrArray};
 use futures::TryStreamExt;
@@ -35,7 +35,7 @@ mod random;
 #[path = "common/zarrs.rs"]
 mod zarrs_common;
 
-use flight_common::{TOKEN, bytes_of, random_array};
+use flight_common::{bytes_of, config, opts, random_array};
 use zarrs_common::TempDir;
 
 const HOST: BufferPrototype = BufferPrototype::Host;
@@ -186,17 +186,10 @@ fn batch(rows: i64) -> RecordBatch {
 /// the proxy service calling the client from its handler.
 async fn everything_on_the_callers_runtime() {
     let root = Path::new(FIXTURES);
-    let server = Server::start_async(
-        ServerConfig::new().root(root).token(TOKEN).endpoints(3),
-        "127.0.0.1:0",
-    )
-    .await
-    .unwrap();
-    let client = Arc::new(
-        Client::connect_async(&server.uri(), Some(TOKEN))
-            .await
-            .unwrap(),
-    );
+    let mut cfg = config(root);
+    cfg.endpoints = 3;
+    let server = Server::start_async(cfg, "127.0.0.1:0").await.unwrap();
+    let client = Arc::new(Client::connect_async(&server.uri(), &opts()).await.unwrap());
 
     // Reads agree with the local async read.
     let local = ZarrArray::open_async(root.join(ARRAY)).await.unwrap();
@@ -205,20 +198,20 @@ async fn everything_on_the_callers_runtime() {
     assert_eq!(bytes_of(&got), bytes_of(&whole));
     let chunks = client.read_chunks_async(ARRAY, None, &HOST).await.unwrap();
     assert!(!chunks.is_empty());
-    assert!(client.list_async().await.unwrap().len() > 10);
+    assert!(client.list_async("").await.unwrap().len() > 10);
 
     // Uploads, batches as a list and as a RecordBatchStream-style stream.
     let up = [Batch::from(batch(5)), Batch::from(batch(7))];
-    client.put_all_async("numbers", &up).await.unwrap();
-    let back = client.get_batches_async("numbers", &HOST).await.unwrap();
+    client.put_async("numbers", up.clone()).await.unwrap();
+    let back = client.read_batches_async("numbers", &HOST).await.unwrap();
     assert_eq!(back.iter().map(|b| b.num_rows()).sum::<usize>(), 12);
-    let s = client.get_batches_stream("numbers").await.unwrap();
+    let s = client.read_batches_stream("numbers").await.unwrap();
     assert_eq!(s.schema().fields(), batch(1).schema().fields());
     let streamed: Vec<RecordBatch> = s.try_collect().await.unwrap();
     assert_eq!(streamed, vec![batch(5), batch(7)]);
     client.remove_async("numbers").await.unwrap();
     let gone = client
-        .get_batches_async("numbers", &HOST)
+        .read_batches_async("numbers", &HOST)
         .await
         .unwrap_err();
     assert_eq!(gone.kind(), devbuf::ErrorKind::NotFound, "{gone}");
@@ -229,7 +222,9 @@ async fn everything_on_the_callers_runtime() {
         root: root.to_path_buf(),
     })
     .await;
-    let via = Client::connect_async(&proxy, None).await.unwrap();
+    let via = Client::connect_async(&proxy, &ClientOptions::default())
+        .await
+        .unwrap();
     let schema = Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
         "v",
         arrow_schema::DataType::Float32,
@@ -241,7 +236,6 @@ async fn everything_on_the_callers_runtime() {
         endpoints: vec![Endpoint {
             ticket: bytes::Bytes::from_static(ARRAY.as_bytes()),
             locations: vec![],
-            part: None,
         }],
         total_records: -1,
         total_bytes: -1,
@@ -280,8 +274,8 @@ async fn multi_thread_runtime() {
 
 #[test]
 fn blocking_calls_on_a_current_thread_runtime_name_the_async_form() {
-    let server = flight_common::serve(Path::new(FIXTURES), |c| c);
-    let client = Client::connect(&server.uri(), Some(TOKEN)).unwrap();
+    let server = flight_common::serve(Path::new(FIXTURES), |_| {});
+    let client = Client::connect(&server.uri(), &opts()).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -289,17 +283,17 @@ fn blocking_calls_on_a_current_thread_runtime_name_the_async_form() {
     rt.block_on(async {
         let e = client.read(ARRAY, &[], &HOST).unwrap_err();
         assert!(e.to_string().contains("Client::read_async"), "{e}");
-        let e = client.list().unwrap_err();
+        let e = client.list("").unwrap_err();
         assert!(e.to_string().contains("Client::list_async"), "{e}");
-        let e = Client::connect(&server.uri(), Some(TOKEN)).unwrap_err();
-        assert!(e.to_string().contains("connect_with_async"), "{e}");
+        let e = Client::connect(&server.uri(), &opts()).unwrap_err();
+        assert!(e.to_string().contains("Client::connect_async"), "{e}");
         // The async form works there, with the client that the blocking connect made.
         let a = client.read_async(ARRAY, &[], &HOST).await.unwrap();
         assert!(a.nbytes() > 0);
     });
     // A server with a runtime of its own: its blocking wait there is an error naming
     // wait_async, not tokio's panic on a runtime started inside another.
-    let own = flight_common::serve(Path::new(FIXTURES), |c| c);
+    let own = flight_common::serve(Path::new(FIXTURES), |_| {});
     let e = rt.block_on(async { own.wait().unwrap_err() });
     assert!(e.to_string().contains("wait_async"), "{e}");
     // On a multi-thread runtime the blocking form hands its thread over and works.
@@ -309,7 +303,7 @@ fn blocking_calls_on_a_current_thread_runtime_name_the_async_form() {
         .build()
         .unwrap();
     let n = mt.block_on(async {
-        let c = Client::connect(&server.uri(), Some(TOKEN)).unwrap();
+        let c = Client::connect(&server.uri(), &opts()).unwrap();
         tokio::spawn(async move { c.read(ARRAY, &[], &HOST).map(|a| a.nbytes()) })
             .await
             .unwrap()
@@ -317,9 +311,9 @@ fn blocking_calls_on_a_current_thread_runtime_name_the_async_form() {
     assert!(n.unwrap() > 0);
     // And a blocking server's wait on the caller's runtime names wait_async.
     let e = mt.block_on(async {
-        let s = Server::start_async(ServerConfig::new().token(TOKEN), "127.0.0.1:0")
-            .await
-            .unwrap();
+        let mut cfg = devbuf::flight::ServerConfig::default();
+        cfg.tokens.push(flight_common::TOKEN.into());
+        let s = Server::start_async(cfg, "127.0.0.1:0").await.unwrap();
         s.wait().unwrap_err()
     });
     assert!(e.to_string().contains("wait_async"), "{e}");
@@ -349,27 +343,23 @@ async fn dropped_read_cancels_the_servers_stream() {
     let (ev_tx, mut ev_rx) = tokio::sync::mpsc::unbounded_channel();
     let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
     let gate_rx = Mutex::new(gate_rx);
-    let config = ServerConfig::new()
-        .root(&dir.0)
-        .token(TOKEN)
-        .endpoints(1)
-        .batch_bytes(256)
-        .queue_depth(1)
-        .observer(move |e| match e {
-            ServerEvent::MessageQueued { index: 1, .. } => {
-                let _ = ev_tx.send(Seen::Queued);
-                // Bounded: a broken test must not hang the producer forever.
-                let _ = gate_rx.lock().unwrap().recv_timeout(WAIT);
-            }
-            ServerEvent::StreamEnded { end, .. } => {
-                let _ = ev_tx.send(Seen::Ended(end.clone()));
-            }
-            _ => {}
-        });
+    let mut config = config(&dir.0);
+    config.endpoints = 1;
+    config.batch_bytes = 256;
+    config.queue_depth = 1;
+    config.observer = Some(Arc::new(move |e: &ServerEvent| match e {
+        ServerEvent::MessageQueued { index: 1, .. } => {
+            let _ = ev_tx.send(Seen::Queued);
+            // Bounded: a broken test must not hang the producer forever.
+            let _ = gate_rx.lock().unwrap().recv_timeout(WAIT);
+        }
+        ServerEvent::StreamEnded { end, .. } => {
+            let _ = ev_tx.send(Seen::Ended(end.clone()));
+        }
+        _ => {}
+    }));
     let server = Server::start_async(config, "127.0.0.1:0").await.unwrap();
-    let client = Client::connect_async(&server.uri(), Some(TOKEN))
-        .await
-        .unwrap();
+    let client = Client::connect_async(&server.uri(), &opts()).await.unwrap();
     let mut read = Box::pin(client.read_async("a.zarr", &[], &HOST));
     tokio::select! {
         r = &mut read => panic!("the read finished while its stream was held: {:?}", r.map(|a| a.nbytes())),
@@ -390,11 +380,14 @@ async fn dropped_read_cancels_the_servers_stream() {
     .await
     .expect("the server's stream ended after the read was dropped");
     assert_eq!(end, StreamEnd::ClientGone);
-    let svc = server.service().clone();
-    let idle = tokio::task::spawn_blocking(move || svc.wait_idle(WAIT))
+    // wait_idle blocks: on a blocking thread, with the server shared for the wait.
+    let server = Arc::new(server);
+    let waiting = server.clone();
+    let idle = tokio::task::spawn_blocking(move || waiting.wait_idle(WAIT))
         .await
         .unwrap();
     assert!(idle, "{:?}", server.stats());
+    let server = Arc::try_unwrap(server).expect("the wait is over");
     // The client still reads after the cancelled read (its stream passes the gate).
     gate_tx.send(()).unwrap();
     let a = client.read_async("a.zarr", &[], &HOST).await.unwrap();
@@ -420,9 +413,9 @@ fn futures_are_send(c: &Client) {
     fn send<T: Send>(_: T) {}
     send(c.read_async(ARRAY, &[], &HOST));
     send(c.read_chunks_async(ARRAY, None, &HOST));
-    send(c.get_batches_async("x", &HOST));
-    send(c.put_all_async("x", &[]));
-    send(c.list_async());
+    send(c.read_batches_async("x", &HOST));
+    send(c.put_async("x", Vec::<Batch>::new()));
+    send(c.list_async(""));
     send(c.batch_stream(&Flight {
         target: None,
         schema: Arc::new(arrow_schema::Schema::empty()),

@@ -35,7 +35,7 @@ mod random;
 #[path = "common/zarrs.rs"]
 mod zarrs_common;
 
-use flight_common::{TOKEN, bytes_of, random_array, serve};
+use flight_common::{TOKEN, bytes_of, opts, random_array, serve};
 use zarrs_common::TempDir;
 
 const HOST: BufferPrototype = BufferPrototype::Host;
@@ -65,23 +65,20 @@ fn child_server() {
         return;
     }
     let root = peer::env("DEVBUF_FLIGHT_ROOT");
-    let server = Server::start(
-        ServerConfig::new()
-            .root(root)
-            .token(TOKEN)
-            .endpoints(2)
-            .batch_bytes(300) // one chunk per message
-            .observer(|e| {
-                if let ServerEvent::MessageQueued { id, index: 2, .. } = e {
-                    peer::say("stalled", id);
-                    loop {
-                        std::thread::park();
-                    }
-                }
-            }),
-        "127.0.0.1:0",
-    )
-    .unwrap();
+    let mut cfg = ServerConfig::default();
+    cfg.root = Some(root.into());
+    cfg.tokens.push(TOKEN.into());
+    cfg.endpoints = 2;
+    cfg.batch_bytes = 300; // one chunk per message
+    cfg.observer = Some(std::sync::Arc::new(|e: &ServerEvent| {
+        if let ServerEvent::MessageQueued { id, index: 2, .. } = e {
+            peer::say("stalled", id);
+            loop {
+                std::thread::park();
+            }
+        }
+    }));
+    let server = Server::start(cfg, "127.0.0.1:0").unwrap();
     peer::say("uri", server.uri());
     // Serves until killed (or until the parent closes stdin).
     let _ = peer::wait_line();
@@ -105,7 +102,7 @@ fn a_server_killed_mid_stream_is_an_error_not_a_partial_result() {
 
     // A whole read: both endpoints stall; the read waits until the child dies.
     let (mut p, uri) = spawn_server(&dir.0);
-    let client = Client::connect(&uri, Some(TOKEN)).unwrap();
+    let client = Client::connect(&uri, &opts()).unwrap();
     let (tx, rx) = mpsc::channel();
     let reader = std::thread::spawn(move || {
         let r = client.read("a.zarr", &[], &HOST);
@@ -123,7 +120,7 @@ fn a_server_killed_mid_stream_is_an_error_not_a_partial_result() {
 
     // Chunk batches as received: the same.
     let (mut p, uri) = spawn_server(&dir.0);
-    let client = Client::connect(&uri, Some(TOKEN)).unwrap();
+    let client = Client::connect(&uri, &opts()).unwrap();
     let reader = std::thread::spawn(move || client.read_chunks("a.zarr", None, &HOST));
     p.expect("stalled");
     p.kill();
@@ -131,7 +128,7 @@ fn a_server_killed_mid_stream_is_an_error_not_a_partial_result() {
 
     // One endpoint as an iterator: the batches before the kill, then an error.
     let (mut p, uri) = spawn_server(&dir.0);
-    let client = Client::connect(&uri, Some(TOKEN)).unwrap();
+    let client = Client::connect(&uri, &opts()).unwrap();
     let f = client
         .info(&Query::whole(Target::array("a.zarr").unwrap()))
         .unwrap();
@@ -160,21 +157,21 @@ fn a_client_dropped_mid_stream_frees_the_server() {
     let (tx, rx) = mpsc::channel::<ServerEvent>();
     let tx = std::sync::Mutex::new(tx);
     let server = serve(&dir.0, |c| {
-        c.endpoints(1)
-            .batch_bytes(1 << 20)
-            .queue_depth(2)
-            .observer(move |e| {
-                if matches!(
-                    e,
-                    ServerEvent::StreamStarted { .. } | ServerEvent::StreamEnded { .. }
-                ) {
-                    let _ = tx.lock().unwrap().send(e.clone());
-                }
-            })
+        c.endpoints = 1;
+        c.batch_bytes = 1 << 20;
+        c.queue_depth = 2;
+        c.observer = Some(std::sync::Arc::new(move |e: &ServerEvent| {
+            if matches!(
+                e,
+                ServerEvent::StreamStarted { .. } | ServerEvent::StreamEnded { .. }
+            ) {
+                let _ = tx.lock().unwrap().send(e.clone());
+            }
+        }));
     });
     let baseline = server.stats();
     assert_eq!((baseline.active_streams, baseline.queued_bytes), (0, 0));
-    let client = Client::connect(&server.uri(), Some(TOKEN)).unwrap();
+    let client = Client::connect(&server.uri(), &opts()).unwrap();
     let f = client
         .info(&Query::whole(Target::array("big.zarr").unwrap()))
         .unwrap();
@@ -327,11 +324,11 @@ impl FlightService for Lying {
 /// Serves a lying service on a runtime of the test's; returns the runtime (the server
 /// stops when it drops) and the URI.
 fn lying_server(root: &Path, lie: Lie) -> (tokio::runtime::Runtime, String) {
-    let cfg = ServerConfig::new()
-        .root(root)
-        .token(TOKEN)
-        .endpoints(3)
-        .batch_bytes(1000);
+    let mut cfg = ServerConfig::default();
+    cfg.root = Some(root.into());
+    cfg.tokens.push(TOKEN.into());
+    cfg.endpoints = 3;
+    cfg.batch_bytes = 1000;
     let svc = Lying {
         inner: Service::new(&cfg).unwrap(),
         lie,
@@ -360,12 +357,15 @@ fn streams_that_end_early_or_repeat_chunks_are_errors() {
     let local = many_chunks(&dir);
     let want = bytes_of(&local.read(..).to(&HOST).unwrap());
     // Honest: the read is whole.
-    let honest = serve(&dir.0, |c| c.endpoints(3).batch_bytes(1000));
-    let client = Client::connect(&honest.uri(), Some(TOKEN)).unwrap();
+    let honest = serve(&dir.0, |c| {
+        c.endpoints = 3;
+        c.batch_bytes = 1000;
+    });
+    let client = Client::connect(&honest.uri(), &opts()).unwrap();
     assert_eq!(bytes_of(&client.read("a.zarr", &[], &HOST).unwrap()), want);
 
     let (_rt, uri) = lying_server(&dir.0, Lie::Truncate);
-    let client = Client::connect(&uri, Some(TOKEN)).unwrap();
+    let client = Client::connect(&uri, &opts()).unwrap();
     let e = client.read("a.zarr", &[], &HOST).unwrap_err().to_string();
     assert!(e.contains("ended after") && e.contains("incomplete"), "{e}");
     let e = client
@@ -375,7 +375,7 @@ fn streams_that_end_early_or_repeat_chunks_are_errors() {
     assert!(e.contains("incomplete"), "{e}");
 
     let (_rt2, uri) = lying_server(&dir.0, Lie::Repeat);
-    let client = Client::connect(&uri, Some(TOKEN)).unwrap();
+    let client = Client::connect(&uri, &opts()).unwrap();
     let e = client.read("a.zarr", &[], &HOST).unwrap_err().to_string();
     assert!(e.contains("twice"), "{e}");
     let e = client
@@ -411,17 +411,20 @@ impl Gate {
 fn stalling_server(
     dir: &TempDir,
     gate: std::sync::Arc<Gate>,
-    f: impl FnOnce(ServerConfig) -> ServerConfig,
+    f: impl FnOnce(&mut ServerConfig),
 ) -> (Server, mpsc::Receiver<u64>) {
     let (tx, rx) = mpsc::channel();
     let tx = std::sync::Mutex::new(tx);
     let server = serve(&dir.0, |c| {
-        f(c.endpoints(1).batch_bytes(300).observer(move |e| {
+        c.endpoints = 1;
+        c.batch_bytes = 300;
+        c.observer = Some(std::sync::Arc::new(move |e: &ServerEvent| {
             if let ServerEvent::MessageQueued { id, index: 2, .. } = e {
                 let _ = tx.lock().unwrap().send(*id);
                 gate.wait();
             }
-        }))
+        }));
+        f(c);
     });
     (server, rx)
 }
@@ -431,14 +434,10 @@ fn a_silent_server_times_out_and_streams_are_limited() {
     let dir = TempDir::new("flight-silent");
     let local = many_chunks(&dir);
     let gate = std::sync::Arc::new(Gate::default());
-    let (server, stalled) = stalling_server(&dir, gate.clone(), |c| c.max_streams(1));
-    let client = Client::connect_with(
-        &server.uri(),
-        devbuf::flight::ClientOptions::new()
-            .token(TOKEN)
-            .idle_timeout(Some(Duration::from_millis(300))),
-    )
-    .unwrap();
+    let (server, stalled) = stalling_server(&dir, gate.clone(), |c| c.max_streams = 1);
+    let mut options = opts();
+    options.idle_timeout = Some(Duration::from_millis(300));
+    let client = Client::connect(&server.uri(), &options).unwrap();
     // The stream stalls after two messages: the read gives up after the idle timeout.
     let e = client.read("a.zarr", &[], &HOST).unwrap_err().to_string();
     assert!(

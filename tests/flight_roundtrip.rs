@@ -10,10 +10,10 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use arrow_array::{Array, Float32Array, Int64Array, RecordBatch};
+use devbuf::__test::flight::ticket::Part;
 use devbuf::ElementType;
 use devbuf::arrow::{CHUNK_COLUMN, FIXED_SHAPE_TENSOR};
-use devbuf::flight::ticket::Part;
-use devbuf::flight::{Batch, Client, ClientOptions, Query, Server, ServerConfig, Target};
+use devbuf::flight::{Client, Query, Server, Target, Tls};
 use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, Scalar, Slice};
 use devbuf::zarr::{Compressor, ZarrArray};
 use rand::Rng;
@@ -30,7 +30,7 @@ mod random;
 #[path = "common/zarrs.rs"]
 mod zarrs_common;
 
-use flight_common::{TOKEN, bytes_of, random_array, serve};
+use flight_common::{bytes_of, config, opts, random_array, serve};
 use zarrs_common::TempDir;
 
 const HOST: BufferPrototype = BufferPrototype::Host;
@@ -38,8 +38,8 @@ const FIXTURES: &str = "tests/fixtures/zarr";
 
 #[test]
 fn every_fixture_array_reads_back_bit_for_bit() {
-    let server = serve(std::path::Path::new(FIXTURES), |c| c.endpoints(3));
-    let client = Client::connect(&server.uri(), Some(TOKEN)).unwrap();
+    let server = serve(std::path::Path::new(FIXTURES), |c| c.endpoints = 3);
+    let client = Client::connect(&server.uri(), &opts()).unwrap();
     let mut names: Vec<String> = std::fs::read_dir(FIXTURES)
         .unwrap()
         .flatten()
@@ -79,8 +79,8 @@ fn every_fixture_array_reads_back_bit_for_bit() {
 
 #[test]
 fn fixture_selections_match_local_reads() {
-    let server = serve(std::path::Path::new(FIXTURES), |c| c.endpoints(2));
-    let client = Client::connect(&server.uri(), Some(TOKEN)).unwrap();
+    let server = serve(std::path::Path::new(FIXTURES), |c| c.endpoints = 2);
+    let client = Client::connect(&server.uri(), &opts()).unwrap();
     let local = ZarrArray::open(format!("{FIXTURES}/v2_float64_F.zarr")).unwrap(); // 10 x 7
     let sels: Vec<Vec<AxisSel>> = vec![
         vec![AxisSel::from(2..9), AxisSel::from(1..6)],
@@ -118,8 +118,8 @@ fn server_read_options_reach_the_engine_and_are_checked() {
         prefault: false,
         ..ReadOptions::default()
     };
-    let server = serve(std::path::Path::new(FIXTURES), |c| c.read_options(options));
-    let client = Client::connect(&server.uri(), Some(TOKEN)).unwrap();
+    let server = serve(std::path::Path::new(FIXTURES), |c| c.read_options = options);
+    let client = Client::connect(&server.uri(), &opts()).unwrap();
     for name in ["v2_float64_F.zarr", "v3_float32_sharded.zarr"] {
         let want = ZarrArray::open(format!("{FIXTURES}/{name}"))
             .unwrap()
@@ -129,22 +129,19 @@ fn server_read_options_reach_the_engine_and_are_checked() {
         let got = client.read(name, &[], &HOST).unwrap();
         assert_eq!(bytes_of(&got), bytes_of(&want), "{name}");
     }
-    let bad = ServerConfig::new()
-        .root(FIXTURES)
-        .token(TOKEN)
-        .read_options(ReadOptions {
-            gpu: GpuTuning {
-                ramp: Some(9),
-                ..GpuTuning::default()
-            },
-            ..ReadOptions::default()
-        });
-    let e = bad.validate().unwrap_err().to_string();
+    let mut bad = config(std::path::Path::new(FIXTURES));
+    bad.read_options = ReadOptions {
+        gpu: GpuTuning {
+            ramp: Some(9),
+            ..GpuTuning::default()
+        },
+        ..ReadOptions::default()
+    };
+    let e = Server::start(bad, "127.0.0.1:0").unwrap_err().to_string();
     assert!(
         e.contains("ServerConfig::read_options") && e.contains("gpu.ramp is 9; valid: 0 to 8"),
         "{e}"
     );
-    assert!(Server::start(bad, "127.0.0.1:0").is_err());
 }
 
 /// A random selection of one axis of length `n` (never empty when `n > 0`).
@@ -220,8 +217,11 @@ fn random_arrays_and_selections_match_local_reads() {
         );
         made.push((name, a, shape));
     }
-    let server = serve(&dir.0, |c| c.endpoints(3).batch_bytes(64));
-    let client = Client::connect(&server.uri(), Some(TOKEN)).unwrap();
+    let server = serve(&dir.0, |c| {
+        c.endpoints = 3;
+        c.batch_bytes = 64;
+    });
+    let client = Client::connect(&server.uri(), &opts()).unwrap();
     for (name, local, shape) in &made {
         let whole = client.read(name, &[], &HOST).unwrap();
         assert_eq!(
@@ -247,9 +247,10 @@ fn random_arrays_and_selections_match_local_reads() {
 #[test]
 fn chunk_batches_arrive_whole_and_padded_with_the_fill_value() {
     let server = serve(std::path::Path::new(FIXTURES), |c| {
-        c.endpoints(4).batch_bytes(100)
+        c.endpoints = 4;
+        c.batch_bytes = 100;
     });
-    let client = Client::connect(&server.uri(), Some(TOKEN)).unwrap();
+    let client = Client::connect(&server.uri(), &opts()).unwrap();
     let name = "v3_int16.zarr"; // chunk (1, 1) is missing: fill value -7
     let local = ZarrArray::open(format!("{FIXTURES}/{name}")).unwrap();
     let m = local.metadata().clone();
@@ -307,14 +308,14 @@ fn chunk_batches_arrive_whole_and_padded_with_the_fill_value() {
 
 #[test]
 fn flight_info_lists_arrays_and_batches_with_several_endpoints() {
-    let server = serve(std::path::Path::new(FIXTURES), |c| c.endpoints(5));
+    let server = serve(std::path::Path::new(FIXTURES), |c| c.endpoints = 5);
     let b = RecordBatch::try_from_iter([("x", Arc::new(Int64Array::from(vec![1, 2, 3])) as _)])
         .unwrap();
     server
         .register("scores", [b.clone(), b.clone(), b])
         .unwrap();
-    let client = Client::connect(&server.uri(), Some(TOKEN)).unwrap();
-    let all = client.list().unwrap();
+    let client = Client::connect(&server.uri(), &opts()).unwrap();
+    let all = client.list("").unwrap();
     let arrays = all
         .iter()
         .filter(|f| matches!(f.target, Some(Target::Array(_))))
@@ -324,7 +325,7 @@ fn flight_info_lists_arrays_and_batches_with_several_endpoints() {
         all.iter()
             .any(|f| f.target == Some(Target::Batch("scores".into())))
     );
-    let only = client.list_prefix("v3_float32_").unwrap();
+    let only = client.list("v3_float32_").unwrap();
     assert!(
         !only.is_empty()
             && only.iter().all(
@@ -340,7 +341,7 @@ fn flight_info_lists_arrays_and_batches_with_several_endpoints() {
     assert_eq!(f.endpoints.len(), 5);
     let mut next = 0;
     for ep in &f.endpoints {
-        let Some(Part::Chunks { range, region, .. }) = &ep.part else {
+        let Ok(Part::Chunks { range, region, .. }) = Part::decode(&ep.ticket) else {
             panic!("{ep:?}")
         };
         assert_eq!(region.len(), 9);
@@ -371,36 +372,34 @@ fn flight_info_lists_arrays_and_batches_with_several_endpoints() {
 #[test]
 fn registered_and_uploaded_batches_round_trip() {
     let dir = TempDir::new("flight-batches");
-    let server = serve(&dir.0, |c| c.endpoints(2));
-    let client = Client::connect(&server.uri(), Some(TOKEN)).unwrap();
+    let server = serve(&dir.0, |c| c.endpoints = 2);
+    let client = Client::connect(&server.uri(), &opts()).unwrap();
     let mixed: Vec<RecordBatch> = (0..3)
         .map(|s| batches::mixed_batch(s, 50 + s as usize))
         .collect();
     server.register("mixed", mixed.clone()).unwrap();
-    let got = client.get_batches("mixed", &HOST).unwrap();
+    let got = client.read_batches("mixed", &HOST).unwrap();
     let got: Vec<RecordBatch> = got.iter().map(|b| b.to_host().unwrap()).collect();
     assert_eq!(got, mixed);
     assert!(server.register("mixed", mixed.clone()).is_err());
 
     // Upload (dictionary columns included), read back, refuse a second upload.
-    client
-        .put_all(
-            "up",
-            &mixed.iter().cloned().map(Batch::from).collect::<Vec<_>>(),
-        )
-        .unwrap();
+    client.put("up", mixed.clone()).unwrap();
     assert!(server.registered().contains(&"up".to_string()));
     let back: Vec<RecordBatch> = client
-        .get_batches("up", &HOST)
+        .read_batches("up", &HOST)
         .unwrap()
         .iter()
         .map(|b| b.to_host().unwrap())
         .collect();
     assert_eq!(back, mixed);
-    let e = client.put("up", mixed[0].clone()).unwrap_err().to_string();
+    let e = client
+        .put("up", [mixed[0].clone()])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("AlreadyExists"), "{e}");
     client.remove("up").unwrap();
-    let err = client.get_batches("up", &HOST).unwrap_err();
+    let err = client.read_batches("up", &HOST).unwrap_err();
     let e = err.to_string();
     assert!(e.contains("NotFound"), "{e}");
     // gRPC NOT_FOUND: ErrorKind::NotFound, with the status as source.
@@ -420,14 +419,14 @@ fn registered_and_uploaded_batches_round_trip() {
 #[test]
 fn uploads_are_bounded() {
     let dir = TempDir::new("flight-bound");
-    let server = serve(&dir.0, |c| c.max_upload_bytes(64 << 10));
-    let client = Client::connect(&server.uri(), Some(TOKEN)).unwrap();
+    let server = serve(&dir.0, |c| c.max_upload_bytes = 64 << 10);
+    let client = Client::connect(&server.uri(), &opts()).unwrap();
     let big = RecordBatch::try_from_iter([(
         "v",
         Arc::new(Float32Array::from(vec![1.5f32; 100_000])) as _,
     )])
     .unwrap();
-    let e = client.put("big", big).unwrap_err().to_string();
+    let e = client.put("big", [big]).unwrap_err().to_string();
     assert!(
         e.contains("ResourceExhausted") && e.contains("65536"),
         "{e}"
@@ -436,9 +435,9 @@ fn uploads_are_bounded() {
     let small =
         RecordBatch::try_from_iter([("v", Arc::new(Float32Array::from(vec![1.5f32; 100])) as _)])
             .unwrap();
-    client.put("small", small.clone()).unwrap();
+    client.put("small", [small.clone()]).unwrap();
     assert_eq!(
-        client.get_batches("small", &HOST).unwrap()[0]
+        client.read_batches("small", &HOST).unwrap()[0]
             .to_host()
             .unwrap(),
         small
@@ -500,19 +499,18 @@ fn two_servers_each_serve_half_of_an_array() {
         .into_iter()
         .zip(&halves)
         .map(|(l, dir)| {
-            let cfg = ServerConfig::new()
-                .root(&dir.0)
-                .token(TOKEN)
-                .endpoints(2)
-                .locations(uris.clone())
-                .batch_bytes(1000);
-            Server::serve(cfg, l).unwrap()
+            let mut cfg = config(&dir.0);
+            cfg.runtime_threads = 4;
+            cfg.endpoints = 2;
+            cfg.locations = uris.clone();
+            cfg.batch_bytes = 1000;
+            Server::start(cfg, l).unwrap()
         })
         .collect();
     let want = bytes_of(&local.read(..).to(&HOST).unwrap());
     for uri in &uris {
         // Either server describes the same flight: half at each.
-        let client = Client::connect(uri, Some(TOKEN)).unwrap();
+        let client = Client::connect(uri, &opts()).unwrap();
         let f = client
             .info(&Query::whole(Target::array("a.zarr").unwrap()))
             .unwrap();
@@ -536,8 +534,8 @@ fn two_servers_each_serve_half_of_an_array() {
         assert!(s.stats().streams_started >= 2);
     }
     // Without the other server, a read fails instead of returning fill values.
-    let lone = serve(&halves[0].0, |c| c.endpoints(2));
-    let client = Client::connect(&lone.uri(), Some(TOKEN)).unwrap();
+    let lone = serve(&halves[0].0, |c| c.endpoints = 2);
+    let client = Client::connect(&lone.uri(), &opts()).unwrap();
     let got = client.read("a.zarr", &[], &HOST).unwrap();
     assert_ne!(
         bytes_of(&got),
@@ -556,13 +554,17 @@ fn self_signed() -> (String, String) {
 fn tls_round_trip_and_untrusted_certificates_are_refused() {
     let (cert, key) = self_signed();
     let server = serve(std::path::Path::new(FIXTURES), |c| {
-        c.tls(cert.clone(), key.clone())
+        c.tls = Some(Tls {
+            cert_pem: cert.clone().into(),
+            key_pem: key.clone().into(),
+        })
     });
     let port = server.local_addr().port();
     let uri = format!("grpc+tls://localhost:{port}");
     assert!(server.uri().starts_with("grpc+tls://"));
-    let client =
-        Client::connect_with(&uri, ClientOptions::new().token(TOKEN).tls_ca(cert.clone())).unwrap();
+    let mut options = opts();
+    options.tls_ca = Some(cert.clone().into());
+    let client = Client::connect(&uri, &options).unwrap();
     let got = client.read("v2_int32_C.zarr", &[], &HOST).unwrap();
     let want = ZarrArray::open(format!("{FIXTURES}/v2_int32_C.zarr"))
         .unwrap()
@@ -572,12 +574,11 @@ fn tls_round_trip_and_untrusted_certificates_are_refused() {
     assert_eq!(bytes_of(&got), bytes_of(&want));
     // Another CA: the handshake fails.
     let (other, _) = self_signed();
-    let r = Client::connect_with(&uri, ClientOptions::new().token(TOKEN).tls_ca(other))
-        .and_then(|c| c.list());
+    options.tls_ca = Some(other.into());
+    let r = Client::connect(&uri, &options).and_then(|c| c.list(""));
     assert!(r.is_err());
     // Plain text to a TLS server fails too.
-    let r =
-        Client::connect(&format!("grpc://localhost:{port}"), Some(TOKEN)).and_then(|c| c.list());
+    let r = Client::connect(&format!("grpc://localhost:{port}"), &opts()).and_then(|c| c.list(""));
     assert!(r.is_err());
 }
 
@@ -585,7 +586,7 @@ fn tls_round_trip_and_untrusted_certificates_are_refused() {
 fn the_plain_arrow_flight_client_reads_the_chunk_batches() {
     use devbuf::flight::arrow_flight::FlightClient;
     use futures::TryStreamExt;
-    let server = serve(std::path::Path::new(FIXTURES), |c| c.endpoints(2));
+    let server = serve(std::path::Path::new(FIXTURES), |c| c.endpoints = 2);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let raw = flight_common::raw_client(&rt, &server.uri());
     let mut fc = FlightClient::new_from_inner(raw);

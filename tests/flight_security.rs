@@ -10,11 +10,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use arrow_array::{Int32Array, RecordBatch};
+use devbuf::__test::flight::ticket::{ChunkRegion, Part};
 use devbuf::flight::arrow_flight::flight_service_client::FlightServiceClient;
 use devbuf::flight::arrow_flight::{
     Action, Criteria, Empty, FlightData, FlightDescriptor, HandshakeRequest, Ticket,
 };
-use devbuf::flight::ticket::{ChunkRegion, Part};
 use devbuf::flight::tonic::transport::Channel;
 use devbuf::flight::tonic::{Code, Status};
 use devbuf::flight::{
@@ -31,7 +31,7 @@ mod random;
 #[path = "common/zarrs.rs"]
 mod zarrs_common;
 
-use flight_common::{TOKEN, bearer, raw_client, serve, with_auth};
+use flight_common::{TOKEN, bearer, opts, raw_client, serve, with_auth, with_token};
 use zarrs_common::TempDir;
 
 const FIXTURES: &str = "tests/fixtures/zarr";
@@ -91,7 +91,7 @@ fn call_all(
 
 #[test]
 fn every_call_without_a_valid_token_is_unauthenticated() {
-    let server = serve(Path::new(FIXTURES), |c| c);
+    let server = serve(Path::new(FIXTURES), |_| {});
     let rt = tokio::runtime::Runtime::new().unwrap();
     let mut c = raw_client(&rt, &server.uri());
     // A real ticket, obtained with the token.
@@ -136,7 +136,7 @@ fn every_call_without_a_valid_token_is_unauthenticated() {
         }
     }
     // devbuf's client: the error names the status.
-    let bad = Client::connect(&server.uri(), Some("nope")).unwrap();
+    let bad = Client::connect(&server.uri(), &with_token("nope")).unwrap();
     let err = bad.read("v3_float32.zarr", &[], &HOST).unwrap_err();
     // UNAUTHENTICATED: permission denied, whatever the message says.
     assert_eq!(err.kind(), devbuf::ErrorKind::PermissionDenied, "{err:?}");
@@ -145,8 +145,8 @@ fn every_call_without_a_valid_token_is_unauthenticated() {
         e.contains("Unauthenticated") && e.contains("invalid bearer token"),
         "{e}"
     );
-    let none = Client::connect(&server.uri(), None).unwrap();
-    let e = none.list().unwrap_err().to_string();
+    let none = Client::connect(&server.uri(), &ClientOptions::default()).unwrap();
+    let e = none.list("").unwrap_err().to_string();
     assert!(
         e.contains("Unauthenticated") && e.contains("no authorization header"),
         "{e}"
@@ -159,20 +159,21 @@ fn the_handshake_issues_tokens_and_token_files_work() {
     let token_path = dir.join("token");
     let secret = generate_token().unwrap();
     std::fs::write(&token_path, format!("{secret}\n")).unwrap();
-    let server = Server::start(
-        ServerConfig::new()
-            .root(FIXTURES)
-            .token_file(&token_path)
-            .basic_auth("alice", "correct horse"),
-        "127.0.0.1:0",
+    let mut cfg = ServerConfig::default();
+    cfg.root = Some(FIXTURES.into());
+    cfg.tokens.push(read_token_file(&token_path).unwrap());
+    cfg.basic_auth = Some(("alice".into(), "correct horse".into()));
+    let server = Server::start(cfg, "127.0.0.1:0").unwrap();
+    // The token file.
+    let c = Client::connect(
+        &server.uri(),
+        &with_token(&read_token_file(&token_path).unwrap()),
     )
     .unwrap();
-    // The token file.
-    let c = Client::connect(&server.uri(), Some(&read_token_file(&token_path).unwrap())).unwrap();
-    assert!(!c.list().unwrap().is_empty());
+    assert!(!c.list("").unwrap().is_empty());
     // The handshake.
-    let c = Client::connect(&server.uri(), None).unwrap();
-    assert!(c.list().is_err());
+    let c = Client::connect(&server.uri(), &ClientOptions::default()).unwrap();
+    assert!(c.list("").is_err());
     let e = c.handshake("alice", "wrong").unwrap_err().to_string();
     assert!(
         e.contains("Unauthenticated") && e.contains("wrong user name or password"),
@@ -181,24 +182,33 @@ fn the_handshake_issues_tokens_and_token_files_work() {
     let issued = c.handshake("alice", "correct horse").unwrap();
     assert_eq!(issued.len(), 64);
     assert_ne!(issued, secret);
-    assert_eq!(c.token(), Some(issued.clone()));
+    // The client now sends the issued token.
+    assert!(!c.list("").unwrap().is_empty());
     let a = c.read("v2_uint8_C.zarr", &[], &HOST).unwrap();
     assert!(a.size() > 0);
     // An issued token works on another connection, and a second handshake with it.
-    let c2 = Client::connect(&server.uri(), Some(&issued)).unwrap();
-    assert!(!c2.list().unwrap().is_empty());
+    let c2 = Client::connect(&server.uri(), &with_token(&issued)).unwrap();
+    assert!(!c2.list("").unwrap().is_empty());
     // A server needs some way in; a bad token file is an error naming the file.
-    let e = Server::start(ServerConfig::new().root(FIXTURES), "127.0.0.1:0").unwrap_err();
+    let mut tokenless = ServerConfig::default();
+    tokenless.root = Some(FIXTURES.into());
+    let e = Server::start(tokenless, "127.0.0.1:0").unwrap_err();
     assert!(e.to_string().contains("needs a token"), "{e}");
     std::fs::write(&token_path, "two words").unwrap();
-    let e = Server::start(ServerConfig::new().token_file(&token_path), "127.0.0.1:0").unwrap_err();
+    let e = read_token_file(&token_path).unwrap_err();
     assert!(e.to_string().contains("token file"), "{e}");
+    let with = |f: fn(&mut ServerConfig)| {
+        let mut c = ServerConfig::default();
+        c.tokens.push(TOKEN.into());
+        f(&mut c);
+        c
+    };
     for bad in [
-        ServerConfig::new().token(TOKEN).endpoints(0),
-        ServerConfig::new().token(TOKEN).batch_bytes(0),
-        ServerConfig::new().token(TOKEN).queue_depth(1000),
-        ServerConfig::new().token(TOKEN).locations(["ftp://x"]),
-        ServerConfig::new().token("has space"),
+        with(|c| c.endpoints = 0),
+        with(|c| c.batch_bytes = 0),
+        with(|c| c.queue_depth = 1000),
+        with(|c| c.locations = vec!["ftp://x".into()]),
+        with(|c| c.tokens = vec!["has space".into()]),
     ] {
         let e = Server::start(bad, "127.0.0.1:0").unwrap_err().to_string();
         assert!(
@@ -206,9 +216,11 @@ fn the_handshake_issues_tokens_and_token_files_work() {
             "{e}"
         );
     }
-    let e = Client::connect_with(&server.uri(), ClientOptions::new().concurrency(0)).unwrap_err();
+    let mut zero = ClientOptions::default();
+    zero.concurrency = 0;
+    let e = Client::connect(&server.uri(), &zero).unwrap_err();
     assert!(e.to_string().contains("1 to 1024"), "{e}");
-    let e = Client::connect("localhost:1", None).unwrap_err();
+    let e = Client::connect("localhost:1", &ClientOptions::default()).unwrap_err();
     assert!(e.to_string().contains("no scheme"), "{e}");
 }
 
@@ -234,7 +246,7 @@ fn do_get_status(
 
 #[test]
 fn malformed_and_random_tickets_get_clear_statuses() {
-    let server = serve(Path::new(FIXTURES), |c| c);
+    let server = serve(Path::new(FIXTURES), |_| {});
     let rt = tokio::runtime::Runtime::new().unwrap();
     let mut c = raw_client(&rt, &server.uri());
     let cases: Vec<(Vec<u8>, Code, &str)> = vec![
@@ -371,7 +383,7 @@ fn malformed_and_random_tickets_get_clear_statuses() {
         }
     }
     // Still serving.
-    let client = Client::connect(&server.uri(), Some(TOKEN)).unwrap();
+    let client = Client::connect(&server.uri(), &opts()).unwrap();
     assert!(client.read("v3_float32.zarr", &[], &HOST).is_ok());
     assert!(server.wait_idle(std::time::Duration::from_secs(30)));
 }
@@ -402,15 +414,15 @@ fn paths_outside_the_root_are_refused_and_the_root_stays_hidden() {
     std::fs::write(root.join("file.zarr"), b"not a directory").unwrap();
     std::fs::create_dir_all(root.join("empty.zarr")).unwrap();
 
-    let server = serve(&root.0, |c| c);
-    let client = Client::connect(&server.uri(), Some(TOKEN)).unwrap();
+    let server = serve(&root.0, |_| {});
+    let client = Client::connect(&server.uri(), &opts()).unwrap();
     assert!(client.read("inside.zarr", &[], &HOST).is_ok());
     assert!(
         client.read("group/alias.zarr", &[], &HOST).is_ok(),
         "a link inside the root"
     );
     let listed: Vec<String> = client
-        .list()
+        .list("")
         .unwrap()
         .into_iter()
         .filter_map(|f| match f.target {
@@ -479,7 +491,7 @@ fn paths_outside_the_root_are_refused_and_the_root_stays_hidden() {
 #[test]
 fn bad_uploads_are_refused_and_store_nothing() {
     let dir = TempDir::new("flight-bad-put");
-    let server = serve(&dir.0, |c| c);
+    let server = serve(&dir.0, |_| {});
     let rt = tokio::runtime::Runtime::new().unwrap();
     let mut c = raw_client(&rt, &server.uri());
     let batch =
@@ -557,9 +569,9 @@ fn bad_uploads_are_refused_and_store_nothing() {
         }
     });
     assert_eq!(server.registered(), vec!["ok".to_string()]);
-    let client = Client::connect(&server.uri(), Some(TOKEN)).unwrap();
+    let client = Client::connect(&server.uri(), &opts()).unwrap();
     assert_eq!(
-        client.get_batches("ok", &HOST).unwrap()[0]
+        client.read_batches("ok", &HOST).unwrap()[0]
             .to_host()
             .unwrap(),
         batch

@@ -20,7 +20,7 @@ use tracing_subscriber::registry::LookupSpan;
 mod flight_common;
 #[path = "common/zarrs.rs"]
 mod zarrs_common;
-use flight_common::{TOKEN, serve};
+use flight_common::{opts, serve};
 use zarrs_common::TempDir;
 
 /// A span or event as captured: its name (an event's: its message), its fields as
@@ -216,8 +216,8 @@ fn a_flight_read_leaves_client_and_server_spans() {
     let cap = capture();
     let dir = TempDir::new("tracing_flight");
     make(&dir.join("traced_flight.zarr"));
-    let server = serve(&dir.join(""), |c| c.endpoints(2));
-    let client = Client::connect(&server.uri(), Some(TOKEN)).unwrap();
+    let server = serve(&dir.join(""), |c| c.endpoints = 2);
+    let client = Client::connect(&server.uri(), &opts()).unwrap();
     let got = client
         .read(
             "traced_flight.zarr",

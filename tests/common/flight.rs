@@ -8,20 +8,39 @@ use std::path::Path;
 
 use devbuf::flight::arrow_flight::flight_service_client::FlightServiceClient;
 use devbuf::flight::tonic::transport::Channel;
-use devbuf::flight::{Server, ServerConfig};
+use devbuf::flight::{ClientOptions, Server, ServerConfig};
 use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
 use devbuf::zarr::{Dtype, NDBuffer, Scalar};
 
 /// The token of the test servers.
 pub const TOKEN: &str = "flight-test-token-7f3a";
 
+/// The configuration of a test server of `root`: the test token, 2 runtime threads.
+pub fn config(root: &Path) -> ServerConfig {
+    let mut cfg = ServerConfig::default();
+    cfg.root = Some(root.to_path_buf());
+    cfg.tokens.push(TOKEN.to_string());
+    cfg.runtime_threads = 2;
+    cfg
+}
+
 /// A server of `root` with the test token, `f` adjusting the configuration.
-pub fn serve(root: &Path, f: impl FnOnce(ServerConfig) -> ServerConfig) -> Server {
-    let cfg = f(ServerConfig::new()
-        .root(root)
-        .token(TOKEN)
-        .runtime_threads(2));
+pub fn serve(root: &Path, f: impl FnOnce(&mut ServerConfig)) -> Server {
+    let mut cfg = config(root);
+    f(&mut cfg);
     Server::start(cfg, "127.0.0.1:0").expect("start a Flight server")
+}
+
+/// Client options carrying `token`.
+pub fn with_token(token: &str) -> ClientOptions {
+    let mut o = ClientOptions::default();
+    o.token = Some(token.to_string());
+    o
+}
+
+/// Client options carrying the test token.
+pub fn opts() -> ClientOptions {
+    with_token(TOKEN)
 }
 
 /// The values of an array as C-order native bytes (one copy to the host for device

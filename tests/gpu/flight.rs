@@ -19,7 +19,7 @@ use crate::common::*;
 #[path = "../common/flight.rs"]
 mod flight_common;
 use crate::zarrs::zarrs_common::TempDir;
-use flight_common::{TOKEN, bytes_of, random_array, serve};
+use flight_common::{bytes_of, opts, random_array, serve};
 
 const HOST: BufferPrototype = BufferPrototype::Host;
 const DEV: BufferPrototype = BufferPrototype::Device(0);
@@ -74,8 +74,11 @@ gpu_test! {
         let mut rng = rng("flight_reads_land_in_device_memory_bit_for_bit");
         let dir = TempDir::new("gpu-flight");
         let made = arrays(&dir, &mut rng);
-        let server = serve(&dir.0, |c| c.endpoints(3).batch_bytes(4096));
-        let client = Client::connect(&server.uri(), Some(TOKEN)).unwrap();
+        let server = serve(&dir.0, |c| {
+            c.endpoints = 3;
+            c.batch_bytes = 4096;
+        });
+        let client = Client::connect(&server.uri(), &opts()).unwrap();
         let ctx = ctx();
         for (name, local, shape) in &made {
             let want = local.read(..).to(&HOST).unwrap();
@@ -111,8 +114,11 @@ gpu_test! {
         let mut rng = rng("flight_chunk_batches_are_received_into_device_memory");
         let dir = TempDir::new("gpu-flight-chunks");
         let made = arrays(&dir, &mut rng);
-        let server = serve(&dir.0, |c| c.endpoints(4).batch_bytes(2000));
-        let client = Client::connect(&server.uri(), Some(TOKEN)).unwrap();
+        let server = serve(&dir.0, |c| {
+            c.endpoints = 4;
+            c.batch_bytes = 2000;
+        });
+        let client = Client::connect(&server.uri(), &opts()).unwrap();
         for (name, _, _) in &made {
             let host = client.read_chunks(name, None, &HOST).unwrap();
             let dev = client.read_chunks(name, None, &DEV).unwrap();
@@ -144,8 +150,8 @@ gpu_test! {
         let mut rng = rng("flight_device_batches_are_served_and_uploaded");
         let ctx = ctx();
         let dir = TempDir::new("gpu-flight-batches");
-        let server = serve(&dir.0, |c| c.endpoints(2));
-        let client = Client::connect(&server.uri(), Some(TOKEN)).unwrap();
+        let server = serve(&dir.0, |c| c.endpoints = 2);
+        let client = Client::connect(&server.uri(), &opts()).unwrap();
         let n = 10_000;
         let host = RecordBatch::try_from_iter([
             ("i", Arc::new(Int32Array::from((0..n).map(|_| rng.random::<i32>()).collect::<Vec<_>>())) as _),
@@ -155,23 +161,23 @@ gpu_test! {
         let on_dev = read_record_batch(&serialize_record_batch(&host, &ctx).unwrap(), host.schema()).unwrap();
         // Served from device memory: to the host and to a device.
         server.register("dev", [on_dev.clone(), on_dev.clone()]).unwrap();
-        let got = client.get_batches("dev", &HOST).unwrap();
+        let got = client.read_batches("dev", &HOST).unwrap();
         assert_eq!(got.len(), 2);
         for b in &got {
             assert_eq!(b.to_host().unwrap(), host);
         }
-        let got = client.get_batches("dev", &DEV).unwrap();
+        let got = client.read_batches("dev", &DEV).unwrap();
         for b in &got {
             assert!(b.is_device());
             assert_eq!(b.to_host().unwrap(), host);
         }
         // Uploaded from device memory; dictionary columns through the host.
-        client.put("up", on_dev).unwrap();
-        assert_eq!(client.get_batches("up", &HOST).unwrap()[0].to_host().unwrap(), host);
+        client.put("up", [on_dev]).unwrap();
+        assert_eq!(client.read_batches("up", &HOST).unwrap()[0].to_host().unwrap(), host);
         let mixed = crate::batches::mixed_batch(rng.random(), 300);
         let mixed_dev = read_record_batch(&serialize_record_batch(&mixed, &ctx).unwrap(), mixed.schema()).unwrap();
-        client.put_all("mixed", &[Batch::Device(mixed_dev)]).unwrap();
-        let back = client.get_batches("mixed", &DEV).unwrap();
+        client.put("mixed", [Batch::Device(mixed_dev)]).unwrap();
+        let back = client.read_batches("mixed", &DEV).unwrap();
         assert!(back[0].is_device());
         assert_eq!(back[0].to_host().unwrap(), mixed);
     }

@@ -23,9 +23,9 @@ use tonic::metadata::MetadataMap;
 use devbuf_core::error::{Error, Result};
 
 /// Most tokens the handshake keeps issued at once.
-pub const MAX_ISSUED: usize = 100_000;
+pub(crate) const MAX_ISSUED: usize = 100_000;
 /// Longest token accepted, in bytes.
-pub const MAX_TOKEN_BYTES: usize = 1024;
+pub(crate) const MAX_TOKEN_BYTES: usize = 1024;
 
 /// Reads a token file: its content without surrounding white space, which must be 1 to
 /// `MAX_TOKEN_BYTES` (1024) visible ASCII characters (what an HTTP header can carry).

@@ -1,80 +1,141 @@
 //! [`ServerConfig`]: how a [`Server`](crate::Server) runs, and its validation.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use super::events::{Observer, ServerEvent};
+use super::events::Observer;
 use super::protocol::endpoint_uri;
 use super::ticket::MAX_ENDPOINTS;
 use devbuf_core::error::{Error, Result};
 use devbuf_zarr::ReadOptions;
 
-/// How a [`Server`](crate::Server) runs: what it serves, who may call it, how it cuts and streams data.
+/// How a [`Server`](crate::Server) (or a [`Service`](crate::Service)) runs: what it
+/// serves, who may call it, how it cuts and streams data. A struct of public fields
+/// with documented defaults: set the ones you need on [`ServerConfig::default()`] (the
+/// struct is `#[non_exhaustive]`, so fields may be added without a breaking release).
+/// [`Server::start`](crate::Server::start) and [`Service::new`](crate::Service::new)
+/// check it; their error names the field and its valid range.
 ///
 /// ```
 /// use devbuf_flight::ServerConfig;
-/// let cfg = ServerConfig::new()
-///     .root("../../tests/fixtures/zarr")
-///     .token("s3cret")
-///     .endpoints(8)
-///     .batch_bytes(4 << 20);
+/// let mut cfg = ServerConfig::default();
+/// cfg.root = Some("../../tests/fixtures/zarr".into());
+/// cfg.tokens.push("s3cret".into()); // from a file: read_token_file(path)?
+/// cfg.endpoints = 8;
+/// cfg.batch_bytes = 4 << 20;
 /// # let _ = cfg;
 /// ```
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct ServerConfig {
-    pub(crate) root: Option<PathBuf>,
-    pub(crate) tokens: Vec<String>,
-    pub(crate) token_files: Vec<PathBuf>,
-    pub(crate) basic: Option<(String, String)>,
-    pub(crate) tls: Option<(Vec<u8>, Vec<u8>)>,
-    pub(crate) endpoints: usize,
-    pub(crate) locations: Vec<String>,
-    pub(crate) batch_bytes: usize,
-    pub(crate) queue_depth: usize,
-    pub(crate) max_streams: usize,
-    pub(crate) max_upload_bytes: u64,
-    pub(crate) max_message_bytes: usize,
-    pub(crate) read_options: ReadOptions,
-    pub(crate) runtime_threads: usize,
-    pub(crate) observer: Option<Observer>,
+    /// Serve the zarr arrays under this directory, with their paths relative to it
+    /// (default: none, batches only).
+    pub root: Option<PathBuf>,
+    /// Accept `authorization: Bearer <token>` with any of these (1 to 1024 visible
+    /// ASCII characters each; [`read_token_file`](crate::read_token_file) reads one from
+    /// a file, [`generate_token`](crate::generate_token) makes one). A server needs a
+    /// token or [`basic_auth`](Self::basic_auth) to start.
+    pub tokens: Vec<String>,
+    /// `(user, password)`: lets the Flight handshake issue tokens to clients that
+    /// present these HTTP Basic credentials (`pyarrow.flight`'s
+    /// `authenticate_basic_token(user, password)`; default: none).
+    pub basic_auth: Option<(String, String)>,
+    /// Serve TLS (rustls) with this certificate and key (default: none, plain gRPC).
+    pub tls: Option<Tls>,
+    /// How many endpoints a flight is cut into (1 to 1024; default 4; fewer when there
+    /// are fewer chunks or batches). A query may ask for another number.
+    pub endpoints: usize,
+    /// The servers the endpoints of a flight name, as `grpc://host:port` (or
+    /// `grpc+tls://`) URIs: endpoint `i` of `n` goes to location `i * L / n` of these
+    /// `L`, so each location serves a contiguous range of chunks. Empty (the default):
+    /// every endpoint is on this server. Servers that share the work are given the same
+    /// list, and every server must be able to serve every chunk asked of it.
+    pub locations: Vec<String>,
+    /// Target size of one record batch of a stream (at least one chunk per batch; 1 to
+    /// 1 GiB; default 8 MiB).
+    pub batch_bytes: usize,
+    /// Record batches a stream may have made ahead of the connection (1 to 64; default
+    /// 2): with [`batch_bytes`](Self::batch_bytes), the memory bound of one stream.
+    pub queue_depth: usize,
+    /// Most DoGet streams at once (1 to 65536; default 256): each holds a producer thread
+    /// and up to [`queue_depth`](Self::queue_depth) batches; past it DoGet is refused with
+    /// `ResourceExhausted`.
+    pub max_streams: usize,
+    /// Most bytes uploaded and registered batches may hold together (default 1 GiB).
+    pub max_upload_bytes: u64,
+    /// Largest single incoming message (DoPut batches), 1 KiB to 2 GiB (default 256 MiB).
+    pub max_message_bytes: usize,
+    /// How the read engine reads the batches of every stream: its worker threads
+    /// (`threads`; default one per core), staging and every tuning knob of the engine
+    /// ([`ReadOptions`], checked when the server starts).
+    ///
+    /// ```
+    /// use devbuf_flight::ServerConfig;
+    /// use devbuf_zarr::{GpuTuning, ReadOptions};
+    /// let mut c = ServerConfig::default();
+    /// c.tokens.push("s3cret".into());
+    /// c.read_options = ReadOptions {
+    ///     threads: Some(4),
+    ///     gpu: GpuTuning { claims_per_worker: Some(2), ..GpuTuning::default() },
+    ///     ..ReadOptions::default()
+    /// };
+    /// assert!(devbuf_flight::Service::new(&c).is_ok());
+    /// ```
+    pub read_options: ReadOptions,
+    /// Threads of the server's tokio runtime (1 to 256; default 4; not used by
+    /// [`Server::start_async`](crate::Server::start_async), which serves on the caller's).
+    pub runtime_threads: usize,
+    /// Called with every [`ServerEvent`](crate::ServerEvent) (default: none).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use devbuf_flight::{ServerConfig, ServerEvent};
+    /// let mut c = ServerConfig::default();
+    /// c.observer = Some(Arc::new(|e: &ServerEvent| eprintln!("{e:?}")));
+    /// # let _ = c;
+    /// ```
+    pub observer: Option<Observer>,
 }
 
-impl Default for ServerConfig {
-    fn default() -> Self {
-        ServerConfig::new()
-    }
+/// The certificate and key a [`Server`](crate::Server) serves TLS with
+/// ([`ServerConfig::tls`]); clients then connect to `grpc+tls://` (trusting a private
+/// certificate with [`ClientOptions::tls_ca`](crate::ClientOptions::tls_ca)).
+///
+/// ```no_run
+/// use devbuf_flight::{ServerConfig, Tls};
+/// let mut cfg = ServerConfig::default();
+/// cfg.tls = Some(Tls {
+///     cert_pem: std::fs::read("/etc/devbuf/cert.pem")?,
+///     key_pem: std::fs::read("/etc/devbuf/key.pem")?,
+/// });
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Tls {
+    /// The PEM certificate chain.
+    pub cert_pem: Vec<u8>,
+    /// The PEM private key.
+    pub key_pem: Vec<u8>,
 }
 
-impl std::fmt::Debug for ServerConfig {
+impl std::fmt::Debug for Tls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServerConfig")
-            .field("root", &self.root)
-            .field("tokens", &format_args!("{} configured", self.tokens.len()))
-            .field("token_files", &self.token_files)
-            .field("basic", &self.basic.as_ref().map(|(u, _)| u))
-            .field("tls", &self.tls.is_some())
-            .field("endpoints", &self.endpoints)
-            .field("locations", &self.locations)
-            .field("batch_bytes", &self.batch_bytes)
-            .field("queue_depth", &self.queue_depth)
-            .field("max_streams", &self.max_streams)
-            .field("max_upload_bytes", &self.max_upload_bytes)
-            .field("max_message_bytes", &self.max_message_bytes)
-            .field("read_options", &self.read_options)
+        f.debug_struct("Tls")
+            .field("cert_pem", &format_args!("{} bytes", self.cert_pem.len()))
+            .field("key_pem", &format_args!("<{} bytes>", self.key_pem.len()))
             .finish()
     }
 }
 
-impl ServerConfig {
-    /// Defaults: no root (batches only), no token (a server needs one to start), 4
-    /// endpoints per flight on this server, 8 MiB record batches, 2 batches queued per
-    /// stream, 256 streams at once, 1 GiB of uploads, 256 MiB per incoming message.
-    pub fn new() -> ServerConfig {
+impl Default for ServerConfig {
+    /// No root (batches only), no token (a server needs one to start), 4 endpoints per
+    /// flight on this server, 8 MiB record batches, 2 batches queued per stream, 256
+    /// streams at once, 1 GiB of uploads, 256 MiB per incoming message, the read
+    /// engine's default options, 4 runtime threads, no observer.
+    fn default() -> Self {
         ServerConfig {
             root: None,
             tokens: Vec::new(),
-            token_files: Vec::new(),
-            basic: None,
+            basic_auth: None,
             tls: None,
             endpoints: 4,
             locations: Vec::new(),
@@ -88,128 +149,34 @@ impl ServerConfig {
             observer: None,
         }
     }
+}
 
-    /// Serves the zarr arrays under this directory (with their paths relative to it).
-    pub fn root(mut self, dir: impl Into<PathBuf>) -> ServerConfig {
-        self.root = Some(dir.into());
-        self
+impl std::fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerConfig")
+            .field("root", &self.root)
+            .field("tokens", &format_args!("{} configured", self.tokens.len()))
+            .field("basic_auth", &self.basic_auth.as_ref().map(|(u, _)| u))
+            .field("tls", &self.tls.is_some())
+            .field("endpoints", &self.endpoints)
+            .field("locations", &self.locations)
+            .field("batch_bytes", &self.batch_bytes)
+            .field("queue_depth", &self.queue_depth)
+            .field("max_streams", &self.max_streams)
+            .field("max_upload_bytes", &self.max_upload_bytes)
+            .field("max_message_bytes", &self.max_message_bytes)
+            .field("read_options", &self.read_options)
+            .field("runtime_threads", &self.runtime_threads)
+            .field("observer", &self.observer.is_some())
+            .finish()
     }
+}
 
-    /// Accepts `authorization: Bearer <token>` (may be given several times).
-    pub fn token(mut self, token: impl Into<String>) -> ServerConfig {
-        self.tokens.push(token.into());
-        self
-    }
-
-    /// Accepts the token in this file ([`read_token_file`](super::read_token_file); read
-    /// when the server starts).
-    pub fn token_file(mut self, path: impl Into<PathBuf>) -> ServerConfig {
-        self.token_files.push(path.into());
-        self
-    }
-
-    /// Lets the Flight handshake issue tokens to clients that present these HTTP Basic
-    /// credentials (`pyarrow.flight`'s `authenticate_basic_token(user, password)`).
-    pub fn basic_auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.basic = Some((user.into(), password.into()));
-        self
-    }
-
-    /// Serves TLS (rustls) with this PEM certificate chain and PEM private key.
-    pub fn tls(mut self, cert_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
-        self.tls = Some((cert_pem.into(), key_pem.into()));
-        self
-    }
-
-    /// How many endpoints a flight is cut into (1 to 1024; fewer when there are fewer
-    /// chunks or batches). A query may ask for another number.
-    pub fn endpoints(mut self, n: usize) -> ServerConfig {
-        self.endpoints = n;
-        self
-    }
-
-    /// The servers the endpoints of a flight name, as `grpc://host:port` (or
-    /// `grpc+tls://`) URIs: endpoint `i` of `n` goes to location `i * L / n` of these
-    /// `L`, so each location serves a contiguous range of chunks. Empty (the default):
-    /// every endpoint is on this server. Servers that share the work are given the same
-    /// list, and every server must be able to serve every chunk asked of it.
-    pub fn locations(mut self, uris: impl IntoIterator<Item = impl Into<String>>) -> Self {
-        self.locations = uris.into_iter().map(Into::into).collect();
-        self
-    }
-
-    /// Target size of one record batch of a stream (at least one chunk per batch; 1 to
-    /// 1 GiB).
-    pub fn batch_bytes(mut self, n: usize) -> ServerConfig {
-        self.batch_bytes = n;
-        self
-    }
-
-    /// Record batches a stream may have made ahead of the connection (1 to 64): with
-    /// [`batch_bytes`](Self::batch_bytes), the memory bound of one stream.
-    pub fn queue_depth(mut self, n: usize) -> ServerConfig {
-        self.queue_depth = n;
-        self
-    }
-
-    /// Most DoGet streams at once (1 to 65536; default 256): each holds a producer thread
-    /// and up to [`queue_depth`](Self::queue_depth) batches; past it DoGet is refused with
-    /// `ResourceExhausted`.
-    pub fn max_streams(mut self, n: usize) -> ServerConfig {
-        self.max_streams = n;
-        self
-    }
-
-    /// Most bytes uploaded and registered batches may hold together.
-    pub fn max_upload_bytes(mut self, n: u64) -> ServerConfig {
-        self.max_upload_bytes = n;
-        self
-    }
-
-    /// Largest single incoming message (DoPut batches), 1 KiB to 2 GiB.
-    pub fn max_message_bytes(mut self, n: usize) -> ServerConfig {
-        self.max_message_bytes = n;
-        self
-    }
-
-    /// Worker threads of the read engine for each batch a stream reads (default: one
-    /// per core): a shorthand for the `threads` field of [`read_options`](Self::read_options).
-    pub fn read_threads(mut self, n: usize) -> ServerConfig {
-        self.read_options.threads = Some(n);
-        self
-    }
-
-    /// How the read engine reads the batches of every stream: threads, staging and every
-    /// tuning knob of the engine ([`ReadOptions`], checked by [`validate`](Self::validate)).
-    ///
-    /// ```
-    /// use devbuf_flight::ServerConfig;
-    /// use devbuf_zarr::{GpuTuning, ReadOptions};
-    /// let c = ServerConfig::new().read_options(ReadOptions {
-    ///     gpu: GpuTuning { claims_per_worker: Some(2), ..GpuTuning::default() },
-    ///     ..ReadOptions::default()
-    /// });
-    /// assert!(c.validate().is_ok());
-    /// ```
-    pub fn read_options(mut self, options: ReadOptions) -> ServerConfig {
-        self.read_options = options;
-        self
-    }
-
-    /// Threads of the server's tokio runtime (1 to 256; default 4).
-    pub fn runtime_threads(mut self, n: usize) -> ServerConfig {
-        self.runtime_threads = n;
-        self
-    }
-
-    /// Calls `f` with every [`ServerEvent`].
-    pub fn observer(mut self, f: impl Fn(&ServerEvent) + Send + Sync + 'static) -> ServerConfig {
-        self.observer = Some(Arc::new(f));
-        self
-    }
-
-    /// Checks the settings (what [`Server::start`](crate::Server::start) does first).
-    pub fn validate(&self) -> Result<()> {
+impl ServerConfig {
+    /// Checks the settings (what [`Server::start`](crate::Server::start) and
+    /// [`Service::new`](crate::Service::new) do first): each error names the field and
+    /// its valid range.
+    pub(crate) fn validate(&self) -> Result<()> {
         let range = |what: &str, v: usize, lo: usize, hi: usize| {
             if v < lo || v > hi {
                 Err(Error::invalid(format!(
@@ -230,9 +197,6 @@ impl ServerConfig {
             2 << 30,
         )?;
         range("runtime_threads", self.runtime_threads, 1, 256)?;
-        if let Some(t) = self.read_options.threads {
-            range("read_threads", t, 1, 1024)?;
-        }
         self.read_options
             .validate()
             .map_err(|e| e.context("ServerConfig::read_options"))?;

@@ -15,11 +15,11 @@ use devbuf_core::arrow::{DeviceRecordBatch, serialize_device_record_batch};
 use devbuf_core::error::{Error, Result};
 
 /// A record batch in host memory or in device memory: what [`Server::register`],
-/// [`Client::put`] and [`Client::get_batches`] carry.
+/// [`Client::put`] and [`Client::read_batches`] carry.
 ///
 /// [`Server::register`]: super::Server::register
 /// [`Client::put`]: super::Client::put
-/// [`Client::get_batches`]: super::Client::get_batches
+/// [`Client::read_batches`]: super::Client::read_batches
 #[derive(Clone, Debug)]
 pub enum Batch {
     /// An arrow-rs record batch.

@@ -25,7 +25,7 @@
 //!   arrived exactly once.
 //! * **Names** ([`Target`]): a zarr array is the descriptor path `["zarr", <components of
 //!   its path under the root>...]`, a registered batch `["batch", <name>]`. Tickets are
-//!   small JSON documents ([`ticket`]) parsed strictly: no absolute paths, no `.` or `..`,
+//!   small JSON documents, opaque to clients, parsed strictly: no absolute paths, no `.` or `..`,
 //!   no symbolic link out of the root, bounded sizes; anything else is
 //!   `InvalidArgument`, `NotFound` or `PermissionDenied` with a message saying what was
 //!   wrong.
@@ -41,13 +41,15 @@
 //! or several servers, tokens, TLS), the async API and the commands.
 //!
 //! ```no_run
-//! use devbuf_flight::{Client, Server, ServerConfig};
+//! use devbuf_flight::{Client, ClientOptions, Server, ServerConfig};
 //! use devbuf_core::zarr::{AxisSel, BufferPrototype};
-//! let server = Server::start(
-//!     ServerConfig::new().root("../../tests/fixtures/zarr").token("s3cret"),
-//!     "127.0.0.1:0",
-//! )?;
-//! let client = Client::connect(&server.uri(), Some("s3cret"))?;
+//! let mut cfg = ServerConfig::default();
+//! cfg.root = Some("../../tests/fixtures/zarr".into());
+//! cfg.tokens.push("s3cret".into());
+//! let server = Server::start(cfg, "127.0.0.1:0")?;
+//! let mut options = ClientOptions::default();
+//! options.token = Some("s3cret".into());
+//! let client = Client::connect(&server.uri(), &options)?;
 //! let all = client.read("v3_float32.zarr", &[], &BufferPrototype::Host)?;
 //! let part = client.read("v3_float32.zarr", &[AxisSel::from(2..7)], &BufferPrototype::Host)?;
 //! assert_eq!(part.shape()[0], 5);
@@ -82,18 +84,31 @@ mod server;
 mod service;
 mod status;
 mod stream;
-pub mod ticket;
+mod ticket;
 
 pub use auth::{generate_token, read_token_file};
-pub use client::{
-    Client, ClientOptions, DEFAULT_MAX_FRAME_BYTES, Endpoint, Flight, HostBatchStream,
-    ReceivedStream,
-};
-pub use config::ServerConfig;
+pub use client::{Client, ClientOptions, Endpoint, Flight, HostBatchStream, ReceivedStream};
+pub use config::{ServerConfig, Tls};
 pub use encode::Batch;
 pub use events::{Observer, ServerEvent, ServerStats, StreamEnd};
-pub use protocol::REMOVE_ACTION;
-pub use server::Server;
+pub use server::{Listen, Server};
 pub use service::Service;
 pub use stream::DoGetStream;
 pub use ticket::{Query, Target};
+
+/// What the workspace's tests need from inside this crate (feature `test-support`; the
+/// facade re-exports it as `devbuf::__test::flight`). Not API: no semver promise.
+#[cfg(feature = "test-support")]
+#[doc(hidden)]
+pub mod __private {
+    /// The tickets' wire format: what a ticket names (`Part`: chunks of an array or
+    /// batches of a name, a range of them), the chunk regions, the path and name rules
+    /// and the size limits.
+    pub mod ticket {
+        pub use crate::ticket::{
+            ARRAY_KIND, BATCH_KIND, ChunkRegion, MAX_COMPONENT_BYTES, MAX_ENDPOINTS,
+            MAX_NAME_BYTES, MAX_PATH_COMPONENTS, MAX_TICKET_BYTES, MAX_TICKET_RANK, Part,
+            array_path, batch_name,
+        };
+    }
+}

@@ -8,7 +8,7 @@ use devbuf_core::error::{Error, Result};
 
 /// The name of the action that removes a registered or uploaded batch (its body: the
 /// name).
-pub const REMOVE_ACTION: &str = "remove";
+pub(crate) const REMOVE_ACTION: &str = "remove";
 
 /// A Flight URI (`grpc://`, `grpc+tcp://`, `grpc+tls://`, `http://`, `https://`) as the
 /// `http(s)://` URI tonic connects to, and whether it uses TLS.

@@ -4,7 +4,7 @@
 //! [`ServerConfig`] (`config.rs`); what it reports, [`ServerStats`] and
 //! [`ServerEvent`](crate::ServerEvent)s, is in `events.rs`.
 
-use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -18,16 +18,118 @@ use super::service::Service;
 use super::ticket::batch_name;
 use devbuf_core::error::{Error, Result};
 
+/// Where a [`Server`] listens: an address to bind (`"0.0.0.0:8815"`, `"localhost:0"`
+/// as `&str` or `String`; `"127.0.0.1:0"` picks a free port; or a `SocketAddr`), or a
+/// listener bound beforehand (std's or tokio's `TcpListener`: servers can then learn
+/// each other's ports before they start, for [`ServerConfig::locations`]).
+///
+/// ```
+/// use devbuf_flight::Listen;
+/// let by_name = Listen::from("127.0.0.1:0");
+/// let bound = Listen::from(std::net::TcpListener::bind("127.0.0.1:0")?);
+/// # let _ = (by_name, bound);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Listen(On);
+
+#[derive(Debug)]
+enum On {
+    Addr(String),
+    Socket(SocketAddr),
+    Std(TcpListener),
+    Tokio(tokio::net::TcpListener),
+}
+
+impl From<&str> for Listen {
+    fn from(addr: &str) -> Listen {
+        Listen(On::Addr(addr.to_string()))
+    }
+}
+
+impl From<String> for Listen {
+    fn from(addr: String) -> Listen {
+        Listen(On::Addr(addr))
+    }
+}
+
+impl From<&String> for Listen {
+    fn from(addr: &String) -> Listen {
+        Listen(On::Addr(addr.clone()))
+    }
+}
+
+impl From<SocketAddr> for Listen {
+    fn from(addr: SocketAddr) -> Listen {
+        Listen(On::Socket(addr))
+    }
+}
+
+impl From<TcpListener> for Listen {
+    fn from(listener: TcpListener) -> Listen {
+        Listen(On::Std(listener))
+    }
+}
+
+impl From<tokio::net::TcpListener> for Listen {
+    fn from(listener: tokio::net::TcpListener) -> Listen {
+        Listen(On::Tokio(listener))
+    }
+}
+
+fn bind_error(e: std::io::Error) -> Error {
+    Error::from_io("binding the Flight server's address", e.to_string(), e)
+}
+
+impl Listen {
+    /// A std listener (bound now if an address), in non-blocking mode.
+    fn into_std(self) -> Result<TcpListener> {
+        let l = match self.0 {
+            On::Addr(a) => TcpListener::bind(a.as_str()).map_err(bind_error)?,
+            On::Socket(a) => TcpListener::bind(a).map_err(bind_error)?,
+            On::Std(l) => l,
+            On::Tokio(l) => l.into_std().map_err(|e| {
+                Error::from_io("taking over the Flight server's socket", e.to_string(), e)
+            })?,
+        };
+        l.set_nonblocking(true).map_err(|e| {
+            Error::from_io("configuring the Flight server's socket", e.to_string(), e)
+        })?;
+        Ok(l)
+    }
+
+    /// A tokio listener on the current runtime (bound now, without blocking, if an
+    /// address).
+    async fn into_tokio(self) -> Result<tokio::net::TcpListener> {
+        match self.0 {
+            On::Addr(a) => tokio::net::TcpListener::bind(a.as_str())
+                .await
+                .map_err(bind_error),
+            On::Socket(a) => tokio::net::TcpListener::bind(a).await.map_err(bind_error),
+            On::Tokio(l) => Ok(l),
+            std @ On::Std(_) => {
+                let l = Listen(std).into_std()?;
+                tokio::net::TcpListener::from_std(l).map_err(|e| {
+                    Error::from_io("registering the Flight server's socket", e.to_string(), e)
+                })
+            }
+        }
+    }
+}
+
 /// A running Flight server: serves until [`shutdown`](Self::shutdown) or drop.
 ///
-/// [`start`](Self::start) and [`serve`](Self::serve) run it on a runtime of its own
-/// ([`ServerConfig::runtime_threads`]); [`start_async`](Self::start_async) and
-/// [`serve_async`](Self::serve_async) on the caller's tokio runtime, starting none
-/// (or mount [`Service::into_server`] in a tonic server of your own).
+/// [`start`](Self::start) runs it on a runtime of its own
+/// ([`ServerConfig::runtime_threads`]); [`start_async`](Self::start_async) on the
+/// caller's tokio runtime, starting none (or mount [`Service::into_server`] in a tonic
+/// server of your own).
 ///
 /// ```no_run
 /// use devbuf_flight::{Server, ServerConfig};
-/// let server = Server::start(ServerConfig::new().root("/data/zarr").token("s3cret"), "0.0.0.0:8815")?;
+/// let mut cfg = ServerConfig::default();
+/// cfg.root = Some("/data/zarr".into());
+/// cfg.tokens.push("s3cret".into());
+/// let server = Server::start(cfg, "0.0.0.0:8815")?;
 /// println!("serving at {}", server.uri());
 /// server.wait()?; // until the process is stopped
 /// # Ok::<(), devbuf_core::Error>(())
@@ -51,20 +153,24 @@ impl std::fmt::Debug for Server {
 }
 
 impl Server {
-    /// Binds `addr` (`"127.0.0.1:0"` picks a free port) and starts serving.
-    pub fn start(config: ServerConfig, addr: impl ToSocketAddrs) -> Result<Server> {
-        let listener = TcpListener::bind(addr)
-            .map_err(|e| Error::from_io("binding the Flight server's address", e.to_string(), e))?;
-        Server::serve(config, listener)
-    }
-
-    /// Starts serving on a listener bound beforehand (so that servers can learn each
-    /// other's ports before they start, for [`ServerConfig::locations`]).
-    pub fn serve(config: ServerConfig, listener: TcpListener) -> Result<Server> {
+    /// Checks `config` (an error names the field and its valid range), binds `listen`
+    /// (an address, or a listener bound beforehand: see [`Listen`]) and starts serving
+    /// on a tokio runtime of its own ([`ServerConfig::runtime_threads`]).
+    ///
+    /// ```no_run
+    /// use devbuf_flight::{Server, ServerConfig};
+    /// let mut cfg = ServerConfig::default();
+    /// cfg.tokens.push("s3cret".into());
+    /// let a = Server::start(cfg.clone(), "127.0.0.1:0")?;
+    /// // A listener bound first, so that its port is known before the server starts:
+    /// let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(devbuf_core::Error::from)?;
+    /// let b = Server::start(cfg, listener)?;
+    /// # let _ = (a, b);
+    /// # Ok::<(), devbuf_core::Error>(())
+    /// ```
+    pub fn start(config: ServerConfig, listen: impl Into<Listen>) -> Result<Server> {
         config.validate()?;
-        listener.set_nonblocking(true).map_err(|e| {
-            Error::from_io("configuring the Flight server's socket", e.to_string(), e)
-        })?;
+        let listener = listen.into().into_std()?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(config.runtime_threads)
             .thread_name("devbuf-flight-server")
@@ -83,43 +189,38 @@ impl Server {
         Server::launch(config, listener, &handle, Some(runtime))
     }
 
-    /// Binds `addr` and starts serving on the caller's tokio runtime (current-thread or
-    /// multi-thread): the server's connections and calls are tasks of that runtime,
+    /// Checks `config`, binds `listen` (see [`Listen`]) and starts serving on the
+    /// caller's tokio runtime (current-thread or multi-thread; an error when polled
+    /// outside one): the server's connections and calls are tasks of that runtime,
     /// which must keep running; no runtime is started
     /// ([`ServerConfig::runtime_threads`] is not used). Stop it with
     /// [`shutdown_async`](Self::shutdown_async) (or [`shutdown`](Self::shutdown), or
     /// drop), or wait for it with [`wait_async`](Self::wait_async).
     ///
     /// ```no_run
-    /// use devbuf_flight::{Client, Server, ServerConfig};
+    /// use devbuf_flight::{Client, ClientOptions, Server, ServerConfig};
     /// use devbuf_core::zarr::BufferPrototype;
     /// # async fn f() -> devbuf_core::Result<()> {
-    /// let server = Server::start_async(ServerConfig::new().root("/data/zarr").token("s3cret"), "127.0.0.1:0").await?;
-    /// let client = Client::connect_async(&server.uri(), Some("s3cret")).await?;
+    /// let mut cfg = ServerConfig::default();
+    /// cfg.root = Some("/data/zarr".into());
+    /// cfg.tokens.push("s3cret".into());
+    /// let server = Server::start_async(cfg, "127.0.0.1:0").await?;
+    /// let mut options = ClientOptions::default();
+    /// options.token = Some("s3cret".into());
+    /// let client = Client::connect_async(&server.uri(), &options).await?;
     /// let a = client.read_async("temperature.zarr", &[], &BufferPrototype::Host).await?;
     /// server.shutdown_async().await?;
     /// # let _ = a; Ok(()) }
     /// ```
-    pub async fn start_async(
-        config: ServerConfig,
-        addr: impl tokio::net::ToSocketAddrs,
-    ) -> Result<Server> {
-        config.validate()?;
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| Error::from_io("binding the Flight server's address", e.to_string(), e))?;
-        Server::serve_async(config, listener)
-    }
-
-    /// Starts serving on a listener bound beforehand, on the caller's tokio runtime (as
-    /// [`start_async`](Self::start_async); an error outside a runtime).
-    pub fn serve_async(config: ServerConfig, listener: tokio::net::TcpListener) -> Result<Server> {
+    pub async fn start_async(config: ServerConfig, listen: impl Into<Listen>) -> Result<Server> {
         let handle = tokio::runtime::Handle::try_current().map_err(|_| {
             Error::invalid(
-                "Server::serve_async was called outside a tokio runtime: it serves on the \
-                 caller's runtime (Server::serve starts one of its own)",
+                "Server::start_async was polled outside a tokio runtime: it serves on the \
+                 caller's runtime (Server::start starts one of its own)",
             )
         })?;
+        config.validate()?;
+        let listener = listen.into().into_tokio().await?;
         Server::launch(config, listener, &handle, None)
     }
 
@@ -139,10 +240,11 @@ impl Server {
             .initial_stream_window_size(Some(16 << 20))
             .initial_connection_window_size(Some(64 << 20))
             .tcp_nodelay(true);
-        if let Some((cert, key)) = &config.tls {
+        if let Some(tls) = &config.tls {
             devbuf_zarr::tls::ensure_crypto_provider();
+            let identity = Identity::from_pem(&tls.cert_pem, &tls.key_pem);
             builder = builder
-                .tls_config(ServerTlsConfig::new().identity(Identity::from_pem(cert, key)))
+                .tls_config(ServerTlsConfig::new().identity(identity))
                 .map_err(|e| Error::invalid(format!("the TLS certificate or key: {e}")))?;
         }
         let (tx, rx) = oneshot::channel::<()>();
@@ -180,11 +282,6 @@ impl Server {
             if self.tls { "grpc+tls" } else { "grpc" },
             self.addr
         )
-    }
-
-    /// The `FlightService` this server runs.
-    pub fn service(&self) -> &Service {
-        &self.service
     }
 
     /// Serves `batches` (host or device, all of one schema, at least one) under `name`;
@@ -274,7 +371,10 @@ impl Server {
     /// ```no_run
     /// use devbuf_flight::{Server, ServerConfig};
     /// # async fn f() -> devbuf_core::Result<()> {
-    /// let server = Server::start_async(ServerConfig::new().root("/data/zarr").token("s3cret"), "0.0.0.0:8815").await?;
+    /// let mut cfg = ServerConfig::default();
+    /// cfg.root = Some("/data/zarr".into());
+    /// cfg.tokens.push("s3cret".into());
+    /// let server = Server::start_async(cfg, "0.0.0.0:8815").await?;
     /// server.wait_async().await // until the process is stopped
     /// # }
     /// ```
@@ -303,7 +403,10 @@ impl Server {
     /// use std::time::Duration;
     /// use devbuf_flight::{Server, ServerConfig};
     /// # async fn f() -> devbuf_core::Result<()> {
-    /// let server = Server::start_async(ServerConfig::new().root("/data/zarr").token("s3cret"), "127.0.0.1:0").await?;
+    /// let mut cfg = ServerConfig::default();
+    /// cfg.root = Some("/data/zarr".into());
+    /// cfg.tokens.push("s3cret".into());
+    /// let server = Server::start_async(cfg, "127.0.0.1:0").await?;
     /// let _ = tokio::time::timeout(Duration::from_secs(5), server.shutdown_async()).await;
     /// # Ok(()) }
     /// ```

@@ -23,13 +23,13 @@ use super::decode::{Decoded, IpcStreamDecoder};
 use super::encode::{Batch, wire_bytes};
 use super::events::{Observer, ServerEvent, ServerStats};
 use super::info::{ArraySource, batch_info};
+use super::produce;
 use super::protocol::REMOVE_ACTION;
 use super::registry::{BatchRegistry, Entry, Refused};
 use super::root::Root;
 use super::status::code_name;
 use super::stream::{self as streams, DoGetStream, Stats};
 use super::ticket::{MAX_TICKET_BYTES, Part, Query, Target, batch_name, preview};
-use super::{auth, produce};
 use devbuf_core::error::{Error, Result};
 
 /// devbuf's Arrow Flight service (what a [`Server`](super::Server) runs), for a tonic
@@ -66,21 +66,32 @@ struct Shared {
 }
 
 impl Service {
-    /// The service `config` describes (its token files are read now).
+    /// The service `config` describes, after checking it (an error names the field
+    /// and its valid range, as [`Server::start`](super::Server::start)'s does).
+    ///
+    /// ```
+    /// use devbuf_flight::{ServerConfig, Service};
+    /// let mut cfg = ServerConfig::default();
+    /// cfg.tokens.push("s3cret".into());
+    /// let service = Service::new(&cfg)?;
+    /// cfg.endpoints = 0;
+    /// let e = Service::new(&cfg).unwrap_err();
+    /// assert!(e.to_string().contains("ServerConfig::endpoints is 0, valid: 1 to 1024"));
+    /// # let _ = service;
+    /// # Ok::<(), devbuf_core::Error>(())
+    /// ```
     pub fn new(config: &ServerConfig) -> Result<Service> {
         config.validate()?;
         let mut tokens = Vec::new();
         for t in &config.tokens {
-            tokens.push(check_token(t).map_err(|e| e.context("ServerConfig::token"))?);
+            tokens.push(check_token(t).map_err(|e| e.context("ServerConfig::tokens"))?);
         }
-        for p in &config.token_files {
-            tokens.push(auth::read_token_file(p)?);
-        }
-        let auth = Auth::new(tokens, config.basic.clone());
+        let auth = Auth::new(tokens, config.basic_auth.clone());
         if !auth.is_configured() {
             return Err(Error::invalid(
-                "a Flight server needs a token (ServerConfig::token or token_file) or handshake \
-                 credentials (ServerConfig::basic_auth): without one it would refuse every call",
+                "a Flight server needs a token (ServerConfig::tokens; read_token_file reads one \
+                 from a file) or handshake credentials (ServerConfig::basic_auth): without one \
+                 it would refuse every call",
             ));
         }
         let root = config.root.as_deref().map(Root::new).transpose()?;
@@ -113,7 +124,10 @@ impl Service {
     /// ```no_run
     /// use devbuf_flight::{Service, ServerConfig};
     /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
-    /// let service = Service::new(&ServerConfig::new().root("/data/zarr").token("s3cret"))?;
+    /// let mut cfg = ServerConfig::default();
+    /// cfg.root = Some("/data/zarr".into());
+    /// cfg.tokens.push("s3cret".into());
+    /// let service = Service::new(&cfg)?;
     /// devbuf_flight::tonic::transport::Server::builder()
     ///     .add_service(service.clone().into_server())
     ///     .serve("0.0.0.0:8815".parse()?)

@@ -19,18 +19,10 @@
 //! [`MAX_PATH_COMPONENTS`] components of at most [`MAX_COMPONENT_BYTES`] bytes, none
 //! empty, `.` or `..`, none with `\`, NUL or control characters.
 //!
-//! ```
-//! use devbuf_flight::ticket::{Part, ChunkRegion};
-//! let part = Part::Chunks {
-//!     array: "group/a.zarr".into(),
-//!     region: ChunkRegion::new(vec![0, 0], vec![3, 2])?,
-//!     range: 0..4,
-//! };
-//! let bytes = part.encode();
-//! assert_eq!(Part::decode(&bytes)?, part);
-//! assert!(Part::decode(br#"{"v":1,"array":"../etc","start":[0],"end":[1],"range":[0,1]}"#).is_err());
-//! # Ok::<(), devbuf_core::Error>(())
-//! ```
+//! Only [`Target`] and [`Query`] are API (re-exported at the crate root): tickets are
+//! opaque to clients. The rest is the wire format, reachable by the workspace's tests
+//! through `devbuf::__test::flight::ticket` (feature `test-support`); the examples of
+//! its items are the unit tests below (`wire_format_examples`).
 
 use std::ops::Range;
 
@@ -65,15 +57,6 @@ fn bad(msg: impl std::fmt::Display) -> Error {
 
 /// Checks an array path (relative to the server's root) and returns it normalised:
 /// components joined by `/`.
-///
-/// ```
-/// use devbuf_flight::ticket::array_path;
-/// assert_eq!(array_path("group/a.zarr")?, "group/a.zarr");
-/// assert!(array_path("/etc/passwd").is_err());
-/// assert!(array_path("a/../../b").is_err());
-/// assert!(array_path("a//b").is_err());
-/// # Ok::<(), devbuf_core::Error>(())
-/// ```
 pub fn array_path(path: &str) -> Result<String> {
     let shown = preview(path);
     if path.is_empty() {
@@ -127,12 +110,6 @@ fn component(c: &str, shown: &str) -> Result<()> {
 
 /// Checks a batch name: 1 to [`MAX_NAME_BYTES`] bytes of ASCII letters, digits, `.`,
 /// `_` and `-`, not starting with `.`.
-///
-/// ```
-/// use devbuf_flight::ticket::batch_name;
-/// assert!(batch_name("run-7.scores").is_ok());
-/// assert!(batch_name("a/b").is_err());
-/// ```
 pub fn batch_name(name: &str) -> Result<String> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME_BYTES
@@ -167,8 +144,7 @@ pub(crate) fn preview(s: &str) -> String {
 /// ```
 /// use devbuf_flight::Target;
 /// let t = Target::array("group/a.zarr")?;
-/// assert_eq!(t.path_segments(), vec!["zarr", "group", "a.zarr"]);
-/// assert_eq!(Target::from_segments(&t.path_segments())?, t);
+/// assert_eq!(t.descriptor().path, vec!["zarr", "group", "a.zarr"]);
 /// assert!(Target::array("../x").is_err());
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
@@ -181,18 +157,21 @@ pub enum Target {
 }
 
 impl Target {
-    /// The array at `path` (checked with [`array_path`]).
+    /// The array at `path`, relative to the server's root: at most 32 components of at
+    /// most 255 bytes, joined by `/`, none empty, `.` or `..`, none with `\`, NUL or
+    /// control characters (an error says what was wrong).
     pub fn array(path: &str) -> Result<Target> {
         Ok(Target::Array(array_path(path)?))
     }
 
-    /// The registered batch `name` (checked with [`batch_name`]).
+    /// The registered batch `name`: 1 to 128 bytes of ASCII letters, digits, `.`, `_`
+    /// and `-`, not starting with `.` (an error says what was wrong).
     pub fn batch(name: &str) -> Result<Target> {
         Ok(Target::Batch(batch_name(name)?))
     }
 
     /// The descriptor path: `["zarr", components...]` or `["batch", name]`.
-    pub fn path_segments(&self) -> Vec<String> {
+    pub(crate) fn path_segments(&self) -> Vec<String> {
         match self {
             Target::Array(p) => std::iter::once(ARRAY_KIND.to_string())
                 .chain(p.split('/').map(str::to_string))
@@ -202,7 +181,7 @@ impl Target {
     }
 
     /// Parses a descriptor path.
-    pub fn from_segments(segments: &[String]) -> Result<Target> {
+    pub(crate) fn from_segments(segments: &[String]) -> Result<Target> {
         if segments.len() > MAX_PATH_COMPONENTS + 1 {
             return Err(bad(format!(
                 "descriptor path of {} segments (at most {})",
@@ -251,10 +230,11 @@ impl std::fmt::Display for Target {
 /// (`start..end` per axis), and optionally how many endpoints to cut it into.
 ///
 /// ```
-/// use devbuf_flight::ticket::Query;
-/// use devbuf_flight::Target;
+/// use devbuf_flight::{Query, Target};
 /// let q = Query { target: Target::array("a.zarr")?, selection: Some(vec![0..10, 5..6]), endpoints: Some(3) };
-/// assert_eq!(Query::from_descriptor(&q.descriptor())?, q);
+/// let d = q.descriptor(); // a command descriptor (JSON): what Client::info sends
+/// let cmd = std::str::from_utf8(&d.cmd).unwrap();
+/// assert!(cmd.contains(r#""array":"a.zarr""#) && cmd.contains(r#""selection":[[0,10],[5,6]]"#));
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -264,7 +244,7 @@ pub struct Query {
     /// For arrays: the box to read (the whole array when `None`).
     pub selection: Option<Vec<Range<u64>>>,
     /// How many endpoints to cut the flight into (the server's default when `None`;
-    /// 1 to [`MAX_ENDPOINTS`]).
+    /// 1 to 1024).
     pub endpoints: Option<usize>,
 }
 
@@ -307,7 +287,7 @@ impl Query {
     }
 
     /// Parses a descriptor (path or command).
-    pub fn from_descriptor(d: &FlightDescriptor) -> Result<Query> {
+    pub(crate) fn from_descriptor(d: &FlightDescriptor) -> Result<Query> {
         match DescriptorType::try_from(d.r#type) {
             Ok(DescriptorType::Path) => Ok(Query::whole(Target::from_segments(&d.path)?)),
             Ok(DescriptorType::Cmd) => Query::from_command(&d.cmd),
@@ -370,16 +350,6 @@ impl Query {
 }
 
 /// A box of the chunk grid: chunk indices `start[d]..end[d]` per axis, walked in C order.
-///
-/// ```
-/// use devbuf_flight::ticket::ChunkRegion;
-/// let r = ChunkRegion::new(vec![1, 0], vec![3, 2])?;
-/// assert_eq!(r.len(), 4);
-/// assert_eq!(r.coords(3)?, vec![2, 1]);
-/// assert_eq!(r.linear(&[2, 0]), Some(2));
-/// assert!(ChunkRegion::new(vec![2], vec![1]).is_err());
-/// # Ok::<(), devbuf_core::Error>(())
-/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChunkRegion {
     start: Vec<u64>,
@@ -567,14 +537,6 @@ impl Part {
             }
         }
     }
-
-    /// What the ticket reads from.
-    pub fn target(&self) -> Target {
-        match self {
-            Part::Chunks { array, .. } => Target::Array(array.clone()),
-            Part::Batches { name, .. } => Target::Batch(name.clone()),
-        }
-    }
 }
 
 /// A JSON object of at most [`MAX_TICKET_BYTES`] with only the `allowed` keys and
@@ -647,6 +609,62 @@ fn pair(v: &Value, what: &str) -> Result<Range<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The examples of the wire format's items (doc examples while `ticket` was a
+    /// public module).
+    #[test]
+    fn wire_format_examples() -> Result<()> {
+        // The module: a ticket round-trips, and a path out of the root is refused.
+        let part = Part::Chunks {
+            array: "group/a.zarr".into(),
+            region: ChunkRegion::new(vec![0, 0], vec![3, 2])?,
+            range: 0..4,
+        };
+        let bytes = part.encode();
+        assert_eq!(Part::decode(&bytes)?, part);
+        assert!(
+            Part::decode(br#"{"v":1,"array":"../etc","start":[0],"end":[1],"range":[0,1]}"#)
+                .is_err()
+        );
+        // array_path
+        assert_eq!(array_path("group/a.zarr")?, "group/a.zarr");
+        assert!(array_path("/etc/passwd").is_err());
+        assert!(array_path("a/../../b").is_err());
+        assert!(array_path("a//b").is_err());
+        // batch_name
+        assert!(batch_name("run-7.scores").is_ok());
+        assert!(batch_name("a/b").is_err());
+        // Target's descriptor path
+        let t = Target::array("group/a.zarr")?;
+        assert_eq!(t.path_segments(), vec!["zarr", "group", "a.zarr"]);
+        assert_eq!(Target::from_segments(&t.path_segments())?, t);
+        assert!(Target::array("../x").is_err());
+        // Query's descriptor
+        let q = Query {
+            target: Target::array("a.zarr")?,
+            selection: Some(vec![0..10, 5..6]),
+            endpoints: Some(3),
+        };
+        assert_eq!(Query::from_descriptor(&q.descriptor())?, q);
+        // ChunkRegion
+        let r = ChunkRegion::new(vec![1, 0], vec![3, 2])?;
+        assert_eq!(r.len(), 4);
+        assert_eq!(r.coords(3)?, vec![2, 1]);
+        assert_eq!(r.linear(&[2, 0]), Some(2));
+        assert!(ChunkRegion::new(vec![2], vec![1]).is_err());
+        // The limits `Target::array`, `Target::batch` and `Query::endpoints` name in
+        // their docs.
+        assert_eq!(
+            (
+                MAX_PATH_COMPONENTS,
+                MAX_COMPONENT_BYTES,
+                MAX_NAME_BYTES,
+                MAX_ENDPOINTS
+            ),
+            (32, 255, 128, 1024)
+        );
+        Ok(())
+    }
 
     #[test]
     fn parts_round_trip_and_bad_tickets_say_why() {

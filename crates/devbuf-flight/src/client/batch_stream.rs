@@ -19,7 +19,7 @@ use super::{Client, Endpoint, Flight, run};
 use devbuf_core::error::{Error, Result};
 
 /// A flight's record batches in host memory, received one at a time
-/// ([`Client::batch_stream`], [`Client::get_batches_stream`]): a `futures::Stream` of
+/// ([`Client::batch_stream`], [`Client::read_batches_stream`]): a `futures::Stream` of
 /// `Result<RecordBatch, ArrowError>` with the flight's [`schema`](Self::schema) — the
 /// `RecordBatchStream` convention of DataFusion and others.
 ///
@@ -86,7 +86,7 @@ impl State<'_> {
                 };
                 run::need_tokio("HostBatchStream")?;
                 let stream = self.client.open(ep, 0).await?;
-                let want = match &ep.part {
+                let want = match &ep.part() {
                     Some(Part::Batches { range, .. }) => Some(range.end - range.start),
                     _ => None,
                 };
@@ -182,18 +182,18 @@ impl Client {
     }
 
     /// The batches served under `name` (devbuf's servers) in host memory, one at a time:
-    /// [`get_batches_async`](Self::get_batches_async) as a stream (see
+    /// [`read_batches_async`](Self::read_batches_async) as a stream (see
     /// [`HostBatchStream`]).
     ///
     /// ```no_run
     /// use futures::TryStreamExt;
     /// # async fn f(client: &devbuf_flight::Client) -> Result<(), Box<dyn std::error::Error>> {
-    /// let s = client.get_batches_stream("numbers").await?;
+    /// let s = client.read_batches_stream("numbers").await?;
     /// let batches: Vec<_> = s.try_collect().await?;
     /// # let _ = batches; Ok(()) }
     /// ```
-    pub async fn get_batches_stream(&self, name: &str) -> Result<HostBatchStream<'_>> {
-        run::need_tokio("Client::get_batches_stream")?;
+    pub async fn read_batches_stream(&self, name: &str) -> Result<HostBatchStream<'_>> {
+        run::need_tokio("Client::read_batches_stream")?;
         let flight = self.info_async(&Query::whole(Target::batch(name)?)).await?;
         Ok(self.batch_stream(&flight))
     }

@@ -1,6 +1,8 @@
 //! The calls that move no bulk data (handshake, list, describe, remove) and uploads
 //! (DoPut): each an `async fn` on the caller's runtime, and its blocking wrapper.
 
+use std::sync::Arc;
+
 use arrow_flight::{Action, Criteria, FlightData, HandshakeRequest};
 use bytes::Bytes;
 use futures::StreamExt;
@@ -71,40 +73,26 @@ impl Client {
         Ok(token)
     }
 
-    /// Every flight the server lists (devbuf's servers: its arrays and batches).
-    /// Blocking: see [`list_async`](Self::list_async).
-    pub fn list(&self) -> Result<Vec<Flight>> {
-        self.block_on("Client::list_async", self.list_async())
+    /// The flights the server lists whose name starts with `prefix` (`""`: all of them;
+    /// sent as the `ListFlights` criteria). devbuf's servers list their arrays, whose
+    /// name is the path under the root (`"group/"`: the arrays in `group`), and their
+    /// batches. Blocking: see [`list_async`](Self::list_async).
+    pub fn list(&self, prefix: &str) -> Result<Vec<Flight>> {
+        self.block_on("Client::list_async", self.list_async(prefix))
     }
 
     /// [`list`](Self::list) on the caller's tokio runtime.
     ///
     /// ```no_run
     /// # async fn f(client: &devbuf_flight::Client) -> devbuf_core::Result<()> {
-    /// for f in client.list_async().await? {
+    /// for f in client.list_async("").await? {
     ///     println!("{:?}: {} records", f.target, f.total_records);
     /// }
-    /// # Ok(()) }
+    /// let in_group = client.list_async("group/").await?;
+    /// # let _ = in_group; Ok(()) }
     /// ```
-    pub async fn list_async(&self) -> Result<Vec<Flight>> {
-        self.list_prefix_async("").await
-    }
-
-    /// The flights whose path starts with `prefix`. Blocking: see
-    /// [`list_prefix_async`](Self::list_prefix_async).
-    pub fn list_prefix(&self, prefix: &str) -> Result<Vec<Flight>> {
-        self.block_on("Client::list_prefix_async", self.list_prefix_async(prefix))
-    }
-
-    /// [`list_prefix`](Self::list_prefix) on the caller's tokio runtime.
-    ///
-    /// ```no_run
-    /// # async fn f(client: &devbuf_flight::Client) -> devbuf_core::Result<()> {
-    /// let arrays = client.list_prefix_async("zarr/").await?;
-    /// # let _ = arrays; Ok(()) }
-    /// ```
-    pub async fn list_prefix_async(&self, prefix: &str) -> Result<Vec<Flight>> {
-        run::need_tokio("Client::list_prefix_async")?;
+    pub async fn list_async(&self, prefix: &str) -> Result<Vec<Flight>> {
+        run::need_tokio("Client::list_async")?;
         let req = self.request(Criteria {
             expression: Bytes::copy_from_slice(prefix.as_bytes()),
         })?;
@@ -150,27 +138,33 @@ impl Client {
         Flight::from_info(info)
     }
 
-    /// Uploads one batch (host or device memory) under `name` (DoPut); the server
-    /// refuses a name it already serves. Blocking: see [`put_async`](Self::put_async).
-    pub fn put(&self, name: &str, batch: impl Into<Batch>) -> Result<()> {
-        self.put_all(name, &[batch.into()])
+    /// Uploads `batches` (host or device memory, all of one schema, at least one: a
+    /// `RecordBatch`, a [`Batch`], an array or `Vec` of them, any iterator of them)
+    /// under `name` (DoPut); the server refuses a name it already serves. A device batch
+    /// is encoded on the device and crosses PCIe once; the server keeps uploads in host
+    /// memory. Blocking: see [`put_async`](Self::put_async).
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use arrow_array::{Int64Array, RecordBatch};
+    /// # fn f(client: &devbuf_flight::Client) -> devbuf_core::Result<()> {
+    /// let rb = RecordBatch::try_from_iter([("x", Arc::new(Int64Array::from(vec![1, 2])) as _)])
+    ///     .map_err(devbuf_core::Error::from)?;
+    /// client.put("numbers", [rb.clone()])?;
+    /// client.put("more", vec![rb.clone(), rb])?;
+    /// # Ok(()) }
+    /// ```
+    pub fn put(
+        &self,
+        name: &str,
+        batches: impl IntoIterator<Item = impl Into<Batch>>,
+    ) -> Result<()> {
+        let batches: Vec<Batch> = batches.into_iter().map(Into::into).collect();
+        self.block_on("Client::put_async", self.put_batches(name, batches))
     }
 
-    /// [`put`](Self::put) on the caller's tokio runtime.
-    pub async fn put_async(&self, name: &str, batch: impl Into<Batch>) -> Result<()> {
-        self.put_all_async(name, &[batch.into()]).await
-    }
-
-    /// Uploads batches (all of one schema, at least one) under `name`. A device batch is
-    /// encoded on the device and crosses PCIe once; the server keeps uploads in host
-    /// memory. Blocking: see [`put_all_async`](Self::put_all_async).
-    pub fn put_all(&self, name: &str, batches: &[Batch]) -> Result<()> {
-        self.block_on("Client::put_all_async", self.put_all_async(name, batches))
-    }
-
-    /// [`put_all`](Self::put_all) on the caller's tokio runtime (the batches are encoded
-    /// on its blocking threads, never on the executor). Dropping the future cancels the
-    /// call.
+    /// [`put`](Self::put) on the caller's tokio runtime (the batches are encoded on its
+    /// blocking threads, never on the executor). Dropping the future cancels the call.
     ///
     /// ```no_run
     /// use std::sync::Arc;
@@ -179,28 +173,39 @@ impl Client {
     /// # async fn f(client: &devbuf_flight::Client) -> devbuf_core::Result<()> {
     /// let rb = RecordBatch::try_from_iter([("x", Arc::new(Int64Array::from(vec![1, 2])) as _)])
     ///     .map_err(devbuf_core::Error::from)?;
-    /// client.put_all_async("numbers", &[Batch::from(rb)]).await?;
+    /// client.put_async("numbers", [Batch::from(rb)]).await?;
     /// # Ok(()) }
     /// ```
-    pub async fn put_all_async(&self, name: &str, batches: &[Batch]) -> Result<()> {
+    pub async fn put_async(
+        &self,
+        name: &str,
+        batches: impl IntoIterator<Item = impl Into<Batch>>,
+    ) -> Result<()> {
+        let batches: Vec<Batch> = batches.into_iter().map(Into::into).collect();
+        self.put_batches(name, batches).await
+    }
+
+    async fn put_batches(&self, name: &str, batches: Vec<Batch>) -> Result<()> {
         let span = tracing::info_span!(
             "devbuf.flight.client",
             uri = %self.uri(),
-            call = "put_all",
+            call = "put",
             name,
             batches = batches.len(),
         );
-        trace::call(span, self.put_all_untraced(name, batches), |_| {
-            trace::of_batches(batches)
+        // Shared with the encoding task; counted for the closing event only when a
+        // subscriber takes it.
+        let batches = Arc::new(batches);
+        trace::call(span, self.put_untraced(name, batches.clone()), |_| {
+            trace::of_batches(&batches)
         })
         .await
     }
 
-    async fn put_all_untraced(&self, name: &str, batches: &[Batch]) -> Result<()> {
-        run::need_tokio("Client::put_all_async")?;
+    async fn put_untraced(&self, name: &str, batches: Arc<Vec<Batch>>) -> Result<()> {
+        run::need_tokio("Client::put_async")?;
         let target = Target::batch(name)?;
-        let owned = batches.to_vec();
-        let messages = tokio::task::spawn_blocking(move || encode(target, &owned))
+        let messages = tokio::task::spawn_blocking(move || encode(target, &batches))
             .await
             .map_err(|e| {
                 Error::io(
@@ -255,7 +260,7 @@ impl Client {
 fn encode(target: Target, batches: &[Batch]) -> Result<Vec<FlightData>> {
     let first = batches
         .first()
-        .ok_or_else(|| Error::invalid("put_all needs at least one batch"))?;
+        .ok_or_else(|| Error::invalid("put needs at least one batch"))?;
     let schema = first.schema();
     let mut enc = IpcStreamEncoder::new()?;
     let mut messages: Vec<FlightData> =

@@ -1,5 +1,5 @@
 //! Fetches that keep what arrives: [`Client::read_chunks`] (the chunk batches of a
-//! selection, checked chunk by chunk), [`Client::get_batches`] (a registered name's
+//! selection, checked chunk by chunk), [`Client::read_batches`] (a registered name's
 //! batches, checked by count) and [`Client::fetch`] (one endpoint of any flight).
 
 use std::ops::Range;
@@ -18,7 +18,7 @@ use devbuf_core::cuda::Context;
 use devbuf_core::error::{Error, Result};
 use devbuf_core::zarr::BufferPrototype;
 
-/// The handler of [`Client::read_chunks`], [`Client::get_batches`] and
+/// The handler of [`Client::read_chunks`], [`Client::read_batches`] and
 /// [`Client::fetch`]: keeps every endpoint's batches, in order.
 struct Collect {
     schema: arrow_schema::SchemaRef,
@@ -227,25 +227,25 @@ impl Client {
     }
 
     /// The batches served under `name`, in order, in `prototype`'s memory. Blocking:
-    /// see [`get_batches_async`](Self::get_batches_async).
-    pub fn get_batches(&self, name: &str, prototype: &BufferPrototype) -> Result<Vec<Batch>> {
+    /// see [`read_batches_async`](Self::read_batches_async).
+    pub fn read_batches(&self, name: &str, prototype: &BufferPrototype) -> Result<Vec<Batch>> {
         self.block_on(
-            "Client::get_batches_async",
-            self.get_batches_async(name, prototype),
+            "Client::read_batches_async",
+            self.read_batches_async(name, prototype),
         )
     }
 
-    /// [`get_batches`](Self::get_batches) on the caller's tokio runtime; dropping the
+    /// [`read_batches`](Self::read_batches) on the caller's tokio runtime; dropping the
     /// future cancels it. For host batches one at a time, see
-    /// [`get_batches_stream`](Self::get_batches_stream).
+    /// [`read_batches_stream`](Self::read_batches_stream).
     ///
     /// ```no_run
     /// use devbuf_core::zarr::BufferPrototype;
     /// # async fn f(client: &devbuf_flight::Client) -> devbuf_core::Result<()> {
-    /// let batches = client.get_batches_async("numbers", &BufferPrototype::Host).await?;
+    /// let batches = client.read_batches_async("numbers", &BufferPrototype::Host).await?;
     /// # let _ = batches; Ok(()) }
     /// ```
-    pub async fn get_batches_async(
+    pub async fn read_batches_async(
         &self,
         name: &str,
         prototype: &BufferPrototype,
@@ -253,26 +253,26 @@ impl Client {
         let span = tracing::info_span!(
             "devbuf.flight.client",
             uri = %self.uri(),
-            call = "get_batches",
+            call = "read_batches",
             name,
             device = prototype.is_device(),
         );
-        super::trace::call(span, self.get_batches_untraced(name, prototype), |b| {
+        super::trace::call(span, self.read_batches_untraced(name, prototype), |b| {
             super::trace::of_batches(b)
         })
         .await
     }
 
-    async fn get_batches_untraced(
+    async fn read_batches_untraced(
         &self,
         name: &str,
         prototype: &BufferPrototype,
     ) -> Result<Vec<Batch>> {
-        super::run::need_tokio("Client::get_batches_async")?;
+        super::run::need_tokio("Client::read_batches_async")?;
         let flight = self.info_async(&Query::whole(Target::batch(name)?)).await?;
         let mut counts = Vec::with_capacity(flight.endpoints.len());
         for (i, ep) in flight.endpoints.iter().enumerate() {
-            match &ep.part {
+            match &ep.part() {
                 Some(Part::Batches { name: n, range }) if n == name => {
                     counts.push(range.end - range.start)
                 }

@@ -6,7 +6,7 @@
 //! `run.rs`: how a blocking call runs its async form. `calls.rs`: calls that move no
 //! bulk data, and uploads. `fetch.rs`: fetching endpoints concurrently and checking
 //! completeness. `read.rs`: [`Client::read`] (the assembly of a selection); `chunks.rs`:
-//! its host fast path. `collect.rs`: [`Client::read_chunks`], [`Client::get_batches`],
+//! its host fast path. `collect.rs`: [`Client::read_chunks`], [`Client::read_batches`],
 //! [`Client::fetch`]. `batch_stream.rs`: host record batches as a `futures::Stream`.
 //! `receive.rs`: messages into host or device batches.
 
@@ -41,31 +41,59 @@ use super::protocol::endpoint_uri;
 use super::ticket::{Part, Query, Target};
 use devbuf_core::error::{Error, Result};
 
-/// How a [`Client`] connects and reads.
+/// How a [`Client`] connects and reads: a struct of public fields with documented
+/// defaults; set the ones you need on [`ClientOptions::default()`] (the struct is
+/// `#[non_exhaustive]`, so fields may be added without a breaking release). Checked
+/// by [`Client::connect`], whose error names the field and its valid range.
 ///
 /// ```
 /// use devbuf_flight::ClientOptions;
-/// let o = ClientOptions::new().token("s3cret").concurrency(16);
+/// let mut o = ClientOptions::default();
+/// o.token = Some("s3cret".into());
+/// o.concurrency = 16;
+/// o.max_frame_bytes = 16 << 10; // HTTP/2's default frame size
 /// # let _ = o;
 /// ```
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct ClientOptions {
-    pub(crate) token: Option<String>,
-    pub(crate) tls_ca_pem: Option<Vec<u8>>,
-    pub(crate) tls_domain: Option<String>,
-    pub(crate) concurrency: usize,
-    pub(crate) max_message_bytes: usize,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) idle_timeout: Option<Duration>,
-    pub(crate) runtime_threads: usize,
-    pub(crate) max_frame_bytes: u32,
+    /// Sent as `authorization: Bearer <token>` with every call (default: none;
+    /// [`Client::handshake`] gets one for HTTP Basic credentials and sends it from then
+    /// on). [`read_token_file`](crate::read_token_file) reads one from a file.
+    pub token: Option<String>,
+    /// A PEM certificate (a private CA, or the server's self-signed certificate) to trust
+    /// for `grpc+tls://` servers instead of the web PKI roots (default: none, the web
+    /// PKI roots).
+    pub tls_ca: Option<Vec<u8>>,
+    /// The name the server's certificate must carry (default: none, the URI's host).
+    pub tls_domain: Option<String>,
+    /// How many endpoints are fetched at once (1 to 1024; default 8).
+    pub concurrency: usize,
+    /// Largest message accepted from a server (1 KiB to 2 GiB; default 1 GiB).
+    pub max_message_bytes: usize,
+    /// How long a connection may take to open (default 10 s).
+    pub connect_timeout: Duration,
+    /// How long a stream may send nothing before the fetch fails (default 300 s;
+    /// `None`: wait as long as the connection lives; HTTP/2 keep-alive pings still
+    /// detect a vanished server).
+    pub idle_timeout: Option<Duration>,
+    /// Threads of the client's own tokio runtime (1 to 64; default one per core, 2 to
+    /// 8), which only blocking calls made outside any tokio runtime start: each
+    /// connection's HTTP/2 task and each received message's copy out of the connection
+    /// run on them. The async calls run on the caller's runtime.
+    pub runtime_threads: usize,
+    /// The largest HTTP/2 frame the client accepts on plain (`grpc://`) connections
+    /// (16384 to 16777215; default 1 MiB). A server sends a DoGet body in frames of at
+    /// most this size, one write each: 16 KiB (HTTP/2's default) means 65536 frames per
+    /// GiB. `grpc+tls://` connections go through tonic's channel, which keeps 16 KiB.
+    pub max_frame_bytes: u32,
 }
 
 impl std::fmt::Debug for ClientOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClientOptions")
             .field("token", &self.token.as_ref().map(|_| "<set>"))
-            .field("tls_ca_pem", &self.tls_ca_pem.is_some())
+            .field("tls_ca", &self.tls_ca.is_some())
             .field("tls_domain", &self.tls_domain)
             .field("concurrency", &self.concurrency)
             .field("max_message_bytes", &self.max_message_bytes)
@@ -78,19 +106,13 @@ impl std::fmt::Debug for ClientOptions {
 }
 
 impl Default for ClientOptions {
-    fn default() -> Self {
-        ClientOptions::new()
-    }
-}
-
-impl ClientOptions {
-    /// Defaults: no token, the web PKI roots for TLS, 8 endpoints fetched at once, 1 GiB
-    /// per message, 10 s to connect, 300 s of silence before a stream counts as dead, a
+    /// No token, the web PKI roots for TLS, 8 endpoints fetched at once, 1 GiB per
+    /// message, 10 s to connect, 300 s of silence before a stream counts as dead, a
     /// runtime thread per core (2 to 8), HTTP/2 frames of up to 1 MiB.
-    pub fn new() -> ClientOptions {
+    fn default() -> Self {
         ClientOptions {
             token: None,
-            tls_ca_pem: None,
+            tls_ca: None,
             tls_domain: None,
             concurrency: 8,
             max_message_bytes: 1 << 30,
@@ -102,76 +124,9 @@ impl ClientOptions {
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
         }
     }
+}
 
-    /// Sends `authorization: Bearer <token>` with every call.
-    pub fn token(mut self, token: impl Into<String>) -> ClientOptions {
-        self.token = Some(token.into());
-        self
-    }
-
-    /// Trusts this PEM certificate (a private CA, or the server's self-signed
-    /// certificate) for `grpc+tls://` servers instead of the web PKI roots.
-    pub fn tls_ca(mut self, pem: impl Into<Vec<u8>>) -> ClientOptions {
-        self.tls_ca_pem = Some(pem.into());
-        self
-    }
-
-    /// The name the server's certificate must carry (default: the URI's host).
-    pub fn tls_domain(mut self, domain: impl Into<String>) -> ClientOptions {
-        self.tls_domain = Some(domain.into());
-        self
-    }
-
-    /// How many endpoints are fetched at once (1 to 1024).
-    pub fn concurrency(mut self, n: usize) -> ClientOptions {
-        self.concurrency = n;
-        self
-    }
-
-    /// Largest message accepted from a server (1 KiB to 2 GiB).
-    pub fn max_message_bytes(mut self, n: usize) -> ClientOptions {
-        self.max_message_bytes = n;
-        self
-    }
-
-    /// How long a connection may take to open.
-    pub fn connect_timeout(mut self, t: Duration) -> ClientOptions {
-        self.connect_timeout = t;
-        self
-    }
-
-    /// How long a stream may send nothing before the fetch fails (`None`: wait as long
-    /// as the connection lives; HTTP/2 keep-alive pings still detect a vanished server).
-    pub fn idle_timeout(mut self, t: Option<Duration>) -> ClientOptions {
-        self.idle_timeout = t;
-        self
-    }
-
-    /// Threads of the client's own tokio runtime (1 to 64; default one per core, 2 to
-    /// 8), which only blocking calls made outside any tokio runtime start: each
-    /// connection's HTTP/2 task and each received message's copy out of the connection
-    /// run on them. The async calls run on the caller's runtime.
-    pub fn runtime_threads(mut self, n: usize) -> ClientOptions {
-        self.runtime_threads = n;
-        self
-    }
-
-    /// The largest HTTP/2 frame the client accepts on plain (`grpc://`) connections
-    /// (16384 to 16777215; default 1 MiB, [`DEFAULT_MAX_FRAME_BYTES`]). A server sends a
-    /// DoGet body in frames of at most this size, one write each: 16 KiB (HTTP/2's
-    /// default) means 65536 frames per GiB. `grpc+tls://` connections go through
-    /// tonic's channel, which keeps 16 KiB.
-    ///
-    /// ```
-    /// use devbuf_flight::ClientOptions;
-    /// let o = ClientOptions::new().max_frame_bytes(16 << 10); // HTTP/2's default
-    /// # let _ = o;
-    /// ```
-    pub fn max_frame_bytes(mut self, n: u32) -> ClientOptions {
-        self.max_frame_bytes = n;
-        self
-    }
-
+impl ClientOptions {
     fn validate(&self) -> Result<()> {
         if !(1..=1024).contains(&self.concurrency) {
             return Err(Error::invalid(format!(
@@ -207,7 +162,7 @@ impl ClientOptions {
 }
 
 /// Default of [`ClientOptions::max_frame_bytes`]: 1 MiB.
-pub const DEFAULT_MAX_FRAME_BYTES: u32 = 1 << 20;
+const DEFAULT_MAX_FRAME_BYTES: u32 = 1 << 20;
 const MIN_FRAME_BYTES: u32 = 1 << 14;
 const MAX_FRAME_BYTES: u32 = (1 << 24) - 1;
 
@@ -219,8 +174,14 @@ pub struct Endpoint {
     pub ticket: Bytes,
     /// Servers that can serve the ticket (any one of them).
     pub locations: Vec<String>,
-    /// The ticket read as a devbuf ticket (`None` for another server's tickets).
-    pub part: Option<Part>,
+}
+
+impl Endpoint {
+    /// The ticket read as a devbuf ticket (`None` for another server's tickets). Tickets
+    /// are opaque to callers; the client reads devbuf's to check what arrived.
+    pub(crate) fn part(&self) -> Option<Part> {
+        Part::decode(&self.ticket).ok()
+    }
 }
 
 /// A flight as `GetFlightInfo` or `ListFlights` describes it.
@@ -257,7 +218,6 @@ impl Flight {
                     .map(|t| t.ticket.clone())
                     .unwrap_or_default();
                 Endpoint {
-                    part: Part::decode(&ticket).ok(),
                     ticket,
                     locations: e.location.iter().map(|l| l.uri.clone()).collect(),
                 }
@@ -286,8 +246,8 @@ type Conn = FlightServiceClient<Transport>;
 /// tickets).
 ///
 /// **Async and blocking.** Every call that waits on the network has an `async fn` form
-/// (`connect_async`, `read_async`, `read_chunks_async`, `get_batches_async`,
-/// `put_all_async`, `list_async`, `info_async`, ...) that runs on the caller's tokio
+/// (`connect_async`, `read_async`, `read_chunks_async`, `read_batches_async`,
+/// `put_async`, `list_async`, `info_async`, ...) that runs on the caller's tokio
 /// runtime (current-thread or multi-thread) and starts no runtime of its own; the
 /// received messages are copied out of the connection on that runtime's blocking
 /// threads (`spawn_blocking`). The blocking forms wrap them: outside any runtime they
@@ -319,10 +279,12 @@ type Conn = FlightServiceClient<Transport>;
 /// from any of its locations).
 ///
 /// ```no_run
-/// use devbuf_flight::Client;
+/// use devbuf_flight::{Client, ClientOptions};
 /// use devbuf_core::zarr::BufferPrototype;
 /// # async fn f() -> devbuf_core::Result<()> {
-/// let client = Client::connect_async("grpc://127.0.0.1:8815", Some("s3cret")).await?;
+/// let mut options = ClientOptions::default();
+/// options.token = Some("s3cret".into());
+/// let client = Client::connect_async("grpc://127.0.0.1:8815", &options).await?;
 /// let all = client.read_async("v3_float32.zarr", &[], &BufferPrototype::Host).await?;
 /// # let _ = all; Ok(()) }
 /// ```
@@ -347,61 +309,55 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
-    /// Connects to `uri` (`grpc://host:port`, or `grpc+tls://` with the web PKI roots)
-    /// and sends `token` as a bearer token with every call. Blocking: see
-    /// [`connect_async`](Self::connect_async) for async code.
+    /// Connects to `uri` (`grpc://host:port`, or `grpc+tls://`) with `options` (the
+    /// bearer token, TLS, concurrency, ...; [`ClientOptions::default()`] for none).
+    /// Blocking: outside any tokio runtime the connection opens on a runtime of the
+    /// client's own; on a multi-thread runtime, on that runtime; on a current-thread
+    /// runtime it is an error naming [`connect_async`](Self::connect_async).
     ///
     /// ```no_run
-    /// use devbuf_flight::Client;
-    /// let client = Client::connect("grpc://127.0.0.1:8815", Some("s3cret"))?;
+    /// use devbuf_flight::{Client, ClientOptions};
+    /// let mut options = ClientOptions::default();
+    /// options.token = Some("s3cret".into());
+    /// let client = Client::connect("grpc://127.0.0.1:8815", &options)?;
     /// # let _ = client;
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
-    pub fn connect(uri: &str, token: Option<&str>) -> Result<Client> {
-        Client::connect_with(uri, options_with_token(token))
-    }
-
-    /// Connects to `uri` with `options`. Outside any tokio runtime the connection opens
-    /// on a runtime of the client's own; on a multi-thread runtime, on that runtime; on
-    /// a current-thread runtime it is an error naming
-    /// [`connect_with_async`](Self::connect_with_async).
-    pub fn connect_with(uri: &str, options: ClientOptions) -> Result<Client> {
+    pub fn connect(uri: &str, options: &ClientOptions) -> Result<Client> {
         options.validate()?;
         match run::context() {
             run::Context::Outside => {
-                let runtime = run::build(&options)?;
-                let home = runtime.block_on(channel(uri, &options))?;
-                let client = Client::new(uri, options, home);
+                let runtime = run::build(options)?;
+                let home = runtime.block_on(channel(uri, options))?;
+                let client = Client::new(uri, options.clone(), home);
                 let _ = client.runtime.set(runtime);
                 Ok(client)
             }
             run::Context::MultiThread(h) => {
-                tokio::task::block_in_place(|| h.block_on(Client::connect_with_async(uri, options)))
+                tokio::task::block_in_place(|| h.block_on(Client::connect_async(uri, options)))
             }
-            run::Context::CurrentThread => Err(run::would_block("Client::connect_with_async")),
+            run::Context::CurrentThread => Err(run::would_block("Client::connect_async")),
         }
     }
 
-    /// Connects to `uri` on the caller's tokio runtime, which the connections then live
-    /// on; no runtime is started. As [`connect`](Self::connect) otherwise.
+    /// Connects to `uri` with `options` on the caller's tokio runtime, which the
+    /// connections then live on; no runtime is started (an error when polled outside
+    /// one). As [`connect`](Self::connect) otherwise.
     ///
     /// ```no_run
+    /// use devbuf_flight::{Client, ClientOptions};
     /// # async fn f() -> devbuf_core::Result<()> {
-    /// let client = devbuf_flight::Client::connect_async("grpc://127.0.0.1:8815", Some("s3cret")).await?;
-    /// println!("{:?}", client.list_async().await?.len());
+    /// let mut options = ClientOptions::default();
+    /// options.token = Some("s3cret".into());
+    /// let client = Client::connect_async("grpc://127.0.0.1:8815", &options).await?;
+    /// println!("{:?}", client.list_async("").await?.len());
     /// # Ok(()) }
     /// ```
-    pub async fn connect_async(uri: &str, token: Option<&str>) -> Result<Client> {
-        Client::connect_with_async(uri, options_with_token(token)).await
-    }
-
-    /// Connects to `uri` with `options` on the caller's tokio runtime (an error when
-    /// polled outside one).
-    pub async fn connect_with_async(uri: &str, options: ClientOptions) -> Result<Client> {
+    pub async fn connect_async(uri: &str, options: &ClientOptions) -> Result<Client> {
         options.validate()?;
-        run::need_tokio("Client::connect_with_async")?;
-        let home = channel(uri, &options).await?;
-        Ok(Client::new(uri, options, home))
+        run::need_tokio("Client::connect_async")?;
+        let home = channel(uri, options).await?;
+        Ok(Client::new(uri, options.clone(), home))
     }
 
     fn new(
@@ -426,7 +382,7 @@ impl Client {
 
     /// The bearer token sent with calls (set by the options or by
     /// [`handshake`](Self::handshake)).
-    pub fn token(&self) -> Option<String> {
+    fn token(&self) -> Option<String> {
         self.token.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
@@ -498,14 +454,6 @@ impl Drop for Client {
     }
 }
 
-fn options_with_token(token: Option<&str>) -> ClientOptions {
-    let o = ClientOptions::new();
-    match token {
-        Some(t) => o.token(t),
-        None => o,
-    }
-}
-
 fn conn((transport, origin): (Transport, tonic::codegen::http::Uri), o: &ClientOptions) -> Conn {
     FlightServiceClient::with_origin(transport, origin)
         .max_decoding_message_size(o.max_message_bytes)
@@ -569,7 +517,7 @@ async fn channel(uri: &str, o: &ClientOptions) -> Result<(Transport, tonic::code
         .keep_alive_while_idle(false);
     devbuf_zarr::tls::ensure_crypto_provider();
     let mut cfg = ClientTlsConfig::new();
-    cfg = match &o.tls_ca_pem {
+    cfg = match &o.tls_ca {
         Some(pem) => cfg.ca_certificate(Certificate::from_pem(pem)),
         None => cfg.with_webpki_roots(),
     };

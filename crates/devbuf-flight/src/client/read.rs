@@ -135,7 +135,7 @@ pub(super) fn ranges_of(
 ) -> Result<Vec<Range<u64>>> {
     let mut ranges = Vec::with_capacity(flight.endpoints.len());
     for (i, ep) in flight.endpoints.iter().enumerate() {
-        match &ep.part {
+        match &ep.part() {
             Some(Part::Chunks {
                 array,
                 region: r,
