@@ -353,7 +353,7 @@ fn batches_from_elsewhere() {
             Field::new("x", ArrowType::UInt64, false),
         ],
         vec![
-            Arc::new(t.storage().as_host().unwrap().clone()),
+            t.storage().as_host().unwrap().clone(),
             y.clone(),
             x.clone(),
         ],
@@ -370,7 +370,7 @@ fn batches_from_elsewhere() {
         );
     }
     let tf = t.field("data").unwrap();
-    let storage = Arc::new(t.storage().as_host().unwrap().clone()) as ArrayRef;
+    let storage = t.storage().as_host().unwrap().clone();
     let u64f = |n: &str| Field::new(n, ArrowType::UInt64, false);
     // Errors: no tensor column, two, a coordinate column of another type, too few.
     let cases: Vec<(RecordBatch, &str)> = vec![

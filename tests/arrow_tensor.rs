@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use arrow_array::cast::AsArray;
 use arrow_array::{
     Array, ArrayRef, BooleanArray, FixedSizeListArray, Float16Array, Float32Array, Int32Array,
     StringArray, UInt8Array,
@@ -41,6 +42,7 @@ fn host(t: &TensorArray) -> &FixedSizeListArray {
     t.storage()
         .as_host()
         .expect("a host NDBuffer gives host storage")
+        .as_fixed_size_list()
 }
 
 /// The bytes of an Arrow array's elements (from its offset, `len` of them) read through
@@ -611,7 +613,7 @@ fn device_entry_points_refuse_host_memory_and_tensors_stay_where_they_are() {
         nd.to_arrow_tensor().unwrap(),
         nd.to_arrow_tensor_rows().unwrap(),
     ] {
-        assert!(!t.is_device() && t.storage().is_host());
+        assert!(!t.is_device() && t.storage().as_host().is_some());
         assert!(t.storage().as_device().is_none());
         assert_eq!(
             t.to_host().unwrap().storage().as_host(),

@@ -19,6 +19,7 @@ use arrow_array::{Array, ArrayRef, Int32Array, RecordBatch, StringArray, make_ar
 use arrow_schema::{DataType, Field, Schema};
 use corpus::{counts, serial};
 use devbuf::Error;
+use devbuf::arrow::AnyArray;
 use devbuf::arrow::c_device::*;
 
 fn data_ptrs(a: &dyn Array) -> Vec<usize> {
@@ -128,8 +129,8 @@ fn import_array_dispatches_on_device_type() {
     let a = Int32Array::from(vec![1, 2, 3]);
     let (mut c_array, c_schema) = export_host_array(&a, HostDevice::Cpu).unwrap();
     match import_array(&mut c_array, &c_schema).unwrap() {
-        ImportedArray::Host(b) => assert_eq!(b.as_ref(), &a as &dyn Array),
-        ImportedArray::Device(_) => panic!("a CPU array imported as a device array"),
+        AnyArray::Host(b) => assert_eq!(b.as_ref(), &a as &dyn Array),
+        AnyArray::Device(_) => panic!("a CPU array imported as a device array"),
     }
 }
 

@@ -16,7 +16,7 @@ use arrow_schema::{DataType, Field, Schema};
 use devbuf::__test::{StreamGate, copy_on_stream};
 use devbuf::Error;
 use devbuf::arrow::c_device::*;
-use devbuf::arrow::{DeviceArray, read_record_batch, serialize_record_batch};
+use devbuf::arrow::{AnyArray, DeviceArray, read_record_batch, serialize_record_batch};
 use devbuf::cuda::{self, Context, DeviceBuffer, Stream};
 
 use rand::Rng;
@@ -417,7 +417,7 @@ gpu_test! {
         let (mut c_array, schema) = export_host_array(pinned.as_ref(), HostDevice::CudaHost { context: &c, sync: SyncEvent::DefaultStream }).unwrap();
         assert!(!sync_event_handle(&c_array).is_null());
         let back = import_array(&mut c_array, &schema).unwrap();
-        let ImportedArray::Host(back) = back else { panic!("CUDA_HOST imports to the host") };
+        let AnyArray::Host(back) = back else { panic!("CUDA_HOST imports to the host") };
         assert_eq!(back.as_ref(), pinned.as_ref());
         // Ordinary memory is not CUDA_HOST.
         let plain = Int32Array::from(vec![1, 2, 3]);

@@ -162,7 +162,7 @@ gpu_test! {
         }
         let got = client.get_batches("dev", &DEV).unwrap();
         for b in &got {
-            assert!(b.is_device());
+            assert!(b.prototype().is_device());
             assert_eq!(b.to_host().unwrap(), host);
         }
         // Uploaded from device memory; dictionary columns through the host.
@@ -172,7 +172,7 @@ gpu_test! {
         let mixed_dev = read_record_batch(&serialize_record_batch(&mixed, &ctx).unwrap(), mixed.schema()).unwrap();
         client.put_all("mixed", &[Batch::Device(mixed_dev)]).unwrap();
         let back = client.get_batches("mixed", &DEV).unwrap();
-        assert!(back[0].is_device());
+        assert!(back[0].prototype().is_device());
         assert_eq!(back[0].to_host().unwrap(), mixed);
     }
 }

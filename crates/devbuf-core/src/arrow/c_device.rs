@@ -98,7 +98,7 @@ pub use abi::{StructLayout, layout_table};
 pub use export::{HostDevice, SyncEvent, export_device_array, export_host_array, export_schema};
 #[doc(hidden)]
 pub use export::{live_exports, release_count};
-pub use import::{ImportedArray, import_array, import_device_array, import_host_array};
+pub use import::{import_array, import_device_array, import_host_array};
 pub use stream::{
     DeviceStreamReader, HostStreamReader, batch_as_struct, export_device_stream,
     export_host_stream, import_device_stream, import_host_stream,

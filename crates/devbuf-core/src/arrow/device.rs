@@ -525,6 +525,11 @@ impl DeviceArray {
         Ok(make_array(self.to_parts().map(f)?.into_array_data()?))
     }
 
+    /// The device ordinal of the first buffer (`None` for an array without buffers).
+    pub(crate) fn device_ordinal(&self) -> Option<usize> {
+        self.all_buffers().first().map(|b| b.context().ordinal())
+    }
+
     /// Every device buffer of the array, its children and dictionary (for checks of
     /// where the memory lives).
     pub fn all_buffers(&self) -> Vec<&DeviceBuffer> {

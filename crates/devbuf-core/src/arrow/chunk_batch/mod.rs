@@ -20,6 +20,7 @@ use arrow_buffer::{Buffer, MutableBuffer};
 use arrow_schema::{DataType as ArrowType, Field, Schema, SchemaRef};
 
 use super::device::{DeviceArray, Parts};
+use super::Batch;
 use super::ipc_format::DeviceRecordBatch;
 use super::tensor::{TensorArray, TensorType};
 use crate::cuda::kernels::bits;
@@ -176,14 +177,6 @@ fn c_strides(shape: &[usize], es: usize) -> Vec<isize> {
         s = s.saturating_mul(shape[j]);
     }
     out
-}
-
-/// A [`ChunkBatch`]'s record batch: on the host or on a device (its chunk column, a
-/// [`TensorArray`], is host or device by itself).
-#[derive(Clone, Debug)]
-enum Batch {
-    Host(RecordBatch),
-    Device(DeviceRecordBatch),
 }
 
 /// Many chunks of one array as one Arrow record batch: column `coord_{d}` (`UInt64`, not

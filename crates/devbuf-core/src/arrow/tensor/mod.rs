@@ -20,7 +20,7 @@
 //!   `ravel()`), as one array of [`arrow_data_type`].
 //! * **Tensor** ([`NDBuffer::to_arrow_tensor`]): the whole NDBuffer as one element
 //!   (length 1) of an `arrow.fixed_shape_tensor` array, a [`TensorArray`] whose
-//!   [`TensorStorage`] is host or device memory, where the NDBuffer lives.
+//!   storage ([`AnyArray`](super::AnyArray)) is host or device memory, where the NDBuffer lives.
 //! * **Rows** ([`NDBuffer::to_arrow_tensor_rows`]): axis 0 becomes the array's length
 //!   and every row a tensor of the remaining axes (pyarrow's
 //!   `FixedShapeTensorArray.from_numpy_ndarray`), likewise on either side.
@@ -65,7 +65,7 @@
 //!
 //! This file: the element-type mapping. `extension.rs`: [`TensorType`] and its metadata.
 //! `layout.rs`: dense axis orders and the one copy. `parts.rs`: Arrow layouts over host
-//! or device buffers. `array.rs`: [`TensorArray`] and [`TensorStorage`].
+//! or device buffers. `array.rs`: [`TensorArray`].
 //! `ndbuffer.rs`: the NDBuffer methods.
 
 mod array;
@@ -76,7 +76,7 @@ mod parts;
 #[cfg(test)]
 mod tests;
 
-pub use array::{TensorArray, TensorStorage};
+pub use array::TensorArray;
 pub use extension::TensorType;
 pub(crate) use layout::{Form, Prepared, prepare};
 pub(crate) use parts::{element_parts, flat_ndbuffer, locate_tensor, storage_parts, tensor_rows};
@@ -95,6 +95,7 @@ use arrow_data::ArrayData;
 use arrow_schema::extension::{EXTENSION_TYPE_METADATA_KEY, EXTENSION_TYPE_NAME_KEY};
 use arrow_schema::{DataType as ArrowType, Field};
 
+use super::AnyArray;
 use super::device::{DeviceArray, Parts};
 use crate::cuda::DeviceBuffer;
 use crate::element::ElementType;

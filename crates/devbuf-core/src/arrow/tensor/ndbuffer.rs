@@ -139,15 +139,15 @@ impl NDBuffer {
     fn tensor_array(&self, form: Form) -> Result<TensorArray> {
         let p = prepare(self, form)?;
         let storage = match &p.values {
-            Memory::Host(_) => TensorStorage::Host(FixedSizeListArray::from(host_array(&p)?)),
-            Memory::Device(_) => TensorStorage::Device(device_array(&p)?),
+            Memory::Host(_) => AnyArray::Host(make_array(host_array(&p)?)),
+            Memory::Device(_) => AnyArray::Device(device_array(&p)?),
         };
         let t = p
             .tensor
             .ok_or_else(|| Error::invalid("internal: tensor form without a tensor type"))?;
         match storage {
-            TensorStorage::Host(_) => TensorArray::try_new(t, storage),
-            TensorStorage::Device(_) => Ok(TensorArray::new_unchecked(t, storage)),
+            AnyArray::Host(_) => TensorArray::try_new(t, storage),
+            AnyArray::Device(_) => Ok(TensorArray::new_unchecked(t, storage)),
         }
     }
 
