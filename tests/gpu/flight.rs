@@ -118,8 +118,8 @@ gpu_test! {
             let dev = client.read_chunks(name, None, &DEV).unwrap();
             assert_eq!(host.len(), dev.len(), "{name}");
             for (h, d) in host.iter().zip(&dev) {
-                assert!(d.is_device() && !h.is_device(), "{name}");
-                let drb = d.device_record_batch().unwrap();
+                assert!(d.prototype().is_device() && !h.prototype().is_device(), "{name}");
+                let drb = d.batch().as_device().unwrap();
                 for col in drb.columns() {
                     for b in col.all_buffers() {
                         assert_eq!(b.context().ordinal(), 0);
@@ -128,7 +128,7 @@ gpu_test! {
                 assert_eq!(h.len(), d.len());
                 // The client takes the coordinates from the received message on the
                 // host; the device columns hold the same.
-                let from_device = ChunkBatch::from_device_record_batch(drb.clone()).unwrap();
+                let from_device = ChunkBatch::try_from(Batch::Device(drb.clone())).unwrap();
                 for i in 0..h.len() {
                     assert_eq!(h.coords(i), d.coords(i), "{name}");
                     assert_eq!(from_device.coords(i), d.coords(i), "{name}");

@@ -36,9 +36,9 @@ gpu_test! {
         }
         let host = ChunkBatch::from_chunks(&grid, chunks.iter().map(|(c, n)| (c.as_slice(), n)), &BufferPrototype::Host).unwrap();
         let dev = ChunkBatch::from_chunks(&grid, chunks.iter().map(|(c, n)| (c.as_slice(), n)), &BufferPrototype::Device(1)).unwrap();
-        assert!(dev.is_device());
-        let host_rb = host.record_batch().unwrap().clone();
-        let d = dev.device_record_batch().unwrap();
+        assert!(dev.prototype().is_device());
+        let host_rb = host.batch().as_host().unwrap().clone();
+        let d = dev.batch().as_device().unwrap();
         let message = d.message();
         assert_eq!(message.context().ordinal(), 1);
         assert_eq!(device_of_pointer(message.address()), 1);

@@ -9,14 +9,15 @@ use super::*;
 /// for a schema.
 ///
 /// ```
-/// use devbuf_core::arrow::TensorArray;
+/// use devbuf_core::arrow::{TensorArray, TensorType};
 /// use devbuf_core::zarr::NDBuffer;
 /// let nd = NDBuffer::from_ndarray(ndarray::Array3::<f32>::zeros((2, 3, 4)).reversed_axes()); // F order
-/// let t = nd.to_arrow_tensor()?;                        // zero-copy
+/// let t = nd.clone().into_tensor()?;                   // zero-copy
 /// assert_eq!(t.tensor_type().shape(), &[2, 3, 4]);     // physical: memory order
 /// assert_eq!(t.tensor_type().logical_shape(), vec![4, 3, 2]);
+/// // A column read back: the tensor type from the field, the storage from the array.
 /// let field = t.field("x")?;
-/// let back = TensorArray::from_arrow(&field, t.storage().as_host().unwrap())?;
+/// let back = TensorArray::try_new(TensorType::from_field(&field)?, t.into_storage())?;
 /// assert_eq!(back.tensor(0)?.shape(), &[4, 3, 2]);
 /// assert_eq!(back.tensor(0)?.strides(), nd.strides()); // the same F-order view
 /// # Ok::<(), devbuf_core::Error>(())
@@ -27,7 +28,7 @@ use super::*;
 /// ```no_run
 /// use devbuf_core::zarr::{BufferPrototype, Dtype, NDBuffer, Order};
 /// let nd = NDBuffer::create(&BufferPrototype::Device(0), &[4, 8, 8], Dtype::FLOAT32, Order::C, None)?;
-/// let t = nd.to_arrow_tensor_rows()?; // 4 tensors of [8, 8], zero-copy
+/// let t = nd.clone().into_tensor_rows()?; // 4 tensors of [8, 8], zero-copy
 /// let storage = t.storage().as_device().unwrap();
 /// assert_eq!(storage.children()[0].buffers()[0].address(), nd.as_ndarray_like().memory.address());
 /// assert_eq!(t.tensor(3)?.shape(), &[8, 8]); // a device view, no copy
@@ -43,6 +44,9 @@ impl TensorArray {
     /// Pairs a tensor type with its storage (host or device), checking that the storage
     /// is a `FixedSizeList` of the type's element and list size (on the device also
     /// that it has no nulls and its buffers are large enough).
+    ///
+    /// A column of a record batch: `TensorArray::try_new(TensorType::from_field(field)?,
+    /// column)` (arrow-rs keeps the extension type on the field, not on the array).
     pub fn try_new(
         tensor_type: TensorType,
         storage: impl Into<AnyArray>,
@@ -83,17 +87,6 @@ impl TensorArray {
         }
     }
 
-    /// Reads a host column: the tensor type from `field` ([`TensorType::from_field`])
-    /// and the storage from `array` (a `FixedSizeListArray` of the field's type).
-    pub fn from_arrow(field: &Field, array: &dyn Array) -> Result<TensorArray> {
-        TensorArray::try_new(TensorType::from_field(field)?, array)
-    }
-
-    /// Reads a device column: the tensor type from `field` and the device storage.
-    pub fn from_device(field: &Field, storage: &DeviceArray) -> Result<TensorArray> {
-        TensorArray::try_new(TensorType::from_field(field)?, storage.clone())
-    }
-
     /// The extension type.
     pub fn tensor_type(&self) -> &TensorType {
         &self.tensor_type
@@ -109,9 +102,9 @@ impl TensorArray {
         self.storage
     }
 
-    /// True when the storage lives on a device.
-    pub fn is_device(&self) -> bool {
-        self.storage.as_device().is_some()
+    /// Where the storage lives: [`BufferPrototype::Host`] or the device of its buffers.
+    pub fn prototype(&self) -> BufferPrototype {
+        self.storage.prototype()
     }
 
     /// Number of tensors.
