@@ -59,7 +59,7 @@ gpu_test! {
         }
 
         // Export as one struct array, import on a device-1 consumer stream.
-        let s = batch_as_struct(d).unwrap();
+        let s = DeviceArray::try_from(d.clone()).unwrap();
         let want = StructArray::from(host_rb.clone());
         let nodes = crate::corpus::node_count(&want.to_data());
         let k = counts();
@@ -81,7 +81,7 @@ gpu_test! {
         assert_eq!(k.live_since(), nodes as i64);
         let consumer = Stream::new(&d1).unwrap();
         let imported = import_device_array(&mut c_array, &c_schema, Some(&consumer)).unwrap();
-        assert!(c_array.is_released());
+        assert!(c_array.array().is_released());
         assert_eq!(addrs(&imported, true), addrs(&s, true), "imported zero-copy");
         assert!(imported.all_buffers().iter().all(|b| b.context().ordinal() == 1 && !b.is_owned()));
         consumer.synchronize().unwrap();

@@ -641,7 +641,7 @@ pub(super) fn import_host(array: &mut ArrowDeviceArray, dt: &DataType) -> Result
 /// # let d = DeviceArray::from_host(&Int32Array::from(vec![1, 2, 3]), &ctx)?;
 /// let (mut c_array, c_schema) = export_device_array(&d, SyncEvent::DefaultStream)?;
 /// let imported = import_device_array(&mut c_array, &c_schema, None)?;
-/// assert!(c_array.is_released());
+/// assert!(c_array.array().is_released());
 /// assert!(import_device_array(&mut c_array, &c_schema, None).is_err()); // imported once only
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
