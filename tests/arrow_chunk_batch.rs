@@ -352,11 +352,7 @@ fn batches_from_elsewhere() {
             Field::new("y", ArrowType::UInt64, false),
             Field::new("x", ArrowType::UInt64, false),
         ],
-        vec![
-            t.storage().as_host().unwrap().clone(),
-            y.clone(),
-            x.clone(),
-        ],
+        vec![t.storage().as_host().unwrap().clone(), y.clone(), x.clone()],
         None,
     );
     let b = ChunkBatch::try_from(Batch::Host(rb)).unwrap();
@@ -452,7 +448,9 @@ fn batches_from_elsewhere() {
         ),
     ];
     for (rb, want) in cases {
-        let e = ChunkBatch::try_from(Batch::Host(rb)).unwrap_err().to_string();
+        let e = ChunkBatch::try_from(Batch::Host(rb))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(want), "{want}: {e}");
     }
     // With grid metadata, edge chunks are cut back.

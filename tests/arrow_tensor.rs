@@ -400,7 +400,8 @@ fn rows_every_dtype_shape_and_layout() {
     let zero_d = NDBuffer::from_ndarray(ndarray::arr0(1u8));
     assert!(
         zero_d
-            .clone().into_tensor_rows()
+            .clone()
+            .into_tensor_rows()
             .unwrap_err()
             .to_string()
             .contains("0-dimensional")
@@ -829,13 +830,30 @@ fn random_round_trips() {
             .collect();
         let nd = base.get(&sel).unwrap();
         let want = c_bytes(&nd);
-        assert_eq!(arrow_bytes(&nd.clone().into_arrow().unwrap().into_host().unwrap().to_data()).0, want);
+        assert_eq!(
+            arrow_bytes(
+                &nd.clone()
+                    .into_arrow()
+                    .unwrap()
+                    .into_host()
+                    .unwrap()
+                    .to_data()
+            )
+            .0,
+            want
+        );
         let t = nd.clone().into_tensor().unwrap();
         check_tensor_storage(&t, 0, &nd);
         assert_eq!(c_bytes(&t.tensor(0).unwrap()), want);
         if nd.ndim() > 0 {
             assert_eq!(
-                c_bytes(&nd.clone().into_tensor_rows().unwrap().to_ndbuffer().unwrap()),
+                c_bytes(
+                    &nd.clone()
+                        .into_tensor_rows()
+                        .unwrap()
+                        .to_ndbuffer()
+                        .unwrap()
+                ),
                 want
             );
         }

@@ -116,7 +116,9 @@ fn devbuf_imports_arrow_rs_exports() {
     {
         let (ffi_array, ffi_schema) = to_ffi(&a.to_data()).expect(&name);
         // Safety: arrow-rs exported a valid CPU array.
-        let mut d = unsafe { ArrowDeviceArray::new(ffi_array.into(), -1, ARROW_DEVICE_CPU, std::ptr::null_mut()) };
+        let mut d = unsafe {
+            ArrowDeviceArray::new(ffi_array.into(), -1, ARROW_DEVICE_CPU, std::ptr::null_mut())
+        };
         let back = import_host_array(&mut d, &ffi_schema).expect(&name);
         assert_eq!(back.as_ref(), a.as_ref(), "{name}");
         assert_eq!(data_ptrs(back.as_ref()), data_ptrs(a.as_ref()), "{name}");
@@ -280,7 +282,8 @@ fn importing_a_parent_whose_child_was_moved_out_is_an_error() {
     let mut parent = c_array.take_array();
     let child = parent.take_child(0).unwrap();
     // Safety: a CPU array exported by devbuf.
-    let mut d = unsafe { ArrowDeviceArray::new(parent, -1, ARROW_DEVICE_CPU, std::ptr::null_mut()) };
+    let mut d =
+        unsafe { ArrowDeviceArray::new(parent, -1, ARROW_DEVICE_CPU, std::ptr::null_mut()) };
     let e = import_host_array(&mut d, &c_schema).unwrap_err();
     assert!(e.to_string().contains("children[0]"), "{e}");
     assert!(e.to_string().contains("released"), "{e}");
@@ -936,7 +939,10 @@ fn host_stream_raw_callbacks() {
         for _ in 0..3 {
             let mut out = std::mem::MaybeUninit::<ArrowDeviceArray>::uninit();
             assert_eq!(get_next(p, out.as_mut_ptr()), 0);
-            assert!(out.assume_init().array().is_released(), "end of stream, repeatedly");
+            assert!(
+                out.assume_init().array().is_released(),
+                "end of stream, repeatedly"
+            );
         }
         drop(first);
     }

@@ -552,8 +552,18 @@ fn batches() -> (Arc<Schema>, Vec<RecordBatch>) {
 /// The three reserved words of a device array (zero when produced by devbuf), read at the
 /// offset `layout_table` gives.
 fn reserved(a: &ArrowDeviceArray) -> [i64; 3] {
-    let (_, _, fields) = layout_table().into_iter().find(|(n, _, _)| *n == "ArrowDeviceArray").unwrap();
+    let (_, _, fields) = layout_table()
+        .into_iter()
+        .find(|(n, _, _)| *n == "ArrowDeviceArray")
+        .unwrap();
     let (_, off) = fields.into_iter().find(|(f, _)| *f == "reserved").unwrap();
     // Safety: `off` is the offset of the `[i64; 3]` field inside the live structure.
-    unsafe { std::ptr::read_unaligned((a as *const ArrowDeviceArray).cast::<u8>().add(off).cast::<[i64; 3]>()) }
+    unsafe {
+        std::ptr::read_unaligned(
+            (a as *const ArrowDeviceArray)
+                .cast::<u8>()
+                .add(off)
+                .cast::<[i64; 3]>(),
+        )
+    }
 }

@@ -14,8 +14,8 @@ use arrow_array::{Array, Int32Array, RecordBatch, StringArray};
 use devbuf::__test::{StreamGate, copy_on_stream, open_mapping_count};
 use devbuf::Error;
 use devbuf::arrow::{
-    Batch, DeviceArray, read_record_batch, read_record_batch_host, schema_from_bytes, schema_to_bytes,
-    serialize_record_batch, serialize_record_batch_to_vec,
+    Batch, DeviceArray, read_record_batch, read_record_batch_host, schema_from_bytes,
+    schema_to_bytes, serialize_record_batch, serialize_record_batch_to_vec,
 };
 use devbuf::cuda::{
     Context, DeviceBuffer, DeviceBufferReader, DeviceBufferWriter, Event, EventFlags, Stream,

@@ -99,6 +99,6 @@ pub use export::{HostDevice, SyncEvent, export_device_array, export_host_array, 
 pub use export::{live_exports, release_count};
 pub use import::{import_array, import_device_array, import_host_array};
 pub use stream::{
-    DeviceStreamReader, HostStreamReader, export_device_stream,
-    export_host_stream, import_device_stream, import_host_stream,
+    DeviceStreamReader, HostStreamReader, export_device_stream, export_host_stream,
+    import_device_stream, import_host_stream,
 };

@@ -41,6 +41,4 @@ pub use ipc_format::{
     serialize_record_batch_to_vec,
 };
 pub use ipc_format_encode::serialize_device_record_batch;
-pub use tensor::{
-    FIXED_SHAPE_TENSOR, TensorArray, TensorType, arrow_data_type, element_type_of,
-};
+pub use tensor::{FIXED_SHAPE_TENSOR, TensorArray, TensorType, arrow_data_type, element_type_of};

@@ -41,7 +41,9 @@ pub(super) struct Grid {
 impl Grid {
     pub(super) fn of(flight: &Flight, path: &str) -> Result<Grid> {
         let cb = ChunkBatch::try_from(Batch::Host(RecordBatch::new_empty(flight.schema.clone())))
-            .map_err(|e| e.context(format_args!("the flight of {path:?} is not a chunk flight")))?;
+            .map_err(|e| {
+            e.context(format_args!("the flight of {path:?} is not a chunk flight"))
+        })?;
         let array_shape = cb.array_shape().ok_or_else(|| {
             Error::Malformed(format!(
                 "the flight of {path:?} carries no array shape ({} metadata)",

@@ -372,7 +372,8 @@ pub(crate) type StreamGetSchema =
 pub(crate) type StreamGetNext =
     unsafe extern "C" fn(*mut ArrowDeviceArrayStream, *mut ArrowDeviceArray) -> c_int;
 /// `get_last_error` of an [`ArrowDeviceArrayStream`].
-pub(crate) type StreamGetLastError = unsafe extern "C" fn(*mut ArrowDeviceArrayStream) -> *const c_char;
+pub(crate) type StreamGetLastError =
+    unsafe extern "C" fn(*mut ArrowDeviceArrayStream) -> *const c_char;
 /// `release` of an [`ArrowDeviceArrayStream`].
 pub(crate) type StreamRelease = unsafe extern "C" fn(*mut ArrowDeviceArrayStream);
 

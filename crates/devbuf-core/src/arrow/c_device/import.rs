@@ -24,8 +24,8 @@ use super::abi::{
     ArrowDeviceType, device_type_name,
 };
 use super::types::{Side, base_buffer_count, check_type};
-use crate::arrow::{AnyArray, DeviceArray};
 use crate::arrow::device::{ByteLen, Parts, child_fields, has_offsets};
+use crate::arrow::{AnyArray, DeviceArray};
 use crate::cuda::{Context, DeviceBuffer, Stream};
 use crate::error::{Error, Result};
 
@@ -697,10 +697,7 @@ pub fn import_host_array(
 /// }
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
-pub fn import_array(
-    array: &mut ArrowDeviceArray,
-    schema: &FFI_ArrowSchema,
-) -> Result<AnyArray> {
+pub fn import_array(array: &mut ArrowDeviceArray, schema: &FFI_ArrowSchema) -> Result<AnyArray> {
     let dt = data_type_of(schema)?;
     check_header(
         array,

@@ -19,8 +19,8 @@ use arrow_array::{Array, ArrayRef, RecordBatch, UInt64Array, make_array};
 use arrow_buffer::{Buffer, MutableBuffer};
 use arrow_schema::{DataType as ArrowType, Field, Schema, SchemaRef};
 
-use super::device::{DeviceArray, Parts};
 use super::Batch;
+use super::device::{DeviceArray, Parts};
 use super::ipc_format::DeviceRecordBatch;
 use super::tensor::{TensorArray, TensorType};
 use crate::cuda::kernels::bits;

@@ -47,10 +47,7 @@ impl TensorArray {
     ///
     /// A column of a record batch: `TensorArray::try_new(TensorType::from_field(field)?,
     /// column)` (arrow-rs keeps the extension type on the field, not on the array).
-    pub fn try_new(
-        tensor_type: TensorType,
-        storage: impl Into<AnyArray>,
-    ) -> Result<TensorArray> {
+    pub fn try_new(tensor_type: TensorType, storage: impl Into<AnyArray>) -> Result<TensorArray> {
         let storage = storage.into();
         match &storage {
             AnyArray::Host(s) => {
