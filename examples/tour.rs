@@ -39,7 +39,7 @@ use devbuf::arrow::c_device::{
     import_host_array,
 };
 use devbuf::arrow::{
-    CHUNK_COLUMN, ChunkBatch, ChunkGrid, read_record_batch, read_record_batch_host,
+    Batch, CHUNK_COLUMN, ChunkBatch, ChunkGrid, read_record_batch, read_record_batch_host,
     schema_from_bytes, schema_to_bytes, serialize_device_record_batch,
     serialize_record_batch_shared,
 };
@@ -190,7 +190,7 @@ fn run_one(
     )?;
     // Hand the tensor column to an in-process Arrow consumer through the C Device Data
     // Interface: the consumer's buffers must be the producer's (zero-copy).
-    let zero_copy = if let Some(d) = batch.device_record_batch() {
+    let zero_copy = if let Some(d) = batch.batch().as_device() {
         let col = d.column_by_name(CHUNK_COLUMN).ok_or("no chunk column")?;
         let (mut c_array, schema) = export_device_array(col, SyncEvent::DefaultStream)?;
         let imported = import_device_array(&mut c_array, &schema, None)?;
@@ -198,7 +198,7 @@ fn run_one(
         let b: Vec<u64> = imported.all_buffers().iter().map(|b| b.address()).collect();
         a == b
     } else {
-        let rb = batch.record_batch().ok_or("no host batch")?;
+        let rb = batch.batch().as_host().ok_or("no host batch")?;
         let col = rb.column_by_name(CHUNK_COLUMN).ok_or("no chunk column")?;
         let (mut c_array, schema) = export_host_array(col.as_ref(), HostDevice::Cpu)?;
         let imported = import_host_array(&mut c_array, &schema)?;
@@ -210,13 +210,13 @@ fn run_one(
         "  Arrow batch of {} rows ({} coordinate columns + tensor column) in {:.1} ms; \
          C Device Data Interface round trip zero-copy: {zero_copy}",
         batch.len(),
-        batch.ndim(),
+        batch.chunk_shape().len(),
         arrow_s * 1e3
     );
 
     // 3. Share it with a consumer process.
     let t = Instant::now();
-    let (handle, schema, _keep_device, _keep_host) = if let Some(d) = batch.device_record_batch() {
+    let (handle, schema, _keep_device, _keep_host) = if let Some(d) = batch.batch().as_device() {
         let message = serialize_device_record_batch(d)?;
         let h = IpcHandle::Device(message.export_ipc()?);
         (h, d.schema(), Some(message), None)
@@ -262,10 +262,10 @@ fn consumer(handle_hex: &str, schema_hex: &str, source: &str) -> Res<()> {
         schema_from_bytes(&hex::decode(schema_hex).map_err(|e| format!("bad hex text: {e}"))?)?;
     let batch = match &handle {
         IpcHandle::Device(h) => {
-            ChunkBatch::from_device_record_batch(read_record_batch(&h.open()?, schema)?)?
+            ChunkBatch::try_from(Batch::Device(read_record_batch(&h.open()?, schema)?))?
         }
         IpcHandle::Host(h) => {
-            ChunkBatch::from_record_batch(read_record_batch_host(&h.open()?, schema)?)?
+            ChunkBatch::try_from(Batch::Host(read_record_batch_host(&h.open()?, schema)?))?
         }
     };
     let open_s = t.elapsed().as_secs_f64();

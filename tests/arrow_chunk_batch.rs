@@ -11,7 +11,7 @@ use arrow_array::{Array, ArrayRef, RecordBatch, UInt64Array};
 use arrow_schema::{DataType as ArrowType, Field, Schema};
 use devbuf::ElementType;
 use devbuf::arrow::{
-    CHUNK_COLUMN, CHUNK_GRID_METADATA_KEY, ChunkBatch, ChunkGrid, TensorType, coord_column,
+    Batch, CHUNK_COLUMN, CHUNK_GRID_METADATA_KEY, ChunkBatch, ChunkGrid, TensorType, coord_column,
 };
 use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, NDBuffer, Order, Scalar};
 use rand::rngs::SmallRng;
@@ -156,12 +156,12 @@ fn every_dtype_every_chunk_layout() {
             })
             .collect();
         let batch = ChunkBatch::from_chunks(&grid, chunks, &HOST).unwrap();
-        assert!(!batch.is_device());
-        assert_eq!(batch.element(), dtype.element());
+        assert!(!batch.prototype().is_device());
+        assert_eq!(batch.tensor_type().element(), dtype.element());
         check_batch(&batch, &grid, &array, &coords);
         // Read back from its record batch (zero-copy) and from Arrow IPC bytes.
-        let rb = batch.record_batch().unwrap().clone();
-        let back = ChunkBatch::from_record_batch(rb.clone()).unwrap();
+        let rb = batch.batch().as_host().unwrap().clone();
+        let back = ChunkBatch::try_from(Batch::Host(rb.clone())).unwrap();
         check_batch(&back, &grid, &array, &coords);
         let bytes = devbuf::arrow::serialize_record_batch_to_vec(&rb).unwrap();
         let read = devbuf::arrow::read_record_batch_host(
@@ -170,7 +170,7 @@ fn every_dtype_every_chunk_layout() {
         )
         .unwrap();
         check_batch(
-            &ChunkBatch::from_record_batch(read).unwrap(),
+            &ChunkBatch::try_from(Batch::Host(read)).unwrap(),
             &grid,
             &array,
             &coords,
@@ -190,7 +190,7 @@ fn one_allocation_and_zero_copy_chunks() {
         .iter()
         .map(|c| (c.clone(), array.get(&region(&grid, c)).unwrap()));
     let batch = ChunkBatch::from_chunks(&grid, chunks, &HOST).unwrap();
-    let rb = batch.record_batch().unwrap();
+    let rb = batch.batch().as_host().unwrap();
     let ptr = |a: &ArrayRef| -> usize {
         let d = a.to_data();
         let leaf = if d.child_data().is_empty() {
@@ -250,7 +250,7 @@ fn bool_and_complex_chunks() {
         let batch = ChunkBatch::from_chunks(&grid, chunks, &HOST).unwrap();
         check_batch(&batch, &grid, &array, &order);
         check_batch(
-            &ChunkBatch::from_record_batch(batch.record_batch().unwrap().clone()).unwrap(),
+            &ChunkBatch::try_from(batch.batch().clone()).unwrap(),
             &grid,
             &array,
             &order,
@@ -266,21 +266,21 @@ fn zero_d_and_empty_grids() {
     let nd = NDBuffer::from_ndarray(ndarray::arr0(-7i16));
     let batch = ChunkBatch::from_chunks(&grid, [(Vec::<u64>::new(), &nd)], &HOST).unwrap();
     assert_eq!(batch.len(), 1);
-    assert_eq!(batch.record_batch().unwrap().num_columns(), 1);
+    assert_eq!(batch.batch().as_host().unwrap().num_columns(), 1);
     assert_eq!(
         batch.chunk(0).unwrap().as_scalar().unwrap(),
         Scalar::Int16(-7)
     );
-    let back = ChunkBatch::from_record_batch(batch.record_batch().unwrap().clone()).unwrap();
+    let back = ChunkBatch::try_from(batch.batch().clone()).unwrap();
     assert_eq!(back.coords(0), Some(&[][..]));
     // No chunks.
     let grid = ChunkGrid::new(&[4, 4], &[2, 2], Dtype::FLOAT32).unwrap();
     let empty = ChunkBatch::from_chunks(&grid, Vec::<(Vec<u64>, NDBuffer)>::new(), &HOST).unwrap();
     assert!(empty.is_empty());
-    assert_eq!(empty.record_batch().unwrap().num_rows(), 0);
+    assert_eq!(empty.batch().as_host().unwrap().num_rows(), 0);
     assert_eq!(empty.to_ndbuffer().unwrap().shape(), &[0, 2, 2]);
     assert!(empty.chunk(0).is_err());
-    let back = ChunkBatch::from_record_batch(empty.record_batch().unwrap().clone()).unwrap();
+    let back = ChunkBatch::try_from(empty.batch().clone()).unwrap();
     assert!(back.is_empty());
     // A zero-length axis: the grid has no chunks, so any chunk is outside it.
     let grid = ChunkGrid::new(&[0, 4], &[2, 2], Dtype::UINT8).unwrap();
@@ -341,7 +341,7 @@ fn batches_from_elsewhere() {
     )
     .unwrap();
     let per_chunk_f = chunks.transpose(Some(&[0, 2, 1])).unwrap(); // rows of [3, 2] chunks...
-    let t = per_chunk_f.to_arrow_tensor_rows().unwrap();
+    let t = per_chunk_f.clone().into_tensor_rows().unwrap();
     assert_eq!(t.tensor_type().logical_shape(), vec![3, 2]);
     assert!(t.tensor_type().permutation().is_some());
     let x = Arc::new(UInt64Array::from(vec![0u64, 1, 0, 1])) as ArrayRef;
@@ -352,14 +352,10 @@ fn batches_from_elsewhere() {
             Field::new("y", ArrowType::UInt64, false),
             Field::new("x", ArrowType::UInt64, false),
         ],
-        vec![
-            Arc::new(t.storage().as_host().unwrap().clone()),
-            y.clone(),
-            x.clone(),
-        ],
+        vec![t.storage().as_host().unwrap().clone(), y.clone(), x.clone()],
         None,
     );
-    let b = ChunkBatch::from_record_batch(rb).unwrap();
+    let b = ChunkBatch::try_from(Batch::Host(rb)).unwrap();
     assert_eq!(b.chunk_shape(), &[3, 2]);
     assert_eq!(b.array_shape(), None);
     assert_eq!(b.coords(2), Some(&[1u64, 0][..]));
@@ -370,7 +366,7 @@ fn batches_from_elsewhere() {
         );
     }
     let tf = t.field("data").unwrap();
-    let storage = Arc::new(t.storage().as_host().unwrap().clone()) as ArrayRef;
+    let storage = t.storage().as_host().unwrap().clone();
     let u64f = |n: &str| Field::new(n, ArrowType::UInt64, false);
     // Errors: no tensor column, two, a coordinate column of another type, too few.
     let cases: Vec<(RecordBatch, &str)> = vec![
@@ -452,7 +448,9 @@ fn batches_from_elsewhere() {
         ),
     ];
     for (rb, want) in cases {
-        let e = ChunkBatch::from_record_batch(rb).unwrap_err().to_string();
+        let e = ChunkBatch::try_from(Batch::Host(rb))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(want), "{want}: {e}");
     }
     // With grid metadata, edge chunks are cut back.
@@ -461,7 +459,7 @@ fn batches_from_elsewhere() {
         vec![storage, x, y],
         Some(r#"{"array_shape":[5,3],"chunk_shape":[3,2]}"#),
     );
-    let b = ChunkBatch::from_record_batch(rb).unwrap();
+    let b = ChunkBatch::try_from(Batch::Host(rb)).unwrap();
     assert_eq!(b.chunk(3).unwrap().shape(), &[2, 1]);
     assert_eq!(b.chunk_padded(3).unwrap().shape(), &[3, 2]);
     let got: Vec<_> = b.iter().map(|r| r.unwrap().1.shape().to_vec()).collect();

@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use arrow_array::cast::AsArray;
 use arrow_array::{
     Array, ArrayRef, BooleanArray, FixedSizeListArray, Float16Array, Float32Array, Int32Array,
     StringArray, UInt8Array,
@@ -21,7 +22,7 @@ use arrow_schema::extension::{
 use arrow_schema::{DataType as ArrowType, Field};
 use devbuf::ElementType;
 use devbuf::arrow::{
-    FIXED_SHAPE_TENSOR, TensorArray, TensorType, arrow_data_type, element_type_of,
+    AnyArray, FIXED_SHAPE_TENSOR, TensorArray, TensorType, arrow_data_type, element_type_of,
 };
 use devbuf::memory::Memory;
 use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, NDBuffer, Order};
@@ -41,6 +42,12 @@ fn host(t: &TensorArray) -> &FixedSizeListArray {
     t.storage()
         .as_host()
         .expect("a host NDBuffer gives host storage")
+        .as_fixed_size_list()
+}
+
+/// A tensor column read back: the tensor type from its field, the storage from the array.
+fn from_column(field: &Field, array: impl Into<AnyArray>) -> devbuf::Result<TensorArray> {
+    TensorArray::try_new(TensorType::from_field(field)?, array)
 }
 
 /// The bytes of an Arrow array's elements (from its offset, `len` of them) read through
@@ -116,7 +123,7 @@ fn check_tensor_storage(t: &TensorArray, row: usize, logical: &NDBuffer) {
     let perm: Vec<usize> = tt
         .permutation()
         .map(<[usize]>::to_vec)
-        .unwrap_or_else(|| (0..tt.ndim()).collect());
+        .unwrap_or_else(|| (0..tt.shape().len()).collect());
     let (stored, w) = arrow_bytes(&host(t).to_data());
     let list: usize = tt.shape().iter().product();
     let es = logical.dtype().size();
@@ -168,7 +175,7 @@ fn flat_every_dtype_shape_and_layout() {
             for kind in KINDS {
                 let nd = make(&mut rng, shape, dtype, kind);
                 let ctx = format!("{dtype} {shape:?} {kind:?}");
-                let a = nd.to_arrow().unwrap();
+                let a = nd.clone().into_arrow().unwrap().into_host().unwrap();
                 assert_eq!(a.data_type(), &arrow_data_type(dtype.element()), "{ctx}");
                 assert_eq!(a.len(), nd.size(), "{ctx}");
                 assert_eq!(a.null_count(), 0, "{ctx}");
@@ -209,7 +216,7 @@ fn flat_zero_copy_round_trip_keeps_the_address() {
     let a = ndarray::Array2::from_shape_fn((30, 7), |(i, j)| (i * 7 + j) as f32);
     let ptr = a.as_ptr() as u64;
     let nd = NDBuffer::from_ndarray(a);
-    let arrow = nd.to_arrow().unwrap();
+    let arrow = nd.clone().into_arrow().unwrap().into_host().unwrap();
     let f = arrow.as_any().downcast_ref::<Float32Array>().unwrap();
     assert_eq!(f.values().as_ptr() as u64, ptr);
     assert_eq!(f.value(7 * 3 + 2), 23.0);
@@ -229,12 +236,14 @@ fn typed_primitive_arrays() {
         half::f16::from_f32(1.5),
         half::f16::NEG_INFINITY,
     ]));
-    let h = nd.to_primitive_array::<Float16Type>().unwrap();
+    // Typed arrays through arrow-rs's AsArray.
+    let a = nd.into_arrow().unwrap().into_host().unwrap();
+    let h = a.as_primitive::<Float16Type>();
     assert_eq!(
         h.values(),
         &[half::f16::from_f32(1.5), half::f16::NEG_INFINITY]
     );
-    assert!(nd.to_primitive_array::<Int32Type>().is_err());
+    assert!(a.as_primitive_opt::<Int32Type>().is_none());
     let be = NDBuffer::from_memory(
         vec![0, 0, 0, 0, 0, 0, 1, 2],
         &[1],
@@ -243,7 +252,12 @@ fn typed_primitive_arrays() {
     )
     .unwrap();
     assert_eq!(
-        be.to_primitive_array::<UInt64Type>().unwrap().values(),
+        be.into_arrow()
+            .unwrap()
+            .into_host()
+            .unwrap()
+            .as_primitive::<UInt64Type>()
+            .values(),
         &[0x0102]
     );
     // Float16 arrays come back as float16 NDBuffers.
@@ -259,16 +273,16 @@ fn misaligned_host_memory_is_copied_once() {
     let misaligned = bytes.slice(1..17);
     let nd = NDBuffer::from_memory(misaligned.clone(), &[4], Dtype::INT32, Order::C).unwrap();
     assert_ne!(first_ptr(&nd) % 4, 0, "the test needs misaligned memory");
-    let a = nd.to_arrow().unwrap();
+    let a = nd.clone().into_arrow().unwrap().into_host().unwrap();
     let i = a.as_any().downcast_ref::<Int32Array>().unwrap();
     assert_eq!(i.values().as_ptr() as usize % 4, 0);
     assert_eq!(i.value(0), i32::from_ne_bytes([1, 2, 3, 4]));
     assert_eq!(i.value(3), i32::from_ne_bytes([13, 14, 15, 16]));
     // The tensor forms too.
-    let t = nd.to_arrow_tensor().unwrap();
+    let t = nd.clone().into_tensor().unwrap();
     assert_eq!(c_bytes(&t.tensor(0).unwrap()), misaligned.to_vec());
     let c = NDBuffer::from_memory(bytes.slice(1..17), &[1], Dtype::COMPLEX128, Order::C).unwrap();
-    let ca = c.to_arrow().unwrap();
+    let ca = c.clone().into_arrow().unwrap().into_host().unwrap();
     assert_eq!(arrow_bytes(&ca.to_data()).0, misaligned.to_vec());
 }
 
@@ -282,7 +296,7 @@ fn tensor_every_dtype_shape_and_layout() {
             for kind in KINDS {
                 let nd = make(&mut rng, shape, dtype, kind);
                 let ctx = format!("{dtype} {shape:?} {kind:?}");
-                let t = nd.to_arrow_tensor().unwrap();
+                let t = nd.clone().into_tensor().unwrap();
                 assert_eq!(t.len(), 1, "{ctx}");
                 assert_eq!(t.tensor_type().element(), dtype.element(), "{ctx}");
                 assert_eq!(t.tensor_type().logical_shape(), shape, "{ctx}");
@@ -332,7 +346,7 @@ fn tensor_every_dtype_shape_and_layout() {
                 }
                 // Through a field and back.
                 let field = t.field("x").unwrap();
-                let t2 = TensorArray::from_arrow(&field, host(&t)).unwrap();
+                let t2 = from_column(&field, host(&t)).unwrap();
                 assert_eq!(t2.tensor_type(), t.tensor_type(), "{ctx}");
                 assert_eq!(
                     c_bytes(&t2.to_ndbuffer().unwrap().get(&[0.into()]).unwrap()),
@@ -352,7 +366,7 @@ fn rows_every_dtype_shape_and_layout() {
             for kind in KINDS {
                 let nd = make(&mut rng, shape, dtype, kind);
                 let ctx = format!("{dtype} {shape:?} {kind:?}");
-                let t = nd.to_arrow_tensor_rows().unwrap();
+                let t = nd.clone().into_tensor_rows().unwrap();
                 assert_eq!(t.len(), shape[0], "{ctx}");
                 assert_eq!(t.tensor_type().logical_shape(), &shape[1..], "{ctx}");
                 for r in 0..shape[0] {
@@ -386,7 +400,8 @@ fn rows_every_dtype_shape_and_layout() {
     let zero_d = NDBuffer::from_ndarray(ndarray::arr0(1u8));
     assert!(
         zero_d
-            .to_arrow_tensor_rows()
+            .clone()
+            .into_tensor_rows()
             .unwrap_err()
             .to_string()
             .contains("0-dimensional")
@@ -402,7 +417,7 @@ fn f_order_is_reversed_physical_shape_with_permutation() {
     let ptr = f.as_ptr() as u64;
     let nd = NDBuffer::from_ndarray(f);
     assert!(nd.is_f_contiguous());
-    let t = nd.to_arrow_tensor().unwrap();
+    let t = nd.clone().into_tensor().unwrap();
     let tt = t.tensor_type();
     assert_eq!(tt.shape(), &[4, 3, 2]);
     assert_eq!(tt.permutation(), Some(&[2, 1, 0][..]));
@@ -432,7 +447,7 @@ fn a_transposition_that_is_not_an_involution() {
         .unwrap();
     assert_eq!(nd.shape(), &[2, 3, 4]);
     assert!(!nd.is_c_contiguous() && !nd.is_f_contiguous());
-    let t = nd.to_arrow_tensor().unwrap();
+    let t = nd.clone().into_tensor().unwrap();
     assert_eq!(t.tensor_type().shape(), &[4, 2, 3]);
     // logical i -> physical permutation[i]: logical 0 (len 2) is physical 1, logical 1
     // (len 3) physical 2, logical 2 (len 4) physical 0.
@@ -451,17 +466,17 @@ fn bool_is_bit_packed() {
     // 5 rows of 3 x 3: rows cross byte boundaries.
     let bytes = random_values(&mut rng, 45, Dtype::BOOL);
     let nd = NDBuffer::from_memory(bytes.clone(), &[5, 3, 3], Dtype::BOOL, Order::C).unwrap();
-    let flat = nd.to_arrow().unwrap();
+    let flat = nd.clone().into_arrow().unwrap().into_host().unwrap();
     let b = flat.as_any().downcast_ref::<BooleanArray>().unwrap();
     assert_eq!(b.values().iter().map(u8::from).collect::<Vec<_>>(), bytes);
-    let rows = nd.to_arrow_tensor_rows().unwrap();
+    let rows = nd.clone().into_tensor_rows().unwrap();
     assert_eq!(host(&rows).value_type(), ArrowType::Boolean);
     for r in 0..5 {
         assert_eq!(c_bytes(&rows.tensor(r).unwrap()), bytes[r * 9..(r + 1) * 9]);
     }
     // Non-zero bytes are true; a sliced BooleanArray (bit offset 3) comes back right.
     let odd = NDBuffer::from_memory(vec![0u8, 7, 255, 0, 1], &[5], Dtype::BOOL, Order::C).unwrap();
-    let ob = odd.to_arrow().unwrap();
+    let ob = odd.clone().into_arrow().unwrap().into_host().unwrap();
     assert_eq!(
         ob.as_any()
             .downcast_ref::<BooleanArray>()
@@ -490,7 +505,7 @@ fn complex_is_a_fixed_size_list_of_two_floats() {
     let a = ndarray::Array::from_shape_vec((3, 1), v.clone()).unwrap();
     let ptr = a.as_ptr() as u64;
     let nd = NDBuffer::from_ndarray(a);
-    let flat = nd.to_arrow().unwrap();
+    let flat = nd.clone().into_arrow().unwrap().into_host().unwrap();
     let l = flat.as_any().downcast_ref::<FixedSizeListArray>().unwrap();
     assert_eq!(l.value_length(), 2);
     let floats = l.values().as_any().downcast_ref::<Float32Array>().unwrap();
@@ -507,7 +522,7 @@ fn complex_is_a_fixed_size_list_of_two_floats() {
         devbuf::zarr::Scalar::Complex64(v[2])
     );
     // A complex tensor is a list of complex lists.
-    let t = nd.to_arrow_tensor().unwrap();
+    let t = nd.clone().into_tensor().unwrap();
     let ArrowType::FixedSizeList(item, 3) = host(&t).data_type() else {
         panic!("{}", host(&t).data_type())
     };
@@ -520,10 +535,10 @@ fn sliced_tensor_storage_is_read_at_its_offset() {
     let nd = NDBuffer::from_ndarray(
         ndarray::Array::from_shape_vec((6, 2, 2), (0..24).collect::<Vec<i32>>()).unwrap(),
     );
-    let t = nd.to_arrow_tensor_rows().unwrap();
+    let t = nd.clone().into_tensor_rows().unwrap();
     let field = t.field("t").unwrap();
     let sliced = host(&t).slice(2, 3);
-    let s = TensorArray::from_arrow(&field, &sliced).unwrap();
+    let s = from_column(&field, &sliced).unwrap();
     assert_eq!(s.len(), 3);
     assert_eq!(
         s.tensor(0)
@@ -549,7 +564,7 @@ fn big_endian_keeps_its_axis_order() {
         Order::F,
     )
     .unwrap();
-    let t = nd.to_arrow_tensor().unwrap();
+    let t = nd.clone().into_tensor().unwrap();
     assert_eq!(t.tensor_type().permutation(), Some(&[1, 0][..]));
     check_tensor_storage(&t, 0, &nd);
     assert_eq!(t.tensor(0).unwrap().dtype(), Dtype::INT32);
@@ -595,7 +610,7 @@ fn unsupported_arrow_input_is_an_error_naming_the_type() {
     let field = TensorType::new(ElementType::UInt8, &[2])
         .field("t", false)
         .unwrap();
-    let e = TensorArray::from_arrow(&field, &UInt8Array::from(vec![1, 2]))
+    let e = from_column(&field, &UInt8Array::from(vec![1, 2]))
         .unwrap_err()
         .to_string();
     assert!(e.contains("FixedSizeListArray"), "{e}");
@@ -604,14 +619,14 @@ fn unsupported_arrow_input_is_an_error_naming_the_type() {
 #[test]
 fn device_entry_points_refuse_host_memory_and_tensors_stay_where_they_are() {
     let nd = NDBuffer::from_ndarray(ndarray::arr1(&[1u8, 2]));
-    let e = nd.to_device_array().unwrap_err();
+    let e = nd.clone().into_arrow().unwrap().into_device().unwrap_err();
     assert!(e.to_string().contains("host memory"), "{e}");
     // The tensor forms give their result where the data lives: here, on the host.
     for t in [
-        nd.to_arrow_tensor().unwrap(),
-        nd.to_arrow_tensor_rows().unwrap(),
+        nd.clone().into_tensor().unwrap(),
+        nd.clone().into_tensor_rows().unwrap(),
     ] {
-        assert!(!t.is_device() && t.storage().is_host());
+        assert!(t.prototype().is_host() && t.storage().as_host().is_some());
         assert!(t.storage().as_device().is_none());
         assert_eq!(
             t.to_host().unwrap().storage().as_host(),
@@ -631,7 +646,7 @@ fn tensor_list_size_must_fit_i32() {
     );
     assert!(
         TensorType::new(ElementType::UInt8, &[usize::MAX, 2])
-            .list_size()
+            .storage_type()
             .is_err()
     );
 }
@@ -647,10 +662,10 @@ fn rows_of_an_empty_array_with_huge_cells_are_an_error_not_a_panic() {
         None,
     )
     .unwrap();
-    let e = nd.to_arrow_tensor_rows().unwrap_err();
+    let e = nd.clone().into_tensor_rows().unwrap_err();
     assert!(e.to_string().contains("overflows"), "{e}");
     // The whole array is one tensor of zero elements: fine.
-    let t = nd.to_arrow_tensor().unwrap();
+    let t = nd.clone().into_tensor().unwrap();
     assert_eq!((t.len(), host(&t).value_length()), (1, 0));
 }
 
@@ -766,7 +781,7 @@ fn tensor_columns_survive_arrow_ipc() {
         Order::F,
     )
     .unwrap();
-    let t = nd.to_arrow_tensor().unwrap();
+    let t = nd.clone().into_tensor().unwrap();
     let schema = Arc::new(arrow_schema::Schema::new(vec![t.field("x").unwrap()]));
     let batch = arrow_array::RecordBatch::try_new(
         schema.clone(),
@@ -777,7 +792,7 @@ fn tensor_columns_survive_arrow_ipc() {
     let read =
         devbuf::arrow::read_record_batch_host(&arrow_buffer::Buffer::from_vec(bytes), schema)
             .unwrap();
-    let back = TensorArray::from_arrow(read.schema().field(0), read.column(0).as_ref()).unwrap();
+    let back = from_column(read.schema().field(0), read.column(0).as_ref()).unwrap();
     assert_eq!(back.tensor_type(), t.tensor_type());
     assert_eq!(c_bytes(&back.tensor(0).unwrap()), c_bytes(&nd));
 }
@@ -815,13 +830,30 @@ fn random_round_trips() {
             .collect();
         let nd = base.get(&sel).unwrap();
         let want = c_bytes(&nd);
-        assert_eq!(arrow_bytes(&nd.to_arrow().unwrap().to_data()).0, want);
-        let t = nd.to_arrow_tensor().unwrap();
+        assert_eq!(
+            arrow_bytes(
+                &nd.clone()
+                    .into_arrow()
+                    .unwrap()
+                    .into_host()
+                    .unwrap()
+                    .to_data()
+            )
+            .0,
+            want
+        );
+        let t = nd.clone().into_tensor().unwrap();
         check_tensor_storage(&t, 0, &nd);
         assert_eq!(c_bytes(&t.tensor(0).unwrap()), want);
         if nd.ndim() > 0 {
             assert_eq!(
-                c_bytes(&nd.to_arrow_tensor_rows().unwrap().to_ndbuffer().unwrap()),
+                c_bytes(
+                    &nd.clone()
+                        .into_tensor_rows()
+                        .unwrap()
+                        .to_ndbuffer()
+                        .unwrap()
+                ),
                 want
             );
         }

@@ -332,7 +332,7 @@ fn fuzz_c_device_imports() {
         // An import that refused the structure without taking it (an unsupported device
         // type, a data type it does not import) leaves it to the caller: dropping it
         // releases it.
-        let taken = device.is_released();
+        let taken = device.array().is_released();
         drop(device);
         let released = RELEASES.load(Ordering::SeqCst) - before;
         let want = usize::from(!arrived_released);

@@ -16,7 +16,7 @@ use arrow_schema::{DataType, Field, Schema};
 use devbuf::__test::{StreamGate, copy_on_stream};
 use devbuf::Error;
 use devbuf::arrow::c_device::*;
-use devbuf::arrow::{DeviceArray, read_record_batch, serialize_record_batch};
+use devbuf::arrow::{AnyArray, DeviceArray, read_record_batch, serialize_record_batch};
 use devbuf::cuda::{self, Context, DeviceBuffer, Stream};
 
 use rand::Rng;
@@ -117,14 +117,14 @@ gpu_test! {
             let (mut c_array, c_schema) = export_device_array(&d, SyncEvent::DefaultStream).expect(&name);
             assert_eq!(c_array.device_type(), ARROW_DEVICE_CUDA, "{name}");
             assert_eq!(c_array.device_id(), 0, "{name}");
-            assert_eq!(c_array.reserved(), [0; 3], "{name}");
+            assert_eq!(reserved(&c_array), [0; 3], "{name}");
             if !d.all_buffers().is_empty() {
                 assert!(!sync_event_handle(&c_array).is_null(), "{name}: a CUevent");
             }
             assert_eq!(addrs_of_c(c_array.array()), addrs_of_device(&d, false), "{name}: exported pointers are the device buffers");
             assert_eq!(k.live_since(), nodes as i64, "{name}");
             let imported = import_device_array(&mut c_array, &c_schema, Some(&consumer)).expect(&name);
-            assert!(c_array.is_released(), "{name}");
+            assert!(c_array.array().is_released(), "{name}");
             assert_eq!(addrs_of_device(&imported, true), addrs_of_device(&d, true), "{name}: imported buffers are the same device memory");
             assert!(imported.all_buffers().iter().all(|b| !b.is_owned()), "{name}: views of the producer's memory");
             assert_eq!(c.bytes_allocated(), allocated, "{name}: no device allocation");
@@ -349,7 +349,10 @@ gpu_test! {
 
         let count = cuda::device_count();
         let (mut a, _) = export_device_array(&d, SyncEvent::DefaultStream).unwrap();
-        a.set_device_id(count as i64);
+        // The same array under a device id that does not exist.
+        let event = a.sync_event();
+        // Safety: the buffers and the event are the exported array's own, unchanged.
+        let mut a = unsafe { ArrowDeviceArray::new(a.take_array(), count as i64, ARROW_DEVICE_CUDA, event) };
         let e = import_device_array(&mut a, &schema, None).unwrap_err();
         assert!(e.to_string().contains(&format!("device ordinal {count} does not exist")), "{e}");
         assert_eq!(k.released_since(), 2, "released on error");
@@ -374,7 +377,7 @@ gpu_test! {
         let (mut a, _) = export_device_array(&d, SyncEvent::DefaultStream).unwrap();
         let e = import_host_array(&mut a, &schema).unwrap_err();
         assert!(e.to_string().contains("unsupported device type CUDA (2)"), "{e}");
-        assert!(!a.is_released());
+        assert!(!a.array().is_released());
         drop(a);
         assert_eq!(k.released_since(), 5);
         assert_eq!(k.live_since(), 0);
@@ -417,7 +420,7 @@ gpu_test! {
         let (mut c_array, schema) = export_host_array(pinned.as_ref(), HostDevice::CudaHost { context: &c, sync: SyncEvent::DefaultStream }).unwrap();
         assert!(!sync_event_handle(&c_array).is_null());
         let back = import_array(&mut c_array, &schema).unwrap();
-        let ImportedArray::Host(back) = back else { panic!("CUDA_HOST imports to the host") };
+        let AnyArray::Host(back) = back else { panic!("CUDA_HOST imports to the host") };
         assert_eq!(back.as_ref(), pinned.as_ref());
         // Ordinary memory is not CUDA_HOST.
         let plain = Int32Array::from(vec![1, 2, 3]);
@@ -475,11 +478,11 @@ gpu_test! {
         assert!(e.to_string().contains("must be a struct array"), "{e}");
         assert_eq!(k.live_since(), 0);
 
-        // Batches read from Arrow IPC in device memory, through batch_as_struct.
+        // Batches read from Arrow IPC in device memory, through DeviceArray::try_from.
         let full = crate::batches::mixed_batch(61, 300);
         let message = serialize_record_batch(&full, &c).unwrap();
         let dev_batch = read_record_batch(&message, full.schema()).unwrap();
-        let s = batch_as_struct(&dev_batch).unwrap();
+        let s = DeviceArray::try_from(dev_batch.clone()).unwrap();
         let mut stream = export_device_stream(full.schema(), vec![Ok(s.clone())], None);
         let got: Vec<DeviceArray> = import_device_stream(&mut stream, None).unwrap().collect::<Result<_, _>>().unwrap();
         assert_eq!(addrs_of_device(&got[0], true), addrs_of_device(&s, true));
@@ -544,4 +547,23 @@ fn batches() -> (Arc<Schema>, Vec<RecordBatch>) {
         schema,
         vec![full.slice(0, 10), full.slice(10, 0), full.slice(10, 19)],
     )
+}
+
+/// The three reserved words of a device array (zero when produced by devbuf), read at the
+/// offset `layout_table` gives.
+fn reserved(a: &ArrowDeviceArray) -> [i64; 3] {
+    let (_, _, fields) = layout_table()
+        .into_iter()
+        .find(|(n, _, _)| *n == "ArrowDeviceArray")
+        .unwrap();
+    let (_, off) = fields.into_iter().find(|(f, _)| *f == "reserved").unwrap();
+    // Safety: `off` is the offset of the `[i64; 3]` field inside the live structure.
+    unsafe {
+        std::ptr::read_unaligned(
+            (a as *const ArrowDeviceArray)
+                .cast::<u8>()
+                .add(off)
+                .cast::<[i64; 3]>(),
+        )
+    }
 }

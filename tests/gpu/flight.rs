@@ -124,8 +124,8 @@ gpu_test! {
             let dev = client.read_chunks(name, None, &DEV).unwrap();
             assert_eq!(host.len(), dev.len(), "{name}");
             for (h, d) in host.iter().zip(&dev) {
-                assert!(d.is_device() && !h.is_device(), "{name}");
-                let drb = d.device_record_batch().unwrap();
+                assert!(d.prototype().is_device() && !h.prototype().is_device(), "{name}");
+                let drb = d.batch().as_device().unwrap();
                 for col in drb.columns() {
                     for b in col.all_buffers() {
                         assert_eq!(b.context().ordinal(), 0);
@@ -134,7 +134,7 @@ gpu_test! {
                 assert_eq!(h.len(), d.len());
                 // The client takes the coordinates from the received message on the
                 // host; the device columns hold the same.
-                let from_device = ChunkBatch::from_device_record_batch(drb.clone()).unwrap();
+                let from_device = ChunkBatch::try_from(Batch::Device(drb.clone())).unwrap();
                 for i in 0..h.len() {
                     assert_eq!(h.coords(i), d.coords(i), "{name}");
                     assert_eq!(from_device.coords(i), d.coords(i), "{name}");
@@ -168,7 +168,7 @@ gpu_test! {
         }
         let got = client.read_batches("dev", &DEV).unwrap();
         for b in &got {
-            assert!(b.is_device());
+            assert!(b.prototype().is_device());
             assert_eq!(b.to_host().unwrap(), host);
         }
         // Uploaded from device memory; dictionary columns through the host.
@@ -178,7 +178,7 @@ gpu_test! {
         let mixed_dev = read_record_batch(&serialize_record_batch(&mixed, &ctx).unwrap(), mixed.schema()).unwrap();
         client.put("mixed", [Batch::Device(mixed_dev)]).unwrap();
         let back = client.read_batches("mixed", &DEV).unwrap();
-        assert!(back[0].is_device());
+        assert!(back[0].prototype().is_device());
         assert_eq!(back[0].to_host().unwrap(), mixed);
     }
 }

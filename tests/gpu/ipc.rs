@@ -14,8 +14,8 @@ use arrow_array::{Array, Int32Array, RecordBatch, StringArray};
 use devbuf::__test::{StreamGate, copy_on_stream, open_mapping_count};
 use devbuf::Error;
 use devbuf::arrow::{
-    DeviceArray, read_record_batch, read_record_batch_host, schema_from_bytes, schema_to_bytes,
-    serialize_record_batch, serialize_record_batch_to_vec,
+    Batch, DeviceArray, read_record_batch, read_record_batch_host, schema_from_bytes,
+    schema_to_bytes, serialize_record_batch, serialize_record_batch_to_vec,
 };
 use devbuf::cuda::{
     Context, DeviceBuffer, DeviceBufferReader, DeviceBufferWriter, Event, EventFlags, Stream,
@@ -738,9 +738,9 @@ gpu_test! {
         }
         let host = ChunkBatch::from_chunks(&grid, chunks.iter().map(|(c, n)| (c.as_slice(), n)), &BufferPrototype::Host).unwrap();
         let dev = ChunkBatch::from_chunks(&grid, chunks.iter().map(|(c, n)| (c.as_slice(), n)), &BufferPrototype::Device(0)).unwrap();
-        let d = dev.device_record_batch().unwrap();
+        let d = dev.batch().as_device().unwrap();
         let msg = serialize_device_record_batch(d).unwrap();
-        let read = ChunkBatch::from_device_record_batch(read_record_batch(&msg, d.schema()).unwrap()).unwrap();
+        let read = ChunkBatch::try_from(Batch::Device(read_record_batch(&msg, d.schema()).unwrap())).unwrap();
         assert_eq!(read.len(), host.len());
         for k in 0..host.len() {
             assert_eq!(read.coords(k), host.coords(k));

@@ -7,7 +7,7 @@ use arrow_array::{Array, BooleanArray};
 use arrow_data::ArrayData;
 use arrow_schema::DataType as ArrowType;
 use devbuf::ElementType;
-use devbuf::arrow::{ChunkBatch, ChunkGrid, DeviceArray, TensorArray};
+use devbuf::arrow::{Batch, ChunkBatch, ChunkGrid, DeviceArray, TensorArray, TensorType};
 use devbuf::cuda::{Context, DeviceBuffer};
 use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, NDBuffer, Order, Scalar};
 use rand::Rng;
@@ -122,13 +122,13 @@ fn aligned(nd: &NDBuffer) -> bool {
 
 fn check_tensors(h: &TensorArray, d: &TensorArray, what: &str) {
     assert!(
-        d.is_device() && !h.is_device(),
+        d.prototype().is_device() && !h.prototype().is_device(),
         "{what}: where the storage lives"
     );
     assert_eq!(d.tensor_type(), h.tensor_type(), "{what}: tensor type");
     assert_eq!(d.len(), h.len(), "{what}: length");
     let back = d.to_host().unwrap();
-    assert!(!back.is_device(), "{what}");
+    assert!(!back.prototype().is_device(), "{what}");
     assert_eq!(
         arrow_bytes(&back.storage().as_host().unwrap().to_data()),
         arrow_bytes(&h.storage().as_host().unwrap().to_data()),
@@ -162,9 +162,9 @@ gpu_test! {
                 for kind in KINDS {
                     let (h, d) = pair(&c, &mut rng, shape, dtype, kind);
                     let what = format!("{dtype} {shape:?} {kind:?}");
-                    let ha = h.to_arrow().unwrap();
+                    let ha = h.clone().into_arrow().unwrap().into_host().unwrap();
                     let before = c.bytes_allocated();
-                    let da = d.to_device_array().unwrap();
+                    let da = d.clone().into_arrow().unwrap().into_device().unwrap();
                     assert_eq!(da.data_type(), ha.data_type(), "{what}");
                     assert_eq!(da.len(), ha.len(), "{what}");
                     assert_eq!(arrow_bytes(&da.to_host().unwrap().to_data()), arrow_bytes(&ha.to_data()), "{what}");
@@ -179,7 +179,7 @@ gpu_test! {
                         zero_copies += 1;
                     }
                     // Back to a device NDBuffer: a view of the array's buffer.
-                    let back = NDBuffer::from_device_array(&da).unwrap();
+                    let back = NDBuffer::from_arrow(&da).unwrap();
                     assert!(back.is_device());
                     assert_eq!(c_bytes(&back), c_bytes(&h), "{what}");
                     if dtype.element() != ElementType::Bool && d.size() > 0 {
@@ -187,7 +187,7 @@ gpu_test! {
                     }
                     // The host array moved to the device reads back the same.
                     let moved = DeviceArray::from_host(ha.as_ref(), &c).unwrap();
-                    assert_eq!(c_bytes(&NDBuffer::from_device_array(&moved).unwrap()), c_bytes(&h), "{what}");
+                    assert_eq!(c_bytes(&NDBuffer::from_arrow(&moved).unwrap()), c_bytes(&h), "{what}");
                 }
             }
         }
@@ -203,20 +203,20 @@ gpu_test! {
                     let (h, d) = pair(&c, &mut rng, shape, dtype, kind);
                     let what = format!("{dtype} {shape:?} {kind:?}");
                     let before = c.bytes_allocated();
-                    let dt = d.to_arrow_tensor().unwrap();
+                    let dt = d.clone().into_tensor().unwrap();
                     let dense = kind != Kind::Strided;
                     if dense && dtype.is_native() && dtype.element() != ElementType::Bool && d.size() > 0 && aligned(&d) {
                         assert_eq!(dev_values(dev(&dt)).address(), first_addr(&d), "{what}: zero-copy");
                         assert_eq!(c.bytes_allocated(), before, "{what}: nothing allocated");
                     }
-                    check_tensors(&h.to_arrow_tensor().unwrap(), &dt, &format!("{what} tensor"));
+                    check_tensors(&h.clone().into_tensor().unwrap(), &dt, &format!("{what} tensor"));
                     if !shape.is_empty() {
-                        let dr = d.to_arrow_tensor_rows().unwrap();
-                        check_tensors(&h.to_arrow_tensor_rows().unwrap(), &dr, &format!("{what} rows"));
+                        let dr = d.clone().into_tensor_rows().unwrap();
+                        check_tensors(&h.clone().into_tensor_rows().unwrap(), &dr, &format!("{what} rows"));
                         assert_eq!(c_bytes(&dr.to_ndbuffer().unwrap()), c_bytes(&h), "{what}");
                     }
                     // Through the field: a device tensor column read back.
-                    let again = TensorArray::from_device(&dt.field("x").unwrap(), dev(&dt)).unwrap();
+                    let again = TensorArray::try_new(TensorType::from_field(&dt.field("x").unwrap()).unwrap(), dev(&dt)).unwrap();
                     assert_eq!(c_bytes(&again.tensor(0).unwrap()), c_bytes(&h), "{what}");
                 }
             }
@@ -232,9 +232,9 @@ gpu_test! {
         nd.fill(Scalar::from(1.5f32)).unwrap();
         let base = first_addr(&nd);
         let before = c.bytes_allocated();
-        let flat = nd.to_device_array().unwrap();
-        let rows = nd.to_arrow_tensor_rows().unwrap();
-        let f = nd.transpose(None).unwrap().to_arrow_tensor().unwrap();
+        let flat = nd.clone().into_arrow().unwrap().into_device().unwrap();
+        let rows = nd.clone().into_tensor_rows().unwrap();
+        let f = nd.transpose(None).unwrap().into_tensor().unwrap();
         assert_eq!(c.bytes_allocated(), before);
         assert_eq!(dev_values(&flat).address(), base);
         assert_eq!(dev_values(dev(&rows)).address(), base);
@@ -245,7 +245,7 @@ gpu_test! {
         let t = f.tensor(0).unwrap();
         assert_eq!(t.shape(), &[512, 512, 64]);
         assert_eq!(first_addr(&t), base);
-        let back = NDBuffer::from_device_array(&flat).unwrap();
+        let back = NDBuffer::from_arrow(&flat).unwrap();
         assert_eq!(first_addr(&back), base);
         assert_eq!(c.bytes_allocated(), before);
         assert!(t.all_equal(Some(Scalar::from(1.5f32)), false).unwrap());
@@ -258,8 +258,8 @@ gpu_test! {
             let bytes: Vec<u8> = (0..n).map(|_| if rng.random_ratio(1, 3) { rng.random_range(1..=255) } else { 0 }).collect();
             let h = NDBuffer::from_memory(bytes.clone(), &[n], Dtype::BOOL, Order::C).unwrap();
             let d = NDBuffer::from_memory(DeviceBuffer::from_slice(&c, &bytes).unwrap(), &[n], Dtype::BOOL, Order::C).unwrap();
-            let da = d.to_device_array().unwrap();
-            let ha = h.to_arrow().unwrap();
+            let da = d.clone().into_arrow().unwrap().into_device().unwrap();
+            let ha = h.clone().into_arrow().unwrap().into_host().unwrap();
             // The packed bitmap itself (bits past n are zero on the device).
             let dbits = da.buffers()[0].to_vec::<u8>().unwrap();
             assert_eq!(dbits.len(), n.div_ceil(8), "n = {n}");
@@ -272,7 +272,7 @@ gpu_test! {
             for off in 0..17usize.min(n + 1) {
                 let len = n - off;
                 let arr = DeviceArray::try_new(ArrowType::Boolean, len, 0, off, None, vec![da.buffers()[0].clone()], vec![], None).unwrap();
-                let back = NDBuffer::from_device_array(&arr).unwrap();
+                let back = NDBuffer::from_arrow(&arr).unwrap();
                 let want: Vec<u8> = bytes[off..].iter().map(|&b| u8::from(b != 0)).collect();
                 assert_eq!(c_bytes(&back), want, "n = {n}, offset {off}");
             }
@@ -284,12 +284,12 @@ gpu_test! {
         let data: Vec<u8> = (0u8..65).collect();
         let buf = DeviceBuffer::from_slice(&c, &data).unwrap();
         let nd = NDBuffer::from_memory(buf.slice(1, 64).unwrap(), &[8], Dtype::INT64, Order::C).unwrap();
-        let a = nd.to_device_array().unwrap();
+        let a = nd.clone().into_arrow().unwrap().into_device().unwrap();
         assert_eq!(a.buffers()[0].address() % 8, 0);
         assert_ne!(a.buffers()[0].address(), first_addr(&nd));
         assert_eq!(a.buffers()[0].to_vec::<u8>().unwrap(), &data[1..]);
         let h = NDBuffer::from_memory(data[1..].to_vec(), &[8], Dtype::INT64, Order::C).unwrap();
-        check_tensors(&h.to_arrow_tensor().unwrap(), &nd.to_arrow_tensor().unwrap(), "misaligned");
+        check_tensors(&h.clone().into_tensor().unwrap(), &nd.clone().into_tensor().unwrap(), "misaligned");
     }
 
     fn tensor_chunk_batch_device_equals_host() {
@@ -329,10 +329,10 @@ gpu_test! {
             let hchunks: Vec<(Vec<u64>, NDBuffer)> = coords.iter().map(|cc| (cc.clone(), h.get(&region(cc)).unwrap())).collect();
             let db = ChunkBatch::from_chunks(&grid, dchunks, &DEV).unwrap();
             let hb = ChunkBatch::from_chunks(&grid, hchunks, &HOST).unwrap();
-            assert!(db.is_device() && !hb.is_device());
+            assert!(db.prototype().is_device() && !hb.prototype().is_device());
             let what = format!("{dtype}");
-            let drb = db.device_record_batch().unwrap();
-            assert_eq!(drb.schema(), hb.record_batch().unwrap().schema(), "{what}");
+            let drb = db.batch().as_device().unwrap();
+            assert_eq!(drb.schema(), hb.batch().as_host().unwrap().schema(), "{what}");
             // One device allocation holds every column.
             let msg = drb.message();
             for col in drb.columns() {
@@ -342,7 +342,7 @@ gpu_test! {
             }
             // Device batch copied to the host equals the host batch.
             let back = db.to_record_batch().unwrap();
-            let hrb = hb.record_batch().unwrap();
+            let hrb = hb.batch().as_host().unwrap();
             for (i, (x, y)) in back.columns().iter().zip(hrb.columns()).enumerate() {
                 assert_eq!(arrow_bytes(&x.to_data()), arrow_bytes(&y.to_data()), "{what}: column {i}");
             }
@@ -360,7 +360,7 @@ gpu_test! {
                 }
             }
             // A device record batch read back as chunks.
-            let again = ChunkBatch::from_device_record_batch(drb.clone()).unwrap();
+            let again = ChunkBatch::try_from(Batch::Device(drb.clone())).unwrap();
             assert_eq!(again.len(), hb.len());
             for i in 0..hb.len() {
                 assert_eq!(c_bytes(&again.chunk(i).unwrap()), c_bytes(&hb.chunk(i).unwrap()), "{what}: chunk {i}");
@@ -369,7 +369,7 @@ gpu_test! {
             let schema = hrb.schema();
             let msg = devbuf::arrow::serialize_record_batch(hrb, &c).unwrap();
             let read = devbuf::arrow::read_record_batch(&msg, schema).unwrap();
-            let via_ipc = ChunkBatch::from_device_record_batch(read).unwrap();
+            let via_ipc = ChunkBatch::try_from(Batch::Device(read)).unwrap();
             for i in 0..hb.len() {
                 assert_eq!(c_bytes(&via_ipc.chunk(i).unwrap()), c_bytes(&hb.chunk(i).unwrap()), "{what}: IPC chunk {i}");
             }
@@ -395,7 +395,7 @@ gpu_test! {
             (ChunkBatch::from_chunks(&grid, chunks(&d), &DEV).unwrap(), true),
             (ChunkBatch::from_chunks(&grid, chunks(&d), &HOST).unwrap(), false),
         ] {
-            assert_eq!(b.is_device(), device);
+            assert_eq!(b.prototype().is_device(), device);
             for i in 0..4 {
                 assert_eq!(c_bytes(&b.chunk_padded(i).unwrap()), c_bytes(&want.chunk_padded(i).unwrap()), "chunk {i}");
                 assert_eq!(b.chunk(i).unwrap().shape(), want.chunk(i).unwrap().shape());
@@ -411,12 +411,12 @@ gpu_test! {
         assert_eq!(b.to_record_batch().unwrap().num_columns(), 1);
         let grid = ChunkGrid::new(&[4, 4], &[2, 2], Dtype::BOOL).unwrap();
         let e = ChunkBatch::from_chunks(&grid, Vec::<(Vec<u64>, NDBuffer)>::new(), &DEV).unwrap();
-        assert!(e.is_device() && e.is_empty());
+        assert!(e.prototype().is_device() && e.is_empty());
         assert_eq!(e.to_record_batch().unwrap().num_rows(), 0);
         // No rows of huge cells: an overflow error, not a panic (host and device).
         for proto in [&HOST, &DEV] {
             let nd = NDBuffer::create(proto, &[0, 1 << 40, 1 << 40], Dtype::INT32, Order::C, None).unwrap();
-            let e = nd.to_arrow_tensor_rows().unwrap_err();
+            let e = nd.clone().into_tensor_rows().unwrap_err();
             assert!(e.to_string().contains("overflows"), "{e}");
         }
     }

@@ -1,5 +1,4 @@
-//! [`Batch`] (a record batch in host or device memory) and how batches become Flight
-//! messages: the schema message, dictionary batches and record batches, IPC-encoded by
+//! How [`Batch`]es (record batches in host or device memory) become Flight messages: the schema message, dictionary batches and record batches, IPC-encoded by
 //! arrow-ipc on the host; a device batch is encoded on the device (device-to-device
 //! copies) and crosses PCIe once into page-locked memory that the message body then
 //! points at — no host copy.
@@ -8,91 +7,18 @@ use arrow_array::RecordBatch;
 use arrow_flight::FlightData;
 use arrow_ipc::MetadataVersion;
 use arrow_ipc::writer::{DictionaryTracker, IpcDataGenerator, IpcWriteContext, IpcWriteOptions};
-use arrow_schema::{Schema, SchemaRef};
+use arrow_schema::Schema;
 use bytes::Bytes;
 
-use devbuf_core::arrow::{DeviceRecordBatch, serialize_device_record_batch};
+pub use devbuf_core::arrow::Batch;
+use devbuf_core::arrow::serialize_device_record_batch;
 use devbuf_core::error::{Error, Result};
 
-/// A record batch in host memory or in device memory: what [`Server::register`],
-/// [`Client::put`] and [`Client::read_batches`] carry.
-///
-/// [`Server::register`]: super::Server::register
-/// [`Client::put`]: super::Client::put
-/// [`Client::read_batches`]: super::Client::read_batches
-#[derive(Clone, Debug)]
-pub enum Batch {
-    /// An arrow-rs record batch.
-    Host(RecordBatch),
-    /// A record batch whose columns live in device memory.
-    Device(DeviceRecordBatch),
-}
-
-impl From<RecordBatch> for Batch {
-    fn from(b: RecordBatch) -> Batch {
-        Batch::Host(b)
-    }
-}
-
-impl From<DeviceRecordBatch> for Batch {
-    fn from(b: DeviceRecordBatch) -> Batch {
-        Batch::Device(b)
-    }
-}
-
-impl Batch {
-    /// The schema.
-    pub fn schema(&self) -> SchemaRef {
-        match self {
-            Batch::Host(b) => b.schema(),
-            Batch::Device(b) => b.schema(),
-        }
-    }
-
-    /// Number of rows.
-    pub fn num_rows(&self) -> usize {
-        match self {
-            Batch::Host(b) => b.num_rows(),
-            Batch::Device(b) => b.num_rows(),
-        }
-    }
-
-    /// True for a device batch.
-    pub fn is_device(&self) -> bool {
-        matches!(self, Batch::Device(_))
-    }
-
-    /// The host batch (`None` for a device batch).
-    pub fn as_host(&self) -> Option<&RecordBatch> {
-        match self {
-            Batch::Host(b) => Some(b),
-            Batch::Device(_) => None,
-        }
-    }
-
-    /// The device batch (`None` for a host batch).
-    pub fn as_device(&self) -> Option<&DeviceRecordBatch> {
-        match self {
-            Batch::Host(_) => None,
-            Batch::Device(b) => Some(b),
-        }
-    }
-
-    /// The batch on the host (a device batch is copied, see
-    /// [`DeviceRecordBatch::to_host`]).
-    pub fn to_host(&self) -> Result<RecordBatch> {
-        match self {
-            Batch::Host(b) => Ok(b.clone()),
-            Batch::Device(b) => b.to_host(),
-        }
-    }
-
-    /// Bytes of memory the batch holds (for the server's upload bound).
-    pub(crate) fn memory_bytes(&self) -> u64 {
-        match self {
-            Batch::Host(b) => b.get_array_memory_size() as u64,
-            Batch::Device(b) => b.message().len() as u64,
-        }
+/// Bytes of memory a batch holds (for the server's upload bound).
+pub(crate) fn memory_bytes(b: &Batch) -> u64 {
+    match b {
+        Batch::Host(b) => b.get_array_memory_size() as u64,
+        Batch::Device(b) => b.message().len() as u64,
     }
 }
 
@@ -146,7 +72,8 @@ impl IpcStreamEncoder {
     /// The messages of one batch, host or device. A device batch is serialized on the
     /// device and copied once into page-locked memory, which the message's body then
     /// is; types the device serializer does not write (dictionaries, unions, run-end
-    /// encoded, views) go through [`DeviceRecordBatch::to_host`] instead.
+    /// encoded, views) go through [`DeviceRecordBatch::to_host`](devbuf_core::arrow::DeviceRecordBatch::to_host)
+    /// instead.
     pub(crate) fn batch(&mut self, batch: &Batch) -> Result<Vec<FlightData>> {
         match batch {
             Batch::Host(b) => self.host_batch(b),

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use arrow_schema::SchemaRef;
 
-use super::encode::Batch;
+use super::encode::{Batch, memory_bytes};
 use devbuf_core::error::{Error, Result};
 
 /// One registered name: a schema and its batches.
@@ -32,7 +32,7 @@ impl Entry {
         }
         Ok(Entry {
             rows: batches.iter().map(|b| b.num_rows() as u64).sum(),
-            bytes: batches.iter().map(Batch::memory_bytes).sum(),
+            bytes: batches.iter().map(memory_bytes).sum(),
             schema,
             batches,
         })

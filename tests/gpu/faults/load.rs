@@ -253,7 +253,7 @@ fn chunk_batch(_: &Shared, r: &mut SmallRng) -> Check {
     let batch = ChunkBatch::from_chunks(&grid, chunks.iter().map(|(c, n)| (c.as_slice(), n)), &DEV)
         .map_err(fail("from_chunks"))?;
     ensure(
-        batch.is_device() && batch.len() == chunks.len(),
+        batch.prototype().is_device() && batch.len() == chunks.len(),
         "a device batch of every chunk",
     )?;
     for (k, (c, nd)) in chunks.iter().enumerate() {

@@ -36,9 +36,9 @@ gpu_test! {
         }
         let host = ChunkBatch::from_chunks(&grid, chunks.iter().map(|(c, n)| (c.as_slice(), n)), &BufferPrototype::Host).unwrap();
         let dev = ChunkBatch::from_chunks(&grid, chunks.iter().map(|(c, n)| (c.as_slice(), n)), &BufferPrototype::Device(1)).unwrap();
-        assert!(dev.is_device());
-        let host_rb = host.record_batch().unwrap().clone();
-        let d = dev.device_record_batch().unwrap();
+        assert!(dev.prototype().is_device());
+        let host_rb = host.batch().as_host().unwrap().clone();
+        let d = dev.batch().as_device().unwrap();
         let message = d.message();
         assert_eq!(message.context().ordinal(), 1);
         assert_eq!(device_of_pointer(message.address()), 1);
@@ -59,7 +59,7 @@ gpu_test! {
         }
 
         // Export as one struct array, import on a device-1 consumer stream.
-        let s = batch_as_struct(d).unwrap();
+        let s = DeviceArray::try_from(d.clone()).unwrap();
         let want = StructArray::from(host_rb.clone());
         let nodes = crate::corpus::node_count(&want.to_data());
         let k = counts();
@@ -81,7 +81,7 @@ gpu_test! {
         assert_eq!(k.live_since(), nodes as i64);
         let consumer = Stream::new(&d1).unwrap();
         let imported = import_device_array(&mut c_array, &c_schema, Some(&consumer)).unwrap();
-        assert!(c_array.is_released());
+        assert!(c_array.array().is_released());
         assert_eq!(addrs(&imported, true), addrs(&s, true), "imported zero-copy");
         assert!(imported.all_buffers().iter().all(|b| b.context().ordinal() == 1 && !b.is_owned()));
         consumer.synchronize().unwrap();

@@ -90,16 +90,15 @@ pub use abi::{
     ARROW_DEVICE_EXT_DEV, ARROW_DEVICE_HEXAGON, ARROW_DEVICE_METAL, ARROW_DEVICE_ONEAPI,
     ARROW_DEVICE_OPENCL, ARROW_DEVICE_ROCM, ARROW_DEVICE_ROCM_HOST, ARROW_DEVICE_VPI,
     ARROW_DEVICE_VULKAN, ARROW_DEVICE_WEBGPU, ArrowArray, ArrowArrayRelease, ArrowDeviceArray,
-    ArrowDeviceArrayStream, ArrowDeviceType, StreamGetLastError, StreamGetNext, StreamGetSchema,
-    StreamRelease, device_type_name,
+    ArrowDeviceArrayStream, ArrowDeviceType,
 };
 #[doc(hidden)]
 pub use abi::{StructLayout, layout_table};
 pub use export::{HostDevice, SyncEvent, export_device_array, export_host_array, export_schema};
 #[doc(hidden)]
 pub use export::{live_exports, release_count};
-pub use import::{ImportedArray, import_array, import_device_array, import_host_array};
+pub use import::{import_array, import_device_array, import_host_array};
 pub use stream::{
-    DeviceStreamReader, HostStreamReader, batch_as_struct, export_device_stream,
-    export_host_stream, import_device_stream, import_host_stream,
+    DeviceStreamReader, HostStreamReader, export_device_stream, export_host_stream,
+    import_device_stream, import_host_stream,
 };

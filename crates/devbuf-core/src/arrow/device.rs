@@ -525,6 +525,11 @@ impl DeviceArray {
         Ok(make_array(self.to_parts().map(f)?.into_array_data()?))
     }
 
+    /// The device ordinal of the first buffer (`None` for an array without buffers).
+    pub(crate) fn device_ordinal(&self) -> Option<usize> {
+        self.all_buffers().first().map(|b| b.context().ordinal())
+    }
+
     /// Every device buffer of the array, its children and dictionary (for checks of
     /// where the memory lives).
     pub fn all_buffers(&self) -> Vec<&DeviceBuffer> {
@@ -551,5 +556,38 @@ impl fmt::Debug for DeviceArray {
             .field("children", &self.children)
             .field("dictionary", &self.dictionary)
             .finish()
+    }
+}
+
+impl TryFrom<super::DeviceRecordBatch> for DeviceArray {
+    type Error = Error;
+
+    /// A device record batch as one struct array whose children are its columns
+    /// (zero-copy; as arrow-rs's `StructArray::from(RecordBatch)`): the form in which
+    /// batches cross a C device stream.
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use arrow_array::{Int32Array, RecordBatch};
+    /// use devbuf_core::arrow::{DeviceArray, read_record_batch, serialize_record_batch};
+    /// use devbuf_core::cuda::Context;
+    /// let ctx = Context::new(0)?;
+    /// let batch = RecordBatch::try_from_iter(vec![("x", Arc::new(Int32Array::from(vec![1, 2])) as _)])?;
+    /// let on_device = read_record_batch(&serialize_record_batch(&batch, &ctx)?, batch.schema())?;
+    /// let s = DeviceArray::try_from(on_device.clone())?;
+    /// assert_eq!(s.children()[0].buffers()[0].address(), on_device.columns()[0].buffers()[0].address());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn try_from(batch: super::DeviceRecordBatch) -> Result<DeviceArray> {
+        DeviceArray::try_new(
+            DataType::Struct(batch.schema().fields().clone()),
+            batch.num_rows(),
+            0,
+            0,
+            None,
+            Vec::new(),
+            batch.columns().to_vec(),
+            None,
+        )
     }
 }

@@ -21,6 +21,8 @@
 //!
 //! Device memory is never wrapped in an `arrow_buffer::Buffer` (which derefs to `&[u8]`).
 
+mod any;
+mod batch;
 pub mod c_device;
 mod chunk_batch;
 mod device;
@@ -29,6 +31,8 @@ mod ipc_format;
 pub(crate) mod ipc_format_encode;
 mod tensor;
 
+pub use any::AnyArray;
+pub use batch::Batch;
 pub use chunk_batch::{CHUNK_COLUMN, CHUNK_GRID_METADATA_KEY, ChunkBatch, ChunkGrid, coord_column};
 pub use device::DeviceArray;
 pub use ipc_format::{
@@ -37,6 +41,4 @@ pub use ipc_format::{
     serialize_record_batch_to_vec,
 };
 pub use ipc_format_encode::serialize_device_record_batch;
-pub use tensor::{
-    FIXED_SHAPE_TENSOR, TensorArray, TensorStorage, TensorType, arrow_data_type, element_type_of,
-};
+pub use tensor::{FIXED_SHAPE_TENSOR, TensorArray, TensorType, arrow_data_type, element_type_of};

@@ -72,10 +72,7 @@ impl Handler for Collect {
                         }
                     }
                     _ => {
-                        let cb = match &b {
-                            Batch::Host(rb) => ChunkBatch::from_record_batch(rb.clone())?,
-                            Batch::Device(d) => ChunkBatch::from_device_record_batch(d.clone())?,
-                        };
+                        let cb = ChunkBatch::try_from(b.clone())?;
                         for k in 0..cb.len() {
                             c.claim(cb.coords(k).unwrap_or_default())?;
                         }
@@ -217,11 +214,10 @@ impl Client {
             .await?;
         kept.into_iter()
             .map(|b| match b {
-                (Batch::Host(rb), _) => ChunkBatch::from_record_batch(rb),
                 (Batch::Device(d), Some(coords)) => {
                     ChunkBatch::from_device_record_batch_with_coords(d, coords)
                 }
-                (Batch::Device(d), None) => ChunkBatch::from_device_record_batch(d),
+                (b, _) => ChunkBatch::try_from(b),
             })
             .collect()
     }

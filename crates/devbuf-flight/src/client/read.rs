@@ -24,7 +24,7 @@ use devbuf_core::__private::HostOutput;
 use devbuf_core::__private::host_ops;
 use devbuf_core::__private::index::{BoundingBox, bounding_box};
 use devbuf_core::__private::ops::{layout, strided_copy};
-use devbuf_core::arrow::ChunkBatch;
+use devbuf_core::arrow::{Batch, ChunkBatch};
 use devbuf_core::cuda::{Context, DeviceBuffer, Stream};
 use devbuf_core::error::{Error, Result};
 use devbuf_core::memory::Memory;
@@ -40,8 +40,10 @@ pub(super) struct Grid {
 
 impl Grid {
     pub(super) fn of(flight: &Flight, path: &str) -> Result<Grid> {
-        let cb = ChunkBatch::from_record_batch(RecordBatch::new_empty(flight.schema.clone()))
-            .map_err(|e| e.context(format_args!("the flight of {path:?} is not a chunk flight")))?;
+        let cb = ChunkBatch::try_from(Batch::Host(RecordBatch::new_empty(flight.schema.clone())))
+            .map_err(|e| {
+            e.context(format_args!("the flight of {path:?} is not a chunk flight"))
+        })?;
         let array_shape = cb.array_shape().ok_or_else(|| {
             Error::Malformed(format!(
                 "the flight of {path:?} carries no array shape ({} metadata)",
@@ -51,7 +53,7 @@ impl Grid {
         Ok(Grid {
             array_shape: array_shape.iter().map(|&n| n as u64).collect(),
             chunk_shape: cb.chunk_shape().iter().map(|&n| n as u64).collect(),
-            dtype: Dtype::native(cb.element()),
+            dtype: Dtype::native(cb.tensor_type().element()),
         })
     }
 
@@ -109,12 +111,12 @@ impl Grid {
                     .map(|&n| n as u64)
                     .eq(self.array_shape.iter().copied())
             })
-            && cb.element() == self.dtype.element();
+            && cb.tensor_type().element() == self.dtype.element();
         if !same {
             return Err(Error::Malformed(format!(
                 "a received batch of {} chunks of shape {:?} over an array of {:?} does not \
                  match the flight ({} chunks {:?} over {:?})",
-                cb.element().name(),
+                cb.tensor_type().element().name(),
                 cb.chunk_shape(),
                 cb.array_shape(),
                 self.dtype,
@@ -411,7 +413,7 @@ impl Handler for Assemble {
                     return Ok(());
                 }
                 if let Some(b) = st.receiver.message(&fd)? {
-                    let cb = ChunkBatch::from_record_batch(b.to_host()?)?;
+                    let cb = ChunkBatch::try_from(Batch::Host(b.to_host()?))?;
                     self.place_batch(&cb, st)?;
                 }
             }
@@ -422,7 +424,7 @@ impl Handler for Assemble {
                 if let Some(drb) = got? {
                     let cb = match self.grid.host_coords(&fd)? {
                         Some(c) => ChunkBatch::from_device_record_batch_with_coords(drb, c)?,
-                        None => ChunkBatch::from_device_record_batch(drb)?,
+                        None => ChunkBatch::try_from(Batch::Device(drb))?,
                     };
                     let placed = self.place_batch(&cb, st);
                     // The kernels read the batch (and `scratch`, reused by the next

@@ -48,14 +48,8 @@ pub const ARROW_DEVICE_WEBGPU: ArrowDeviceType = 15;
 pub const ARROW_DEVICE_HEXAGON: ArrowDeviceType = 16;
 
 /// The name of a device type as the specification spells it (`"CUDA"`,
-/// `"CUDA_HOST"`...), or `"unknown"`.
-///
-/// ```
-/// use devbuf_core::arrow::c_device::{device_type_name, ARROW_DEVICE_CUDA_HOST};
-/// assert_eq!(device_type_name(ARROW_DEVICE_CUDA_HOST), "CUDA_HOST");
-/// assert_eq!(device_type_name(5), "unknown");
-/// ```
-pub fn device_type_name(device_type: ArrowDeviceType) -> &'static str {
+/// `"CUDA_HOST"`...), or `"unknown"`: what error messages call it.
+pub(crate) fn device_type_name(device_type: ArrowDeviceType) -> &'static str {
     match device_type {
         ARROW_DEVICE_CPU => "CPU",
         ARROW_DEVICE_CUDA => "CUDA",
@@ -301,16 +295,6 @@ impl ArrowDeviceArray {
         }
     }
 
-    /// Wraps a plain C Data Interface array of host memory as a CPU device array
-    /// (`device_id` -1, no event).
-    ///
-    /// # Safety
-    /// The array's buffers must be host memory readable by the CPU.
-    pub unsafe fn from_cpu_array(array: ArrowArray) -> ArrowDeviceArray {
-        // Safety: guaranteed by the caller; CPU arrays have no event.
-        unsafe { ArrowDeviceArray::new(array, -1, ARROW_DEVICE_CPU, std::ptr::null_mut()) }
-    }
-
     /// Assembles a device array from a C Data Interface array whose buffers live on
     /// `device_type`/`device_id` (e.g. a child moved out of a device array), with an
     /// optional event. The reserved words are zero.
@@ -348,8 +332,9 @@ impl ArrowDeviceArray {
         unsafe { std::ptr::replace(ptr, ArrowDeviceArray::empty()) }
     }
 
-    /// Whether the structure is released (its array's `release` is null).
-    pub fn is_released(&self) -> bool {
+    /// Whether the structure is released (its array's `release` is null; users:
+    /// `array().is_released()`).
+    pub(crate) fn is_released(&self) -> bool {
         self.array.is_released()
     }
 
@@ -373,17 +358,6 @@ impl ArrowDeviceArray {
         self.sync_event
     }
 
-    /// The three reserved words (zero when produced by devbuf).
-    pub fn reserved(&self) -> [i64; 3] {
-        self.reserved
-    }
-
-    /// Changes `device_id`. Importers check the id against the buffers' memory, so a
-    /// wrong id is an error on import, never undefined behaviour.
-    pub fn set_device_id(&mut self, device_id: i64) {
-        self.device_id = device_id;
-    }
-
     /// Moves the embedded array out (for a consumer that only wants the C Data
     /// Interface part); `self` is left released.
     pub fn take_array(&mut self) -> ArrowArray {
@@ -392,15 +366,16 @@ impl ArrowDeviceArray {
 }
 
 /// `get_schema` of an [`ArrowDeviceArrayStream`].
-pub type StreamGetSchema =
+pub(crate) type StreamGetSchema =
     unsafe extern "C" fn(*mut ArrowDeviceArrayStream, *mut FFI_ArrowSchema) -> c_int;
 /// `get_next` of an [`ArrowDeviceArrayStream`].
-pub type StreamGetNext =
+pub(crate) type StreamGetNext =
     unsafe extern "C" fn(*mut ArrowDeviceArrayStream, *mut ArrowDeviceArray) -> c_int;
 /// `get_last_error` of an [`ArrowDeviceArrayStream`].
-pub type StreamGetLastError = unsafe extern "C" fn(*mut ArrowDeviceArrayStream) -> *const c_char;
+pub(crate) type StreamGetLastError =
+    unsafe extern "C" fn(*mut ArrowDeviceArrayStream) -> *const c_char;
 /// `release` of an [`ArrowDeviceArrayStream`].
-pub type StreamRelease = unsafe extern "C" fn(*mut ArrowDeviceArrayStream);
+pub(crate) type StreamRelease = unsafe extern "C" fn(*mut ArrowDeviceArrayStream);
 
 /// `struct ArrowDeviceArrayStream` of the C Device Stream Interface: a pull-style
 /// source of [`ArrowDeviceArray`]s of one schema on one device type.

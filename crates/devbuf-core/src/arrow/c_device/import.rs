@@ -24,20 +24,10 @@ use super::abi::{
     ArrowDeviceType, device_type_name,
 };
 use super::types::{Side, base_buffer_count, check_type};
-use crate::arrow::DeviceArray;
 use crate::arrow::device::{ByteLen, Parts, child_fields, has_offsets};
+use crate::arrow::{AnyArray, DeviceArray};
 use crate::cuda::{Context, DeviceBuffer, Stream};
 use crate::error::{Error, Result};
-
-/// The result of [`import_array`]: device memory stays on the device, host memory
-/// becomes an arrow-rs array.
-#[derive(Debug, Clone)]
-pub enum ImportedArray {
-    /// A CUDA array (device type 2), zero-copy.
-    Device(DeviceArray),
-    /// A CPU (1) or CUDA_HOST (3) array, zero-copy.
-    Host(ArrayRef),
-}
 
 fn bad(path: &str, msg: impl std::fmt::Display) -> Error {
     Error::invalid(format!("ArrowDeviceArray import: {path}: {msg}"))
@@ -651,7 +641,7 @@ pub(super) fn import_host(array: &mut ArrowDeviceArray, dt: &DataType) -> Result
 /// # let d = DeviceArray::from_host(&Int32Array::from(vec![1, 2, 3]), &ctx)?;
 /// let (mut c_array, c_schema) = export_device_array(&d, SyncEvent::DefaultStream)?;
 /// let imported = import_device_array(&mut c_array, &c_schema, None)?;
-/// assert!(c_array.is_released());
+/// assert!(c_array.array().is_released());
 /// assert!(import_device_array(&mut c_array, &c_schema, None).is_err()); // imported once only
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
@@ -698,18 +688,16 @@ pub fn import_host_array(
 ///
 /// ```
 /// use arrow_array::BooleanArray;
-/// use devbuf_core::arrow::c_device::{export_host_array, HostDevice, import_array, ImportedArray};
+/// use devbuf_core::arrow::AnyArray;
+/// use devbuf_core::arrow::c_device::{export_host_array, HostDevice, import_array};
 /// let (mut c_array, c_schema) = export_host_array(&BooleanArray::from(vec![true, false]), HostDevice::Cpu)?;
 /// match import_array(&mut c_array, &c_schema)? {
-///     ImportedArray::Host(a) => assert_eq!(a.len(), 2),
-///     ImportedArray::Device(_) => unreachable!(),
+///     AnyArray::Host(a) => assert_eq!(a.len(), 2),
+///     AnyArray::Device(_) => unreachable!(),
 /// }
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
-pub fn import_array(
-    array: &mut ArrowDeviceArray,
-    schema: &FFI_ArrowSchema,
-) -> Result<ImportedArray> {
+pub fn import_array(array: &mut ArrowDeviceArray, schema: &FFI_ArrowSchema) -> Result<AnyArray> {
     let dt = data_type_of(schema)?;
     check_header(
         array,
@@ -717,8 +705,8 @@ pub fn import_array(
         "import_array",
     )?;
     if array.device_type == ARROW_DEVICE_CUDA {
-        Ok(ImportedArray::Device(import_cuda(array, &dt, None)?))
+        Ok(AnyArray::Device(import_cuda(array, &dt, None)?))
     } else {
-        Ok(ImportedArray::Host(import_host(array, &dt)?))
+        Ok(AnyArray::Host(import_host(array, &dt)?))
     }
 }

@@ -21,7 +21,7 @@ use super::export::{
 };
 use super::import::{import_cuda, import_host, schema_of};
 use super::types::{Side, check_type};
-use crate::arrow::{DeviceArray, DeviceRecordBatch};
+use crate::arrow::DeviceArray;
 use crate::cuda::Stream;
 use crate::error::{Error, ErrorKind, Result};
 
@@ -267,7 +267,7 @@ fn device_stream(
 
 /// Exports a sequence of device batches as an `ArrowDeviceArrayStream` of device type
 /// CUDA. Each item must be a struct array whose fields have the schema's column types
-/// (see [`batch_as_struct`] for a [`DeviceRecordBatch`]); each is exported as by
+/// (`DeviceArray::try_from(batch)` makes one of a [`DeviceRecordBatch`]); each is exported as by
 /// [`export_device_array`](super::export_device_array) with an event recorded when the
 /// consumer pulls it: on the legacy default stream when `on` is `None`, on `stream`
 /// (where the batches are produced) when it is `Some(stream)`.
@@ -343,36 +343,6 @@ where
         }))
     });
     make_stream(ARROW_DEVICE_CPU, schema, next)
-}
-
-/// A [`DeviceRecordBatch`] as one struct array whose children are its columns
-/// (zero-copy), the form in which batches cross a device stream.
-///
-/// ```no_run
-/// use std::sync::Arc;
-/// use arrow_array::{Int32Array, RecordBatch};
-/// use devbuf_core::arrow::{read_record_batch, serialize_record_batch};
-/// use devbuf_core::arrow::c_device::{batch_as_struct, export_device_stream};
-/// use devbuf_core::cuda::Context;
-/// let ctx = Context::new(0)?;
-/// let batch = RecordBatch::try_from_iter(vec![("x", Arc::new(Int32Array::from(vec![1, 2])) as _)])?;
-/// let on_device = read_record_batch(&serialize_record_batch(&batch, &ctx)?, batch.schema())?;
-/// let s = batch_as_struct(&on_device)?;
-/// assert_eq!(s.children()[0].buffers()[0].address(), on_device.columns()[0].buffers()[0].address());
-/// let _stream = export_device_stream(batch.schema(), vec![Ok(s)], None);
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-pub fn batch_as_struct(batch: &DeviceRecordBatch) -> Result<DeviceArray> {
-    DeviceArray::try_new(
-        DataType::Struct(batch.schema().fields().clone()),
-        batch.num_rows(),
-        0,
-        0,
-        None,
-        Vec::new(),
-        batch.columns().to_vec(),
-        None,
-    )
 }
 
 /// The consumer side shared by both readers.

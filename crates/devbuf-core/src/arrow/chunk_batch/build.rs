@@ -201,7 +201,10 @@ pub(super) fn build(
                 .map(|p| Ok(make_array(p.into_array_data()?)))
                 .collect::<Result<Vec<ArrayRef>>>()?;
             let batch = RecordBatch::try_new(schema, columns)?;
-            let tensors = TensorArray::from_arrow(&tensor_field, batch.column(plan.ndim).as_ref())?;
+            let tensors = TensorArray::try_new(
+                TensorType::from_field(&tensor_field)?,
+                batch.column(plan.ndim).clone(),
+            )?;
             Ok((Batch::Host(batch), tensors))
         }
         Alloc::Device(all) => {
@@ -213,7 +216,10 @@ pub(super) fn build(
                     Ok(DeviceArray::from_parts(p))
                 })
                 .collect::<Result<Vec<_>>>()?;
-            let tensors = TensorArray::from_device(&tensor_field, &columns[plan.ndim])?;
+            let tensors = TensorArray::try_new(
+                TensorType::from_field(&tensor_field)?,
+                columns[plan.ndim].clone(),
+            )?;
             let batch = DeviceRecordBatch::from_device_columns(schema, plan.rows, columns, all);
             Ok((Batch::Device(batch), tensors))
         }

@@ -19,6 +19,7 @@ use arrow_array::{Array, ArrayRef, RecordBatch, UInt64Array, make_array};
 use arrow_buffer::{Buffer, MutableBuffer};
 use arrow_schema::{DataType as ArrowType, Field, Schema, SchemaRef};
 
+use super::Batch;
 use super::device::{DeviceArray, Parts};
 use super::ipc_format::DeviceRecordBatch;
 use super::tensor::{TensorArray, TensorType};
@@ -178,14 +179,6 @@ fn c_strides(shape: &[usize], es: usize) -> Vec<isize> {
     out
 }
 
-/// A [`ChunkBatch`]'s record batch: on the host or on a device (its chunk column, a
-/// [`TensorArray`], is host or device by itself).
-#[derive(Clone, Debug)]
-enum Batch {
-    Host(RecordBatch),
-    Device(DeviceRecordBatch),
-}
-
 /// Many chunks of one array as one Arrow record batch: column `coord_{d}` (`UInt64`, not
 /// nullable) holds each chunk's coordinate along grid dimension `d`, and column `chunk`
 /// (`arrow.fixed_shape_tensor` of the chunk shape, C order) holds the chunk data.
@@ -209,19 +202,19 @@ enum Batch {
 /// [`message`](DeviceRecordBatch::message) is that allocation.
 ///
 /// ```
-/// use devbuf_core::arrow::{ChunkBatch, ChunkGrid};
+/// use devbuf_core::arrow::{Batch, ChunkBatch, ChunkGrid};
 /// use devbuf_core::zarr::{BufferPrototype, Dtype, NDBuffer, Scalar};
 /// // A 5 x 3 int32 array in 2 x 2 chunks; two of its chunks:
 /// let grid = ChunkGrid::new(&[5, 3], &[2, 2], Dtype::INT32)?.with_fill_value(Scalar::from(-1i32));
 /// let c00 = NDBuffer::from_ndarray(ndarray::arr2(&[[0i32, 1], [3, 4]]));
 /// let c21 = NDBuffer::from_ndarray(ndarray::arr2(&[[14i32]])); // the corner: 1 x 1
 /// let batch = ChunkBatch::from_chunks(&grid, [(vec![0u64, 0], c00), (vec![2, 1], c21)], &BufferPrototype::Host)?;
-/// let rb = batch.record_batch().unwrap();
+/// let rb = batch.batch().as_host().unwrap();
 /// assert_eq!(rb.num_rows(), 2);
 /// assert_eq!(rb.schema().field(2).name(), "chunk");
 /// let padded = batch.chunk_padded(1)?;
 /// assert_eq!(padded.to_ndarray::<i32>()?.into_raw_vec_and_offset().0, vec![14, -1, -1, -1]);
-/// let back = ChunkBatch::from_record_batch(rb.clone())?;
+/// let back = ChunkBatch::try_from(Batch::Host(rb.clone()))?;
 /// assert_eq!(back.coords(1), Some(&[2u64, 1][..]));
 /// assert_eq!(back.chunk(1)?.shape(), &[1, 1]); // cut back to the array
 /// # Ok::<(), devbuf_core::Error>(())
@@ -338,50 +331,11 @@ impl ChunkBatch {
         })
     }
 
-    /// Reads a host batch: one `arrow.fixed_shape_tensor` column (the chunks, any
-    /// permutation) and one non-null `UInt64` coordinate column per logical dimension of
-    /// the tensor, in schema order (any names); nothing else. The array shape comes from
-    /// [`CHUNK_GRID_METADATA_KEY`] when present. Zero-copy.
-    pub fn from_record_batch(batch: RecordBatch) -> Result<ChunkBatch> {
-        let schema = batch.schema();
-        let layout = SchemaLayout::of(&schema)?;
-        let tensors = TensorArray::from_arrow(
-            schema.field(layout.tensor),
-            batch.column(layout.tensor).as_ref(),
-        )?;
-        let columns: Vec<ArrayRef> = layout
-            .coords
-            .iter()
-            .map(|&i| batch.column(i).clone())
-            .collect();
-        let coords = interleave_coords(&columns, batch.num_rows())?;
-        ChunkBatch::checked(layout, coords, Batch::Host(batch), tensors)
-    }
-
-    /// Reads a device batch laid out as for
-    /// [`from_record_batch`](Self::from_record_batch); the coordinates are copied to the
-    /// host (one small copy per column), the chunks stay where they are.
-    pub fn from_device_record_batch(batch: DeviceRecordBatch) -> Result<ChunkBatch> {
-        let layout = SchemaLayout::of(&batch.schema())?;
-        let columns = layout
-            .coords
-            .iter()
-            .map(|&i| {
-                batch
-                    .column(i)
-                    .ok_or_else(|| Error::invalid("the batch has fewer columns than its schema"))?
-                    .to_host()
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let coords = interleave_coords(&columns, batch.num_rows())?;
-        ChunkBatch::from_device_record_batch_with_coords(batch, coords)
-    }
-
     /// A device record batch whose chunk coordinates (row-major, one per axis per
     /// chunk) the caller read on the host from the very message the batch was uploaded
     /// from: no copy back from the device, which
-    /// [`from_device_record_batch`](Self::from_device_record_batch) makes per
-    /// coordinate column (and then calls this). The coordinates are checked as there
+    /// `ChunkBatch::try_from(Batch::Device(..))` makes per
+    /// coordinate column of a device batch (and then calls this). The coordinates are checked as there
     /// (count, and the grid).
     pub fn from_device_record_batch_with_coords(
         batch: DeviceRecordBatch,
@@ -392,7 +346,10 @@ impl ChunkBatch {
         let tensor_column = batch
             .column(layout.tensor)
             .ok_or_else(|| Error::invalid("the batch has fewer columns than its schema"))?;
-        let tensors = TensorArray::from_device(schema.field(layout.tensor), tensor_column)?;
+        let tensors = TensorArray::try_new(
+            TensorType::from_field(schema.field(layout.tensor))?,
+            tensor_column.clone(),
+        )?;
         ChunkBatch::checked(layout, coords, Batch::Device(batch), tensors)
     }
 
@@ -409,10 +366,11 @@ impl ChunkBatch {
             batch,
             tensors,
         };
-        if b.coords.len() != b.len() * b.ndim() {
+        let ndim = b.chunk_shape.len();
+        if b.coords.len() != b.len() * ndim {
             return Err(Error::invalid(format!(
                 "the batch has {} coordinate rows and {} chunks",
-                b.coords.len() / b.ndim().max(1),
+                b.coords.len() / ndim.max(1),
                 b.len()
             )));
         }
@@ -434,12 +392,7 @@ impl ChunkBatch {
         self.len() == 0
     }
 
-    /// Number of grid dimensions.
-    pub fn ndim(&self) -> usize {
-        self.chunk_shape.len()
-    }
-
-    /// The chunk shape (logical).
+    /// The chunk shape (logical); its length is the number of grid dimensions.
     pub fn chunk_shape(&self) -> &[usize] {
         &self.chunk_shape
     }
@@ -449,12 +402,8 @@ impl ChunkBatch {
         self.array_shape.as_deref()
     }
 
-    /// The element type of the chunks (stored native-endian).
-    pub fn element(&self) -> ElementType {
-        self.tensor_type().element()
-    }
-
-    /// The chunk column's tensor type.
+    /// The chunk column's tensor type (`tensor_type().element()`: the element type of
+    /// the chunks, stored native-endian).
     pub fn tensor_type(&self) -> &TensorType {
         self.tensors.tensor_type()
     }
@@ -464,34 +413,24 @@ impl ChunkBatch {
         &self.tensors
     }
 
-    /// True when the chunk data lives on a device.
-    pub fn is_device(&self) -> bool {
-        matches!(self.batch, Batch::Device(_))
+    /// Where the batch lives: [`BufferPrototype::Host`] or its device.
+    pub fn prototype(&self) -> BufferPrototype {
+        self.batch.prototype()
     }
 
     /// The coordinates of chunk `i` (`None` past the end).
     pub fn coords(&self, i: usize) -> Option<&[u64]> {
-        let nd = self.ndim();
+        let nd = self.chunk_shape.len();
         if i >= self.len() {
             return None;
         }
         self.coords.get(i * nd..(i + 1) * nd)
     }
 
-    /// The host record batch (`None` on a device).
-    pub fn record_batch(&self) -> Option<&RecordBatch> {
-        match &self.batch {
-            Batch::Host(batch) => Some(batch),
-            Batch::Device(_) => None,
-        }
-    }
-
-    /// The device record batch (`None` on the host).
-    pub fn device_record_batch(&self) -> Option<&DeviceRecordBatch> {
-        match &self.batch {
-            Batch::Host(_) => None,
-            Batch::Device(batch) => Some(batch),
-        }
+    /// The record batch, on the host or on a device ([`Batch::as_host`],
+    /// [`Batch::as_device`]).
+    pub fn batch(&self) -> &Batch {
+        &self.batch
     }
 
     /// The batch on the host: the record batch itself, or a device batch copied in one
@@ -533,6 +472,53 @@ impl ChunkBatch {
     /// view but for booleans).
     pub fn to_ndbuffer(&self) -> Result<NDBuffer> {
         self.tensors.to_ndbuffer()
+    }
+}
+
+impl TryFrom<Batch> for ChunkBatch {
+    type Error = Error;
+
+    /// Reads a batch, host or device: one `arrow.fixed_shape_tensor` column (the chunks,
+    /// any permutation) and one non-null `UInt64` coordinate column per logical
+    /// dimension of the tensor, in schema order (any names); nothing else. The array
+    /// shape comes from [`CHUNK_GRID_METADATA_KEY`] when present. Zero-copy; of a
+    /// device batch the coordinates are copied to the host (one small copy per column),
+    /// the chunks stay where they are.
+    fn try_from(batch: Batch) -> Result<ChunkBatch> {
+        match batch {
+            Batch::Host(batch) => {
+                let schema = batch.schema();
+                let layout = SchemaLayout::of(&schema)?;
+                let tensors = TensorArray::try_new(
+                    TensorType::from_field(schema.field(layout.tensor))?,
+                    batch.column(layout.tensor).clone(),
+                )?;
+                let columns: Vec<ArrayRef> = layout
+                    .coords
+                    .iter()
+                    .map(|&i| batch.column(i).clone())
+                    .collect();
+                let coords = interleave_coords(&columns, batch.num_rows())?;
+                ChunkBatch::checked(layout, coords, Batch::Host(batch), tensors)
+            }
+            Batch::Device(batch) => {
+                let layout = SchemaLayout::of(&batch.schema())?;
+                let columns = layout
+                    .coords
+                    .iter()
+                    .map(|&i| {
+                        batch
+                            .column(i)
+                            .ok_or_else(|| {
+                                Error::invalid("the batch has fewer columns than its schema")
+                            })?
+                            .to_host()
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let coords = interleave_coords(&columns, batch.num_rows())?;
+                ChunkBatch::from_device_record_batch_with_coords(batch, coords)
+            }
+        }
     }
 }
 

@@ -1,107 +1,23 @@
 //! [`TensorArray`]: an `arrow.fixed_shape_tensor` column whose storage lives on the host
-//! or on a device ([`TensorStorage`], one value), with one set of methods for both.
+//! or on a device (an [`AnyArray`], one value), with one set of methods for both.
 
 use super::*;
 
-/// Where a [`TensorArray`]'s `FixedSizeList` storage lives: an arrow-rs array in host
-/// memory, or a [`DeviceArray`] (the same layout over device buffers). The two stay
-/// distinct types because their memory is owned differently (device memory is never
-/// an `arrow_buffer::Buffer`); everything above them is written once.
-///
-/// ```
-/// use devbuf_core::arrow::TensorStorage;
-/// use devbuf_core::zarr::NDBuffer;
-/// let t = NDBuffer::from_ndarray(ndarray::arr2(&[[1u8, 2], [3, 4]])).to_arrow_tensor_rows()?;
-/// let TensorStorage::Host(storage) = t.storage() else { unreachable!() };
-/// assert_eq!(storage.value_length(), 2);
-/// assert!(t.storage().as_device().is_none());
-/// # Ok::<(), devbuf_core::Error>(())
-/// ```
-#[derive(Clone, Debug)]
-pub enum TensorStorage {
-    /// Host memory: an arrow-rs array.
-    Host(FixedSizeListArray),
-    /// Device memory.
-    Device(DeviceArray),
-}
-
-impl TensorStorage {
-    /// Number of lists (tensors).
-    pub fn len(&self) -> usize {
-        match self {
-            TensorStorage::Host(a) => a.len(),
-            TensorStorage::Device(a) => a.len(),
-        }
-    }
-
-    /// True when there are no lists.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The `FixedSizeList` data type.
-    pub fn data_type(&self) -> &ArrowType {
-        match self {
-            TensorStorage::Host(a) => a.data_type(),
-            TensorStorage::Device(a) => a.data_type(),
-        }
-    }
-
-    /// True for host memory.
-    pub fn is_host(&self) -> bool {
-        matches!(self, TensorStorage::Host(_))
-    }
-
-    /// True for device memory.
-    pub fn is_device(&self) -> bool {
-        matches!(self, TensorStorage::Device(_))
-    }
-
-    /// The host array, if the storage is in host memory.
-    pub fn as_host(&self) -> Option<&FixedSizeListArray> {
-        match self {
-            TensorStorage::Host(a) => Some(a),
-            TensorStorage::Device(_) => None,
-        }
-    }
-
-    /// The device array, if the storage is in device memory.
-    pub fn as_device(&self) -> Option<&DeviceArray> {
-        match self {
-            TensorStorage::Host(_) => None,
-            TensorStorage::Device(a) => Some(a),
-        }
-    }
-}
-
-impl From<FixedSizeListArray> for TensorStorage {
-    /// Zero-copy.
-    fn from(a: FixedSizeListArray) -> TensorStorage {
-        TensorStorage::Host(a)
-    }
-}
-
-impl From<DeviceArray> for TensorStorage {
-    /// Zero-copy.
-    fn from(a: DeviceArray) -> TensorStorage {
-        TensorStorage::Device(a)
-    }
-}
-
 /// A tensor array: an `arrow.fixed_shape_tensor` type and its `FixedSizeList` storage,
-/// on the host or on a device ([`TensorStorage`]). arrow-rs keeps extension types on
+/// on the host or on a device (an [`AnyArray`]). arrow-rs keeps extension types on
 /// fields, so the pair travels together; [`field`](Self::field) makes the tagged field
 /// for a schema.
 ///
 /// ```
-/// use devbuf_core::arrow::TensorArray;
+/// use devbuf_core::arrow::{TensorArray, TensorType};
 /// use devbuf_core::zarr::NDBuffer;
 /// let nd = NDBuffer::from_ndarray(ndarray::Array3::<f32>::zeros((2, 3, 4)).reversed_axes()); // F order
-/// let t = nd.to_arrow_tensor()?;                        // zero-copy
+/// let t = nd.clone().into_tensor()?;                   // zero-copy
 /// assert_eq!(t.tensor_type().shape(), &[2, 3, 4]);     // physical: memory order
 /// assert_eq!(t.tensor_type().logical_shape(), vec![4, 3, 2]);
+/// // A column read back: the tensor type from the field, the storage from the array.
 /// let field = t.field("x")?;
-/// let back = TensorArray::from_arrow(&field, t.storage().as_host().unwrap())?;
+/// let back = TensorArray::try_new(TensorType::from_field(&field)?, t.into_storage())?;
 /// assert_eq!(back.tensor(0)?.shape(), &[4, 3, 2]);
 /// assert_eq!(back.tensor(0)?.strides(), nd.strides()); // the same F-order view
 /// # Ok::<(), devbuf_core::Error>(())
@@ -112,7 +28,7 @@ impl From<DeviceArray> for TensorStorage {
 /// ```no_run
 /// use devbuf_core::zarr::{BufferPrototype, Dtype, NDBuffer, Order};
 /// let nd = NDBuffer::create(&BufferPrototype::Device(0), &[4, 8, 8], Dtype::FLOAT32, Order::C, None)?;
-/// let t = nd.to_arrow_tensor_rows()?; // 4 tensors of [8, 8], zero-copy
+/// let t = nd.clone().into_tensor_rows()?; // 4 tensors of [8, 8], zero-copy
 /// let storage = t.storage().as_device().unwrap();
 /// assert_eq!(storage.children()[0].buffers()[0].address(), nd.as_ndarray_like().memory.address());
 /// assert_eq!(t.tensor(3)?.shape(), &[8, 8]); // a device view, no copy
@@ -121,20 +37,21 @@ impl From<DeviceArray> for TensorStorage {
 #[derive(Clone, Debug)]
 pub struct TensorArray {
     tensor_type: TensorType,
-    storage: TensorStorage,
+    storage: AnyArray,
 }
 
 impl TensorArray {
     /// Pairs a tensor type with its storage (host or device), checking that the storage
     /// is a `FixedSizeList` of the type's element and list size (on the device also
     /// that it has no nulls and its buffers are large enough).
-    pub fn try_new(
-        tensor_type: TensorType,
-        storage: impl Into<TensorStorage>,
-    ) -> Result<TensorArray> {
+    ///
+    /// A column of a record batch: `TensorArray::try_new(TensorType::from_field(field)?,
+    /// column)` (arrow-rs keeps the extension type on the field, not on the array).
+    pub fn try_new(tensor_type: TensorType, storage: impl Into<AnyArray>) -> Result<TensorArray> {
         let storage = storage.into();
         match &storage {
-            TensorStorage::Host(s) => {
+            AnyArray::Host(s) => {
+                let s = host_list(s.as_ref())?;
                 let list = tensor_type.list_size()?;
                 let element = element_type_of(&s.value_type())?;
                 if usize::try_from(s.value_length()).ok() != Some(list)
@@ -148,7 +65,7 @@ impl TensorArray {
                     )));
                 }
             }
-            TensorStorage::Device(s) => {
+            AnyArray::Device(s) => {
                 locate_tensor(s, &tensor_type)?;
             }
         }
@@ -160,33 +77,11 @@ impl TensorArray {
 
     /// A tensor array built by this crate, whose storage matches its type by
     /// construction (no check).
-    pub(super) fn new_unchecked(tensor_type: TensorType, storage: TensorStorage) -> TensorArray {
+    pub(super) fn new_unchecked(tensor_type: TensorType, storage: AnyArray) -> TensorArray {
         TensorArray {
             tensor_type,
             storage,
         }
-    }
-
-    /// Reads a host column: the tensor type from `field` ([`TensorType::from_field`])
-    /// and the storage from `array` (a `FixedSizeListArray` of the field's type).
-    pub fn from_arrow(field: &Field, array: &dyn Array) -> Result<TensorArray> {
-        let t = TensorType::from_field(field)?;
-        let storage = array
-            .as_any()
-            .downcast_ref::<FixedSizeListArray>()
-            .ok_or_else(|| {
-                Error::invalid(format!(
-                    "a {FIXED_SHAPE_TENSOR} column must be a FixedSizeListArray, got {}",
-                    array.data_type()
-                ))
-            })?
-            .clone();
-        TensorArray::try_new(t, storage)
-    }
-
-    /// Reads a device column: the tensor type from `field` and the device storage.
-    pub fn from_device(field: &Field, storage: &DeviceArray) -> Result<TensorArray> {
-        TensorArray::try_new(TensorType::from_field(field)?, storage.clone())
     }
 
     /// The extension type.
@@ -194,19 +89,19 @@ impl TensorArray {
         &self.tensor_type
     }
 
-    /// The storage array, on the host or on a device.
-    pub fn storage(&self) -> &TensorStorage {
+    /// The storage array (a `FixedSizeList`), on the host or on a device.
+    pub fn storage(&self) -> &AnyArray {
         &self.storage
     }
 
     /// The storage array, by value.
-    pub fn into_storage(self) -> TensorStorage {
+    pub fn into_storage(self) -> AnyArray {
         self.storage
     }
 
-    /// True when the storage lives on a device.
-    pub fn is_device(&self) -> bool {
-        self.storage.is_device()
+    /// Where the storage lives: [`BufferPrototype::Host`] or the device of its buffers.
+    pub fn prototype(&self) -> BufferPrototype {
+        self.storage.prototype()
     }
 
     /// Number of tensors.
@@ -236,8 +131,8 @@ impl TensorArray {
     /// (zero-copy but for booleans), in the storage's memory.
     pub fn rows(&self, first: usize, n: usize) -> Result<NDBuffer> {
         match &self.storage {
-            TensorStorage::Host(s) => tensor_rows(&self.tensor_type, &s.to_data(), first, n),
-            TensorStorage::Device(s) => tensor_rows(&self.tensor_type, s, first, n),
+            AnyArray::Host(s) => tensor_rows(&self.tensor_type, &s.to_data(), first, n),
+            AnyArray::Device(s) => tensor_rows(&self.tensor_type, s, first, n),
         }
     }
 
@@ -251,15 +146,22 @@ impl TensorArray {
     /// storage copied to the host (one transfer per buffer).
     pub fn to_host(&self) -> Result<TensorArray> {
         let d = match &self.storage {
-            TensorStorage::Host(_) => return Ok(self.clone()),
-            TensorStorage::Device(d) => d,
+            AnyArray::Host(_) => return Ok(self.clone()),
+            AnyArray::Device(d) => d,
         };
-        let a = d.to_host()?;
-        let storage = a
-            .as_any()
-            .downcast_ref::<FixedSizeListArray>()
-            .ok_or_else(|| Error::invalid("internal: tensor storage is not a FixedSizeList"))?
-            .clone();
-        TensorArray::try_new(self.tensor_type.clone(), storage)
+        TensorArray::try_new(self.tensor_type.clone(), d.to_host()?)
     }
+}
+
+/// A host tensor storage as the `FixedSizeListArray` it must be.
+fn host_list(array: &dyn Array) -> Result<&FixedSizeListArray> {
+    array
+        .as_any()
+        .downcast_ref::<FixedSizeListArray>()
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "a {FIXED_SHAPE_TENSOR} column must be a FixedSizeListArray, got {}",
+                array.data_type()
+            ))
+        })
 }

@@ -79,11 +79,6 @@ impl TensorType {
         self.dim_names.as_deref()
     }
 
-    /// Number of dimensions.
-    pub fn ndim(&self) -> usize {
-        self.shape.len()
-    }
-
     /// The logical shape: `shape[permutation[i]]` for each `i`.
     pub fn logical_shape(&self) -> Vec<usize> {
         match &self.permutation {
@@ -92,8 +87,9 @@ impl TensorType {
         }
     }
 
-    /// Elements per tensor (the `FixedSizeList` size); an error when it overflows.
-    pub fn list_size(&self) -> Result<usize> {
+    /// Elements per tensor (the `FixedSizeList` size, `shape().iter().product()`); an
+    /// error when it overflows.
+    pub(crate) fn list_size(&self) -> Result<usize> {
         self.shape
             .iter()
             .try_fold(1usize, |a, &d| a.checked_mul(d))
@@ -193,7 +189,7 @@ impl TensorType {
 
     /// Parses extension metadata (see [`from_field`](Self::from_field)) for tensors of
     /// `element`.
-    pub fn parse_metadata(element: ElementType, json: &str) -> Result<TensorType> {
+    pub(crate) fn parse_metadata(element: ElementType, json: &str) -> Result<TensorType> {
         let bad =
             |m: String| Error::invalid(format!("{FIXED_SHAPE_TENSOR} metadata {json:?}: {m}"));
         let v: serde_json::Value =

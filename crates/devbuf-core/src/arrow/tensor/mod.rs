@@ -14,14 +14,14 @@
 //!
 //! # Forms
 //!
-//! * **Flat** ([`NDBuffer::to_arrow`] on the host, [`NDBuffer::to_device_array`] on the
-//!   device: an arrow-rs array and a [`DeviceArray`] own their memory differently, so
-//!   they are two types, built by the same code): the elements in C order (numpy's
+//! * **Flat** ([`NDBuffer::into_arrow`]: an [`AnyArray`](super::AnyArray), an arrow-rs
+//!   array on the host or a [`DeviceArray`] on the device, which own their memory
+//!   differently and are built by the same code): the elements in C order (numpy's
 //!   `ravel()`), as one array of [`arrow_data_type`].
-//! * **Tensor** ([`NDBuffer::to_arrow_tensor`]): the whole NDBuffer as one element
+//! * **Tensor** ([`NDBuffer::into_tensor`]): the whole NDBuffer as one element
 //!   (length 1) of an `arrow.fixed_shape_tensor` array, a [`TensorArray`] whose
-//!   [`TensorStorage`] is host or device memory, where the NDBuffer lives.
-//! * **Rows** ([`NDBuffer::to_arrow_tensor_rows`]): axis 0 becomes the array's length
+//!   storage ([`AnyArray`](super::AnyArray)) is host or device memory, where the NDBuffer lives.
+//! * **Rows** ([`NDBuffer::into_tensor_rows`]): axis 0 becomes the array's length
 //!   and every row a tensor of the remaining axes (pyarrow's
 //!   `FixedShapeTensorArray.from_numpy_ndarray`), likewise on either side.
 //!
@@ -65,7 +65,7 @@
 //!
 //! This file: the element-type mapping. `extension.rs`: [`TensorType`] and its metadata.
 //! `layout.rs`: dense axis orders and the one copy. `parts.rs`: Arrow layouts over host
-//! or device buffers. `array.rs`: [`TensorArray`] and [`TensorStorage`].
+//! or device buffers. `array.rs`: [`TensorArray`].
 //! `ndbuffer.rs`: the NDBuffer methods.
 
 mod array;
@@ -76,7 +76,7 @@ mod parts;
 #[cfg(test)]
 mod tests;
 
-pub use array::{TensorArray, TensorStorage};
+pub use array::TensorArray;
 pub use extension::TensorType;
 pub(crate) use layout::{Form, Prepared, prepare};
 pub(crate) use parts::{element_parts, flat_ndbuffer, locate_tensor, storage_parts, tensor_rows};
@@ -87,20 +87,19 @@ use {array::*, extension::*, layout::*, parts::*};
 
 use std::sync::Arc;
 
-use arrow_array::{
-    Array, ArrayRef, ArrowPrimitiveType, FixedSizeListArray, PrimitiveArray, make_array,
-};
+use arrow_array::{Array, FixedSizeListArray, make_array};
 use arrow_buffer::{Buffer, MutableBuffer};
 use arrow_data::ArrayData;
 use arrow_schema::extension::{EXTENSION_TYPE_METADATA_KEY, EXTENSION_TYPE_NAME_KEY};
 use arrow_schema::{DataType as ArrowType, Field};
 
+use super::AnyArray;
 use super::device::{DeviceArray, Parts};
 use crate::cuda::DeviceBuffer;
 use crate::element::ElementType;
 use crate::error::{Error, Result};
 use crate::memory::Memory;
-use crate::zarr::{Dtype, NDBuffer, Order};
+use crate::zarr::{BufferPrototype, Dtype, NDBuffer, Order};
 
 /// The canonical extension name of fixed-shape tensors.
 pub const FIXED_SHAPE_TENSOR: &str = "arrow.fixed_shape_tensor";

@@ -12,29 +12,8 @@ fn host_buffer(m: &Memory) -> Result<Buffer> {
     }
 }
 
-fn host_only(nd: &NDBuffer, what: &str, device_way: &str) -> Result<()> {
-    if nd.is_device() {
-        return Err(Error::invalid(format!(
-            "{what} makes host Arrow arrays; this NDBuffer is on device {} (use {device_way}, \
-             or to_prototype(&BufferPrototype::Host) first)",
-            nd.as_ndarray_like().memory.device_ordinal().unwrap_or(0)
-        )));
-    }
-    Ok(())
-}
-
 fn host_array(p: &Prepared) -> Result<ArrayData> {
     storage_parts(p, host_buffer(&p.values)?)?.into_array_data()
-}
-
-fn device_only(nd: &NDBuffer, what: &str, host_way: &str) -> Result<()> {
-    if nd.is_host() {
-        return Err(Error::invalid(format!(
-            "{what} makes device arrays; this NDBuffer is in host memory (use {host_way}, or \
-             to_prototype(&BufferPrototype::Device(n)) first)"
-        )));
-    }
-    Ok(())
 }
 
 fn device_array(p: &Prepared) -> Result<DeviceArray> {
@@ -48,18 +27,23 @@ fn device_array(p: &Prepared) -> Result<DeviceArray> {
 }
 
 impl NDBuffer {
-    /// The elements in C order as a flat host Arrow array of
-    /// [`arrow_data_type`]`(element)`: **zero-copy** when the NDBuffer is C-contiguous,
-    /// native-endian, aligned and not `bool` (the Arrow buffer points at this memory);
-    /// otherwise one copy (when: `docs/arrow.md`). Device memory is
-    /// an error (use [`to_device_array`](Self::to_device_array)).
+    /// The elements in C order as one flat Arrow array of
+    /// [`arrow_data_type`]`(element)`, where the NDBuffer lives: an arrow-rs array on the
+    /// host ([`AnyArray::Host`]), a [`DeviceArray`] whose buffers stay on the GPU on a
+    /// device ([`AnyArray::Device`]). **Zero-copy** (the Arrow values buffer is this
+    /// NDBuffer's memory) when it is C-contiguous, native-endian, aligned and not
+    /// `bool`; otherwise one copy on the side where the data lives (a strided gather, a
+    /// byte swap, a realignment or bit-packing: `docs/arrow.md`).
+    ///
+    /// A typed host array: `nd.into_arrow()?.into_host()?.as_primitive::<T>()`
+    /// (arrow-rs's `AsArray`).
     ///
     /// ```
-    /// use arrow_array::{Array, Float64Array};
+    /// use arrow_array::{cast::AsArray, types::Float64Type};
     /// use devbuf_core::zarr::NDBuffer;
     /// let nd = NDBuffer::from_ndarray(ndarray::arr2(&[[1.0f64, 2.0], [3.0, 4.0]]));
-    /// let a = nd.to_arrow()?;
-    /// let a = a.as_any().downcast_ref::<Float64Array>().unwrap();
+    /// let a = nd.clone().into_arrow()?.into_host()?;
+    /// let a = a.as_primitive::<Float64Type>();
     /// assert_eq!(a.values(), &[1.0, 2.0, 3.0, 4.0]);
     /// assert_eq!(a.values().as_ptr() as u64, nd.as_ndarray_like().memory.address()); // zero-copy
     /// let back = NDBuffer::from_arrow(a)?;
@@ -67,33 +51,24 @@ impl NDBuffer {
     /// assert_eq!(back.as_ndarray_like().memory.address(), nd.as_ndarray_like().memory.address());
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
-    pub fn to_arrow(&self) -> Result<ArrayRef> {
-        host_only(self, "to_arrow", "to_device_array")?;
-        Ok(make_array(host_array(&prepare(self, Form::Flat)?)?))
-    }
-
-    /// [`to_arrow`](Self::to_arrow) as a typed `PrimitiveArray<T>`; `T` must be the
-    /// Arrow type of the element (not for `bool` and complex, which are not primitive).
     ///
-    /// ```
-    /// use arrow_array::types::Int16Type;
-    /// use devbuf_core::zarr::NDBuffer;
-    /// let nd = NDBuffer::from_ndarray(ndarray::arr1(&[1i16, -2, 3]));
-    /// assert_eq!(nd.to_primitive_array::<Int16Type>()?.values(), &[1, -2, 3]);
+    /// On a device:
+    ///
+    /// ```no_run
+    /// use devbuf_core::zarr::{BufferPrototype, Dtype, NDBuffer, Order};
+    /// let nd = NDBuffer::create(&BufferPrototype::Device(0), &[1000], Dtype::INT64, Order::C, None)?;
+    /// let a = nd.clone().into_arrow()?.into_device()?;
+    /// assert_eq!(a.buffers()[0].address(), nd.as_ndarray_like().memory.address()); // zero-copy
+    /// let back = NDBuffer::from_arrow(a)?;
+    /// assert_eq!(back.as_ndarray_like().memory.address(), nd.as_ndarray_like().memory.address());
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
-    pub fn to_primitive_array<T: ArrowPrimitiveType>(&self) -> Result<PrimitiveArray<T>> {
-        let want = arrow_data_type(self.dtype().element());
-        if T::DATA_TYPE != want {
-            return Err(Error::invalid(format!(
-                "the NDBuffer holds {} (Arrow {want}), not Arrow {}",
-                self.dtype(),
-                T::DATA_TYPE
-            )));
-        }
-        let a = self.to_arrow()?;
-        let data = a.to_data();
-        Ok(PrimitiveArray::<T>::from(data))
+    pub fn into_arrow(self) -> Result<AnyArray> {
+        let p = prepare(&self, Form::Flat)?;
+        Ok(match &p.values {
+            Memory::Host(_) => AnyArray::Host(make_array(host_array(&p)?)),
+            Memory::Device(_) => AnyArray::Device(device_array(&p)?),
+        })
     }
 
     /// The whole NDBuffer as one tensor (an `arrow.fixed_shape_tensor` array of
@@ -106,14 +81,14 @@ impl NDBuffer {
     /// ```
     /// use devbuf_core::zarr::{BufferPrototype, Dtype, NDBuffer, Order};
     /// let nd = NDBuffer::create(&BufferPrototype::Host, &[2, 3], Dtype::INT32, Order::F, None)?;
-    /// let t = nd.to_arrow_tensor()?;
+    /// let t = nd.into_tensor()?;
     /// assert_eq!(t.len(), 1);
     /// assert_eq!(t.tensor_type().shape(), &[3, 2]);
     /// assert_eq!(t.tensor_type().permutation(), Some(&[1, 0][..]));
     /// assert_eq!(t.tensor_type().logical_shape(), vec![2, 3]);
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
-    pub fn to_arrow_tensor(&self) -> Result<TensorArray> {
+    pub fn into_tensor(self) -> Result<TensorArray> {
         self.tensor_array(Form::Tensor)
     }
 
@@ -126,11 +101,11 @@ impl NDBuffer {
     /// ```
     /// use devbuf_core::zarr::NDBuffer;
     /// let nd = NDBuffer::from_ndarray(ndarray::Array3::<u8>::zeros((5, 2, 3)));
-    /// let t = nd.to_arrow_tensor_rows()?;
+    /// let t = nd.into_tensor_rows()?;
     /// assert_eq!((t.len(), t.tensor_type().shape()), (5, &[2, 3][..]));
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
-    pub fn to_arrow_tensor_rows(&self) -> Result<TensorArray> {
+    pub fn into_tensor_rows(self) -> Result<TensorArray> {
         self.tensor_array(Form::Rows)
     }
 
@@ -139,23 +114,25 @@ impl NDBuffer {
     fn tensor_array(&self, form: Form) -> Result<TensorArray> {
         let p = prepare(self, form)?;
         let storage = match &p.values {
-            Memory::Host(_) => TensorStorage::Host(FixedSizeListArray::from(host_array(&p)?)),
-            Memory::Device(_) => TensorStorage::Device(device_array(&p)?),
+            Memory::Host(_) => AnyArray::Host(make_array(host_array(&p)?)),
+            Memory::Device(_) => AnyArray::Device(device_array(&p)?),
         };
         let t = p
             .tensor
             .ok_or_else(|| Error::invalid("internal: tensor form without a tensor type"))?;
         match storage {
-            TensorStorage::Host(_) => TensorArray::try_new(t, storage),
-            TensorStorage::Device(_) => Ok(TensorArray::new_unchecked(t, storage)),
+            AnyArray::Host(_) => TensorArray::try_new(t, storage),
+            AnyArray::Device(_) => Ok(TensorArray::new_unchecked(t, storage)),
         }
     }
 
-    /// A flat host Arrow array (any offset, no nulls) as a 1-d NDBuffer: **zero-copy**
-    /// (a view of the Arrow buffer, kept alive by the NDBuffer) except for `Boolean`,
-    /// which is unpacked into one byte per value. Complex numbers are
+    /// A flat Arrow array (any offset, no nulls), host or device, as a 1-d NDBuffer in
+    /// the same memory: **zero-copy** (a view of the Arrow buffer, kept alive by the
+    /// NDBuffer) except for `Boolean`, which is unpacked into one byte per value (on
+    /// the device for a device array). Complex numbers are
     /// `FixedSizeList<Float32 | Float64, 2>`. Nulls and other types are errors naming
-    /// the type.
+    /// the type. Takes anything that is an [`AnyArray`]: `&PrimitiveArray<T>` (any
+    /// arrow-rs array by reference), `&dyn Array`, `ArrayRef`, `DeviceArray`.
     ///
     /// ```
     /// use arrow_array::{Int32Array, StringArray};
@@ -167,35 +144,10 @@ impl NDBuffer {
     /// assert!(NDBuffer::from_arrow(&StringArray::from(vec!["a"])).is_err());
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
-    pub fn from_arrow(array: &dyn Array) -> Result<NDBuffer> {
-        flat_ndbuffer(&array.to_data())
-    }
-
-    /// The elements in C order as a flat [`DeviceArray`] whose buffers stay on the GPU
-    /// (the device twin of [`to_arrow`](Self::to_arrow): the same preparation, a
-    /// different owner): **zero-copy** (a slice of this NDBuffer's `DeviceBuffer`) when
-    /// it is C-contiguous, native-endian, aligned and not `bool`; otherwise one
-    /// device-side copy (strided gather, byte swap, realignment, or bit-packing for
-    /// `bool`). Host memory is an error (use [`to_arrow`](Self::to_arrow)).
-    ///
-    /// ```no_run
-    /// use devbuf_core::zarr::{BufferPrototype, Dtype, NDBuffer, Order};
-    /// let nd = NDBuffer::create(&BufferPrototype::Device(0), &[1000], Dtype::INT64, Order::C, None)?;
-    /// let a = nd.to_device_array()?;
-    /// assert_eq!(a.buffers()[0].address(), nd.as_ndarray_like().memory.address()); // zero-copy
-    /// let back = NDBuffer::from_device_array(&a)?;
-    /// assert_eq!(back.as_ndarray_like().memory.address(), nd.as_ndarray_like().memory.address());
-    /// # Ok::<(), devbuf_core::Error>(())
-    /// ```
-    pub fn to_device_array(&self) -> Result<DeviceArray> {
-        device_only(self, "to_device_array", "to_arrow")?;
-        device_array(&prepare(self, Form::Flat)?)
-    }
-
-    /// A flat device array (any offset, no nulls) as a 1-d device NDBuffer: zero-copy (a
-    /// slice of the array's buffer) except for `Boolean`, which is unpacked on the
-    /// device. Nulls and unsupported types are errors naming the type.
-    pub fn from_device_array(array: &DeviceArray) -> Result<NDBuffer> {
-        flat_ndbuffer(array)
+    pub fn from_arrow(array: impl Into<AnyArray>) -> Result<NDBuffer> {
+        match array.into() {
+            AnyArray::Host(a) => flat_ndbuffer(&a.to_data()),
+            AnyArray::Device(a) => flat_ndbuffer(&a),
+        }
     }
 }
