@@ -61,7 +61,7 @@ pub use error::{Error, ErrorKind, ErrorSource, Result};
 #[doc(hidden)]
 pub mod __private {
     pub use crate::cuda::transfer::{UploadLane, as_lease_holder};
-    pub use crate::error::helpers::{fmt_axes, panic_message};
+    pub use crate::error::helpers::{fmt_axes, panic_message, with_shared_source};
     pub use crate::memory::host_output::{HostOutput, zeroed_vec};
 
     /// The device kernels: fill, cast, strided copy (`layout`), unshuffle, byte swap,

@@ -299,11 +299,6 @@ impl DeviceBufferWriter {
         self.inner.pos as u64
     }
 
-    /// The size of the staging buffer.
-    pub fn capacity(&self) -> usize {
-        self.inner.staging.len()
-    }
-
     /// Bytes written but not yet copied to the device.
     pub fn buffered(&self) -> usize {
         self.inner.staged

@@ -324,7 +324,7 @@ impl Context {
     ///
     /// # Safety
     /// `event` must be a live `CUevent` handle that is not destroyed during the call.
-    pub unsafe fn default_stream_wait_raw_event(&self, event: *mut std::ffi::c_void) -> Result<()> {
+    pub(crate) unsafe fn default_stream_wait_raw_event(&self, event: *mut std::ffi::c_void) -> Result<()> {
         if event.is_null() {
             return Err(Error::invalid("cannot wait on a null CUevent"));
         }
@@ -337,7 +337,7 @@ impl Context {
     ///
     /// # Safety
     /// `event` must be a live `CUevent` handle that is not destroyed during the call.
-    pub unsafe fn synchronize_raw_event(&self, event: *mut std::ffi::c_void) -> Result<()> {
+    pub(crate) unsafe fn synchronize_raw_event(&self, event: *mut std::ffi::c_void) -> Result<()> {
         if event.is_null() {
             return Err(Error::invalid("cannot synchronize on a null CUevent"));
         }

@@ -154,8 +154,8 @@ impl Error {
     }
 
     /// [`with_source`](Self::with_source) for a cause that is already shared (e.g. the
-    /// source of another error).
-    pub fn with_shared_source(mut self, new: ErrorSource) -> Self {
+    /// source of another error); devbuf's crates reach it through `__private`.
+    pub(crate) fn with_shared_source(mut self, new: ErrorSource) -> Self {
         match &mut self {
             Error::NotFound { source, .. }
             | Error::PermissionDenied { source, .. }

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use super::{Error, ErrorSource};
+
 /// `[a, b, c]` of a shape or index, with at most `MAX_LISTED_AXES` (8) entries shown
 /// (`[a, b, ..., z] (N axes)` beyond): messages about arrays of thousands of axes stay
 /// short.
@@ -41,4 +43,10 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .map(|s| s.to_string())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "unknown panic".to_string())
+}
+
+/// `e` with the shared cause `source` ([`Error::with_source`] for a cause that is
+/// already an [`ErrorSource`], e.g. another error's), for devbuf's own crates.
+pub fn with_shared_source(e: Error, source: ErrorSource) -> Error {
+    e.with_shared_source(source)
 }

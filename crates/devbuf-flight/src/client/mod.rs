@@ -498,7 +498,7 @@ async fn channel(uri: &str, o: &ClientOptions) -> Result<(Transport, tonic::code
         } else {
             Error::io(OP, message)
         };
-        err.with_shared_source(Arc::from(e))
+        devbuf_core::__private::with_shared_source(err, Arc::from(e))
     };
     if !tls {
         let t = transport::plain(&origin, o.connect_timeout, o.max_frame_bytes)
