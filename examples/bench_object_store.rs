@@ -284,15 +284,15 @@ fn run() -> Res<()> {
         let want = arr
             .read_all(&BufferPrototype::Host)?
             .to_buffer()?
-            .to_bytes()?;
-        if want != data.to_buffer()?.to_bytes()? {
+            .to_host()?;
+        if want != data.to_buffer()?.to_host()? {
             return Err(format!("{name}: the host read differs from what was written").into());
         }
         let device = if gpu {
             let dev = arr
                 .read_all(&BufferPrototype::Device(0))?
                 .to_buffer()?
-                .to_bytes()?;
+                .to_host()?;
             if dev != want {
                 return Err(format!("{name}: the device read differs from the host read").into());
             }

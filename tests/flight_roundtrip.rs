@@ -192,8 +192,7 @@ fn random_arrays_and_selections_match_local_reads() {
             .map(|&s| rng.random_range(1..=s.min(9)))
             .collect();
         let n: usize = shape.iter().product::<u64>() as usize;
-        let values =
-            arrays::random_values(&mut rng, n, devbuf::zarr::Dtype::native(dtype.element()));
+        let values = arrays::random_values(&mut rng, n, devbuf::zarr::Dtype::from(dtype.element()));
         let fill = match dtype.element() {
             ElementType::Bool => Scalar::Bool(true),
             ElementType::Complex64 => Scalar::from(0i32),

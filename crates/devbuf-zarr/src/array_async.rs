@@ -303,13 +303,13 @@ impl ZarrArray {
     /// ```
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
     /// use devbuf_zarr::{ArraySpec, ZarrArray};
-    /// use devbuf_core::zarr::{BufferPrototype, Dtype, MemoryStore, Order, Scalar};
+    /// use devbuf_core::zarr::{BufferPrototype, Dtype, MemoryStore, NDBuffer, Order, Scalar};
     /// let a = ZarrArray::create_in_store(std::sync::Arc::new(MemoryStore::new()), "",
     ///     &ArraySpec::new(&[4, 4], &[2, 2], Dtype::UINT8))?;
-    /// let v = BufferPrototype::Host.nd_create(&[2, 2], Dtype::UINT8, Order::C, Some(Scalar::from(7u8)))?;
+    /// let v = NDBuffer::create(&BufferPrototype::Host, &[2, 2], Dtype::UINT8, Order::C, Some(Scalar::from(7u8)))?;
     /// a.write_chunk_async(&[1, 1], v).await?;
     /// let c = a.read_chunk_async(&[1, 1], BufferPrototype::Host).await?;
-    /// assert_eq!(c.to_buffer()?.to_bytes()?, vec![7u8; 4]);
+    /// assert_eq!(c.to_buffer()?.to_host()?, vec![7u8; 4]);
     /// # Ok::<(), devbuf_core::Error>(())
     /// # }).unwrap();
     /// ```
@@ -327,10 +327,10 @@ impl ZarrArray {
     /// ```
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
     /// use devbuf_zarr::{ArraySpec, ZarrArray};
-    /// use devbuf_core::zarr::{BufferPrototype, Dtype, MemoryStore, Order, Scalar};
+    /// use devbuf_core::zarr::{BufferPrototype, Dtype, MemoryStore, NDBuffer, Order, Scalar};
     /// let a = ZarrArray::create_in_store(std::sync::Arc::new(MemoryStore::new()), "",
     ///     &ArraySpec::new(&[4], &[2], Dtype::UINT8))?;
-    /// let v = |x: u8| BufferPrototype::Host.nd_create(&[2], Dtype::UINT8, Order::C, Some(Scalar::from(x)));
+    /// let v = |x: u8| NDBuffer::create(&BufferPrototype::Host, &[2], Dtype::UINT8, Order::C, Some(Scalar::from(x)));
     /// a.write_chunks_async(&[[0u64], [1]], vec![v(1)?, v(2)?]).await?;
     /// assert!(a.chunk_is_stored(&[1])?);
     /// # Ok::<(), devbuf_core::Error>(())
@@ -355,13 +355,13 @@ impl ZarrArray {
     /// ```
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
     /// use devbuf_zarr::{ArraySpec, ZarrArray};
-    /// use devbuf_core::zarr::{BufferPrototype, Dtype, MemoryStore, Order, Scalar};
+    /// use devbuf_core::zarr::{BufferPrototype, Dtype, MemoryStore, NDBuffer, Order, Scalar};
     /// let a = ZarrArray::create_in_store(std::sync::Arc::new(MemoryStore::new()), "",
     ///     &ArraySpec::new(&[4, 4], &[2, 2], Dtype::UINT8))?;
-    /// let v = BufferPrototype::Host.nd_create(&[2, 3], Dtype::UINT8, Order::C, Some(Scalar::from(3u8)))?;
+    /// let v = NDBuffer::create(&BufferPrototype::Host, &[2, 3], Dtype::UINT8, Order::C, Some(Scalar::from(3u8)))?;
     /// a.write_subset_async(&[1, 1], v).await?;
     /// let s = a.read_subset_async(&[1..3, 1..4], BufferPrototype::Host).await?;
-    /// assert_eq!(s.to_buffer()?.to_bytes()?, vec![3u8; 6]);
+    /// assert_eq!(s.to_buffer()?.to_host()?, vec![3u8; 6]);
     /// # Ok::<(), devbuf_core::Error>(())
     /// # }).unwrap();
     /// ```

@@ -76,7 +76,7 @@ impl ZarrArray {
     ///     let report = a.read_subset_into(&[i..i + 1, 0..5, 0..4], &mut frame)?;
     ///     assert_eq!(report.target, "host (the caller's memory)");
     ///     let fresh = a.read_subset(&[i..i + 1, 0..5, 0..4], &BufferPrototype::Host)?;
-    ///     assert_eq!(&frame[..], &fresh.to_buffer()?.to_bytes()?[..]);
+    ///     assert_eq!(&frame[..], &fresh.to_buffer()?.to_host()?[..]);
     /// }
     /// assert!(a.read_subset_into(&[0..2, 0..5, 0..4], &mut frame).is_err()); // 80 bytes needed
     /// # Ok::<(), devbuf_core::Error>(())
@@ -126,7 +126,7 @@ impl ZarrArray {
     /// let a = ZarrArray::open("../../tests/fixtures/zarr/v3_float64.zarr")?; // 10 x 7 float64
     /// let mut out = vec![0xA5u8; 10 * 7 * 8];
     /// a.read_all_into(&mut out)?;
-    /// assert_eq!(&out[..], &a.read_all(&BufferPrototype::Host)?.to_buffer()?.to_bytes()?[..]);
+    /// assert_eq!(&out[..], &a.read_all(&BufferPrototype::Host)?.to_buffer()?.to_host()?[..]);
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
     pub fn read_all_into<'a>(&self, out: impl Into<ReadInto<'a>>) -> Result<ReadReport> {

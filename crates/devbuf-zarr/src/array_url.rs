@@ -37,7 +37,7 @@ impl ZarrArray {
     /// let a = ZarrArray::open_url(&url, &ObjectStoreOptions::default())?;
     /// let local = ZarrArray::open("../../tests/fixtures/zarr/v3_float32_sharded.zarr")?;
     /// let (x, y) = (a.read_all(&BufferPrototype::Host)?, local.read_all(&BufferPrototype::Host)?);
-    /// assert_eq!(x.to_buffer()?.to_bytes()?, y.to_buffer()?.to_bytes()?); // NaNs too
+    /// assert_eq!(x.to_buffer()?.to_host()?, y.to_buffer()?.to_host()?); // NaNs too
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
     pub fn open_url(url: &str, options: &ObjectStoreOptions) -> Result<ZarrArray> {

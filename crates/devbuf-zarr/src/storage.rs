@@ -33,7 +33,7 @@ pub(crate) type DynStorage = dyn zarrs::storage::ReadableWritableStorageTraits;
 /// use devbuf_core::zarr::{ByteBuffer, MemoryStore, Store};
 /// use zarrs::storage::{ReadableStorageTraits, StoreKey};
 /// let store = Arc::new(MemoryStore::new());
-/// store.set("a/zarr.json", &ByteBuffer::from_bytes(&b"{}"[..]))?;
+/// store.set("a/zarr.json", &ByteBuffer::from(&b"{}"[..]))?;
 /// let adapter = StoreAdapter::new(store);
 /// let key = StoreKey::new("a/zarr.json").unwrap();
 /// assert_eq!(adapter.get(&key).unwrap().unwrap().as_ref(), b"{}");
@@ -190,7 +190,7 @@ impl ReadableStorageTraits for StoreAdapter {
 impl WritableStorageTraits for StoreAdapter {
     fn set(&self, key: &StoreKey, value: Bytes) -> Result<(), StorageError> {
         self.store
-            .set(key.as_str(), &ByteBuffer::from_bytes(value))
+            .set(key.as_str(), &ByteBuffer::from(value))
             .map_err(storage_err)
     }
 

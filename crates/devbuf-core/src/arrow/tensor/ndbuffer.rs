@@ -13,7 +13,7 @@ fn host_buffer(m: &Memory) -> Result<Buffer> {
 }
 
 fn host_only(nd: &NDBuffer, what: &str, device_way: &str) -> Result<()> {
-    if nd.is_device() {
+    if nd.prototype().is_device() {
         return Err(Error::invalid(format!(
             "{what} makes host Arrow arrays; this NDBuffer is on device {} (use {device_way}, \
              or to_prototype(&BufferPrototype::Host) first)",
@@ -28,7 +28,7 @@ fn host_array(p: &Prepared) -> Result<ArrayData> {
 }
 
 fn device_only(nd: &NDBuffer, what: &str, host_way: &str) -> Result<()> {
-    if nd.is_host() {
+    if nd.prototype().is_host() {
         return Err(Error::invalid(format!(
             "{what} makes device arrays; this NDBuffer is in host memory (use {host_way}, or \
              to_prototype(&BufferPrototype::Device(n)) first)"
