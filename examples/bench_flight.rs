@@ -129,7 +129,7 @@ fn host_checksum(nd: &NDBuffer) -> Result<u64, String> {
     let b = nd
         .to_prototype(&BufferPrototype::Host)
         .and_then(|h| h.to_buffer())
-        .and_then(|b| b.to_bytes())
+        .and_then(|b| b.to_host())
         .map_err(|e| e.to_string())?;
     Ok(fnv(&b))
 }

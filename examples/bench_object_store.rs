@@ -292,8 +292,8 @@ fn run() -> Res<()> {
             .read(..)
             .to(&BufferPrototype::Host)?
             .to_buffer()?
-            .to_bytes()?;
-        if want != data.to_buffer()?.to_bytes()? {
+            .to_host()?;
+        if want != data.to_buffer()?.to_host()? {
             return Err(format!("{name}: the host read differs from what was written").into());
         }
         let device = if gpu {
@@ -301,7 +301,7 @@ fn run() -> Res<()> {
                 .read(..)
                 .to(&BufferPrototype::Device(0))?
                 .to_buffer()?
-                .to_bytes()?;
+                .to_host()?;
             if dev != want {
                 return Err(format!("{name}: the device read differs from the host read").into());
             }

@@ -132,7 +132,7 @@ mod bench {
         };
         let mut a = ZarrArray::open(&path)?;
         let whole: Vec<Range<u64>> = a.shape().iter().map(|&n| 0..n).collect();
-        let bytes = a.shape().iter().product::<u64>() as f64 * a.dtype().size() as f64;
+        let bytes = a.shape().iter().product::<u64>() as f64 * a.dtype().element().size() as f64;
         println!(
             "\nstore {} ({:.0} MiB, shape {:?}, chunks {:?}, {:?})",
             path.display(),
@@ -318,7 +318,7 @@ mod bench {
         drop(bufs);
         // nvCOMP zstd decode of 1 MiB chunks already on the device.
         if nvcomp::unavailable_reason().is_none() {
-            let raw = field(8192, 16384).to_buffer()?.to_bytes()?;
+            let raw = field(8192, 16384).to_buffer()?.to_host()?;
             let total = raw.len();
             let chunk = 1usize << 20;
             let k = total / chunk;
@@ -383,7 +383,7 @@ mod bench {
             });
             Ok::<(), devbuf::Error>(())
         })?;
-        let raw = field(1024, 1024).to_buffer()?.to_bytes()?;
+        let raw = field(1024, 1024).to_buffer()?.to_host()?;
         let z = zstd::bulk::compress(&raw, 1)
             .map_err(|e| devbuf::Error::InvalidArgument(e.to_string()))?;
         let frame = raw.len();

@@ -502,7 +502,7 @@ mod bench {
 
     /// One 4 MiB piece of this data and its zstd-1 frame.
     fn zstd1_frame() -> devbuf::Result<(Vec<u8>, Vec<u8>)> {
-        let raw = field(1024, 1024).to_buffer()?.to_bytes()?.to_vec();
+        let raw = field(1024, 1024).to_buffer()?.to_host()?.to_vec();
         let z = zstd::bulk::compress(&raw, 1).map_err(io_err)?;
         Ok((raw, z))
     }
@@ -708,7 +708,7 @@ mod bench {
         use devbuf::cuda::nvcomp::{self, CompressBatch, GpuCodec};
         use devbuf::cuda::{DeviceBuffer, Stream};
         let total = 256usize << 20;
-        let raw = field(4096, 16384).to_buffer()?.to_bytes()?;
+        let raw = field(4096, 16384).to_buffer()?.to_host()?;
         let src = DeviceBuffer::from_slice(ctx, &raw)?;
         let lib = nvcomp::library()?;
         print!(
@@ -767,7 +767,7 @@ mod bench {
         use devbuf::cuda::nvcomp::{self, CompressBatch, DecompressBatch, GpuCodec};
         use devbuf::cuda::{DeviceBuffer, Stream};
         let total = 512usize << 20;
-        let raw = field(8192, 16384).to_buffer()?.to_bytes()?;
+        let raw = field(8192, 16384).to_buffer()?.to_host()?;
         let src = DeviceBuffer::from_slice(ctx, &raw)?;
         let lib = nvcomp::library()?;
         print!(

@@ -151,7 +151,7 @@ fn checksum(nd: &NDBuffer) -> Result<u64, String> {
     let host = nd
         .to_prototype(&BufferPrototype::Host)
         .and_then(|h| h.to_buffer())
-        .and_then(|b| b.to_bytes())
+        .and_then(|b| b.to_host())
         .map_err(|e| e.to_string())?;
     Ok(host.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
         (h ^ x as u64).wrapping_mul(0x0000_0100_0000_01b3)
@@ -175,7 +175,11 @@ fn read(
         "{path}: {:?} {} in {} memory, {} bytes in {:.3} s ({:.2} GB/s), fnv64 {:016x}",
         nd.shape(),
         nd.dtype(),
-        if nd.is_device() { "device" } else { "host" },
+        if nd.prototype().is_device() {
+            "device"
+        } else {
+            "host"
+        },
         nd.nbytes(),
         secs,
         nd.nbytes() as f64 / secs / 1e9,
@@ -226,7 +230,11 @@ fn check<T: devbuf::zarr::Element + PartialEq + std::fmt::Debug>(
     println!(
         "ok  {what}: {:?} in {} memory",
         a.shape(),
-        if nd.is_device() { "device" } else { "host" }
+        if nd.prototype().is_device() {
+            "device"
+        } else {
+            "host"
+        }
     );
     Ok(())
 }

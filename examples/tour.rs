@@ -116,7 +116,7 @@ fn make_big_array(dir: &Path) -> Res<ZarrArray> {
     let spec = ArraySpec::new(
         &[rows as u64, cols as u64],
         &[chunk as u64, chunk as u64],
-        Dtype::native(ElementType::Float32),
+        Dtype::from(ElementType::Float32),
     )
     .with_compressor(Compressor::Zstd { level: 1 });
     let array = ZarrArray::create(dir, &spec)?;
@@ -274,13 +274,13 @@ fn consumer(handle_hex: &str, schema_hex: &str, source: &str) -> Res<()> {
     let mut checked = 0usize;
     for i in 0..batch.len() {
         let coords = batch.coords(i).ok_or("missing coordinates")?.to_vec();
-        let got = batch.chunk(i)?.to_buffer()?.to_bytes()?;
+        let got = batch.chunk(i)?.to_buffer()?.to_host()?;
         let want = array
             .read_chunks(&[&coords])
             .to(&BufferPrototype::Host)
             .map(|mut v| v.remove(0))?
             .to_buffer()?
-            .to_bytes()?;
+            .to_host()?;
         if got != want {
             return Err(format!("chunk {coords:?} differs from the source").into());
         }

@@ -163,7 +163,7 @@ fn run() -> devbuf::Result<()> {
         "  read_all: shape {:?}, {} on {}",
         whole.shape(),
         whole.dtype(),
-        if whole.is_device() {
+        if whole.prototype().is_device() {
             "the device"
         } else {
             "the host"

@@ -13,7 +13,7 @@ use devbuf::ElementType;
 use devbuf::arrow::{
     Batch, CHUNK_COLUMN, CHUNK_GRID_METADATA_KEY, ChunkBatch, ChunkGrid, TensorType, coord_column,
 };
-use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, NDBuffer, Order, Scalar};
+use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, Endianness, NDBuffer, Order, Scalar};
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
 
@@ -40,7 +40,7 @@ fn region(grid: &ChunkGrid, coords: &[u64]) -> Vec<AxisSel> {
 
 /// The chunk as zarr stores it: the chunk shape, the array's values, fill elsewhere.
 fn padded_oracle(grid: &ChunkGrid, array: &NDBuffer, coords: &[u64]) -> NDBuffer {
-    let native = Dtype::native(grid.dtype().element());
+    let native = Dtype::from(grid.dtype().element());
     let mut out = NDBuffer::create(
         &HOST,
         grid.chunk_shape(),
@@ -119,7 +119,7 @@ fn every_dtype_every_chunk_layout() {
     for dtype in dtypes() {
         let array = make(&mut rng, &[5, 7], dtype, Kind::C);
         let fill = Scalar::from_le_bytes(dtype.element(), &{
-            let mut b = vec![0u8; dtype.size()];
+            let mut b = vec![0u8; dtype.element().size()];
             rng.fill_bytes(&mut b);
             if dtype.element() == ElementType::Bool {
                 b[0] &= 1;
@@ -145,7 +145,7 @@ fn every_dtype_every_chunk_layout() {
                     2 => view.copy_order(Order::C).unwrap(),
                     _ => {
                         let p = padded_oracle(&grid, &array, c);
-                        if dtype.is_native() {
+                        if dtype.byteorder() == Endianness::NATIVE {
                             p
                         } else {
                             p.astype(dtype).unwrap()
@@ -231,7 +231,7 @@ fn bool_and_complex_chunks() {
     for (dtype, fill) in [
         (Dtype::BOOL, Scalar::Bool(true)),
         (
-            Dtype::big(ElementType::Complex128),
+            Dtype::new(ElementType::Complex128, Endianness::Big),
             Scalar::Complex128(num_complex::Complex64::new(f64::NAN, -0.0)),
         ),
     ] {

@@ -25,7 +25,7 @@ use devbuf::arrow::{
     AnyArray, FIXED_SHAPE_TENSOR, TensorArray, TensorType, arrow_data_type, element_type_of,
 };
 use devbuf::memory::Memory;
-use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, NDBuffer, Order};
+use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, Endianness, NDBuffer, Order};
 use rand::Rng;
 
 #[path = "common/arrays.rs"]
@@ -126,7 +126,7 @@ fn check_tensor_storage(t: &TensorArray, row: usize, logical: &NDBuffer) {
         .unwrap_or_else(|| (0..tt.shape().len()).collect());
     let (stored, w) = arrow_bytes(&host(t).to_data());
     let list: usize = tt.shape().iter().product();
-    let es = logical.dtype().size();
+    let es = logical.dtype().element().size();
     assert_eq!(w, list * es);
     let want = c_bytes(logical);
     for l in indices(logical.shape()) {
@@ -180,10 +180,10 @@ fn flat_every_dtype_shape_and_layout() {
                 assert_eq!(a.len(), nd.size(), "{ctx}");
                 assert_eq!(a.null_count(), 0, "{ctx}");
                 let (bytes, w) = arrow_bytes(&a.to_data());
-                assert_eq!(w, dtype.size(), "{ctx}");
+                assert_eq!(w, dtype.element().size(), "{ctx}");
                 assert_eq!(bytes, c_bytes(&nd), "{ctx}");
                 let zero_copy = nd.is_c_contiguous()
-                    && dtype.is_native()
+                    && dtype.byteorder() == Endianness::NATIVE
                     && dtype.element() != ElementType::Bool
                     && aligned(&nd)
                     && nd.size() > 0;
@@ -196,7 +196,7 @@ fn flat_every_dtype_shape_and_layout() {
                 // And back, zero-copy from the Arrow buffer.
                 let back = NDBuffer::from_arrow(a.as_ref()).unwrap();
                 assert_eq!(back.shape(), &[nd.size()], "{ctx}");
-                assert_eq!(back.dtype(), Dtype::native(dtype.element()), "{ctx}");
+                assert_eq!(back.dtype(), Dtype::from(dtype.element()), "{ctx}");
                 assert_eq!(c_bytes(&back), c_bytes(&nd), "{ctx}");
                 if dtype.element() != ElementType::Bool && nd.size() > 0 {
                     assert_eq!(
@@ -247,7 +247,7 @@ fn typed_primitive_arrays() {
     let be = NDBuffer::from_memory(
         vec![0, 0, 0, 0, 0, 0, 1, 2],
         &[1],
-        Dtype::big(ElementType::UInt64),
+        Dtype::new(ElementType::UInt64, Endianness::Big),
         Order::C,
     )
     .unwrap();
@@ -303,7 +303,7 @@ fn tensor_every_dtype_shape_and_layout() {
                 check_tensor_storage(&t, 0, &nd);
                 let dense = matches!(kind, Kind::C | Kind::F | Kind::Transposed | Kind::Offset);
                 if dense
-                    && dtype.is_native()
+                    && dtype.byteorder() == Endianness::NATIVE
                     && dtype.element() != ElementType::Bool
                     && nd.size() > 0
                     && aligned(&nd)
@@ -334,7 +334,7 @@ fn tensor_every_dtype_shape_and_layout() {
                 }
                 if dense && dtype.element() != ElementType::Bool && nd.size() > 0 {
                     // Dense layouts survive: the view has the original element strides.
-                    let es = dtype.size();
+                    let es = dtype.element().size();
                     let s = |x: &NDBuffer| -> Vec<usize> {
                         x.shape()
                             .iter()
@@ -383,7 +383,7 @@ fn rows_every_dtype_shape_and_layout() {
                 let outer = matches!(kind, Kind::C | Kind::Offset)
                     || (shape[0] == 1 && kind != Kind::Strided);
                 if outer
-                    && dtype.is_native()
+                    && dtype.byteorder() == Endianness::NATIVE
                     && dtype.element() != ElementType::Bool
                     && nd.size() > 0
                     && aligned(&nd)
@@ -560,7 +560,7 @@ fn big_endian_keeps_its_axis_order() {
     let nd = NDBuffer::from_memory(
         (0u8..24).collect::<Vec<_>>(),
         &[2, 3],
-        Dtype::big(ElementType::Int32),
+        Dtype::new(ElementType::Int32, Endianness::Big),
         Order::F,
     )
     .unwrap();

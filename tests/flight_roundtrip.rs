@@ -190,8 +190,7 @@ fn random_arrays_and_selections_match_local_reads() {
             .map(|&s| rng.random_range(1..=s.min(9)))
             .collect();
         let n: usize = shape.iter().product::<u64>() as usize;
-        let values =
-            arrays::random_values(&mut rng, n, devbuf::zarr::Dtype::native(dtype.element()));
+        let values = arrays::random_values(&mut rng, n, devbuf::zarr::Dtype::from(dtype.element()));
         let fill = match dtype.element() {
             ElementType::Bool => Scalar::Bool(true),
             ElementType::Complex64 => Scalar::from(0i32),
@@ -609,7 +608,8 @@ fn the_plain_arrow_flight_client_reads_the_chunk_batches() {
             let f = b.schema().field_with_name(CHUNK_COLUMN).unwrap().clone();
             assert_eq!(f.extension_type_name(), Some(FIXED_SHAPE_TENSOR));
             rows += b.num_rows();
-            let cb = devbuf::arrow::ChunkBatch::try_from(Batch::Host(b.clone())).unwrap();
+            let cb =
+                devbuf::arrow::ChunkBatch::try_from(devbuf::arrow::Batch::Host(b.clone())).unwrap();
             assert_eq!(cb.len(), b.num_rows());
             assert!(b.column(0).null_count() == 0);
         }

@@ -46,7 +46,7 @@ fn fixtures() -> Vec<String> {
 }
 
 fn bytes_of(nd: &NDBuffer) -> Vec<u8> {
-    nd.to_buffer().unwrap().to_bytes().unwrap()
+    nd.to_buffer().unwrap().to_host().unwrap().to_vec()
 }
 
 /// A sentinel request: its line in the server's output comes after every earlier
@@ -71,7 +71,7 @@ fn fixtures_upload_and_read_bit_exactly_over_s3() {
         for (rel, path) in zarrs_common::files_under(&fixtures_dir().join(name)) {
             let v = std::fs::read(path).unwrap();
             store
-                .set(&format!("{name}/{rel}"), &ByteBuffer::from_bytes(v))
+                .set(&format!("{name}/{rel}"), &ByteBuffer::from(v))
                 .unwrap();
         }
     }
@@ -120,18 +120,14 @@ fn url_store_keys_ranges_listing_and_deletes() {
     let store = UrlStore::open(&server.url("p/q"), &server.options()).unwrap();
     let mut rng = random::rng("url_store_basics");
     let v = random::random_bytes(&mut rng, 100_000);
-    store
-        .set("a/b/c", &ByteBuffer::from_bytes(v.clone()))
-        .unwrap();
-    store
-        .set("a/d", &ByteBuffer::from_bytes(&b"xy"[..]))
-        .unwrap();
-    store.set("e", &ByteBuffer::from_bytes(&b""[..])).unwrap();
+    store.set("a/b/c", &ByteBuffer::from(v.clone())).unwrap();
+    store.set("a/d", &ByteBuffer::from(&b"xy"[..])).unwrap();
+    store.set("e", &ByteBuffer::from(&b""[..])).unwrap();
     let get = |k: &str, r: Option<ByteRequest>| {
         store
             .get(k, &HOST, r)
             .unwrap()
-            .map(|b| b.to_bytes().unwrap())
+            .map(|b| b.to_host().unwrap().to_vec())
     };
     assert_eq!(get("a/b/c", None).unwrap(), v);
     assert_eq!(

@@ -29,7 +29,7 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn bytes_of(nd: &NDBuffer) -> Vec<u8> {
-    nd.to_buffer().unwrap().to_bytes().unwrap()
+    nd.to_buffer().unwrap().to_host().unwrap().to_vec()
 }
 
 /// Threads of this process named `name` (Linux: `/proc/self/task/*/comm`).
@@ -199,14 +199,14 @@ async fn s3_roundtrip(server: &S3Server, tag: &str) {
         }
         assert_eq!(n, chunks.len());
         // A write through the engine's encoders, PUT on this runtime; read back.
-        let zeros = HOST
-            .nd_create(
-                &a.shape().iter().map(|&n| n as usize).collect::<Vec<_>>(),
-                a.dtype(),
-                devbuf::zarr::Order::C,
-                None,
-            )
-            .unwrap();
+        let zeros = devbuf::zarr::NDBuffer::create(
+            &HOST,
+            &a.shape().iter().map(|&n| n as usize).collect::<Vec<_>>(),
+            a.dtype(),
+            devbuf::zarr::Order::C,
+            None,
+        )
+        .unwrap();
         a.write_subset_async(&vec![0; a.shape().len()], zeros.clone())
             .await
             .unwrap();

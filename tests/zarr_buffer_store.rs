@@ -6,52 +6,57 @@ use devbuf::Error;
 use devbuf::memory::Memory;
 use devbuf::zarr::{
     AxisSel, BufferPrototype, ByteBuffer, ByteRequest, MemoryStore, Slice, Store,
-    default_buffer_prototype, disable_gpu, enable_gpu, set_default_buffer_prototype,
+    default_buffer_prototype, set_default_buffer_prototype,
 };
 
 #[test]
 fn zero_copy_constructors_share_memory() {
     let v = vec![1u8, 2, 3, 4];
     let ptr = v.as_ptr() as u64;
-    let b = ByteBuffer::from_array_like(v);
-    assert_eq!(b.as_array_like().address(), ptr);
+    let b = ByteBuffer::from(v);
+    assert_eq!(b.as_memory().address(), ptr);
 
     let bytes = Bytes::from(vec![9u8; 16]);
-    let b = ByteBuffer::from_bytes(bytes.clone());
-    assert_eq!(b.as_array_like().address(), bytes.as_ptr() as u64);
+    let b = ByteBuffer::from(bytes.clone());
+    assert_eq!(b.as_memory().address(), bytes.as_ptr() as u64);
     assert_eq!(b.to_host().unwrap().as_ptr(), bytes.as_ptr()); // as_numpy_array: no copy
 
     let arrow = arrow_buffer::Buffer::from_vec(vec![5u32, 6, 7]);
     let b = ByteBuffer::from(arrow.clone());
-    assert_eq!(b.as_array_like().address(), arrow.as_ptr() as u64);
+    assert_eq!(b.as_memory().address(), arrow.as_ptr() as u64);
     assert_eq!(b.len(), 12);
 
     // from_buffer to the prototype it already has: zero-copy.
-    let same = BufferPrototype::Host.buffer_from_buffer(&b).unwrap();
-    assert_eq!(same.as_array_like().address(), b.as_array_like().address());
+    let same = b.to_prototype(&BufferPrototype::Host).unwrap();
+    assert_eq!(same.as_memory().address(), b.as_memory().address());
     // Slices are views.
     let s = b.get(4..8).unwrap();
-    assert_eq!(s.as_array_like().address(), b.as_array_like().address() + 4);
-    // to_bytes always copies.
-    let copied = b.to_bytes().unwrap();
-    assert_ne!(copied.as_ptr() as u64, b.as_array_like().address());
+    assert_eq!(s.as_memory().address(), b.as_memory().address() + 4);
+    // to_bytes (to_host().to_vec()) always copies.
+    let copied = b.to_host().unwrap().to_vec();
+    assert_ne!(copied.as_ptr() as u64, b.as_memory().address());
 }
 
 #[test]
 fn slicing_rules() {
-    let b = ByteBuffer::from_bytes(&b"0123456789"[..]);
-    assert_eq!(b.get(2..5).unwrap().to_bytes().unwrap(), b"234");
+    let b = ByteBuffer::from(&b"0123456789"[..]);
+    assert_eq!(b.get(2..5).unwrap().to_host().unwrap().to_vec(), b"234");
     assert_eq!(b.get(..).unwrap().len(), 10);
-    assert_eq!(b.get(7..).unwrap().to_bytes().unwrap(), b"789");
+    assert_eq!(b.get(7..).unwrap().to_host().unwrap().to_vec(), b"789");
     assert_eq!(
-        b.get(Slice::range(-3, 100)).unwrap().to_bytes().unwrap(),
+        b.get(Slice::range(-3, 100))
+            .unwrap()
+            .to_host()
+            .unwrap()
+            .to_vec(),
         b"789"
     );
     assert_eq!(
         b.get(Slice::new(Some(1), Some(3), 1))
             .unwrap()
-            .to_bytes()
-            .unwrap(),
+            .to_host()
+            .unwrap()
+            .to_vec(),
         b"12"
     );
     let e = b.get(AxisSel::range_step(0..4, 2)).unwrap_err().to_string();
@@ -66,19 +71,19 @@ fn slicing_rules() {
 #[test]
 fn set_is_copy_on_write() {
     let original = Bytes::from(b"aaaaaa".to_vec());
-    let mut b = ByteBuffer::from_bytes(original.clone());
+    let mut b = ByteBuffer::from(original.clone());
     let view = b.get(0..3).unwrap();
-    b.set(1..3, &ByteBuffer::from_bytes(&b"XY"[..])).unwrap();
-    assert_eq!(b.to_bytes().unwrap(), b"aXYaaa");
+    b.set(1..3, &ByteBuffer::from(&b"XY"[..])).unwrap();
+    assert_eq!(b.to_host().unwrap().to_vec(), b"aXYaaa");
     assert_eq!(&original[..], b"aaaaaa"); // the caller's bytes are untouched
-    assert_eq!(view.to_bytes().unwrap(), b"aaa"); // and so is an earlier view
+    assert_eq!(view.to_host().unwrap().to_vec(), b"aaa"); // and so is an earlier view
     // A buffer nobody else sees is written in place.
     let mut own = ByteBuffer::from(vec![0u8; 4]);
-    let addr = own.as_array_like().address();
+    let addr = own.as_memory().address();
     own.set(Slice::range(-2, 4), &ByteBuffer::from(vec![7u8, 8]))
         .unwrap();
-    assert_eq!(own.as_array_like().address(), addr);
-    assert_eq!(own.to_bytes().unwrap(), [0, 0, 7, 8]);
+    assert_eq!(own.as_memory().address(), addr);
+    assert_eq!(own.to_host().unwrap().to_vec(), [0, 0, 7, 8]);
     let e = own
         .set(0..2, &ByteBuffer::from(vec![1u8]))
         .unwrap_err()
@@ -88,40 +93,50 @@ fn set_is_copy_on_write() {
 
 #[test]
 fn combine_and_equality() {
-    let a = ByteBuffer::from_bytes(&b"ab"[..]);
-    let b = ByteBuffer::from_bytes(&b""[..]);
-    let c = ByteBuffer::from_bytes(&b"cde"[..]);
-    let all = a.combine([&b, &c]).unwrap();
-    assert_eq!(all.to_bytes().unwrap(), b"abcde");
+    let a = ByteBuffer::from(&b"ab"[..]);
+    let b = ByteBuffer::from(&b""[..]);
+    let c = ByteBuffer::from(&b"cde"[..]);
+    let all = ByteBuffer::concat(&a.prototype(), [&a, &b, &c]).unwrap(); // combine
+    assert_eq!(all.to_host().unwrap().to_vec(), b"abcde");
     assert_eq!(all, ByteBuffer::from(b"abcde".to_vec()));
     assert_ne!(all, a);
     let cat = ByteBuffer::concat(&BufferPrototype::Host, [&c, &a]).unwrap();
-    assert_eq!(cat.to_bytes().unwrap(), b"cdeab");
-    let z = BufferPrototype::Host.create_zero_length().unwrap();
-    assert!(z.is_empty() && z.is_host());
-    assert_eq!(ByteBuffer::create_zero_length(), z);
+    assert_eq!(cat.to_host().unwrap().to_vec(), b"cdeab");
+    let z = ByteBuffer::default()
+        .to_prototype(&BufferPrototype::Host)
+        .unwrap();
+    assert!(z.is_empty() && z.prototype().is_host());
+    assert_eq!(ByteBuffer::default(), z);
 }
 
 #[test]
 fn prototypes_and_the_gpu_switch() {
     // The default is process-wide; this is the only test that changes it.
     let before = default_buffer_prototype();
-    let prev = enable_gpu();
+    let prev = set_default_buffer_prototype(BufferPrototype::Device(0)); // enable_gpu
     assert_eq!(prev, before);
     assert_eq!(default_buffer_prototype(), BufferPrototype::Device(0));
-    assert_eq!(disable_gpu(), BufferPrototype::Device(0));
+    assert_eq!(
+        set_default_buffer_prototype(BufferPrototype::Host), // disable_gpu
+        BufferPrototype::Device(0)
+    );
     assert_eq!(default_buffer_prototype(), BufferPrototype::Host);
     set_default_buffer_prototype(before);
     assert_eq!(BufferPrototype::Device(1).to_string(), "cuda:1");
     if !devbuf::cuda::is_available() {
         // Without CUDA a device prototype says so instead of failing later.
-        let e = BufferPrototype::Device(0)
-            .buffer_from_bytes(&b"x"[..])
+        let e = ByteBuffer::from(&b"x"[..])
+            .to_prototype(&BufferPrototype::Device(0))
             .unwrap_err();
         assert_eq!(e.kind(), devbuf::ErrorKind::CudaUnavailable, "{e}");
-        let e = BufferPrototype::Device(0)
-            .nd_create(&[2], devbuf::zarr::Dtype::INT8, Default::default(), None)
-            .unwrap_err();
+        let e = devbuf::zarr::NDBuffer::create(
+            &BufferPrototype::Device(0),
+            &[2],
+            devbuf::zarr::Dtype::INT8,
+            Default::default(),
+            None,
+        )
+        .unwrap_err();
         assert!(matches!(e, Error::CudaUnavailable { .. }), "{e}");
     }
 }
@@ -142,7 +157,7 @@ fn memory_store_get_set_ranges() {
     let get = |r| {
         store
             .get("c/0", &p, Some(r))
-            .map(|o| o.map(|b| b.to_bytes().unwrap()))
+            .map(|o| o.map(|b| b.to_host().unwrap().to_vec()))
     };
     assert_eq!(
         get(ByteRequest::Range { start: 1, end: 4 })

@@ -85,7 +85,7 @@ fn all_equal_nan_rules() {
         ElementType::Complex64,
         ElementType::Complex128,
     ] {
-        let dt = Dtype::big(t);
+        let dt = Dtype::new(t, Endianness::Big);
         let nan = full(&[2, 3], dt, Scalar::from(f64::NAN));
         assert!(
             nan.all_equal(Some(Scalar::from(f64::NAN)), true).unwrap(),
@@ -155,7 +155,7 @@ fn all_equal_promotes_like_numpy() {
     // float16 data against a float16 value and a float32 one.
     let h = full(
         &[4],
-        Dtype::big(ElementType::Float16),
+        Dtype::new(ElementType::Float16, Endianness::Big),
         Scalar::from(f16::from_f32(0.1)),
     );
     assert!(
@@ -170,8 +170,12 @@ fn as_scalar_on_0d_and_1_shapes() {
     let zero_d = full(&[], Dtype::INT64, Scalar::from(42i64));
     assert_eq!(zero_d.ndim(), 0);
     assert_eq!(zero_d.as_scalar().unwrap(), Scalar::Int64(42));
-    assert!(zero_d.len().is_err()); // len() of unsized object
-    let one = full(&[1], Dtype::big(ElementType::Float32), Scalar::from(2.5f32));
+    assert!(zero_d.shape().is_empty()); // 0-d: Python says "len() of unsized object"
+    let one = full(
+        &[1],
+        Dtype::new(ElementType::Float32, Endianness::Big),
+        Scalar::from(2.5f32),
+    );
     assert_eq!(one.as_scalar().unwrap(), Scalar::Float32(2.5));
     let one_one = full(&[1, 1], Dtype::COMPLEX128, Scalar::from(1.5f64));
     assert_eq!(
@@ -222,31 +226,37 @@ fn big_endian_round_trips() {
     let values = [1.5f64, -2.25, f64::INFINITY, 1e-300];
     let a = ndarray::arr1(&values).into_dyn();
     let nd = NDBuffer::from_ndarray(a.clone());
-    let big = nd.astype(Dtype::big(ElementType::Float64)).unwrap();
-    assert_eq!(big.byteorder(), Endianness::Big);
-    let raw = big.to_buffer().unwrap().to_bytes().unwrap();
+    let big = nd
+        .astype(Dtype::new(ElementType::Float64, Endianness::Big))
+        .unwrap();
+    assert_eq!(big.dtype().byteorder(), Endianness::Big);
+    let raw = big.to_buffer().unwrap().to_host().unwrap();
     assert_eq!(&raw[..8], &1.5f64.to_be_bytes());
     assert_eq!(big.to_ndarray::<f64>().unwrap(), a);
-    let back = big.astype(Dtype::little(ElementType::Float64)).unwrap();
+    let back = big
+        .astype(Dtype::new(ElementType::Float64, Endianness::Little))
+        .unwrap();
     assert_eq!(
-        back.to_buffer().unwrap().to_bytes().unwrap()[..8],
+        back.to_buffer().unwrap().to_host().unwrap()[..8],
         1.5f64.to_le_bytes()
     );
     // Big-endian data converted to another type and byte order, and indexed.
-    let i = big.astype(Dtype::big(ElementType::Int16)).unwrap();
+    let i = big
+        .astype(Dtype::new(ElementType::Int16, Endianness::Big))
+        .unwrap();
     assert_eq!(
         i.get(&[1.into()]).unwrap().as_scalar().unwrap(),
         Scalar::Int16(-2)
     );
     assert_eq!(
-        i.to_buffer().unwrap().to_bytes().unwrap()[..2],
+        i.to_buffer().unwrap().to_host().unwrap()[..2],
         1i16.to_be_bytes()
     );
     // Complex numbers swap each part.
     let c = NDBuffer::from_memory(
         [1.0f32.to_be_bytes(), 2.0f32.to_be_bytes()].concat(),
         &[],
-        Dtype::big(ElementType::Complex64),
+        Dtype::new(ElementType::Complex64, Endianness::Big),
         Order::C,
     )
     .unwrap();
@@ -421,7 +431,10 @@ fn huge_steps_select_one_element() {
         let v = nd.get(&sel).unwrap();
         assert_eq!(v.shape(), &[1, 1]);
         assert_eq!(v.as_scalar().unwrap(), Scalar::Int64(5));
-        assert_eq!(v.copy().unwrap().as_scalar().unwrap(), Scalar::Int64(5));
+        assert_eq!(
+            v.copy_order(Order::C).unwrap().as_scalar().unwrap(),
+            Scalar::Int64(5)
+        );
         assert_eq!(
             v.to_ndarray::<i64>().unwrap().into_raw_vec_and_offset().0,
             vec![5]
@@ -494,7 +507,7 @@ fn unused_strides_may_be_anything() {
             .map(|i| u32::from_le_bytes([4 * i, 4 * i + 1, 4 * i + 2, 4 * i + 3]))
             .collect();
         assert_eq!(
-            nd.copy()
+            nd.copy_order(Order::C)
                 .unwrap()
                 .to_ndarray::<u32>()
                 .unwrap()
@@ -549,7 +562,7 @@ fn unused_strides_may_be_anything() {
     ] {
         let v = e.get(&sel).unwrap();
         assert_eq!(v.size(), 0);
-        assert_eq!(v.copy().unwrap().size(), 0);
+        assert_eq!(v.copy_order(Order::C).unwrap().size(), 0);
         assert!(v.to_ndarray::<u32>().unwrap().is_empty());
     }
     let mut m = e.clone();

@@ -55,7 +55,7 @@ fn v2(shape: &str, chunks: &str, dtype: &str) -> String {
 
 fn store_with(key: &str, doc: &str) -> Arc<MemoryStore> {
     let s = Arc::new(MemoryStore::new());
-    s.set(key, &ByteBuffer::from_bytes(doc.as_bytes().to_vec()))
+    s.set(key, &ByteBuffer::from(doc.as_bytes().to_vec()))
         .unwrap();
     s
 }

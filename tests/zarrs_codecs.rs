@@ -48,7 +48,7 @@ fn u64s(v: &Value) -> Vec<u64> {
 }
 
 fn bytes_of(nd: &devbuf::zarr::NDBuffer) -> Vec<u8> {
-    nd.to_buffer().unwrap().to_bytes().unwrap()
+    nd.to_buffer().unwrap().to_host().unwrap().to_vec()
 }
 
 /// Whether this build reads zfp (the facade's `zfp` feature).
@@ -123,12 +123,12 @@ fn every_codec_fixture_reads_exactly_what_zarr_python_reads() {
         if let Some(fill) = f["fill_value"].as_i64() {
             assert_eq!(
                 meta.fill_value.to_le_bytes()[..],
-                fill.to_le_bytes()[..meta.dtype().size()],
+                fill.to_le_bytes()[..meta.dtype().element().size()],
                 "{name}"
             );
         }
         // Every chunk alone, and all of them in one batch.
-        let elem = dtype.size();
+        let elem = dtype.element().size();
         let indices = grid_indices(&meta.grid_shape);
         let batch = a.read_chunks(&indices).to(&HOST).unwrap();
         for (idx, b) in indices.iter().zip(&batch) {
@@ -299,8 +299,8 @@ fn writes_into_bz2_pcodec_and_time_arrays_read_back() {
         assert!(a.chunk_is_stored(&[1, 1]).unwrap(), "{name}");
         // The rest is unchanged.
         let after = a.read(&[0..4, 0..7]).to(&HOST).unwrap();
-        let want = before.to_buffer().unwrap().to_bytes().unwrap();
-        let elem = a.metadata().dtype().size();
+        let want = before.to_buffer().unwrap().to_host().unwrap();
+        let elem = a.metadata().dtype().element().size();
         assert_eq!(
             bytes_of(&after),
             sub_box(&want, &[10, 7], elem, &[0, 0], &[4, 7]),

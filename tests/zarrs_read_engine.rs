@@ -319,7 +319,7 @@ fn check_v2_reads(a: &ZarrArray, codec: &str) {
     );
     let mut into = vec![0u8; 30 * 35 * 4];
     a.read(&[10..40, 5..40]).into(&mut into).unwrap();
-    assert_eq!(into, sub.to_buffer().unwrap().to_bytes().unwrap());
+    assert_eq!(into, sub.to_buffer().unwrap().to_host().unwrap());
 }
 
 /// zarr v2's `zlib` compressor (numcodecs' `Zlib`: one zlib stream per chunk): the

@@ -9,7 +9,7 @@
 use std::ops::Range;
 
 use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
-use devbuf::zarr::{BufferPrototype, Dtype, NDBuffer};
+use devbuf::zarr::{BufferPrototype, Dtype, NDBuffer, Order};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -20,7 +20,7 @@ use zarrs_common::{TempDir, grid_indices, sub_box};
 const HOST: BufferPrototype = BufferPrototype::Host;
 
 fn bytes_of(nd: &NDBuffer) -> Vec<u8> {
-    nd.to_buffer().unwrap().to_bytes().unwrap()
+    nd.to_buffer().unwrap().to_host().unwrap().to_vec()
 }
 
 /// Values that compress a little (a slope plus noise), as native-endian bytes.
@@ -184,7 +184,10 @@ fn big_endian_and_f_order_chunks_read_in_native_c_order() {
         let nd = NDBuffer::from_ndarray(ndarray::Array2::from_shape_vec((1500, 1100), v).unwrap());
         // Chunk [1, 1] stays missing: the fill value.
         let part = |r: Range<usize>, c: Range<usize>| {
-            nd.get(&[r.into(), c.into()]).unwrap().copy().unwrap()
+            nd.get(&[r.into(), c.into()])
+                .unwrap()
+                .copy_order(Order::C)
+                .unwrap()
         };
         a.write_subset(&[0, 0], &part(0..1024, 0..1100)).unwrap();
         a.write_subset(&[1024, 0], &part(1024..1500, 0..1024))

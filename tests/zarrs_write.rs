@@ -51,11 +51,11 @@ fn copy_dir(from: &Path, to: &Path) {
 
 fn nd(bytes: Vec<u8>, shape: &[u64], element: ElementType) -> NDBuffer {
     let shape: Vec<usize> = shape.iter().map(|&s| s as usize).collect();
-    NDBuffer::from_memory(bytes, &shape, Dtype::native(element), Order::C).unwrap()
+    NDBuffer::from_memory(bytes, &shape, Dtype::from(element), Order::C).unwrap()
 }
 
 fn bytes_of(nd: &NDBuffer) -> Vec<u8> {
-    nd.to_buffer().unwrap().to_bytes().unwrap()
+    nd.to_buffer().unwrap().to_host().unwrap().to_vec()
 }
 
 /// Writes the whole array, then chunk by chunk (values in other byte orders and
@@ -67,7 +67,7 @@ fn round_trip(a: &ZarrArray, rng: &mut SmallRng, what: &str) -> Vec<u8> {
     let n: u64 = m.shape.iter().product();
 
     // 1. Whole array.
-    let mut model = random_values(rng, n as usize, Dtype::native(element));
+    let mut model = random_values(rng, n as usize, Dtype::from(element));
     a.write_subset(
         &vec![0; m.shape.len()],
         &nd(model.clone(), &m.shape, element),
@@ -86,11 +86,11 @@ fn round_trip(a: &ZarrArray, rng: &mut SmallRng, what: &str) -> Vec<u8> {
         let start: Vec<u64> = r.iter().map(|r| r.start).collect();
         let shape: Vec<u64> = r.iter().map(|r| r.end - r.start).collect();
         let count: u64 = shape.iter().product();
-        let bytes = random_values(rng, count as usize, Dtype::native(element));
+        let bytes = random_values(rng, count as usize, Dtype::from(element));
         put_box(&mut model, &m.shape, elem, &start, &shape, &bytes);
         let v = nd(bytes, &shape, element);
         let v = match k % 3 {
-            0 => v.astype(Dtype::big(element)).unwrap(),
+            0 => v.astype(Dtype::new(element, Endianness::Big)).unwrap(),
             1 => v.copy_order(Order::F).unwrap(),
             _ => v,
         };
@@ -114,7 +114,7 @@ fn round_trip(a: &ZarrArray, rng: &mut SmallRng, what: &str) -> Vec<u8> {
             shape.push(e - b);
         }
         let count: u64 = shape.iter().product();
-        let bytes = random_values(rng, count as usize, Dtype::native(element));
+        let bytes = random_values(rng, count as usize, Dtype::from(element));
         put_box(&mut model, &m.shape, elem, &start, &shape, &bytes);
         a.write_subset(&start, &nd(bytes, &shape, element))
             .unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -295,7 +295,7 @@ fn fixtures_in_a_memory_store_read_like_on_disk() {
             store
                 .set(
                     &format!("x/{key}"),
-                    &devbuf::zarr::ByteBuffer::from_bytes(std::fs::read(&p).unwrap()),
+                    &devbuf::zarr::ByteBuffer::from(std::fs::read(&p).unwrap()),
                 )
                 .unwrap();
         }
@@ -685,7 +685,7 @@ fn zarr_python_reads_what_devbuf_writes() {
         let fill = NDBuffer::create(
             &HOST,
             &shape,
-            Dtype::native(element),
+            Dtype::from(element),
             Order::C,
             Some(Scalar::from(1u8)),
         )

@@ -24,7 +24,7 @@ pub fn dtypes() -> Vec<Dtype> {
 
 /// Random stored bytes for `n` elements of `dtype` (booleans 0 or 1).
 pub fn random_values(rng: &mut SmallRng, n: usize, dtype: Dtype) -> Vec<u8> {
-    let mut v = random_bytes(rng, n * dtype.size());
+    let mut v = random_bytes(rng, n * dtype.element().size());
     if dtype.element() == ElementType::Bool {
         v.iter_mut().for_each(|b| *b &= 1);
     }
@@ -34,12 +34,13 @@ pub fn random_values(rng: &mut SmallRng, n: usize, dtype: Dtype) -> Vec<u8> {
 /// The values of `nd` in C order, native byte order, as bytes (the oracle; one copy to
 /// the host for device arrays).
 pub fn c_bytes(nd: &NDBuffer) -> Vec<u8> {
-    nd.astype(Dtype::native(nd.dtype().element()))
+    nd.astype(Dtype::from(nd.dtype().element()))
         .unwrap()
         .to_buffer()
         .unwrap()
-        .to_bytes()
+        .to_host()
         .unwrap()
+        .to_vec()
 }
 
 /// Layouts of one logical array: how it sits in memory.
@@ -122,5 +123,5 @@ pub fn make(rng: &mut SmallRng, shape: &[usize], dtype: Dtype, kind: Kind) -> ND
 /// The stored bytes of `nd` in C order, in its own byte order (one copy to the host for
 /// device arrays).
 pub fn stored_c_bytes(nd: &NDBuffer) -> Vec<u8> {
-    nd.to_buffer().unwrap().to_bytes().unwrap()
+    nd.to_buffer().unwrap().to_host().unwrap().to_vec()
 }

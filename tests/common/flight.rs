@@ -50,7 +50,7 @@ pub fn bytes_of(nd: &NDBuffer) -> Vec<u8> {
         .unwrap()
         .to_buffer()
         .unwrap()
-        .to_bytes()
+        .to_host()
         .unwrap()
         .to_vec()
 }

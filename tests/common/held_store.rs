@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use devbuf::zarr::object_store::{ObjectStoreOptions, UrlStore};
 use devbuf::zarr::{
-    ArraySpec, BufferPrototype, Compressor, Dtype, Order, Scalar, Store, ZarrArray,
+    ArraySpec, BufferPrototype, Compressor, Dtype, NDBuffer, Order, Scalar, Store, ZarrArray,
 };
 use object_store::path::Path;
 
@@ -118,14 +118,14 @@ pub fn held_array() -> (Arc<Held>, Arc<UrlStore>) {
     let spec = ArraySpec::new(&[256, 64], &[16, 4], Dtype::UINT32)
         .with_compressor(Compressor::Zstd { level: 1 });
     let a = ZarrArray::create((plain, ""), &spec).unwrap();
-    let ones = BufferPrototype::Host
-        .nd_create(
-            &[256, 64],
-            Dtype::UINT32,
-            Order::C,
-            Some(Scalar::from(1u32)),
-        )
-        .unwrap();
+    let ones = NDBuffer::create(
+        &BufferPrototype::Host,
+        &[256, 64],
+        Dtype::UINT32,
+        Order::C,
+        Some(Scalar::from(1u32)),
+    )
+    .unwrap();
     a.write_subset(&[0, 0], &ones).unwrap();
     let held = Arc::new(Held {
         inner: mem,

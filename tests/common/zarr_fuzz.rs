@@ -45,11 +45,11 @@ impl Fixture {
         let s = Arc::new(MemoryStore::new());
         for (k, v) in &self.files {
             if replace.iter().all(|(r, _)| r != k) {
-                s.set(k, &ByteBuffer::from_bytes(v.clone())).unwrap();
+                s.set(k, &ByteBuffer::from(v.clone())).unwrap();
             }
         }
         for (k, v) in replace {
-            s.set(k, &ByteBuffer::from_bytes(v.clone())).unwrap();
+            s.set(k, &ByteBuffer::from(v.clone())).unwrap();
         }
         s
     }
@@ -179,7 +179,7 @@ pub fn read_chunk_checked(
     input: &dyn Fn() -> String,
 ) -> Result<&'static str, String> {
     let m = a.metadata();
-    let elem = m.dtype().size() as u64;
+    let elem = m.dtype().element().size() as u64;
     let ndim = m.shape.len();
     if m.chunk_shape.len() != ndim || m.grid_shape.len() != ndim || index.len() != ndim {
         return Err(format!("metadata of inconsistent ranks: {m:?}"));

@@ -187,7 +187,7 @@ impl LoadArray {
         let [s0, s1] = Self::SHAPE;
         let to_host = |nd: &devbuf::zarr::NDBuffer| {
             nd.to_buffer()
-                .and_then(|b| b.to_bytes())
+                .and_then(|b| b.to_host())
                 .map_err(|e| format!("to host: {e}"))
         };
         if r.random_range(0..3) == 0 {

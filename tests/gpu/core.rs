@@ -604,7 +604,7 @@ gpu_test! {
         assert!(e.elapsed_ms(&t1).is_err(), "no timing on a default event");
         assert!(Event::new(&c, EventFlags { timing: true, interprocess: true, ..Default::default() }).is_err());
         let ipc = Event::new(&c, EventFlags { interprocess: true, ..Default::default() }).unwrap();
-        ipc.record_on_default_stream().unwrap();
+        ipc.record(None).unwrap();
         ipc.synchronize().unwrap();
         let (_, ms) = c.time_ms(|| c.synchronize()).unwrap();
         assert!(ms >= 0.0);

@@ -42,7 +42,7 @@ fn arrays(dir: &TempDir, rng: &mut rand::rngs::SmallRng) -> Vec<(String, ZarrArr
             let shape: Vec<u64> = vec![rng.random_range(40..90), rng.random_range(30..70)];
             let chunks = vec![rng.random_range(5..17), rng.random_range(5..17)];
             let n = (shape[0] * shape[1]) as usize;
-            let values = crate::arrays::random_values(rng, n, Dtype::native(dtype.element()));
+            let values = crate::arrays::random_values(rng, n, Dtype::from(dtype.element()));
             let fill = match dtype.element() {
                 ElementType::Bool => Scalar::Bool(true),
                 ElementType::Complex64 => Scalar::from(0i32),
@@ -83,7 +83,7 @@ gpu_test! {
         for (name, local, shape) in &made {
             let want = local.read(..).to(&HOST).unwrap();
             let got = client.read(name, &[], &DEV).unwrap();
-            assert!(got.is_device(), "{name}");
+            assert!(got.prototype().is_device(), "{name}");
             let mem = got.as_ndarray_like().memory;
             let d = mem.as_device().expect("device memory");
             assert_eq!(d.context().ordinal(), ctx.ordinal());
@@ -103,7 +103,7 @@ gpu_test! {
                     .collect();
                 let want = local.read(&sel).to(&HOST).unwrap();
                 let got = client.read(name, &sel, &DEV).unwrap();
-                assert!(got.is_device());
+                assert!(got.prototype().is_device());
                 assert_eq!(got.shape(), want.shape(), "{name} {sel:?}");
                 assert!(bytes_of(&got) == bytes_of(&want), "{name} {sel:?}: bytes differ");
             }
@@ -139,7 +139,7 @@ gpu_test! {
                     assert_eq!(h.coords(i), d.coords(i), "{name}");
                     assert_eq!(from_device.coords(i), d.coords(i), "{name}");
                     let (hp, dp) = (h.chunk_padded(i).unwrap(), d.chunk_padded(i).unwrap());
-                    assert!(dp.is_device());
+                    assert!(dp.prototype().is_device());
                     assert!(bytes_of(&hp) == bytes_of(&dp), "{name} chunk {i}: bytes differ");
                 }
             }

@@ -726,7 +726,7 @@ gpu_test! {
         drop((back, again));
         assert_eq!(c.bytes_allocated(), allocated);
         // Chunks of a zarr-like array, on the device, through the device serializer.
-        let grid = ChunkGrid::new(&[10, 7], &[4, 3], ZType::native(ElementType::Float32)).unwrap();
+        let grid = ChunkGrid::new(&[10, 7], &[4, 3], ZType::from(ElementType::Float32)).unwrap();
         let mut chunks = Vec::new();
         for i in 0..3u64 {
             for j in 0..3u64 {

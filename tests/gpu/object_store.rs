@@ -107,7 +107,7 @@ gpu_test! {
         }
         let store = UrlStore::open(&server.url("once"), &opts).unwrap();
         for (rel, path) in files_under(&local) {
-            store.set(&rel, &ByteBuffer::from_bytes(std::fs::read(path).unwrap())).unwrap();
+            store.set(&rel, &ByteBuffer::from(std::fs::read(path).unwrap())).unwrap();
         }
         let host = bytes_of(&ZarrArray::open(&local).unwrap().read(..).to(&HOST).unwrap());
         let mut a = ZarrArray::open(devbuf::zarr::Location::Url(server.url("once").to_string(), opts.clone())).unwrap();

@@ -179,7 +179,7 @@ gpu_test! {
                     assert!(bytes_of(&p.array) == bytes_of(&want), "{what}: device {} differs from the host read", p.device);
                     assert_eq!(p.decoded[0].start, at, "{what}: slabs in order");
                     at = p.decoded[0].end;
-                    let slab = (p.decoded[0].end - p.decoded[0].start) * (sel[1].end - sel[1].start) * want.dtype().size() as u64;
+                    let slab = (p.decoded[0].end - p.decoded[0].start) * (sel[1].end - sel[1].start) * want.dtype().element().size() as u64;
                     assert_eq!(p.copied_out_bytes, slab * (devs.len() as u64 - 1), "{what}: device {} sends its slab to each other device", p.device);
                     decoded_chunks += p.report.cpu_chunks + p.report.gpu_chunks;
                 }

@@ -9,7 +9,7 @@ use arrow_schema::DataType as ArrowType;
 use devbuf::ElementType;
 use devbuf::arrow::{Batch, ChunkBatch, ChunkGrid, DeviceArray, TensorArray, TensorType};
 use devbuf::cuda::{Context, DeviceBuffer};
-use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, NDBuffer, Order, Scalar};
+use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, Endianness, NDBuffer, Order, Scalar};
 use rand::Rng;
 use rand::rngs::SmallRng;
 
@@ -136,7 +136,7 @@ fn check_tensors(h: &TensorArray, d: &TensorArray, what: &str) {
     );
     for i in 0..h.len() {
         let (ht, dt) = (h.tensor(i).unwrap(), d.tensor(i).unwrap());
-        assert!(dt.is_device(), "{what}");
+        assert!(dt.prototype().is_device(), "{what}");
         assert_eq!(dt.shape(), ht.shape(), "{what}: tensor {i}");
         assert_eq!(c_bytes(&dt), c_bytes(&ht), "{what}: tensor {i}");
         if h.tensor_type().element() != ElementType::Bool && dt.size() > 0 {
@@ -169,7 +169,7 @@ gpu_test! {
                     assert_eq!(da.len(), ha.len(), "{what}");
                     assert_eq!(arrow_bytes(&da.to_host().unwrap().to_data()), arrow_bytes(&ha.to_data()), "{what}");
                     let zero_copy = d.is_c_contiguous()
-                        && dtype.is_native()
+                        && dtype.byteorder() == Endianness::NATIVE
                         && dtype.element() != ElementType::Bool
                         && aligned(&d)
                         && d.size() > 0;
@@ -180,7 +180,7 @@ gpu_test! {
                     }
                     // Back to a device NDBuffer: a view of the array's buffer.
                     let back = NDBuffer::from_arrow(&da).unwrap();
-                    assert!(back.is_device());
+                    assert!(back.prototype().is_device());
                     assert_eq!(c_bytes(&back), c_bytes(&h), "{what}");
                     if dtype.element() != ElementType::Bool && d.size() > 0 {
                         assert_eq!(first_addr(&back), dev_values(&da).address(), "{what}");
@@ -205,7 +205,7 @@ gpu_test! {
                     let before = c.bytes_allocated();
                     let dt = d.clone().into_tensor().unwrap();
                     let dense = kind != Kind::Strided;
-                    if dense && dtype.is_native() && dtype.element() != ElementType::Bool && d.size() > 0 && aligned(&d) {
+                    if dense && dtype.byteorder() == Endianness::NATIVE && dtype.element() != ElementType::Bool && d.size() > 0 && aligned(&d) {
                         assert_eq!(dev_values(dev(&dt)).address(), first_addr(&d), "{what}: zero-copy");
                         assert_eq!(c.bytes_allocated(), before, "{what}: nothing allocated");
                     }
@@ -299,7 +299,7 @@ gpu_test! {
             let shape = [9usize, 7, 5];
             let chunk = [4usize, 3, 5];
             let (h, d) = pair(&c, &mut rng, &shape, dtype, Kind::C);
-            let fill = Scalar::from_le_bytes(dtype.element(), &random_values(&mut rng, 1, Dtype::native(dtype.element()))).unwrap();
+            let fill = Scalar::from_le_bytes(dtype.element(), &random_values(&mut rng, 1, Dtype::from(dtype.element()))).unwrap();
             let grid = ChunkGrid::new(&shape, &chunk, dtype).unwrap().with_fill_value(fill);
             let g = grid.grid_shape();
             let mut coords = Vec::new();
@@ -321,7 +321,7 @@ gpu_test! {
                 let v = match k % 4 {
                     0 => v,
                     1 => v.copy_order(Order::F).unwrap(),
-                    2 => v.copy().unwrap(),
+                    2 => v.copy_order(Order::C).unwrap(),
                     _ => h.get(&region(cc)).unwrap(),
                 };
                 (cc.clone(), v)
@@ -349,7 +349,7 @@ gpu_test! {
             for i in 0..hb.len() {
                 assert_eq!(db.coords(i), hb.coords(i));
                 let (dc, hc) = (db.chunk(i).unwrap(), hb.chunk(i).unwrap());
-                assert!(dc.is_device());
+                assert!(dc.prototype().is_device());
                 assert_eq!(dc.shape(), hc.shape());
                 assert_eq!(c_bytes(&dc), c_bytes(&hc), "{what}: chunk {i}");
                 assert_eq!(c_bytes(&dc), c_bytes(&h.get(&region(hb.coords(i).unwrap())).unwrap()), "{what}: chunk {i} vs the array");
@@ -381,7 +381,7 @@ gpu_test! {
         // context), for a device batch and for a host batch.
         let c = Context::new_dedicated(0).unwrap();
         let mut rng = rng("tensor_chunk_batch_moves_chunks_between_memories");
-        let (h, d) = pair(&c, &mut rng, &[6, 6], Dtype::big(ElementType::Float32), Kind::F);
+        let (h, d) = pair(&c, &mut rng, &[6, 6], Dtype::new(ElementType::Float32, Endianness::Big), Kind::F);
         let grid = ChunkGrid::new(&[6, 6], &[4, 4], Dtype::FLOAT32).unwrap();
         let coords = [vec![0u64, 0], vec![0, 1], vec![1, 0], vec![1, 1]];
         let chunks = |x: &NDBuffer| -> Vec<(Vec<u64>, NDBuffer)> {

@@ -51,7 +51,7 @@ fn random_host(rng: &mut SmallRng, shape: &[usize], dtype: Dtype, order: Order) 
     let n: usize = shape.iter().product();
     let constant = rng.random_ratio(1, 3);
     let first = random_scalar(rng, dtype.element());
-    let mut bytes = Vec::with_capacity(n * dtype.size());
+    let mut bytes = Vec::with_capacity(n * dtype.element().size());
     for _ in 0..n {
         let v = if constant {
             first
@@ -95,8 +95,11 @@ fn random_selection(rng: &mut SmallRng, shape: &[usize]) -> Vec<AxisSel> {
 /// a float or complex type compare equal whatever their payload (a cast may produce
 /// the canonical NaN on one side).
 fn assert_same(dev: &NDBuffer, host: &NDBuffer, nan_any: bool, what: &str) {
-    assert!(dev.is_device(), "{what}: expected device memory");
-    assert!(host.is_host(), "{what}: expected host memory");
+    assert!(
+        dev.prototype().is_device(),
+        "{what}: expected device memory"
+    );
+    assert!(host.prototype().is_host(), "{what}: expected host memory");
     assert_eq!(dev.shape(), host.shape(), "{what}: shape");
     assert_eq!(dev.dtype(), host.dtype(), "{what}: dtype");
     let (d, h) = (stored_c_bytes(dev), stored_c_bytes(host));
@@ -138,25 +141,25 @@ gpu_test! {
         let data = random_bytes(&mut rng, 4096);
         let d = DeviceBuffer::from_slice(&c, &data).unwrap();
         let b = ByteBuffer::from(d.clone());
-        assert!(b.is_device());
-        assert_eq!(b.as_array_like().address(), d.address());
+        assert!(b.prototype().is_device());
+        assert_eq!(b.as_memory().address(), d.address());
         assert_eq!(b.prototype(), DEV);
         // from_buffer to the prototype it has: zero-copy; to the host: one copy.
-        let same = DEV.buffer_from_buffer(&b).unwrap();
-        assert_eq!(same.as_array_like().address(), d.address());
-        let host = HOST.buffer_from_buffer(&b).unwrap();
-        assert!(host.is_host());
-        assert_eq!(host.to_bytes().unwrap(), data);
+        let same = b.to_prototype(&DEV).unwrap();
+        assert_eq!(same.as_memory().address(), d.address());
+        let host = b.to_prototype(&HOST).unwrap();
+        assert!(host.prototype().is_host());
+        assert_eq!(host.to_host().unwrap().to_vec(), data);
         // Slices are views of the device memory.
         let s = b.get(100..300).unwrap();
-        assert_eq!(s.as_array_like().address(), d.address() + 100);
-        assert_eq!(s.to_bytes().unwrap(), &data[100..300]);
+        assert_eq!(s.as_memory().address(), d.address() + 100);
+        assert_eq!(s.to_host().unwrap().to_vec(), &data[100..300]);
         // Page-locked host memory becomes a host ByteBuffer without a copy.
         let mut h = c.allocate_host(64).unwrap();
         h.copy_from_slice(&data[..64]);
         let hp = h.as_ptr() as u64;
         let hb = ByteBuffer::from(h);
-        assert_eq!(hb.as_array_like().address(), hp);
+        assert_eq!(hb.as_memory().address(), hp);
         // An NDBuffer over device memory, and its views.
         let nd = NDBuffer::from_memory(d.clone(), &[16, 64], Dtype::INT32, Order::C).unwrap();
         assert_eq!(nd.as_ndarray_like().memory.address(), d.address());
@@ -165,10 +168,10 @@ gpu_test! {
         assert_eq!(nd.transpose(None).unwrap().as_ndarray_like().memory.address(), d.address());
         assert_eq!(nd.to_prototype(&DEV).unwrap().as_ndarray_like().memory.address(), d.address());
         // to_buffer of a C-contiguous device array is a view.
-        assert_eq!(nd.to_buffer().unwrap().as_array_like().address(), d.address());
+        assert_eq!(nd.to_buffer().unwrap().as_memory().address(), d.address());
         // create_zero_length on the device.
-        let z = DEV.create_zero_length().unwrap();
-        assert!(z.is_device() && z.is_empty());
+        let z = ByteBuffer::default().to_prototype(&DEV).unwrap();
+        assert!(z.prototype().is_device() && z.is_empty());
     }
 
     fn zarr_buffer_device_ops_match_host() {
@@ -177,43 +180,43 @@ gpu_test! {
             let n = below(&mut rng, 300);
             let data = random_bytes(&mut rng, n);
             let hb = ByteBuffer::from(data.clone());
-            let db = DEV.buffer_from_bytes(data.clone()).unwrap();
-            assert!(db.is_device());
+            let db = ByteBuffer::from(data.clone()).to_prototype(&DEV).unwrap();
+            assert!(db.prototype().is_device());
             assert_eq!(db, hb);
             assert!(db.equals(&hb).unwrap() && hb.equals(&db).unwrap());
             let a = below(&mut rng, n + 1);
             let e = a + below(&mut rng, n - a + 1);
-            assert_eq!(db.get(a..e).unwrap().to_bytes().unwrap(), &data[a..e]);
+            assert_eq!(db.get(a..e).unwrap().to_host().unwrap().to_vec(), &data[a..e]);
             let s = Slice::new(Some(a as isize - n as isize), None, 1);
-            assert_eq!(db.get(s).unwrap().to_bytes().unwrap(), hb.get(s).unwrap().to_bytes().unwrap());
+            assert_eq!(db.get(s).unwrap().to_host().unwrap().to_vec(), hb.get(s).unwrap().to_host().unwrap().to_vec());
             // set from host and from device values; copy-on-write keeps `keep` intact.
             let keep = db.clone();
             let mut d2 = db.clone();
             let mut h2 = hb.clone();
             let v = random_bytes(&mut rng, e - a);
-            let vd = DEV.buffer_from_bytes(v.clone()).unwrap();
+            let vd = ByteBuffer::from(v.clone()).to_prototype(&DEV).unwrap();
             if rng.random() {
                 d2.set(a..e, &ByteBuffer::from(v.clone())).unwrap();
             } else {
                 d2.set(a..e, &vd).unwrap();
             }
             h2.set(a..e, &vd).unwrap();
-            assert_eq!(d2.to_bytes().unwrap(), h2.to_bytes().unwrap());
-            assert_eq!(keep.to_bytes().unwrap(), data);
-            // combine mixes memories into this buffer's memory, in one allocation.
+            assert_eq!(d2.to_host().unwrap().to_vec(), h2.to_host().unwrap().to_vec());
+            assert_eq!(keep.to_host().unwrap().to_vec(), data);
+            // combine (concat in this buffer's memory) mixes memories, in one allocation.
             let parts = [hb.clone(), vd.clone(), ByteBuffer::from(v.clone())];
-            let dc = db.combine(parts.iter()).unwrap();
-            let hc = hb.combine(parts.iter()).unwrap();
-            assert!(dc.is_device() && hc.is_host());
-            assert_eq!(dc.to_bytes().unwrap(), hc.to_bytes().unwrap());
-            assert_eq!(ByteBuffer::concat(&DEV, parts.iter()).unwrap().to_bytes().unwrap(), ByteBuffer::concat(&HOST, parts.iter()).unwrap().to_bytes().unwrap());
+            let dc = ByteBuffer::concat(&db.prototype(), std::iter::once(&db).chain(parts.iter())).unwrap();
+            let hc = ByteBuffer::concat(&hb.prototype(), std::iter::once(&hb).chain(parts.iter())).unwrap();
+            assert!(dc.prototype().is_device() && hc.prototype().is_host());
+            assert_eq!(dc.to_host().unwrap().to_vec(), hc.to_host().unwrap().to_vec());
+            assert_eq!(ByteBuffer::concat(&DEV, parts.iter()).unwrap().to_host().unwrap().to_vec(), ByteBuffer::concat(&HOST, parts.iter()).unwrap().to_host().unwrap().to_vec());
         }
         // A device buffer only this handle sees is written in place.
-        let mut own = DEV.buffer_from_bytes(vec![0u8; 8]).unwrap();
-        let addr = own.as_array_like().address();
+        let mut own = ByteBuffer::from(vec![0u8; 8]).to_prototype(&DEV).unwrap();
+        let addr = own.as_memory().address();
         own.set(2..4, &ByteBuffer::from(vec![1u8, 2])).unwrap();
-        assert_eq!(own.as_array_like().address(), addr);
-        assert_eq!(own.to_bytes().unwrap(), [0, 0, 1, 2, 0, 0, 0, 0]);
+        assert_eq!(own.as_memory().address(), addr);
+        assert_eq!(own.to_host().unwrap().to_vec(), [0, 0, 1, 2, 0, 0, 0, 0]);
     }
 
     fn zarr_ndbuffer_device_matches_host() {
@@ -227,7 +230,7 @@ gpu_test! {
             let what = |op: &str| format!("round {round} {op} on {dtype} {shape:?} {order:?}");
             assert_same(&d, &h, false, &what("upload"));
             assert_eq!(d.is_c_contiguous(), h.is_c_contiguous());
-            assert_eq!(d.to_prototype(&HOST).unwrap().to_buffer().unwrap().to_bytes().unwrap(), stored_c_bytes(&h));
+            assert_eq!(d.to_prototype(&HOST).unwrap().to_buffer().unwrap().to_host().unwrap().to_vec(), stored_c_bytes(&h));
 
             // Views: selections, transposes, reshapes, copies.
             let sel = random_selection(&mut rng, &shape);
@@ -239,7 +242,7 @@ gpu_test! {
             }
             let (dt, ht) = (dv.transpose(None).unwrap(), hv.transpose(None).unwrap());
             assert_same(&dt, &ht, false, &what("transpose"));
-            assert_same(&d.transpose(Some(&perm)).unwrap().copy().unwrap(), &h.transpose(Some(&perm)).unwrap().copy().unwrap(), false, &what("transpose+copy"));
+            assert_same(&d.transpose(Some(&perm)).unwrap().copy_order(Order::C).unwrap(), &h.transpose(Some(&perm)).unwrap().copy_order(Order::C).unwrap(), false, &what("transpose+copy"));
             assert_same(&dt.copy_order(Order::F).unwrap(), &ht.copy_order(Order::F).unwrap(), false, &what("copy F"));
             assert_same(&dt.reshape(&[-1]).unwrap(), &ht.reshape(&[-1]).unwrap(), false, &what("reshape"));
             match (dv.as_scalar(), hv.as_scalar()) {
@@ -311,14 +314,14 @@ gpu_test! {
             let z = NDBuffer::create(&DEV, &shape, dtype, order, None).unwrap();
             assert_same(&z, &NDBuffer::create(&HOST, &shape, dtype, order, None).unwrap(), false, "create zeros");
             let e = NDBuffer::empty(&DEV, &shape, dtype, order).unwrap();
-            assert!(e.is_device());
+            assert!(e.prototype().is_device());
             match order {
                 Order::C => assert!(e.is_c_contiguous()),
                 Order::F => assert!(e.is_f_contiguous()),
             }
         }
         // zarr-python's cases, on the device.
-        let neg = NDBuffer::create(&DEV, &[5], Dtype::big(ElementType::Float32), Order::C, Some(Scalar::from(-0.0f32))).unwrap();
+        let neg = NDBuffer::create(&DEV, &[5], Dtype::new(ElementType::Float32, Endianness::Big), Order::C, Some(Scalar::from(-0.0f32))).unwrap();
         assert!(!neg.all_equal(Some(Scalar::from(0.0f64)), true).unwrap());
         assert!(neg.all_equal(Some(Scalar::from(-0.0f64)), true).unwrap());
         assert!(neg.all_equal(Some(Scalar::from(0i32)), true).unwrap());
@@ -328,13 +331,13 @@ gpu_test! {
         assert!(!nan.all_equal(Some(Scalar::from(f32::NAN)), false).unwrap());
         let s = NDBuffer::create(&DEV, &[], Dtype::INT64, Order::C, Some(Scalar::from(7i64))).unwrap();
         assert_eq!(s.as_scalar().unwrap(), Scalar::Int64(7));
-        let one = NDBuffer::create(&DEV, &[1], Dtype::big(ElementType::UInt16), Order::C, Some(Scalar::from(513u16))).unwrap();
+        let one = NDBuffer::create(&DEV, &[1], Dtype::new(ElementType::UInt16, Endianness::Big), Order::C, Some(Scalar::from(513u16))).unwrap();
         assert_eq!(one.as_scalar().unwrap(), Scalar::UInt16(513));
         let e = NDBuffer::create(&DEV, &[1, 2], Dtype::INT64, Order::C, None).unwrap().as_scalar().unwrap_err();
         assert!(e.to_string().contains("Buffer does not contain a single scalar value"));
         // Big-endian round trip through the device.
         let a = ndarray::Array2::from_shape_fn((3, 5), |(i, j)| i as f64 * 1.5 - j as f64).into_dyn();
-        let d = DEV.nd_from_ndarray(a.clone()).unwrap().astype(Dtype::big(ElementType::Float64)).unwrap();
+        let d = NDBuffer::from_ndarray(a.clone()).to_prototype(&DEV).unwrap().astype(Dtype::new(ElementType::Float64, Endianness::Big)).unwrap();
         assert_eq!(d.to_ndarray::<f64>().unwrap(), a);
         assert_eq!(&stored_c_bytes(&d)[..8], &0.0f64.to_be_bytes());
     }
@@ -378,7 +381,7 @@ gpu_test! {
 
     fn zarr_device_memory_store() {
         let c = ctx();
-        let store = DeviceMemoryStore::new(0).unwrap();
+        let store = DeviceMemoryStore::new(&c);
         let mut rng = rng("zarr_device_memory_store");
         let data = random_bytes(&mut rng, 1000);
         store.set("a/c/0", &ByteBuffer::from(data.clone())).unwrap();
@@ -388,26 +391,26 @@ gpu_test! {
         d.copy_from_host(0, &[0u8; 10]).unwrap();
         for key in ["a/c/0", "a/c/1"] {
             let on_dev = store.get(key, &DEV, None).unwrap().unwrap();
-            assert!(on_dev.is_device());
-            assert_eq!(on_dev.to_bytes().unwrap(), data);
+            assert!(on_dev.prototype().is_device());
+            assert_eq!(on_dev.to_host().unwrap().to_vec(), data);
             // get for the store's own device is zero-copy: two gets share the address.
             let again = store.get(key, &DEV, None).unwrap().unwrap();
-            assert_eq!(again.as_array_like().address(), on_dev.as_array_like().address());
+            assert_eq!(again.as_memory().address(), on_dev.as_memory().address());
             let on_host = store.get(key, &HOST, None).unwrap().unwrap();
-            assert!(on_host.is_host());
-            assert_eq!(on_host.to_bytes().unwrap(), data);
+            assert!(on_host.prototype().is_host());
+            assert_eq!(on_host.to_host().unwrap().to_vec(), data);
         }
         let part = store.get("a/c/0", &DEV, Some(ByteRequest::Range { start: 10, end: 20 })).unwrap().unwrap();
-        assert_eq!(part.to_bytes().unwrap(), &data[10..20]);
+        assert_eq!(part.to_host().unwrap().to_vec(), &data[10..20]);
         let whole = store.get("a/c/0", &DEV, None).unwrap().unwrap();
-        assert_eq!(part.as_array_like().address(), whole.as_array_like().address() + 10);
-        assert_eq!(store.get("a/c/0", &HOST, Some(ByteRequest::Suffix(5))).unwrap().unwrap().to_bytes().unwrap(), &data[995..]);
+        assert_eq!(part.as_memory().address(), whole.as_memory().address() + 10);
+        assert_eq!(store.get("a/c/0", &HOST, Some(ByteRequest::Suffix(5))).unwrap().unwrap().to_host().unwrap().to_vec(), &data[995..]);
         assert!(store.get("a/c/0", &DEV, Some(ByteRequest::Offset(1001))).is_err());
         assert!(store.get("missing", &DEV, None).unwrap().is_none());
         // Writing to what get returned does not change the store (copy-on-write).
         let mut got = store.get("a/c/0", &DEV, None).unwrap().unwrap();
         got.set(0..3, &ByteBuffer::from(vec![1u8, 2, 3])).unwrap();
-        assert_eq!(store.get("a/c/0", &HOST, None).unwrap().unwrap().to_bytes().unwrap(), data);
+        assert_eq!(store.get("a/c/0", &HOST, None).unwrap().unwrap().to_host().unwrap().to_vec(), data);
         assert_eq!(store.list_dir("a").unwrap(), ["c"]);
         assert_eq!(store.list_prefix("a/c/").unwrap().len(), 2);
         store.delete("a/c/1").unwrap();
@@ -416,21 +419,21 @@ gpu_test! {
         let host_store = MemoryStore::new();
         host_store.set("k", &store.get("a/c/0", &DEV, None).unwrap().unwrap()).unwrap();
         let back = host_store.get("k", &DEV, None).unwrap().unwrap();
-        assert!(back.is_device());
-        assert_eq!(back.to_bytes().unwrap(), data);
+        assert!(back.prototype().is_device());
+        assert_eq!(back.to_host().unwrap().to_vec(), data);
         // from_values moves everything to the device.
         let s2 = DeviceMemoryStore::from_values(&c, [("x", &ByteBuffer::from(vec![7u8; 3]))]).unwrap();
-        assert!(s2.get("x", &DEV, None).unwrap().unwrap().is_device());
+        assert!(s2.get("x", &DEV, None).unwrap().unwrap().prototype().is_device());
         assert!(s2.with_read_only(true).set("y", &ByteBuffer::from(vec![1u8])).is_err());
     }
 
     fn zarr_default_prototype_switch_reaches_the_device() {
-        let prev = devbuf::zarr::enable_gpu();
+        let prev = devbuf::zarr::set_default_buffer_prototype(DEV); // enable_gpu
         let p = devbuf::zarr::default_buffer_prototype();
-        let nd = p.nd_create(&[4], Dtype::INT16, Order::C, Some(Scalar::from(3i16)));
+        let nd = NDBuffer::create(&p, &[4], Dtype::INT16, Order::C, Some(Scalar::from(3i16)));
         devbuf::zarr::set_default_buffer_prototype(prev);
         let nd = nd.unwrap();
-        assert!(nd.is_device());
+        assert!(nd.prototype().is_device());
         assert!(nd.all_equal(Some(Scalar::from(3i16)), true).unwrap());
     }
 }

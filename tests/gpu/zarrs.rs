@@ -41,16 +41,22 @@ pub(crate) fn fixtures_dir() -> Option<PathBuf> {
 }
 
 pub(crate) fn bytes_of(nd: &NDBuffer) -> Vec<u8> {
-    nd.to_buffer().unwrap().to_bytes().unwrap()
+    nd.to_buffer().unwrap().to_host().unwrap().to_vec()
 }
 
 /// Device and host reads agree exactly (shape, dtype, layout, bytes).
 fn assert_same(dev: &NDBuffer, host: &NDBuffer, what: &str) {
-    assert!(dev.is_device(), "{what}: expected device memory");
-    assert!(host.is_host(), "{what}: expected host memory");
+    assert!(
+        dev.prototype().is_device(),
+        "{what}: expected device memory"
+    );
+    assert!(host.prototype().is_host(), "{what}: expected host memory");
     assert_eq!(dev.shape(), host.shape(), "{what}: shape");
     assert_eq!(dev.dtype(), host.dtype(), "{what}: dtype");
-    assert!(dev.is_c_contiguous() && dev.dtype().is_native(), "{what}");
+    assert!(
+        dev.is_c_contiguous() && dev.dtype().byteorder() == Endianness::NATIVE,
+        "{what}"
+    );
     assert!(
         bytes_of(dev) == bytes_of(host),
         "{what}: device bytes differ from host"
@@ -68,7 +74,7 @@ pub(crate) fn random_elements(rng: &mut SmallRng, element: ElementType, n: usize
 
 pub(crate) fn host_nd(bytes: Vec<u8>, shape: &[u64], element: ElementType) -> NDBuffer {
     let shape: Vec<usize> = shape.iter().map(|&s| s as usize).collect();
-    NDBuffer::from_memory(bytes, &shape, Dtype::native(element), Order::C).unwrap()
+    NDBuffer::from_memory(bytes, &shape, Dtype::from(element), Order::C).unwrap()
 }
 
 /// Checks every read path of `a` on the device against the host.
@@ -149,8 +155,8 @@ pub(crate) fn check_reads(a: &ZarrArray, rng: &mut SmallRng, what: &str) {
         let d = a.read(&sel).to(&DEV).unwrap();
         let h = a.read(&sel).to(&HOST).unwrap();
         assert_same(
-            &d.copy().unwrap(),
-            &h.copy().unwrap(),
+            &d.copy_order(Order::C).unwrap(),
+            &h.copy_order(Order::C).unwrap(),
             &format!("{what} stepped"),
         );
     }
@@ -189,7 +195,7 @@ gpu_test! {
                 let fill = NDBuffer::create(
                     &HOST,
                     &a.chunk_ranges(&[1, 1, 0]).unwrap().iter().map(|r| (r.end - r.start) as usize).collect::<Vec<_>>(),
-                    Dtype::native(element),
+                    Dtype::from(element),
                     Order::C,
                     None,
                 )
@@ -301,7 +307,7 @@ gpu_test! {
                 .unwrap()
                 .astype(Dtype::new(element, if element.size() > 1 { Endianness::Big } else { Endianness::Little }))
                 .unwrap();
-            assert!(flipped.is_device());
+            assert!(flipped.prototype().is_device());
             a.write_subset(&[0, 0], &flipped).unwrap();
             let back = a.read(&[0..17, 0..24]).to(&HOST).unwrap();
             assert!(bytes_of(&back) == bytes_of(&boxed.to_prototype(&HOST).unwrap()), "{element}: box");
@@ -310,7 +316,7 @@ gpu_test! {
 
     fn zarrs_arrays_in_a_device_memory_store() {
         let mut rng = rng("zarrs_arrays_in_a_device_memory_store");
-        let store = Arc::new(DeviceMemoryStore::new(0).unwrap());
+        let store = Arc::new(DeviceMemoryStore::new(&Context::new(0).unwrap()));
         let shape = [40u64, 33];
         let spec = ArraySpec::new(&shape, &[16, 16], Dtype::INT64)
             .with_subchunks(&[8, 8])
@@ -557,7 +563,7 @@ gpu_test! {
                     a.write_subset(&[0, 0], &host_nd(random_elements(&mut rng, element, n as usize), &shape, element)).unwrap();
                     // One chunk (shard) missing: fill value on the device.
                     let missing = a.chunk_ranges(&[1, 1]).unwrap();
-                    let filled = NDBuffer::create(&HOST, &missing.iter().map(|r| (r.end - r.start) as usize).collect::<Vec<_>>(), Dtype::native(element), Order::C, Some(fill)).unwrap();
+                    let filled = NDBuffer::create(&HOST, &missing.iter().map(|r| (r.end - r.start) as usize).collect::<Vec<_>>(), Dtype::from(element), Order::C, Some(fill)).unwrap();
                     a.write_chunks(&[&[1, 1]], std::slice::from_ref(&filled)).unwrap();
                     assert!(!a.chunk_is_stored(&[1, 1]).unwrap(), "chunk [1, 1] equals the fill value: not stored");
                     let what = format!("{comp:?} {dtype} sharded={sharded}");

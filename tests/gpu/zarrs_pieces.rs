@@ -8,7 +8,7 @@
 
 use devbuf::cuda::Context;
 use devbuf::zarr::{ArraySpec, Compressor, Decoder, ReadOptions, ZarrArray};
-use devbuf::zarr::{BufferPrototype, Dtype, NDBuffer};
+use devbuf::zarr::{BufferPrototype, Dtype, NDBuffer, Order};
 use rand::Rng;
 use rand::rngs::SmallRng;
 
@@ -97,8 +97,8 @@ gpu_test! {
             let a = ZarrArray::open(&path).unwrap();
             let v: Vec<i16> = (0..1500 * 1100).map(|i| (i % 3001) as i16 - 1500 + (rng.random::<u8>() as i16 & 7)).collect();
             let nd = NDBuffer::from_ndarray(ndarray::Array2::from_shape_vec((1500, 1100), v).unwrap());
-            a.write_subset(&[0, 0], &nd.get(&[(0..1024).into(), (0..1100).into()]).unwrap().copy().unwrap()).unwrap();
-            a.write_subset(&[1024, 0], &nd.get(&[(1024..1500).into(), (0..1024).into()]).unwrap().copy().unwrap()).unwrap();
+            a.write_subset(&[0, 0], &nd.get(&[(0..1024).into(), (0..1100).into()]).unwrap().copy_order(Order::C).unwrap()).unwrap();
+            a.write_subset(&[1024, 0], &nd.get(&[(1024..1500).into(), (0..1024).into()]).unwrap().copy_order(Order::C).unwrap()).unwrap();
             assert!(!a.chunk_is_stored(&[1, 1]).unwrap());
             let mut a = ZarrArray::open(&path).unwrap();
             // Slots of 1000 bytes: pieces of 1024 (the slot rounded up to 256), so

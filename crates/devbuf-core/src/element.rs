@@ -125,8 +125,8 @@ impl ElementType {
         self.kind() == 'c'
     }
 
-    /// True for the signed and unsigned integers.
-    pub const fn is_integer(self) -> bool {
+    /// True for the signed and unsigned integers (`kind()` is `'i'` or `'u'`).
+    pub(crate) const fn is_integer(self) -> bool {
         matches!(self.kind(), 'i' | 'u')
     }
 

@@ -67,7 +67,9 @@ impl ArraySource {
         let schema = schema_of(&grid).map_err(|e| to_status(&e, hide))?;
         let chunk_bytes = chunk
             .iter()
-            .try_fold(array.dtype().size() as u64, |a, &c| a.checked_mul(c as u64))
+            .try_fold(array.dtype().element().size() as u64, |a, &c| {
+                a.checked_mul(c as u64)
+            })
             .ok_or_else(|| Status::internal("chunk size overflows"))?;
         Ok(ArraySource {
             path: path.to_string(),

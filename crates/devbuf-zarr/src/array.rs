@@ -338,8 +338,8 @@ impl ZarrArray {
         let fill = spec
             .fill_value
             .unwrap_or(Scalar::UInt8(0))
-            .to_bytes_as(Dtype::native(element));
-        let endian = (spec.dtype.size() > 1).then(|| match spec.dtype.byteorder() {
+            .to_bytes_as(Dtype::from(element));
+        let endian = (spec.dtype.element().size() > 1).then(|| match spec.dtype.byteorder() {
             Endianness::Little => ZEndianness::Little,
             Endianness::Big => ZEndianness::Big,
         });
@@ -547,7 +547,7 @@ impl ZarrArray {
     // ------------------------------------------------------------------ internals
 
     pub(super) fn elem(&self) -> usize {
-        self.meta.stored_dtype.size()
+        self.meta.stored_dtype.element().size()
     }
 
     pub(super) fn check_chunk(&self, indices: &[u64]) -> Result<()> {

@@ -14,6 +14,7 @@
 //! (fetched bytes, page-locked staging, device memory of the result). A write stopped
 //! this way may have written some of its chunks.
 
+#[cfg(feature = "object_store")]
 use std::sync::Arc;
 
 use super::ZarrArray;
@@ -22,7 +23,9 @@ use crate::location::Location;
 #[cfg(feature = "object_store")]
 use crate::read;
 use devbuf_core::error::Result;
-use devbuf_core::zarr::{NDBuffer, Store};
+use devbuf_core::zarr::NDBuffer;
+#[cfg(feature = "object_store")]
+use devbuf_core::zarr::Store;
 
 impl ZarrArray {
     /// A second handle on the same array (shared storage; metadata and options
@@ -89,10 +92,10 @@ impl ZarrArray {
     /// ```
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
     /// use devbuf_zarr::{ArraySpec, ZarrArray};
-    /// use devbuf_core::zarr::{BufferPrototype, Dtype, MemoryStore, Order, Scalar};
+    /// use devbuf_core::zarr::{BufferPrototype, Dtype, MemoryStore, NDBuffer, Order, Scalar};
     /// let a = ZarrArray::create((std::sync::Arc::new(MemoryStore::new()), ""),
     ///     &ArraySpec::new(&[4], &[2], Dtype::UINT8))?;
-    /// let v = |x: u8| BufferPrototype::Host.nd_create(&[2], Dtype::UINT8, Order::C, Some(Scalar::from(x)));
+    /// let v = |x: u8| NDBuffer::create(&BufferPrototype::Host, &[2], Dtype::UINT8, Order::C, Some(Scalar::from(x)));
     /// a.write_chunks_async(&[[0u64], [1]], vec![v(1)?, v(2)?]).await?;
     /// assert!(a.chunk_is_stored(&[1])?);
     /// # Ok::<(), devbuf_core::Error>(())
@@ -117,13 +120,13 @@ impl ZarrArray {
     /// ```
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
     /// use devbuf_zarr::{ArraySpec, ZarrArray};
-    /// use devbuf_core::zarr::{BufferPrototype, Dtype, MemoryStore, Order, Scalar};
+    /// use devbuf_core::zarr::{BufferPrototype, Dtype, MemoryStore, NDBuffer, Order, Scalar};
     /// let a = ZarrArray::create((std::sync::Arc::new(MemoryStore::new()), ""),
     ///     &ArraySpec::new(&[4, 4], &[2, 2], Dtype::UINT8))?;
-    /// let v = BufferPrototype::Host.nd_create(&[2, 3], Dtype::UINT8, Order::C, Some(Scalar::from(3u8)))?;
+    /// let v = NDBuffer::create(&BufferPrototype::Host, &[2, 3], Dtype::UINT8, Order::C, Some(Scalar::from(3u8)))?;
     /// a.write_subset_async(&[1, 1], v).await?;
     /// let s = a.read([1..3, 1..4]).to_async(&BufferPrototype::Host).await?;
-    /// assert_eq!(s.to_buffer()?.to_bytes()?, vec![3u8; 6]);
+    /// assert_eq!(s.to_buffer()?.to_host()?.to_vec(), vec![3u8; 6]);
     /// # Ok::<(), devbuf_core::Error>(())
     /// # }).unwrap();
     /// ```

@@ -8,7 +8,7 @@ use super::*;
 use super::super::fixtures::path as fixture;
 
 fn host_bytes(nd: &NDBuffer) -> Vec<u8> {
-    nd.to_buffer().unwrap().to_bytes().unwrap()
+    nd.to_buffer().unwrap().to_host().unwrap().to_vec()
 }
 
 fn random_ranges(rng: &mut SmallRng, shape: &[u64]) -> Vec<Range<u64>> {

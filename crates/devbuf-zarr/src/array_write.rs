@@ -14,7 +14,7 @@ use super::read::ReadBox;
 use devbuf_core::cuda::DeviceBuffer;
 use devbuf_core::error::{Error, Result};
 use devbuf_core::memory::Memory;
-use devbuf_core::zarr::{Dtype, NDBuffer};
+use devbuf_core::zarr::{Dtype, NDBuffer, Order};
 
 impl ZarrArray {
     // ------------------------------------------------------------------ writing
@@ -29,11 +29,11 @@ impl ZarrArray {
     ///
     /// ```
     /// use devbuf_zarr::{ArraySpec, ZarrArray};
-    /// use devbuf_core::zarr::{BufferPrototype, Dtype, MemoryStore, Order, Scalar};
+    /// use devbuf_core::zarr::{BufferPrototype, Dtype, MemoryStore, NDBuffer, Order, Scalar};
     /// let a = ZarrArray::create((std::sync::Arc::new(MemoryStore::new()), ""),
     ///     &ArraySpec::new(&[5], &[2], Dtype::INT8))?;
-    /// let one = BufferPrototype::Host.nd_create(&[2], Dtype::INT8, Order::C, Some(Scalar::from(1i8)))?;
-    /// let edge = BufferPrototype::Host.nd_create(&[1], Dtype::INT8, Order::C, Some(Scalar::from(2i8)))?;
+    /// let one = NDBuffer::create(&BufferPrototype::Host, &[2], Dtype::INT8, Order::C, Some(Scalar::from(1i8)))?;
+    /// let edge = NDBuffer::create(&BufferPrototype::Host, &[1], Dtype::INT8, Order::C, Some(Scalar::from(2i8)))?;
     /// a.write_chunks(&[[0u64], [2]], &[one, edge])?;
     /// let v = a.read(..).to(&BufferPrototype::Host)?.to_ndarray::<i8>()?;
     /// assert_eq!(v.as_slice().unwrap(), &[1, 1, 0, 0, 2]);
@@ -46,7 +46,7 @@ impl ZarrArray {
             call = "write_chunks",
             chunks = chunks.len(),
             bytes = values.iter().map(NDBuffer::nbytes).sum::<usize>(),
-            device = values.iter().any(NDBuffer::is_device),
+            device = values.iter().any(|v| v.prototype().is_device()),
         );
         traced_write(&span, || self.write_chunks_untraced(chunks, values))
     }
@@ -75,7 +75,7 @@ impl ZarrArray {
             }
             let (start, shape) = self.chunk_box(idx)?;
             let v = self.prepare(v, &shape, &format!("chunk {idx:?}"))?;
-            if v.is_device() {
+            if v.prototype().is_device() {
                 device.push((start, shape, v));
             } else {
                 host.push((start, shape, v));
@@ -124,7 +124,7 @@ impl ZarrArray {
             start = ?start,
             shape = ?value.shape(),
             bytes = value.nbytes(),
-            device = value.is_device(),
+            device = value.prototype().is_device(),
         );
         traced_write(&span, || self.write_subset_untraced(start, value))
     }
@@ -147,7 +147,7 @@ impl ZarrArray {
             .collect();
         let (start, shape) = self.check_ranges(&ranges)?;
         let v = self.prepare(value, &shape, "write_subset")?;
-        if !v.is_device() {
+        if !v.prototype().is_device() {
             return self.encode_host(&start, &shape, &v);
         }
         let request = ReadBox {
@@ -275,20 +275,24 @@ impl ZarrArray {
                 self.location
             )));
         }
-        let native = Dtype::native(element);
+        let native = Dtype::from(element);
         let v = if value.dtype() != native {
             value.astype(native)?
         } else {
             value.clone()
         };
-        if v.is_c_contiguous() { Ok(v) } else { v.copy() }
+        if v.is_c_contiguous() {
+            Ok(v)
+        } else {
+            v.copy_order(Order::C)
+        }
     }
 }
 
 /// The device bytes of a prepared (C-contiguous) device value.
 fn device_bytes(v: &NDBuffer) -> Result<DeviceBuffer> {
     let buf = v.to_buffer()?;
-    match buf.as_array_like() {
+    match buf.as_memory() {
         Memory::Device(d) => Ok(d.clone()),
         Memory::Host(_) => Err(Error::invalid("expected a device value")),
     }

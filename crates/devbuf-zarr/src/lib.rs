@@ -44,7 +44,7 @@
 //! let a = ZarrArray::open("../../tests/fixtures/zarr/v3_float32_sharded.zarr")?;
 //! let m = a.metadata();
 //! println!("{:?} {} in chunks of {:?}", m.shape, a.dtype(), m.chunk_shape);
-//! // default_buffer_prototype() is a GPU after enable_gpu(); here the host.
+//! // a GPU after set_default_buffer_prototype(BufferPrototype::Device(0)); here the host.
 //! let proto = default_buffer_prototype();
 //! let grid = &m.grid_shape;
 //! let indices: Vec<[u64; 2]> = (0..grid[0]).flat_map(|i| (0..grid[1]).map(move |j| [i, j])).collect();

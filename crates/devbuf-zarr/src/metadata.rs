@@ -27,7 +27,7 @@ use devbuf_core::zarr::{Dtype, Endianness, Order, Scalar};
 /// assert_eq!(m.shape, vec![10, 7]);
 /// assert_eq!(m.chunk_shape, vec![4, 3]);
 /// assert_eq!(m.grid_shape, vec![3, 3]);
-/// assert_eq!(m.stored_dtype, Dtype::big(ElementType::Float64)); // stored big-endian
+/// assert_eq!(m.stored_dtype, Dtype::new(ElementType::Float64, Endianness::Big)); // stored big-endian
 /// assert_eq!(m.dtype(), Dtype::FLOAT64);                         // read as native values
 /// assert_eq!(m.fill_value, Scalar::Float64(0.0));
 /// assert_eq!(m.order, Order::C);
@@ -154,7 +154,7 @@ impl ZarrMetadata {
     /// The data type of arrays read from this array: the stored element type in native
     /// byte order (what numpy and zarr-python return).
     pub fn dtype(&self) -> Dtype {
-        Dtype::native(self.stored_dtype.element())
+        Dtype::from(self.stored_dtype.element())
     }
 
     /// Number of dimensions.
@@ -174,7 +174,9 @@ impl ZarrMetadata {
     pub fn nbytes(&self) -> u64 {
         self.shape
             .iter()
-            .fold(self.stored_dtype.size() as u64, |a, &s| a.saturating_mul(s))
+            .fold(self.stored_dtype.element().size() as u64, |a, &s| {
+                a.saturating_mul(s)
+            })
     }
 
     pub(crate) fn from_array<T: ?Sized>(array: &Array<T>, location: &str) -> Result<ZarrMetadata> {

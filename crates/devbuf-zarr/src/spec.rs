@@ -189,7 +189,7 @@ impl ArraySpec {
             Compressor::Blosc { level } => {
                 let clevel = BloscCompressionLevel::try_from(level)
                     .map_err(|e| Error::invalid(format!("blosc level {level}: {e}")))?;
-                let shuffle = if self.dtype.size() > 1 {
+                let shuffle = if self.dtype.element().size() > 1 {
                     BloscShuffleMode::Shuffle
                 } else {
                     BloscShuffleMode::NoShuffle
@@ -200,7 +200,7 @@ impl ArraySpec {
                         clevel,
                         None,
                         shuffle,
-                        Some(self.dtype.size()),
+                        Some(self.dtype.element().size()),
                     )
                     .map_err(|e| Error::invalid(format!("blosc: {e}")))?,
                 )]

@@ -172,7 +172,7 @@ impl ReadableStorageTraits for StoreAdapter {
 impl WritableStorageTraits for StoreAdapter {
     fn set(&self, key: &StoreKey, value: Bytes) -> Result<(), StorageError> {
         self.store
-            .set(key.as_str(), &ByteBuffer::from_bytes(value))
+            .set(key.as_str(), &ByteBuffer::from(value))
             .map_err(storage_err)
     }
 
@@ -321,7 +321,7 @@ mod tests {
         let store = LooseStore(MemoryStore::new());
         for k in ["b", "abc/x", "abc/d/y", "zz/é"] {
             store
-                .set(k, &devbuf_core::zarr::ByteBuffer::from_bytes(&b"1"[..]))
+                .set(k, &devbuf_core::zarr::ByteBuffer::from(&b"1"[..]))
                 .unwrap();
         }
         let adapter = StoreAdapter::new(Arc::new(store));

@@ -347,6 +347,7 @@ fn check_v2(doc: &Value, d: &Doc) -> Result<()> {
                     ),
                 )
             })?
+            .element()
             .size(),
         Some(v @ Value::Array(_)) => {
             return Err(d.unsupported(

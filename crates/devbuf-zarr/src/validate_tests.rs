@@ -268,24 +268,21 @@ fn preflight_reads_through_the_storage() {
     // No metadata: left to zarrs (which says so).
     preflight(&adapter, "/", "m").unwrap();
     store
-        .set("a/zarr.json", &ByteBuffer::from_bytes(&b"{not json"[..]))
+        .set("a/zarr.json", &ByteBuffer::from(&b"{not json"[..]))
         .unwrap();
     let e = preflight(&adapter, "/a", "m").unwrap_err();
     assert!(matches!(e, Error::Malformed(_)), "{e}");
     assert!(e.to_string().contains("zarr.json is not valid JSON"), "{e}");
     let doc = v3(json!([4]), json!([2]), "string").to_string();
     store
-        .set("a/zarr.json", &ByteBuffer::from_bytes(doc.into_bytes()))
+        .set("a/zarr.json", &ByteBuffer::from(doc.into_bytes()))
         .unwrap();
     let e = preflight(&adapter, "/a", "m").unwrap_err();
     assert!(e.to_string().contains("unsupported data type"), "{e}");
     let doc = json!({"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "<U10",
                      "compressor": null, "fill_value": 0.0, "order": "C", "filters": null});
     store
-        .set(
-            "b/.zarray",
-            &ByteBuffer::from_bytes(doc.to_string().into_bytes()),
-        )
+        .set("b/.zarray", &ByteBuffer::from(doc.to_string().into_bytes()))
         .unwrap();
     let e = preflight(&adapter, "/b", "m").unwrap_err();
     assert!(

@@ -44,7 +44,7 @@ fn recorded_event(c: &Context) -> Event {
         },
     )
     .unwrap();
-    e.record_on_default_stream().unwrap();
+    e.record(None).unwrap();
     e.synchronize().unwrap();
     e
 }
@@ -374,7 +374,7 @@ gpu_test_exclusive! {
             b.copy_from_host(n - 3, &[1, 2, 3]).unwrap();
             assert_eq!(&b.slice(n - 3, 3).unwrap().to_host().unwrap()[..], &[1, 2, 3], "{end}: writes");
             b.copy_from_host(n - 3, &want[n - 3..]).unwrap();
-            e.record_on_default_stream().unwrap();
+            e.record(None).unwrap();
             e.synchronize().unwrap();
         }
         let mut env = env_base.to_vec();

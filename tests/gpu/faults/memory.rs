@@ -236,7 +236,7 @@ gpu_test_exclusive! {
         assert_eq!(held(&c), base);
         let second = chunk as u64..2 * chunk as u64;
         let part = a.read(std::slice::from_ref(&second)).to(&dev).unwrap();
-        assert!(part.to_buffer().unwrap().to_bytes().unwrap() == bytes);
+        assert!(part.to_buffer().unwrap().to_host().unwrap() == bytes);
         drop(part);
         assert_eq!(held(&c), base);
     }

@@ -188,7 +188,7 @@ mod zarr_at_the_bound {
     }
 
     fn bytes_of(nd: &NDBuffer) -> Vec<u8> {
-        nd.to_buffer().unwrap().to_bytes().unwrap()
+        nd.to_buffer().unwrap().to_host().unwrap().to_vec()
     }
 
     gpu_test_exclusive! {
@@ -213,7 +213,7 @@ mod zarr_at_the_bound {
             // High-water marks are never reset: tests before this one on the primary
             // context may have left one above this test's bound.
             let high_before = c.transfer_stats().pinned_high_water_bytes;
-            let store = Arc::new(DeviceMemoryStore::new(0).unwrap());
+            let store = Arc::new(DeviceMemoryStore::new(&devbuf::cuda::Context::new(0).unwrap()));
             let spec = ArraySpec::new(&[4 * chunk_elems as u64], &[chunk_elems as u64], Dtype::FLOAT32);
             let mut a = ZarrArray::create((store.clone(), "w"), &spec).unwrap();
             a.set_read_options(ReadOptions { threads: Some(4), ..ReadOptions::default() }).unwrap();
@@ -241,7 +241,7 @@ mod zarr_at_the_bound {
             c.trim_transfer_pool();
             let a3 = a.clone();
             let on_device = within("a zarr read whose lanes fill the pool", move || {
-                a3.read(..).to(&DEV).map(|nd| (nd.is_device(), bytes_of(&nd)))
+                a3.read(..).to(&DEV).map(|nd| (nd.prototype().is_device(), bytes_of(&nd)))
             })
             .unwrap();
             assert!(on_device.0 && on_device.1 == bytes, "the array read into the device");
@@ -274,7 +274,7 @@ mod zarr_at_the_bound {
             })
             .unwrap();
             c.trim_transfer_pool();
-            let store = Arc::new(DeviceMemoryStore::new(0).unwrap());
+            let store = Arc::new(DeviceMemoryStore::new(&devbuf::cuda::Context::new(0).unwrap()));
             let n = 64 * chunk_elems;
             let spec = ArraySpec::new(&[n as u64], &[chunk_elems as u64], Dtype::FLOAT32)
                 .with_compressor(Compressor::Zstd { level: 1 });

@@ -22,7 +22,7 @@ gpu_test! {
         let Some(d1) = second_ctx("chunk_batch_and_c_device_export_on_device_1") else { return };
         let _g = serial();
         let mut r = rng("chunk_batch_and_c_device_export_on_device_1");
-        let grid = ChunkGrid::new(&[10, 7], &[4, 3], Dtype::native(ElementType::Float32)).unwrap();
+        let grid = ChunkGrid::new(&[10, 7], &[4, 3], Dtype::from(ElementType::Float32)).unwrap();
         let mut chunks = Vec::new();
         for i in 0..3u64 {
             for j in 0..3u64 {

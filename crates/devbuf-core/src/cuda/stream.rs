@@ -200,17 +200,23 @@ impl Event {
         self.raw
     }
 
-    /// Records the event after the work queued on `stream` so far.
-    pub fn record(&self, stream: &Stream) -> Result<()> {
+    /// Records the event after the work queued on `stream` so far; `None`: on the legacy
+    /// default stream (after devbuf's synchronous copies and kernels issued so far in
+    /// this context). `e.record(&stream)` and `e.record(None)` both work.
+    ///
+    /// ```no_run
+    /// use devbuf_core::cuda::{Context, Event, EventFlags, Stream};
+    /// let ctx = Context::new(0)?;
+    /// let (s, e) = (Stream::new(&ctx)?, Event::new(&ctx, EventFlags::default())?);
+    /// e.record(&s)?; // after the work queued on `s`
+    /// e.record(None)?; // after devbuf's synchronous work so far
+    /// e.synchronize()?;
+    /// # Ok::<(), devbuf_core::Error>(())
+    /// ```
+    pub fn record<'s>(&self, stream: impl Into<Option<&'s Stream>>) -> Result<()> {
         self.ctx.bind()?;
-        driver::event_record(self.raw, stream.raw())
-    }
-
-    /// Records the event on the legacy default stream (after devbuf's synchronous
-    /// copies and kernels issued so far in this context).
-    pub fn record_on_default_stream(&self) -> Result<()> {
-        self.ctx.bind()?;
-        driver::event_record(self.raw, std::ptr::null_mut())
+        let raw = stream.into().map_or(std::ptr::null_mut(), |s| s.raw());
+        driver::event_record(self.raw, raw)
     }
 
     /// Blocks the calling thread until the recorded work has completed.
@@ -324,7 +330,10 @@ impl Context {
     ///
     /// # Safety
     /// `event` must be a live `CUevent` handle that is not destroyed during the call.
-    pub(crate) unsafe fn default_stream_wait_raw_event(&self, event: *mut std::ffi::c_void) -> Result<()> {
+    pub(crate) unsafe fn default_stream_wait_raw_event(
+        &self,
+        event: *mut std::ffi::c_void,
+    ) -> Result<()> {
         if event.is_null() {
             return Err(Error::invalid("cannot wait on a null CUevent"));
         }

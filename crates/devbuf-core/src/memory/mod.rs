@@ -40,7 +40,8 @@ use crate::error::{Error, Result, check_range};
 /// ```
 /// use devbuf_core::memory::Memory;
 /// let m = Memory::from(vec![1u8, 2, 3]);
-/// assert!(m.is_host());
+/// assert!(m.prototype().is_host()); // `Memory::prototype` is defined in `zarr`
+/// assert!(m.as_host().is_some());
 /// assert_eq!(m.len(), 3);
 /// assert_eq!(m.slice(1, 2)?.to_host()?.as_ref(), &[2, 3]);
 /// # Ok::<(), devbuf_core::Error>(())
@@ -65,16 +66,6 @@ impl Memory {
     /// True when it holds no bytes.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// True for host memory.
-    pub fn is_host(&self) -> bool {
-        matches!(self, Memory::Host(_))
-    }
-
-    /// True for device memory.
-    pub fn is_device(&self) -> bool {
-        matches!(self, Memory::Device(_))
     }
 
     /// The host bytes, if this is host memory.

@@ -17,15 +17,35 @@ use crate::memory::{Memory, Place};
 /// ([`set`](Self::set)) copies first when anyone else can see the memory
 /// (copy-on-write), so a write is never visible through another handle.
 ///
+/// It is made four ways, all zero-copy where the memory already is: `ByteBuffer::from`
+/// host bytes (`Bytes`, `Vec<u8>`, `&'static [u8]`, an Arrow `Buffer`, a `HostBuffer`),
+/// device memory (a [`DeviceBuffer`]) or either ([`Memory`]); `ByteBuffer::default()`
+/// (no bytes, on the host); [`to_prototype`](Self::to_prototype) (into another memory);
+/// and [`concat`](Self::concat).
+///
+/// | zarr-python | devbuf |
+/// |---|---|
+/// | `Buffer.from_bytes(b)`, `Buffer.from_array_like(a)` | `ByteBuffer::from(b)` |
+/// | `Buffer.create_zero_length()` | `ByteBuffer::default()` (host), `.to_prototype(&p)` |
+/// | `prototype.buffer.from_bytes(b)`, `.from_buffer(buf)` | `ByteBuffer::from(b).to_prototype(&p)`, `buf.to_prototype(&p)` |
+/// | `buf.as_array_like()` | [`as_memory`](Self::as_memory) |
+/// | `buf.as_numpy_array()`, `buf.to_bytes()` | [`to_host`](Self::to_host) (`.to_vec()` for a `Vec<u8>`) |
+/// | `buf.combine(others)` | [`ByteBuffer::concat`] |
+/// | `buf[a:b]`, `buf[a:b] = v` | [`get`](Self::get), [`set`](Self::set) |
+///
 /// ```
-/// use devbuf_core::zarr::{ByteBuffer, Slice};
-/// let a = ByteBuffer::from_bytes(&b"hello "[..]);
-/// let b = ByteBuffer::from_bytes(&b"world"[..]);
-/// let ab = a.combine([&b])?;
-/// assert_eq!(ab.to_bytes()?, b"hello world");
-/// assert_eq!(ab.get(6..)?.to_bytes()?, b"world");
-/// assert_eq!(ab.get(Slice::range(-5, -3))?.to_bytes()?, b"wo");
+/// use devbuf_core::zarr::{BufferPrototype, ByteBuffer, Slice};
+/// let a = ByteBuffer::from(&b"hello "[..]);
+/// let b = ByteBuffer::from(b"world".to_vec());
+/// let ab = ByteBuffer::concat(&a.prototype(), [&a, &b])?;
+/// assert_eq!(&ab.to_host()?[..], b"hello world");
+/// assert_eq!(&ab.get(6..)?.to_host()?[..], b"world");
+/// assert_eq!(&ab.get(Slice::range(-5, -3))?.to_host()?[..], b"wo");
 /// assert!(ab.get(Slice::every(2)).is_err()); // steps are an error
+/// assert!(ByteBuffer::default().is_empty());
+/// // BufferPrototype::Device(0) on a GPU: one copy there
+/// let on_host = ByteBuffer::from(vec![1u8, 2]).to_prototype(&BufferPrototype::Host)?;
+/// assert!(on_host.prototype().is_host());
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
 #[derive(Clone)]
@@ -34,36 +54,10 @@ pub struct ByteBuffer {
 }
 
 impl ByteBuffer {
-    /// `from_bytes`: host bytes, zero-copy.
-    pub fn from_bytes(bytes: impl Into<Bytes>) -> ByteBuffer {
-        ByteBuffer {
-            mem: Memory::Host(bytes.into()),
-        }
-    }
-
-    /// `from_array_like`: wraps memory (a [`Memory`], [`DeviceBuffer`], [`HostBuffer`],
-    /// `Bytes`, `Vec<u8>` or `arrow_buffer::Buffer`) without copying.
-    ///
-    /// ```
-    /// use devbuf_core::zarr::ByteBuffer;
-    /// let arrow = arrow_buffer::Buffer::from_vec(vec![1u8, 2, 3]);
-    /// let b = ByteBuffer::from_array_like(arrow.clone());
-    /// assert_eq!(b.as_array_like().address(), arrow.as_ptr() as u64); // zero-copy
-    /// ```
-    pub fn from_array_like(memory: impl Into<Memory>) -> ByteBuffer {
-        ByteBuffer { mem: memory.into() }
-    }
-
-    /// `create_zero_length` on the host (see
-    /// [`BufferPrototype::create_zero_length`] for other memories).
-    pub fn create_zero_length() -> ByteBuffer {
-        ByteBuffer::from_bytes(Bytes::new())
-    }
-
     /// `from_buffer`: this buffer in `prototype`'s memory; zero-copy when it is already
     /// there, else one copy (host→device, device→host, device→device).
     pub fn to_prototype(&self, prototype: &BufferPrototype) -> Result<ByteBuffer> {
-        if prototype.holds(&self.mem) {
+        if self.mem.prototype() == *prototype {
             return Ok(self.clone());
         }
         let place = prototype.place()?;
@@ -73,7 +67,14 @@ impl ByteBuffer {
     }
 
     /// `as_array_like`: the underlying memory, never a copy.
-    pub fn as_array_like(&self) -> &Memory {
+    ///
+    /// ```
+    /// use devbuf_core::zarr::ByteBuffer;
+    /// let arrow = arrow_buffer::Buffer::from_vec(vec![1u8, 2, 3]);
+    /// let b = ByteBuffer::from(arrow.clone());
+    /// assert_eq!(b.as_memory().address(), arrow.as_ptr() as u64); // zero-copy
+    /// ```
+    pub fn as_memory(&self) -> &Memory {
         &self.mem
     }
 
@@ -82,33 +83,17 @@ impl ByteBuffer {
         self.mem
     }
 
-    /// The prototype whose memory this is.
+    /// The prototype whose memory this is (`prototype().is_host()`,
+    /// `prototype().is_device()`).
     pub fn prototype(&self) -> BufferPrototype {
-        BufferPrototype::of(&self.mem)
+        self.mem.prototype()
     }
 
-    /// True for host memory.
-    pub fn is_host(&self) -> bool {
-        self.mem.is_host()
-    }
-
-    /// True for device memory.
-    pub fn is_device(&self) -> bool {
-        self.mem.is_device()
-    }
-
-    /// `as_numpy_array`: the bytes in host memory (the same bytes for host memory; one
-    /// copy into page-locked memory for device memory).
+    /// `as_numpy_array` / `to_bytes`: the bytes in host memory (the same bytes for host
+    /// memory; one copy into page-locked memory for device memory). `.to_vec()` on the
+    /// result gives a `Vec<u8>`.
     pub fn to_host(&self) -> Result<Bytes> {
         self.mem.to_host()
-    }
-
-    /// `to_bytes`: a new vector with a copy of the bytes.
-    pub fn to_bytes(&self) -> Result<Vec<u8>> {
-        match &self.mem {
-            Memory::Host(b) => Ok(b.to_vec()),
-            Memory::Device(d) => d.to_vec::<u8>(),
-        }
     }
 
     /// Length in bytes (`len(buffer)`).
@@ -193,22 +178,10 @@ impl ByteBuffer {
         })
     }
 
-    /// `combine`: this buffer followed by `others`, in this buffer's memory, with one
-    /// allocation and one copy of each part (parts in other memories are moved as they
-    /// are copied).
-    pub fn combine<'a>(
-        &self,
-        others: impl IntoIterator<Item = &'a ByteBuffer>,
-    ) -> Result<ByteBuffer> {
-        let mut parts: Vec<&ByteBuffer> = vec![self];
-        for o in others {
-            parts.push(o);
-        }
-        ByteBuffer::concat_in(&self.mem.place(), &parts)
-    }
-
-    /// Concatenates `buffers` into one new buffer of `prototype`'s memory (one
-    /// allocation, one copy of each part).
+    /// zarr-python's `combine`: concatenates `buffers` into one new buffer of
+    /// `prototype`'s memory (one allocation, one copy of each part; parts in other
+    /// memories are moved as they are copied). `buf.combine(others)` is
+    /// `ByteBuffer::concat(&buf.prototype(), [&buf, ..others])`.
     pub fn concat<'a>(
         prototype: &BufferPrototype,
         buffers: impl IntoIterator<Item = &'a ByteBuffer>,
@@ -240,7 +213,7 @@ impl ByteBuffer {
                         }
                     }
                 }
-                Ok(ByteBuffer::from_array_like(out))
+                Ok(ByteBuffer::from(out))
             }
             Place::Device(ctx) => {
                 let out = ctx.allocate(total)?;
@@ -252,7 +225,7 @@ impl ByteBuffer {
                     }
                     at += b.len();
                 }
-                Ok(ByteBuffer::from_array_like(out))
+                Ok(ByteBuffer::from(out))
             }
         }
     }
@@ -289,38 +262,69 @@ impl fmt::Debug for ByteBuffer {
     }
 }
 
+impl Default for ByteBuffer {
+    /// zarr-python's `create_zero_length`: no bytes, on the host
+    /// (`ByteBuffer::default().to_prototype(&p)` for another memory).
+    fn default() -> ByteBuffer {
+        ByteBuffer::from(Bytes::new())
+    }
+}
+
 impl From<Bytes> for ByteBuffer {
+    /// Zero-copy.
     fn from(b: Bytes) -> ByteBuffer {
-        ByteBuffer::from_array_like(b)
+        ByteBuffer {
+            mem: Memory::from(b),
+        }
     }
 }
 
 impl From<Vec<u8>> for ByteBuffer {
+    /// Zero-copy: the vector becomes the memory.
     fn from(v: Vec<u8>) -> ByteBuffer {
-        ByteBuffer::from_array_like(v)
+        ByteBuffer {
+            mem: Memory::from(v),
+        }
+    }
+}
+
+impl From<&'static [u8]> for ByteBuffer {
+    /// Zero-copy (`Bytes::from_static`).
+    fn from(s: &'static [u8]) -> ByteBuffer {
+        ByteBuffer::from(Bytes::from_static(s))
     }
 }
 
 impl From<DeviceBuffer> for ByteBuffer {
+    /// Zero-copy: the buffer stays on its device.
     fn from(d: DeviceBuffer) -> ByteBuffer {
-        ByteBuffer::from_array_like(d)
+        ByteBuffer {
+            mem: Memory::from(d),
+        }
     }
 }
 
 impl From<HostBuffer> for ByteBuffer {
+    /// Zero-copy: the page-locked memory becomes host memory.
     fn from(h: HostBuffer) -> ByteBuffer {
-        ByteBuffer::from_array_like(h)
+        ByteBuffer {
+            mem: Memory::from(h),
+        }
     }
 }
 
 impl From<arrow_buffer::Buffer> for ByteBuffer {
+    /// Zero-copy: the Arrow buffer is kept alive by the returned buffer.
     fn from(b: arrow_buffer::Buffer) -> ByteBuffer {
-        ByteBuffer::from_array_like(b)
+        ByteBuffer {
+            mem: Memory::from(b),
+        }
     }
 }
 
 impl From<Memory> for ByteBuffer {
+    /// Zero-copy, host or device.
     fn from(m: Memory) -> ByteBuffer {
-        ByteBuffer::from_array_like(m)
+        ByteBuffer { mem: m }
     }
 }

@@ -122,7 +122,7 @@ impl fmt::Display for Endianness {
 /// A numpy dtype: an element type and the byte order its elements are stored in.
 ///
 /// Single-byte types have no byte order; they always report [`Endianness::NATIVE`]
-/// (numpy's `|`), so `Dtype::big(ElementType::Int8) == Dtype::native(ElementType::Int8)`.
+/// (numpy's `|`), so `Dtype::new(ElementType::Int8, Endianness::Big) == Dtype::from(ElementType::Int8)`.
 ///
 /// ```
 /// use devbuf_core::zarr::{Dtype, Endianness};
@@ -143,35 +143,49 @@ pub struct Dtype {
 
 impl Dtype {
     /// `bool`.
-    pub const BOOL: Dtype = Dtype::native(ElementType::Bool);
+    pub const BOOL: Dtype = Dtype::new(ElementType::Bool, Endianness::NATIVE);
     /// native `int8`.
-    pub const INT8: Dtype = Dtype::native(ElementType::Int8);
+    pub const INT8: Dtype = Dtype::new(ElementType::Int8, Endianness::NATIVE);
     /// native `int16`.
-    pub const INT16: Dtype = Dtype::native(ElementType::Int16);
+    pub const INT16: Dtype = Dtype::new(ElementType::Int16, Endianness::NATIVE);
     /// native `int32`.
-    pub const INT32: Dtype = Dtype::native(ElementType::Int32);
+    pub const INT32: Dtype = Dtype::new(ElementType::Int32, Endianness::NATIVE);
     /// native `int64`.
-    pub const INT64: Dtype = Dtype::native(ElementType::Int64);
+    pub const INT64: Dtype = Dtype::new(ElementType::Int64, Endianness::NATIVE);
     /// native `uint8`.
-    pub const UINT8: Dtype = Dtype::native(ElementType::UInt8);
+    pub const UINT8: Dtype = Dtype::new(ElementType::UInt8, Endianness::NATIVE);
     /// native `uint16`.
-    pub const UINT16: Dtype = Dtype::native(ElementType::UInt16);
+    pub const UINT16: Dtype = Dtype::new(ElementType::UInt16, Endianness::NATIVE);
     /// native `uint32`.
-    pub const UINT32: Dtype = Dtype::native(ElementType::UInt32);
+    pub const UINT32: Dtype = Dtype::new(ElementType::UInt32, Endianness::NATIVE);
     /// native `uint64`.
-    pub const UINT64: Dtype = Dtype::native(ElementType::UInt64);
+    pub const UINT64: Dtype = Dtype::new(ElementType::UInt64, Endianness::NATIVE);
     /// native `float16`.
-    pub const FLOAT16: Dtype = Dtype::native(ElementType::Float16);
+    pub const FLOAT16: Dtype = Dtype::new(ElementType::Float16, Endianness::NATIVE);
     /// native `float32`.
-    pub const FLOAT32: Dtype = Dtype::native(ElementType::Float32);
+    pub const FLOAT32: Dtype = Dtype::new(ElementType::Float32, Endianness::NATIVE);
     /// native `float64`.
-    pub const FLOAT64: Dtype = Dtype::native(ElementType::Float64);
+    pub const FLOAT64: Dtype = Dtype::new(ElementType::Float64, Endianness::NATIVE);
     /// native `complex64`.
-    pub const COMPLEX64: Dtype = Dtype::native(ElementType::Complex64);
+    pub const COMPLEX64: Dtype = Dtype::new(ElementType::Complex64, Endianness::NATIVE);
     /// native `complex128`.
-    pub const COMPLEX128: Dtype = Dtype::native(ElementType::Complex128);
+    pub const COMPLEX128: Dtype = Dtype::new(ElementType::Complex128, Endianness::NATIVE);
 
     /// `element` stored in byte order `endianness` (ignored for single-byte types).
+    /// `Dtype::from(element)` is the same in this machine's byte order
+    /// ([`Endianness::NATIVE`]).
+    ///
+    /// ```
+    /// use devbuf_core::zarr::{Dtype, Endianness};
+    /// use devbuf_core::ElementType;
+    /// let be = Dtype::new(ElementType::Float64, Endianness::Big);
+    /// assert_eq!(be.to_string(), ">f8");
+    /// assert_eq!(be.byteorder(), Endianness::Big);
+    /// let native = be.byteorder() == Endianness::NATIVE; // false on x86-64 and ARM
+    /// # let _ = native;
+    /// assert_eq!(be.element().size(), 8); // numpy's itemsize
+    /// assert_eq!(Dtype::from(ElementType::Float64), Dtype::FLOAT64);
+    /// ```
     pub const fn new(element: ElementType, endianness: Endianness) -> Dtype {
         let endianness = if element.size() == 1 {
             Endianness::NATIVE
@@ -182,21 +196,6 @@ impl Dtype {
             element,
             endianness,
         }
-    }
-
-    /// `element` in this machine's byte order.
-    pub const fn native(element: ElementType) -> Dtype {
-        Dtype::new(element, Endianness::NATIVE)
-    }
-
-    /// `element`, little-endian.
-    pub const fn little(element: ElementType) -> Dtype {
-        Dtype::new(element, Endianness::Little)
-    }
-
-    /// `element`, big-endian.
-    pub const fn big(element: ElementType) -> Dtype {
-        Dtype::new(element, Endianness::Big)
     }
 
     /// The element type.
@@ -214,20 +213,10 @@ impl Dtype {
         Dtype::new(self.element, endianness)
     }
 
-    /// Size of one element in bytes (numpy's `itemsize`).
-    pub const fn size(&self) -> usize {
-        self.element.size()
-    }
-
-    /// True when stored in this machine's byte order.
-    pub fn is_native(&self) -> bool {
-        self.endianness == Endianness::NATIVE
-    }
-
     /// True when elements must be byte-swapped to become little-endian values (the
     /// form the kernels compute on).
     pub(crate) fn needs_swap(&self) -> bool {
-        self.size() > 1 && self.endianness == Endianness::Big
+        self.element.size() > 1 && self.endianness == Endianness::Big
     }
 
     /// Parses numpy's spellings: names (`"float32"`, `"bool"`, `"uint8"`) and type
@@ -242,7 +231,7 @@ impl Dtype {
             ))
         };
         if let Some(t) = ElementType::ALL.iter().find(|t| t.name() == s) {
-            return Ok(Dtype::native(*t));
+            return Ok(Dtype::from(*t));
         }
         let mut chars = s.chars();
         let first = chars.next().ok_or_else(bad)?;
@@ -269,8 +258,9 @@ impl Dtype {
 }
 
 impl From<ElementType> for Dtype {
+    /// `element` in this machine's byte order ([`Endianness::NATIVE`]).
     fn from(element: ElementType) -> Dtype {
-        Dtype::native(element)
+        Dtype::new(element, Endianness::NATIVE)
     }
 }
 
@@ -284,7 +274,7 @@ impl FromStr for Dtype {
 impl fmt::Display for Dtype {
     /// numpy's `str(dtype)`: the name for native byte order, else the type string.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.is_native() {
+        if self.endianness == Endianness::NATIVE {
             f.write_str(self.element.name())
         } else {
             let c = match self.endianness {
@@ -421,7 +411,7 @@ impl Scalar {
     }
 
     /// True for a float (`float16/32/64`) equal to zero, either sign.
-    pub fn is_float_zero(&self) -> bool {
+    pub(crate) fn is_float_zero(&self) -> bool {
         match *self {
             Scalar::Float16(v) => v.to_f32() == 0.0,
             Scalar::Float32(v) => v == 0.0,
@@ -431,7 +421,7 @@ impl Scalar {
     }
 
     /// True when a part of the value is NaN (numpy's `isnan`; complex: either part).
-    pub fn is_nan(&self) -> bool {
+    pub(crate) fn is_nan(&self) -> bool {
         match *self {
             Scalar::Float16(v) => v.is_nan(),
             Scalar::Float32(v) => v.is_nan(),
@@ -630,17 +620,17 @@ mod tests {
     #[test]
     fn parse_and_display() {
         for t in ElementType::ALL {
-            let n = Dtype::native(t);
+            let n = Dtype::from(t);
             assert_eq!(n.to_string().parse::<Dtype>().unwrap(), n);
-            let b = Dtype::big(t);
+            let b = Dtype::new(t, Endianness::Big);
             assert_eq!(b.to_string().parse::<Dtype>().unwrap(), b);
-            let l = Dtype::little(t);
+            let l = Dtype::new(t, Endianness::Little);
             assert_eq!(l.to_string().parse::<Dtype>().unwrap(), l);
         }
         assert_eq!(Dtype::parse("|b1").unwrap(), Dtype::BOOL);
         assert_eq!(Dtype::parse("?").unwrap(), Dtype::BOOL);
         assert_eq!(Dtype::parse(">i1").unwrap(), Dtype::INT8);
-        assert_eq!(Dtype::big(E::UInt8).to_string(), "uint8");
+        assert_eq!(Dtype::new(E::UInt8, Endianness::Big).to_string(), "uint8");
         let e = Dtype::parse("f3").unwrap_err().to_string();
         assert!(e.contains("unknown dtype \"f3\""), "{e}");
         assert!(Dtype::parse("").is_err());
@@ -653,7 +643,7 @@ mod tests {
     #[test]
     fn scalar_bytes_and_casts() {
         assert_eq!(
-            Scalar::from(1.0f32).to_bytes_as(Dtype::big(E::Float32)),
+            Scalar::from(1.0f32).to_bytes_as(Dtype::new(E::Float32, Endianness::Big)),
             vec![0x3f, 0x80, 0, 0]
         );
         assert_eq!(

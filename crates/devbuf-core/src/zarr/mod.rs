@@ -6,7 +6,7 @@
 //! | `zarr.core.buffer.Buffer` (cpu / gpu) | [`ByteBuffer`] over a [`Memory`](crate::memory::Memory) (host `Bytes` or a [`DeviceBuffer`](crate::cuda::DeviceBuffer)) |
 //! | `zarr.core.buffer.NDBuffer` (cpu / gpu) | [`NDBuffer`]: memory + [`Dtype`] + shape + byte strides + offset |
 //! | `BufferPrototype`, `default_buffer_prototype()` | [`BufferPrototype`], [`default_buffer_prototype`] |
-//! | `zarr.config.enable_gpu()` | [`enable_gpu`] / [`disable_gpu`] |
+//! | `zarr.config.enable_gpu()` | [`set_default_buffer_prototype`]`(BufferPrototype::Device(0))` |
 //! | `zarr.abc.store.Store`, `ByteRequest` | [`Store`], [`ByteRequest`] |
 //! | `MemoryStore`, `GpuMemoryStore` | [`MemoryStore`], [`DeviceMemoryStore`] |
 //!
@@ -33,7 +33,6 @@
 //! ```
 
 mod buffer;
-mod constructors;
 mod dtype;
 pub(crate) mod index;
 mod layout;
@@ -45,8 +44,5 @@ pub use dtype::{Dtype, Element, Endianness, Scalar, promote_types};
 pub use index::{AxisSel, Slice};
 pub use layout::Order;
 pub use ndbuffer::{NDBuffer, NdArrayLike};
-pub use prototype::{
-    BufferPrototype, default_buffer_prototype, disable_gpu, enable_gpu,
-    set_default_buffer_prototype,
-};
+pub use prototype::{BufferPrototype, default_buffer_prototype, set_default_buffer_prototype};
 pub use store::{ByteRequest, DeviceMemoryStore, MemoryStore, Store};

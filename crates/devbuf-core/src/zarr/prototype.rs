@@ -9,16 +9,21 @@ use crate::memory::{Memory, Place};
 /// Which memory a buffer is made in: the host, or a CUDA device (by ordinal).
 ///
 /// zarr-python's `BufferPrototype` is a pair of classes (`buffer`, `nd_buffer`); here it
-/// is a value, and the classes' constructors are its methods (in `constructors.rs`): `prototype.buffer.from_bytes(b)`
-/// is `prototype.buffer_from_bytes(b)`, `prototype.nd_buffer.create(...)` is
-/// [`nd_create`](Self::nd_create).
+/// is a value that the buffers' constructors take: `prototype.buffer.from_bytes(b)` is
+/// `ByteBuffer::from(b).to_prototype(&prototype)`, `prototype.nd_buffer.create(...)` is
+/// [`NDBuffer::create(&prototype, ...)`](super::NDBuffer::create),
+/// `prototype.nd_buffer.from_numpy_array(a)` is
+/// `NDBuffer::from_ndarray(a).to_prototype(&prototype)`. Every host-or-device value
+/// answers `prototype()` ([`Memory::prototype`], [`ByteBuffer::prototype`](super::ByteBuffer::prototype),
+/// [`NDBuffer::prototype`](super::NDBuffer::prototype)); compare it with `==`.
 ///
 /// ```
-/// use devbuf_core::zarr::{BufferPrototype, Dtype, Order, Scalar};
+/// use devbuf_core::zarr::{BufferPrototype, ByteBuffer, Dtype, NDBuffer, Order, Scalar};
 /// let host = BufferPrototype::Host;
-/// let b = host.buffer_from_bytes(&b"abc"[..])?;
-/// assert!(b.is_host());
-/// let nd = host.nd_create(&[2, 2], Dtype::INT32, Order::C, Some(Scalar::from(7i32)))?;
+/// let b = ByteBuffer::from(&b"abc"[..]).to_prototype(&host)?;
+/// assert!(b.prototype().is_host());
+/// assert!(b.as_memory().prototype() == host); // already there: conversions are zero-copy
+/// let nd = NDBuffer::create(&host, &[2, 2], Dtype::INT32, Order::C, Some(Scalar::from(7i32)))?;
 /// assert!(nd.all_equal(Some(Scalar::from(7i32)), true)?);
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
@@ -59,18 +64,27 @@ impl BufferPrototype {
             Some(ctx) => Place::Device(ctx),
         })
     }
+}
 
-    /// The prototype whose memory `m` is.
-    pub fn of(m: &Memory) -> BufferPrototype {
-        match m.device_ordinal() {
+// Here rather than in `memory`, which sits below `zarr` and does not import it.
+impl Memory {
+    /// The prototype whose memory this is: [`BufferPrototype::Host`] for host memory,
+    /// [`BufferPrototype::Device`] with the device's ordinal for device memory. Memory
+    /// `m` already is where `p` puts buffers (so conversions to `p` are zero-copy) when
+    /// `m.prototype() == p`.
+    ///
+    /// ```
+    /// use devbuf_core::memory::Memory;
+    /// use devbuf_core::zarr::BufferPrototype;
+    /// let m = Memory::from(vec![1u8, 2, 3]);
+    /// assert_eq!(m.prototype(), BufferPrototype::Host);
+    /// assert!(m.prototype().is_host());
+    /// ```
+    pub fn prototype(&self) -> BufferPrototype {
+        match self.device_ordinal() {
             None => BufferPrototype::Host,
             Some(o) => BufferPrototype::Device(o),
         }
-    }
-
-    /// True when `m` already is memory of this prototype (so conversions are zero-copy).
-    pub fn holds(&self, m: &Memory) -> bool {
-        BufferPrototype::of(m) == *self
     }
 }
 
@@ -86,8 +100,8 @@ impl std::fmt::Display for BufferPrototype {
 static DEFAULT: RwLock<BufferPrototype> = RwLock::new(BufferPrototype::Host);
 
 /// The prototype that code without an explicit one uses: the host unless
-/// [`enable_gpu`] (or [`set_default_buffer_prototype`]) said otherwise. Process-wide,
-/// like zarr-python's config.
+/// [`set_default_buffer_prototype`] said otherwise. Process-wide, like zarr-python's
+/// config.
 ///
 /// ```
 /// use devbuf_core::zarr::{BufferPrototype, default_buffer_prototype};
@@ -101,20 +115,21 @@ pub fn default_buffer_prototype() -> BufferPrototype {
 
 /// Sets the process-wide default prototype; returns the previous one (to restore it,
 /// as zarr-python's `with config.enable_gpu():` does on exit).
+///
+/// zarr-python's `zarr.config.enable_gpu()` is
+/// `set_default_buffer_prototype(BufferPrototype::Device(0))`: new buffers go to device
+/// 0 by default. Nothing is checked here: without a GPU, creating a buffer from the
+/// default prototype then fails with
+/// [`Error::CudaUnavailable`](crate::Error::CudaUnavailable). Back to host buffers:
+/// `set_default_buffer_prototype(BufferPrototype::Host)`.
+///
+/// ```
+/// use devbuf_core::zarr::{BufferPrototype, default_buffer_prototype, set_default_buffer_prototype};
+/// let before = set_default_buffer_prototype(BufferPrototype::Device(0)); // enable_gpu()
+/// assert_eq!(default_buffer_prototype(), BufferPrototype::Device(0));
+/// set_default_buffer_prototype(before); // restore
+/// ```
 pub fn set_default_buffer_prototype(prototype: BufferPrototype) -> BufferPrototype {
     let mut g = DEFAULT.write().unwrap_or_else(|p| p.into_inner());
     std::mem::replace(&mut *g, prototype)
-}
-
-/// zarr-python's `zarr.config.enable_gpu()`: new buffers go to device 0 by default.
-/// Returns the previous default. Nothing is checked here: without a GPU, creating a
-/// buffer from the default prototype then fails with
-/// [`Error::CudaUnavailable`](crate::Error::CudaUnavailable).
-pub fn enable_gpu() -> BufferPrototype {
-    set_default_buffer_prototype(BufferPrototype::Device(0))
-}
-
-/// Back to host buffers by default; returns the previous default.
-pub fn disable_gpu() -> BufferPrototype {
-    set_default_buffer_prototype(BufferPrototype::Host)
 }

@@ -168,7 +168,7 @@ impl Map {
             None => (0, value.len()),
             Some(r) => r.resolve(value.len())?,
         };
-        let part = ByteBuffer::from_array_like(value.as_array_like().slice(start, len)?);
+        let part = ByteBuffer::from(value.as_memory().slice(start, len)?);
         Ok(Some(part.to_prototype(prototype)?))
     }
 
@@ -270,10 +270,10 @@ fn check_writable(read_only: bool, what: &str) -> Result<()> {
 /// ```
 /// use devbuf_core::zarr::{ByteBuffer, BufferPrototype, ByteRequest, MemoryStore, Store};
 /// let store = MemoryStore::new();
-/// store.set("a/c/0", &ByteBuffer::from_bytes(&b"chunk"[..]))?;
+/// store.set("a/c/0", &ByteBuffer::from(&b"chunk"[..]))?;
 /// let p = BufferPrototype::Host;
 /// let got = store.get("a/c/0", &p, Some(ByteRequest::Suffix(3)))?.unwrap();
-/// assert_eq!(got.to_bytes()?, b"unk");
+/// assert_eq!(&got.to_host()?[..], b"unk");
 /// assert!(store.get("missing", &p, None)?.is_none());
 /// assert!(store.get("a/c/0", &p, Some(ByteRequest::Range { start: 2, end: 9 })).is_err());
 /// assert_eq!(store.list_dir("a")?, vec!["c"]);
@@ -327,13 +327,14 @@ impl Store for MemoryStore {
 /// prototype, one peer copy for another device.
 ///
 /// ```no_run
+/// use devbuf_core::cuda::Context;
 /// use devbuf_core::zarr::{ByteBuffer, BufferPrototype, DeviceMemoryStore, Store};
-/// let store = DeviceMemoryStore::new(0)?;
-/// store.set("c/0", &ByteBuffer::from_bytes(&b"on the gpu"[..]))?;
+/// let store = DeviceMemoryStore::new(&Context::new(0)?);
+/// store.set("c/0", &ByteBuffer::from(&b"on the gpu"[..]))?;
 /// let on_gpu = store.get("c/0", &BufferPrototype::Device(0), None)?.unwrap(); // zero-copy
 /// let on_host = store.get("c/0", &BufferPrototype::Host, None)?.unwrap();     // one copy
-/// assert_eq!(on_host.to_bytes()?, b"on the gpu");
-/// assert!(on_gpu.is_device());
+/// assert_eq!(&on_host.to_host()?[..], b"on the gpu");
+/// assert!(on_gpu.prototype().is_device());
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
 #[derive(Clone)]
@@ -344,13 +345,9 @@ pub struct DeviceMemoryStore {
 }
 
 impl DeviceMemoryStore {
-    /// An empty, writable store on device `ordinal` (its primary context).
-    pub fn new(ordinal: usize) -> Result<DeviceMemoryStore> {
-        Ok(DeviceMemoryStore::with_context(&Context::new(ordinal)?))
-    }
-
-    /// An empty, writable store in `ctx`.
-    pub fn with_context(ctx: &Context) -> DeviceMemoryStore {
+    /// An empty, writable store in `ctx`; on device `ordinal`'s primary context:
+    /// `DeviceMemoryStore::new(&Context::new(ordinal)?)`.
+    pub fn new(ctx: &Context) -> DeviceMemoryStore {
         DeviceMemoryStore {
             map: Arc::default(),
             ctx: ctx.clone(),
@@ -363,7 +360,7 @@ impl DeviceMemoryStore {
         ctx: &Context,
         values: impl IntoIterator<Item = (&'a str, &'a ByteBuffer)>,
     ) -> Result<DeviceMemoryStore> {
-        let s = DeviceMemoryStore::with_context(ctx);
+        let s = DeviceMemoryStore::new(ctx);
         for (k, v) in values {
             s.set(k, v)?;
         }
@@ -401,7 +398,7 @@ impl Store for DeviceMemoryStore {
     fn set(&self, key: &str, value: &ByteBuffer) -> Result<()> {
         check_writable(self.read_only, "DeviceMemoryStore.set")?;
         let place = Place::Device(self.ctx.clone());
-        let mem = match value.as_array_like() {
+        let mem = match value.as_memory() {
             Memory::Device(d) => {
                 let out = self.ctx.allocate(d.len())?;
                 out.copy_from_device(0, d)?;
@@ -411,7 +408,7 @@ impl Store for DeviceMemoryStore {
         };
         self.map
             .write()
-            .insert(key.to_string(), ByteBuffer::from_array_like(mem));
+            .insert(key.to_string(), ByteBuffer::from(mem));
         Ok(())
     }
 }

@@ -53,7 +53,7 @@ impl Grid {
         Ok(Grid {
             array_shape: array_shape.iter().map(|&n| n as u64).collect(),
             chunk_shape: cb.chunk_shape().iter().map(|&n| n as u64).collect(),
-            dtype: Dtype::native(cb.tensor_type().element()),
+            dtype: Dtype::from(cb.tensor_type().element()),
         })
     }
 
@@ -279,7 +279,7 @@ impl Assemble {
                     dst_off,
                     &self.dst_strides,
                     &shape,
-                    self.grid.dtype.size(),
+                    self.grid.dtype.element().size(),
                     stream,
                 )
             }
@@ -332,7 +332,7 @@ impl Assemble {
             dst_off,
             &self.dst_strides,
             &shape,
-            self.grid.dtype.size(),
+            self.grid.dtype.element().size(),
         )?
         else {
             return Ok(());
@@ -353,7 +353,7 @@ impl Assemble {
         let Some(v) = chunks::view(fd, nd, self.grid.dtype.element(), self.chunk_elems)? else {
             return Ok(false);
         };
-        let es = self.grid.dtype.size();
+        let es = self.grid.dtype.element().size();
         let strides: Vec<usize> = c_strides(&self.chunk_usize, es)
             .into_iter()
             .map(|s| s as usize)
@@ -540,7 +540,7 @@ impl Client {
         prototype: &BufferPrototype,
     ) -> Result<NDBuffer> {
         let shape = to_usizes(&sel.iter().map(|r| r.end - r.start).collect::<Vec<_>>())?;
-        let es = grid.dtype.size();
+        let es = grid.dtype.element().size();
         let total = shape
             .iter()
             .try_fold(es, |a, &n| a.checked_mul(n))

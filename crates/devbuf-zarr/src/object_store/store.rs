@@ -50,7 +50,7 @@ pub(crate) enum Span {
 /// let dir = std::env::temp_dir().join(format!("devbuf-doc-urlstore-{}", std::process::id()));
 /// std::fs::create_dir_all(&dir).unwrap();
 /// let store = UrlStore::open(&format!("file://{}", dir.display()), &ObjectStoreOptions::default())?;
-/// store.set("a/zarr.json", &ByteBuffer::from_bytes(&b"{}"[..]))?;
+/// store.set("a/zarr.json", &ByteBuffer::from(&b"{}"[..]))?;
 /// assert_eq!(store.list()?, vec!["a/zarr.json".to_string()]);
 /// assert!(store.get("a/missing", &BufferPrototype::Host, None)?.is_none());
 /// std::fs::remove_dir_all(&dir).ok();
@@ -537,7 +537,7 @@ impl Store for UrlStore {
     ) -> Result<Option<ByteBuffer>> {
         match block_on(self.get_async(key, byte_range))?? {
             None => Ok(None),
-            Some(b) => Ok(Some(ByteBuffer::from_bytes(b).to_prototype(prototype)?)),
+            Some(b) => Ok(Some(ByteBuffer::from(b).to_prototype(prototype)?)),
         }
     }
 

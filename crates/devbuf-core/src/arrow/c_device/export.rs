@@ -294,11 +294,11 @@ fn record_event(contexts: &[Context], sync: SyncEvent<'_>) -> Result<Option<Even
             // before the main context's, then record once there.
             for c in others {
                 let e = Event::new(c, EventFlags::default())?;
-                e.record_on_default_stream()?;
+                e.record(None)?;
                 main.default_stream_wait_event(&e)?;
             }
             let e = Event::new(main, EventFlags::default())?;
-            e.record_on_default_stream()?;
+            e.record(None)?;
             Ok(Some(e))
         }
     }

@@ -268,7 +268,7 @@ pub(super) fn write_chunk(
 pub(super) fn in_context(nd: &NDBuffer, ctx: &Context) -> Result<NDBuffer> {
     match nd.as_ndarray_like().memory.as_device() {
         Some(d) if !d.context().same_as(ctx) => {
-            let dense = nd.copy()?;
+            let dense = nd.copy_order(Order::C)?;
             let nbytes = dense.nbytes();
             let like = dense.as_ndarray_like();
             let src = like

@@ -255,7 +255,7 @@ impl ChunkBatch {
         N: Borrow<NDBuffer>,
     {
         let element = grid.dtype.element();
-        let native = Dtype::native(element);
+        let native = Dtype::from(element);
         let ndim = grid.ndim();
         let tensor_type = TensorType::new(element, &grid.chunk_shape);
         tensor_type.storage_type()?;

@@ -271,7 +271,7 @@ impl TensorType {
         shape.extend(self.logical_shape());
         let mut strides = vec![list.saturating_mul(es)];
         strides.extend(self.logical_strides());
-        NDBuffer::from_parts(mem, Dtype::native(self.element), &shape, &strides, 0)
+        NDBuffer::from_parts(mem, Dtype::from(self.element), &shape, &strides, 0)
     }
 }
 

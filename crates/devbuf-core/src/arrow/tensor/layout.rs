@@ -70,10 +70,10 @@ pub(crate) struct Prepared {
 pub(crate) fn prepare(nd: &NDBuffer, form: Form) -> Result<Prepared> {
     let element = nd.dtype().element();
     let es = element.size();
-    let mut nd = if nd.dtype().is_native() {
+    let mut nd = if nd.dtype().byteorder() == crate::zarr::Endianness::NATIVE {
         nd.clone()
     } else {
-        nd.astype(Dtype::native(element))?
+        nd.astype(Dtype::from(element))?
     };
     let ndim = nd.ndim();
     if form == Form::Rows && ndim == 0 {

@@ -272,10 +272,5 @@ pub(crate) fn tensor_rows<A: ArrayView>(
 pub(crate) fn flat_ndbuffer<A: ArrayView>(array: &A) -> Result<NDBuffer> {
     let loc = locate(array)?;
     let (element, count) = (loc.element, loc.count);
-    NDBuffer::from_memory(
-        loc.into_memory()?,
-        &[count],
-        Dtype::native(element),
-        Order::C,
-    )
+    NDBuffer::from_memory(loc.into_memory()?, &[count], Dtype::from(element), Order::C)
 }

@@ -119,9 +119,9 @@ impl NDBuffer {
         order: Order,
         fill_value: Option<Scalar>,
     ) -> Result<NDBuffer> {
-        let (_, nbytes) = checked_size(shape, dtype.size())?;
+        let (_, nbytes) = checked_size(shape, dtype.element().size())?;
         let place = prototype.place()?;
-        let layout = StridedLayout::contiguous(shape, dtype.size(), order);
+        let layout = StridedLayout::contiguous(shape, dtype.element().size(), order);
         let pattern = fill_value.map(|v| v.to_bytes_as(dtype));
         let zero = pattern.as_ref().is_none_or(|p| p.iter().all(|&b| b == 0));
         let mut mem = place.alloc(nbytes, zero)?;
@@ -140,12 +140,12 @@ impl NDBuffer {
         dtype: Dtype,
         order: Order,
     ) -> Result<NDBuffer> {
-        let (_, nbytes) = checked_size(shape, dtype.size())?;
+        let (_, nbytes) = checked_size(shape, dtype.element().size())?;
         let mem = prototype.place()?.alloc(nbytes, false)?;
         Ok(NDBuffer {
             mem,
             dtype,
-            layout: StridedLayout::contiguous(shape, dtype.size(), order),
+            layout: StridedLayout::contiguous(shape, dtype.element().size(), order),
         })
     }
 
@@ -182,7 +182,7 @@ impl NDBuffer {
         };
         NDBuffer {
             mem: Memory::Host(Bytes::from_owner(VecBytes(vec))),
-            dtype: Dtype::native(T::ELEMENT_TYPE),
+            dtype: Dtype::from(T::ELEMENT_TYPE),
             layout: StridedLayout {
                 shape,
                 strides,
@@ -193,11 +193,15 @@ impl NDBuffer {
 
     /// `from_ndarray_like` for raw memory: wraps `memory` (host or device, zero-copy) as
     /// a contiguous array of `shape` in `order`. The memory must hold exactly
-    /// `shape.product() * dtype.size()` bytes.
+    /// `shape.product() * dtype.element().size()` bytes. A [`ByteBuffer`]'s bytes as an
+    /// array (numpy's `np.frombuffer(...).reshape(...)`) is
+    /// `NDBuffer::from_memory(buffer.into_memory(), ...)`.
     ///
     /// ```
-    /// use devbuf_core::zarr::{Dtype, NDBuffer, Order, Scalar};
-    /// let nd = NDBuffer::from_memory(vec![0u8, 1, 0, 2], &[2], Dtype::big(devbuf_core::ElementType::UInt16), Order::C)?;
+    /// use devbuf_core::ElementType;
+    /// use devbuf_core::zarr::{Dtype, Endianness, NDBuffer, Order, Scalar};
+    /// let be_u16 = Dtype::new(ElementType::UInt16, Endianness::Big);
+    /// let nd = NDBuffer::from_memory(vec![0u8, 1, 0, 2], &[2], be_u16, Order::C)?;
     /// assert_eq!(nd.get(&[1.into()])?.as_scalar()?, Scalar::UInt16(2));
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
@@ -208,7 +212,7 @@ impl NDBuffer {
         order: Order,
     ) -> Result<NDBuffer> {
         let mem = memory.into();
-        let (_, nbytes) = checked_size(shape, dtype.size())?;
+        let (_, nbytes) = checked_size(shape, dtype.element().size())?;
         if mem.len() != nbytes {
             return Err(Error::invalid(format!(
                 "memory of {} bytes cannot hold shape {shape:?} of {dtype} ({nbytes} bytes)",
@@ -218,18 +222,8 @@ impl NDBuffer {
         Ok(NDBuffer {
             mem,
             dtype,
-            layout: StridedLayout::contiguous(shape, dtype.size(), order),
+            layout: StridedLayout::contiguous(shape, dtype.element().size(), order),
         })
-    }
-
-    /// A [`ByteBuffer`]'s bytes as an array (zero-copy), like `np.frombuffer(...).reshape(...)`.
-    pub fn from_buffer(
-        buffer: &ByteBuffer,
-        shape: &[usize],
-        dtype: Dtype,
-        order: Order,
-    ) -> Result<NDBuffer> {
-        NDBuffer::from_memory(buffer.as_array_like().clone(), shape, dtype, order)
     }
 
     /// A view with explicit byte `strides` and byte `offset` into `memory` (zero-copy);
@@ -247,14 +241,15 @@ impl NDBuffer {
             strides: strides.to_vec(),
             offset,
         };
-        checked_size(shape, dtype.size())?;
-        layout.check_fits(mem.len(), dtype.size())?;
+        checked_size(shape, dtype.element().size())?;
+        layout.check_fits(mem.len(), dtype.element().size())?;
         Ok(NDBuffer { mem, dtype, layout })
     }
 
     // ------------------------------------------------------------------ properties
 
-    /// The shape.
+    /// The shape. Python's `len(buffer)` is `shape()[0]` (`shape().first()`: `None` for a
+    /// 0-d array, where Python raises).
     pub fn shape(&self) -> &[usize] {
         &self.layout.shape
     }
@@ -264,14 +259,9 @@ impl NDBuffer {
         self.layout.ndim()
     }
 
-    /// The data type.
+    /// The data type; `dtype().byteorder()` is zarr's `NDBuffer.byteorder`.
     pub fn dtype(&self) -> Dtype {
         self.dtype
-    }
-
-    /// zarr's `byteorder`: the byte order of the stored elements.
-    pub fn byteorder(&self) -> Endianness {
-        self.dtype.byteorder()
     }
 
     /// Number of elements.
@@ -281,17 +271,7 @@ impl NDBuffer {
 
     /// Bytes the elements occupy (`size * itemsize`).
     pub fn nbytes(&self) -> usize {
-        self.size() * self.dtype.size()
-    }
-
-    /// `len()`: the length of the first axis; an error for a 0-d array (Python's
-    /// "len() of unsized object").
-    pub fn len(&self) -> Result<usize> {
-        self.layout
-            .shape
-            .first()
-            .copied()
-            .ok_or_else(|| Error::invalid("len() of unsized object: the NDBuffer is 0-dimensional"))
+        self.size() * self.dtype.element().size()
     }
 
     /// True when the array has no elements.
@@ -307,27 +287,18 @@ impl NDBuffer {
     /// True when the elements are contiguous in C order (numpy's flag: axes of
     /// length 1 do not count).
     pub fn is_c_contiguous(&self) -> bool {
-        self.layout.is_c_contiguous(self.dtype.size())
+        self.layout.is_c_contiguous(self.dtype.element().size())
     }
 
     /// True when the elements are contiguous in F order.
     pub fn is_f_contiguous(&self) -> bool {
-        self.layout.is_f_contiguous(self.dtype.size())
+        self.layout.is_f_contiguous(self.dtype.element().size())
     }
 
-    /// The prototype whose memory this is.
+    /// The prototype whose memory this is (`prototype().is_host()`,
+    /// `prototype().is_device()`).
     pub fn prototype(&self) -> BufferPrototype {
-        BufferPrototype::of(&self.mem)
-    }
-
-    /// True for host memory.
-    pub fn is_host(&self) -> bool {
-        self.mem.is_host()
-    }
-
-    /// True for device memory.
-    pub fn is_device(&self) -> bool {
-        self.mem.is_device()
+        self.mem.prototype()
     }
 
     /// `as_ndarray_like`: the underlying memory and layout, never a copy.
@@ -348,7 +319,7 @@ impl NDBuffer {
     /// buffer's memory order (C, F or a transposition). `T` must be the element type.
     pub fn to_ndarray<T: Element>(&self) -> Result<ArrayD<T>> {
         self.check_element::<T>()?;
-        let es = self.dtype.size();
+        let es = self.dtype.element().size();
         let dense = self.to_dense_le()?;
         let start = dense.layout.offset;
         let bytes = Place::Host.bring(&dense.mem, start, self.nbytes())?;
@@ -375,13 +346,13 @@ impl NDBuffer {
                 "as_array_view needs host memory; this NDBuffer is on a device (use to_ndarray)",
             ));
         };
-        if !self.dtype.is_native() {
+        if self.dtype.byteorder() != Endianness::NATIVE {
             return Err(Error::invalid(format!(
                 "as_array_view needs native byte order; the data is {} (use to_ndarray)",
                 self.dtype
             )));
         }
-        let es = self.dtype.size();
+        let es = self.dtype.element().size();
         let align = std::mem::align_of::<T>();
         let shape = self.layout.shape.clone();
         if self.size() == 0 {
@@ -441,7 +412,7 @@ impl NDBuffer {
     /// transfer of the elements (a dense view moves as it is; a strided view is first
     /// gathered on its own side).
     pub fn to_prototype(&self, prototype: &BufferPrototype) -> Result<NDBuffer> {
-        if prototype.holds(&self.mem) {
+        if self.mem.prototype() == *prototype {
             return Ok(self.clone());
         }
         self.to_place(&prototype.place()?)
@@ -469,16 +440,14 @@ impl NDBuffer {
         let src = if self.is_c_contiguous() {
             self.clone()
         } else {
-            self.copy()?
+            self.copy_order(Order::C)?
         };
         let off = if self.size() == 0 {
             0
         } else {
             src.layout.offset
         };
-        Ok(ByteBuffer::from_array_like(
-            src.mem.slice(off, self.nbytes())?,
-        ))
+        Ok(ByteBuffer::from(src.mem.slice(off, self.nbytes())?))
     }
 
     /// `as_scalar`: the value of an array with exactly one element (of any shape: 0-d,
@@ -492,7 +461,7 @@ impl NDBuffer {
                 self.size()
             )));
         }
-        let es = self.dtype.size();
+        let es = self.dtype.element().size();
         let off = self.layout.offset;
         let mut b = vec![0u8; es];
         match &self.mem {
@@ -621,7 +590,7 @@ impl fmt::Display for NDBuffer {
             self.prototype()
         )?;
         if let Memory::Host(bytes) = &self.mem {
-            let es = self.dtype.size();
+            let es = self.dtype.element().size();
             let mut vals = Vec::new();
             let mut more = false;
             self.for_each_offset(|off| {

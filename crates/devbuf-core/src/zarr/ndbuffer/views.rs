@@ -16,7 +16,7 @@ impl NDBuffer {
             return Ok(self.clone());
         }
         // The result may need more bytes than this array (a wider type).
-        let (n, nbytes) = checked_size(&self.layout.shape, dtype.size())?;
+        let (n, nbytes) = checked_size(&self.layout.shape, dtype.element().size())?;
         if dtype.element() == self.dtype.element() {
             // Only the byte order changes.
             let mut out = self.copy_k()?;
@@ -28,7 +28,7 @@ impl NDBuffer {
             return Ok(out);
         }
         let src = self.to_dense_le()?;
-        let layout = src.layout.k_compact(dtype.size());
+        let layout = src.layout.k_compact(dtype.element().size());
         let place = self.mem.place();
         let mut mem = place.alloc(nbytes, false)?;
         let from = src.dtype.element();
@@ -50,28 +50,23 @@ impl NDBuffer {
         Ok(NDBuffer { mem, dtype, layout })
     }
 
-    /// `copy`: a new array with its own memory, in C order (numpy's default), in the
-    /// same memory (host or device).
-    pub fn copy(&self) -> Result<NDBuffer> {
-        self.copy_order(Order::C)
-    }
-
-    /// A new array with its own memory, laid out in `order`.
+    /// A new array with its own memory, laid out in `order`, in the same memory (host
+    /// or device). numpy's `copy()` is `copy_order(Order::C)`.
     pub fn copy_order(&self, order: Order) -> Result<NDBuffer> {
         self.copy_into_layout(StridedLayout::contiguous(
             &self.layout.shape,
-            self.dtype.size(),
+            self.dtype.element().size(),
             order,
         ))
     }
 
     /// A copy in this array's own axis order (numpy's `K`), dense.
     pub(super) fn copy_k(&self) -> Result<NDBuffer> {
-        self.copy_into_layout(self.layout.k_compact(self.dtype.size()))
+        self.copy_into_layout(self.layout.k_compact(self.dtype.element().size()))
     }
 
     pub(super) fn copy_into_layout(&self, layout: StridedLayout) -> Result<NDBuffer> {
-        let es = self.dtype.size();
+        let es = self.dtype.element().size();
         let mut mem = self.mem.place().alloc(self.nbytes(), false)?;
         if self.size() > 0 {
             mem.write(|mut m| {
@@ -96,7 +91,11 @@ impl NDBuffer {
 
     /// This array when it is dense, else a dense copy in its own axis order.
     pub(super) fn to_dense(&self) -> Result<NDBuffer> {
-        if self.layout.dense_start(self.dtype.size()).is_some() {
+        if self
+            .layout
+            .dense_start(self.dtype.element().size())
+            .is_some()
+        {
             Ok(self.clone())
         } else {
             self.copy_k()
@@ -113,7 +112,7 @@ impl NDBuffer {
         let width = self.dtype.element().swap_width();
         out.mem
             .write(|mut m| prim::byteswap(&mut m, 0, len, width))?;
-        out.dtype = Dtype::little(self.dtype.element());
+        out.dtype = Dtype::new(self.dtype.element(), Endianness::Little);
         Ok(out)
     }
 
@@ -159,10 +158,10 @@ impl NDBuffer {
         let src = if self.is_c_contiguous() {
             self.clone()
         } else {
-            self.copy()?
+            self.copy_order(Order::C)?
         };
         let offset = if size == 0 { 0 } else { src.layout.offset };
-        let mut layout = StridedLayout::contiguous(&new, self.dtype.size(), Order::C);
+        let mut layout = StridedLayout::contiguous(&new, self.dtype.element().size(), Order::C);
         layout.offset = offset;
         Ok(NDBuffer {
             mem: src.mem,

@@ -34,7 +34,7 @@ impl NDBuffer {
         self.make_exclusive()?;
         let target = self.view_of(&sel);
         let src_strides = broadcast_strides(&v.layout, &target.shape)?;
-        let es = self.dtype.size();
+        let es = self.dtype.element().size();
         self.mem.write(|mut m| {
             prim::strided_copy(
                 &v.mem.view(),
@@ -54,7 +54,7 @@ impl NDBuffer {
     /// and in the same axis order, the value is cast straight into place (no
     /// temporary). Returns whether it applied.
     pub(super) fn cast_into(&mut self, sel: &[Resolved], v: &NDBuffer) -> Result<bool> {
-        let (es, ves) = (self.dtype.size(), v.dtype.size());
+        let (es, ves) = (self.dtype.element().size(), v.dtype.element().size());
         let target = self.view_of(sel);
         let same_order = |t: &StridedLayout| {
             (0..t.ndim()).all(|a| t.shape[a] <= 1 || t.strides[a] / es == v.layout.strides[a] / ves)
@@ -99,7 +99,7 @@ impl NDBuffer {
         let pattern = value.to_bytes_as(self.dtype);
         self.make_exclusive()?;
         let target = self.view_of(&sel);
-        let es = self.dtype.size();
+        let es = self.dtype.element().size();
         let n = target.size();
         self.mem.write(|mut m| {
             if let Some(start) = target.dense_start(es) {
@@ -178,7 +178,7 @@ impl NDBuffer {
         if lossy {
             // numpy compares in the promoted float type, where distinct 64-bit integers
             // can become equal: convert the data to it first.
-            let promoted = self.astype(Dtype::little(common))?;
+            let promoted = self.astype(Dtype::new(common, Endianness::Little))?;
             return promoted.compare_le(&t.to_le_bytes(), EqualMode::Numeric { equal_nan });
         }
         if t.is_nan() {
