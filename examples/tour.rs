@@ -34,10 +34,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use devbuf::ElementType;
-use devbuf::arrow::c_device::{
-    HostDevice, SyncEvent, export_device_array, export_host_array, import_device_array,
-    import_host_array,
-};
+use devbuf::arrow::c_device::{ExportDevice, SyncEvent, export_array, import_array};
 use devbuf::arrow::{
     Batch, CHUNK_COLUMN, ChunkBatch, ChunkGrid, read_record_batch, read_record_batch_host,
     schema_from_bytes, schema_to_bytes, serialize_device_record_batch,
@@ -192,16 +189,16 @@ fn run_one(
     // Interface: the consumer's buffers must be the producer's (zero-copy).
     let zero_copy = if let Some(d) = batch.batch().as_device() {
         let col = d.column_by_name(CHUNK_COLUMN).ok_or("no chunk column")?;
-        let (mut c_array, schema) = export_device_array(col, SyncEvent::DefaultStream)?;
-        let imported = import_device_array(&mut c_array, &schema, None)?;
+        let (mut c_array, schema) = export_array(col, SyncEvent::DefaultStream)?;
+        let imported = import_array(&mut c_array, &schema, None)?.into_device()?;
         let a: Vec<u64> = col.all_buffers().iter().map(|b| b.address()).collect();
         let b: Vec<u64> = imported.all_buffers().iter().map(|b| b.address()).collect();
         a == b
     } else {
         let rb = batch.batch().as_host().ok_or("no host batch")?;
         let col = rb.column_by_name(CHUNK_COLUMN).ok_or("no chunk column")?;
-        let (mut c_array, schema) = export_host_array(col.as_ref(), HostDevice::Cpu)?;
-        let imported = import_host_array(&mut c_array, &schema)?;
+        let (mut c_array, schema) = export_array(col.as_ref(), ExportDevice::Cpu)?;
+        let imported = import_array(&mut c_array, &schema, None)?.into_host()?;
         imported.to_data().child_data()[0].buffers()[0].as_ptr()
             == col.to_data().child_data()[0].buffers()[0].as_ptr()
     };

@@ -609,7 +609,8 @@ fn the_plain_arrow_flight_client_reads_the_chunk_batches() {
             let f = b.schema().field_with_name(CHUNK_COLUMN).unwrap().clone();
             assert_eq!(f.extension_type_name(), Some(FIXED_SHAPE_TENSOR));
             rows += b.num_rows();
-            let cb = devbuf::arrow::ChunkBatch::try_from(Batch::Host(b.clone())).unwrap();
+            let cb =
+                devbuf::arrow::ChunkBatch::try_from(devbuf::arrow::Batch::Host(b.clone())).unwrap();
             assert_eq!(cb.len(), b.num_rows());
             assert!(b.column(0).null_count() == 0);
         }

@@ -18,7 +18,15 @@ use devbuf_core::error::{Error, Result};
 pub(crate) fn memory_bytes(b: &Batch) -> u64 {
     match b {
         Batch::Host(b) => b.get_array_memory_size() as u64,
-        Batch::Device(b) => b.message().len() as u64,
+        // A batch made of arrays (a C stream import) has an empty message: count its
+        // buffers.
+        Batch::Device(b) => b.message().len().max(
+            b.columns()
+                .iter()
+                .flat_map(|c| c.all_buffers())
+                .map(|x| x.len())
+                .sum(),
+        ) as u64,
     }
 }
 

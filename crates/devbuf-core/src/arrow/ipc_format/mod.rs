@@ -303,6 +303,69 @@ impl DeviceRecordBatch {
         }
     }
 
+    /// The batch of a struct array whose children are the columns (zero-copy), with
+    /// `schema` (whose fields must be the struct's). A struct with an offset has it
+    /// moved into its columns; null rows at the top level are an error. The message is
+    /// an empty buffer on the batch's device (`device` when the array has no buffers).
+    pub(crate) fn from_struct(
+        schema: SchemaRef,
+        array: DeviceArray,
+        device: usize,
+    ) -> Result<DeviceRecordBatch> {
+        let DataType::Struct(fields) = array.data_type() else {
+            return Err(Error::invalid(format!(
+                "a {} array is not a record batch: a batch is a struct array",
+                array.data_type()
+            )));
+        };
+        if fields != schema.fields() {
+            return Err(Error::invalid(
+                "the struct array's fields are not the schema's".to_string(),
+            ));
+        }
+        if array.null_count() > 0 {
+            return Err(Error::invalid(format!(
+                "the struct array has {} null rows at the top level: a record batch cannot",
+                array.null_count()
+            )));
+        }
+        let (off, rows) = (array.offset(), array.len());
+        let columns = array
+            .children()
+            .iter()
+            .map(|c| {
+                if off == 0 && c.len() == rows {
+                    return Ok(c.clone());
+                }
+                let mut p = c.to_parts();
+                p.offset += off;
+                p.len = rows;
+                p.null_count = match (&p.validity, &p.data_type) {
+                    (_, DataType::Null) => rows,
+                    (None, _) => 0,
+                    (Some(v), _) => {
+                        let bits = v.to_host()?;
+                        (p.offset..p.offset + rows)
+                            .filter(|&b| bits.get(b / 8).is_none_or(|x| x & (1 << (b % 8)) == 0))
+                            .count()
+                    }
+                };
+                p.validate()?;
+                Ok(DeviceArray::from_parts(p))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let ctx = match array.all_buffers().first() {
+            Some(b) => b.context().clone(),
+            None => Context::new(device)?,
+        };
+        Ok(DeviceRecordBatch {
+            schema,
+            num_rows: rows,
+            columns,
+            message: ctx.allocate(0)?,
+        })
+    }
+
     /// The schema.
     pub fn schema(&self) -> SchemaRef {
         self.schema.clone()
@@ -336,7 +399,9 @@ impl DeviceRecordBatch {
             .and_then(|i| self.columns.get(i))
     }
 
-    /// The device buffer the batch was read from (its columns slice it).
+    /// The device buffer the batch was read from (its columns slice it); an empty
+    /// buffer on the batch's device for a batch made of arrays (a C stream import,
+    /// `DeviceRecordBatch::try_from(DeviceArray)`).
     pub fn message(&self) -> &DeviceBuffer {
         &self.message
     }
@@ -366,5 +431,38 @@ impl DeviceRecordBatch {
             .map(|c| c.to_host_with(&mut map))
             .collect::<Result<Vec<_>>>()?;
         build_batch(self.schema.clone(), self.num_rows, columns)
+    }
+}
+
+impl TryFrom<DeviceArray> for DeviceRecordBatch {
+    type Error = Error;
+
+    /// A struct array as a record batch whose columns are its children (zero-copy; as
+    /// arrow-rs's `RecordBatch::from(StructArray)`): what a C device stream carries.
+    /// The schema is the struct's fields; a struct offset is moved into the columns;
+    /// null rows at the top level are an error. The batch's
+    /// [`message`](DeviceRecordBatch::message) is an empty buffer on its device.
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use arrow_array::{Int32Array, RecordBatch, StructArray};
+    /// use devbuf_core::arrow::{DeviceArray, DeviceRecordBatch};
+    /// use devbuf_core::cuda::Context;
+    /// let ctx = Context::new(0)?;
+    /// let batch = RecordBatch::try_from_iter([("x", Arc::new(Int32Array::from(vec![1, 2])) as _)])?;
+    /// let s = DeviceArray::from_host(&StructArray::from(batch.clone()), &ctx)?;
+    /// let b = DeviceRecordBatch::try_from(s)?;
+    /// assert_eq!(b.to_host()?, batch);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn try_from(array: DeviceArray) -> Result<DeviceRecordBatch> {
+        let DataType::Struct(fields) = array.data_type() else {
+            return Err(Error::invalid(format!(
+                "a {} array is not a record batch: a batch is a struct array",
+                array.data_type()
+            )));
+        };
+        let schema = Arc::new(Schema::new(fields.clone()));
+        DeviceRecordBatch::from_struct(schema, array, 0)
     }
 }
