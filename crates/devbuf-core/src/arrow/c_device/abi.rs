@@ -128,14 +128,16 @@ impl ArrowArray {
     }
 
     /// Moves the structure out of `ptr` (a bitwise copy), marking the source released
-    /// as the specification's "moving an array" prescribes.
+    /// as the specification's "moving an array" prescribes. (Public callers take a C
+    /// `ArrowArray*` with arrow-rs's `FFI_ArrowArray::from_raw` and
+    /// `ArrowArray::from(FFI_ArrowArray)`: the same move, the same layout.)
     ///
     /// # Safety
     /// `ptr` must be valid for reads and writes and point at an initialised
     /// `ArrowArray` that is released or valid per the C Data Interface (buffers,
     /// children and dictionary readable as its data type says), whose release callback
     /// may be called from any thread.
-    pub unsafe fn from_raw(ptr: *mut ArrowArray) -> ArrowArray {
+    pub(crate) unsafe fn from_raw(ptr: *mut ArrowArray) -> ArrowArray {
         // Safety: guaranteed by the caller; `replace` leaves a released structure behind.
         unsafe { std::ptr::replace(ptr, ArrowArray::empty()) }
     }
