@@ -36,12 +36,12 @@ use clap::Parser;
 use devbuf::ElementType;
 use devbuf::arrow::c_device::{ExportDevice, SyncEvent, export_array, import_array};
 use devbuf::arrow::{
-    Batch, CHUNK_COLUMN, ChunkBatch, ChunkGrid, read_record_batch, read_record_batch_host,
-    schema_from_bytes, schema_to_bytes, serialize_device_record_batch,
-    serialize_record_batch_shared,
+    CHUNK_COLUMN, ChunkBatch, ChunkGrid, read_record_batch, schema_from_bytes, schema_to_bytes,
+    serialize_record_batch, serialize_record_batch_shared,
 };
 use devbuf::cuda::{self, Context};
 use devbuf::ipc::IpcHandle;
+use devbuf::memory::Memory;
 use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
 use devbuf::zarr::{BufferPrototype, Dtype, NDBuffer};
 
@@ -214,7 +214,11 @@ fn run_one(
     // 3. Share it with a consumer process.
     let t = Instant::now();
     let (handle, schema, _keep_device, _keep_host) = if let Some(d) = batch.batch().as_device() {
-        let message = serialize_device_record_batch(d)?;
+        let message = serialize_record_batch(batch.batch(), &batch.prototype())?; // device to device
+        let message = message
+            .as_device()
+            .expect("serialized on the device")
+            .clone();
         let h = IpcHandle::Device(message.export_ipc()?);
         (h, d.schema(), Some(message), None)
     } else {
@@ -259,10 +263,10 @@ fn consumer(handle_hex: &str, schema_hex: &str, source: &str) -> Res<()> {
         schema_from_bytes(&hex::decode(schema_hex).map_err(|e| format!("bad hex text: {e}"))?)?;
     let batch = match &handle {
         IpcHandle::Device(h) => {
-            ChunkBatch::try_from(Batch::Device(read_record_batch(&h.open()?, schema)?))?
+            ChunkBatch::try_from(read_record_batch(&Memory::from(h.open()?), schema)?)?
         }
         IpcHandle::Host(h) => {
-            ChunkBatch::try_from(Batch::Host(read_record_batch_host(&h.open()?, schema)?))?
+            ChunkBatch::try_from(read_record_batch(&Memory::from(h.open()?), schema)?)?
         }
     };
     let open_s = t.elapsed().as_secs_f64();

@@ -16,9 +16,7 @@ use arrow_schema::{DataType, Field, Schema};
 use devbuf::__test::{StreamGate, copy_on_stream};
 use devbuf::Error;
 use devbuf::arrow::c_device::*;
-use devbuf::arrow::{
-    AnyArray, Batch, DeviceArray, DeviceRecordBatch, read_record_batch, serialize_record_batch,
-};
+use devbuf::arrow::{AnyArray, Batch, DeviceArray, DeviceRecordBatch};
 use devbuf::cuda::{self, Context, DeviceBuffer, Stream};
 
 use rand::Rng;
@@ -486,8 +484,8 @@ gpu_test! {
 
         // Batches read from Arrow IPC in device memory, through DeviceArray::try_from.
         let full = crate::batches::mixed_batch(61, 300);
-        let message = serialize_record_batch(&full, &c).unwrap();
-        let dev_batch = read_record_batch(&message, full.schema()).unwrap();
+        let message = to_device_message(full.clone(), &c).unwrap();
+        let dev_batch = read_device(&message, full.schema()).unwrap();
         let s = DeviceArray::try_from(dev_batch.clone()).unwrap();
         let mut stream = export_stream(full.schema(), vec![Ok(dev_batch.clone())], SyncEvent::DefaultStream);
         let got: Vec<DeviceArray> = import_stream(&mut stream, None).unwrap().map(as_struct).collect::<Result<_, _>>().unwrap();
