@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
 use clap::Parser;
-use devbuf::arrow::{read_record_batch, read_record_batch_host, schema_from_bytes};
+use devbuf::arrow::{Batch, read_record_batch, schema_from_bytes};
 use devbuf::ipc::IpcHandle;
+use devbuf::memory::Memory;
 
 /// How long a consumer given a path waits for the producer to write it.
 const WAIT: Duration = Duration::from_secs(60);
@@ -110,7 +111,11 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         IpcHandle::Device(h) => {
             let message = h.open()?;
             let opened = t.elapsed();
-            let on_device = read_record_batch(&message, schema)?;
+            let Batch::Device(on_device) =
+                read_record_batch(&Memory::from(message.clone()), schema)?
+            else {
+                unreachable!("device memory reads to a device batch")
+            };
             println!(
                 "opened {} bytes of GPU memory from process {} in {:.1} us on {}; {} rows, {} columns stay on the device",
                 message.len(),
@@ -141,7 +146,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 h.exporter_pid(),
                 t.elapsed().as_secs_f64() * 1e6
             );
-            read_record_batch_host(&mapped, schema)?
+            read_record_batch(&Memory::from(mapped), schema)?.to_host()?
         }
     };
     print_batch(&batch);

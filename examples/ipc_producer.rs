@@ -21,9 +21,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use devbuf::arrow::{schema_to_bytes, serialize_record_batch, serialize_record_batch_shared};
+use devbuf::arrow::{
+    Batch, schema_to_bytes, serialize_record_batch, serialize_record_batch_shared,
+};
 use devbuf::cuda::{self, Context};
 use devbuf::ipc::IpcHandle;
+use devbuf::zarr::BufferPrototype;
 
 /// IPC producer: writes a record batch into GPU memory (or, without a GPU, into shared
 /// host memory), shares its handle and waits until a consumer is done.
@@ -47,7 +50,12 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut _host_memory = None;
     let handle = if cuda::is_available() {
         let ctx = Context::new(0)?;
-        let message = serialize_record_batch(&batch, &ctx)?;
+        let message =
+            serialize_record_batch(&Batch::from(batch.clone()), &BufferPrototype::Device(0))?;
+        let message = message
+            .as_device()
+            .expect("serialized for device 0")
+            .clone();
         println!(
             "wrote a {}-row batch as {} bytes of Arrow IPC into GPU memory on {} (device 0)",
             batch.num_rows(),

@@ -34,17 +34,14 @@ use std::time::Instant;
 
 use clap::Parser;
 use devbuf::ElementType;
-use devbuf::arrow::c_device::{
-    HostDevice, SyncEvent, export_device_array, export_host_array, import_device_array,
-    import_host_array,
-};
+use devbuf::arrow::c_device::{ExportDevice, SyncEvent, export_array, import_array};
 use devbuf::arrow::{
-    Batch, CHUNK_COLUMN, ChunkBatch, ChunkGrid, read_record_batch, read_record_batch_host,
-    schema_from_bytes, schema_to_bytes, serialize_device_record_batch,
-    serialize_record_batch_shared,
+    CHUNK_COLUMN, ChunkBatch, ChunkGrid, read_record_batch, schema_from_bytes, schema_to_bytes,
+    serialize_record_batch, serialize_record_batch_shared,
 };
 use devbuf::cuda::{self, Context};
 use devbuf::ipc::IpcHandle;
+use devbuf::memory::Memory;
 use devbuf::zarr::{ArraySpec, Compressor, ZarrArray};
 use devbuf::zarr::{BufferPrototype, Dtype, NDBuffer};
 
@@ -192,16 +189,16 @@ fn run_one(
     // Interface: the consumer's buffers must be the producer's (zero-copy).
     let zero_copy = if let Some(d) = batch.batch().as_device() {
         let col = d.column_by_name(CHUNK_COLUMN).ok_or("no chunk column")?;
-        let (mut c_array, schema) = export_device_array(col, SyncEvent::DefaultStream)?;
-        let imported = import_device_array(&mut c_array, &schema, None)?;
+        let (mut c_array, schema) = export_array(col, SyncEvent::DefaultStream)?;
+        let imported = import_array(&mut c_array, &schema, None)?.into_device()?;
         let a: Vec<u64> = col.all_buffers().iter().map(|b| b.address()).collect();
         let b: Vec<u64> = imported.all_buffers().iter().map(|b| b.address()).collect();
         a == b
     } else {
         let rb = batch.batch().as_host().ok_or("no host batch")?;
         let col = rb.column_by_name(CHUNK_COLUMN).ok_or("no chunk column")?;
-        let (mut c_array, schema) = export_host_array(col.as_ref(), HostDevice::Cpu)?;
-        let imported = import_host_array(&mut c_array, &schema)?;
+        let (mut c_array, schema) = export_array(col.as_ref(), ExportDevice::Cpu)?;
+        let imported = import_array(&mut c_array, &schema, None)?.into_host()?;
         imported.to_data().child_data()[0].buffers()[0].as_ptr()
             == col.to_data().child_data()[0].buffers()[0].as_ptr()
     };
@@ -217,7 +214,11 @@ fn run_one(
     // 3. Share it with a consumer process.
     let t = Instant::now();
     let (handle, schema, _keep_device, _keep_host) = if let Some(d) = batch.batch().as_device() {
-        let message = serialize_device_record_batch(d)?;
+        let message = serialize_record_batch(batch.batch(), &batch.prototype())?; // device to device
+        let message = message
+            .as_device()
+            .expect("serialized on the device")
+            .clone();
         let h = IpcHandle::Device(message.export_ipc()?);
         (h, d.schema(), Some(message), None)
     } else {
@@ -262,10 +263,10 @@ fn consumer(handle_hex: &str, schema_hex: &str, source: &str) -> Res<()> {
         schema_from_bytes(&hex::decode(schema_hex).map_err(|e| format!("bad hex text: {e}"))?)?;
     let batch = match &handle {
         IpcHandle::Device(h) => {
-            ChunkBatch::try_from(Batch::Device(read_record_batch(&h.open()?, schema)?))?
+            ChunkBatch::try_from(read_record_batch(&Memory::from(h.open()?), schema)?)?
         }
         IpcHandle::Host(h) => {
-            ChunkBatch::try_from(Batch::Host(read_record_batch_host(&h.open()?, schema)?))?
+            ChunkBatch::try_from(read_record_batch(&Memory::from(h.open()?), schema)?)?
         }
     };
     let open_s = t.elapsed().as_secs_f64();

@@ -163,12 +163,8 @@ fn every_dtype_every_chunk_layout() {
         let rb = batch.batch().as_host().unwrap().clone();
         let back = ChunkBatch::try_from(Batch::Host(rb.clone())).unwrap();
         check_batch(&back, &grid, &array, &coords);
-        let bytes = devbuf::arrow::serialize_record_batch_to_vec(&rb).unwrap();
-        let read = devbuf::arrow::read_record_batch_host(
-            &arrow_buffer::Buffer::from_vec(bytes),
-            rb.schema(),
-        )
-        .unwrap();
+        let bytes = serialize_to_vec(&rb).unwrap();
+        let read = read_host(&arrow_buffer::Buffer::from_vec(bytes), rb.schema()).unwrap();
         check_batch(
             &ChunkBatch::try_from(Batch::Host(read)).unwrap(),
             &grid,
@@ -487,5 +483,28 @@ fn random_grids() {
             .collect();
         let batch = ChunkBatch::from_chunks(&grid, chunks, &HOST).unwrap();
         check_batch(&batch, &grid, &array, &coords);
+    }
+}
+
+/// A host batch serialized as Arrow IPC into host memory, as bytes
+/// (`serialize_record_batch` to `BufferPrototype::Host`).
+fn serialize_to_vec(b: &arrow_array::RecordBatch) -> devbuf::Result<Vec<u8>> {
+    let m = devbuf::arrow::serialize_record_batch(
+        &devbuf::arrow::Batch::Host(b.clone()),
+        &devbuf::zarr::BufferPrototype::Host,
+    )?;
+    Ok(m.to_host()?.to_vec())
+}
+
+/// `read_record_batch` of a message in host memory (zero-copy: the memory is the
+/// buffer's), as the host batch it always is.
+fn read_host(
+    message: &arrow_buffer::Buffer,
+    schema: arrow_schema::SchemaRef,
+) -> devbuf::Result<arrow_array::RecordBatch> {
+    let m = devbuf::memory::Memory::from(message.clone());
+    match devbuf::arrow::read_record_batch(&m, schema)? {
+        devbuf::arrow::Batch::Host(b) => Ok(b),
+        devbuf::arrow::Batch::Device(_) => unreachable!("host memory reads to a host batch"),
     }
 }

@@ -16,7 +16,6 @@ use arrow_array::{
 use arrow_buffer::Buffer;
 use arrow_schema::{DataType, Field, Schema};
 use devbuf::__test::serialize_like_device;
-use devbuf::arrow::read_record_batch_host;
 
 fn mixed(n: usize) -> RecordBatch {
     let ints: ArrayRef = Arc::new(Int32Array::from_iter(
@@ -83,7 +82,7 @@ fn messages_read_back_with_both_readers() {
         let batch = mixed(n);
         let bytes = serialize_like_device(&batch).unwrap();
         assert_eq!(bytes[..4], [0xff; 4], "continuation marker");
-        let back = read_record_batch_host(&Buffer::from(bytes.clone()), batch.schema()).unwrap();
+        let back = read_host(&Buffer::from(bytes.clone()), batch.schema()).unwrap();
         assert_eq!(back, batch, "devbuf's reader, {n} rows");
         // arrow-ipc's reader: schema message first, then ours.
         let mut stream = Vec::new();
@@ -119,7 +118,7 @@ fn dictionaries_and_slices_are_refused_with_a_reason() {
     let sliced = mixed(100).slice(10, 20);
     let bytes = serialize_like_device(&sliced).unwrap();
     assert_eq!(
-        read_record_batch_host(&Buffer::from(bytes), sliced.schema()).unwrap(),
+        read_host(&Buffer::from(bytes), sliced.schema()).unwrap(),
         sliced
     );
     let whole = mixed(5);
@@ -192,7 +191,7 @@ fn every_type_of_the_corpus_reads_back_or_is_refused_with_a_reason() {
             0,
             "{name}: the body starts 64-byte aligned"
         );
-        let back = read_record_batch_host(&Buffer::from(bytes.clone()), batch.schema()).unwrap();
+        let back = read_host(&Buffer::from(bytes.clone()), batch.schema()).unwrap();
         assert_eq!(back, batch, "{name}: devbuf's reader");
         assert_eq!(
             read_with_arrow_ipc(&batch, &bytes),
@@ -230,5 +229,18 @@ fn refusals_name_the_real_reason() {
         let batch = RecordBatch::try_from_iter([("c", a)]).unwrap();
         let e = serialize_like_device(&batch).unwrap_err().to_string();
         assert!(e.contains(why) && e.contains("to_host"), "{name}: {e}");
+    }
+}
+
+/// `read_record_batch` of a message in host memory (zero-copy: the memory is the
+/// buffer's), as the host batch it always is.
+fn read_host(
+    message: &arrow_buffer::Buffer,
+    schema: arrow_schema::SchemaRef,
+) -> devbuf::Result<arrow_array::RecordBatch> {
+    let m = devbuf::memory::Memory::from(message.clone());
+    match devbuf::arrow::read_record_batch(&m, schema)? {
+        devbuf::arrow::Batch::Host(b) => Ok(b),
+        devbuf::arrow::Batch::Device(_) => unreachable!("host memory reads to a host batch"),
     }
 }

@@ -788,10 +788,8 @@ fn tensor_columns_survive_arrow_ipc() {
         vec![Arc::new(host(&t).clone()) as ArrayRef],
     )
     .unwrap();
-    let bytes = devbuf::arrow::serialize_record_batch_to_vec(&batch).unwrap();
-    let read =
-        devbuf::arrow::read_record_batch_host(&arrow_buffer::Buffer::from_vec(bytes), schema)
-            .unwrap();
+    let bytes = serialize_to_vec(&batch).unwrap();
+    let read = read_host(&arrow_buffer::Buffer::from_vec(bytes), schema).unwrap();
     let back = from_column(read.schema().field(0), read.column(0).as_ref()).unwrap();
     assert_eq!(back.tensor_type(), t.tensor_type());
     assert_eq!(c_bytes(&back.tensor(0).unwrap()), c_bytes(&nd));
@@ -857,5 +855,28 @@ fn random_round_trips() {
                 want
             );
         }
+    }
+}
+
+/// A host batch serialized as Arrow IPC into host memory, as bytes
+/// (`serialize_record_batch` to `BufferPrototype::Host`).
+fn serialize_to_vec(b: &arrow_array::RecordBatch) -> devbuf::Result<Vec<u8>> {
+    let m = devbuf::arrow::serialize_record_batch(
+        &devbuf::arrow::Batch::Host(b.clone()),
+        &devbuf::zarr::BufferPrototype::Host,
+    )?;
+    Ok(m.to_host()?.to_vec())
+}
+
+/// `read_record_batch` of a message in host memory (zero-copy: the memory is the
+/// buffer's), as the host batch it always is.
+fn read_host(
+    message: &arrow_buffer::Buffer,
+    schema: arrow_schema::SchemaRef,
+) -> devbuf::Result<arrow_array::RecordBatch> {
+    let m = devbuf::memory::Memory::from(message.clone());
+    match devbuf::arrow::read_record_batch(&m, schema)? {
+        devbuf::arrow::Batch::Host(b) => Ok(b),
+        devbuf::arrow::Batch::Device(_) => unreachable!("host memory reads to a host batch"),
     }
 }

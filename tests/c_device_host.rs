@@ -19,8 +19,8 @@ use arrow_array::{Array, ArrayRef, Int32Array, RecordBatch, StringArray, make_ar
 use arrow_schema::{DataType, Field, Schema};
 use corpus::{counts, serial};
 use devbuf::Error;
-use devbuf::arrow::AnyArray;
 use devbuf::arrow::c_device::*;
+use devbuf::arrow::{AnyArray, Batch};
 
 fn data_ptrs(a: &dyn Array) -> Vec<usize> {
     a.to_data()
@@ -41,7 +41,7 @@ fn round_trip_every_type_zero_copy_and_released_once() {
     {
         let nodes = corpus::node_count(&a.to_data());
         let c = counts();
-        let (mut c_array, c_schema) = export_host_array(a.as_ref(), HostDevice::Cpu).expect(&name);
+        let (mut c_array, c_schema) = export_array(a.as_ref(), ExportDevice::Cpu).expect(&name);
         assert_eq!(c_array.device_type(), ARROW_DEVICE_CPU, "{name}");
         assert_eq!(c_array.device_id(), -1, "{name}");
         assert!(c_array.sync_event().is_null(), "{name}");
@@ -52,7 +52,10 @@ fn round_trip_every_type_zero_copy_and_released_once() {
             nodes as i64,
             "{name}: one live export per node"
         );
-        let back = import_host_array(&mut c_array, &c_schema).expect(&name);
+        let back = import_array(&mut c_array, &c_schema, None)
+            .expect(&name)
+            .into_host()
+            .expect(&name);
         assert!(
             c_array.array().is_released(),
             "{name}: the import moves the structure out"
@@ -91,7 +94,7 @@ fn arrow_rs_importer_reads_devbuf_exports() {
         .chain(corpus::views().into_iter().map(|(n, a)| (n.to_string(), a)))
     {
         let c = counts();
-        let (mut c_array, c_schema) = export_host_array(a.as_ref(), HostDevice::Cpu).expect(&name);
+        let (mut c_array, c_schema) = export_array(a.as_ref(), ExportDevice::Cpu).expect(&name);
         let ffi: FFI_ArrowArray = c_array.take_array().into();
         // Safety: a valid CPU array exported by devbuf, with its schema.
         let data = unsafe { from_ffi(ffi, &c_schema) }.expect(&name);
@@ -119,7 +122,10 @@ fn devbuf_imports_arrow_rs_exports() {
         let mut d = unsafe {
             ArrowDeviceArray::new(ffi_array.into(), -1, ARROW_DEVICE_CPU, std::ptr::null_mut())
         };
-        let back = import_host_array(&mut d, &ffi_schema).expect(&name);
+        let back = import_array(&mut d, &ffi_schema, None)
+            .expect(&name)
+            .into_host()
+            .expect(&name);
         assert_eq!(back.as_ref(), a.as_ref(), "{name}");
         assert_eq!(data_ptrs(back.as_ref()), data_ptrs(a.as_ref()), "{name}");
     }
@@ -129,8 +135,8 @@ fn devbuf_imports_arrow_rs_exports() {
 fn import_array_dispatches_on_device_type() {
     let _g = serial();
     let a = Int32Array::from(vec![1, 2, 3]);
-    let (mut c_array, c_schema) = export_host_array(&a, HostDevice::Cpu).unwrap();
-    match import_array(&mut c_array, &c_schema).unwrap() {
+    let (mut c_array, c_schema) = export_array(&a, ExportDevice::Cpu).unwrap();
+    match import_array(&mut c_array, &c_schema, None).unwrap() {
         AnyArray::Host(b) => assert_eq!(b.as_ref(), &a as &dyn Array),
         AnyArray::Device(_) => panic!("a CPU array imported as a device array"),
     }
@@ -141,7 +147,7 @@ fn dropping_an_export_releases_it_once() {
     let _g = serial();
     for (name, a) in corpus::others() {
         let c = counts();
-        let exported = export_host_array(a.as_ref(), HostDevice::Cpu).unwrap();
+        let exported = export_array(a.as_ref(), ExportDevice::Cpu).unwrap();
         drop(exported);
         assert_eq!(
             c.released_since(),
@@ -173,7 +179,7 @@ fn a_panicking_destructor_does_not_unwind_out_of_the_release_callback() {
     let buffer = unsafe { arrow_buffer::Buffer::from_custom_allocation(ptr, 12, owner) };
     let a = Int32Array::new(arrow_buffer::ScalarBuffer::new(buffer, 0, 3), None);
     let c = counts();
-    let (c_array, _schema) = export_host_array(&a, HostDevice::Cpu).unwrap();
+    let (c_array, _schema) = export_array(&a, ExportDevice::Cpu).unwrap();
     drop(a); // the export holds the last reference to the owner
     drop(c_array); // calls the release callback; an unwind out of it would abort
     assert_eq!(c.released_since(), 1);
@@ -184,23 +190,33 @@ fn a_panicking_destructor_does_not_unwind_out_of_the_release_callback() {
 fn importing_twice_or_a_released_array_is_an_error() {
     let _g = serial();
     let a = StringArray::from(vec!["x", "yy"]);
-    let (mut c_array, c_schema) = export_host_array(&a, HostDevice::Cpu).unwrap();
+    let (mut c_array, c_schema) = export_array(&a, ExportDevice::Cpu).unwrap();
     let c = counts();
-    let first = import_host_array(&mut c_array, &c_schema).unwrap();
+    let first = import_array(&mut c_array, &c_schema, None)
+        .unwrap()
+        .into_host()
+        .unwrap();
     for _ in 0..2 {
-        let e = import_host_array(&mut c_array, &c_schema).unwrap_err();
-        assert!(e.to_string().contains("released"), "{e}");
-        let e = import_array(&mut c_array, &c_schema).unwrap_err();
-        assert!(e.to_string().contains("released"), "{e}");
-        let e = import_device_array(&mut c_array, &c_schema, None).unwrap_err();
+        let e = import_array(&mut c_array, &c_schema, None).unwrap_err();
         assert!(e.to_string().contains("released"), "{e}");
     }
     assert_eq!(c.released_since(), 0, "failed imports released nothing");
     drop(first);
     assert_eq!(c.released_since(), 1);
+    // The same for a stream.
+    let mut c_stream = export_stream(
+        batches().0,
+        Vec::<devbuf::Result<Batch>>::new(),
+        ExportDevice::Cpu,
+    );
+    drop(import_stream(&mut c_stream, None).unwrap());
+    let e = import_stream(&mut c_stream, None).unwrap_err();
+    assert!(e.to_string().contains("released"), "{e}");
 
     let mut empty = ArrowDeviceArray::empty();
-    let e = import_host_array(&mut empty, &c_schema).unwrap_err();
+    let e = import_array(&mut empty, &c_schema, None)
+        .and_then(AnyArray::into_host)
+        .unwrap_err();
     assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
     assert!(e.to_string().contains("released"), "{e}");
 }
@@ -209,20 +225,33 @@ fn importing_twice_or_a_released_array_is_an_error() {
 fn released_or_malformed_schemas_are_errors() {
     let _g = serial();
     let a = Int32Array::from(vec![1]);
-    let (mut c_array, _schema) = export_host_array(&a, HostDevice::Cpu).unwrap();
-    let e = import_host_array(&mut c_array, &FFI_ArrowSchema::empty()).unwrap_err();
+    let (mut c_array, _schema) = export_array(&a, ExportDevice::Cpu).unwrap();
+    let e = import_array(&mut c_array, &FFI_ArrowSchema::empty(), None)
+        .and_then(AnyArray::into_host)
+        .unwrap_err();
     assert!(e.to_string().contains("released"), "{e}");
     // A format arrow-rs does not know.
     let bad = FFI_ArrowSchema::try_new("Q!", vec![], None).unwrap();
-    let e = import_host_array(&mut c_array, &bad).unwrap_err();
+    let e = import_array(&mut c_array, &bad, None)
+        .and_then(AnyArray::into_host)
+        .unwrap_err();
     assert!(matches!(e, Error::Arrow { .. }), "{e}");
     // A negative fixed-size binary width (arrow-rs's layout() would panic on it).
     let neg = FFI_ArrowSchema::try_new("w:-3", vec![], None).unwrap();
-    let e = import_host_array(&mut c_array, &neg).unwrap_err();
+    let e = import_array(&mut c_array, &neg, None)
+        .and_then(AnyArray::into_host)
+        .unwrap_err();
     assert!(e.to_string().contains("negative"), "{e}");
     // Schema errors leave the array untouched: it still imports.
     assert!(!c_array.array().is_released());
-    let ok = import_host_array(&mut c_array, &export_schema(&DataType::Int32).unwrap()).unwrap();
+    let ok = import_array(
+        &mut c_array,
+        &export_schema(&DataType::Int32).unwrap(),
+        None,
+    )
+    .unwrap()
+    .into_host()
+    .unwrap();
     assert_eq!(ok.as_ref(), &a as &dyn Array);
 }
 
@@ -237,7 +266,7 @@ fn moved_out_child_is_released_independently() {
         unreachable!()
     };
     let c = counts();
-    let (mut c_array, _schema) = export_host_array(structs.as_ref(), HostDevice::Cpu).unwrap();
+    let (mut c_array, _schema) = export_array(structs.as_ref(), ExportDevice::Cpu).unwrap();
     let mut parent = c_array.take_array();
     let child = parent.take_child(1).expect("child 1");
     assert!(
@@ -254,7 +283,10 @@ fn moved_out_child_is_released_independently() {
     // Safety: a CPU child array exported by devbuf.
     let mut d = unsafe { ArrowDeviceArray::new(child, -1, ARROW_DEVICE_CPU, std::ptr::null_mut()) };
     let schema = export_schema(fields[1].data_type()).unwrap();
-    let back = import_host_array(&mut d, &schema).unwrap();
+    let back = import_array(&mut d, &schema, None)
+        .unwrap()
+        .into_host()
+        .unwrap();
     let s = structs
         .as_any()
         .downcast_ref::<arrow_array::StructArray>()
@@ -278,13 +310,15 @@ fn importing_a_parent_whose_child_was_moved_out_is_an_error() {
         .find(|(n, _)| *n == "struct")
         .unwrap();
     let c = counts();
-    let (mut c_array, c_schema) = export_host_array(structs.as_ref(), HostDevice::Cpu).unwrap();
+    let (mut c_array, c_schema) = export_array(structs.as_ref(), ExportDevice::Cpu).unwrap();
     let mut parent = c_array.take_array();
     let child = parent.take_child(0).unwrap();
     // Safety: a CPU array exported by devbuf.
     let mut d =
         unsafe { ArrowDeviceArray::new(parent, -1, ARROW_DEVICE_CPU, std::ptr::null_mut()) };
-    let e = import_host_array(&mut d, &c_schema).unwrap_err();
+    let e = import_array(&mut d, &c_schema, None)
+        .and_then(AnyArray::into_host)
+        .unwrap_err();
     assert!(e.to_string().contains("children[0]"), "{e}");
     assert!(e.to_string().contains("released"), "{e}");
     drop(child);
@@ -301,7 +335,7 @@ fn accessors_refuse_indices_out_of_range() {
         .into_iter()
         .find(|(n, _)| *n == "struct")
         .unwrap();
-    let (c_array, _schema) = export_host_array(structs.as_ref(), HostDevice::Cpu).unwrap();
+    let (c_array, _schema) = export_array(structs.as_ref(), ExportDevice::Cpu).unwrap();
     let a = c_array.array();
     assert!(a.n_buffers() > 0 && a.n_children() > 0);
     for i in [
@@ -481,7 +515,9 @@ fn schema(dt: DataType) -> FFI_ArrowSchema {
 fn expect_error(a: ArrowDeviceArray, dt: DataType, needle: &str) -> Error {
     let before = PRODUCER_RELEASES.load(Ordering::SeqCst);
     let mut a = a;
-    let e = import_host_array(&mut a, &schema(dt.clone())).unwrap_err();
+    let e = import_array(&mut a, &schema(dt.clone()), None)
+        .and_then(AnyArray::into_host)
+        .unwrap_err();
     assert!(
         e.to_string().contains(needle),
         "{dt}: expected '{needle}' in: {e}"
@@ -631,7 +667,9 @@ fn malformed_producers_are_errors_and_released_once() {
         ARROW_DEVICE_CUDA,
         0,
     );
-    let e = import_device_array(&mut cuda, &schema(DataType::Int32), None).unwrap_err();
+    let e = import_array(&mut cuda, &schema(DataType::Int32), None)
+        .and_then(AnyArray::into_device)
+        .unwrap_err();
     if devbuf::cuda::is_available() {
         assert!(e.to_string().contains("not device memory"), "{e}");
     } else {
@@ -644,7 +682,9 @@ fn malformed_producers_are_errors_and_released_once() {
         ARROW_DEVICE_CUDA,
         -2,
     );
-    let e = import_device_array(&mut cuda, &schema(DataType::Int32), None).unwrap_err();
+    let e = import_array(&mut cuda, &schema(DataType::Int32), None)
+        .and_then(AnyArray::into_device)
+        .unwrap_err();
     assert!(e.to_string().contains("device_id -2"), "{e}");
     assert_eq!(PRODUCER_RELEASES.load(Ordering::SeqCst) - before, 2);
 }
@@ -665,7 +705,10 @@ fn producer_null_count_minus_one_is_counted() {
         None,
     );
     let mut d = into_device(a, ARROW_DEVICE_CPU, -1);
-    let back = import_host_array(&mut d, &schema(DataType::Int32)).unwrap();
+    let back = import_array(&mut d, &schema(DataType::Int32), None)
+        .unwrap()
+        .into_host()
+        .unwrap();
     let want = Int32Array::from(vec![Some(1), Some(2), None, Some(4), None]);
     assert_eq!(back.as_ref(), &want as &dyn Array);
     assert_eq!(back.null_count(), 2);
@@ -676,7 +719,10 @@ fn producer_null_count_minus_one_is_counted() {
         ARROW_DEVICE_CPU,
         -1,
     );
-    let back = import_host_array(&mut d, &schema(DataType::Utf8)).unwrap();
+    let back = import_array(&mut d, &schema(DataType::Utf8), None)
+        .unwrap()
+        .into_host()
+        .unwrap();
     assert_eq!(back.len(), 0);
     drop(back);
     assert_eq!(PRODUCER_RELEASES.load(Ordering::SeqCst) - before, 1);
@@ -694,15 +740,14 @@ fn unsupported_device_types_leave_the_structure_untouched() {
         99,
     ] {
         let c = counts();
-        let (mut c_array, c_schema) = export_host_array(&a, HostDevice::Cpu).unwrap();
+        let (mut c_array, c_schema) = export_array(&a, ExportDevice::Cpu).unwrap();
         // Safety: only the device type changes; nothing reads the buffers.
         unsafe {
             (*(&mut c_array as *mut ArrowDeviceArray).cast::<RawDeviceArray>()).device_type = t;
         }
         for e in [
-            import_host_array(&mut c_array, &c_schema).unwrap_err(),
-            import_array(&mut c_array, &c_schema).unwrap_err(),
-            import_device_array(&mut c_array, &c_schema, None).unwrap_err(),
+            import_array(&mut c_array, &c_schema, None).unwrap_err(),
+            import_array(&mut c_array, &c_schema, None).unwrap_err(),
         ] {
             let msg = e.to_string();
             assert!(msg.contains("unsupported device type"), "{msg}");
@@ -714,25 +759,32 @@ fn unsupported_device_types_leave_the_structure_untouched() {
         drop(c_array);
         assert_eq!(c.released_since(), 1, "the owner's drop releases it");
     }
-    // A CPU array offered to the CUDA importer is the same kind of error.
-    let (mut c_array, c_schema) = export_host_array(&a, HostDevice::Cpu).unwrap();
-    let e = import_device_array(&mut c_array, &c_schema, None).unwrap_err();
-    assert!(e.to_string().contains("CPU (1)"), "{e}");
-    assert!(e.to_string().contains("CUDA (2)"), "{e}");
+    // A CPU array offered to a consumer that takes device memory only: it reads the
+    // device type and leaves the structure untouched; `import_array` takes it as a
+    // host array, which `into_device` refuses.
+    let (mut c_array, c_schema) = export_array(&a, ExportDevice::Cpu).unwrap();
+    assert_eq!(c_array.device_type(), ARROW_DEVICE_CPU);
     assert!(!c_array.array().is_released());
+    let e = import_array(&mut c_array, &c_schema, None)
+        .unwrap()
+        .into_device()
+        .unwrap_err();
+    assert!(e.to_string().contains("host memory"), "{e}");
 }
 
 #[test]
 fn view_types_are_refused_for_cuda_naming_the_type() {
     let _g = serial();
     for (name, a) in corpus::views() {
-        let (mut c_array, c_schema) = export_host_array(a.as_ref(), HostDevice::Cpu).unwrap();
+        let (mut c_array, c_schema) = export_array(a.as_ref(), ExportDevice::Cpu).unwrap();
         // Safety: only the device type changes; the import refuses before reading.
         unsafe {
             (*(&mut c_array as *mut ArrowDeviceArray).cast::<RawDeviceArray>()).device_type =
                 ARROW_DEVICE_CUDA;
         }
-        let e = import_device_array(&mut c_array, &c_schema, None).unwrap_err();
+        let e = import_array(&mut c_array, &c_schema, None)
+            .and_then(AnyArray::into_device)
+            .unwrap_err();
         assert!(
             e.to_string().contains(&a.data_type().to_string()),
             "{name}: {e}"
@@ -805,9 +857,9 @@ fn a_panicking_batch_source_is_an_eio_error_not_an_unwind_into_c() {
             panic_at: 1,
             panic_on_drop,
         };
-        let mut stream = export_host_stream(schema.clone(), source);
-        let mut reader = import_host_stream(&mut stream).unwrap();
-        assert_eq!(reader.next().unwrap().unwrap(), parts[0]);
+        let mut stream = export_stream(schema.clone(), source, ExportDevice::Cpu);
+        let mut reader = import_stream(&mut stream, None).unwrap();
+        assert_eq!(reader.next().unwrap().unwrap().as_host(), Some(&parts[0]));
         let e = reader.next().unwrap().unwrap_err().to_string();
         assert!(e.contains("panicked") && e.contains("EIO"), "{e}");
         assert!(reader.next().is_none(), "the first error ends the stream");
@@ -821,13 +873,26 @@ fn host_stream_round_trip_and_release() {
     let _g = serial();
     let (schema, parts) = batches();
     let c = counts();
-    let mut stream = export_host_stream(schema.clone(), parts.clone().into_iter().map(Ok));
+    let mut stream = export_stream(
+        schema.clone(),
+        parts.clone().into_iter().map(Ok),
+        ExportDevice::Cpu,
+    );
     assert_eq!(stream.device_type(), ARROW_DEVICE_CPU);
     assert_eq!(c.live_since(), 1);
-    let reader = import_host_stream(&mut stream).unwrap();
+    let reader = import_stream(&mut stream, None).unwrap();
     assert!(stream.is_released());
     assert_eq!(reader.schema(), schema, "schema incl. metadata");
-    let got: Vec<RecordBatch> = reader.collect::<Result<_, _>>().unwrap();
+    let got: Vec<RecordBatch> = reader
+        .map(|b| {
+            b.map(|b| {
+                b.as_host()
+                    .cloned()
+                    .expect("a CPU stream carries host batches")
+            })
+        })
+        .collect::<Result<_, _>>()
+        .unwrap();
     assert_eq!(got, parts);
     let per_batch: u64 = parts
         .iter()
@@ -845,7 +910,7 @@ fn host_stream_round_trip_and_release() {
     );
     assert_eq!(c.live_since(), 0);
     // A second import of the same (moved-out) stream.
-    let e = import_host_stream(&mut stream).unwrap_err();
+    let e = import_stream(&mut stream, None).unwrap_err();
     assert!(e.to_string().contains("released"), "{e}");
 }
 
@@ -861,9 +926,9 @@ fn host_stream_error_mid_stream() {
         Ok(parts[2].clone()),
     ];
     let c = counts();
-    let mut stream = export_host_stream(schema.clone(), items);
-    let mut reader = import_host_stream(&mut stream).unwrap();
-    assert_eq!(reader.next().unwrap().unwrap(), parts[0]);
+    let mut stream = export_stream(schema.clone(), items, ExportDevice::Cpu);
+    let mut reader = import_stream(&mut stream, None).unwrap();
+    assert_eq!(reader.next().unwrap().unwrap().as_host(), Some(&parts[0]));
     let e = reader.next().unwrap().unwrap_err();
     let msg = e.to_string();
     assert!(msg.contains("disk on fire while reading batch 1"), "{msg}");
@@ -879,8 +944,8 @@ fn host_stream_error_mid_stream() {
     let other =
         RecordBatch::try_from_iter(vec![("x", Arc::new(Int32Array::from(vec![1])) as ArrayRef)])
             .unwrap();
-    let mut stream = export_host_stream(schema, vec![Ok(other)]);
-    let e = import_host_stream(&mut stream)
+    let mut stream = export_stream(schema, vec![Ok(other)], ExportDevice::Cpu);
+    let e = import_stream(&mut stream, None)
         .unwrap()
         .next()
         .unwrap()
@@ -894,23 +959,27 @@ fn host_stream_reader_is_a_record_batch_reader() {
     let (schema, parts) = batches();
     let c = counts();
     // As arrow-rs's reader trait object, with ArrowError items.
-    let mut stream = export_host_stream(schema.clone(), parts.clone().into_iter().map(Ok));
+    let mut stream = export_stream(
+        schema.clone(),
+        parts.clone().into_iter().map(Ok),
+        ExportDevice::Cpu,
+    );
     let reader: Box<dyn arrow_array::RecordBatchReader> =
-        Box::new(import_host_stream(&mut stream).unwrap());
+        Box::new(import_stream(&mut stream, None).unwrap().into_host_reader());
     assert_eq!(reader.schema(), schema);
     let got: Vec<RecordBatch> = reader
         .collect::<Result<_, arrow_schema::ArrowError>>()
         .unwrap();
     assert_eq!(got, parts);
     drop(got);
-    // next_batch: devbuf's error, the same the iterator wraps.
+    // The reader's ArrowError wraps devbuf's error, which Error::from gives back.
     let items = vec![Ok(parts[0].clone()), Err(Error::invalid("bad batch"))];
-    let mut stream = export_host_stream(schema, items);
-    let mut reader = import_host_stream(&mut stream).unwrap();
-    assert_eq!(reader.next_batch().unwrap().unwrap(), parts[0]);
-    let e = reader.next_batch().unwrap().unwrap_err();
+    let mut stream = export_stream(schema, items, ExportDevice::Cpu);
+    let mut reader = import_stream(&mut stream, None).unwrap().into_host_reader();
+    assert_eq!(reader.next().unwrap().unwrap(), parts[0]);
+    let e = Error::from(reader.next().unwrap().unwrap_err());
     assert!(e.to_string().contains("bad batch"), "{e}");
-    assert!(reader.next_batch().is_none());
+    assert!(reader.next().is_none());
     drop(reader);
     assert_eq!(c.live_since(), 0);
 }
@@ -919,7 +988,7 @@ fn host_stream_reader_is_a_record_batch_reader() {
 fn host_stream_raw_callbacks() {
     let _g = serial();
     let (schema, parts) = batches();
-    let mut stream = export_host_stream(schema, vec![Ok(parts[0].clone())]);
+    let mut stream = export_stream(schema, vec![Ok(parts[0].clone())], ExportDevice::Cpu);
     // Safety: calling the callbacks of a live stream as a C consumer would.
     unsafe {
         let p = (&mut stream as *mut ArrowDeviceArrayStream).cast::<RawStream>();
@@ -959,16 +1028,44 @@ struct RawStream {
 }
 
 #[test]
-fn device_stream_import_refuses_cpu_streams() {
+fn stream_import_refuses_other_device_types_untouched() {
     let _g = serial();
     let (schema, parts) = batches();
-    let mut stream = export_host_stream(schema, parts.into_iter().map(Ok));
-    let e = import_device_stream(&mut stream, None).unwrap_err();
+    let mut stream = export_stream(schema, parts.into_iter().map(Ok), ExportDevice::Cpu);
+    // A consumer that takes CUDA streams only reads the device type and leaves a CPU
+    // stream untouched.
+    assert_eq!(stream.device_type(), ARROW_DEVICE_CPU);
+    // Safety: only the device type changes; nothing is read through it.
+    unsafe {
+        (*(&mut stream as *mut ArrowDeviceArrayStream).cast::<RawStream>()).device_type =
+            ARROW_DEVICE_ROCM;
+    }
+    let e = import_stream(&mut stream, None).unwrap_err();
     assert!(
-        e.to_string().contains("unsupported device type CPU (1)"),
+        e.to_string().contains("unsupported device type ROCM (10)"),
         "{e}"
     );
     assert!(!stream.is_released(), "left untouched");
+}
+
+#[test]
+fn stream_export_refuses_batches_on_the_other_side() {
+    let _g = serial();
+    let (schema, parts) = batches();
+    // A host batch in a CUDA stream: an error from get_next, not a panic.
+    let mut stream = export_stream(schema, parts.into_iter().map(Ok), SyncEvent::None);
+    assert_eq!(stream.device_type(), ARROW_DEVICE_CUDA);
+    // Safety: calling the callback of a live stream as a C consumer would.
+    unsafe {
+        let p = (&mut stream as *mut ArrowDeviceArrayStream).cast::<RawStream>();
+        let mut out = std::mem::MaybeUninit::<ArrowDeviceArray>::uninit();
+        assert_eq!((*p).get_next.unwrap()(p, out.as_mut_ptr()), libc::EINVAL);
+        assert!(out.assume_init().array().is_released());
+        let msg = CStr::from_ptr((*p).get_last_error.unwrap()(p))
+            .to_string_lossy()
+            .into_owned();
+        assert!(msg.contains("batch 0 is in host memory"), "{msg}");
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -1081,7 +1178,7 @@ fn c_consumer_walks_and_releases_every_type() {
         unsafe { clib().get("cdi_describe_and_release") };
     for (name, a) in corpus::all() {
         let c = counts();
-        let (mut c_array, _schema) = export_host_array(a.as_ref(), HostDevice::Cpu).unwrap();
+        let (mut c_array, _schema) = export_array(a.as_ref(), ExportDevice::Cpu).unwrap();
         let want = format!(
             "device_type=1 device_id=-1 sync=no reserved=0,0,0 {}",
             rust_describe(c_array.array())
@@ -1119,7 +1216,7 @@ fn c_consumer_reads_values_and_moves_children() {
     for (off, len) in [(0, 100), (3, 50), (13, 0), (99, 1)] {
         let s = a.slice(off, len);
         let want: i64 = s.iter().flatten().map(i64::from).sum();
-        let (mut c_array, _) = export_host_array(&s, HostDevice::Cpu).unwrap();
+        let (mut c_array, _) = export_array(&s, ExportDevice::Cpu).unwrap();
         assert_eq!(unsafe { sum(&mut c_array) }, want, "slice {off}+{len}");
         assert!(c_array.array().is_released());
     }
@@ -1128,13 +1225,16 @@ fn c_consumer_reads_values_and_moves_children() {
         .find(|(n, _)| *n == "struct")
         .unwrap();
     let c = counts();
-    let (mut c_array, _) = export_host_array(structs.as_ref(), HostDevice::Cpu).unwrap();
+    let (mut c_array, _) = export_array(structs.as_ref(), ExportDevice::Cpu).unwrap();
     let mut child = ArrowArray::empty();
     assert_eq!(unsafe { move_child(&mut c_array, 1, &mut child) }, 0);
     assert_eq!(c.released_since(), 3, "parent and the two other children");
     // Safety: a CPU child exported by devbuf.
     let mut d = unsafe { ArrowDeviceArray::new(child, -1, ARROW_DEVICE_CPU, std::ptr::null_mut()) };
-    let back = import_host_array(&mut d, &schema(DataType::Utf8)).unwrap();
+    let back = import_array(&mut d, &schema(DataType::Utf8), None)
+        .unwrap()
+        .into_host()
+        .unwrap();
     let s = structs
         .as_any()
         .downcast_ref::<arrow_array::StructArray>()
@@ -1155,7 +1255,10 @@ fn c_producer_is_released_exactly_once() {
     unsafe { make(out.as_mut_ptr()) };
     // Safety: the C producer initialised a valid CPU array.
     let mut d = unsafe { out.assume_init() };
-    let a = import_host_array(&mut d, &schema(DataType::Int32)).unwrap();
+    let a = import_array(&mut d, &schema(DataType::Int32), None)
+        .unwrap()
+        .into_host()
+        .unwrap();
     let b = a.slice(1, 3);
     assert_eq!(
         b.as_ref(),
@@ -1190,7 +1293,11 @@ fn c_consumer_reads_a_stream() {
     ) -> i64 = unsafe { clib().get("cdi_stream_rows") };
     let (schema, parts) = batches();
     let c = counts();
-    let mut stream = export_host_stream(schema.clone(), parts.clone().into_iter().map(Ok));
+    let mut stream = export_stream(
+        schema.clone(),
+        parts.clone().into_iter().map(Ok),
+        ExportDevice::Cpu,
+    );
     let (mut fmt, mut err) = (vec![0 as c_char; 64], vec![0 as c_char; 512]);
     let n = unsafe { rows(&mut stream, fmt.as_mut_ptr(), 64, err.as_mut_ptr(), 512) };
     assert_eq!(n, 29);
@@ -1205,7 +1312,7 @@ fn c_consumer_reads_a_stream() {
         Ok(parts[0].clone()),
         Err(Error::InvalidArgument("bad batch".into())),
     ];
-    let mut stream = export_host_stream(schema, items);
+    let mut stream = export_stream(schema, items, ExportDevice::Cpu);
     let n = unsafe { rows(&mut stream, fmt.as_mut_ptr(), 64, err.as_mut_ptr(), 512) };
     assert_eq!(n, -1);
     let msg = unsafe { CStr::from_ptr(err.as_ptr()) }

@@ -8,7 +8,7 @@
 //! shrunk or offsets moved within the data, wrong buffer and child counts, null buffer,
 //! child and dictionary pointers, released (children) structures, and any device type
 //! and id. (It never makes a structure claim more memory than it has: no C interface
-//! can check that.) Outcome: `import_host_array` returns an error, or an array that
+//! can check that.) Outcome: `import_array` returns an error, or an array that
 //! passes arrow-rs's full validation (the original when nothing changed); the
 //! producer's release runs exactly once either way (not at all for a structure that
 //! arrived released); never a panic.
@@ -27,9 +27,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arrow_array::{Array, ArrayRef};
 use arrow_data::ffi::FFI_ArrowArray;
+use devbuf::arrow::AnyArray;
 use devbuf::arrow::c_device::{
     ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA, ARROW_DEVICE_CUDA_HOST, ARROW_DEVICE_ROCM,
-    ArrowDeviceArray, export_schema, import_host_array,
+    ArrowDeviceArray, export_schema, import_array,
 };
 use fuzz::fuzz;
 use proptest::prelude::*;
@@ -297,7 +298,7 @@ fn fuzz_c_device_imports() {
         let mut device =
             unsafe { ArrowDeviceArray::from_raw((&mut d as *mut RawDeviceArray).cast()) };
         let before = RELEASES.load(Ordering::SeqCst);
-        let result = import_host_array(&mut device, &schema);
+        let result = import_array(&mut device, &schema, None).and_then(AnyArray::into_host);
         let outcome = match result {
             Ok(back) => {
                 if arrived_released {

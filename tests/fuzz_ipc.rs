@@ -20,9 +20,7 @@ use std::sync::Arc;
 use arrow_array::{Array, RecordBatch};
 use arrow_buffer::Buffer;
 use devbuf::Error;
-use devbuf::arrow::{
-    read_record_batch_host, schema_from_bytes, schema_to_bytes, serialize_record_batch_to_vec,
-};
+use devbuf::arrow::{schema_from_bytes, schema_to_bytes};
 use devbuf::ipc::IpcEventHandle;
 use devbuf::ipc::IpcMemHandle;
 use devbuf::ipc::{HostIpcHandle, IpcHandle, SharedMemory};
@@ -193,7 +191,7 @@ fn fuzz_arrow_ipc_messages_into_the_host_reader() {
     ];
     let messages: Vec<Vec<u8>> = batches
         .iter()
-        .map(|b| serialize_record_batch_to_vec(b).unwrap())
+        .map(|b| serialize_to_vec(b).unwrap())
         .collect();
     let input = prop_oneof![
         8 => (0..messages.len(), damages(5)),
@@ -206,7 +204,7 @@ fn fuzz_arrow_ipc_messages_into_the_host_reader() {
             apply(&mut m, d);
         }
         let unchanged = m == messages[i];
-        match read_record_batch_host(&Buffer::from_vec(m), batches[i].schema()) {
+        match read_host(&Buffer::from_vec(m), batches[i].schema()) {
             Err(e) if unchanged => Err(format!("the undamaged message was refused: {e}")),
             Err(e) if e.to_string().is_empty() => Err("an empty error message".into()),
             Err(_) => Ok("refused"),
@@ -231,7 +229,7 @@ fn fuzz_arrow_ipc_schemas() {
         .map(|b| schema_to_bytes(&b.schema()).unwrap())
         .collect();
     let exotic = batches::exotic_batch();
-    let msg = serialize_record_batch_to_vec(&exotic).unwrap();
+    let msg = serialize_to_vec(&exotic).unwrap();
     fuzz(
         "arrow ipc schemas",
         (0..schemas.len(), damages(4)),
@@ -246,10 +244,7 @@ fn fuzz_arrow_ipc_schemas() {
                 Ok(schema) => {
                     // A damaged schema that parses may describe another batch: reading a
                     // message with it is an error or a valid batch.
-                    match read_record_batch_host(
-                        &Buffer::from_vec(msg.clone()),
-                        Arc::clone(&schema),
-                    ) {
+                    match read_host(&Buffer::from_vec(msg.clone()), Arc::clone(&schema)) {
                         Ok(b) => validate(&b).map(|_| "parsed+read"),
                         Err(_) => Ok("parsed+message refused"),
                     }
@@ -257,4 +252,27 @@ fn fuzz_arrow_ipc_schemas() {
             }
         },
     );
+}
+
+/// A host batch serialized as Arrow IPC into host memory, as bytes
+/// (`serialize_record_batch` to `BufferPrototype::Host`).
+fn serialize_to_vec(b: &arrow_array::RecordBatch) -> devbuf::Result<Vec<u8>> {
+    let m = devbuf::arrow::serialize_record_batch(
+        &devbuf::arrow::Batch::Host(b.clone()),
+        &devbuf::zarr::BufferPrototype::Host,
+    )?;
+    Ok(m.to_host()?.to_vec())
+}
+
+/// `read_record_batch` of a message in host memory (zero-copy: the memory is the
+/// buffer's), as the host batch it always is.
+fn read_host(
+    message: &arrow_buffer::Buffer,
+    schema: arrow_schema::SchemaRef,
+) -> devbuf::Result<arrow_array::RecordBatch> {
+    let m = devbuf::memory::Memory::from(message.clone());
+    match devbuf::arrow::read_record_batch(&m, schema)? {
+        devbuf::arrow::Batch::Host(b) => Ok(b),
+        devbuf::arrow::Batch::Device(_) => unreachable!("host memory reads to a host batch"),
+    }
 }

@@ -19,10 +19,7 @@ use arrow_buffer::Buffer;
 use arrow_schema::{DataType, Field, Schema};
 use batches::{Rng, exotic_batch, mixed_batch};
 use devbuf::Error;
-use devbuf::arrow::{
-    read_record_batch_host, schema_from_bytes, schema_to_bytes, serialize_record_batch_shared,
-    serialize_record_batch_to_vec,
-};
+use devbuf::arrow::{schema_from_bytes, schema_to_bytes, serialize_record_batch_shared};
 use devbuf::ipc::IpcEventHandle;
 use devbuf::ipc::IpcMemHandle;
 use devbuf::ipc::{HostIpcHandle, IpcHandle, SharedMemory};
@@ -136,7 +133,7 @@ fn child_entry() {
             let schema = schema_from_bytes(&devbuf_hex(&env("SCHEMA"))).expect("schema");
             let h = env("HANDLE").parse::<HostIpcHandle>().expect("handle");
             let mapped = h.open().expect("open");
-            let batch = read_record_batch_host(&mapped, schema).expect("read batch");
+            let batch = read_host(&mapped, schema).expect("read batch");
             let seed: u64 = env("SEED").parse().expect("seed");
             let rows: usize = env("ROWS").parse().expect("rows");
             let expected = mixed_batch(seed, rows);
@@ -628,9 +625,9 @@ proptest! {
 // ---------------------------------------------------------------------------
 
 fn round_trip(batch: &RecordBatch) -> RecordBatch {
-    let bytes = serialize_record_batch_to_vec(batch).unwrap();
+    let bytes = serialize_to_vec(batch).unwrap();
     let buf = Buffer::from_vec(bytes);
-    let back = read_record_batch_host(&buf, batch.schema()).unwrap();
+    let back = read_host(&buf, batch.schema()).unwrap();
     // Zero-copy: every buffer of the result points into the message.
     let range = buf.as_ptr() as usize..buf.as_ptr() as usize + buf.len();
     for c in back.columns() {
@@ -656,24 +653,21 @@ fn messages_agree_with_arrow_ipc_reader() {
     // Our bytes, prefixed by the schema message, are a valid Arrow IPC stream.
     let b = mixed_batch(5, 100);
     let mut stream = schema_to_bytes(&b.schema()).unwrap();
-    stream.extend(serialize_record_batch_to_vec(&b).unwrap());
+    stream.extend(serialize_to_vec(&b).unwrap());
     stream.extend([0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]);
     let reader =
         arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(&stream), None).unwrap();
     let read: Vec<RecordBatch> = reader.map(|r| r.unwrap()).collect();
     assert_eq!(read, vec![b.clone()]);
     // And our reader accepts the whole stream (schema message first) too.
-    let back = read_record_batch_host(&Buffer::from_vec(stream), b.schema()).unwrap();
+    let back = read_host(&Buffer::from_vec(stream), b.schema()).unwrap();
     assert_eq!(back, b);
     // A stream written by arrow-ipc's StreamWriter reads back with our reader.
     let mut w = arrow_ipc::writer::StreamWriter::try_new(Vec::new(), &b.schema()).unwrap();
     w.write(&b).unwrap();
     w.finish().unwrap();
     let theirs = w.into_inner().unwrap();
-    assert_eq!(
-        read_record_batch_host(&Buffer::from_vec(theirs), b.schema()).unwrap(),
-        b
-    );
+    assert_eq!(read_host(&Buffer::from_vec(theirs), b.schema()).unwrap(), b);
 }
 
 #[test]
@@ -706,16 +700,16 @@ fn exotic_types_round_trip() {
 #[test]
 fn wrong_schema_and_bad_messages_are_clear_errors() {
     let b = mixed_batch(9, 20);
-    let bytes = serialize_record_batch_to_vec(&b).unwrap();
+    let bytes = serialize_to_vec(&b).unwrap();
     let buf = Buffer::from_vec(bytes.clone());
     // A schema with one column fewer.
     let fewer = Arc::new(Schema::new(b.schema().fields()[..3].to_vec()));
-    let msg = read_record_batch_host(&buf, fewer).unwrap_err().to_string();
+    let msg = read_host(&buf, fewer).unwrap_err().to_string();
     assert!(msg.contains("is the schema the one"), "{msg}");
     // Another type for a column.
     let mut fields = b.schema().fields().to_vec();
     fields[0] = Arc::new(Field::new("i32", DataType::Int64, true));
-    let e = read_record_batch_host(&buf, Arc::new(Schema::new(fields))).unwrap_err();
+    let e = read_host(&buf, Arc::new(Schema::new(fields))).unwrap_err();
     assert!(
         matches!(e, Error::Malformed(_) | Error::Arrow { .. }),
         "{e}"
@@ -735,14 +729,14 @@ fn wrong_schema_and_bad_messages_are_clear_errors() {
         ),
     ];
     for (input, want) in cases {
-        let msg = read_record_batch_host(&Buffer::from_vec(input), b.schema())
+        let msg = read_host(&Buffer::from_vec(input), b.schema())
             .unwrap_err()
             .to_string();
         assert!(msg.contains(want), "expected {want:?} in {msg:?}");
     }
     // Every truncation of a valid message is an error, never a panic.
     for cut in (0..bytes.len()).step_by(7) {
-        let r = read_record_batch_host(&Buffer::from_vec(bytes[..cut].to_vec()), b.schema());
+        let r = read_host(&Buffer::from_vec(bytes[..cut].to_vec()), b.schema());
         assert!(r.is_err(), "cut at {cut} of {}", bytes.len());
     }
 }
@@ -755,19 +749,19 @@ proptest! {
         flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6),
     ) {
         let b = mixed_batch(1, 12);
-        let mut bytes = serialize_record_batch_to_vec(&b).unwrap();
+        let mut bytes = serialize_to_vec(&b).unwrap();
         let n = bytes.len();
         for (pos, v) in flips {
             bytes[pos % n] = v;
         }
         // Either a clean error or a batch that passed full validation.
-        let _ = read_record_batch_host(&Buffer::from_vec(bytes), b.schema());
+        let _ = read_host(&Buffer::from_vec(bytes), b.schema());
     }
 
     #[test]
     fn reader_never_panics_on_random_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
         let b = mixed_batch(1, 3);
-        let _ = read_record_batch_host(&Buffer::from_vec(bytes), b.schema());
+        let _ = read_host(&Buffer::from_vec(bytes), b.schema());
     }
 }
 
@@ -781,7 +775,7 @@ fn buffers_with_a_partial_trailing_element_are_read() {
         Arc::new(StringArray::from(vec!["ab", "c"])) as ArrayRef,
     )])
     .unwrap();
-    let mut bytes = serialize_record_batch_to_vec(&b).unwrap();
+    let mut bytes = serialize_to_vec(&b).unwrap();
     // The offsets buffer is the flatbuffer struct {offset: 0i64, length: 12i64}
     // (three i32 offsets); make it 13 bytes long.
     let entry: Vec<u8> = [0i64.to_le_bytes(), 12i64.to_le_bytes()].concat();
@@ -790,7 +784,7 @@ fn buffers_with_a_partial_trailing_element_are_read() {
         .position(|w| w == entry.as_slice())
         .expect("the offsets buffer entry");
     bytes[at + 8] = 13;
-    let back = read_record_batch_host(&Buffer::from_vec(bytes), b.schema()).unwrap();
+    let back = read_host(&Buffer::from_vec(bytes), b.schema()).unwrap();
     assert_eq!(back, b);
 }
 
@@ -799,21 +793,21 @@ fn buffers_with_a_partial_trailing_element_are_read() {
 #[test]
 fn negative_fixed_size_binary_width_is_an_error() {
     let b = mixed_batch(1, 4);
-    let msg = Buffer::from_vec(serialize_record_batch_to_vec(&b).unwrap());
+    let msg = Buffer::from_vec(serialize_to_vec(&b).unwrap());
     let bad = DataType::FixedSizeBinary(-1);
     for col in 0..b.num_columns() {
         let mut fields = b.schema().fields().to_vec();
         fields[col] = Arc::new(Field::new("w", bad.clone(), true));
-        let e = read_record_batch_host(&msg, Arc::new(Schema::new(fields))).unwrap_err();
+        let e = read_host(&msg, Arc::new(Schema::new(fields))).unwrap_err();
         assert!(!e.to_string().is_empty());
     }
     // The values of an all-null dictionary column (no dictionary batch is written).
     let all_null: DictionaryArray<Int32Type> = vec![None::<&str>; 3].into_iter().collect();
     let b = RecordBatch::try_from_iter([("d", Arc::new(all_null) as ArrayRef)]).unwrap();
-    let msg = Buffer::from_vec(serialize_record_batch_to_vec(&b).unwrap());
+    let msg = Buffer::from_vec(serialize_to_vec(&b).unwrap());
     let dt = DataType::Dictionary(Box::new(DataType::Int32), Box::new(bad));
     let schema = Arc::new(Schema::new(vec![Field::new("d", dt, true)]));
-    let e = read_record_batch_host(&msg, schema).unwrap_err();
+    let e = read_host(&msg, schema).unwrap_err();
     assert!(e.to_string().contains("negative"), "{e}");
 }
 
@@ -824,8 +818,8 @@ fn negative_fixed_size_binary_width_is_an_error() {
 fn reader_never_panics_on_corrupted_exotic_messages() {
     let base = exotic_batch();
     let inputs = [
-        serialize_record_batch_to_vec(&base).unwrap(),
-        serialize_record_batch_to_vec(&base.slice(1, 3)).unwrap(),
+        serialize_to_vec(&base).unwrap(),
+        serialize_to_vec(&base.slice(1, 3)).unwrap(),
     ];
     let schema = base.schema();
     let mut rng = Rng::new(7);
@@ -850,9 +844,8 @@ fn reader_never_panics_on_corrupted_exotic_messages() {
                 }
             }
         }
-        let r = std::panic::catch_unwind(|| {
-            read_record_batch_host(&Buffer::from_vec(b.clone()), schema.clone())
-        });
+        let r =
+            std::panic::catch_unwind(|| read_host(&Buffer::from_vec(b.clone()), schema.clone()));
         assert!(r.is_ok(), "iteration {it}: the reader panicked");
     }
 }
@@ -890,4 +883,27 @@ fn a_handle_naming_a_fifo_does_not_block() {
     assert!(e.contains("not the shared memory"), "{e}");
     drop(fifo);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A host batch serialized as Arrow IPC into host memory, as bytes
+/// (`serialize_record_batch` to `BufferPrototype::Host`).
+fn serialize_to_vec(b: &arrow_array::RecordBatch) -> devbuf::Result<Vec<u8>> {
+    let m = devbuf::arrow::serialize_record_batch(
+        &devbuf::arrow::Batch::Host(b.clone()),
+        &devbuf::zarr::BufferPrototype::Host,
+    )?;
+    Ok(m.to_host()?.to_vec())
+}
+
+/// `read_record_batch` of a message in host memory (zero-copy: the memory is the
+/// buffer's), as the host batch it always is.
+fn read_host(
+    message: &arrow_buffer::Buffer,
+    schema: arrow_schema::SchemaRef,
+) -> devbuf::Result<arrow_array::RecordBatch> {
+    let m = devbuf::memory::Memory::from(message.clone());
+    match devbuf::arrow::read_record_batch(&m, schema)? {
+        devbuf::arrow::Batch::Host(b) => Ok(b),
+        devbuf::arrow::Batch::Device(_) => unreachable!("host memory reads to a host batch"),
+    }
 }

@@ -16,7 +16,7 @@ use arrow_schema::{DataType, Field, Schema};
 use devbuf::__test::{StreamGate, copy_on_stream};
 use devbuf::Error;
 use devbuf::arrow::c_device::*;
-use devbuf::arrow::{AnyArray, DeviceArray, read_record_batch, serialize_record_batch};
+use devbuf::arrow::{AnyArray, Batch, DeviceArray, DeviceRecordBatch};
 use devbuf::cuda::{self, Context, DeviceBuffer, Stream};
 
 use rand::Rng;
@@ -114,7 +114,7 @@ gpu_test! {
             let nodes = corpus::node_count(&a.to_data());
             let allocated = c.bytes_allocated();
             let k = counts();
-            let (mut c_array, c_schema) = export_device_array(&d, SyncEvent::DefaultStream).expect(&name);
+            let (mut c_array, c_schema) = export_array(&d, SyncEvent::DefaultStream).expect(&name);
             assert_eq!(c_array.device_type(), ARROW_DEVICE_CUDA, "{name}");
             assert_eq!(c_array.device_id(), 0, "{name}");
             assert_eq!(reserved(&c_array), [0; 3], "{name}");
@@ -123,7 +123,7 @@ gpu_test! {
             }
             assert_eq!(addrs_of_c(c_array.array()), addrs_of_device(&d, false), "{name}: exported pointers are the device buffers");
             assert_eq!(k.live_since(), nodes as i64, "{name}");
-            let imported = import_device_array(&mut c_array, &c_schema, Some(&consumer)).expect(&name);
+            let imported = import_array(&mut c_array, &c_schema, Some(&consumer)).expect(&name).into_device().expect(&name);
             assert!(c_array.array().is_released(), "{name}");
             assert_eq!(addrs_of_device(&imported, true), addrs_of_device(&d, true), "{name}: imported buffers are the same device memory");
             assert!(imported.all_buffers().iter().all(|b| !b.is_owned()), "{name}: views of the producer's memory");
@@ -163,9 +163,9 @@ gpu_test! {
         let (off, len) = (5usize, 23usize);
         let nulls = (off..off + len).filter(|i| i % 4 == 1).count();
         let d = DeviceArray::try_new(DataType::Int32, len, nulls, off, Some(validity), vec![values], vec![], None).unwrap();
-        let (mut c_array, schema) = export_device_array(&d, SyncEvent::DefaultStream).unwrap();
+        let (mut c_array, schema) = export_array(&d, SyncEvent::DefaultStream).unwrap();
         assert_eq!((c_array.array().offset(), c_array.array().null_count()), (off as i64, nulls as i64));
-        let imported = import_device_array(&mut c_array, &schema, None).unwrap();
+        let imported = import_array(&mut c_array, &schema, None).unwrap().into_device().unwrap();
         assert_eq!(imported.offset(), off);
         let want: Int32Array = (off..off + len).map(|i| (i % 4 != 1).then_some(vals[i])).collect();
         assert_eq!(imported.to_host().unwrap().as_ref(), &want as &dyn Array);
@@ -176,8 +176,8 @@ gpu_test! {
         let offsets = DeviceBuffer::from_slice(&c, data.buffers()[0].as_slice()).unwrap();
         let bytes = DeviceBuffer::from_slice(&c, data.buffers()[1].as_slice()).unwrap();
         let d = DeviceArray::try_new(DataType::Utf8, 11, 0, 7, None, vec![offsets, bytes], vec![], None).unwrap();
-        let (mut c_array, schema) = export_device_array(&d, SyncEvent::DefaultStream).unwrap();
-        let imported = import_device_array(&mut c_array, &schema, None).unwrap();
+        let (mut c_array, schema) = export_array(&d, SyncEvent::DefaultStream).unwrap();
+        let imported = import_array(&mut c_array, &schema, None).unwrap().into_device().unwrap();
         assert_eq!(imported.offset(), 7);
         let want = words.slice(7, 11);
         assert_eq!(imported.to_host().unwrap().as_ref(), &want as &dyn Array);
@@ -206,7 +206,7 @@ gpu_test_exclusive! {
         let gate = Arc::new(StreamGate::block(&producer).unwrap());
         copy_on_stream(&producer, &dst, &src).unwrap();
         let d = DeviceArray::try_new(DataType::Int32, n, 0, 0, None, vec![dst.clone()], vec![], None).unwrap();
-        let (mut c_array, schema) = export_device_array(&d, SyncEvent::Stream(&producer)).unwrap();
+        let (mut c_array, schema) = export_array(&d, SyncEvent::Stream(&producer)).unwrap();
         assert!(!sync_event_handle(&c_array).is_null());
         // A watchdog opens the gate late if the import blocks (then the test fails).
         let opened_by_watchdog = Arc::new(AtomicBool::new(false));
@@ -216,7 +216,7 @@ gpu_test_exclusive! {
             flag.store(true, Ordering::SeqCst);
             g2.open();
         });
-        let imported = import_device_array(&mut c_array, &schema, Some(&consumer)).unwrap();
+        let imported = import_array(&mut c_array, &schema, Some(&consumer)).unwrap().into_device().unwrap();
         assert!(
             !opened_by_watchdog.load(Ordering::SeqCst),
             "the import blocked the host until the watchdog opened the gate"
@@ -248,8 +248,8 @@ gpu_test_exclusive! {
         let gate = Arc::new(StreamGate::block(&producer).unwrap());
         copy_on_stream(&producer, &dst, &src).unwrap();
         let d = DeviceArray::try_new(DataType::Int64, vals.len(), 0, 0, None, vec![dst], vec![], None).unwrap();
-        let (mut c_array, schema) = export_device_array(&d, SyncEvent::Stream(&producer)).unwrap();
-        let imported = import_device_array(&mut c_array, &schema, None).unwrap();
+        let (mut c_array, schema) = export_array(&d, SyncEvent::Stream(&producer)).unwrap();
+        let imported = import_array(&mut c_array, &schema, None).unwrap().into_device().unwrap();
         let opened = Arc::new(AtomicBool::new(false));
         let (g2, flag) = (gate.clone(), opened.clone());
         let opener = std::thread::spawn(move || {
@@ -283,7 +283,7 @@ gpu_test_exclusive! {
         copy_on_stream(&producer, &o_dst, &o_src).unwrap();
         copy_on_stream(&producer, &v_dst, &v_src).unwrap();
         let d = DeviceArray::try_new(DataType::Utf8, 5000, 0, 0, None, vec![o_dst, v_dst], vec![], None).unwrap();
-        let (mut c_array, schema) = export_device_array(&d, SyncEvent::Stream(&producer)).unwrap();
+        let (mut c_array, schema) = export_array(&d, SyncEvent::Stream(&producer)).unwrap();
         let opened = Arc::new(AtomicBool::new(false));
         let (g2, flag) = (gate.clone(), opened.clone());
         let opener = std::thread::spawn(move || {
@@ -291,7 +291,7 @@ gpu_test_exclusive! {
             flag.store(true, Ordering::SeqCst);
             g2.open();
         });
-        let imported = import_device_array(&mut c_array, &schema, Some(&consumer)).unwrap();
+        let imported = import_array(&mut c_array, &schema, Some(&consumer)).unwrap().into_device().unwrap();
         // Causal, not timed: the offset read could only finish after the gate opened.
         assert!(opened.load(Ordering::SeqCst), "the offset read did not wait for the producer");
         assert_eq!(imported.buffers()[1].len(), v.len(), "values sized by the real last offset");
@@ -311,9 +311,9 @@ gpu_test! {
         let (_, structs) = corpus::others().into_iter().find(|(n, _)| *n == "struct").unwrap();
         let d = DeviceArray::from_host(structs.as_ref(), &c).unwrap();
         let k = counts();
-        drop(export_device_array(&d, SyncEvent::DefaultStream).unwrap());
+        drop(export_array(&d, SyncEvent::DefaultStream).unwrap());
         assert_eq!(k.released_since(), 4);
-        let (mut c_array, _) = export_device_array(&d, SyncEvent::DefaultStream).unwrap();
+        let (mut c_array, _) = export_array(&d, SyncEvent::DefaultStream).unwrap();
         let mut parent = c_array.take_array();
         let child = parent.take_child(1).unwrap();
         drop(parent);
@@ -322,7 +322,7 @@ gpu_test! {
         // gone; devbuf's legacy-stream work is ordered anyway).
         // Safety: a child of a CUDA export: device memory of device 0.
         let mut raw = unsafe { ArrowDeviceArray::new(child, 0, ARROW_DEVICE_CUDA, std::ptr::null_mut()) };
-        let imported = import_device_array(&mut raw, &export_schema(&DataType::Utf8).unwrap(), None).unwrap();
+        let imported = import_array(&mut raw, &export_schema(&DataType::Utf8).unwrap(), None).unwrap().into_device().unwrap();
         let s = structs.as_any().downcast_ref::<StructArray>().unwrap();
         assert_eq!(imported.to_host().unwrap().as_ref(), s.column(1).as_ref());
         assert_eq!(imported.buffers()[0].address(), d.children()[1].buffers()[0].address());
@@ -340,44 +340,47 @@ gpu_test! {
         let schema = export_schema(&DataType::Int32).unwrap();
 
         let k = counts();
-        let (mut a, _) = export_device_array(&d, SyncEvent::DefaultStream).unwrap();
-        let first = import_device_array(&mut a, &schema, None).unwrap();
-        let e = import_device_array(&mut a, &schema, None).unwrap_err();
+        let (mut a, _) = export_array(&d, SyncEvent::DefaultStream).unwrap();
+        let first = import_array(&mut a, &schema, None).unwrap().into_device().unwrap();
+        let e = import_array(&mut a, &schema, None).and_then(AnyArray::into_device).unwrap_err();
         assert!(e.to_string().contains("released"), "{e}");
         drop(first);
         assert_eq!(k.released_since(), 1);
 
         let count = cuda::device_count();
-        let (mut a, _) = export_device_array(&d, SyncEvent::DefaultStream).unwrap();
+        let (mut a, _) = export_array(&d, SyncEvent::DefaultStream).unwrap();
         // The same array under a device id that does not exist.
         let event = a.sync_event();
         // Safety: the buffers and the event are the exported array's own, unchanged.
         let mut a = unsafe { ArrowDeviceArray::new(a.take_array(), count as i64, ARROW_DEVICE_CUDA, event) };
-        let e = import_device_array(&mut a, &schema, None).unwrap_err();
+        let e = import_array(&mut a, &schema, None).and_then(AnyArray::into_device).unwrap_err();
         assert!(e.to_string().contains(&format!("device ordinal {count} does not exist")), "{e}");
         assert_eq!(k.released_since(), 2, "released on error");
 
         // A length the buffers cannot hold: the driver's range check refuses it.
-        let (mut a, _) = export_device_array(&d, SyncEvent::DefaultStream).unwrap();
+        let (mut a, _) = export_array(&d, SyncEvent::DefaultStream).unwrap();
         raw_mut(&mut a).length = 1 << 40;
-        let e = import_device_array(&mut a, &schema, None).unwrap_err();
+        let e = import_array(&mut a, &schema, None).and_then(AnyArray::into_device).unwrap_err();
         assert!(e.to_string().contains("out of bounds"), "{e}");
         assert_eq!(k.released_since(), 3);
 
         // Host memory claimed as CUDA memory.
         let host = Int32Array::from(vec![1, 2, 3]);
-        let (mut a, _) = export_host_array(&host, HostDevice::Cpu).unwrap();
+        let (mut a, _) = export_array(&host, ExportDevice::Cpu).unwrap();
         raw_mut(&mut a).device_type = ARROW_DEVICE_CUDA;
         raw_mut(&mut a).device_id = 0;
-        let e = import_device_array(&mut a, &schema, None).unwrap_err();
+        let e = import_array(&mut a, &schema, None).and_then(AnyArray::into_device).unwrap_err();
         assert!(e.to_string().contains("not device memory"), "{e}");
         assert_eq!(k.released_since(), 4);
 
-        // A device array offered to the host importer: refused, untouched.
-        let (mut a, _) = export_device_array(&d, SyncEvent::DefaultStream).unwrap();
-        let e = import_host_array(&mut a, &schema).unwrap_err();
-        assert!(e.to_string().contains("unsupported device type CUDA (2)"), "{e}");
+        // A device array offered to a host-only consumer: it reads the device type and
+        // leaves the structure untouched; `import_array` takes it as a device array,
+        // which `into_host` refuses.
+        let (mut a, _) = export_array(&d, SyncEvent::DefaultStream).unwrap();
+        assert_eq!(a.device_type(), ARROW_DEVICE_CUDA);
         assert!(!a.array().is_released());
+        let e = import_array(&mut a, &schema, None).unwrap().into_host().unwrap_err();
+        assert!(e.to_string().contains("device memory"), "{e}");
         drop(a);
         assert_eq!(k.released_since(), 5);
         assert_eq!(k.live_since(), 0);
@@ -385,12 +388,12 @@ gpu_test! {
         // View types are refused for CUDA, naming the type.
         for (name, v) in corpus::views() {
             let dv = DeviceArray::from_host(v.as_ref(), &c).unwrap();
-            let e = export_device_array(&dv, SyncEvent::DefaultStream).unwrap_err();
+            let e = export_array(&dv, SyncEvent::DefaultStream).unwrap_err();
             assert!(e.to_string().contains(&v.data_type().to_string()), "{name}: {e}");
         }
         // A view type on CUDA is a type devbuf does not export there: Unsupported.
         assert!(matches!(
-            export_device_array(&DeviceArray::from_host(&corpus::views()[0].1, &c).unwrap(), SyncEvent::None).map_err(|e| e.kind()),
+            export_array(&DeviceArray::from_host(&corpus::views()[0].1, &c).unwrap(), SyncEvent::None).map_err(|e| e.kind()),
             Err(devbuf::ErrorKind::Unsupported)
         ));
     }
@@ -404,11 +407,11 @@ gpu_test! {
         for (name, a) in corpus::all() {
             let pinned = DeviceArray::from_host(a.as_ref(), &c).unwrap().to_host().unwrap();
             let k = counts();
-            let (mut c_array, schema) = export_host_array(pinned.as_ref(), HostDevice::CudaHost { context: &c, sync: SyncEvent::None }).expect(&name);
+            let (mut c_array, schema) = export_array(pinned.as_ref(), ExportDevice::CudaHost { context: &c, sync: SyncEvent::None }).expect(&name);
             assert_eq!(c_array.device_type(), ARROW_DEVICE_CUDA_HOST, "{name}");
             assert_eq!(c_array.device_id(), 0, "{name}");
             assert!(c_array.sync_event().is_null(), "{name}");
-            let back = import_host_array(&mut c_array, &schema).expect(&name);
+            let back = import_array(&mut c_array, &schema, None).expect(&name).into_host().expect(&name);
             assert_eq!(back.as_ref(), a.as_ref(), "{name}");
             let ptrs = |x: &ArrayRef| x.to_data().buffers().iter().filter(|b| !b.is_empty()).map(|b| b.as_ptr() as usize).collect::<Vec<_>>();
             assert_eq!(ptrs(&back), ptrs(&pinned), "{name}: zero-copy");
@@ -417,14 +420,14 @@ gpu_test! {
         }
         // With an event on the legacy stream: the host import waits on it.
         let pinned = DeviceArray::from_host(&Int32Array::from(vec![7, 8, 9]), &c).unwrap().to_host().unwrap();
-        let (mut c_array, schema) = export_host_array(pinned.as_ref(), HostDevice::CudaHost { context: &c, sync: SyncEvent::DefaultStream }).unwrap();
+        let (mut c_array, schema) = export_array(pinned.as_ref(), ExportDevice::CudaHost { context: &c, sync: SyncEvent::DefaultStream }).unwrap();
         assert!(!sync_event_handle(&c_array).is_null());
-        let back = import_array(&mut c_array, &schema).unwrap();
+        let back = import_array(&mut c_array, &schema, None).unwrap();
         let AnyArray::Host(back) = back else { panic!("CUDA_HOST imports to the host") };
         assert_eq!(back.as_ref(), pinned.as_ref());
         // Ordinary memory is not CUDA_HOST.
         let plain = Int32Array::from(vec![1, 2, 3]);
-        let e = export_host_array(&plain, HostDevice::CudaHost { context: &c, sync: SyncEvent::None }).unwrap_err();
+        let e = export_array(&plain, ExportDevice::CudaHost { context: &c, sync: SyncEvent::None }).unwrap_err();
         assert!(e.to_string().contains("not page-locked"), "{e}");
         let h = c.allocate_host(64).unwrap();
         assert!(c.is_page_locked(h.as_ptr(), h.len()).unwrap());
@@ -437,22 +440,23 @@ gpu_test! {
         let _g = serial();
         let c = ctx();
         let (schema, parts) = batches();
-        let on_device: Vec<DeviceArray> = parts
+        let on_device: Vec<DeviceRecordBatch> = parts
             .iter()
-            .map(|b| DeviceArray::from_host(&StructArray::from(b.clone()), &c).unwrap())
+            .map(|b| DeviceRecordBatch::try_from(DeviceArray::from_host(&StructArray::from(b.clone()), &c).unwrap()).unwrap())
             .collect();
+        let as_struct = |b: devbuf::Result<Batch>| DeviceArray::try_from(b?.as_device().expect("a CUDA stream carries device batches").clone());
         let consumer = Stream::new(&c).unwrap();
         let k = counts();
-        let mut stream = export_device_stream(schema.clone(), on_device.clone().into_iter().map(Ok), None);
+        let mut stream = export_stream(schema.clone(), on_device.clone().into_iter().map(Ok), SyncEvent::DefaultStream);
         assert_eq!(stream.device_type(), ARROW_DEVICE_CUDA);
-        let reader = import_device_stream(&mut stream, Some(&consumer)).unwrap();
+        let reader = import_stream(&mut stream, Some(&consumer)).unwrap();
         assert!(stream.is_released());
         assert_eq!(reader.schema(), schema);
-        let got: Vec<DeviceArray> = reader.collect::<Result<_, _>>().unwrap();
+        let got: Vec<DeviceArray> = reader.map(as_struct).collect::<Result<_, _>>().unwrap();
         assert_eq!(got.len(), parts.len());
         consumer.synchronize().unwrap();
         for ((g, d), b) in got.iter().zip(&on_device).zip(&parts) {
-            assert_eq!(addrs_of_device(g, true), addrs_of_device(d, true));
+            assert_eq!(addrs_of_device(g, true), addrs_of_device(&DeviceArray::try_from(d.clone()).unwrap(), true));
             let host = g.to_host().unwrap();
             assert_eq!(host.as_ref(), &StructArray::from(b.clone()) as &dyn Array);
         }
@@ -460,31 +464,31 @@ gpu_test! {
         assert_eq!(k.live_since(), 0);
 
         // An error in the middle, and a batch that is not a struct.
-        let items: Vec<devbuf::Result<DeviceArray>> = vec![
+        let items: Vec<devbuf::Result<DeviceRecordBatch>> = vec![
             Ok(on_device[0].clone()),
             Err(Error::InvalidArgument("device batch 1 failed to decode".into())),
             Ok(on_device[2].clone()),
         ];
-        let mut stream = export_device_stream(schema.clone(), items, None);
-        let mut reader = import_device_stream(&mut stream, None).unwrap();
+        let mut stream = export_stream(schema.clone(), items, SyncEvent::DefaultStream);
+        let mut reader = import_stream(&mut stream, None).unwrap();
         assert!(reader.next().unwrap().is_ok());
         let e = reader.next().unwrap().unwrap_err();
         assert!(e.to_string().contains("device batch 1 failed to decode"), "{e}");
         assert!(reader.next().is_none());
         drop(reader);
         let not_struct = DeviceArray::from_host(&Int32Array::from(vec![1]), &c).unwrap();
-        let mut stream = export_device_stream(schema.clone(), vec![Ok(not_struct)], None);
-        let e = import_device_stream(&mut stream, None).unwrap().next().unwrap().unwrap_err();
-        assert!(e.to_string().contains("must be a struct array"), "{e}");
+        let mut stream = export_stream(schema.clone(), vec![DeviceRecordBatch::try_from(not_struct)], SyncEvent::DefaultStream);
+        let e = import_stream(&mut stream, None).unwrap().next().unwrap().unwrap_err();
+        assert!(e.to_string().contains("a batch is a struct array"), "{e}");
         assert_eq!(k.live_since(), 0);
 
         // Batches read from Arrow IPC in device memory, through DeviceArray::try_from.
         let full = crate::batches::mixed_batch(61, 300);
-        let message = serialize_record_batch(&full, &c).unwrap();
-        let dev_batch = read_record_batch(&message, full.schema()).unwrap();
+        let message = to_device_message(full.clone(), &c).unwrap();
+        let dev_batch = read_device(&message, full.schema()).unwrap();
         let s = DeviceArray::try_from(dev_batch.clone()).unwrap();
-        let mut stream = export_device_stream(full.schema(), vec![Ok(s.clone())], None);
-        let got: Vec<DeviceArray> = import_device_stream(&mut stream, None).unwrap().collect::<Result<_, _>>().unwrap();
+        let mut stream = export_stream(full.schema(), vec![Ok(dev_batch.clone())], SyncEvent::DefaultStream);
+        let got: Vec<DeviceArray> = import_stream(&mut stream, None).unwrap().map(as_struct).collect::<Result<_, _>>().unwrap();
         assert_eq!(addrs_of_device(&got[0], true), addrs_of_device(&s, true));
         assert_eq!(got[0].to_host().unwrap().as_ref(), &StructArray::from(full) as &dyn Array);
     }
@@ -504,9 +508,9 @@ gpu_test! {
         let b = DeviceArray::from_host(&Int32Array::from(vec![4, 5, 6]), &dedicated).unwrap();
         let fields = vec![Field::new("a", DataType::Int32, true), Field::new("b", DataType::Int32, true)];
         let s = DeviceArray::try_new(DataType::Struct(fields.clone().into()), 3, 0, 0, None, vec![], vec![a, b], None).unwrap();
-        let (mut c_array, schema) = export_device_array(&s, SyncEvent::DefaultStream).unwrap();
+        let (mut c_array, schema) = export_array(&s, SyncEvent::DefaultStream).unwrap();
         assert!(!sync_event_handle(&c_array).is_null());
-        let imported = import_device_array(&mut c_array, &schema, None).unwrap();
+        let imported = import_array(&mut c_array, &schema, None).unwrap().into_device().unwrap();
         assert_eq!(addrs_of_device(&imported, true), addrs_of_device(&s, true));
         // (Values of the dedicated context's child are not read through the primary
         // context here: that is a question of cross-context access, not of this
@@ -521,11 +525,11 @@ gpu_test! {
             let b = DeviceArray::from_host(&StringArray::from(vec!["x", "yy", "zzz"]), &c1).unwrap();
             let two = vec![Field::new("a", DataType::Int32, true), Field::new("b", DataType::Utf8, true)];
             let s = DeviceArray::try_new(DataType::Struct(two.into()), 3, 0, 0, None, vec![], vec![a, b.clone()], None).unwrap();
-            let e = export_device_array(&s, SyncEvent::DefaultStream).unwrap_err();
+            let e = export_array(&s, SyncEvent::DefaultStream).unwrap_err();
             assert!(e.to_string().contains("devices 0 and 1"), "{e}");
-            let (mut c_array, schema) = export_device_array(&b, SyncEvent::DefaultStream).unwrap();
+            let (mut c_array, schema) = export_array(&b, SyncEvent::DefaultStream).unwrap();
             assert_eq!(c_array.device_id(), 1);
-            let imported = import_device_array(&mut c_array, &schema, None).unwrap();
+            let imported = import_array(&mut c_array, &schema, None).unwrap().into_device().unwrap();
             assert_eq!(imported.buffers()[0].context().ordinal(), 1);
             assert_eq!(imported.to_host().unwrap().as_ref(), &StringArray::from(vec!["x", "yy", "zzz"]) as &dyn Array);
         }

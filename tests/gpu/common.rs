@@ -100,3 +100,29 @@ pub fn fast_random(n: usize, seed: u64) -> Vec<u8> {
     }
     v
 }
+
+/// A batch serialized as Arrow IPC into device memory of `c`'s device
+/// (`serialize_record_batch` to `BufferPrototype::Device`): host batches cross PCIe
+/// once, device batches are copied device to device.
+pub fn to_device_message(
+    b: impl Into<devbuf::arrow::Batch>,
+    c: &Context,
+) -> devbuf::Result<devbuf::cuda::DeviceBuffer> {
+    let proto = devbuf::zarr::BufferPrototype::Device(c.ordinal());
+    match devbuf::arrow::serialize_record_batch(&b.into(), &proto)? {
+        devbuf::memory::Memory::Device(d) => Ok(d),
+        devbuf::memory::Memory::Host(_) => unreachable!("serialized for a device"),
+    }
+}
+
+/// `read_record_batch` of a message in device memory, as the device batch it always is.
+pub fn read_device(
+    message: &devbuf::cuda::DeviceBuffer,
+    schema: arrow_schema::SchemaRef,
+) -> devbuf::Result<devbuf::arrow::DeviceRecordBatch> {
+    let m = devbuf::memory::Memory::Device(message.clone());
+    match devbuf::arrow::read_record_batch(&m, schema)? {
+        devbuf::arrow::Batch::Device(d) => Ok(d),
+        devbuf::arrow::Batch::Host(_) => unreachable!("device memory reads to a device batch"),
+    }
+}

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use arrow_array::{Float64Array, Int32Array, RecordBatch};
 use devbuf::ElementType;
-use devbuf::arrow::{ChunkBatch, read_record_batch, serialize_record_batch};
+use devbuf::arrow::ChunkBatch;
 use devbuf::flight::{Batch, Client};
 use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, Endianness, Scalar, Slice};
 use devbuf::zarr::{Compressor, ZarrArray};
@@ -158,7 +158,7 @@ gpu_test! {
             ("f", Arc::new(Float64Array::from((0..n).map(|_| rng.random::<f64>()).collect::<Vec<_>>())) as _),
         ])
         .unwrap();
-        let on_dev = read_record_batch(&serialize_record_batch(&host, &ctx).unwrap(), host.schema()).unwrap();
+        let on_dev = read_device(&to_device_message(host.clone(), &ctx).unwrap(), host.schema()).unwrap();
         // Served from device memory: to the host and to a device.
         server.register("dev", [on_dev.clone(), on_dev.clone()]).unwrap();
         let got = client.read_batches("dev", &HOST).unwrap();
@@ -175,7 +175,7 @@ gpu_test! {
         client.put("up", [on_dev]).unwrap();
         assert_eq!(client.read_batches("up", &HOST).unwrap()[0].to_host().unwrap(), host);
         let mixed = crate::batches::mixed_batch(rng.random(), 300);
-        let mixed_dev = read_record_batch(&serialize_record_batch(&mixed, &ctx).unwrap(), mixed.schema()).unwrap();
+        let mixed_dev = read_device(&to_device_message(mixed.clone(), &ctx).unwrap(), mixed.schema()).unwrap();
         client.put("mixed", [Batch::Device(mixed_dev)]).unwrap();
         let back = client.read_batches("mixed", &DEV).unwrap();
         assert!(back[0].prototype().is_device());

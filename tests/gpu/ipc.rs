@@ -13,10 +13,7 @@ use std::time::Duration;
 use arrow_array::{Array, Int32Array, RecordBatch, StringArray};
 use devbuf::__test::{StreamGate, copy_on_stream, open_mapping_count};
 use devbuf::Error;
-use devbuf::arrow::{
-    Batch, DeviceArray, read_record_batch, read_record_batch_host, schema_from_bytes,
-    schema_to_bytes, serialize_record_batch, serialize_record_batch_to_vec,
-};
+use devbuf::arrow::{Batch, DeviceArray, schema_from_bytes, schema_to_bytes};
 use devbuf::cuda::{
     Context, DeviceBuffer, DeviceBufferReader, DeviceBufferWriter, Event, EventFlags, Stream,
 };
@@ -211,7 +208,7 @@ fn child_entry() {
                 .unwrap()
                 .open()
                 .unwrap();
-            let batch = read_record_batch(&message, schema).unwrap();
+            let batch = read_device(&message, schema).unwrap();
             let zero_copy = batch
                 .columns()
                 .iter()
@@ -600,9 +597,9 @@ gpu_test! {
         let c = ctx();
         for (seed, rows) in [(1u64, 0usize), (2, 1), (3, 1000)] {
             let b = mixed_batch(seed, rows);
-            let message = serialize_record_batch(&b, &c).unwrap();
-            assert_eq!(message.to_vec::<u8>().unwrap(), serialize_record_batch_to_vec(&b).unwrap());
-            let d = read_record_batch(&message, b.schema()).unwrap();
+            let message = to_device_message(b.clone(), &c).unwrap();
+            assert_eq!(message.to_vec::<u8>().unwrap(), serialize_to_vec(&b).unwrap());
+            let d = read_device(&message, b.schema()).unwrap();
             assert_eq!(d.num_rows(), rows);
             assert_eq!(d.num_columns(), b.num_columns());
             for col in d.columns() {
@@ -616,18 +613,18 @@ gpu_test! {
                 assert_eq!(col.to_host().unwrap().as_ref(), b.column(i).as_ref());
             }
             let s = b.slice(rows / 3, rows / 2);
-            let m = serialize_record_batch(&s, &c).unwrap();
-            assert_eq!(read_record_batch(&m, s.schema()).unwrap().to_host().unwrap(), s);
+            let m = to_device_message(s.clone(), &c).unwrap();
+            assert_eq!(read_device(&m, s.schema()).unwrap().to_host().unwrap(), s);
         }
         // The device path and the host path read the same bytes the same way.
         let b = mixed_batch(4, 300);
-        let bytes = serialize_record_batch_to_vec(&b).unwrap();
+        let bytes = serialize_to_vec(&b).unwrap();
         let on_dev = DeviceBuffer::from_slice(&c, &bytes).unwrap();
-        let host = read_record_batch_host(&arrow_buffer::Buffer::from_vec(bytes), b.schema()).unwrap();
-        assert_eq!(read_record_batch(&on_dev, b.schema()).unwrap().to_host().unwrap(), host);
+        let host = read_host(&arrow_buffer::Buffer::from_vec(bytes), b.schema()).unwrap();
+        assert_eq!(read_device(&on_dev, b.schema()).unwrap().to_host().unwrap(), host);
         // Malformed device messages are errors.
         let bad = DeviceBuffer::from_slice(&c, &[0xffu8, 0xff, 0xff, 0xff, 0x40, 0, 0, 0]).unwrap();
-        assert!(matches!(read_record_batch(&bad, b.schema()), Err(Error::Malformed(_))));
+        assert!(matches!(read_device(&bad, b.schema()), Err(Error::Malformed(_))));
     }
 
     fn arrow_device_arrays_from_and_to_host() {
@@ -653,8 +650,8 @@ gpu_test! {
             ("a", Arc::new(small) as _),
             ("b", Arc::new(strings) as _),
         ]).unwrap();
-        let m = serialize_record_batch(&rb, &c).unwrap();
-        let d = read_record_batch(&m, rb.schema()).unwrap();
+        let m = to_device_message(rb.clone(), &c).unwrap();
+        let d = read_device(&m, rb.schema()).unwrap();
         assert_eq!(d.column_by_name("b").unwrap().len(), 2);
         assert!(d.column(2).is_none());
     }
@@ -665,7 +662,7 @@ gpu_test! {
         let c = ctx();
         let (seed, rows) = (21u64, 5000usize);
         let b = mixed_batch(seed, rows);
-        let message = serialize_record_batch(&b, &c).unwrap();
+        let message = to_device_message(b.clone(), &c).unwrap();
         let mut p = spawn("arrow_consumer", &[
             ("SEED", seed.to_string()),
             ("ROWS", rows.to_string()),
@@ -695,7 +692,7 @@ gpu_test! {
     /// back (zero-copy slices of the new message) to the same values, and a device
     /// ChunkBatch survives the trip.
     fn arrow_device_batches_serialize_on_the_device() {
-        use devbuf::arrow::{ChunkBatch, ChunkGrid, serialize_device_record_batch};
+        use devbuf::arrow::{ChunkBatch, ChunkGrid};
         use devbuf::zarr::{BufferPrototype, Dtype as ZType, NDBuffer};
         use devbuf::ElementType;
         // A context of its own: its allocation counter moves only with this test (other
@@ -707,14 +704,14 @@ gpu_test! {
             ("s", Arc::new(StringArray::from_iter((0..n).map(|i| (i % 5 != 2).then(|| format!("v{}", i * 7))))) as _),
         ])
         .unwrap();
-        let first = read_record_batch(&serialize_record_batch(&batch, &c).unwrap(), batch.schema()).unwrap();
+        let first = read_device(&to_device_message(batch.clone(), &c).unwrap(), batch.schema()).unwrap();
         let allocated = c.bytes_allocated();
-        let again = serialize_device_record_batch(&first).unwrap();
+        let again = to_device_message(first.clone(), first.message().context()).unwrap();
         // Serialised on the device: the new message is the one allocation made, in the
         // batch's context, and about as large as the first.
         assert_eq!(c.bytes_allocated(), allocated + again.len());
         assert!(again.len() >= first.message().len() / 2, "{} of {}", again.len(), first.message().len());
-        let back = read_record_batch(&again, batch.schema()).unwrap();
+        let back = read_device(&again, batch.schema()).unwrap();
         for col in back.columns() {
             for b in col.all_buffers() {
                 assert!(b.address() >= again.address() && b.address() + b.len() as u64 <= again.address() + again.len() as u64);
@@ -739,13 +736,36 @@ gpu_test! {
         let host = ChunkBatch::from_chunks(&grid, chunks.iter().map(|(c, n)| (c.as_slice(), n)), &BufferPrototype::Host).unwrap();
         let dev = ChunkBatch::from_chunks(&grid, chunks.iter().map(|(c, n)| (c.as_slice(), n)), &BufferPrototype::Device(0)).unwrap();
         let d = dev.batch().as_device().unwrap();
-        let msg = serialize_device_record_batch(d).unwrap();
-        let read = ChunkBatch::try_from(Batch::Device(read_record_batch(&msg, d.schema()).unwrap())).unwrap();
+        let msg = to_device_message(d.clone(), d.message().context()).unwrap();
+        let read = ChunkBatch::try_from(Batch::Device(read_device(&msg, d.schema()).unwrap())).unwrap();
         assert_eq!(read.len(), host.len());
         for k in 0..host.len() {
             assert_eq!(read.coords(k), host.coords(k));
             let (a, b) = (read.chunk(k).unwrap(), host.chunk(k).unwrap());
             assert_eq!(a.to_ndarray::<f32>().unwrap(), b.to_ndarray::<f32>().unwrap(), "chunk {k}");
         }
+    }
+}
+
+/// A host batch serialized as Arrow IPC into host memory, as bytes
+/// (`serialize_record_batch` to `BufferPrototype::Host`).
+fn serialize_to_vec(b: &arrow_array::RecordBatch) -> devbuf::Result<Vec<u8>> {
+    let m = devbuf::arrow::serialize_record_batch(
+        &devbuf::arrow::Batch::Host(b.clone()),
+        &devbuf::zarr::BufferPrototype::Host,
+    )?;
+    Ok(m.to_host()?.to_vec())
+}
+
+/// `read_record_batch` of a message in host memory (zero-copy: the memory is the
+/// buffer's), as the host batch it always is.
+fn read_host(
+    message: &arrow_buffer::Buffer,
+    schema: arrow_schema::SchemaRef,
+) -> devbuf::Result<arrow_array::RecordBatch> {
+    let m = devbuf::memory::Memory::from(message.clone());
+    match devbuf::arrow::read_record_batch(&m, schema)? {
+        devbuf::arrow::Batch::Host(b) => Ok(b),
+        devbuf::arrow::Batch::Device(_) => unreachable!("host memory reads to a host batch"),
     }
 }

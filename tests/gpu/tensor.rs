@@ -367,8 +367,8 @@ gpu_test! {
             }
             // Through Arrow IPC in device memory.
             let schema = hrb.schema();
-            let msg = devbuf::arrow::serialize_record_batch(hrb, &c).unwrap();
-            let read = devbuf::arrow::read_record_batch(&msg, schema).unwrap();
+            let msg = to_device_message((hrb).clone(), &c).unwrap();
+            let read = read_device(&msg, schema).unwrap();
             let via_ipc = ChunkBatch::try_from(Batch::Device(read)).unwrap();
             for i in 0..hb.len() {
                 assert_eq!(c_bytes(&via_ipc.chunk(i).unwrap()), c_bytes(&hb.chunk(i).unwrap()), "{what}: IPC chunk {i}");

@@ -75,6 +75,11 @@ pub mod __private {
         pub use crate::memory::host_ops::*;
     }
 
+    /// Arrow IPC on a context of the caller's and as the device batch (devbuf-flight).
+    pub mod arrow {
+        pub use crate::arrow::ipc_format::{read_device_record_batch, serialize_record_batch_on};
+    }
+
     /// Index resolution and bounding boxes of selections.
     pub mod index {
         pub use crate::zarr::index::{BoundingBox, Resolved, bounding_box, resolve};

@@ -63,7 +63,7 @@ gpu_test! {
         let want = StructArray::from(host_rb.clone());
         let nodes = crate::corpus::node_count(&want.to_data());
         let k = counts();
-        let (mut c_array, c_schema) = export_device_array(&s, SyncEvent::DefaultStream).unwrap();
+        let (mut c_array, c_schema) = export_array(&s, SyncEvent::DefaultStream).unwrap();
         assert_eq!(c_array.device_type(), ARROW_DEVICE_CUDA);
         assert_eq!(c_array.device_id(), 1);
         assert!(!c_array.sync_event().is_null(), "an event to wait on");
@@ -80,7 +80,7 @@ gpu_test! {
         }
         assert_eq!(k.live_since(), nodes as i64);
         let consumer = Stream::new(&d1).unwrap();
-        let imported = import_device_array(&mut c_array, &c_schema, Some(&consumer)).unwrap();
+        let imported = import_array(&mut c_array, &c_schema, Some(&consumer)).unwrap().into_device().unwrap();
         assert!(c_array.array().is_released());
         assert_eq!(addrs(&imported, true), addrs(&s, true), "imported zero-copy");
         assert!(imported.all_buffers().iter().all(|b| b.context().ordinal() == 1 && !b.is_owned()));
@@ -115,8 +115,12 @@ gpu_test! {
 
         // The same batch through a C device stream.
         let k = counts();
-        let mut stream = export_device_stream(d.schema(), vec![Ok(s.clone())], None);
-        let arrays: Vec<DeviceArray> = import_device_stream(&mut stream, Some(&consumer)).unwrap().collect::<Result<_, _>>().unwrap();
+        let mut stream = export_stream(d.schema(), vec![Ok(d.clone())], SyncEvent::DefaultStream);
+        let arrays: Vec<DeviceArray> = import_stream(&mut stream, Some(&consumer))
+            .unwrap()
+            .map(|b| DeviceArray::try_from(b?.as_device().expect("a CUDA stream carries device batches").clone()))
+            .collect::<Result<_, _>>()
+            .unwrap();
         assert_eq!(arrays.len(), 1);
         assert_eq!(addrs(&arrays[0], true), addrs(&s, true));
         assert!(arrays[0].all_buffers().iter().all(|b| b.context().ordinal() == 1));

@@ -22,8 +22,7 @@ use cudarc::driver::sys;
 use devbuf::ElementType;
 use devbuf::Error;
 use devbuf::arrow::c_device::{
-    ARROW_DEVICE_CUDA, SyncEvent, export_device_array, export_device_stream, import_device_array,
-    import_device_stream,
+    ARROW_DEVICE_CUDA, SyncEvent, export_array, export_stream, import_array, import_stream,
 };
 use devbuf::arrow::{ChunkBatch, ChunkGrid, DeviceArray};
 use devbuf::cuda::{Context, DeviceBuffer, Stream};

@@ -9,12 +9,16 @@
 //!
 //! | direction | CUDA (2) | CUDA_HOST (3) | CPU (1) |
 //! |---|---|---|---|
-//! | export | [`export_device_array`] ([`DeviceArray`](crate::arrow::DeviceArray)) | [`export_host_array`] with [`HostDevice::CudaHost`] (arrow-rs array in page-locked memory) | [`export_host_array`] with [`HostDevice::Cpu`] (arrow-rs array) |
-//! | import | [`import_device_array`] → `DeviceArray` | [`import_host_array`] → `ArrayRef` | [`import_host_array`] → `ArrayRef` |
-//! | streams | [`export_device_stream`], [`import_device_stream`] | [`import_host_stream`] | [`export_host_stream`], [`import_host_stream`] |
+//! | export | [`export_array`] of a [`DeviceArray`](crate::arrow::DeviceArray) with a [`SyncEvent`] ([`ExportDevice::Cuda`]) | [`export_array`] of an arrow-rs array in page-locked memory with [`ExportDevice::CudaHost`] | [`export_array`] of an arrow-rs array with [`ExportDevice::Cpu`] |
+//! | import | [`import_array`] → [`AnyArray::Device`](crate::arrow::AnyArray) | [`import_array`] → `AnyArray::Host` | [`import_array`] → `AnyArray::Host` |
+//! | streams | [`export_stream`], [`import_stream`] → [`StreamReader`] of `Batch::Device` | the same, `Batch::Host` | the same, `Batch::Host` ([`StreamReader::into_host_reader`] for an arrow-rs `RecordBatchReader`) |
 //!
-//! [`import_array`] takes any of the three and says which it was.
-//!
+//! [`import_array`] takes any of the three and says which it was
+//! ([`AnyArray::into_device`](crate::arrow::AnyArray::into_device) /
+//! [`into_host`](crate::arrow::AnyArray::into_host) take the side you expect); a
+//! consumer that takes one side only reads [`ArrowDeviceArray::device_type`] first and
+//! leaves anything else untouched.
+
 //! # Ownership
 //!
 //! * Everything is zero-copy: exported buffers are the arrays' own memory, imported
@@ -41,7 +45,7 @@
 //!   is known complete. The event lives until the base structure is released.
 //! * Import: a consumer stream waits on the event on the device before any use of the
 //!   data: the legacy default stream, or the stream passed as `on: Some(stream)` to
-//!   [`import_device_array`] and [`import_device_stream`]. The host does not block, except where devbuf itself
+//!   [`import_array`] and [`import_stream`]. The host does not block, except where devbuf itself
 //!   must read a value (the last offset of string/binary arrays, validity bits when
 //!   `null_count` is -1): that small copy is ordered after the event. A CUDA_HOST
 //!   import waits on the host (the CPU reads the data).
@@ -69,10 +73,10 @@
 //!
 //! ```
 //! use arrow_array::{Array, Int32Array};
-//! use devbuf_core::arrow::c_device::{export_host_array, HostDevice, import_host_array};
+//! use devbuf_core::arrow::c_device::{export_array, ExportDevice, import_array};
 //! let a = Int32Array::from(vec![Some(1), None, Some(3)]).slice(1, 2);
-//! let (mut c_array, c_schema) = export_host_array(&a, HostDevice::Cpu)?;
-//! let b = import_host_array(&mut c_array, &c_schema)?;
+//! let (mut c_array, c_schema) = export_array(&a, ExportDevice::Cpu)?;
+//! let b = import_array(&mut c_array, &c_schema, None)?.into_host()?;
 //! assert_eq!(b.as_ref(), &a as &dyn Array);
 //! # Ok::<(), devbuf_core::Error>(())
 //! ```
@@ -94,11 +98,8 @@ pub use abi::{
 };
 #[doc(hidden)]
 pub use abi::{StructLayout, layout_table};
-pub use export::{HostDevice, SyncEvent, export_device_array, export_host_array, export_schema};
+pub use export::{ExportDevice, SyncEvent, export_array, export_schema};
 #[doc(hidden)]
 pub use export::{live_exports, release_count};
-pub use import::{import_array, import_device_array, import_host_array};
-pub use stream::{
-    DeviceStreamReader, HostStreamReader, export_device_stream, export_host_stream,
-    import_device_stream, import_host_stream,
-};
+pub use import::import_array;
+pub use stream::{StreamReader, export_stream, import_stream};

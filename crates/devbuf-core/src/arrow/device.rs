@@ -569,11 +569,11 @@ impl TryFrom<super::DeviceRecordBatch> for DeviceArray {
     /// ```no_run
     /// use std::sync::Arc;
     /// use arrow_array::{Int32Array, RecordBatch};
-    /// use devbuf_core::arrow::{DeviceArray, read_record_batch, serialize_record_batch};
-    /// use devbuf_core::cuda::Context;
-    /// let ctx = Context::new(0)?;
+    /// use devbuf_core::arrow::{Batch, DeviceArray, read_record_batch, serialize_record_batch};
+    /// use devbuf_core::zarr::BufferPrototype;
     /// let batch = RecordBatch::try_from_iter(vec![("x", Arc::new(Int32Array::from(vec![1, 2])) as _)])?;
-    /// let on_device = read_record_batch(&serialize_record_batch(&batch, &ctx)?, batch.schema())?;
+    /// let message = serialize_record_batch(&Batch::from(batch.clone()), &BufferPrototype::Device(0))?;
+    /// let Batch::Device(on_device) = read_record_batch(&message, batch.schema())? else { unreachable!() };
     /// let s = DeviceArray::try_from(on_device.clone())?;
     /// assert_eq!(s.children()[0].buffers()[0].address(), on_device.columns()[0].buffers()[0].address());
     /// # Ok::<(), Box<dyn std::error::Error>>(())

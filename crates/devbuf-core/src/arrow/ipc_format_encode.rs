@@ -45,7 +45,7 @@ fn pad(n: usize, to: usize) -> usize {
 fn refuse(dt: &DataType, why: &str) -> Error {
     Error::invalid(format!(
         "cannot serialize a {dt} column from device memory without a host round trip: {why}; \
-         copy it to the host (DeviceRecordBatch::to_host) and use serialize_record_batch"
+         copy it to the host and serialize that (serialize_record_batch(&Batch::Host(b.to_host()?), ..))"
     ))
 }
 
@@ -169,31 +169,10 @@ pub(crate) fn plan<B: ByteLen>(
 }
 
 /// Serializes a device-resident batch as one Arrow IPC `RecordBatch` message in new
-/// device memory, without copying its data through the host: the metadata is built on
-/// the host and copied over (a few hundred bytes), every buffer is copied device to
-/// device into the body.
-///
-/// The result reads back with [`read_record_batch`](super::read_record_batch) (zero-copy
-/// in another process after [`DeviceBuffer::export_ipc`]). Columns must not be sliced
-/// (Arrow IPC has no array offset), and dictionary (they need dictionary messages),
-/// union, run-end-encoded, list-view and view columns (not implemented here) are
-/// refused with an error that says which: use
-/// [`DeviceRecordBatch::to_host`] and [`serialize_record_batch`](super::serialize_record_batch)
-/// for those.
-///
-/// ```no_run
-/// use std::sync::Arc;
-/// use arrow_array::{Int32Array, RecordBatch};
-/// use devbuf_core::arrow::{read_record_batch, serialize_device_record_batch, serialize_record_batch};
-/// use devbuf_core::cuda::Context;
-/// let ctx = Context::new(0)?;
-/// let batch = RecordBatch::try_from_iter([("x", Arc::new(Int32Array::from(vec![1, 2, 3])) as _)])?;
-/// let on_device = read_record_batch(&serialize_record_batch(&batch, &ctx)?, batch.schema())?;
-/// let again = serialize_device_record_batch(&on_device)?; // device to device
-/// assert_eq!(read_record_batch(&again, batch.schema())?.to_host()?, batch);
-/// # Ok::<(), devbuf_core::Error>(())
-/// ```
-pub fn serialize_device_record_batch(batch: &DeviceRecordBatch) -> Result<DeviceBuffer> {
+/// device memory on its device, without copying its data through the host:
+/// [`serialize_record_batch`](super::serialize_record_batch)'s device-to-device path
+/// (its documentation says which columns are refused).
+pub(crate) fn serialize_device_record_batch(batch: &DeviceRecordBatch) -> Result<DeviceBuffer> {
     let parts: Vec<Parts<DeviceBuffer>> = batch.columns().iter().map(|c| c.to_parts()).collect();
     let plan = plan(batch.num_rows(), &parts)?;
     let ctx = batch.message().context().clone();
@@ -209,7 +188,7 @@ pub fn serialize_device_record_batch(batch: &DeviceRecordBatch) -> Result<Device
     Ok(out)
 }
 
-/// The host twin of [`serialize_device_record_batch`] (same plan, host buffers): lets CI
+/// The host twin of `serialize_device_record_batch` (same plan, host buffers): lets CI
 /// check the encoding without a GPU. Only with the feature `test-support`; not part of
 /// the API.
 #[cfg(feature = "test-support")]

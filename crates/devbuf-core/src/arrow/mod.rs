@@ -9,9 +9,10 @@
 //!   buffers, children, dictionary).
 //! * The Arrow C Device Data Interface ([`c_device`]): export and import
 //!   `ArrowDeviceArray` / `ArrowDeviceArrayStream` on CUDA, CUDA_HOST and CPU, zero-copy.
-//! * Arrow IPC record batches in device memory ([`serialize_record_batch`],
-//!   [`read_record_batch`] → [`DeviceRecordBatch`]) and, as the host fallback, in shared
-//!   host memory ([`serialize_record_batch_shared`], [`read_record_batch_host`]).
+//! * Arrow IPC record batches in device or host memory ([`serialize_record_batch`] →
+//!   [`Memory`](crate::memory::Memory), [`read_record_batch`] → [`Batch`], a
+//!   [`DeviceRecordBatch`] on a device) and, as the host fallback for sharing, in shared
+//!   host memory ([`serialize_record_batch_shared`]).
 //! * zarr chunks ⇄ Arrow (`docs/arrow.md`): an
 //!   [`NDBuffer`](crate::zarr::NDBuffer) becomes a flat array or an
 //!   `arrow.fixed_shape_tensor` column ([`TensorArray`], host or device storage)
@@ -27,7 +28,7 @@ pub mod c_device;
 mod chunk_batch;
 mod device;
 mod host;
-mod ipc_format;
+pub(crate) mod ipc_format;
 pub(crate) mod ipc_format_encode;
 mod tensor;
 
@@ -36,9 +37,7 @@ pub use batch::Batch;
 pub use chunk_batch::{CHUNK_COLUMN, CHUNK_GRID_METADATA_KEY, ChunkBatch, ChunkGrid, coord_column};
 pub use device::DeviceArray;
 pub use ipc_format::{
-    DeviceRecordBatch, read_record_batch, read_record_batch_host, schema_from_bytes,
-    schema_to_bytes, serialize_record_batch, serialize_record_batch_shared,
-    serialize_record_batch_to_vec,
+    DeviceRecordBatch, read_record_batch, schema_from_bytes, schema_to_bytes,
+    serialize_record_batch, serialize_record_batch_shared,
 };
-pub use ipc_format_encode::serialize_device_record_batch;
 pub use tensor::{FIXED_SHAPE_TENSOR, TensorArray, TensorType, arrow_data_type, element_type_of};

@@ -6,8 +6,8 @@
 //! memory: the body goes through the transfer engine, which stages ordinary memory
 //! through page-locked buffers at page-locked speed — one copy per batch, no other host
 //! copy — and the columns are zero-copy slices of that device message
-//! ([`read_record_batch`]). Batches with dictionary columns are decoded on the host and
-//! then uploaded ([`serialize_record_batch`]).
+//! (`read_device_record_batch`). Batches with dictionary columns are decoded on the host
+//! and then uploaded (`serialize_record_batch_on`).
 
 use arrow_flight::FlightData;
 use arrow_ipc::MessageHeader;
@@ -15,7 +15,8 @@ use arrow_schema::{DataType, SchemaRef};
 
 use super::super::decode::{Decoded, IpcStreamDecoder, header_type};
 use super::super::encode::{Batch, message_prefix};
-use devbuf_core::arrow::{DeviceRecordBatch, read_record_batch, serialize_record_batch};
+use devbuf_core::__private::arrow::{read_device_record_batch, serialize_record_batch_on};
+use devbuf_core::arrow::DeviceRecordBatch;
 use devbuf_core::cuda::{Context, DeviceBuffer};
 use devbuf_core::error::{Error, Result};
 
@@ -89,8 +90,8 @@ impl Receiver {
             (ctx, _) => match self.decoder.decode(fd)? {
                 Decoded::Batch(rb) => Ok(Some(match ctx {
                     None => Batch::Host(rb),
-                    Some(ctx) => Batch::Device(read_record_batch(
-                        &serialize_record_batch(&rb, ctx)?,
+                    Some(ctx) => Batch::Device(read_device_record_batch(
+                        &serialize_record_batch_on(&rb, ctx)?,
                         rb.schema(),
                     )?),
                 })),
@@ -112,8 +113,8 @@ impl Receiver {
             return upload(fd, self.schema()?, ctx, scratch).map(Some);
         }
         match self.decoder.decode(fd)? {
-            Decoded::Batch(rb) => Ok(Some(read_record_batch(
-                &serialize_record_batch(&rb, ctx)?,
+            Decoded::Batch(rb) => Ok(Some(read_device_record_batch(
+                &serialize_record_batch_on(&rb, ctx)?,
                 rb.schema(),
             )?)),
             _ => Ok(None),
@@ -151,5 +152,5 @@ fn upload(
     let msg = buf.slice(0, need)?;
     msg.copy_from_host(0, &prefix)?;
     msg.copy_from_host(prefix.len(), &fd.data_body)?;
-    read_record_batch(&msg, schema)
+    read_device_record_batch(&msg, schema)
 }

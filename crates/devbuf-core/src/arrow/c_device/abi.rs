@@ -128,14 +128,16 @@ impl ArrowArray {
     }
 
     /// Moves the structure out of `ptr` (a bitwise copy), marking the source released
-    /// as the specification's "moving an array" prescribes.
+    /// as the specification's "moving an array" prescribes. (Public callers take a C
+    /// `ArrowArray*` with arrow-rs's `FFI_ArrowArray::from_raw` and
+    /// `ArrowArray::from(FFI_ArrowArray)`: the same move, the same layout.)
     ///
     /// # Safety
     /// `ptr` must be valid for reads and writes and point at an initialised
     /// `ArrowArray` that is released or valid per the C Data Interface (buffers,
     /// children and dictionary readable as its data type says), whose release callback
     /// may be called from any thread.
-    pub unsafe fn from_raw(ptr: *mut ArrowArray) -> ArrowArray {
+    pub(crate) unsafe fn from_raw(ptr: *mut ArrowArray) -> ArrowArray {
         // Safety: guaranteed by the caller; `replace` leaves a released structure behind.
         unsafe { std::ptr::replace(ptr, ArrowArray::empty()) }
     }
@@ -258,9 +260,9 @@ impl From<ArrowArray> for FFI_ArrowArray {
 /// Dropping a structure that is not released calls the array's release callback.
 ///
 /// ```
-/// use devbuf_core::arrow::c_device::{export_host_array, HostDevice, ARROW_DEVICE_CPU};
+/// use devbuf_core::arrow::c_device::{export_array, ExportDevice, ARROW_DEVICE_CPU};
 /// use arrow_array::Int32Array;
-/// let (array, _schema) = export_host_array(&Int32Array::from(vec![1, 2, 3]), HostDevice::Cpu)?;
+/// let (array, _schema) = export_array(&Int32Array::from(vec![1, 2, 3]), ExportDevice::Cpu)?;
 /// assert_eq!(array.device_type(), ARROW_DEVICE_CPU);
 /// assert_eq!(array.device_id(), -1);
 /// assert_eq!(array.array().length(), 3);
@@ -385,8 +387,9 @@ pub(crate) type StreamRelease = unsafe extern "C" fn(*mut ArrowDeviceArrayStream
 /// ```
 /// use std::sync::Arc;
 /// use arrow_schema::Schema;
-/// use devbuf_core::arrow::c_device::{export_host_stream, ARROW_DEVICE_CPU};
-/// let stream = export_host_stream(Arc::new(Schema::empty()), Vec::new());
+/// use devbuf_core::arrow::Batch;
+/// use devbuf_core::arrow::c_device::{export_stream, ExportDevice, ARROW_DEVICE_CPU};
+/// let stream = export_stream(Arc::new(Schema::empty()), Vec::<devbuf_core::Result<Batch>>::new(), ExportDevice::Cpu);
 /// assert_eq!(stream.device_type(), ARROW_DEVICE_CPU);
 /// assert!(!stream.is_released());
 /// drop(stream); // released here

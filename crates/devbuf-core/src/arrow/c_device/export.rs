@@ -1,5 +1,5 @@
 //! Producers: [`DeviceArray`] → `ArrowDeviceArray` (CUDA), host arrays → CPU or
-//! CUDA_HOST (one function; [`HostDevice`] says which).
+//! CUDA_HOST; one function, [`export_array`], with [`ExportDevice`] saying which.
 //!
 //! Every exported structure (the base array, each child, each dictionary) owns a boxed
 //! [`Private`] in `private_data`: the buffer and child pointer arrays, and whatever
@@ -12,7 +12,6 @@ use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-use arrow_array::Array;
 use arrow_buffer::Buffer;
 use arrow_data::{ArrayData, layout};
 use arrow_schema::ffi::FFI_ArrowSchema;
@@ -22,7 +21,7 @@ use super::abi::{
     ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA, ARROW_DEVICE_CUDA_HOST, ArrowArray, ArrowDeviceArray,
 };
 use super::types::{Side, check_type};
-use crate::arrow::DeviceArray;
+use crate::arrow::{AnyArray, DeviceArray};
 use crate::cuda::{Context, DeviceBuffer, Event, EventFlags, Stream};
 use crate::error::{Error, Result};
 
@@ -347,43 +346,7 @@ fn with_device(
     })
 }
 
-/// Exports a [`DeviceArray`] as an `ArrowDeviceArray` of device type CUDA (2) with
-/// `device_id` = the device ordinal, and its schema.
-///
-/// Zero-copy: the C buffers are the device buffers' addresses (`buffers[0]` the
-/// validity bitmap or null, then the type's buffers; children and dictionary as
-/// their own structures). The exported structures keep the buffers alive until the
-/// consumer releases them (each child independently when moved out).
-///
-/// `sync`: which event to record for `sync_event` (see [`SyncEvent`]); an array
-/// without any device memory (e.g. of type `Null`) gets no event and `device_id` 0
-/// unless the event is recorded on a stream.
-///
-/// Errors: buffers on more than one device; view types (`Utf8View`, `BinaryView`),
-/// whose variadic buffer sizes have no agreed device-side home (see the docs).
-///
-/// ```no_run
-/// use arrow_array::Int32Array;
-/// use devbuf_core::arrow::DeviceArray;
-/// use devbuf_core::arrow::c_device::{export_device_array, import_device_array, SyncEvent};
-/// use devbuf_core::cuda::Context;
-/// let ctx = Context::new(0)?;
-/// let d = DeviceArray::from_host(&Int32Array::from(vec![1, 2, 3]), &ctx)?;
-/// let (mut c_array, c_schema) = export_device_array(&d, SyncEvent::DefaultStream)?;
-/// // ... hand both to any C Device Data Interface consumer; or back to devbuf:
-/// let back = import_device_array(&mut c_array, &c_schema, None)?;
-/// assert_eq!(back.buffers()[0].address(), d.buffers()[0].address()); // zero-copy
-/// # Ok::<(), devbuf_core::Error>(())
-/// ```
-pub fn export_device_array(
-    array: &DeviceArray,
-    sync: SyncEvent<'_>,
-) -> Result<(ArrowDeviceArray, FFI_ArrowSchema)> {
-    let schema = export_schema(array.data_type())?;
-    Ok((export_device_array_only(array, sync)?, schema))
-}
-
-/// [`export_device_array`] without the schema.
+/// The CUDA export of [`export_array`], without the schema.
 pub(super) fn export_device_array_only(
     array: &DeviceArray,
     sync: SyncEvent<'_>,
@@ -400,23 +363,27 @@ pub(super) fn export_device_array_only(
     with_device(node, ARROW_DEVICE_CUDA, device_id as i64, event)
 }
 
-/// Which kind of host memory an exported host array lives in, and so the device type
-/// of the `ArrowDeviceArray` that [`export_host_array`] makes: ordinary memory is CPU,
-/// page-locked CUDA memory is CUDA_HOST.
+/// Which memory an exported array is in, and so the device type of the
+/// `ArrowDeviceArray` (or stream) that [`export_array`] and
+/// [`export_stream`](super::export_stream) make: ordinary host memory is CPU,
+/// page-locked CUDA memory is CUDA_HOST, device memory is CUDA. A [`SyncEvent`]
+/// converts into [`ExportDevice::Cuda`], so a device export reads
+/// `export_array(&device_array, SyncEvent::DefaultStream)`.
 ///
 /// ```
 /// use arrow_array::Int32Array;
-/// use devbuf_core::arrow::c_device::{export_host_array, HostDevice, ARROW_DEVICE_CPU};
-/// let (c_array, _schema) = export_host_array(&Int32Array::from(vec![1, 2]), HostDevice::Cpu)?;
+/// use devbuf_core::arrow::c_device::{export_array, ExportDevice, ARROW_DEVICE_CPU};
+/// let (c_array, _schema) = export_array(&Int32Array::from(vec![1, 2]), ExportDevice::Cpu)?;
 /// assert_eq!(c_array.device_type(), ARROW_DEVICE_CPU);
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
-pub enum HostDevice<'a> {
-    /// Ordinary host memory: device type CPU (1), `device_id` -1, no event.
+pub enum ExportDevice<'a> {
+    /// Ordinary host memory (a host array): device type CPU (1), `device_id` -1, no
+    /// event.
     #[default]
     Cpu,
-    /// Page-locked host memory of `context` (e.g. from
+    /// Page-locked host memory of `context` (a host array, e.g. from
     /// `arrow_buffer::Buffer::from(`[`HostBuffer`](crate::cuda::HostBuffer)`)` or
     /// copied from the device by [`DeviceArray::to_host`]): device type CUDA_HOST (3),
     /// `device_id` = the context's ordinal. Every non-empty buffer is checked with the
@@ -429,15 +396,25 @@ pub enum HostDevice<'a> {
         /// Which event to record for `sync_event`.
         sync: SyncEvent<'a>,
     },
+    /// Device memory (a [`DeviceArray`]): device type CUDA (2), `device_id` = the
+    /// buffers' device, `sync_event` as the [`SyncEvent`] says.
+    Cuda(SyncEvent<'a>),
 }
 
-impl HostDevice<'_> {
+impl<'a> From<SyncEvent<'a>> for ExportDevice<'a> {
+    /// [`ExportDevice::Cuda`].
+    fn from(sync: SyncEvent<'a>) -> ExportDevice<'a> {
+        ExportDevice::Cuda(sync)
+    }
+}
+
+impl ExportDevice<'_> {
     /// A buffer the export makes (a realigned validity bitmap, the variadic buffer sizes
     /// of view types), in memory of this kind.
     fn synth(&self, bytes: &[u8]) -> Result<Buffer> {
         match self {
-            HostDevice::Cpu => Ok(Buffer::from_slice_ref(bytes)),
-            HostDevice::CudaHost { context, .. } => {
+            ExportDevice::Cpu | ExportDevice::Cuda(_) => Ok(Buffer::from_slice_ref(bytes)),
+            ExportDevice::CudaHost { context, .. } => {
                 let mut h = context.allocate_host(bytes.len())?;
                 h.copy_from_slice(bytes);
                 Ok(Buffer::from(h))
@@ -447,7 +424,7 @@ impl HostDevice<'_> {
 
     /// Checks that `b` is memory of this kind (page-locked for CUDA_HOST).
     fn check(&self, b: &Buffer, what: &str, dt: &DataType) -> Result<()> {
-        if let HostDevice::CudaHost { context, .. } = self
+        if let ExportDevice::CudaHost { context, .. } = self
             && !b.is_empty()
             && !context.is_page_locked(b.as_ptr(), b.len())?
         {
@@ -463,7 +440,7 @@ impl HostDevice<'_> {
 
 /// The validity bitmap of `data` indexed by the array's own offset (arrow-rs keeps a
 /// separate offset for the null buffer; the C Data Interface has one offset).
-fn aligned_validity(data: &ArrayData, target: &HostDevice<'_>) -> Result<Option<Buffer>> {
+fn aligned_validity(data: &ArrayData, target: &ExportDevice<'_>) -> Result<Option<Buffer>> {
     let Some(nulls) = data.nulls() else {
         return Ok(None);
     };
@@ -489,7 +466,7 @@ fn aligned_validity(data: &ArrayData, target: &HostDevice<'_>) -> Result<Option<
     Ok(Some(target.synth(&bytes)?))
 }
 
-fn host_node(data: &ArrayData, target: &HostDevice<'_>) -> Result<Node> {
+fn host_node(data: &ArrayData, target: &ExportDevice<'_>) -> Result<Node> {
     let dt = data.data_type();
     let l = layout(dt);
     let mut buffers = Vec::with_capacity(data.buffers().len() + 2);
@@ -556,60 +533,109 @@ fn host_node(data: &ArrayData, target: &HostDevice<'_>) -> Result<Node> {
     })
 }
 
-/// Exports a host (arrow-rs) array as an `ArrowDeviceArray` and its schema, zero-copy:
-/// the C buffers point at the arrow-rs buffers, which the export keeps alive (a
-/// validity bitmap whose bit offset differs from the array's is realigned into a new
-/// buffer, as the C Data Interface has a single offset).
+/// Exports an array — on the host (an arrow-rs array) or on a device (a
+/// [`DeviceArray`]) — as an `ArrowDeviceArray` and its schema, zero-copy: the C buffers
+/// are the array's own memory (`buffers[0]` the validity bitmap or null, then the
+/// type's buffers; children and dictionary as their own structures), which the export
+/// keeps alive until the consumer releases it (each child independently when moved
+/// out). A host validity bitmap whose bit offset differs from the array's is realigned
+/// into a new buffer, as the C Data Interface has a single offset.
 ///
-/// `device` says which memory the buffers are, and so the device type: ordinary memory
-/// as CPU (1), `device_id` -1 and no event ([`HostDevice::Cpu`]); page-locked CUDA
-/// memory as CUDA_HOST (3) with `device_id` = the context's ordinal and the event
-/// [`SyncEvent`] asks for ([`HostDevice::CudaHost`]; ordinary memory is then an error:
-/// export it as CPU). A [`DeviceArray`] is exported by [`export_device_array`].
+/// `device` says which memory the buffers are, and so the device type
+/// ([`ExportDevice`]): a host array as CPU (1) with `device_id` -1 and no event
+/// ([`ExportDevice::Cpu`]) or, in page-locked CUDA memory, as CUDA_HOST (3)
+/// ([`ExportDevice::CudaHost`]; ordinary memory is then an error: export it as CPU); a
+/// device array as CUDA (2) with `device_id` = its device and the event the
+/// [`SyncEvent`] asks for (a `SyncEvent` converts into [`ExportDevice::Cuda`]); an
+/// array without any device memory (e.g. of type `Null`) gets no event and
+/// `device_id` 0 unless the event is recorded on a stream.
+///
+/// Errors: a host array with [`ExportDevice::Cuda`] or a device array with a host
+/// device type (copy it: [`DeviceArray::from_host`], [`DeviceArray::to_host`]); device
+/// buffers on more than one device; view types (`Utf8View`, `BinaryView`) on a device,
+/// whose variadic buffer sizes have no agreed device-side home (see the docs).
 ///
 /// ```
 /// use arrow_array::{Array, StringArray};
-/// use devbuf_core::arrow::c_device::{export_host_array, import_host_array, HostDevice};
+/// use devbuf_core::arrow::c_device::{export_array, import_array, ExportDevice};
 /// let strings = StringArray::from(vec![Some("a"), None, Some("ccc")]);
-/// let (mut c_array, c_schema) = export_host_array(&strings, HostDevice::Cpu)?;
-/// let back = import_host_array(&mut c_array, &c_schema)?;
+/// let (mut c_array, c_schema) = export_array(&strings, ExportDevice::Cpu)?;
+/// let back = import_array(&mut c_array, &c_schema, None)?.into_host()?;
 /// assert_eq!(back.as_ref(), &strings as &dyn Array);
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
 ///
-/// Page-locked memory, e.g. a device array copied to the host:
+/// A device array, and page-locked memory (a device array copied to the host):
 ///
 /// ```no_run
 /// use arrow_array::Int32Array;
 /// use devbuf_core::arrow::DeviceArray;
-/// use devbuf_core::arrow::c_device::{export_host_array, HostDevice, SyncEvent, ARROW_DEVICE_CUDA_HOST};
+/// use devbuf_core::arrow::c_device::{
+///     export_array, import_array, ExportDevice, SyncEvent, ARROW_DEVICE_CUDA_HOST,
+/// };
 /// use devbuf_core::cuda::Context;
 /// let ctx = Context::new(0)?;
 /// let d = DeviceArray::from_host(&Int32Array::from(vec![1, 2, 3]), &ctx)?;
+/// let (mut c_array, c_schema) = export_array(&d, SyncEvent::DefaultStream)?;
+/// // ... hand both to any C Device Data Interface consumer; or back to devbuf:
+/// let back = import_array(&mut c_array, &c_schema, None)?.into_device()?;
+/// assert_eq!(back.buffers()[0].address(), d.buffers()[0].address()); // zero-copy
+///
 /// let pinned = d.to_host()?; // one copy into page-locked memory
-/// let device = HostDevice::CudaHost { context: &ctx, sync: SyncEvent::None };
-/// let (c_array, _schema) = export_host_array(pinned.as_ref(), device)?;
+/// let device = ExportDevice::CudaHost { context: &ctx, sync: SyncEvent::None };
+/// let (c_array, _schema) = export_array(pinned.as_ref(), device)?;
 /// assert_eq!(c_array.device_type(), ARROW_DEVICE_CUDA_HOST);
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
-pub fn export_host_array(
-    array: &dyn Array,
-    device: HostDevice<'_>,
+pub fn export_array<'a>(
+    array: impl Into<AnyArray>,
+    device: impl Into<ExportDevice<'a>>,
 ) -> Result<(ArrowDeviceArray, FFI_ArrowSchema)> {
+    let array = array.into();
     let schema = export_schema(array.data_type())?;
-    Ok((export_host_data(&array.to_data(), device)?, schema))
+    Ok((export_any(&array, device.into())?, schema))
 }
 
-/// [`export_host_array`] of arrow-rs array data, without the schema.
+/// [`export_array`] without the schema.
+pub(super) fn export_any(array: &AnyArray, device: ExportDevice<'_>) -> Result<ArrowDeviceArray> {
+    match (array, device) {
+        (AnyArray::Device(a), ExportDevice::Cuda(sync)) => export_device_array_only(a, sync),
+        (AnyArray::Host(a), ExportDevice::Cpu | ExportDevice::CudaHost { .. }) => {
+            export_host_data(&a.to_data(), device)
+        }
+        (AnyArray::Device(a), _) => Err(Error::invalid(format!(
+            "cannot export a {} array in device memory as {}: a device array exports as CUDA \
+             (pass a SyncEvent), or copy it to the host first (DeviceArray::to_host)",
+            a.data_type(),
+            host_name(&device)
+        ))),
+        (AnyArray::Host(a), _) => Err(Error::invalid(format!(
+            "cannot export a {} array in host memory as CUDA: a host array exports as CPU or \
+             CUDA_HOST (ExportDevice::Cpu / CudaHost), or copy it to a device first \
+             (DeviceArray::from_host)",
+            a.data_type()
+        ))),
+    }
+}
+
+fn host_name(d: &ExportDevice<'_>) -> &'static str {
+    match d {
+        ExportDevice::Cpu => "CPU",
+        ExportDevice::CudaHost { .. } => "CUDA_HOST",
+        ExportDevice::Cuda(_) => "CUDA",
+    }
+}
+
+/// The host export of [`export_array`] (arrow-rs array data), without the schema.
 pub(super) fn export_host_data(
     data: &ArrayData,
-    device: HostDevice<'_>,
+    device: ExportDevice<'_>,
 ) -> Result<ArrowDeviceArray> {
     check_type(data.data_type(), Side::Host)?;
     let node = host_node(data, &device)?;
     match device {
-        HostDevice::Cpu => with_device(node, ARROW_DEVICE_CPU, -1, None),
-        HostDevice::CudaHost { context, sync } => {
+        ExportDevice::Cpu | ExportDevice::Cuda(_) => with_device(node, ARROW_DEVICE_CPU, -1, None),
+        ExportDevice::CudaHost { context, sync } => {
             let event = record_event(std::slice::from_ref(context), sync)?;
             with_device(
                 node,

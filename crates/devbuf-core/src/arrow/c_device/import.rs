@@ -558,7 +558,7 @@ pub(super) fn import_cuda(
     stream: Option<&Stream>,
 ) -> Result<DeviceArray> {
     check_type(dt, Side::Device)?;
-    let owned = take(array, &[ARROW_DEVICE_CUDA], "import_device_array")?;
+    let owned = take(array, &[ARROW_DEVICE_CUDA], "a CUDA import")?;
     // From here on every error releases the array (when `owned` / `owner` drops).
     let ctx = Context::new(device_ordinal(&owned)?)?;
     let event = cuda_event(&owned)?;
@@ -591,7 +591,7 @@ pub(super) fn import_host(array: &mut ArrowDeviceArray, dt: &DataType) -> Result
     let owned = take(
         array,
         &[ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA_HOST],
-        "import_host_array",
+        "a host import",
     )?;
     if owned.device_type == ARROW_DEVICE_CUDA_HOST {
         let event = cuda_event(&owned)?;
@@ -612,92 +612,57 @@ pub(super) fn import_host(array: &mut ArrowDeviceArray, dt: &DataType) -> Result
     Ok(make_array(parts.into_array_data()?))
 }
 
-/// Imports a CUDA `ArrowDeviceArray` as a [`DeviceArray`] without copying: every
-/// buffer is a [`Context::view`] of the producer's memory (validated with the driver:
-/// device memory of `device_id`, large enough), and the producer's release callback
-/// runs exactly once, when the last of those buffers drops.
+/// Imports an `ArrowDeviceArray` of any device type devbuf supports, without copying:
+/// CUDA as [`AnyArray::Device`], CPU and CUDA_HOST as [`AnyArray::Host`] (an arrow-rs
+/// array). [`AnyArray::into_device`] / [`AnyArray::into_host`] take the side you expect.
+///
+/// * CUDA: every buffer is a [`Context::view`] of the producer's memory (validated
+///   with the driver: device memory of `device_id`, large enough). If `sync_event` is
+///   set, a stream waits on it on the device and the host does not block: the *legacy
+///   default stream* (where devbuf's copies and kernels run) when `on` is `None`;
+///   `on`'s stream (the consumer's) when it is `Some`, so that work queued there
+///   afterwards sees the data. String and binary arrays need their last offset to
+///   know the size of the values buffer: that is one small synchronous copy per such
+///   array, ordered after the event.
+/// * CPU, CUDA_HOST: an arrow-rs array (buffers misaligned for their type excepted:
+///   arrow-rs realigns those), fully validated (offsets, UTF-8, dictionary keys). For
+///   CUDA_HOST with a `sync_event`, the calling thread waits for the event
+///   (`cuEventSynchronize`): the result is read by the CPU. `on` is not used.
 ///
 /// The structure is moved out of `array`, which is left released: importing it again
-/// is an error. If `sync_event` is set, a stream waits on it on the device and the host
-/// does not block: the *legacy default stream* (where devbuf's copies and kernels run)
-/// when `on` is `None`; `on`'s stream (the consumer's) when it is `Some`, so that work
-/// queued there afterwards sees the data. String and binary arrays need their
-/// last offset to know the size of the values buffer: that is one small synchronous
-/// copy per such array, ordered after the event.
+/// is an error. The producer's release callback runs exactly once, when the last
+/// imported buffer drops.
 ///
 /// Errors (never a panic): a released structure or another device type (the structure
 /// is then left untouched); a schema arrow-rs cannot parse or a type devbuf does not
-/// support (untouched too); a `device_id` that is no device here, structures that
-/// contradict the type (buffer or child counts, null buffers that must hold data,
-/// negative lengths, offsets or counts), pointers that are not device memory of the
-/// device or too small (the array is released before the error returns).
+/// support on that side (untouched too); a `device_id` that is no device here,
+/// structures that contradict the type (buffer or child counts, null buffers that must
+/// hold data, negative lengths, offsets or counts), pointers that are not device
+/// memory of the device or too small (the array is released before the error returns).
+/// To accept one side only and leave anything else untouched, look at
+/// [`ArrowDeviceArray::device_type`] before importing.
 ///
-/// ```no_run
-/// # use arrow_array::Int32Array;
-/// # use devbuf_core::arrow::DeviceArray;
-/// # use devbuf_core::cuda::Context;
-/// use devbuf_core::arrow::c_device::{export_device_array, import_device_array, SyncEvent};
-/// # let ctx = Context::new(0)?;
-/// # let d = DeviceArray::from_host(&Int32Array::from(vec![1, 2, 3]), &ctx)?;
-/// let (mut c_array, c_schema) = export_device_array(&d, SyncEvent::DefaultStream)?;
-/// let imported = import_device_array(&mut c_array, &c_schema, None)?;
+/// ```
+/// use arrow_array::{Array, BooleanArray};
+/// use devbuf_core::arrow::AnyArray;
+/// use devbuf_core::arrow::c_device::{export_array, import_array, ExportDevice, ARROW_DEVICE_CUDA};
+/// let a = BooleanArray::from(vec![true, false]);
+/// let (mut c_array, c_schema) = export_array(&a, ExportDevice::Cpu)?;
+/// // A consumer that only takes device memory leaves this one to its owner:
+/// assert_ne!(c_array.device_type(), ARROW_DEVICE_CUDA);
+/// match import_array(&mut c_array, &c_schema, None)? {
+///     AnyArray::Host(b) => assert_eq!(b.as_ref(), &a as &dyn Array),
+///     AnyArray::Device(_) => unreachable!(),
+/// }
 /// assert!(c_array.array().is_released());
-/// assert!(import_device_array(&mut c_array, &c_schema, None).is_err()); // imported once only
+/// assert!(import_array(&mut c_array, &c_schema, None).is_err()); // imported once only
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
-pub fn import_device_array(
+pub fn import_array(
     array: &mut ArrowDeviceArray,
     schema: &FFI_ArrowSchema,
     on: Option<&Stream>,
-) -> Result<DeviceArray> {
-    let dt = data_type_of(schema)?;
-    import_cuda(array, &dt, on)
-}
-
-/// Imports a CPU (1) or CUDA_HOST (3) `ArrowDeviceArray` as an arrow-rs array without
-/// copying (buffers misaligned for their type excepted: arrow-rs realigns those).
-/// The array is fully validated (offsets, UTF-8, dictionary keys); the producer's
-/// release callback runs when the last arrow-rs buffer drops.
-///
-/// For CUDA_HOST with a `sync_event`, the calling thread waits for the event
-/// (`cuEventSynchronize`): the result is read by the CPU.
-///
-/// Errors as for [`import_device_array`].
-///
-/// ```
-/// use arrow_array::{Array, Int64Array};
-/// use devbuf_core::arrow::c_device::{export_host_array, HostDevice, import_host_array};
-/// let a = Int64Array::from(vec![Some(1), None, Some(3)]);
-/// let (mut c_array, c_schema) = export_host_array(&a, HostDevice::Cpu)?;
-/// let b = import_host_array(&mut c_array, &c_schema)?;
-/// assert_eq!(b.as_ref(), &a as &dyn Array);
-/// # Ok::<(), devbuf_core::Error>(())
-/// ```
-pub fn import_host_array(
-    array: &mut ArrowDeviceArray,
-    schema: &FFI_ArrowSchema,
-) -> Result<ArrayRef> {
-    let dt = data_type_of(schema)?;
-    import_host(array, &dt)
-}
-
-/// Imports an `ArrowDeviceArray` of any device type devbuf supports: CUDA as a
-/// [`DeviceArray`] (waiting on the legacy default stream, as [`import_device_array`]),
-/// CPU and CUDA_HOST as an arrow-rs array (as [`import_host_array`]). Other device
-/// types are an error that leaves the structure untouched.
-///
-/// ```
-/// use arrow_array::BooleanArray;
-/// use devbuf_core::arrow::AnyArray;
-/// use devbuf_core::arrow::c_device::{export_host_array, HostDevice, import_array};
-/// let (mut c_array, c_schema) = export_host_array(&BooleanArray::from(vec![true, false]), HostDevice::Cpu)?;
-/// match import_array(&mut c_array, &c_schema)? {
-///     AnyArray::Host(a) => assert_eq!(a.len(), 2),
-///     AnyArray::Device(_) => unreachable!(),
-/// }
-/// # Ok::<(), devbuf_core::Error>(())
-/// ```
-pub fn import_array(array: &mut ArrowDeviceArray, schema: &FFI_ArrowSchema) -> Result<AnyArray> {
+) -> Result<AnyArray> {
     let dt = data_type_of(schema)?;
     check_header(
         array,
@@ -705,7 +670,7 @@ pub fn import_array(array: &mut ArrowDeviceArray, schema: &FFI_ArrowSchema) -> R
         "import_array",
     )?;
     if array.device_type == ARROW_DEVICE_CUDA {
-        Ok(AnyArray::Device(import_cuda(array, &dt, None)?))
+        Ok(AnyArray::Device(import_cuda(array, &dt, on)?))
     } else {
         Ok(AnyArray::Host(import_host(array, &dt)?))
     }

@@ -17,12 +17,13 @@ use super::abi::{
     ArrowDeviceArrayStream, ArrowDeviceType, device_type_name,
 };
 use super::export::{
-    HostDevice, SyncEvent, count_export, count_release, export_device_array_only, export_host_data,
+    ExportDevice, SyncEvent, count_export, count_release, export_device_array_only,
+    export_host_data,
 };
 use super::import::{import_cuda, import_host, schema_of};
 use super::types::{Side, check_type};
-use crate::arrow::DeviceArray;
-use crate::cuda::Stream;
+use crate::arrow::{Batch, DeviceArray, DeviceRecordBatch};
+use crate::cuda::{Context, Stream};
 use crate::error::{Error, ErrorKind, Result};
 
 type NextFn = Box<dyn FnMut() -> Option<Result<ArrowDeviceArray>> + Send>;
@@ -235,98 +236,137 @@ fn check_columns(types: Vec<&DataType>, schema: &SchemaRef, batch: usize) -> Res
     Ok(())
 }
 
-fn device_stream(
-    schema: SchemaRef,
-    batches: impl Iterator<Item = Result<DeviceArray>> + Send + 'static,
-    record_on: Option<Stream>,
-) -> ArrowDeviceArrayStream {
-    let mut batches = batches;
-    let mut index = 0usize;
-    let s = schema.clone();
-    let next: NextFn = Box::new(move || {
-        let item = batches.next()?;
-        let i = index;
-        index += 1;
-        Some(item.and_then(|a| {
-            let DataType::Struct(fields) = a.data_type() else {
-                return Err(Error::invalid(format!(
-                    "batch {i} is a {} array: a stream batch must be a struct array",
-                    a.data_type()
-                )));
-            };
-            check_columns(fields.iter().map(|f| f.data_type()).collect(), &s, i)?;
-            let sync = match &record_on {
-                Some(st) => SyncEvent::Stream(st),
-                None => SyncEvent::DefaultStream,
-            };
-            export_device_array_only(&a, sync)
-        }))
-    });
-    make_stream(ARROW_DEVICE_CUDA, schema, next)
+/// The owned form of a [`SyncEvent`] (a stream export outlives the caller's borrows).
+#[derive(Clone)]
+enum OwnedSync {
+    DefaultStream,
+    Stream(Stream),
+    None,
 }
 
-/// Exports a sequence of device batches as an `ArrowDeviceArrayStream` of device type
-/// CUDA. Each item must be a struct array whose fields have the schema's column types
-/// (`DeviceArray::try_from(batch)` makes one of a [`DeviceRecordBatch`]); each is exported as by
-/// [`export_device_array`](super::export_device_array) with an event recorded when the
-/// consumer pulls it: on the legacy default stream when `on` is `None`, on `stream`
-/// (where the batches are produced) when it is `Some(stream)`.
+impl OwnedSync {
+    fn of(sync: SyncEvent<'_>) -> OwnedSync {
+        match sync {
+            SyncEvent::DefaultStream => OwnedSync::DefaultStream,
+            SyncEvent::Stream(s) => OwnedSync::Stream(s.clone()),
+            SyncEvent::None => OwnedSync::None,
+        }
+    }
+
+    fn borrow(&self) -> SyncEvent<'_> {
+        match self {
+            OwnedSync::DefaultStream => SyncEvent::DefaultStream,
+            OwnedSync::Stream(s) => SyncEvent::Stream(s),
+            OwnedSync::None => SyncEvent::None,
+        }
+    }
+}
+
+/// The owned form of an [`ExportDevice`].
+enum Target {
+    Cpu,
+    CudaHost(Context, OwnedSync),
+    Cuda(OwnedSync),
+}
+
+impl Target {
+    fn of(device: ExportDevice<'_>) -> Target {
+        match device {
+            ExportDevice::Cpu => Target::Cpu,
+            ExportDevice::CudaHost { context, sync } => {
+                Target::CudaHost(context.clone(), OwnedSync::of(sync))
+            }
+            ExportDevice::Cuda(sync) => Target::Cuda(OwnedSync::of(sync)),
+        }
+    }
+
+    fn borrow(&self) -> ExportDevice<'_> {
+        match self {
+            Target::Cpu => ExportDevice::Cpu,
+            Target::CudaHost(context, sync) => ExportDevice::CudaHost {
+                context,
+                sync: sync.borrow(),
+            },
+            Target::Cuda(sync) => ExportDevice::Cuda(sync.borrow()),
+        }
+    }
+
+    fn device_type(&self) -> ArrowDeviceType {
+        match self {
+            Target::Cpu => ARROW_DEVICE_CPU,
+            Target::CudaHost(..) => ARROW_DEVICE_CUDA_HOST,
+            Target::Cuda(_) => ARROW_DEVICE_CUDA,
+        }
+    }
+}
+
+/// Exports a sequence of record batches as an `ArrowDeviceArrayStream`. Each batch
+/// crosses as a struct array whose fields are its columns, exported as by
+/// [`export_array`](super::export_array), zero-copy.
 ///
-/// An `Err` item, or a batch that does not match the schema, makes `get_next` return
-/// an error code (`EINVAL`, `ENOMEM` or `EIO`) with the message available from
+/// `device` fixes the stream's device type before any batch is pulled (the C
+/// structure carries it from the start, and an empty stream has one too), and with it
+/// which batches it carries:
+///
+/// * [`ExportDevice::Cpu`] (CPU) or [`ExportDevice::CudaHost`] (CUDA_HOST, page-locked
+///   memory): host batches ([`Batch::Host`], or `RecordBatch` items);
+/// * [`ExportDevice::Cuda`] (CUDA; a [`SyncEvent`] converts into it): device batches
+///   ([`Batch::Device`], or [`DeviceRecordBatch`](crate::arrow::DeviceRecordBatch)
+///   items; `DeviceRecordBatch::try_from(struct_device_array)` makes one of a struct
+///   [`DeviceArray`]). Each batch's event is recorded when the consumer pulls it: on
+///   the legacy default stream ([`SyncEvent::DefaultStream`]), on the stream where the
+///   batches are produced ([`SyncEvent::Stream`]), or none ([`SyncEvent::None`]).
+///
+/// An `Err` item, a batch that does not match the schema or a batch on the other side
+/// (a device batch in a CPU stream: copy it with [`Batch::to_host`]) makes `get_next`
+/// return an error code (`EINVAL`, `ENOMEM` or `EIO`) with the message available from
 /// `get_last_error`. The iterator is dropped when the consumer releases the stream;
 /// arrays already handed out live on independently.
-///
-/// ```no_run
-/// use std::sync::Arc;
-/// use arrow_array::{Int32Array, RecordBatch, StructArray};
-/// use arrow_schema::{DataType, Field, Schema};
-/// use devbuf_core::arrow::DeviceArray;
-/// use devbuf_core::arrow::c_device::{export_device_stream, import_device_stream};
-/// use devbuf_core::cuda::Context;
-/// let ctx = Context::new(0)?;
-/// let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int32, false)]));
-/// let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int32Array::from(vec![1, 2]))])?;
-/// let on_device = DeviceArray::from_host(&StructArray::from(batch), &ctx)?;
-/// let mut stream = export_device_stream(schema, vec![Ok(on_device)], None);
-/// let reader = import_device_stream(&mut stream, None)?;
-/// let arrays: Vec<DeviceArray> = reader.collect::<Result<_, _>>()?;
-/// assert_eq!(arrays[0].len(), 2);
-/// # Ok::<(), devbuf_core::Error>(())
-/// ```
-pub fn export_device_stream<I>(
-    schema: SchemaRef,
-    batches: I,
-    on: Option<&Stream>,
-) -> ArrowDeviceArrayStream
-where
-    I: IntoIterator<Item = Result<DeviceArray>>,
-    I::IntoIter: Send + 'static,
-{
-    device_stream(schema, batches.into_iter(), on.cloned())
-}
-
-/// Exports host record batches as an `ArrowDeviceArrayStream` of device type CPU, each
-/// batch a struct array (zero-copy, as [`export_host_array`](super::export_host_array)).
-/// Errors as for [`export_device_stream`].
 ///
 /// ```
 /// use std::sync::Arc;
 /// use arrow_array::{Int32Array, RecordBatch};
 /// use arrow_schema::{DataType, Field, Schema};
-/// use devbuf_core::arrow::c_device::{export_host_stream, import_host_stream};
+/// use devbuf_core::arrow::Batch;
+/// use devbuf_core::arrow::c_device::{export_stream, import_stream, ExportDevice};
 /// let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int32, false)]));
 /// let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int32Array::from(vec![1, 2]))])?;
-/// let mut stream = export_host_stream(schema, vec![Ok(batch.clone()), Ok(batch.clone())]);
-/// let back: Vec<RecordBatch> = import_host_stream(&mut stream)?.collect::<Result<_, _>>()?;
-/// assert_eq!(back, vec![batch.clone(), batch]);
+/// let mut stream = export_stream(schema, vec![Ok(batch.clone()), Ok(batch.clone())], ExportDevice::Cpu);
+/// let back: Vec<Batch> = import_stream(&mut stream, None)?.collect::<Result<_, _>>()?;
+/// assert_eq!(back[1].as_host(), Some(&batch));
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
-pub fn export_host_stream<I>(schema: SchemaRef, batches: I) -> ArrowDeviceArrayStream
+///
+/// Device batches:
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use arrow_array::{Int32Array, RecordBatch, StructArray};
+/// use devbuf_core::arrow::{DeviceArray, DeviceRecordBatch};
+/// use devbuf_core::arrow::c_device::{export_stream, import_stream, SyncEvent};
+/// use devbuf_core::cuda::Context;
+/// let ctx = Context::new(0)?;
+/// let batch = RecordBatch::try_from_iter([("x", Arc::new(Int32Array::from(vec![1, 2])) as _)])?;
+/// let on_device = DeviceArray::from_host(&StructArray::from(batch.clone()), &ctx)?;
+/// let on_device = DeviceRecordBatch::try_from(on_device)?;
+/// let mut stream = export_stream(batch.schema(), vec![Ok(on_device)], SyncEvent::DefaultStream);
+/// for b in import_stream(&mut stream, None)? {
+///     assert_eq!(b?.to_host()?, batch); // a Batch::Device
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn export_stream<'a, I, B>(
+    schema: SchemaRef,
+    batches: I,
+    device: impl Into<ExportDevice<'a>>,
+) -> ArrowDeviceArrayStream
 where
-    I: IntoIterator<Item = Result<RecordBatch>>,
+    I: IntoIterator<Item = Result<B>>,
     I::IntoIter: Send + 'static,
+    B: Into<Batch>,
 {
+    let target = Target::of(device.into());
+    let device_type = target.device_type();
     let mut batches = batches.into_iter();
     let mut index = 0usize;
     let s = schema.clone();
@@ -335,17 +375,36 @@ where
         let i = index;
         index += 1;
         Some(item.and_then(|b| {
-            check_columns(b.columns().iter().map(|c| c.data_type()).collect(), &s, i)?;
-            let rows = b.num_rows();
-            let fields = s.fields().clone();
-            let array = StructArray::try_new_with_length(fields, b.columns().to_vec(), None, rows)?;
-            export_host_data(&array.to_data(), HostDevice::Cpu)
+            let b: Batch = b.into();
+            let bs = b.schema();
+            check_columns(bs.fields().iter().map(|f| f.data_type()).collect(), &s, i)?;
+            match (b, &target) {
+                (Batch::Host(b), Target::Cpu | Target::CudaHost(..)) => {
+                    let rows = b.num_rows();
+                    let fields = s.fields().clone();
+                    let array =
+                        StructArray::try_new_with_length(fields, b.columns().to_vec(), None, rows)?;
+                    export_host_data(&array.to_data(), target.borrow())
+                }
+                (Batch::Device(b), Target::Cuda(sync)) => {
+                    export_device_array_only(&DeviceArray::try_from(b)?, sync.borrow())
+                }
+                (Batch::Device(_), _) => Err(Error::invalid(format!(
+                    "batch {i} is in device memory, the stream is {}: copy it to the host \
+                     (Batch::to_host) or export a CUDA stream",
+                    device_type_name(device_type)
+                ))),
+                (Batch::Host(_), _) => Err(Error::invalid(format!(
+                    "batch {i} is in host memory, the stream is CUDA: export a CPU or \
+                     CUDA_HOST stream, or copy the batch to the device"
+                ))),
+            }
         }))
     });
-    make_stream(ARROW_DEVICE_CPU, schema, next)
+    make_stream(device_type, schema, next)
 }
 
-/// The consumer side shared by both readers.
+/// The consumer side of [`StreamReader`].
 struct Consumer {
     stream: ArrowDeviceArrayStream,
     schema: SchemaRef,
@@ -461,117 +520,65 @@ impl Consumer {
     }
 }
 
-/// A foreign CUDA `ArrowDeviceArrayStream` as an iterator of [`DeviceArray`]s (struct
-/// arrays whose children are the columns), each imported as by
-/// [`import_device_array`](super::import_device_array). The first error ends the
-/// iteration; dropping the reader releases the stream (arrays already imported live
-/// on).
-pub struct DeviceStreamReader {
+/// A foreign `ArrowDeviceArrayStream` (CPU, CUDA_HOST or CUDA) as an iterator of
+/// [`Batch`]es, made by [`import_stream`]: host batches zero-copy and fully validated,
+/// device batches as [`DeviceRecordBatch`](crate::arrow::DeviceRecordBatch)es whose
+/// columns are views of the producer's memory (imported as by
+/// [`import_array`](super::import_array)). A batch with null rows at the top level is
+/// an error (a record batch has none). The first error ends the iteration; dropping the
+/// reader releases the stream (batches already imported live on).
+///
+/// For code that takes arrow-rs readers, [`into_host_reader`](Self::into_host_reader)
+/// makes it a [`RecordBatchReader`](arrow_array::RecordBatchReader).
+pub struct StreamReader {
     inner: Consumer,
     wait_on: Option<Stream>,
 }
 
-impl DeviceStreamReader {
+impl StreamReader {
     /// The stream's schema (the columns of every batch).
     pub fn schema(&self) -> SchemaRef {
         self.inner.schema.clone()
     }
-}
 
-impl Iterator for DeviceStreamReader {
-    type Item = Result<DeviceArray>;
-
-    fn next(&mut self) -> Option<Result<DeviceArray>> {
-        let mut raw = match self.inner.next_raw()? {
-            Ok(r) => r,
-            Err(e) => return Some(Err(e)),
-        };
-        let r = import_cuda(&mut raw, &self.inner.data_type, self.wait_on.as_ref());
-        if r.is_err() {
-            self.inner.done = true;
-        }
-        Some(r)
+    /// The stream as an arrow-rs [`RecordBatchReader`](arrow_array::RecordBatchReader)
+    /// (an iterator of `Result<RecordBatch, ArrowError>` with a schema). Host batches
+    /// are zero-copy; a CUDA stream's batches are copied to the host
+    /// ([`Batch::to_host`]). Its errors are `ArrowError::ExternalError` wrapping
+    /// devbuf's (`devbuf_core::Error::from` gives them back); iterate the
+    /// `StreamReader` itself for devbuf's errors.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use arrow_array::{RecordBatch, RecordBatchReader, StringArray};
+    /// use arrow_schema::{DataType, Field, Schema};
+    /// use devbuf_core::Error;
+    /// use devbuf_core::arrow::c_device::{export_stream, import_stream, ExportDevice};
+    /// let schema = Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8, true)]));
+    /// let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(vec!["a"]))])?;
+    /// let items = vec![Ok(batch.clone()), Err(Error::invalid("source failed"))];
+    /// let mut stream = export_stream(schema.clone(), items, ExportDevice::Cpu);
+    /// let mut reader = import_stream(&mut stream, None)?.into_host_reader();
+    /// assert_eq!(reader.schema(), schema);
+    /// assert_eq!(reader.next().unwrap()?, batch);
+    /// let e = reader.next().unwrap().unwrap_err(); // an ArrowError
+    /// assert!(e.to_string().contains("source failed"));
+    /// assert!(reader.next().is_none());
+    /// // As a boxed arrow-rs RecordBatchReader:
+    /// let mut stream = export_stream(batch.schema(), vec![Ok(batch.clone())], ExportDevice::Cpu);
+    /// let reader: Box<dyn RecordBatchReader> = Box::new(import_stream(&mut stream, None)?.into_host_reader());
+    /// assert_eq!(reader.schema(), batch.schema());
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn into_host_reader(self) -> impl arrow_array::RecordBatchReader + Send + 'static {
+        let schema = self.schema();
+        arrow_array::RecordBatchIterator::new(
+            self.map(|r| r.and_then(|b| b.to_host()).map_err(Into::into)),
+            schema,
+        )
     }
-}
 
-impl std::fmt::Debug for DeviceStreamReader {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeviceStreamReader")
-            .field("schema", &self.inner.schema)
-            .field("done", &self.inner.done)
-            .finish()
-    }
-}
-
-/// Imports a CUDA `ArrowDeviceArrayStream`: the stream is moved out of `stream` (left
-/// released) and its schema read. Each batch's `sync_event` is waited on by the legacy
-/// default stream when `on` is `None`, by `on`'s stream when it is `Some` (work queued
-/// there afterwards sees the batch); the host does not block.
-///
-/// Errors: a released stream or another device type (left untouched); a null callback
-/// or a failing `get_schema` (the stream is released).
-///
-/// ```no_run
-/// # use std::sync::Arc;
-/// # use arrow_array::{Int32Array, RecordBatch, StructArray};
-/// # use devbuf_core::arrow::DeviceArray;
-/// use devbuf_core::arrow::c_device::{export_device_stream, import_device_stream};
-/// use devbuf_core::cuda::{Context, Stream};
-/// # let ctx = Context::new(0)?;
-/// # let batch = RecordBatch::try_from_iter(vec![("x", Arc::new(Int32Array::from(vec![1])) as _)])?;
-/// # let d = DeviceArray::from_host(&StructArray::from(batch.clone()), &ctx)?;
-/// let mut c_stream = export_device_stream(batch.schema(), vec![Ok(d)], None);
-/// let mine = Stream::new(&ctx)?;
-/// for array in import_device_stream(&mut c_stream, Some(&mine))? {
-///     let array = array?; // `mine` waits for its producer before later work
-///     println!("{} rows", array.len());
-/// }
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-pub fn import_device_stream(
-    stream: &mut ArrowDeviceArrayStream,
-    on: Option<&Stream>,
-) -> Result<DeviceStreamReader> {
-    Ok(DeviceStreamReader {
-        inner: Consumer::open(
-            stream,
-            &[ARROW_DEVICE_CUDA],
-            Side::Device,
-            "import_device_stream",
-        )?,
-        wait_on: on.cloned(),
-    })
-}
-
-/// A CPU or CUDA_HOST `ArrowDeviceArrayStream` as an arrow-rs
-/// [`RecordBatchReader`](arrow_array::RecordBatchReader) (an iterator of
-/// `Result<RecordBatch, ArrowError>` with a schema: zero-copy, fully validated), for
-/// code that takes arrow-rs readers; [`next_batch`](Self::next_batch) is the same with
-/// devbuf's errors (the iterator's errors are `ArrowError::ExternalError` wrapping them:
-/// `devbuf_core::Error::from` gives them back). The first error ends the iteration;
-/// dropping the reader releases the stream.
-pub struct HostStreamReader {
-    inner: Consumer,
-}
-
-impl HostStreamReader {
-    /// The stream's schema.
-    pub fn schema(&self) -> SchemaRef {
-        self.inner.schema.clone()
-    }
-}
-
-impl std::fmt::Debug for HostStreamReader {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HostStreamReader")
-            .field("schema", &self.inner.schema)
-            .field("done", &self.inner.done)
-            .finish()
-    }
-}
-
-impl HostStreamReader {
-    fn batch(&mut self, mut raw: ArrowDeviceArray) -> Result<RecordBatch> {
+    fn host_batch(&self, mut raw: ArrowDeviceArray) -> Result<RecordBatch> {
         let i = self.inner.index - 1;
         let array = import_host(&mut raw, &self.inner.data_type)?;
         let s = array
@@ -590,17 +597,29 @@ impl HostStreamReader {
             &RecordBatchOptions::new().with_row_count(Some(s.len())),
         )?)
     }
+
+    fn device_batch(&self, mut raw: ArrowDeviceArray) -> Result<DeviceRecordBatch> {
+        let i = self.inner.index - 1;
+        let device = usize::try_from(raw.device_id).unwrap_or(0);
+        let array = import_cuda(&mut raw, &self.inner.data_type, self.wait_on.as_ref())?;
+        DeviceRecordBatch::from_struct(self.inner.schema.clone(), array, device)
+            .map_err(|e| Error::invalid(format!("batch {i}: {e}")))
+    }
 }
 
-impl HostStreamReader {
-    /// The next batch, with devbuf's error (what the iterator yields as an
-    /// `ArrowError`); `None` after the last batch or the first error.
-    pub fn next_batch(&mut self) -> Option<Result<RecordBatch>> {
+impl Iterator for StreamReader {
+    type Item = Result<Batch>;
+
+    fn next(&mut self) -> Option<Result<Batch>> {
         let raw = match self.inner.next_raw()? {
             Ok(r) => r,
             Err(e) => return Some(Err(e)),
         };
-        let r = self.batch(raw);
+        let r = if self.inner.stream.device_type == ARROW_DEVICE_CUDA {
+            self.device_batch(raw).map(Batch::Device)
+        } else {
+            self.host_batch(raw).map(Batch::Host)
+        };
         if r.is_err() {
             self.inner.done = true;
         }
@@ -608,51 +627,62 @@ impl HostStreamReader {
     }
 }
 
-impl Iterator for HostStreamReader {
-    type Item = std::result::Result<RecordBatch, arrow_schema::ArrowError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        self.next_batch().map(|r| r.map_err(Into::into))
+impl std::fmt::Debug for StreamReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamReader")
+            .field("device_type", &self.inner.stream.device_type)
+            .field("schema", &self.inner.schema)
+            .field("done", &self.inner.done)
+            .finish()
     }
 }
 
-impl arrow_array::RecordBatchReader for HostStreamReader {
-    fn schema(&self) -> SchemaRef {
-        self.inner.schema.clone()
-    }
-}
-
-/// Imports a CPU or CUDA_HOST `ArrowDeviceArrayStream` as record batches (see
-/// [`HostStreamReader`]); errors as for [`import_device_stream`].
+/// Imports an `ArrowDeviceArrayStream` of device type CPU, CUDA_HOST or CUDA as a
+/// [`StreamReader`] (an iterator of [`Batch`]es): the stream is moved out of `stream`
+/// (left released) and its schema read. A CUDA stream's batches are
+/// [`Batch::Device`], each batch's `sync_event` waited on by the legacy default stream
+/// when `on` is `None`, by `on`'s stream when it is `Some` (work queued there
+/// afterwards sees the batch); the host does not block. A CPU or CUDA_HOST stream's
+/// are [`Batch::Host`] (`on` is not used; a CUDA_HOST event is waited on by the host).
 ///
+/// Errors: a released stream or another device type (left untouched: to accept one
+/// device type only, look at [`ArrowDeviceArrayStream::device_type`] first); a null
+/// callback or a failing `get_schema` (the stream is released).
+///
+/// ```no_run
+/// # use std::sync::Arc;
+/// # use arrow_array::{Int32Array, RecordBatch, StructArray};
+/// # use devbuf_core::arrow::{DeviceArray, DeviceRecordBatch};
+/// use devbuf_core::arrow::c_device::{export_stream, import_stream, SyncEvent};
+/// use devbuf_core::cuda::{Context, Stream};
+/// # let ctx = Context::new(0)?;
+/// # let batch = RecordBatch::try_from_iter(vec![("x", Arc::new(Int32Array::from(vec![1])) as _)])?;
+/// # let d = DeviceArray::from_host(&StructArray::from(batch.clone()), &ctx)?;
+/// let on_device = DeviceRecordBatch::try_from(d); // a struct DeviceArray as a batch
+/// let mut c_stream = export_stream(batch.schema(), vec![on_device], SyncEvent::DefaultStream);
+/// let mine = Stream::new(&ctx)?;
+/// for b in import_stream(&mut c_stream, Some(&mine))? {
+///     let b = b?; // `mine` waits for its producer before later work
+///     println!("{} rows", b.num_rows());
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-/// use std::sync::Arc;
-/// use arrow_array::{RecordBatch, StringArray};
-/// use arrow_schema::{DataType, Field, Schema};
-/// use devbuf_core::Error;
-/// use devbuf_core::arrow::c_device::{export_host_stream, import_host_stream};
-/// let schema = Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8, true)]));
-/// let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(vec!["a"]))])?;
-/// let items = vec![Ok(batch.clone()), Err(Error::invalid("source failed"))];
-/// let mut stream = export_host_stream(schema, items);
-/// let mut reader = import_host_stream(&mut stream)?;
-/// assert_eq!(reader.next().unwrap()?, batch);
-/// let e = reader.next().unwrap().unwrap_err(); // an ArrowError
-/// assert!(e.to_string().contains("source failed"));
-/// assert!(reader.next().is_none());
-/// // As an arrow-rs RecordBatchReader:
-/// let mut stream = export_host_stream(batch.schema(), vec![Ok(batch.clone())]);
-/// let reader: Box<dyn arrow_array::RecordBatchReader> = Box::new(import_host_stream(&mut stream)?);
-/// assert_eq!(reader.schema(), batch.schema());
-/// # Ok::<(), Error>(())
-/// ```
-pub fn import_host_stream(stream: &mut ArrowDeviceArrayStream) -> Result<HostStreamReader> {
-    Ok(HostStreamReader {
+pub fn import_stream(
+    stream: &mut ArrowDeviceArrayStream,
+    on: Option<&Stream>,
+) -> Result<StreamReader> {
+    let side = if stream.device_type == ARROW_DEVICE_CUDA {
+        Side::Device
+    } else {
+        Side::Host
+    };
+    Ok(StreamReader {
         inner: Consumer::open(
             stream,
-            &[ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA_HOST],
-            Side::Host,
-            "import_host_stream",
+            &[ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA_HOST, ARROW_DEVICE_CUDA],
+            side,
+            "import_stream",
         )?,
+        wait_on: on.cloned(),
     })
 }

@@ -13,17 +13,17 @@
 //! is accepted and checked against it.
 //!
 //! Reading copies only the messages' metadata to the host; every body buffer stays
-//! where it is, as a zero-copy slice of the input. The reader is one piece of code,
-//! generic over where the bytes live: the host path ([`read_record_batch_host`]) runs it
-//! on every machine, and the device path ([`read_record_batch`]) runs the same code on
+//! where it is, as a zero-copy slice of the input. The reader ([`read_record_batch`],
+//! host or device [`Memory`]) is one piece of code, generic over where the bytes live:
+//! the host path runs it on every machine, and the device path runs the same code on
 //! device memory.
 //!
 //! Writing is one encoder too: the writers of a host batch differ only in who owns the
-//! bytes they return — device memory ([`serialize_record_batch`], a [`DeviceBuffer`]
-//! that exports over CUDA IPC), shared host memory ([`serialize_record_batch_shared`], a
-//! [`SharedMemory`] that exports as a host handle) or a `Vec`
-//! ([`serialize_record_batch_to_vec`]); a batch already on the device is written device
-//! to device by [`serialize_device_record_batch`](super::serialize_device_record_batch).
+//! bytes they return — device or host memory ([`serialize_record_batch`] with a
+//! [`BufferPrototype`]; a [`DeviceBuffer`] exports over CUDA IPC) or shared host memory
+//! ([`serialize_record_batch_shared`], a [`SharedMemory`] that exports as a host
+//! handle); a batch already on the device is written device to device
+//! (`arrow/ipc_format_encode.rs`).
 //!
 //! This file: writing, the schema, the public readers and [`DeviceRecordBatch`].
 //! `parse.rs`: the one parser. The device encoder is `arrow/ipc_format_encode.rs`.
@@ -47,10 +47,14 @@ use arrow_ipc::writer::{
 use arrow_ipc::{MessageHeader, MetadataVersion};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, UnionMode};
 
+use super::Batch;
 use super::device::{ByteLen, DeviceArray, Parts, child_fields, layout_of};
+use super::ipc_format_encode::serialize_device_record_batch;
 use crate::cuda::{Context, DeviceBuffer, DeviceBufferWriter};
 use crate::error::{Error, Result};
 use crate::ipc::SharedMemory;
+use crate::memory::Memory;
+use crate::zarr::BufferPrototype;
 
 const ALIGNMENT: u8 = 64;
 const CONTINUATION: [u8; 4] = [0xff; 4];
@@ -125,31 +129,80 @@ impl Encoded {
     }
 }
 
-/// Serializes a record batch as Arrow IPC messages (the message layout is in `docs/ipc.md`) into
-/// a new device buffer on `ctx`: the batch's bytes cross PCIe once, through a
-/// page-locked staging buffer. Sliced batches are written correctly (only the slice's
-/// data is written).
+/// Serializes a record batch — on the host or on a device — as Arrow IPC messages (the
+/// message layout is in `docs/ipc.md`) into new memory where `prototype` says:
 ///
-/// Read it back with [`read_record_batch`], in this process or, after
-/// [`DeviceBuffer::export_ipc`], in another one.
+/// * a host batch to a device: the batch's bytes cross PCIe once, through a
+///   page-locked staging buffer ([`Memory::Device`], exportable with
+///   [`DeviceBuffer::export_ipc`]);
+/// * a host batch to the host: a vector ([`Memory::Host`]);
+/// * a device batch to a device: device to device, the data never crosses PCIe (the
+///   metadata is built on the host and copied over, a few hundred bytes); written on
+///   the batch's device and copied to another one if the prototype names it. Columns
+///   must not be sliced (Arrow IPC has no array offset), and dictionary (they need
+///   dictionary messages), union, run-end-encoded, list-view and view columns are
+///   refused with an error that says which: serialize `Batch::Host(b.to_host()?)` for
+///   those;
+/// * a device batch to the host: copied to the host first ([`Batch::to_host`]).
 ///
-/// ```no_run
+/// Sliced host batches are written correctly (only the slice's data is written). A
+/// host batch without dictionary columns is exactly one `RecordBatch` message; the
+/// device encoder always writes one. Read it back with [`read_record_batch`], in this
+/// process or, after [`DeviceBuffer::export_ipc`], in another one. (For device memory
+/// of a context of your own, serialize to the host and copy:
+/// `DeviceBuffer::from_slice(&ctx, &host_message)`.)
+///
+/// ```
 /// use std::sync::Arc;
 /// use arrow_array::{Int32Array, RecordBatch, StringArray};
-/// use devbuf_core::arrow::{read_record_batch, serialize_record_batch};
-/// use devbuf_core::cuda::Context;
-/// let ctx = Context::new(0)?;
+/// use devbuf_core::arrow::{Batch, read_record_batch, serialize_record_batch};
+/// use devbuf_core::zarr::BufferPrototype;
 /// let batch = RecordBatch::try_from_iter([
 ///     ("id", Arc::new(Int32Array::from(vec![1, 2, 3])) as _),
 ///     ("name", Arc::new(StringArray::from(vec!["a", "b", "c"])) as _),
 /// ])?;
-/// let message = serialize_record_batch(&batch, &ctx)?;
-/// let on_device = read_record_batch(&message, batch.schema())?;
-/// assert_eq!(on_device.num_rows(), 3);
-/// assert_eq!(on_device.to_host()?, batch);
-/// # Ok::<(), devbuf_core::Error>(())
+/// let message = serialize_record_batch(&Batch::from(batch.clone()), &BufferPrototype::Host)?;
+/// let back = read_record_batch(&message, batch.schema())?;
+/// assert_eq!(back.as_host(), Some(&batch));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn serialize_record_batch(batch: &RecordBatch, ctx: &Context) -> Result<DeviceBuffer> {
+///
+/// On a device, and again device to device:
+///
+/// ```no_run
+/// # use std::sync::Arc;
+/// # use arrow_array::{Int32Array, RecordBatch};
+/// use devbuf_core::arrow::{Batch, read_record_batch, serialize_record_batch};
+/// use devbuf_core::zarr::BufferPrototype;
+/// # let batch = RecordBatch::try_from_iter([("x", Arc::new(Int32Array::from(vec![1, 2, 3])) as _)])?;
+/// let gpu = BufferPrototype::Device(0);
+/// let message = serialize_record_batch(&Batch::from(batch.clone()), &gpu)?; // Memory::Device
+/// let on_device = read_record_batch(&message, batch.schema())?; // Batch::Device
+/// assert_eq!(on_device.to_host()?, batch);
+/// let again = serialize_record_batch(&on_device, &gpu)?; // device to device
+/// assert_eq!(read_record_batch(&again, batch.schema())?.to_host()?, batch);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn serialize_record_batch(batch: &Batch, prototype: &BufferPrototype) -> Result<Memory> {
+    match (batch, prototype.context()?) {
+        (Batch::Host(b), None) => Ok(Memory::from(serialize_to_vec(b)?)),
+        (Batch::Host(b), Some(ctx)) => Ok(Memory::Device(serialize_record_batch_on(b, &ctx)?)),
+        (Batch::Device(b), None) => Ok(Memory::from(serialize_to_vec(&b.to_host()?)?)),
+        (Batch::Device(b), Some(ctx)) => {
+            let m = serialize_device_record_batch(b)?;
+            if m.context().ordinal() == ctx.ordinal() {
+                return Ok(Memory::Device(m));
+            }
+            let out = ctx.allocate(m.len())?;
+            out.copy_from_device(0, &m)?;
+            Ok(Memory::Device(out))
+        }
+    }
+}
+
+/// A host batch serialized into new device memory of `ctx` (any context, e.g. a
+/// dedicated one): [`serialize_record_batch`]'s host-to-device path.
+pub fn serialize_record_batch_on(batch: &RecordBatch, ctx: &Context) -> Result<DeviceBuffer> {
     let encoded = Encoded::new(batch)?;
     let buf = ctx.allocate(encoded.len())?;
     let staging = encoded.len().min(4 << 20);
@@ -159,22 +212,23 @@ pub fn serialize_record_batch(batch: &RecordBatch, ctx: &Context) -> Result<Devi
 }
 
 /// Serializes a record batch as Arrow IPC messages into new [`SharedMemory`] (the host
-/// fallback of [`serialize_record_batch`]): export it with
+/// fallback of [`serialize_record_batch`] to a device): export it with
 /// [`SharedMemory::export_ipc`] and read it in another process with
-/// [`read_record_batch_host`] over [`HostIpcHandle::open`](crate::ipc::HostIpcHandle::open)'s
-/// buffer.
+/// [`read_record_batch`] over [`HostIpcHandle::open`](crate::ipc::HostIpcHandle::open)'s
+/// buffer (`Memory::from(buffer)`).
 ///
 /// ```
 /// # if cfg!(not(target_os = "linux")) { return Ok(()); }
 /// use std::sync::Arc;
 /// use arrow_array::{Int64Array, RecordBatch};
-/// use devbuf_core::arrow::{read_record_batch_host, serialize_record_batch_shared};
+/// use devbuf_core::memory::Memory;
+/// use devbuf_core::arrow::{read_record_batch, serialize_record_batch_shared};
 /// let batch = RecordBatch::try_from_iter([("x", Arc::new(Int64Array::from(vec![7, 8])) as _)])?;
 /// let shm = serialize_record_batch_shared(&batch)?;
 /// let handle = shm.export_ipc(..)?; // send handle.to_string() to a consumer
 /// let mapped = handle.open()?; // read-only mapping, zero-copy
-/// let back = read_record_batch_host(&mapped, batch.schema())?;
-/// assert_eq!(back, batch);
+/// let back = read_record_batch(&Memory::from(mapped), batch.schema())?;
+/// assert_eq!(back.as_host(), Some(&batch));
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
 pub fn serialize_record_batch_shared(batch: &RecordBatch) -> Result<SharedMemory> {
@@ -185,9 +239,8 @@ pub fn serialize_record_batch_shared(batch: &RecordBatch) -> Result<SharedMemory
     Ok(shm)
 }
 
-/// Serializes a record batch as Arrow IPC messages into a host vector (the format of
-/// [`serialize_record_batch`]).
-pub fn serialize_record_batch_to_vec(batch: &RecordBatch) -> Result<Vec<u8>> {
+/// A host batch serialized into a vector: [`serialize_record_batch`]'s host path.
+pub(crate) fn serialize_to_vec(batch: &RecordBatch) -> Result<Vec<u8>> {
     let encoded = Encoded::new(batch)?;
     let mut v = Vec::with_capacity(encoded.len());
     encoded.write_to(&mut v)?;
@@ -238,14 +291,44 @@ fn build_batch(schema: SchemaRef, rows: usize, columns: Vec<ArrayRef>) -> Result
     )?)
 }
 
-/// Reads a record batch from Arrow IPC messages in host memory (the host fallback of
-/// [`read_record_batch`]): the returned arrays' buffers are zero-copy slices of
-/// `message` (e.g. a read-only mapping of another process's shared memory; a buffer
-/// misaligned for its type is the only thing copied). Every array is fully validated.
+/// Reads a record batch from Arrow IPC messages in host or device memory: only the
+/// metadata is read on the host; every column's buffers are zero-copy slices of
+/// `message`.
 ///
-/// `schema` must be the schema the batch was written with. Malformed input is an
-/// [`Error::Malformed`] saying what is wrong; never a panic.
-pub fn read_record_batch_host(message: &Buffer, schema: SchemaRef) -> Result<RecordBatch> {
+/// * Host memory (e.g. a read-only mapping of another process's shared memory: a
+///   [`HostIpcHandle::open`](crate::ipc::HostIpcHandle::open)ed buffer is
+///   `Memory::from(buffer)`): a [`Batch::Host`], every array fully validated (a buffer
+///   misaligned for its type is the only thing copied).
+/// * Device memory: a [`Batch::Device`] ([`DeviceRecordBatch`]); the values themselves
+///   (offsets, UTF-8, dictionary keys) are checked by [`DeviceRecordBatch::to_host`].
+///
+/// `schema` must be the schema the batch was written with (see [`schema_to_bytes`]).
+/// Malformed metadata — truncated, bad flatbuffers, buffers outside the body, too
+/// small for their arrays, a schema that does not match — is an
+/// [`Error::Malformed`] saying what is wrong, never a panic.
+///
+/// ```
+/// # if cfg!(not(target_os = "linux")) { return Ok(()); }
+/// use std::sync::Arc;
+/// use arrow_array::{Int64Array, RecordBatch};
+/// use devbuf_core::memory::Memory;
+/// use devbuf_core::arrow::{read_record_batch, serialize_record_batch_shared};
+/// let batch = RecordBatch::try_from_iter([("x", Arc::new(Int64Array::from(vec![7, 8])) as _)])?;
+/// let shm = serialize_record_batch_shared(&batch)?;
+/// let mapped = shm.export_ipc(..)?.open()?; // as another process would, zero-copy
+/// let back = read_record_batch(&Memory::from(mapped), batch.schema())?;
+/// assert_eq!(back.as_host(), Some(&batch));
+/// # Ok::<(), devbuf_core::Error>(())
+/// ```
+pub fn read_record_batch(message: &Memory, schema: SchemaRef) -> Result<Batch> {
+    match message {
+        Memory::Host(b) => Ok(Batch::Host(read_host(&Buffer::from(b.clone()), schema)?)),
+        Memory::Device(d) => Ok(Batch::Device(read_device_record_batch(d, schema)?)),
+    }
+}
+
+/// [`read_record_batch`] of host memory.
+pub(crate) fn read_host(message: &Buffer, schema: SchemaRef) -> Result<RecordBatch> {
     let parsed = parse(message, &schema)?;
     let columns = parsed
         .columns
@@ -255,15 +338,11 @@ pub fn read_record_batch_host(message: &Buffer, schema: SchemaRef) -> Result<Rec
     build_batch(schema, parsed.rows, columns)
 }
 
-/// Reads a record batch from Arrow IPC messages in device memory: only the metadata is
-/// copied to the host; every column's buffers are zero-copy slices of `message`.
-///
-/// `schema` must be the schema the batch was written with (see [`schema_to_bytes`]).
-/// Malformed metadata — truncated, bad flatbuffers, buffers outside the body, too
-/// small for their arrays, a schema that does not match — is an error, never a panic;
-/// the values themselves (offsets, UTF-8, dictionary keys) are checked by
-/// [`DeviceRecordBatch::to_host`].
-pub fn read_record_batch(message: &DeviceBuffer, schema: SchemaRef) -> Result<DeviceRecordBatch> {
+/// [`read_record_batch`] of device memory, as the device batch.
+pub fn read_device_record_batch(
+    message: &DeviceBuffer,
+    schema: SchemaRef,
+) -> Result<DeviceRecordBatch> {
     let parsed = parse(message, &schema)?;
     Ok(DeviceRecordBatch {
         schema,
@@ -303,6 +382,69 @@ impl DeviceRecordBatch {
         }
     }
 
+    /// The batch of a struct array whose children are the columns (zero-copy), with
+    /// `schema` (whose fields must be the struct's). A struct with an offset has it
+    /// moved into its columns; null rows at the top level are an error. The message is
+    /// an empty buffer on the batch's device (`device` when the array has no buffers).
+    pub(crate) fn from_struct(
+        schema: SchemaRef,
+        array: DeviceArray,
+        device: usize,
+    ) -> Result<DeviceRecordBatch> {
+        let DataType::Struct(fields) = array.data_type() else {
+            return Err(Error::invalid(format!(
+                "a {} array is not a record batch: a batch is a struct array",
+                array.data_type()
+            )));
+        };
+        if fields != schema.fields() {
+            return Err(Error::invalid(
+                "the struct array's fields are not the schema's".to_string(),
+            ));
+        }
+        if array.null_count() > 0 {
+            return Err(Error::invalid(format!(
+                "the struct array has {} null rows at the top level: a record batch cannot",
+                array.null_count()
+            )));
+        }
+        let (off, rows) = (array.offset(), array.len());
+        let columns = array
+            .children()
+            .iter()
+            .map(|c| {
+                if off == 0 && c.len() == rows {
+                    return Ok(c.clone());
+                }
+                let mut p = c.to_parts();
+                p.offset += off;
+                p.len = rows;
+                p.null_count = match (&p.validity, &p.data_type) {
+                    (_, DataType::Null) => rows,
+                    (None, _) => 0,
+                    (Some(v), _) => {
+                        let bits = v.to_host()?;
+                        (p.offset..p.offset + rows)
+                            .filter(|&b| bits.get(b / 8).is_none_or(|x| x & (1 << (b % 8)) == 0))
+                            .count()
+                    }
+                };
+                p.validate()?;
+                Ok(DeviceArray::from_parts(p))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let ctx = match array.all_buffers().first() {
+            Some(b) => b.context().clone(),
+            None => Context::new(device)?,
+        };
+        Ok(DeviceRecordBatch {
+            schema,
+            num_rows: rows,
+            columns,
+            message: ctx.allocate(0)?,
+        })
+    }
+
     /// The schema.
     pub fn schema(&self) -> SchemaRef {
         self.schema.clone()
@@ -336,7 +478,9 @@ impl DeviceRecordBatch {
             .and_then(|i| self.columns.get(i))
     }
 
-    /// The device buffer the batch was read from (its columns slice it).
+    /// The device buffer the batch was read from (its columns slice it); an empty
+    /// buffer on the batch's device for a batch made of arrays (a C stream import,
+    /// `DeviceRecordBatch::try_from(DeviceArray)`).
     pub fn message(&self) -> &DeviceBuffer {
         &self.message
     }
@@ -366,5 +510,38 @@ impl DeviceRecordBatch {
             .map(|c| c.to_host_with(&mut map))
             .collect::<Result<Vec<_>>>()?;
         build_batch(self.schema.clone(), self.num_rows, columns)
+    }
+}
+
+impl TryFrom<DeviceArray> for DeviceRecordBatch {
+    type Error = Error;
+
+    /// A struct array as a record batch whose columns are its children (zero-copy; as
+    /// arrow-rs's `RecordBatch::from(StructArray)`): what a C device stream carries.
+    /// The schema is the struct's fields; a struct offset is moved into the columns;
+    /// null rows at the top level are an error. The batch's
+    /// [`message`](DeviceRecordBatch::message) is an empty buffer on its device.
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use arrow_array::{Int32Array, RecordBatch, StructArray};
+    /// use devbuf_core::arrow::{DeviceArray, DeviceRecordBatch};
+    /// use devbuf_core::cuda::Context;
+    /// let ctx = Context::new(0)?;
+    /// let batch = RecordBatch::try_from_iter([("x", Arc::new(Int32Array::from(vec![1, 2])) as _)])?;
+    /// let s = DeviceArray::from_host(&StructArray::from(batch.clone()), &ctx)?;
+    /// let b = DeviceRecordBatch::try_from(s)?;
+    /// assert_eq!(b.to_host()?, batch);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn try_from(array: DeviceArray) -> Result<DeviceRecordBatch> {
+        let DataType::Struct(fields) = array.data_type() else {
+            return Err(Error::invalid(format!(
+                "a {} array is not a record batch: a batch is a struct array",
+                array.data_type()
+            )));
+        };
+        let schema = Arc::new(Schema::new(fields.clone()));
+        DeviceRecordBatch::from_struct(schema, array, 0)
     }
 }
