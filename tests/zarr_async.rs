@@ -107,7 +107,7 @@ async fn disk_reads_match(name: &str) {
             .map(|mut v| v.remove(0))
             .is_err()
     );
-    let mut bad = a.read_chunks(&vec![vec![999, 0]]).stream(&HOST, 1);
+    let mut bad = a.read_chunks(&[vec![999, 0]]).stream(&HOST, 1);
     assert!(bad.next().await.unwrap().is_err());
     assert!(bad.next().await.is_none());
 }

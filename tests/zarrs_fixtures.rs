@@ -359,7 +359,7 @@ fn random_boxes_and_stepped_selections_read_bit_exactly() {
                 AxisSel::Slice(Slice::new(Some(1), None, step)),
                 AxisSel::Index(-1),
             ];
-            let nd = a.read(&sel).to(&host()).unwrap();
+            let nd = a.read(sel).to(&host()).unwrap();
             let rows: Vec<u64> = (1..f.shape[0]).step_by(step as usize).collect();
             assert_eq!(nd.shape(), &[rows.len()]);
             let mut want = Vec::new();
@@ -458,7 +458,7 @@ fn empty_selections_read_as_empty_arrays() {
     assert_eq!(nd.shape(), &[0, 5, 2]);
     assert_eq!(nd.nbytes(), 0);
     let nd = a
-        .read(&[AxisSel::from(Slice::new(Some(5), Some(1), 1))])
+        .read([AxisSel::from(Slice::new(Some(5), Some(1), 1))])
         .to(&host())
         .unwrap();
     assert_eq!(nd.shape(), &[0, 5, 4]);

@@ -410,11 +410,11 @@ fn bad_selections_are_errors_that_say_what_is_valid() {
     let t = err_text(a.read(&one_axis).to(&HOST));
     assert!(t.contains("2 dimension(s)"), "{t}");
     let t = err_text(
-        a.read(&[AxisSel::from(0), AxisSel::from(0), AxisSel::from(0)])
+        a.read([AxisSel::from(0), AxisSel::from(0), AxisSel::from(0)])
             .to(&HOST),
     );
     assert!(t.contains("too many indices"), "{t}");
-    let t = err_text(a.read(&[AxisSel::Index(-11)]).to(&HOST));
+    let t = err_text(a.read([AxisSel::Index(-11)]).to(&HOST));
     assert!(t.contains("out of bounds"), "{t}");
     let t = err_text(a.chunk_is_stored(&[0, 3]));
     assert!(t.contains("out of range"), "{t}");

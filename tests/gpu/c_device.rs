@@ -393,7 +393,7 @@ gpu_test! {
         }
         // A view type on CUDA is a type devbuf does not export there: Unsupported.
         assert!(matches!(
-            export_array(&DeviceArray::from_host(&corpus::views()[0].1, &c).unwrap(), SyncEvent::None).map_err(|e| e.kind()),
+            export_array(DeviceArray::from_host(&corpus::views()[0].1, &c).unwrap(), SyncEvent::None).map_err(|e| e.kind()),
             Err(devbuf::ErrorKind::Unsupported)
         ));
     }

@@ -152,8 +152,8 @@ pub(crate) fn check_reads(a: &ZarrArray, rng: &mut SmallRng, what: &str) {
     }
     if m.shape.len() >= 2 && m.shape[0] > 1 {
         let sel = [Slice::new(Some(1), None, 2).into(), AxisSel::Index(-1)];
-        let d = a.read(&sel).to(&DEV).unwrap();
-        let h = a.read(&sel).to(&HOST).unwrap();
+        let d = a.read(sel).to(&DEV).unwrap();
+        let h = a.read(sel).to(&HOST).unwrap();
         assert_same(
             &d.copy_order(Order::C).unwrap(),
             &h.copy_order(Order::C).unwrap(),
@@ -398,7 +398,7 @@ gpu_test_exclusive! {
                     Box::new(|| a.read(&[40..100, 10..90]).to(&DEV).map(drop)),
                     Box::new(|| a.read_chunks(&[&[2, 1]]).to(&DEV).map(|mut v| v.remove(0)).map(drop)),
                     Box::new(|| a.read_chunks(&[[0u64, 0], [2, 1]]).to(&DEV).map(drop)),
-                    Box::new(|| a.read(&[AxisSel::Index(70)]).to(&DEV).map(drop)),
+                    Box::new(|| a.read([AxisSel::Index(70)]).to(&DEV).map(drop)),
                 ];
                 for (k, read) in reads.iter().enumerate() {
                     match read() {

@@ -326,7 +326,7 @@ impl<'a> Read<'a> {
             selection,
             report,
         } = self;
-        let (a, p) = (array.duplicate(), prototype.clone());
+        let (a, p) = (array.duplicate(), *prototype);
         let (out, r) = spawn("a zarr read", move || {
             let a = a.in_scope();
             let mut r = ReadReport::default();
@@ -635,7 +635,7 @@ impl<'a> ReadChunks<'a> {
             chunks,
             report,
         } = self;
-        let (a, p) = (array.duplicate(), prototype.clone());
+        let (a, p) = (array.duplicate(), *prototype);
         let (out, r) = spawn("a zarr read", move || {
             a.in_scope().read_chunk_list(&chunks, &p)
         })
@@ -671,7 +671,6 @@ impl<'a> ReadChunks<'a> {
     /// # }).unwrap();
     /// ```
     pub fn stream(self, prototype: &BufferPrototype, in_flight: usize) -> crate::ChunkStream {
-        self.array
-            .chunk_stream(self.chunks, prototype.clone(), in_flight)
+        self.array.chunk_stream(self.chunks, *prototype, in_flight)
     }
 }
