@@ -89,3 +89,9 @@ pub mod __test {
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// docs/api.md (what you want, and the one call that does it): every example is compiled
+/// as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/api.md")]
+struct ApiDoctests;
