@@ -402,7 +402,10 @@ mod bench {
                 for (k, encoder) in [Encoder::Cpu, Encoder::Gpu].into_iter().enumerate() {
                     let _ = std::fs::remove_dir_all(dir);
                     let mut w = ZarrArray::create(dir, spec)?;
-                    w.set_write_options(WriteOptions { encoder });
+                    w.set_write_options(WriteOptions {
+                        encoder,
+                        ..WriteOptions::default()
+                    });
                     if w.write_encoding().encoder != "gpu" && encoder == Encoder::Gpu {
                         continue; // not for nvCOMP (the codec), or no nvCOMP
                     }

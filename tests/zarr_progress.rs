@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use devbuf::ErrorKind;
-use devbuf::zarr::{ArraySpec, Cancel, Progress, ProgressSink, ReadOptions, ZarrArray};
+use devbuf::zarr::{
+    ArraySpec, Cancel, Progress, ProgressSink, ReadOptions, WriteOptions, ZarrArray,
+};
 use devbuf::zarr::{BufferPrototype, Compressor, Dtype, NDBuffer};
 
 #[path = "common/zarrs.rs"]
@@ -221,4 +223,93 @@ fn options_with_a_sink_stay_clone_debug_and_eq() {
         text.contains("ProgressSink") && text.contains("cancelled: false"),
         "{text}"
     );
+}
+
+/// A write's progress: reports never go down, end at exactly the chunks the write
+/// touches (and their decoded bytes); the values written read back.
+#[test]
+fn writes_report_every_chunk_they_store() {
+    let dir = TempDir::new("progress-write");
+    let mut a = make(&dir, "w.zarr", true);
+    let (sink, seen) = recorder();
+    a.set_write_options(WriteOptions {
+        progress: Some(sink),
+        ..WriteOptions::default()
+    });
+    // Rows 8..40 of all 48 columns: chunk rows 0, 1 and 2, three chunks each.
+    let v: Vec<i32> = (0..32 * 48).map(|i| -i).collect();
+    let v = ndarray::Array2::from_shape_vec((32, 48), v).unwrap();
+    a.write_subset(&[8, 0], &NDBuffer::from_ndarray(v.clone()))
+        .unwrap();
+    let seen = seen.lock().unwrap().clone();
+    let last = *seen.last().expect("reports");
+    assert_eq!((last.chunks_done, last.chunks_total), (9, 9), "{seen:?}");
+    assert_eq!(last.bytes_total, 9 * CHUNK_BYTES);
+    assert!(
+        seen.windows(2)
+            .all(|w| w[0].chunks_done <= w[1].chunks_done),
+        "{seen:?}"
+    );
+    assert_eq!(seen[0].chunks_done, 0, "the first report: nothing done yet");
+    let back = a
+        .read([8..40, 0..48])
+        .to(&HOST)
+        .unwrap()
+        .to_ndarray::<i32>()
+        .unwrap();
+    assert_eq!(back, v.into_dyn());
+    // write_chunks: one report per chunk given.
+    let (sink, seen) = recorder();
+    a.set_write_options(WriteOptions {
+        progress: Some(sink),
+        ..WriteOptions::default()
+    });
+    let one = NDBuffer::from_ndarray(ndarray::Array2::<i32>::from_elem((16, 16), 5));
+    a.write_chunks(&[[3u64, 0], [3, 1]], &[one.clone(), one])
+        .unwrap();
+    let last = *seen.lock().unwrap().last().unwrap();
+    assert_eq!((last.chunks_done, last.chunks_total), (2, 2));
+}
+
+/// A cancelled write stores nothing more and ends with `Cancelled`; without a cancel
+/// the same write succeeds.
+#[test]
+fn a_cancelled_write_stops_and_says_so() {
+    let dir = TempDir::new("progress-write-cancel");
+    let mut a = make(&dir, "c.zarr", true);
+    let cancel = Cancel::new();
+    cancel.cancel();
+    a.set_write_options(WriteOptions {
+        cancel: Some(cancel),
+        ..WriteOptions::default()
+    });
+    let v = NDBuffer::from_ndarray(ndarray::Array2::<i32>::from_elem((48, 48), 9));
+    let e = a.write_subset(&[16, 0], &v).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Cancelled, "{e}");
+    for i in 1..4u64 {
+        assert!(
+            !a.chunk_is_stored(&[i, 0]).unwrap(),
+            "chunk row {i} was stored"
+        );
+    }
+    // Cancelled from the progress callback after the first chunk: fewer than all stored.
+    let cancel = Cancel::new();
+    let c2 = cancel.clone();
+    a.set_write_options(WriteOptions {
+        progress: Some(
+            ProgressSink::new(move |p: &Progress| {
+                if p.chunks_done >= 1 {
+                    c2.cancel();
+                }
+            })
+            .every(Duration::ZERO),
+        ),
+        cancel: Some(cancel),
+        ..WriteOptions::default()
+    });
+    let e = a.write_subset(&[16, 0], &v).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Cancelled, "{e}");
+    a.set_write_options(WriteOptions::default());
+    a.write_subset(&[16, 0], &v).unwrap();
+    assert!((1..4u64).all(|i| a.chunk_is_stored(&[i, 0]).unwrap()));
 }

@@ -610,6 +610,7 @@ fn write_encoding_says_which_encoder_and_why() {
     }
     zstd.set_write_options(WriteOptions {
         encoder: Encoder::Cpu,
+        ..WriteOptions::default()
     });
     assert_eq!(zstd.write_options().encoder, Encoder::Cpu);
     let e = zstd.write_encoding();

@@ -9,7 +9,7 @@ use std::time::Duration;
 use devbuf::ElementType;
 use devbuf::ErrorKind;
 use devbuf::cuda::{Context, device_count};
-use devbuf::zarr::{ArraySpec, BufferPrototype, Compressor, Decoder, Dtype};
+use devbuf::zarr::{ArraySpec, BufferPrototype, Compressor, Decoder, Dtype, Encoder, WriteOptions};
 use devbuf::zarr::{Cancel, Progress, ProgressSink, ReadOptions, Spread, ZarrArray};
 
 use crate::common::*;
@@ -90,6 +90,32 @@ gpu_test! {
             assert!(bytes_of(&got) == want, "{decoder:?}: device bytes differ");
             assert_eq!(report.cpu_chunks + report.gpu_chunks, 64, "{decoder:?}: {report}");
             check_series(&seen.lock().unwrap(), 64, 32 * 64 * 4, &format!("{decoder:?}"));
+        }
+    }
+
+    fn zarrs_device_writes_report_progress_and_stop_when_cancelled() {
+        let test = "zarrs_device_writes_report_progress_and_stop_when_cancelled";
+        let mut rng = rng(test);
+        let dir = TempDir::new("progress_write_device");
+        let mut a = make(&dir, &mut rng);
+        let v = random_elements(&mut rng, ElementType::Float32, 512 * 256);
+        let dev = host_nd(v.clone(), &[512, 256], ElementType::Float32).to_prototype(&DEV).unwrap();
+        let mut encoders = vec![Encoder::Cpu];
+        if !nvcomp_missing(test) {
+            encoders.push(Encoder::Gpu);
+        }
+        for encoder in encoders {
+            let (sink, seen) = recorder();
+            a.set_write_options(WriteOptions { encoder, progress: Some(sink), ..WriteOptions::default() });
+            a.write_subset(&[0, 0], &dev).unwrap();
+            check_series(&seen.lock().unwrap(), 64, 32 * 64 * 4, &format!("{encoder:?}"));
+            assert!(bytes_of(&a.read(..).to(&HOST).unwrap()) == v, "{encoder:?}: written values");
+            // Cancelled before it starts: nothing stored, `Cancelled`.
+            let cancel = Cancel::new();
+            cancel.cancel();
+            a.set_write_options(WriteOptions { encoder, cancel: Some(cancel), ..WriteOptions::default() });
+            let e = a.write_subset(&[0, 0], &dev).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Cancelled, "{encoder:?}: {e}");
         }
     }
 

@@ -201,7 +201,7 @@ gpu_test! {
             let path = dir.0.join(format!("a{k}"));
             let mut a = create(&path, &c.shape, &c.chunks, c.dtype, c.fill.clone(), c.codecs.clone());
             for encoder in [Encoder::Gpu, Encoder::Auto] {
-                a.set_write_options(WriteOptions { encoder });
+                a.set_write_options(WriteOptions { encoder, ..WriteOptions::default() });
                 let e = a.write_encoding();
                 assert_eq!(e.encoder, "gpu", "{}: {e}", c.name);
             }
@@ -256,7 +256,7 @@ gpu_test! {
             let v = host_nd(model.clone(), &[64, 64], ElementType::Int32).to_prototype(&DEV).unwrap();
             a.write_subset(&[0, 0], &v).unwrap();
             assert!(bytes_of(&a.read(..).to(&HOST).unwrap()) == model, "{name}: written on the CPU");
-            a.set_write_options(WriteOptions { encoder: Encoder::Gpu });
+            a.set_write_options(WriteOptions { encoder: Encoder::Gpu, ..WriteOptions::default() });
             if name == "4 MiB chunks" || name == "zstd level 9" {
                 // Only Auto leaves these to the CPU; Gpu encodes them.
                 assert_eq!(a.write_encoding().encoder, "gpu");
@@ -280,7 +280,7 @@ gpu_test_exclusive! {
         let ctx = ctx();
         let path = dir.0.join("a");
         let mut a = create(&path, &[96, 96], &[32, 32], "float32", json!(0.0), sharded(&[8, 16], chain(2, false, true), true, true));
-        a.set_write_options(WriteOptions { encoder: Encoder::Gpu });
+        a.set_write_options(WriteOptions { encoder: Encoder::Gpu, ..WriteOptions::default() });
         a.set_read_options(ReadOptions { threads: Some(4), slot_bytes: 2 << 10, ..ReadOptions::default() }).unwrap();
         let model = random_elements(&mut rng, ElementType::Float32, 96 * 96);
         let v = host_nd(model.clone(), &[96, 96], ElementType::Float32).to_prototype(&DEV).unwrap();

@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 use std::ops::Range;
+use std::sync::Arc;
 
 use ::zarrs::array::{ArrayBytes, CodecOptions};
 use rayon::prelude::*;
@@ -11,6 +12,7 @@ use rayon::prelude::*;
 use super::ZarrArray;
 use super::encode::{self, Encoder, WriteEncoding, WriteOptions};
 use super::read::ReadBox;
+use super::write_progress::Tracked;
 use devbuf_core::cuda::DeviceBuffer;
 use devbuf_core::error::{Error, Result};
 use devbuf_core::memory::Memory;
@@ -48,7 +50,11 @@ impl ZarrArray {
             bytes = values.iter().map(NDBuffer::nbytes).sum::<usize>(),
             device = values.iter().any(|v| v.prototype().is_device()),
         );
-        traced_write(&span, || self.write_chunks_untraced(chunks, values))
+        traced_write(&span, || {
+            self.tracked_write(chunks.len() as u64, |a| {
+                a.write_chunks_untraced(chunks, values)
+            })
+        })
     }
 
     fn write_chunks_untraced<I: AsRef<[u64]>>(
@@ -126,7 +132,68 @@ impl ZarrArray {
             bytes = value.nbytes(),
             device = value.prototype().is_device(),
         );
-        traced_write(&span, || self.write_subset_untraced(start, value))
+        traced_write(&span, || {
+            let chunks = self.chunks_touched(start, value.shape());
+            self.tracked_write(chunks, |a| a.write_subset_untraced(start, value))
+        })
+    }
+
+    /// Runs `write` on this array, or — when the write options ask for progress or can
+    /// cancel — on a view of it whose storage counts the `chunks` chunks the write
+    /// stores and stops storing once cancelled ([`crate::write_progress`]).
+    fn tracked_write(
+        &self,
+        chunks: u64,
+        write: impl FnOnce(&ZarrArray) -> Result<()>,
+    ) -> Result<()> {
+        let o = &self.write_options;
+        if o.progress.is_none() && o.cancel.is_none() {
+            return write(self);
+        }
+        let chunk_bytes = self
+            .meta
+            .chunk_shape
+            .iter()
+            .try_fold(self.elem() as u64, |n, &c| n.checked_mul(c))
+            .unwrap_or(u64::MAX);
+        let tracked = Arc::new(Tracked::new(
+            self.array.storage(),
+            o.progress.as_ref(),
+            o.cancel.as_ref(),
+            chunks,
+            chunk_bytes,
+        ));
+        let storage: Arc<crate::storage::DynStorage> = tracked.clone();
+        let view = ZarrArray {
+            array: self.array.with_storage(storage),
+            ..self.duplicate()
+        };
+        match write(&view) {
+            Ok(()) => {
+                tracked.finish();
+                Ok(())
+            }
+            Err(_) if o.cancel.as_ref().is_some_and(|c| c.is_cancelled()) => Err(Error::cancelled(
+                format!("writing {} was cancelled", self.location),
+            )),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// How many chunks (shards) the box at `start` of `shape` touches (0 when it is
+    /// empty; the count of a box outside the array does not matter: the write refuses it).
+    fn chunks_touched(&self, start: &[u64], shape: &[usize]) -> u64 {
+        let mut n = 1u64;
+        for ((&s, &len), &c) in start.iter().zip(shape).zip(&self.meta.chunk_shape) {
+            let len = len as u64;
+            if len == 0 || c == 0 {
+                return 0;
+            }
+            let first = s / c;
+            let last = s.saturating_add(len - 1) / c;
+            n = n.saturating_mul(last - first + 1);
+        }
+        n
     }
 
     fn write_subset_untraced(&self, start: &[u64], value: &NDBuffer) -> Result<()> {
@@ -168,7 +235,7 @@ impl ZarrArray {
     /// ```
     /// use devbuf_zarr::{Encoder, WriteOptions, ZarrArray};
     /// let mut a = ZarrArray::open("../../tests/fixtures/zarr/v2_int16_zstd.zarr")?;
-    /// a.set_write_options(WriteOptions { encoder: Encoder::Cpu });
+    /// a.set_write_options(WriteOptions { encoder: Encoder::Cpu, ..WriteOptions::default() });
     /// assert_eq!(a.write_encoding().encoder, "cpu");
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```

@@ -67,14 +67,40 @@ pub const AUTO_GPU_MAX_CHUNK_BYTES: usize = 64 << 10;
 ///
 /// ```
 /// use devbuf_zarr::{Encoder, WriteOptions};
-/// let o = WriteOptions { encoder: Encoder::Cpu };
+/// let o = WriteOptions { encoder: Encoder::Cpu, ..WriteOptions::default() };
 /// assert_eq!(WriteOptions::default().encoder, Encoder::Auto);
 /// # let _ = o;
+/// ```
+///
+/// With a progress bar and a way to stop:
+///
+/// ```
+/// use std::sync::Arc;
+/// use devbuf_zarr::{ArraySpec, Cancel, ProgressSink, WriteOptions, ZarrArray};
+/// use devbuf_core::zarr::{Dtype, MemoryStore, NDBuffer};
+/// let mut a = ZarrArray::create((Arc::new(MemoryStore::new()), ""), &ArraySpec::new(&[8], &[2], Dtype::INT32))?;
+/// let (tx, rx) = tokio::sync::watch::channel(Default::default());
+/// a.set_write_options(WriteOptions {
+///     progress: Some(ProgressSink::watch(tx)),
+///     cancel: Some(Cancel::new()),
+///     ..WriteOptions::default()
+/// });
+/// a.write_subset(&[0], &NDBuffer::from_ndarray(ndarray::arr1(&[1i32; 8])))?;
+/// assert_eq!(rx.borrow().chunks_done, 4); // four chunks stored
+/// # Ok::<(), devbuf_core::Error>(())
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WriteOptions {
     /// Which encoder compresses chunks written from device memory.
     pub encoder: Encoder,
+    /// Where the write reports how far it got: chunks (shards) stored of those the
+    /// write touches, and their decoded bytes; the last report has every chunk done.
+    /// Chunks equal to the fill value count when they are erased (not stored).
+    pub progress: Option<crate::ProgressSink>,
+    /// Stops the write: chunks not yet stored are not stored, and the write ends with
+    /// [`Error::Cancelled`](devbuf_core::Error::Cancelled). Chunks stored before stay
+    /// (a cancelled write may have written some of its chunks).
+    pub cancel: Option<crate::Cancel>,
 }
 
 /// Which encoder a write from device memory uses on an array, and why

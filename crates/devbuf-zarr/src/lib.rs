@@ -96,6 +96,7 @@ mod time_v2;
 pub mod tls;
 mod validate;
 mod write;
+mod write_progress;
 
 pub use array::ZarrArray;
 pub use array_into::{ReadInto, ReadTarget};

@@ -280,7 +280,7 @@ mod zarr_at_the_bound {
                 .with_compressor(Compressor::Zstd { level: 1 });
             let mut a = ZarrArray::create((store.clone(), "g"), &spec).unwrap();
             a.set_read_options(ReadOptions { threads: Some(4), slot_bytes: MIB, ..ReadOptions::default() }).unwrap();
-            a.set_write_options(WriteOptions { encoder: Encoder::Gpu });
+            a.set_write_options(WriteOptions { encoder: Encoder::Gpu, ..WriteOptions::default() });
             let bytes = fast_random(4 * n, 79);
             let values = NDBuffer::from_memory(bytes.clone(), &[n], Dtype::FLOAT32, Order::C)
                 .unwrap()
