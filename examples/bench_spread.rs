@@ -334,7 +334,7 @@ mod bench {
                     let src = DeviceBuffer::from_slice(c, &raw)?;
                     let packed = c.allocate(k * cap)?;
                     let stream = Stream::new(c)?;
-                    let sizes = CompressBatch::new(c)?.compress(
+                    let sizes = CompressBatch::new(c, None)?.compress(
                         &stream,
                         GpuCodec::Zstd,
                         &src,
@@ -346,7 +346,7 @@ mod bench {
                     let dst = c.allocate(total)?;
                     Ok((
                         stream,
-                        std::sync::Mutex::new(DecompressBatch::new(c)?),
+                        std::sync::Mutex::new(DecompressBatch::new(c, None)?),
                         packed,
                         stored,
                         dst,

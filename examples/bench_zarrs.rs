@@ -733,7 +733,7 @@ mod bench {
                 (inputs, outputs)
             };
             let stream = Stream::new(ctx)?;
-            let mut batch = CompressBatch::new(ctx)?;
+            let mut batch = CompressBatch::new(ctx, None)?;
             let (inputs, outputs) = ranges(0, n);
             let one = time(3, &mut || {
                 batch
@@ -743,7 +743,7 @@ mod bench {
             let per_call = ((32usize << 20) / chunk).max(1);
             let calls: Vec<usize> = (0..n).step_by(per_call).collect();
             let mut states: Vec<(Stream, CompressBatch)> = (0..4)
-                .map(|_| Ok((Stream::new(ctx)?, CompressBatch::new(ctx)?)))
+                .map(|_| Ok((Stream::new(ctx)?, CompressBatch::new(ctx, None)?)))
                 .collect::<devbuf::Result<_>>()?;
             let split = time(3, &mut || {
                 on_states(&mut states, &calls, &|(st, b), from| {
@@ -786,7 +786,7 @@ mod bench {
             let stream = Stream::new(ctx)?;
             let plain: Vec<_> = (0..n).map(|i| i * chunk..(i + 1) * chunk).collect();
             let slots: Vec<_> = (0..n).map(|i| i * cap..(i + 1) * cap).collect();
-            let sizes = CompressBatch::new(ctx)?.compress(
+            let sizes = CompressBatch::new(ctx, None)?.compress(
                 &stream,
                 GpuCodec::Zstd,
                 &src,
@@ -801,7 +801,7 @@ mod bench {
                 let per = (call_bytes / chunk).max(1);
                 let calls: Vec<usize> = (0..n).step_by(per).collect();
                 let mut states: Vec<(Stream, DecompressBatch)> = (0..threads)
-                    .map(|_| Ok((Stream::new(ctx)?, DecompressBatch::new(ctx)?)))
+                    .map(|_| Ok((Stream::new(ctx)?, DecompressBatch::new(ctx, None)?)))
                     .collect::<devbuf::Result<_>>()?;
                 let secs = time(3, &mut || {
                     on_states(&mut states, &calls, &|(st, b), from| {

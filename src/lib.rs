@@ -76,7 +76,7 @@ pub mod flight {
 pub mod __test {
     pub use devbuf_core::__private::nvcomp::{check_compress_ranges, check_decompress_ranges};
     pub use devbuf_core::__private::testing::*;
-    pub use devbuf_core::__private::{HostOutput, host_ops, ops};
+    pub use devbuf_core::__private::{HostOutput, host_ops, ops, swap_width};
 
     /// devbuf-flight's internals the Flight tests need (feature `flight`).
     #[cfg(feature = "flight")]

@@ -411,23 +411,23 @@ fn mem_handle_round_trips_and_documented_layout() {
 #[test]
 fn raw_cuda_interop_and_empty_handles() {
     let raw: Vec<u8> = (0..64).map(|i| 200 - i as u8).collect();
-    let h = IpcMemHandle::from_raw_cuda(&raw, 12, 34).unwrap();
+    let h = IpcMemHandle::from_raw_cuda(&raw, 12, 34, None).unwrap();
     assert_eq!(h.raw_cuda().to_vec(), raw);
     assert_eq!((h.offset(), h.len(), h.allocation_size()), (12, 34, None));
     assert_eq!(h.device_uuid(), None);
-    let h2 = h.clone().with_device_uuid([1; 16]);
+    let h2 = IpcMemHandle::from_raw_cuda(&raw, 12, 34, Some([1; 16])).unwrap();
     assert_eq!(h2.device_uuid(), Some([1; 16]));
     for x in [&h, &h2] {
         assert_eq!(&IpcMemHandle::from_bytes(&x.to_bytes()).unwrap(), x);
     }
     assert!(matches!(
-        IpcMemHandle::from_raw_cuda(&raw[..63], 0, 1),
+        IpcMemHandle::from_raw_cuda(&raw[..63], 0, 1, None),
         Err(Error::InvalidArgument(_))
     ));
-    assert!(IpcMemHandle::from_raw_cuda(&[0; 64], 0, 1).is_err());
-    assert!(IpcMemHandle::from_raw_cuda(&raw, usize::MAX, 2).is_err());
+    assert!(IpcMemHandle::from_raw_cuda(&[0; 64], 0, 1, None).is_err());
+    assert!(IpcMemHandle::from_raw_cuda(&raw, usize::MAX, 2, None).is_err());
     // Zero length: the empty handle, whatever the raw bytes.
-    let e = IpcMemHandle::from_raw_cuda(&raw, 5, 0).unwrap();
+    let e = IpcMemHandle::from_raw_cuda(&raw, 5, 0, None).unwrap();
     assert!(e.is_empty());
     assert_eq!(e.raw_cuda(), [0; 64]);
     assert_eq!(IpcMemHandle::from_bytes(&e.to_bytes()).unwrap(), e);
@@ -556,7 +556,7 @@ fn host_handle_round_trips_and_layout() {
     assert_eq!(u64::from_le_bytes(b[48..56].try_into().unwrap()), 990);
     assert_eq!(HostIpcHandle::from_bytes(&b).unwrap(), h);
     assert_eq!(IpcHandle::from_bytes(&b).unwrap(), IpcHandle::Host(h));
-    assert_eq!(IpcHandle::Host(h).len(), 990);
+    assert_eq!(h.len(), 990);
     assert_malformed(
         HostIpcHandle::from_parts(1, 1, 1, 100, 50, 51),
         "inconsistent",

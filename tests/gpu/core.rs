@@ -129,7 +129,7 @@ gpu_test! {
         assert_eq!(s1.address(), parent.address() + 3);
         assert_eq!(s2.address(), parent.address() + 8);
         assert_eq!(s3.address(), parent.address() + 9);
-        assert_eq!(s3.offset_in_parent(), 9);
+        assert_eq!(s3.address() - s3.parent().address(), 9);
         assert_eq!(s3.parent().address(), parent.address());
         assert_eq!(s3.parent().len(), n);
         assert_eq!(s3.to_vec::<u8>().unwrap(), &data[9..9 + 999]);

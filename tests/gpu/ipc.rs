@@ -391,7 +391,7 @@ gpu_test! {
         let cases: Vec<(String, &str, &str)> = vec![
             // Random bytes as a CUDA handle: the driver's error, explained.
             (
-                IpcMemHandle::from_raw_cuda(&data(15, 64), 0, 16).unwrap().to_string(),
+                IpcMemHandle::from_raw_cuda(&data(15, 64), 0, 16, None).unwrap().to_string(),
                 "Driver",
                 "could not map the IPC memory handle",
             ),
@@ -405,7 +405,7 @@ gpu_test! {
             ),
             // A range past the end of the real allocation (size unknown in the handle).
             (
-                IpcMemHandle::from_raw_cuda(&raw, 1 << 40, 200).unwrap().with_device_uuid(uuid).to_string(),
+                IpcMemHandle::from_raw_cuda(&raw, 1 << 40, 200, Some(uuid)).unwrap().to_string(),
                 "OutOfBounds",
                 "exceeds the size",
             ),

@@ -79,7 +79,7 @@ fn f64_to_f16_bits(x: f64) -> u16 {
 fn values(r: &mut SmallRng, kind: ElementType, n: usize) -> Vec<u8> {
     let size = kind.size();
     let mut out = Vec::with_capacity(n * size);
-    if kind.is_float() || kind.is_complex() {
+    if matches!(kind.kind(), 'f' | 'c') {
         let specials = [
             0.0,
             -0.0,
@@ -152,7 +152,7 @@ fn values(r: &mut SmallRng, kind: ElementType, n: usize) -> Vec<u8> {
     while out.len() < n * size {
         let flavour = r.random_range(0..4);
         let start = out.len();
-        if kind.is_float() || kind.is_complex() {
+        if matches!(kind.kind(), 'f' | 'c') {
             let x = match flavour {
                 0 => r.random_range(-300.0..300.0),
                 1 => (r.random_range(-70000i64..70000)) as f64,
@@ -180,18 +180,14 @@ fn values(r: &mut SmallRng, kind: ElementType, n: usize) -> Vec<u8> {
 /// that is NaN (the device does not preserve NaN payloads).
 fn same_values(kind: ElementType, got: &[u8], want: &[u8]) -> Result<(), String> {
     assert_eq!(got.len(), want.len());
-    let c = kind.swap_width();
+    let c = devbuf::__test::swap_width(kind);
     let is_nan = |b: &[u8]| match c {
         2 if kind == ElementType::Float16 => {
             let h = u16::from_le_bytes([b[0], b[1]]);
             (h & 0x7fff) > 0x7c00
         }
-        4 if kind.is_float() || kind.is_complex() => {
-            f32::from_le_bytes(b.try_into().unwrap()).is_nan()
-        }
-        8 if kind.is_float() || kind.is_complex() => {
-            f64::from_le_bytes(b.try_into().unwrap()).is_nan()
-        }
+        4 if matches!(kind.kind(), 'f' | 'c') => f32::from_le_bytes(b.try_into().unwrap()).is_nan(),
+        8 if matches!(kind.kind(), 'f' | 'c') => f64::from_le_bytes(b.try_into().unwrap()).is_nan(),
         _ => false,
     };
     for (i, (g, w)) in got.chunks(c).zip(want.chunks(c)).enumerate() {
@@ -267,7 +263,7 @@ gpu_test! {
                 // aligned (element path), and misaligned (staged through temporaries).
                 for (so, doff, n) in [
                     (0usize, 0usize, 1000 + r.random_range(0..40)),
-                    (s.swap_width(), 2 * d.swap_width(), 77),
+                    (devbuf::__test::swap_width(s), 2 * devbuf::__test::swap_width(d), 77),
                     (1, 3, 50),
                     (0, 0, 1),
                 ] {
@@ -797,7 +793,7 @@ gpu_test! {
                     // holds the value everywhere (so that every element is read).
                     let first = data[..kind.size()].to_vec();
                     let mut pred = vec![1u8; kind.size()];
-                    if kind.is_float() || kind.is_complex() {
+                    if matches!(kind.kind(), 'f' | 'c') {
                         host::cast(&f64::NAN.to_le_bytes(), ElementType::Float64, &mut pred, kind).unwrap();
                     }
                     let nan_ok = EqualMode::Numeric { equal_nan: true };

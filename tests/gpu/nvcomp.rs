@@ -179,7 +179,7 @@ fn decodes_bit_exact(test: &str, codec: GpuCodec) {
     let c = ctx();
     let mut r = rng(test);
     let stream = Stream::new(&c).unwrap();
-    let mut batch = DecompressBatch::new(&c).unwrap();
+    let mut batch = DecompressBatch::new(&c, None).unwrap();
     let mut plans: Vec<Vec<usize>> = vec![
         vec![KIB],
         sizes_near(&mut r, KIB, 1000),
@@ -252,7 +252,7 @@ gpu_test! {
         let Some(_) = lib_or_skip("nvcomp_bad_calls_are_refused_before_any_device_work") else { return };
         let c = Context::new_dedicated(0).unwrap();
         let stream = Stream::new(&c).unwrap();
-        let mut batch = DecompressBatch::new(&c).unwrap();
+        let mut batch = DecompressBatch::new(&c, None).unwrap();
         let mut r = rng("nvcomp_bad_calls_are_refused_before_any_device_work");
         let case = Case::new(&mut r, GpuCodec::Zstd, &[4 * KIB, 4 * KIB]);
         let (src, dst) = case.upload(&c);
@@ -277,7 +277,7 @@ gpu_test! {
         assert_eq!(batch.device_bytes(), 0, "nothing was allocated for refused calls");
         batch.decompress(&stream, z, &src, &[], &dst, &[]).unwrap();
         // Compression: an output below the bound nvCOMP needs.
-        let mut cb = CompressBatch::new(&c).unwrap();
+        let mut cb = CompressBatch::new(&c, None).unwrap();
         let e = cb.compress(&stream, z, &dst, &[0..4 * KIB], &src, &[0..64]).unwrap_err();
         assert!(e.to_string().contains("chunk 0: output range of 64 bytes is smaller"), "{e}");
         assert_eq!(cb.device_bytes(), 0);
@@ -328,8 +328,8 @@ gpu_test! {
         let mut r = rng(test);
         {
             let stream = Stream::new(&c).unwrap();
-            let mut cb = CompressBatch::new(&c).unwrap();
-            let mut db = DecompressBatch::new(&c).unwrap();
+            let mut cb = CompressBatch::new(&c, None).unwrap();
+            let mut db = DecompressBatch::new(&c, None).unwrap();
             for codec in GpuCodec::ALL {
                 let max = codec.max_compress_chunk_bytes().min(4 * MIB);
                 for sizes in [vec![KIB], sizes_near(&mut r, max.min(64 * KIB), 200), sizes_near(&mut r, max, 5)] {
@@ -393,7 +393,7 @@ gpu_test! {
         let c = Context::new_dedicated(0).unwrap();
         let mut r = rng(test);
         let stream = Stream::new(&c).unwrap();
-        let mut batch = DecompressBatch::new(&c).unwrap();
+        let mut batch = DecompressBatch::new(&c, None).unwrap();
         batch.set_timeout(Some(Duration::from_secs(2)));
         for codec in HOST_CODECS.into_iter().filter(|k| which == "all" || which == k.name()) {
             let (mut errs, mut wrong, mut fine) = (0, 0, 0);
@@ -479,7 +479,7 @@ fn corrupt_variants(codec: GpuCodec) {
     let base = c.bytes_allocated();
     let mut r = rng(&format!("nvcomp corrupt input, {codec}"));
     let stream = Stream::new(&c).unwrap();
-    let mut batch = DecompressBatch::new(&c).unwrap();
+    let mut batch = DecompressBatch::new(&c, None).unwrap();
     batch.set_timeout(Some(Duration::from_secs(10)));
     let sizes = sizes_near(&mut r, 64 * KIB, 8);
     let case = Case::new(&mut r, codec, &sizes);
@@ -668,8 +668,8 @@ fn bench(lib: &Nvcomp) {
         });
         parts.concat()
     };
-    let mut db = DecompressBatch::new(&c).unwrap();
-    let mut cb = CompressBatch::new(&c).unwrap();
+    let mut db = DecompressBatch::new(&c, None).unwrap();
+    let mut cb = CompressBatch::new(&c, None).unwrap();
     let plain = DeviceBuffer::from_slice(&c, &data).unwrap();
     let out = c.allocate(total).unwrap();
     println!("nvCOMP {:?} on {}", lib.version(), c.properties().name);

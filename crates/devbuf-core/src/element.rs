@@ -115,13 +115,13 @@ impl ElementType {
         }
     }
 
-    /// True for `float16`, `float32`, `float64`.
-    pub const fn is_float(self) -> bool {
+    /// True for `float16`, `float32`, `float64` (`kind()` is `'f'`).
+    pub(crate) const fn is_float(self) -> bool {
         self.kind() == 'f'
     }
 
-    /// True for `complex64`, `complex128`.
-    pub const fn is_complex(self) -> bool {
+    /// True for `complex64`, `complex128` (`kind()` is `'c'`).
+    pub(crate) const fn is_complex(self) -> bool {
         self.kind() == 'c'
     }
 
@@ -133,8 +133,9 @@ impl ElementType {
     /// The width in bytes of the units that a byte-order change reverses: the element
     /// size, except for complex numbers, whose two parts are swapped separately. This
     /// is the width to pass to a byte swap, and the natural alignment (the kernels
-    /// called it `ScalarKind::component_size`).
-    pub const fn swap_width(self) -> usize {
+    /// called it `ScalarKind::component_size`). devbuf-zarr reaches it through
+    /// `__private::swap_width`.
+    pub(crate) const fn swap_width(self) -> usize {
         match self {
             ElementType::Complex64 => 4,
             ElementType::Complex128 => 8,

@@ -64,6 +64,12 @@ pub mod __private {
     pub use crate::error::helpers::{fmt_axes, panic_message, with_shared_source};
     pub use crate::memory::host_output::{HostOutput, zeroed_vec};
 
+    /// The width in bytes of the units a byte-order change of `t` reverses: its size,
+    /// except for complex numbers (each part is swapped on its own).
+    pub const fn swap_width(t: crate::ElementType) -> usize {
+        t.swap_width()
+    }
+
     /// The device kernels: fill, cast, strided copy (`layout`), unshuffle, byte swap,
     /// all-equal. Their host twins are [`host_ops`].
     pub mod ops {

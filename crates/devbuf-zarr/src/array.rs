@@ -538,7 +538,7 @@ impl ZarrArray {
             &self.location,
             &self.meta.chunk_shape,
             self.elem(),
-            self.meta.stored_dtype.element().swap_width(),
+            devbuf_core::__private::swap_width(self.meta.stored_dtype.element()),
             fill,
             &self.direct,
         )

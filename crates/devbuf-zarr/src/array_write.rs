@@ -258,7 +258,7 @@ impl ZarrArray {
             &self.array,
             &self.meta.chunk_shape,
             self.elem(),
-            self.meta.stored_dtype.element().swap_width(),
+            devbuf_core::__private::swap_width(self.meta.stored_dtype.element()),
             self.write_options.encoder,
         )
     }

@@ -232,7 +232,7 @@ impl ZarrMetadata {
 
         let mut ne = array.fill_value().as_ne_bytes().to_vec();
         if cfg!(target_endian = "big") {
-            host_ops::swap_in_place(&mut ne, element.swap_width());
+            host_ops::swap_in_place(&mut ne, devbuf_core::__private::swap_width(element));
         }
         let fill_value = Scalar::from_le_bytes(element, &ne).map_err(|e| {
             Error::Malformed(format!(

@@ -178,7 +178,7 @@ impl Work<'_, '_> {
                 return Ok(());
             };
             let stream = Stream::new(self.ctx)?;
-            let mut nv = CompressBatch::on_stream(&stream)?;
+            let mut nv = CompressBatch::new(self.ctx, Some(&stream))?;
             let n = per_call.min(units.len());
             let gathered = self.ctx.allocate_pooled(n * stride, Some(&stream))?;
             let cells = match g.relayout {

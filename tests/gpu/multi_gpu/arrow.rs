@@ -51,7 +51,7 @@ gpu_test! {
         for k in 0..host.len() {
             assert_eq!(dev.coords(k), host.coords(k));
             let c = dev.chunk(k).unwrap();
-            assert_eq!(c.as_ndarray_like().memory.device_ordinal(), Some(1), "chunk {k}");
+            assert_eq!(c.as_ndarray_like().memory.prototype(), BufferPrototype::Device(1), "chunk {k}");
             assert_eq!(c.to_ndarray::<f32>().unwrap(), host.chunk(k).unwrap().to_ndarray::<f32>().unwrap(), "chunk {k}");
         }
         for (i, col) in d.columns().iter().enumerate() {

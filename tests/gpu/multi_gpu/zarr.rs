@@ -69,7 +69,7 @@ mod zarr_on_device_1 {
                         let mut report = devbuf::zarr::ReadReport::default();
                         let nd = a.read(..).report(&mut report).to(&DEV0).unwrap();
                         assert_eq!(report.target, "device 0", "{report}");
-                        assert_eq!(nd.as_ndarray_like().memory.device_ordinal(), Some(0));
+                        assert_eq!(nd.as_ndarray_like().memory.prototype(), BufferPrototype::Device(0));
                         assert!(bytes_of(&nd) == want, "device 0 read {reads}");
                         reads += 1;
                         if done.load(Ordering::SeqCst) {
@@ -83,18 +83,18 @@ mod zarr_on_device_1 {
                 let nd = a.read(..).report(&mut report).to(&DEV1).unwrap();
                 assert_eq!(report.target, "device 1", "{report}");
                 let mem = nd.as_ndarray_like().memory;
-                assert_eq!(mem.device_ordinal(), Some(1));
+                assert_eq!(mem.prototype(), BufferPrototype::Device(1));
                 assert_eq!(mem.as_device().unwrap().context().ordinal(), 1);
                 assert_eq!(device_of_pointer(mem.address()), 1);
                 assert_bytes(&bytes_of(&nd), &want, "read_all into device 1");
                 let mut report = devbuf::zarr::ReadReport::default();
                 let nd = a.read(&boxed).report(&mut report).to(&DEV1).unwrap();
                 assert_eq!(report.target, "device 1", "{report}");
-                assert_eq!(nd.as_ndarray_like().memory.device_ordinal(), Some(1));
+                assert_eq!(nd.as_ndarray_like().memory.prototype(), BufferPrototype::Device(1));
                 assert_bytes(&bytes_of(&nd), &want_box, "read_subset into device 1");
                 let chunks = a.read_chunks(&indices).to(&DEV1).unwrap();
                 for ((c, w), idx) in chunks.iter().zip(&want_chunks).zip(&indices) {
-                    assert_eq!(c.as_ndarray_like().memory.device_ordinal(), Some(1), "chunk {idx:?}");
+                    assert_eq!(c.as_ndarray_like().memory.prototype(), BufferPrototype::Device(1), "chunk {idx:?}");
                     assert_bytes(&bytes_of(c), w, &format!("chunk {idx:?} into device 1"));
                 }
                 // Into the caller's device-1 memory: a view in the middle of noise.
@@ -114,7 +114,7 @@ mod zarr_on_device_1 {
                     let nd = g.read(..).report(&mut report).to(&DEV1).unwrap();
                     println!("nvCOMP into device 1: {report}");
                     assert_eq!(report.target, "device 1", "{report}");
-                    assert_eq!(nd.as_ndarray_like().memory.device_ordinal(), Some(1));
+                    assert_eq!(nd.as_ndarray_like().memory.prototype(), BufferPrototype::Device(1));
                     assert_bytes(&bytes_of(&nd), &want, "nvCOMP read into device 1");
                 }
                 drop(done_guard);

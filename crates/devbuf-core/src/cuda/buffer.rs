@@ -249,7 +249,17 @@ impl DeviceBuffer {
         &self.alloc.ctx
     }
 
-    /// The whole allocation this buffer slices (itself when it is not a slice).
+    /// The whole allocation this buffer slices (itself when it is not a slice). This
+    /// slice starts `address() - parent().address()` bytes into it.
+    ///
+    /// ```no_run
+    /// let ctx = devbuf_core::cuda::Context::new(0)?;
+    /// let whole = ctx.allocate(64)?;
+    /// let s = whole.slice(8, 16)?.slice(4, 4)?;
+    /// assert_eq!(s.parent().len(), 64);
+    /// assert_eq!(s.address() - s.parent().address(), 12);
+    /// # Ok::<(), devbuf_core::Error>(())
+    /// ```
     pub fn parent(&self) -> DeviceBuffer {
         DeviceBuffer {
             alloc: self.alloc.clone(),
@@ -257,11 +267,6 @@ impl DeviceBuffer {
             len: self.alloc.size,
             mutable: self.mutable,
         }
-    }
-
-    /// Byte offset of this slice within [`parent`](Self::parent).
-    pub fn offset_in_parent(&self) -> usize {
-        self.offset
     }
 
     /// Whether writes through this buffer are allowed.

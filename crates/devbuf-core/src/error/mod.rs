@@ -144,6 +144,13 @@ pub enum Error {
     /// The operation was cancelled by its caller (a zarr read's `Cancel` token, a
     /// cancelled gRPC call) before it finished; what it had produced was freed.
     /// The message says what was cancelled and how far it had got.
+    ///
+    /// ```
+    /// use devbuf_core::{Error, ErrorKind};
+    /// let e = Error::Cancelled("read of a.zarr after 3 of 8 chunks".into());
+    /// assert_eq!(e.kind(), ErrorKind::Cancelled);
+    /// assert_eq!(e.to_string(), "cancelled: read of a.zarr after 3 of 8 chunks");
+    /// ```
     Cancelled(String),
 
     /// An Arrow error that is none of the kinds above.

@@ -84,11 +84,6 @@ impl Memory {
         }
     }
 
-    /// The device ordinal of device memory; `None` for host memory.
-    pub fn device_ordinal(&self) -> Option<usize> {
-        self.as_device().map(|d| d.context().ordinal())
-    }
-
     /// The address of the first byte: a host pointer or a device address. Two values
     /// with the same address share memory (zero-copy checks compare these).
     pub fn address(&self) -> u64 {

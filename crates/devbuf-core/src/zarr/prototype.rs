@@ -81,7 +81,7 @@ impl Memory {
     /// assert!(m.prototype().is_host());
     /// ```
     pub fn prototype(&self) -> BufferPrototype {
-        match self.device_ordinal() {
+        match self.as_device().map(|d| d.context().ordinal()) {
             None => BufferPrototype::Host,
             Some(o) => BufferPrototype::Device(o),
         }

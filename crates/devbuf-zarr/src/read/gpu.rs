@@ -210,7 +210,7 @@ impl ClaimSlot {
             timing: true,
             ..EventFlags::default()
         };
-        let mut batch = DecompressBatch::on_stream(&stream)?;
+        let mut batch = DecompressBatch::new(ctx, Some(&stream))?;
         batch.reserve_chunks(streams)?;
         let f = ClaimSlot {
             stored: ctx.allocate_pooled(stored_bytes, Some(&stream))?,

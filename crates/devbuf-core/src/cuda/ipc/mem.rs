@@ -62,23 +62,33 @@ impl IpcMemHandle {
     /// handle, with the slice of the allocation to open: `offset` bytes from the
     /// allocation's start, `len` bytes long.
     ///
-    /// The handle records no device until [`with_device_uuid`](Self::with_device_uuid)
-    /// sets one; while it records none, [`Context::open_ipc`] opens it on any context
-    /// (CUDA checks the device) and [`open`](Self::open) uses device 0. `len == 0`
+    /// `device_uuid` records the device the raw handle belongs to (its UUID, as
+    /// [`DeviceProperties::uuid`](crate::cuda::DeviceProperties::uuid) gives it), so
+    /// that opening it on another device is a clear error and [`open`](Self::open)
+    /// picks the right device. With `None` [`Context::open_ipc`] opens it on any
+    /// context (CUDA checks the device) and [`open`](Self::open) uses device 0. `len == 0`
     /// gives the empty handle (`offset` is then ignored). The range is checked against
     /// the allocation's real size when the handle is opened.
     ///
     /// ```
     /// use devbuf_core::ipc::IpcMemHandle;
     /// let raw = [7u8; 64]; // e.g. from cupy.cuda.runtime.ipcGetMemHandle
-    /// let h = IpcMemHandle::from_raw_cuda(&raw, 256, 1024)?;
+    /// let h = IpcMemHandle::from_raw_cuda(&raw, 256, 1024, None)?;
     /// assert_eq!((h.offset(), h.len()), (256, 1024));
     /// assert_eq!(h.raw_cuda(), raw);
     /// assert_eq!(IpcMemHandle::from_bytes(&h.to_bytes())?, h);
-    /// assert!(IpcMemHandle::from_raw_cuda(&raw[..10], 0, 1).is_err());
+    /// assert!(IpcMemHandle::from_raw_cuda(&raw[..10], 0, 1, None).is_err());
+    /// let on = IpcMemHandle::from_raw_cuda(&raw, 256, 1024, Some([3; 16]))?; // its device
+    /// assert_eq!(on.device_uuid(), Some([3; 16]));
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
-    pub fn from_raw_cuda(raw: &[u8], offset: usize, len: usize) -> Result<IpcMemHandle> {
+    pub fn from_raw_cuda(
+        raw: &[u8],
+        offset: usize,
+        len: usize,
+        device_uuid: Option<[u8; 16]>,
+    ) -> Result<IpcMemHandle> {
+        let device = device_uuid.map(|uuid| DeviceId { uuid, ordinal: 0 });
         let raw: [u8; RAW] = raw.try_into().map_err(|_| {
             Error::invalid(format!(
                 "a CUipcMemHandle is exactly {RAW} bytes, got {}",
@@ -92,7 +102,7 @@ impl IpcMemHandle {
             return Ok(IpcMemHandle {
                 pid: 0,
                 token: 0,
-                ..IpcMemHandle::empty(None, false)
+                ..IpcMemHandle::empty(device, false)
             });
         }
         if raw == [0; RAW] {
@@ -105,19 +115,11 @@ impl IpcMemHandle {
             offset: offset as u64,
             len: len as u64,
             alloc_size: 0,
-            device: None,
+            device,
             read_only: false,
             pid: 0,
             token: 0,
         })
-    }
-
-    /// Records the device (by its UUID, as [`DeviceProperties::uuid`](crate::cuda::DeviceProperties::uuid)
-    /// gives it) the raw handle belongs to, so that opening it on another device is a
-    /// clear error and [`open`](Self::open) picks the right device.
-    pub fn with_device_uuid(mut self, uuid: [u8; 16]) -> IpcMemHandle {
-        self.device = Some(DeviceId { uuid, ordinal: 0 });
-        self
     }
 
     /// Builds a handle from all of its fields, for tests and tools; prefer

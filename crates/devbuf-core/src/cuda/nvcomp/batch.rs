@@ -34,7 +34,7 @@ use crate::error::{Error, Result};
 ///     let stream = Stream::new(&ctx)?;
 ///     let src = DeviceBuffer::from_slice(&ctx, frames)?;
 ///     let dst = ctx.allocate(8)?;
-///     let mut batch = DecompressBatch::new(&ctx)?;
+///     let mut batch = DecompressBatch::new(&ctx, None)?;
 ///     let inputs = [0..first_len, first_len..frames.len()];
 ///     batch.decompress(&stream, GpuCodec::Deflate, &src, &inputs, &dst, &[0..4, 4..8])?;
 ///     dst.to_vec::<u8>()
@@ -62,23 +62,28 @@ struct QueuedDecompression {
 impl DecompressBatch {
     /// Creates the state for `ctx`. Allocates nothing yet; fails when nvCOMP cannot be
     /// loaded (the error says why, see [`library`]).
-    pub fn new(ctx: &Context) -> Result<Self> {
+    ///
+    /// With `Some(stream)` (a stream of `ctx`) every call must run on that stream, and
+    /// the device workspace comes from the context's stream-ordered pool, ordered on
+    /// it (no `cuMemAlloc` / `cuMemFree`, which synchronise, when a worker makes and
+    /// drops its state per read). With `None` calls may use any stream of `ctx` and
+    /// the workspace is an ordinary allocation.
+    ///
+    /// ```no_run
+    /// use devbuf_core::cuda::{nvcomp::DecompressBatch, Context, Stream};
+    /// let ctx = Context::new(0)?;
+    /// let any_stream = DecompressBatch::new(&ctx, None)?;
+    /// let stream = Stream::new(&ctx)?;
+    /// let on_stream = DecompressBatch::new(&ctx, Some(&stream))?; // calls on `stream` only
+    /// # Ok::<(), devbuf_core::Error>(())
+    /// ```
+    pub fn new(ctx: &Context, stream: Option<&Stream>) -> Result<Self> {
         library()?;
         Ok(DecompressBatch {
-            ws: Workspace::new(ctx),
+            ws: Workspace::for_batch(ctx, stream, "DecompressBatch::new")?,
             in_place: false,
             pending: None,
         })
-    }
-
-    /// State whose calls all run on `stream`, with its device workspace from the
-    /// context's stream-ordered pool, ordered on `stream` (no `cuMemAlloc` /
-    /// `cuMemFree`, which synchronise, when a worker makes and drops its state per
-    /// read).
-    pub fn on_stream(stream: &Stream) -> Result<Self> {
-        let mut b = Self::new(stream.context())?;
-        b.ws.pool_stream = Some(stream.clone());
-        Ok(b)
     }
 
     /// Sizes the page-locked tables for calls of up to `chunks` chunks now: a call
@@ -111,7 +116,7 @@ impl DecompressBatch {
     ///
     /// ```no_run
     /// # let ctx = devbuf_core::cuda::Context::new(0)?;
-    /// let mut batch = devbuf_core::cuda::nvcomp::DecompressBatch::new(&ctx)?;
+    /// let mut batch = devbuf_core::cuda::nvcomp::DecompressBatch::new(&ctx, None)?;
     /// batch.set_in_place(true); // trusted data only
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
@@ -129,7 +134,7 @@ impl DecompressBatch {
     ///
     /// ```no_run
     /// # let ctx = devbuf_core::cuda::Context::new(0)?;
-    /// let mut batch = devbuf_core::cuda::nvcomp::DecompressBatch::new(&ctx)?;
+    /// let mut batch = devbuf_core::cuda::nvcomp::DecompressBatch::new(&ctx, None)?;
     /// batch.set_timeout(Some(std::time::Duration::from_secs(5)));
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
@@ -199,7 +204,7 @@ impl DecompressBatch {
             && s.raw() != stream.raw()
         {
             return Err(Error::invalid(
-                "nvCOMP batch: made for one stream (DecompressBatch::on_stream), called on another",
+                "nvCOMP batch: made for one stream (DecompressBatch::new(ctx, Some(stream))), called on another",
             ));
         }
         plan::check_ranges(
@@ -405,7 +410,7 @@ impl Drop for DecompressBatch {
 /// let data = DeviceBuffer::from_slice(&ctx, &[1u8; 1 << 17])?; // two 64 KiB chunks
 /// let cap = nvcomp::library()?.max_compressed_chunk_size(GpuCodec::Zstd, 1 << 16)?;
 /// let out = ctx.allocate(2 * cap)?;
-/// let mut batch = CompressBatch::new(&ctx)?;
+/// let mut batch = CompressBatch::new(&ctx, None)?;
 /// let sizes = batch.compress(&stream, GpuCodec::Zstd, &data, &[0..1 << 16, 1 << 16..1 << 17],
 ///                            &out, &[0..cap, cap..2 * cap])?;
 /// println!("compressed to {sizes:?} bytes");
@@ -417,20 +422,13 @@ pub struct CompressBatch {
 
 impl CompressBatch {
     /// Creates the state for `ctx`. Allocates nothing yet; fails when nvCOMP cannot be
-    /// loaded.
-    pub fn new(ctx: &Context) -> Result<Self> {
+    /// loaded. `Some(stream)` binds every call to that stream of `ctx`, with the
+    /// workspace from the stream-ordered pool (as [`DecompressBatch::new`]).
+    pub fn new(ctx: &Context, stream: Option<&Stream>) -> Result<Self> {
         library()?;
         Ok(CompressBatch {
-            ws: Workspace::new(ctx),
+            ws: Workspace::for_batch(ctx, stream, "CompressBatch::new")?,
         })
-    }
-
-    /// State whose calls all run on `stream`, with its device workspace from the
-    /// context's stream-ordered pool (as [`DecompressBatch::on_stream`]).
-    pub fn on_stream(stream: &Stream) -> Result<Self> {
-        let mut b = Self::new(stream.context())?;
-        b.ws.pool_stream = Some(stream.clone());
-        Ok(b)
     }
 
     /// The context this state belongs to.
@@ -448,7 +446,7 @@ impl CompressBatch {
     ///
     /// ```no_run
     /// # let ctx = devbuf_core::cuda::Context::new(0)?;
-    /// let mut batch = devbuf_core::cuda::nvcomp::CompressBatch::new(&ctx)?;
+    /// let mut batch = devbuf_core::cuda::nvcomp::CompressBatch::new(&ctx, None)?;
     /// batch.set_timeout(None); // wait as long as it takes
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```

@@ -81,7 +81,7 @@
 //!     let dst = ctx.allocate(n * chunk)?;
 //!     let inputs: Vec<_> = bounds.windows(2).map(|w| w[0]..w[1]).collect();
 //!     let outputs: Vec<_> = (0..n).map(|i| i * chunk..(i + 1) * chunk).collect();
-//!     let mut batch = DecompressBatch::new(&ctx)?; // keep one per thread and reuse it
+//!     let mut batch = DecompressBatch::new(&ctx, None)?; // keep one per thread and reuse it
 //!     batch.decompress(&stream, GpuCodec::Zstd, &src, &inputs, &dst, &outputs)?;
 //!     Ok(dst)
 //! }

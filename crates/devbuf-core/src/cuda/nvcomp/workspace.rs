@@ -62,6 +62,28 @@ impl Workspace {
         }
     }
 
+    /// The workspace of a batch made by `what` for `ctx`, bound to `stream` when given
+    /// (which must belong to `ctx`).
+    pub(crate) fn for_batch(
+        ctx: &Context,
+        stream: Option<&Stream>,
+        what: &str,
+    ) -> Result<Workspace> {
+        let mut ws = Workspace::new(ctx);
+        if let Some(s) = stream {
+            if !s.context().same_as(ctx) {
+                return Err(Error::invalid(format!(
+                    "{what}: the stream belongs to another context (device {}) than the \
+                     batch (device {})",
+                    s.context().ordinal(),
+                    ctx.ordinal()
+                )));
+            }
+            ws.pool_stream = Some(s.clone());
+        }
+        Ok(ws)
+    }
+
     /// Makes the page-locked mirror at least `bytes` long now, so that later calls of
     /// up to that size do not replace it (freeing page-locked memory waits for all of
     /// the device's work, other streams' too).

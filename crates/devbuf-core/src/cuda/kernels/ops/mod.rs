@@ -327,7 +327,7 @@ pub fn unshuffle(
 
 /// Reverses the bytes of every `width`-byte element of `buf` in place, on the device
 /// (`width` 1, 2, 4 or 8; 1 does nothing). For complex values pass the component width
-/// ([`ElementType::swap_width`]).
+/// ([`swap_width`](crate::__private::swap_width)).
 ///
 /// `on`: `None` runs on the legacy default stream and returns when the swap has
 /// finished; `Some(stream)` queues it on `stream` and returns without waiting.
