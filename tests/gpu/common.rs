@@ -108,8 +108,14 @@ pub fn to_device_message(
     b: impl Into<devbuf::arrow::Batch>,
     c: &Context,
 ) -> devbuf::Result<devbuf::cuda::DeviceBuffer> {
+    // A host batch goes into `c` itself (a dedicated context too), a device batch is
+    // serialized in its own context.
+    let b = b.into();
+    if let devbuf::arrow::Batch::Host(rb) = &b {
+        return devbuf::arrow::serialize_record_batch_on(rb, c);
+    }
     let proto = devbuf::zarr::BufferPrototype::Device(c.ordinal());
-    match devbuf::arrow::serialize_record_batch(&b.into(), &proto)? {
+    match devbuf::arrow::serialize_record_batch(&b, &proto)? {
         devbuf::memory::Memory::Device(d) => Ok(d),
         devbuf::memory::Memory::Host(_) => unreachable!("serialized for a device"),
     }

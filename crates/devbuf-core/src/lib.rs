@@ -83,7 +83,7 @@ pub mod __private {
 
     /// Arrow IPC on a context of the caller's and as the device batch (devbuf-flight).
     pub mod arrow {
-        pub use crate::arrow::ipc_format::{read_device_record_batch, serialize_record_batch_on};
+        pub use crate::arrow::ipc_format::read_device_record_batch;
     }
 
     /// Index resolution and bounding boxes of selections.

@@ -15,8 +15,9 @@ use arrow_schema::{DataType, SchemaRef};
 
 use super::super::decode::{Decoded, IpcStreamDecoder, header_type};
 use super::super::encode::{Batch, message_prefix};
-use devbuf_core::__private::arrow::{read_device_record_batch, serialize_record_batch_on};
+use devbuf_core::__private::arrow::read_device_record_batch;
 use devbuf_core::arrow::DeviceRecordBatch;
+use devbuf_core::arrow::serialize_record_batch_on;
 use devbuf_core::cuda::{Context, DeviceBuffer};
 use devbuf_core::error::{Error, Result};
 

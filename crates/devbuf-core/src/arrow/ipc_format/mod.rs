@@ -200,8 +200,24 @@ pub fn serialize_record_batch(batch: &Batch, prototype: &BufferPrototype) -> Res
     }
 }
 
-/// A host batch serialized into new device memory of `ctx` (any context, e.g. a
-/// dedicated one): [`serialize_record_batch`]'s host-to-device path.
+/// A host batch serialized into new device memory of `ctx`, a context you choose (a
+/// dedicated one, say: [`serialize_record_batch`] with a `BufferPrototype::Device(n)`
+/// uses device `n`'s primary context). The message can be read back with
+/// [`read_record_batch`].
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use arrow_array::{Int32Array, RecordBatch};
+/// use devbuf_core::arrow::{read_record_batch, serialize_record_batch_on};
+/// use devbuf_core::cuda::Context;
+/// use devbuf_core::memory::Memory;
+/// let ctx = Context::new_dedicated(0)?;
+/// let rb = RecordBatch::try_from_iter([("x", Arc::new(Int32Array::from(vec![1, 2])) as _)])?;
+/// let message = serialize_record_batch_on(&rb, &ctx)?; // in `ctx`
+/// let back = read_record_batch(&Memory::Device(message), rb.schema())?;
+/// assert_eq!(back.to_host()?, rb);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn serialize_record_batch_on(batch: &RecordBatch, ctx: &Context) -> Result<DeviceBuffer> {
     let encoded = Encoded::new(batch)?;
     let buf = ctx.allocate(encoded.len())?;
