@@ -79,11 +79,12 @@ impl ArrayBase {
         self.nd.as_ndarray_like().memory.device_ordinal()
     }
 
-    fn strides_tuple_if_not_c(&self) -> Option<Vec<usize>> {
+    /// The interfaces' `strides`: None for C-contiguous data, else a tuple of bytes.
+    fn strides_tuple_if_not_c<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
         if self.nd.is_c_contiguous() {
-            None
+            Ok(None)
         } else {
-            Some(self.nd.strides().to_vec())
+            Ok(Some(PyTuple::new(py, self.nd.strides())?))
         }
     }
 
@@ -231,7 +232,7 @@ impl ArrayBase {
         d.set_item("shape", PyTuple::new(py, self.nd.shape())?)?;
         d.set_item("typestr", typestr(self.nd.dtype()))?;
         d.set_item("data", (self.data_address(), true))?;
-        d.set_item("strides", self.strides_tuple_if_not_c())?;
+        d.set_item("strides", self.strides_tuple_if_not_c(py)?)?;
         d.set_item("version", 3)?;
         Ok(d)
     }
@@ -250,7 +251,7 @@ impl ArrayBase {
         d.set_item("shape", PyTuple::new(py, self.nd.shape())?)?;
         d.set_item("typestr", typestr(self.nd.dtype()))?;
         d.set_item("data", (self.data_address(), false))?;
-        d.set_item("strides", self.strides_tuple_if_not_c())?;
+        d.set_item("strides", self.strides_tuple_if_not_c(py)?)?;
         d.set_item("version", 3)?;
         d.set_item("stream", py.None())?;
         Ok(d)
