@@ -80,7 +80,10 @@ impl ArrayBase {
     }
 
     /// The interfaces' `strides`: None for C-contiguous data, else a tuple of bytes.
-    fn strides_tuple_if_not_c<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    fn strides_tuple_if_not_c<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
         if self.nd.is_c_contiguous() {
             Ok(None)
         } else {
@@ -182,7 +185,9 @@ impl ArrayBase {
     }
 
     fn __len__(&self) -> PyResult<usize> {
-        self.nd.len().map_err(|e| PyTypeError::new_err(e.to_string()))
+        self.nd
+            .len()
+            .map_err(|e| PyTypeError::new_err(e.to_string()))
     }
 
     /// A host copy (a host array is returned as it is).
@@ -216,7 +221,10 @@ impl ArrayBase {
     fn to_numpy(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
         let py = slf.py();
         let host = Self::copy_to_host(slf)?;
-        Ok(py.import("numpy")?.call_method1("asarray", (host,))?.unbind())
+        Ok(py
+            .import("numpy")?
+            .call_method1("asarray", (host,))?
+            .unbind())
     }
 
     /// numpy's array interface (host arrays only): numpy consumes it without a copy and

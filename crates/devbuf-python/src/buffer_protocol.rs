@@ -140,7 +140,9 @@ fn fill(obj: &Bound<'_, PyAny>, view: *mut PyBufferRaw, flags: c_int) -> PyResul
         return Err(PyBufferError::new_err("the array is not C-contiguous"));
     }
     if (flags & PYBUF_F_CONTIGUOUS) == PYBUF_F_CONTIGUOUS && !f {
-        return Err(PyBufferError::new_err("the array is not Fortran-contiguous"));
+        return Err(PyBufferError::new_err(
+            "the array is not Fortran-contiguous",
+        ));
     }
     if (flags & PYBUF_ANY_CONTIGUOUS) == PYBUF_ANY_CONTIGUOUS && !(c || f) {
         return Err(PyBufferError::new_err("the array is not contiguous"));
@@ -266,7 +268,9 @@ impl BorrowedBytes {
         let mut view = PyBufferRaw::empty();
         // PyBUF_C_CONTIGUOUS | FORMAT-less: the bytes in C order.
         // Safety: `obj` is a live object, `view` a writable Py_buffer; the GIL is held.
-        let rc = unsafe { PyObject_GetBuffer(obj.as_ptr(), &mut view, PYBUF_C_CONTIGUOUS & !PYBUF_FORMAT) };
+        let rc = unsafe {
+            PyObject_GetBuffer(obj.as_ptr(), &mut view, PYBUF_C_CONTIGUOUS & !PYBUF_FORMAT)
+        };
         if rc != 0 {
             return Err(PyErr::fetch(obj.py()));
         }

@@ -92,7 +92,11 @@ impl PyContext {
 
     /// Opens an IPC handle exported by another process (an `IpcMemHandle` or its
     /// `to_bytes()`), on this context's device.
-    fn open_ipc_buffer(&self, py: Python<'_>, handle: &Bound<'_, PyAny>) -> PyResult<PyDeviceBuffer> {
+    fn open_ipc_buffer(
+        &self,
+        py: Python<'_>,
+        handle: &Bound<'_, PyAny>,
+    ) -> PyResult<PyDeviceBuffer> {
         let h = handle_of(handle)?;
         let buf = py.detach(|| self.ctx.open_ipc(&h)).py()?;
         Ok(PyDeviceBuffer { buf })
@@ -188,7 +192,12 @@ impl PyDeviceBuffer {
     /// page-locked host memory: a `HostBuffer` (buffer protocol: `bytes(h)`,
     /// `numpy.frombuffer(h, dtype)`).
     #[pyo3(signature = (position = 0, nbytes = None))]
-    fn copy_to_host(&self, py: Python<'_>, position: usize, nbytes: Option<usize>) -> PyResult<Py<PyAny>> {
+    fn copy_to_host(
+        &self,
+        py: Python<'_>,
+        position: usize,
+        nbytes: Option<usize>,
+    ) -> PyResult<Py<PyAny>> {
         let n = nbytes.unwrap_or_else(|| self.buf.len().saturating_sub(position));
         let part = self.buf.slice(position, n).py()?;
         let h = py.detach(|| part.to_host()).py()?;
@@ -204,19 +213,31 @@ impl PyDeviceBuffer {
     /// Copies a bytes-like object (bytes, bytearray, memoryview, a C-contiguous numpy
     /// array, a `HostBuffer`) to byte `position`; returns the number of bytes copied.
     #[pyo3(signature = (data, position = 0))]
-    fn copy_from_host(&self, py: Python<'_>, data: &Bound<'_, PyAny>, position: usize) -> PyResult<usize> {
+    fn copy_from_host(
+        &self,
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+        position: usize,
+    ) -> PyResult<usize> {
         let src = BorrowedBytes::new(data)?;
         let bytes = src.as_slice();
-        py.detach(|| self.buf.copy_from_host(position, bytes)).py()?;
+        py.detach(|| self.buf.copy_from_host(position, bytes))
+            .py()?;
         Ok(bytes.len())
     }
 
     /// Copies all of `buf` (a `DeviceBuffer`, any device) to byte `position`; returns the
     /// number of bytes copied.
     #[pyo3(signature = (buf, position = 0))]
-    fn copy_from_device(&self, py: Python<'_>, buf: PyRef<'_, PyDeviceBuffer>, position: usize) -> PyResult<usize> {
+    fn copy_from_device(
+        &self,
+        py: Python<'_>,
+        buf: PyRef<'_, PyDeviceBuffer>,
+        position: usize,
+    ) -> PyResult<usize> {
         let src = buf.buf.clone();
-        py.detach(|| self.buf.copy_from_device(position, &src)).py()?;
+        py.detach(|| self.buf.copy_from_device(position, &src))
+            .py()?;
         Ok(src.len())
     }
 
@@ -295,7 +316,11 @@ impl HostBufferBase {
     }
 
     fn __repr__(&self) -> String {
-        format!("<devbuf.HostBuffer size={} address={:#x}>", self.h.len(), self.ptr)
+        format!(
+            "<devbuf.HostBuffer size={} address={:#x}>",
+            self.h.len(),
+            self.ptr
+        )
     }
 }
 
@@ -351,7 +376,11 @@ impl PyIpcMemHandle {
     /// A handle from a raw 64-byte `cudaIpcMemHandle_t` (`cupy.cuda.runtime.ipcGetMemHandle`)
     /// and the range of the allocation it stands for.
     #[staticmethod]
-    fn from_raw_cuda(raw: &Bound<'_, PyAny>, offset: usize, size: usize) -> PyResult<PyIpcMemHandle> {
+    fn from_raw_cuda(
+        raw: &Bound<'_, PyAny>,
+        offset: usize,
+        size: usize,
+    ) -> PyResult<PyIpcMemHandle> {
         let b = BorrowedBytes::new(raw)?;
         Ok(PyIpcMemHandle {
             h: IpcMemHandle::from_raw_cuda(b.as_slice(), offset, size).py()?,
@@ -388,7 +417,11 @@ impl PyIpcMemHandle {
     }
 
     fn __repr__(&self) -> String {
-        format!("<devbuf.IpcMemHandle offset={} size={}>", self.h.offset(), self.h.len())
+        format!(
+            "<devbuf.IpcMemHandle offset={} size={}>",
+            self.h.offset(),
+            self.h.len()
+        )
     }
 }
 

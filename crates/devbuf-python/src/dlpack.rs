@@ -187,7 +187,11 @@ pub fn capsule(py: Python<'_>, e: Export, versioned: bool) -> PyResult<Py<PyAny>
             version: DLPackVersion { major: 1, minor: 0 },
             manager_ctx: ctx,
             deleter: Some(delete_versioned),
-            flags: if readonly { DLPACK_FLAG_BITMASK_READ_ONLY } else { 0 },
+            flags: if readonly {
+                DLPACK_FLAG_BITMASK_READ_ONLY
+            } else {
+                0
+            },
             dl_tensor,
         });
         (Box::into_raw(t).cast(), VERSIONED.as_ptr())

@@ -105,9 +105,15 @@ impl<T> IntoPy<T> for devbuf::Result<T> {
 /// Adds the exception classes to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
-    m.add("CudaUnavailableError", py.get_type::<CudaUnavailableError>())?;
+    m.add(
+        "CudaUnavailableError",
+        py.get_type::<CudaUnavailableError>(),
+    )?;
     m.add("CudaError", py.get_type::<CudaError>())?;
-    m.add("InvalidArgumentError", py.get_type::<InvalidArgumentError>())?;
+    m.add(
+        "InvalidArgumentError",
+        py.get_type::<InvalidArgumentError>(),
+    )?;
     m.add("MalformedError", py.get_type::<MalformedError>())?;
     m.add("UnsupportedError", py.get_type::<UnsupportedError>())?;
     m.add("OutOfBoundsError", py.get_type::<OutOfBoundsError>())?;

@@ -47,7 +47,11 @@ static ARRAY: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 /// A new instance of public class `name` ("HostBuffer" or "Array") owning `value`.
 pub fn new_public(py: Python<'_>, name: &str, value: PayloadValue) -> PyResult<Py<PyAny>> {
-    let cell = if name == "HostBuffer" { &HOST_BUFFER } else { &ARRAY };
+    let cell = if name == "HostBuffer" {
+        &HOST_BUFFER
+    } else {
+        &ARRAY
+    };
     let cls = cell
         .get(py)
         .ok_or_else(|| PyTypeError::new_err("devbuf._devbuf is not initialised"))?;

@@ -37,7 +37,9 @@ pub fn open(
         py.import("os")?
             .call_method1("fspath", (path_or_url,))?
             .extract()
-            .map_err(|_| PyTypeError::new_err("open() takes a path (str or os.PathLike) or a URL"))?
+            .map_err(|_| {
+                PyTypeError::new_err("open() takes a path (str or os.PathLike) or a URL")
+            })?
     };
     let location = location(&text, storage_options)?;
     let a = py.detach(|| ZarrArray::open(location)).py()?;
@@ -68,7 +70,12 @@ fn location(text: &str, storage_options: Option<&Bound<'_, PyDict>>) -> PyResult
             "read_only" => o.read_only = v.extract()?,
             _ => {
                 let value = if v.is_instance_of::<PyBool>() {
-                    if v.extract::<bool>()? { "true" } else { "false" }.to_string()
+                    if v.extract::<bool>()? {
+                        "true"
+                    } else {
+                        "false"
+                    }
+                    .to_string()
                 } else {
                     v.str()?.to_string()
                 };
@@ -90,7 +97,10 @@ fn selection(key: Option<&Bound<'_, PyAny>>, shape: &[u64]) -> PyResult<Option<V
         Ok(t) => t.iter().collect(),
         Err(_) => vec![key.clone()],
     };
-    let ellipses = items.iter().filter(|i| i.is_instance_of::<PyEllipsis>()).count();
+    let ellipses = items
+        .iter()
+        .filter(|i| i.is_instance_of::<PyEllipsis>())
+        .count();
     if ellipses > 1 {
         return Err(PyIndexError::new_err(
             "an index can only have a single ellipsis ('...')",
@@ -114,7 +124,11 @@ fn selection(key: Option<&Bound<'_, PyAny>>, shape: &[u64]) -> PyResult<Option<V
         if let Ok(s) = item.cast::<PySlice>() {
             let get = |name: &str| -> PyResult<Option<isize>> {
                 let v = s.getattr(name)?;
-                if v.is_none() { Ok(None) } else { Ok(Some(v.extract()?)) }
+                if v.is_none() {
+                    Ok(None)
+                } else {
+                    Ok(Some(v.extract()?))
+                }
             };
             let step = get("step")?.unwrap_or(1);
             if step <= 0 {
@@ -122,7 +136,11 @@ fn selection(key: Option<&Bound<'_, PyAny>>, shape: &[u64]) -> PyResult<Option<V
                     "slice step must be positive (got {step} on axis {axis}): devbuf reads numpy's basic selections with positive steps"
                 )));
             }
-            out.push(AxisSel::Slice(Slice::new(get("start")?, get("stop")?, step)));
+            out.push(AxisSel::Slice(Slice::new(
+                get("start")?,
+                get("stop")?,
+                step,
+            )));
         } else if item.is_instance_of::<PyBool>() {
             return Err(PyIndexError::new_err(
                 "boolean indices are not supported: devbuf reads ints, slices with positive steps and `...`",
@@ -202,7 +220,9 @@ impl PyZarrArray {
 impl PyZarrArray {
     #[new]
     fn new() -> PyResult<Self> {
-        Err(PyTypeError::new_err("use devbuf.open(path_or_url) to open an array"))
+        Err(PyTypeError::new_err(
+            "use devbuf.open(path_or_url) to open an array",
+        ))
     }
 
     /// The shape.
@@ -263,7 +283,11 @@ impl PyZarrArray {
     /// The report of the last read of this object (a dict, see `read`), or None.
     #[getter]
     fn read_report(&self, py: Python<'_>) -> Option<Py<PyDict>> {
-        self.last_report.lock().unwrap().as_ref().map(|r| r.clone_ref(py))
+        self.last_report
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|r| r.clone_ref(py))
     }
 
     /// Reads a selection (numpy's basic indexing: ints, slices with positive steps,
