@@ -6,7 +6,7 @@
 #
 #   scripts/gpu-bundle.sh [OUT_DIR]
 #
-# Then on the GPU machine:  bash .gpu/run.sh [all|tests|repeat N|sanitizer [TOOL...]|bench|examples]
+# Then on the GPU machine:  bash .gpu/run.sh [all|tests|repeat N|sanitizer [TOOL...]|bench|examples|python]
 # (docs/gpu-testing.md explains the workflow).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +38,22 @@ S3S="${DEVBUF_S3S_FS:-$(command -v s3s-fs || true)}"
 if [ -n "$S3S" ] && [ -x "$S3S" ]; then cp "$S3S" "$OUT/bin/s3s-fs"; else echo "(no s3s-fs: the bundle's object-store tests will skip)" >&2; fi
 strip "$OUT"/bin/*
 cp scripts/run-gpu.sh "$OUT/run.sh"
+# The Python package (crates/devbuf-python, docs/python.md): its wheel (release), pytest's
+# wheels (the GPU machine reaches no index) and its tests beside the files they read, for
+# run.sh's `python` mode. maturin comes from PyPI into a throwaway virtual environment.
+PYV="$(mktemp -d)"
+python3 -m venv "$PYV/venv"
+"$PYV/venv/bin/python" -m pip install --quiet "maturin>=1.9,<2"
+"$PYV/venv/bin/maturin" build --release -m crates/devbuf-python/Cargo.toml -o "$OUT/python/wheels" >&2
+"$PYV/venv/bin/python" -m pip download --quiet --only-binary=:all: --python-version 3.10 -d "$OUT/python/wheels" pytest >&2
+# pytest's back-ports for 3.10 (pip leaves out what the running Python does not need).
+"$PYV/venv/bin/python" -m pip download --quiet --only-binary=:all: --python-version 3.10 --no-deps -d "$OUT/python/wheels" exceptiongroup tomli >&2
+rm -rf "$PYV"
+mkdir -p "$OUT/python/root/docs" "$OUT/python/root/tests/fixtures" "$OUT/python/root/crates/devbuf-python"
+cp docs/python.md "$OUT/python/root/docs/"
+cp -r tests/fixtures/zarr "$OUT/python/root/tests/fixtures/zarr"
+cp -r crates/devbuf-python/tests "$OUT/python/root/crates/devbuf-python/tests"
+ls -la "$OUT/python/wheels" >&2
 cp -r scripts/bench_peers.py scripts/peers scripts/flight_check.py "$OUT/scripts/"
 mkdir -p "$OUT/fixtures"
 cp -r tests/fixtures/zarr "$OUT/fixtures/zarr"
@@ -66,4 +82,4 @@ LAUNCH
 chmod +x "$FINAL/run.sh"
 rm -rf "$(dirname "$OUT")"
 du -sh "$FINAL" >&2
-echo "bundle ready in $FINAL (commit $(cat "$FINAL/COMMIT")); run: bash $FINAL/run.sh [all|tests|repeat N|sanitizer [TOOL...]|bench|examples]"
+echo "bundle ready in $FINAL (commit $(cat "$FINAL/COMMIT")); run: bash $FINAL/run.sh [all|tests|repeat N|sanitizer [TOOL...]|bench|examples|python]"

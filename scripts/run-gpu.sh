@@ -12,6 +12,9 @@
 #                           own error count (see "Sanitizers" below)
 #   examples                the examples (ipc_producer + ipc_consumer as two processes)
 #   bench                   benchmarks and cupy/torch peers
+#   python [PYTEST ARGS]    the Python package's tests (crates/devbuf-python/tests) with the
+#                           bundle's wheel and the machine's cupy, torch and numpy (no
+#                           network needed)
 #   bench-only WHAT...      one benchmark (bench_NAME) or peer section (peers:NAME)
 #   parse-tests LOG...      re-summarise logs of test runs (no GPU needed)
 #   parse-sanitizer LOG...  re-summarise logs of sanitizer runs (no GPU needed)
@@ -425,6 +428,29 @@ run_bench() {
     fi
 }
 
+run_python() {
+    echo "== python (the bundle's wheel; pytest crates/devbuf-python/tests)"
+    local pk="${TMPDIR:-/tmp}/devbuf-gpu-python" log="$LOGS/python.log" rc=0
+    if [ ! -d "$HERE/python/wheels" ]; then
+        SUMMARY+=("python: no wheel in the bundle")
+        fail python
+        return
+    fi
+    rm -rf "$pk"
+    # Installed into a folder on PYTHONPATH, beside the machine's own cupy, torch and
+    # numpy (a venv would hide those where they are user-site packages); the bundle
+    # brings devbuf's wheel and pytest's, no index is reached.
+    python3 -m pip install --quiet --no-index --find-links "$HERE/python/wheels" --target "$pk" devbuf pytest || rc=$?
+    if [ "$rc" = 0 ]; then
+        (cd "$HERE/python/root" && PYTHONPATH="$pk${PYTHONPATH:+:$PYTHONPATH}" timeout 900 python3 -m pytest crates/devbuf-python/tests -rs -q -p no:cacheprovider "$@") 2>&1 | tee "$log"
+        rc=${PIPESTATUS[0]}
+    fi
+    local last
+    last="$(grep -E '(passed|failed|error|skipped)' "$log" 2>/dev/null | tail -1 | sed 's/=//g; s/^ *//; s/ *$//')"
+    SUMMARY+=("python: ${last:-no result} (rc=$rc)")
+    [ "$rc" = 0 ] || fail python
+}
+
 finish() {
     local joined
     printf -v joined "%s; " "${SUMMARY[@]}"
@@ -454,13 +480,14 @@ esac
 mkdir -p "$LOGS"
 device_line
 case "$MODE" in
-    all) run_tests "$@"; run_examples; mapfile -t B < <(bench_list); run_bench "${B[@]}" ;;
+    all) run_tests "$@"; run_examples; run_python; mapfile -t B < <(bench_list); run_bench "${B[@]}" ;;
     tests) run_tests "$@" ;;
     repeat) run_repeat "$@" ;;
     sanitizer) run_sanitizer "$@" ;;
     examples) run_examples ;;
+    python) run_python "$@" ;;
     bench) mapfile -t B < <(bench_list); run_bench "${B[@]}" ;;
     bench-only) BENCH_LABEL="$*" run_bench "$@" ;;
-    *) echo "unknown mode $MODE (all|tests|repeat N|sanitizer [TOOL...]|examples|bench|bench-only WHAT...|parse-tests LOG...|parse-sanitizer LOG...)"; exit 2 ;;
+    *) echo "unknown mode $MODE (all|tests|repeat N|sanitizer [TOOL...]|examples|python|bench|bench-only WHAT...|parse-tests LOG...|parse-sanitizer LOG...)"; exit 2 ;;
 esac
 finish

@@ -1,0 +1,59 @@
+"""devbuf: CUDA buffers and zarr reads from devbuf's Rust engine.
+
+Objects (docs/python.md):
+
+* ``Context``, ``DeviceBuffer``, ``HostBuffer``, ``IpcMemHandle``, ``open_ipc_buffer``:
+  pyarrow.cuda-style device and page-locked host memory, IPC between processes.
+* ``open(path_or_url, **storage_options)`` -> ``ZarrArray``; ``ZarrArray.read(selection,
+  device=None)`` -> ``Array``.
+* ``Array``: host or device memory exported without copies (buffer protocol,
+  ``__array_interface__``, ``__cuda_array_interface__`` v3, ``__dlpack__``).
+"""
+
+from ._devbuf import (
+    Array,
+    ArrowError,
+    CancelledError,
+    Context,
+    CudaError,
+    CudaUnavailableError,
+    DeviceBuffer,
+    HostBuffer,
+    InvalidArgumentError,
+    IpcMemHandle,
+    MalformedError,
+    OutOfBoundsError,
+    ReadOnlyError,
+    UnsupportedError,
+    ZarrArray,
+    __version__,
+    device_count,
+    is_available,
+    open,
+    open_ipc_buffer,
+    unavailable_reason,
+)
+
+__all__ = [
+    "Array",
+    "ArrowError",
+    "CancelledError",
+    "Context",
+    "CudaError",
+    "CudaUnavailableError",
+    "DeviceBuffer",
+    "HostBuffer",
+    "InvalidArgumentError",
+    "IpcMemHandle",
+    "MalformedError",
+    "OutOfBoundsError",
+    "ReadOnlyError",
+    "UnsupportedError",
+    "ZarrArray",
+    "__version__",
+    "device_count",
+    "is_available",
+    "open",
+    "open_ipc_buffer",
+    "unavailable_reason",
+]
