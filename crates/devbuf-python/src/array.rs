@@ -59,7 +59,7 @@ fn struct_format(d: Dtype) -> String {
         Complex64 => "Zf",
         Complex128 => "Zd",
     };
-    if d.is_native() || d.size() == 1 {
+    if d.byteorder() == devbuf::zarr::Endianness::NATIVE || d.element().size() == 1 {
         c.to_string()
     } else if d.byteorder() == devbuf::zarr::Endianness::Big {
         format!(">{c}")
@@ -76,7 +76,10 @@ impl ArrayBase {
     }
 
     fn device_ordinal(&self) -> Option<usize> {
-        self.nd.as_ndarray_like().memory.device_ordinal()
+        match self.nd.prototype() {
+            devbuf::zarr::BufferPrototype::Device(n) => Some(n),
+            _ => None,
+        }
     }
 
     /// The interfaces' `strides`: None for C-contiguous data, else a tuple of bytes.
@@ -99,7 +102,7 @@ impl ArrayBase {
                 ptr: self.data_address() as *mut u8,
                 len: self.nd.nbytes(),
                 readonly: true,
-                itemsize: a.dtype.size(),
+                itemsize: a.dtype.element().size(),
                 format: struct_format(a.dtype),
                 shape: a.shape.to_vec(),
                 strides: a.strides.to_vec(),
@@ -163,7 +166,7 @@ impl ArrayBase {
     /// Size of one element in bytes.
     #[getter]
     fn itemsize(&self) -> usize {
-        self.nd.dtype().size()
+        self.nd.dtype().element().size()
     }
 
     /// The device ordinal, or None for host memory.
@@ -186,15 +189,17 @@ impl ArrayBase {
 
     fn __len__(&self) -> PyResult<usize> {
         self.nd
-            .len()
-            .map_err(|e| PyTypeError::new_err(e.to_string()))
+            .shape()
+            .first()
+            .copied()
+            .ok_or_else(|| PyTypeError::new_err("len() of a 0-d array"))
     }
 
     /// A host copy (a host array is returned as it is).
     fn copy_to_host(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
         let py = slf.py();
         let me = slf.get();
-        if me.nd.is_host() {
+        if me.nd.prototype().is_host() {
             return Ok(slf.clone().into_any().unbind());
         }
         let nd = me.nd.clone();
@@ -231,7 +236,7 @@ impl ArrayBase {
     /// keeps this array alive as the result's base.
     #[getter]
     fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        if !self.nd.is_host() {
+        if !self.nd.prototype().is_host() {
             return Err(PyAttributeError::new_err(
                 "__array_interface__: the array is in device memory (use __cuda_array_interface__)",
             ));
@@ -250,7 +255,7 @@ impl ArrayBase {
     /// pending and a consumer need not wait.
     #[getter]
     fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        if self.nd.is_host() {
+        if self.nd.prototype().is_host() {
             return Err(PyAttributeError::new_err(
                 "__cuda_array_interface__: the array is in host memory (use __array_interface__)",
             ));
@@ -301,7 +306,7 @@ impl ArrayBase {
             )));
         }
         let dtype = self.nd.dtype();
-        if !dtype.is_native() && dtype.size() > 1 {
+        if dtype.byteorder() != devbuf::zarr::Endianness::NATIVE && dtype.element().size() > 1 {
             return Err(PyBufferError::new_err(
                 "DLPack has no byte order: the array is not native-endian",
             ));
@@ -314,7 +319,7 @@ impl ArrayBase {
             element: dtype.element(),
             shape: self.nd.shape().to_vec(),
             strides: self.nd.strides().to_vec(),
-            readonly: self.nd.is_host(),
+            readonly: self.nd.prototype().is_host(),
         };
         dlpack::capsule(py, export, dlpack::wants_versioned(max_version)?)
     }

@@ -383,7 +383,7 @@ impl PyIpcMemHandle {
     ) -> PyResult<PyIpcMemHandle> {
         let b = BorrowedBytes::new(raw)?;
         Ok(PyIpcMemHandle {
-            h: IpcMemHandle::from_raw_cuda(b.as_slice(), offset, size).py()?,
+            h: IpcMemHandle::from_raw_cuda(b.as_slice(), offset, size, None).py()?,
         })
     }
 
