@@ -11,7 +11,7 @@ use arrow_array::{Array, ArrayRef, RecordBatch, UInt64Array};
 use arrow_schema::{DataType as ArrowType, Field, Schema};
 use devbuf::ElementType;
 use devbuf::arrow::{
-    Batch, CHUNK_COLUMN, CHUNK_GRID_METADATA_KEY, ChunkBatch, ChunkGrid, TensorType, coord_column,
+    Batch, CHUNK_COLUMN, CHUNK_GRID_METADATA_KEY, ChunkBatch, ChunkGrid, TensorType,
 };
 use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, Endianness, NDBuffer, Order, Scalar};
 use rand::rngs::SmallRng;
@@ -93,12 +93,12 @@ fn check_batch(batch: &ChunkBatch, grid: &ChunkGrid, array: &NDBuffer, coords: &
             "padded chunk {c:?}"
         );
     }
-    let rb = batch.to_record_batch().unwrap();
+    let rb = batch.batch().to_host().unwrap();
     assert_eq!(rb.num_rows(), coords.len());
-    assert_eq!(rb.num_columns(), grid.ndim() + 1);
-    for d in 0..grid.ndim() {
+    assert_eq!(rb.num_columns(), grid.chunk_shape().len() + 1);
+    for d in 0..grid.chunk_shape().len() {
         let col = rb
-            .column_by_name(&coord_column(d))
+            .column_by_name(&format!("coord_{d}"))
             .unwrap()
             .as_any()
             .downcast_ref::<UInt64Array>()

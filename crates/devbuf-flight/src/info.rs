@@ -183,7 +183,7 @@ pub(crate) fn schema_of(grid: &ChunkGrid) -> Result<SchemaRef> {
         std::iter::empty::<(Vec<u64>, NDBuffer)>(),
         &BufferPrototype::Host,
     )?;
-    Ok(empty.to_record_batch()?.schema())
+    Ok(empty.batch().to_host()?.schema())
 }
 
 /// How many endpoints `n` items are cut into when `asked` are wanted.

@@ -423,7 +423,7 @@ impl Handler for Assemble {
                 st.scratch = scratch;
                 if let Some(drb) = got? {
                     let cb = match self.grid.host_coords(&fd)? {
-                        Some(c) => ChunkBatch::from_device_record_batch_with_coords(drb, c)?,
+                        Some(c) => devbuf_core::__private::arrow::chunk_batch_with_coords(drb, c)?,
                         None => ChunkBatch::try_from(Batch::Device(drb))?,
                     };
                     let placed = self.place_batch(&cb, st);

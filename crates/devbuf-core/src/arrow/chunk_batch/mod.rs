@@ -38,7 +38,7 @@ pub const CHUNK_COLUMN: &str = "chunk";
 pub const CHUNK_GRID_METADATA_KEY: &str = "devbuf.chunk_grid";
 
 /// Name of the coordinate column of grid dimension `d`: `coord_{d}`.
-pub fn coord_column(d: usize) -> String {
+pub(crate) fn coord_column(d: usize) -> String {
     format!("coord_{d}")
 }
 
@@ -122,11 +122,6 @@ impl ChunkGrid {
     /// The fill value, if set.
     pub fn fill_value(&self) -> Option<Scalar> {
         self.fill_value
-    }
-
-    /// Number of dimensions.
-    pub fn ndim(&self) -> usize {
-        self.chunk_shape.len()
     }
 
     /// Chunks per dimension: `ceil(array_shape / chunk_shape)`.
@@ -256,7 +251,7 @@ impl ChunkBatch {
     {
         let element = grid.dtype.element();
         let native = Dtype::from(element);
-        let ndim = grid.ndim();
+        let ndim = grid.chunk_shape.len();
         let tensor_type = TensorType::new(element, &grid.chunk_shape);
         tensor_type.storage_type()?;
         let mut coords = Vec::new();
@@ -336,8 +331,9 @@ impl ChunkBatch {
     /// from: no copy back from the device, which
     /// `ChunkBatch::try_from(Batch::Device(..))` makes per
     /// coordinate column of a device batch (and then calls this). The coordinates are checked as there
-    /// (count, and the grid).
-    pub fn from_device_record_batch_with_coords(
+    /// (count, and the grid). devbuf-flight's, through
+    /// `devbuf_core::__private::arrow::chunk_batch_with_coords`.
+    pub(crate) fn from_device_record_batch_with_coords(
         batch: DeviceRecordBatch,
         coords: Vec<u64>,
     ) -> Result<ChunkBatch> {
@@ -431,15 +427,6 @@ impl ChunkBatch {
     /// [`Batch::as_device`]).
     pub fn batch(&self) -> &Batch {
         &self.batch
-    }
-
-    /// The batch on the host: the record batch itself, or a device batch copied in one
-    /// transfer ([`DeviceRecordBatch::to_host`]).
-    pub fn to_record_batch(&self) -> Result<RecordBatch> {
-        match &self.batch {
-            Batch::Host(batch) => Ok(batch.clone()),
-            Batch::Device(batch) => batch.to_host(),
-        }
     }
 
     /// Chunk `i` as stored (the full chunk shape, edge chunks padded): a zero-copy view
@@ -632,4 +619,10 @@ fn interleave_coords(columns: &[ArrayRef], rows: usize) -> Result<Vec<u64>> {
         }
     }
     Ok(out)
+}
+
+/// [`ChunkBatch::from_device_record_batch_with_coords`] for devbuf-flight (hidden, through
+/// `devbuf_core::__private::arrow`): a device batch with the coordinates read on the host.
+pub fn chunk_batch_with_coords(batch: DeviceRecordBatch, coords: Vec<u64>) -> Result<ChunkBatch> {
+    ChunkBatch::from_device_record_batch_with_coords(batch, coords)
 }
