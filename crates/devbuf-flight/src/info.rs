@@ -46,7 +46,7 @@ impl ArraySource {
             .set_read_options(read_options.clone())
             .map_err(|e| to_status(&e, hide))?;
         let meta = array.metadata();
-        if meta.ndim() == 0 {
+        if meta.shape.is_empty() {
             return Err(Status::failed_precondition(format!(
                 "{path:?} is a 0-dimensional array: chunk batches need at least one axis"
             )));
