@@ -584,25 +584,7 @@ impl ZarrArray {
     }
 
     pub(super) fn check_ranges(&self, ranges: &[Range<u64>]) -> Result<(Vec<u64>, Vec<u64>)> {
-        let shape = &self.meta.shape;
-        if ranges.len() != shape.len() {
-            return Err(Error::invalid(format!(
-                "selection {ranges:?} has {} range(s), the array at {} has {} dimension(s) \
-                 (shape {shape:?})",
-                ranges.len(),
-                self.location,
-                shape.len()
-            )));
-        }
-        for (axis, (r, &n)) in ranges.iter().zip(shape).enumerate() {
-            if r.start > r.end || r.end > n {
-                return Err(Error::invalid(format!(
-                    "range {r:?} is out of bounds for axis {axis} of {} with size {n} \
-                     (valid: start <= end <= {n})",
-                    self.location
-                )));
-            }
-        }
+        super::request::check_box(ranges, &self.meta.shape, &self.location)?;
         Ok((
             ranges.iter().map(|r| r.start).collect(),
             ranges.iter().map(|r| r.end - r.start).collect(),
