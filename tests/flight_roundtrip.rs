@@ -277,7 +277,8 @@ fn chunk_batches_arrive_whole_and_padded_with_the_fill_value() {
         .find(|(i, b)| b.chunk(*i).unwrap().shape() != b.chunk_shape())
         .expect("an edge chunk");
     let padded: Vec<i16> = b
-        .chunk_padded(i)
+        .tensors()
+        .tensor(i)
         .unwrap()
         .to_ndarray::<i16>()
         .unwrap()

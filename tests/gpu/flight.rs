@@ -138,7 +138,7 @@ gpu_test! {
                 for i in 0..h.len() {
                     assert_eq!(h.coords(i), d.coords(i), "{name}");
                     assert_eq!(from_device.coords(i), d.coords(i), "{name}");
-                    let (hp, dp) = (h.chunk_padded(i).unwrap(), d.chunk_padded(i).unwrap());
+                    let (hp, dp) = (h.tensors().tensor(i).unwrap(), d.tensors().tensor(i).unwrap());
                     assert!(dp.prototype().is_device());
                     assert!(bytes_of(&hp) == bytes_of(&dp), "{name} chunk {i}: bytes differ");
                 }

@@ -182,7 +182,7 @@ fn c_strides(shape: &[usize], es: usize) -> Vec<isize> {
 /// zarr stores them, so every row is one fixed-shape tensor. The array and chunk
 /// shapes are kept in the schema metadata ([`CHUNK_GRID_METADATA_KEY`]) so that
 /// [`chunk`](Self::chunk) returns edge chunks cut back to the array
-/// ([`chunk_padded`](Self::chunk_padded) returns the stored chunk).
+/// (`tensors().tensor(i)` returns the stored chunk).
 ///
 /// **Memory.** All columns share one allocation (each column at a 64-byte aligned
 /// offset): host memory for [`BufferPrototype::Host`], one device allocation for a
@@ -207,7 +207,7 @@ fn c_strides(shape: &[usize], es: usize) -> Vec<isize> {
 /// let rb = batch.batch().as_host().unwrap();
 /// assert_eq!(rb.num_rows(), 2);
 /// assert_eq!(rb.schema().field(2).name(), "chunk");
-/// let padded = batch.chunk_padded(1)?;
+/// let padded = batch.tensors().tensor(1)?; // as stored
 /// assert_eq!(padded.to_ndarray::<i32>()?.into_raw_vec_and_offset().0, vec![14, -1, -1, -1]);
 /// let back = ChunkBatch::try_from(Batch::Host(rb.clone()))?;
 /// assert_eq!(back.coords(1), Some(&[2u64, 1][..]));
@@ -429,16 +429,10 @@ impl ChunkBatch {
         &self.batch
     }
 
-    /// Chunk `i` as stored (the full chunk shape, edge chunks padded): a zero-copy view
-    /// of the batch (booleans are unpacked: a copy), host or device.
-    pub fn chunk_padded(&self, i: usize) -> Result<NDBuffer> {
-        self.tensors.tensor(i)
-    }
-
     /// Chunk `i` cut to its extent inside the array when the batch carries the array
     /// shape (else as stored): a zero-copy view (but for booleans).
     pub fn chunk(&self, i: usize) -> Result<NDBuffer> {
-        let padded = self.chunk_padded(i)?;
+        let padded = self.tensors.tensor(i)?;
         let Some(a) = &self.array_shape else {
             return Ok(padded);
         };
@@ -453,12 +447,6 @@ impl ChunkBatch {
     /// Every chunk with its coordinates, in row order (see [`chunk`](Self::chunk)).
     pub fn iter(&self) -> impl Iterator<Item = Result<(&[u64], NDBuffer)>> + '_ {
         (0..self.len()).map(|i| Ok((self.coords(i).unwrap_or_default(), self.chunk(i)?)))
-    }
-
-    /// All chunks as stored, as one NDBuffer of shape `[len, *chunk_shape]` (a zero-copy
-    /// view but for booleans).
-    pub fn to_ndbuffer(&self) -> Result<NDBuffer> {
-        self.tensors.to_ndbuffer()
     }
 }
 
