@@ -467,7 +467,7 @@ impl Client {
     /// let client = Client::connect("grpc://127.0.0.1:8815", &ClientOptions::default())?;
     /// let all = client.read("v3_float32.zarr", .., &BufferPrototype::Host)?;
     /// let rows = client.read("v3_float32.zarr", [2..7, 0..all.shape()[1] as u64], &BufferPrototype::Host)?;
-    /// let col = client.read("v3_float32.zarr", [AxisSel::All, AxisSel::Index(-1)], &BufferPrototype::Host)?;
+    /// let col = client.read("v3_float32.zarr", [AxisSel::from(..), AxisSel::Index(-1)], &BufferPrototype::Host)?;
     /// assert_eq!((rows.shape()[0], col.shape().len()), (5, 1));
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
