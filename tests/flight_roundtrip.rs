@@ -100,7 +100,7 @@ fn fixture_selections_match_local_reads() {
         assert_eq!(bytes_of(&got), bytes_of(&want), "{sel:?}");
     }
     let e = client
-        .read("v2_float64_F.zarr", &[AxisSel::from(0..11)], &HOST)
+        .read("v2_float64_F.zarr", [AxisSel::from(0..11)], &HOST)
         .unwrap_err()
         .to_string();
     assert!(e.contains("out of bounds") && e.contains("size 10"), "{e}");
@@ -523,7 +523,7 @@ fn two_servers_each_serve_half_of_an_array() {
         let got = client.read("a.zarr", .., &HOST).unwrap();
         assert_eq!(bytes_of(&got), want);
         let sel = [AxisSel::from(5..35), Slice::every(2).into()];
-        let got = client.read("a.zarr", &sel, &HOST).unwrap();
+        let got = client.read("a.zarr", sel, &HOST).unwrap();
         assert_eq!(
             bytes_of(&got),
             bytes_of(&local.read(sel).to(&HOST).unwrap())

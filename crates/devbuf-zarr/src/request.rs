@@ -122,7 +122,7 @@ struct Planned {
 
 impl Selection {
     fn plan(&self, a: &ZarrArray) -> Result<Planned> {
-        let (ranges, view) = self.resolve(a.shape(), a.location())?;
+        let BoundingBox { ranges, view } = self.resolve(a.shape(), a.location())?;
         Ok(Planned { ranges, view })
     }
 
@@ -130,16 +130,18 @@ impl Selection {
     /// and the view of it to return (`None`: the box itself). Hidden: devbuf-flight's
     /// `Client::read` takes the same selections.
     #[doc(hidden)]
-    pub fn resolve(
-        &self,
-        shape: &[u64],
-        location: &str,
-    ) -> Result<(Vec<Range<u64>>, Option<Vec<AxisSel>>)> {
+    pub fn resolve(&self, shape: &[u64], location: &str) -> Result<BoundingBox> {
         match &self.0 {
-            Sel::All => Ok((shape.iter().map(|&n| 0..n).collect(), None)),
+            Sel::All => Ok(BoundingBox {
+                ranges: shape.iter().map(|&n| 0..n).collect(),
+                view: None,
+            }),
             Sel::Box(r) => {
                 check_box(r, shape, location)?;
-                Ok((r.clone(), None))
+                Ok(BoundingBox {
+                    ranges: r.clone(),
+                    view: None,
+                })
             }
             Sel::Numpy(s) => {
                 let shape = shape
@@ -150,8 +152,7 @@ impl Selection {
                         })
                     })
                     .collect::<Result<Vec<usize>>>()?;
-                let BoundingBox { ranges, view } = bounding_box(s, &shape)?;
-                Ok((ranges, view))
+                bounding_box(s, &shape)
             }
         }
     }

@@ -22,6 +22,7 @@ use super::receive::Receiver;
 use super::{Client, Flight};
 use devbuf_core::__private::HostOutput;
 use devbuf_core::__private::host_ops;
+use devbuf_core::__private::index::BoundingBox;
 use devbuf_core::__private::ops::{layout, strided_copy};
 use devbuf_core::arrow::{Batch, ChunkBatch};
 use devbuf_core::cuda::{Context, DeviceBuffer, Stream};
@@ -534,7 +535,7 @@ impl Client {
         let target = Target::array(path)?;
         let whole = self.info_async(&Query::whole(target.clone())).await?;
         let grid = Grid::of(&whole, path)?;
-        let (ranges, view) = selection.resolve(&grid.array_shape, path)?;
+        let BoundingBox { ranges, view } = selection.resolve(&grid.array_shape, path)?;
         let boxed = self
             .read_box(path, target, &grid, ranges, whole, prototype)
             .await?;
