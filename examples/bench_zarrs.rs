@@ -196,7 +196,6 @@ mod bench {
             stream_piece_bytes: c.stream_piece_bytes.unwrap_or(d.stream_piece_bytes),
             ..d
         };
-        read.validate()?;
         Ok(Args {
             mib: c.mib.unwrap_or(if gpu { 512 } else { 32 }),
             only: c.only,
@@ -410,7 +409,7 @@ mod bench {
                         continue; // not for nvCOMP (the codec), or no nvCOMP
                     }
                     let s = time(repeat.min(3), &mut || {
-                        w.write_subset(&vec![0; spec.shape().len()], &on_dev)?;
+                        w.write_subset(&vec![0; w.shape().len()], &on_dev)?;
                         ctx.synchronize()
                     })?;
                     write[k] = Some(gbs(bytes, s));

@@ -246,7 +246,7 @@ fn demo(client: &Client, device: Option<usize>) -> Result<(), String> {
     }
     let e = |e: devbuf::Error| e.to_string();
     for proto in &protos {
-        let all = client.read("demo/f32.zarr", &[], proto).map_err(e)?;
+        let all = client.read("demo/f32.zarr", .., proto).map_err(e)?;
         check(
             "demo/f32.zarr",
             &all,
@@ -257,7 +257,7 @@ fn demo(client: &Client, device: Option<usize>) -> Result<(), String> {
         let boxed = client
             .read(
                 "demo/f32.zarr",
-                &[AxisSel::from(17..59), AxisSel::from(3..40)],
+                [AxisSel::from(17..59), AxisSel::from(3..40)],
                 proto,
             )
             .map_err(e)?;
@@ -271,7 +271,10 @@ fn demo(client: &Client, device: Option<usize>) -> Result<(), String> {
         let stepped = client
             .read(
                 "demo/i16.zarr",
-                &[Slice::every(3).into(), Slice::new(Some(5), None, 2).into()],
+                [
+                    AxisSel::from(Slice::every(3)),
+                    Slice::new(Some(5), None, 2).into(),
+                ],
                 proto,
             )
             .map_err(e)?;

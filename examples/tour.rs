@@ -222,7 +222,7 @@ fn run_one(
         let h = IpcHandle::Device(message.export_ipc()?);
         (h, d.schema(), Some(message), None)
     } else {
-        let rb = batch.to_record_batch()?;
+        let rb = batch.batch().to_host()?;
         let shm = serialize_record_batch_shared(&rb)?;
         let h = IpcHandle::Host(shm.export_ipc(..)?);
         (h, rb.schema(), None, Some(shm))

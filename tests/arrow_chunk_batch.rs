@@ -11,7 +11,7 @@ use arrow_array::{Array, ArrayRef, RecordBatch, UInt64Array};
 use arrow_schema::{DataType as ArrowType, Field, Schema};
 use devbuf::ElementType;
 use devbuf::arrow::{
-    Batch, CHUNK_COLUMN, CHUNK_GRID_METADATA_KEY, ChunkBatch, ChunkGrid, TensorType, coord_column,
+    Batch, CHUNK_COLUMN, CHUNK_GRID_METADATA_KEY, ChunkBatch, ChunkGrid, TensorType,
 };
 use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, Endianness, NDBuffer, Order, Scalar};
 use rand::rngs::SmallRng;
@@ -85,7 +85,7 @@ fn check_batch(batch: &ChunkBatch, grid: &ChunkGrid, array: &NDBuffer, coords: &
         let got = batch.chunk(i).unwrap();
         assert_eq!(got.shape(), want.shape(), "chunk {c:?}");
         assert_eq!(c_bytes(&got), c_bytes(&want), "chunk {c:?}");
-        let padded = batch.chunk_padded(i).unwrap();
+        let padded = batch.tensors().tensor(i).unwrap();
         assert_eq!(padded.shape(), grid.chunk_shape());
         assert_eq!(
             c_bytes(&padded),
@@ -93,12 +93,12 @@ fn check_batch(batch: &ChunkBatch, grid: &ChunkGrid, array: &NDBuffer, coords: &
             "padded chunk {c:?}"
         );
     }
-    let rb = batch.to_record_batch().unwrap();
+    let rb = batch.batch().to_host().unwrap();
     assert_eq!(rb.num_rows(), coords.len());
-    assert_eq!(rb.num_columns(), grid.ndim() + 1);
-    for d in 0..grid.ndim() {
+    assert_eq!(rb.num_columns(), grid.chunk_shape().len() + 1);
+    for d in 0..grid.chunk_shape().len() {
         let col = rb
-            .column_by_name(&coord_column(d))
+            .column_by_name(&format!("coord_{d}"))
             .unwrap()
             .as_any()
             .downcast_ref::<UInt64Array>()
@@ -171,7 +171,7 @@ fn every_dtype_every_chunk_layout() {
             &array,
             &coords,
         );
-        let all = batch.to_ndbuffer().unwrap();
+        let all = batch.tensors().to_ndbuffer().unwrap();
         assert_eq!(all.shape(), &[9, 2, 3]);
     }
 }
@@ -274,7 +274,7 @@ fn zero_d_and_empty_grids() {
     let empty = ChunkBatch::from_chunks(&grid, Vec::<(Vec<u64>, NDBuffer)>::new(), &HOST).unwrap();
     assert!(empty.is_empty());
     assert_eq!(empty.batch().as_host().unwrap().num_rows(), 0);
-    assert_eq!(empty.to_ndbuffer().unwrap().shape(), &[0, 2, 2]);
+    assert_eq!(empty.tensors().to_ndbuffer().unwrap().shape(), &[0, 2, 2]);
     assert!(empty.chunk(0).is_err());
     let back = ChunkBatch::try_from(empty.batch().clone()).unwrap();
     assert!(back.is_empty());
@@ -457,7 +457,7 @@ fn batches_from_elsewhere() {
     );
     let b = ChunkBatch::try_from(Batch::Host(rb)).unwrap();
     assert_eq!(b.chunk(3).unwrap().shape(), &[2, 1]);
-    assert_eq!(b.chunk_padded(3).unwrap().shape(), &[3, 2]);
+    assert_eq!(b.tensors().tensor(3).unwrap().shape(), &[3, 2]);
     let got: Vec<_> = b.iter().map(|r| r.unwrap().1.shape().to_vec()).collect();
     assert_eq!(got, vec![vec![3, 2], vec![2, 2], vec![3, 1], vec![2, 1]]);
 }

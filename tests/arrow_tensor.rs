@@ -21,9 +21,7 @@ use arrow_schema::extension::{
 };
 use arrow_schema::{DataType as ArrowType, Field};
 use devbuf::ElementType;
-use devbuf::arrow::{
-    AnyArray, FIXED_SHAPE_TENSOR, TensorArray, TensorType, arrow_data_type, element_type_of,
-};
+use devbuf::arrow::{AnyArray, FIXED_SHAPE_TENSOR, TensorArray, TensorType};
 use devbuf::memory::Memory;
 use devbuf::zarr::{AxisSel, BufferPrototype, Dtype, Endianness, NDBuffer, Order};
 use rand::Rng;
@@ -176,7 +174,7 @@ fn flat_every_dtype_shape_and_layout() {
                 let nd = make(&mut rng, shape, dtype, kind);
                 let ctx = format!("{dtype} {shape:?} {kind:?}");
                 let a = nd.clone().into_arrow().unwrap().into_host().unwrap();
-                assert_eq!(a.data_type(), &arrow_data_type(dtype.element()), "{ctx}");
+                assert_eq!(a.data_type(), &ArrowType::from(dtype.element()), "{ctx}");
                 assert_eq!(a.len(), nd.size(), "{ctx}");
                 assert_eq!(a.null_count(), 0, "{ctx}");
                 let (bytes, w) = arrow_bytes(&a.to_data());
@@ -526,7 +524,7 @@ fn complex_is_a_fixed_size_list_of_two_floats() {
     let ArrowType::FixedSizeList(item, 3) = host(&t).data_type() else {
         panic!("{}", host(&t).data_type())
     };
-    assert_eq!(item.data_type(), &arrow_data_type(ElementType::Complex64));
+    assert_eq!(item.data_type(), &ArrowType::from(ElementType::Complex64));
     assert_eq!(c_bytes(&t.tensor(0).unwrap()), c_bytes(&nd));
 }
 
@@ -605,7 +603,7 @@ fn unsupported_arrow_input_is_an_error_naming_the_type() {
             .to_string()
             .contains("null")
     );
-    assert!(element_type_of(&ArrowType::Date32).is_err());
+    assert!(ElementType::try_from(&ArrowType::Date32).is_err());
     // A tensor column that is not a FixedSizeList, or of another size.
     let field = TensorType::new(ElementType::UInt8, &[2])
         .field("t", false)

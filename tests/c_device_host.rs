@@ -246,7 +246,7 @@ fn released_or_malformed_schemas_are_errors() {
     assert!(!c_array.array().is_released());
     let ok = import_array(
         &mut c_array,
-        &export_schema(&DataType::Int32).unwrap(),
+        &FFI_ArrowSchema::try_from(&Field::new("", DataType::Int32, true)).unwrap(),
         None,
     )
     .unwrap()
@@ -282,7 +282,8 @@ fn moved_out_child_is_released_independently() {
     // The moved child's memory is still alive and correct.
     // Safety: a CPU child array exported by devbuf.
     let mut d = unsafe { ArrowDeviceArray::new(child, -1, ARROW_DEVICE_CPU, std::ptr::null_mut()) };
-    let schema = export_schema(fields[1].data_type()).unwrap();
+    let schema =
+        FFI_ArrowSchema::try_from(&Field::new("", fields[1].data_type().clone(), true)).unwrap();
     let back = import_array(&mut d, &schema, None)
         .unwrap()
         .into_host()
@@ -507,7 +508,7 @@ fn i32_bytes(v: &[i32]) -> Vec<u8> {
 }
 
 fn schema(dt: DataType) -> FFI_ArrowSchema {
-    export_schema(&dt).unwrap()
+    FFI_ArrowSchema::try_from(&Field::new("", dt, true)).unwrap()
 }
 
 /// Imports a malformed structure: an error containing `needle`, and the producer's

@@ -74,7 +74,7 @@ impl FlightService for Proxy {
         let path = String::from_utf8(request.into_inner().ticket.to_vec()).map_err(internal)?;
         let remote = self
             .client
-            .read_async(&path, &[], &HOST)
+            .read_async(&path, .., &HOST)
             .await
             .map_err(internal)?;
         let local = ZarrArray::open_async(self.root.join(&path))
@@ -194,7 +194,7 @@ async fn everything_on_the_callers_runtime() {
     // Reads agree with the local async read.
     let local = ZarrArray::open_async(root.join(ARRAY)).await.unwrap();
     let whole = local.read(..).to_async(&HOST).await.unwrap();
-    let got = client.read_async(ARRAY, &[], &HOST).await.unwrap();
+    let got = client.read_async(ARRAY, .., &HOST).await.unwrap();
     assert_eq!(bytes_of(&got), bytes_of(&whole));
     let chunks = client.read_chunks_async(ARRAY, None, &HOST).await.unwrap();
     assert!(!chunks.is_empty());
@@ -281,14 +281,14 @@ fn blocking_calls_on_a_current_thread_runtime_name_the_async_form() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let e = client.read(ARRAY, &[], &HOST).unwrap_err();
+        let e = client.read(ARRAY, .., &HOST).unwrap_err();
         assert!(e.to_string().contains("Client::read_async"), "{e}");
         let e = client.list("").unwrap_err();
         assert!(e.to_string().contains("Client::list_async"), "{e}");
         let e = Client::connect(&server.uri(), &opts()).unwrap_err();
         assert!(e.to_string().contains("Client::connect_async"), "{e}");
         // The async form works there, with the client that the blocking connect made.
-        let a = client.read_async(ARRAY, &[], &HOST).await.unwrap();
+        let a = client.read_async(ARRAY, .., &HOST).await.unwrap();
         assert!(a.nbytes() > 0);
     });
     // A server with a runtime of its own: its blocking wait there is an error naming
@@ -304,7 +304,7 @@ fn blocking_calls_on_a_current_thread_runtime_name_the_async_form() {
         .unwrap();
     let n = mt.block_on(async {
         let c = Client::connect(&server.uri(), &opts()).unwrap();
-        tokio::spawn(async move { c.read(ARRAY, &[], &HOST).map(|a| a.nbytes()) })
+        tokio::spawn(async move { c.read(ARRAY, .., &HOST).map(|a| a.nbytes()) })
             .await
             .unwrap()
     });
@@ -360,7 +360,7 @@ async fn dropped_read_cancels_the_servers_stream() {
     }));
     let server = Server::start_async(config, "127.0.0.1:0").await.unwrap();
     let client = Client::connect_async(&server.uri(), &opts()).await.unwrap();
-    let mut read = Box::pin(client.read_async("a.zarr", &[], &HOST));
+    let mut read = Box::pin(client.read_async("a.zarr", .., &HOST));
     tokio::select! {
         r = &mut read => panic!("the read finished while its stream was held: {:?}", r.map(|a| a.nbytes())),
         e = tokio::time::timeout(WAIT, ev_rx.recv()) => {
@@ -390,7 +390,7 @@ async fn dropped_read_cancels_the_servers_stream() {
     let server = Arc::try_unwrap(server).expect("the wait is over");
     // The client still reads after the cancelled read (its stream passes the gate).
     gate_tx.send(()).unwrap();
-    let a = client.read_async("a.zarr", &[], &HOST).await.unwrap();
+    let a = client.read_async("a.zarr", .., &HOST).await.unwrap();
     assert_eq!(a.shape(), &[64, 64]);
     drop(client);
     let _ = tokio::time::timeout(WAIT, server.shutdown_async()).await;
@@ -411,7 +411,7 @@ async fn dropped_read_cancels_the_servers_stream_multi_thread() {
 #[allow(dead_code)]
 fn futures_are_send(c: &Client) {
     fn send<T: Send>(_: T) {}
-    send(c.read_async(ARRAY, &[], &HOST));
+    send(c.read_async(ARRAY, .., &HOST));
     send(c.read_chunks_async(ARRAY, None, &HOST));
     send(c.read_batches_async("x", &HOST));
     send(c.put_async("x", Vec::<Batch>::new()));

@@ -27,10 +27,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arrow_array::{Array, ArrayRef};
 use arrow_data::ffi::FFI_ArrowArray;
+use arrow_schema::Field;
 use devbuf::arrow::AnyArray;
 use devbuf::arrow::c_device::{
     ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA, ARROW_DEVICE_CUDA_HOST, ARROW_DEVICE_ROCM,
-    ArrowDeviceArray, export_schema, import_array,
+    ArrowDeviceArray, FFI_ArrowSchema, import_array,
 };
 use fuzz::fuzz;
 use proptest::prelude::*;
@@ -258,7 +259,8 @@ fn fuzz_c_device_imports() {
     let r = fuzz("c device imports (structural)", input, |input: Input| {
         let (name, array) = &arrays[input.array];
         let data = array.to_data();
-        let schema = export_schema(data.data_type()).map_err(|e| format!("{name}: {e}"))?;
+        let schema = FFI_ArrowSchema::try_from(&Field::new("", data.data_type().clone(), true))
+            .map_err(|e| format!("{name}: {e}"))?;
         let ffi = FFI_ArrowArray::new(&data);
         // Safety: `FFI_ArrowArray` is the C `struct ArrowArray`, as `RawArray` is.
         let mut raw: RawArray = unsafe { std::mem::transmute::<FFI_ArrowArray, RawArray>(ffi) };

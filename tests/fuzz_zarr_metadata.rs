@@ -409,7 +409,7 @@ fn fuzz_zarr_metadata_documents() {
             if m.shape.len() > MAX_RANK {
                 return Err(format!("opened an array of {} axes", m.shape.len()));
             }
-            let elem = m.dtype().element().size() as u64;
+            let elem = a.dtype().element().size() as u64;
             if bytes_of(&m.chunk_shape, elem).is_none_or(|b| b > MAX_CHUNK_BYTES) {
                 return Err(format!(
                     "opened chunks of {:?} x {elem} bytes",

@@ -221,7 +221,7 @@ fn a_flight_read_leaves_client_and_server_spans() {
     let got = client
         .read(
             "traced_flight.zarr",
-            &[AxisSel::from(0usize..32)],
+            [AxisSel::from(0usize..32)],
             &BufferPrototype::Host,
         )
         .unwrap();

@@ -179,7 +179,7 @@ pub fn read_chunk_checked(
     input: &dyn Fn() -> String,
 ) -> Result<&'static str, String> {
     let m = a.metadata();
-    let elem = m.dtype().element().size() as u64;
+    let elem = a.dtype().element().size() as u64;
     let ndim = m.shape.len();
     if m.chunk_shape.len() != ndim || m.grid_shape.len() != ndim || index.len() != ndim {
         return Err(format!("metadata of inconsistent ranks: {m:?}"));
@@ -201,12 +201,12 @@ pub fn read_chunk_checked(
                         nd.shape()
                     ));
                 }
-                if nd.shape() != want.as_slice() || nd.dtype() != m.dtype() {
+                if nd.shape() != want.as_slice() || nd.dtype() != a.dtype() {
                     return Err(format!(
                         "read_chunk({index:?}) returned {:?} {}, expected {want:?} {}",
                         nd.shape(),
                         nd.dtype(),
-                        m.dtype()
+                        a.dtype()
                     ));
                 }
                 what = "chunk read";
@@ -218,12 +218,12 @@ pub fn read_chunk_checked(
         match a.read(..).to(&BufferPrototype::Host) {
             Ok(nd) => {
                 let want: Vec<usize> = m.shape.iter().map(|&s| s as usize).collect();
-                if nd.shape() != want.as_slice() || nd.dtype() != m.dtype() {
+                if nd.shape() != want.as_slice() || nd.dtype() != a.dtype() {
                     return Err(format!(
                         "read_all returned {:?} {}, expected {want:?} {}",
                         nd.shape(),
                         nd.dtype(),
-                        m.dtype()
+                        a.dtype()
                     ));
                 }
                 if what == "chunk read" {

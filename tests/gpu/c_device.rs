@@ -322,7 +322,7 @@ gpu_test! {
         // gone; devbuf's legacy-stream work is ordered anyway).
         // Safety: a child of a CUDA export: device memory of device 0.
         let mut raw = unsafe { ArrowDeviceArray::new(child, 0, ARROW_DEVICE_CUDA, std::ptr::null_mut()) };
-        let imported = import_array(&mut raw, &export_schema(&DataType::Utf8).unwrap(), None).unwrap().into_device().unwrap();
+        let imported = import_array(&mut raw, &FFI_ArrowSchema::try_from(&Field::new("", DataType::Utf8, true)).unwrap(), None).unwrap().into_device().unwrap();
         let s = structs.as_any().downcast_ref::<StructArray>().unwrap();
         assert_eq!(imported.to_host().unwrap().as_ref(), s.column(1).as_ref());
         assert_eq!(imported.buffers()[0].address(), d.children()[1].buffers()[0].address());
@@ -337,7 +337,7 @@ gpu_test! {
         let _g = serial();
         let c = ctx();
         let d = DeviceArray::from_host(&Int32Array::from((0..64).collect::<Vec<i32>>()), &c).unwrap();
-        let schema = export_schema(&DataType::Int32).unwrap();
+        let schema = FFI_ArrowSchema::try_from(&Field::new("", DataType::Int32, true)).unwrap();
 
         let k = counts();
         let (mut a, _) = export_array(&d, SyncEvent::DefaultStream).unwrap();

@@ -82,7 +82,7 @@ gpu_test! {
         let ctx = ctx();
         for (name, local, shape) in &made {
             let want = local.read(..).to(&HOST).unwrap();
-            let got = client.read(name, &[], &DEV).unwrap();
+            let got = client.read(name, .., &DEV).unwrap();
             assert!(got.prototype().is_device(), "{name}");
             let mem = got.as_ndarray_like().memory;
             let d = mem.as_device().expect("device memory");
@@ -138,7 +138,7 @@ gpu_test! {
                 for i in 0..h.len() {
                     assert_eq!(h.coords(i), d.coords(i), "{name}");
                     assert_eq!(from_device.coords(i), d.coords(i), "{name}");
-                    let (hp, dp) = (h.chunk_padded(i).unwrap(), d.chunk_padded(i).unwrap());
+                    let (hp, dp) = (h.tensors().tensor(i).unwrap(), d.tensors().tensor(i).unwrap());
                     assert!(dp.prototype().is_device());
                     assert!(bytes_of(&hp) == bytes_of(&dp), "{name} chunk {i}: bytes differ");
                 }

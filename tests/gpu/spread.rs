@@ -54,7 +54,7 @@ fn arrays(dir: &TempDir, rng: &mut rand::rngs::SmallRng) -> Vec<(String, ZarrArr
         .into_iter()
         .map(|(name, spec, cell)| {
             let a = ZarrArray::create(dir.join(name), &spec).unwrap();
-            let shape = spec.shape().to_vec();
+            let shape = a.shape().to_vec();
             let n = shape.iter().product::<u64>() as usize;
             let element = spec_element(name);
             a.write_subset(

@@ -341,7 +341,7 @@ gpu_test! {
                 }
             }
             // Device batch copied to the host equals the host batch.
-            let back = db.to_record_batch().unwrap();
+            let back = db.batch().to_host().unwrap();
             let hrb = hb.batch().as_host().unwrap();
             for (i, (x, y)) in back.columns().iter().zip(hrb.columns()).enumerate() {
                 assert_eq!(arrow_bytes(&x.to_data()), arrow_bytes(&y.to_data()), "{what}: column {i}");
@@ -353,7 +353,7 @@ gpu_test! {
                 assert_eq!(dc.shape(), hc.shape());
                 assert_eq!(c_bytes(&dc), c_bytes(&hc), "{what}: chunk {i}");
                 assert_eq!(c_bytes(&dc), c_bytes(&h.get(&region(hb.coords(i).unwrap())).unwrap()), "{what}: chunk {i} vs the array");
-                assert_eq!(c_bytes(&db.chunk_padded(i).unwrap()), c_bytes(&hb.chunk_padded(i).unwrap()), "{what}: padded chunk {i}");
+                assert_eq!(c_bytes(&db.tensors().tensor(i).unwrap()), c_bytes(&hb.tensors().tensor(i).unwrap()), "{what}: padded chunk {i}");
                 if dtype.element() != ElementType::Bool {
                     let a = first_addr(&dc);
                     assert!(a >= msg.address() && a < msg.address() + msg.len() as u64, "{what}: chunk {i} is a view of the batch");
@@ -397,7 +397,7 @@ gpu_test! {
         ] {
             assert_eq!(b.prototype().is_device(), device);
             for i in 0..4 {
-                assert_eq!(c_bytes(&b.chunk_padded(i).unwrap()), c_bytes(&want.chunk_padded(i).unwrap()), "chunk {i}");
+                assert_eq!(c_bytes(&b.tensors().tensor(i).unwrap()), c_bytes(&want.tensors().tensor(i).unwrap()), "chunk {i}");
                 assert_eq!(b.chunk(i).unwrap().shape(), want.chunk(i).unwrap().shape());
             }
         }
@@ -408,11 +408,11 @@ gpu_test! {
         let nd = NDBuffer::create(&DEV, &[], Dtype::FLOAT64, Order::C, Some(Scalar::from(2.5f64))).unwrap();
         let b = ChunkBatch::from_chunks(&grid, [(Vec::<u64>::new(), &nd)], &DEV).unwrap();
         assert_eq!(b.chunk(0).unwrap().as_scalar().unwrap(), Scalar::Float64(2.5));
-        assert_eq!(b.to_record_batch().unwrap().num_columns(), 1);
+        assert_eq!(b.batch().to_host().unwrap().num_columns(), 1);
         let grid = ChunkGrid::new(&[4, 4], &[2, 2], Dtype::BOOL).unwrap();
         let e = ChunkBatch::from_chunks(&grid, Vec::<(Vec<u64>, NDBuffer)>::new(), &DEV).unwrap();
         assert!(e.prototype().is_device() && e.is_empty());
-        assert_eq!(e.to_record_batch().unwrap().num_rows(), 0);
+        assert_eq!(e.batch().to_host().unwrap().num_rows(), 0);
         // No rows of huge cells: an overflow error, not a panic (host and device).
         for proto in [&HOST, &DEV] {
             let nd = NDBuffer::create(proto, &[0, 1 << 40, 1 << 40], Dtype::INT32, Order::C, None).unwrap();

@@ -83,6 +83,7 @@ pub mod __private {
 
     /// Arrow IPC on a context of the caller's and as the device batch (devbuf-flight).
     pub mod arrow {
+        pub use crate::arrow::chunk_batch::chunk_batch_with_coords;
         pub use crate::arrow::ipc_format::read_device_record_batch;
     }
 

@@ -46,7 +46,7 @@ impl ArraySource {
             .set_read_options(read_options.clone())
             .map_err(|e| to_status(&e, hide))?;
         let meta = array.metadata();
-        if meta.ndim() == 0 {
+        if meta.shape.is_empty() {
             return Err(Status::failed_precondition(format!(
                 "{path:?} is a 0-dimensional array: chunk batches need at least one axis"
             )));
@@ -183,7 +183,7 @@ pub(crate) fn schema_of(grid: &ChunkGrid) -> Result<SchemaRef> {
         std::iter::empty::<(Vec<u64>, NDBuffer)>(),
         &BufferPrototype::Host,
     )?;
-    Ok(empty.to_record_batch()?.schema())
+    Ok(empty.batch().to_host()?.schema())
 }
 
 /// How many endpoints `n` items are cut into when `asked` are wanted.

@@ -50,7 +50,7 @@
 //! let mut options = ClientOptions::default();
 //! options.token = Some("s3cret".into());
 //! let client = Client::connect(&server.uri(), &options)?;
-//! let all = client.read("v3_float32.zarr", &[], &BufferPrototype::Host)?;
+//! let all = client.read("v3_float32.zarr", .., &BufferPrototype::Host)?;
 //! let part = client.read("v3_float32.zarr", &[AxisSel::from(2..7)], &BufferPrototype::Host)?;
 //! assert_eq!(part.shape()[0], 5);
 //! # let _ = all;

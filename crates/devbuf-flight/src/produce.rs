@@ -58,7 +58,7 @@ pub(crate) fn chunks(
         )
         .map_err(st)?;
         drop(chunks);
-        let rb = batch.to_record_batch().map_err(st)?;
+        let rb = batch.batch().to_host().map_err(st)?;
         drop(batch);
         for fd in enc.host_batch(&rb).map_err(st)? {
             if !sink.send(fd) {

@@ -208,7 +208,7 @@ impl Server {
     /// let mut options = ClientOptions::default();
     /// options.token = Some("s3cret".into());
     /// let client = Client::connect_async(&server.uri(), &options).await?;
-    /// let a = client.read_async("temperature.zarr", &[], &BufferPrototype::Host).await?;
+    /// let a = client.read_async("temperature.zarr", .., &BufferPrototype::Host).await?;
     /// server.shutdown_async().await?;
     /// # let _ = a; Ok(()) }
     /// ```

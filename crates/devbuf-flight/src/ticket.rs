@@ -142,9 +142,9 @@ pub(crate) fn preview(s: &str) -> String {
 /// record batch.
 ///
 /// ```
-/// use devbuf_flight::Target;
+/// use devbuf_flight::{Query, Target};
 /// let t = Target::array("group/a.zarr")?;
-/// assert_eq!(t.descriptor().path, vec!["zarr", "group", "a.zarr"]);
+/// assert_eq!(Query::whole(t).descriptor().path, vec!["zarr", "group", "a.zarr"]);
 /// assert!(Target::array("../x").is_err());
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
@@ -211,8 +211,8 @@ impl Target {
         }
     }
 
-    /// A path descriptor of this target.
-    pub fn descriptor(&self) -> FlightDescriptor {
+    /// A path descriptor of this target (`Query::whole(target).descriptor()`).
+    pub(crate) fn descriptor(&self) -> FlightDescriptor {
         FlightDescriptor::new_path(self.path_segments())
     }
 }

@@ -478,12 +478,15 @@ impl ZarrArray {
     }
 
     /// Sets how reads run (see [`ReadOptions`]); options out of their documented ranges
-    /// are an error naming the field and the range ([`ReadOptions::validate`]).
+    /// are an error naming the field and the range, and leave the options as they were.
     ///
     /// ```
-    /// use devbuf_zarr::{ReadOptions, ZarrArray};
+    /// use devbuf_zarr::{GpuTuning, ReadOptions, ZarrArray};
     /// use devbuf_core::zarr::BufferPrototype;
     /// let mut a = ZarrArray::open("../../tests/fixtures/zarr/v3_float32.zarr")?;
+    /// let bad = ReadOptions { gpu: GpuTuning { spread: Some(0), ..GpuTuning::default() }, ..ReadOptions::default() };
+    /// let e = a.set_read_options(bad).unwrap_err();
+    /// assert!(e.to_string().contains("gpu.spread is 0; valid: 1 to 64"));
     /// a.set_read_options(ReadOptions { threads: Some(1), ..ReadOptions::default() })?;
     /// let mut report = devbuf_zarr::ReadReport::default();
     /// a.read(..).report(&mut report).to(&BufferPrototype::Host)?;
@@ -581,25 +584,7 @@ impl ZarrArray {
     }
 
     pub(super) fn check_ranges(&self, ranges: &[Range<u64>]) -> Result<(Vec<u64>, Vec<u64>)> {
-        let shape = &self.meta.shape;
-        if ranges.len() != shape.len() {
-            return Err(Error::invalid(format!(
-                "selection {ranges:?} has {} range(s), the array at {} has {} dimension(s) \
-                 (shape {shape:?})",
-                ranges.len(),
-                self.location,
-                shape.len()
-            )));
-        }
-        for (axis, (r, &n)) in ranges.iter().zip(shape).enumerate() {
-            if r.start > r.end || r.end > n {
-                return Err(Error::invalid(format!(
-                    "range {r:?} is out of bounds for axis {axis} of {} with size {n} \
-                     (valid: start <= end <= {n})",
-                    self.location
-                )));
-            }
-        }
+        super::request::check_box(ranges, &self.meta.shape, &self.location)?;
         Ok((
             ranges.iter().map(|r| r.start).collect(),
             ranges.iter().map(|r| r.end - r.start).collect(),

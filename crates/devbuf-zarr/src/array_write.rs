@@ -197,12 +197,12 @@ impl ZarrArray {
     }
 
     fn write_subset_untraced(&self, start: &[u64], value: &NDBuffer) -> Result<()> {
-        if start.len() != self.meta.ndim() {
+        if start.len() != self.meta.shape.len() {
             return Err(Error::invalid(format!(
                 "write_subset: start {start:?} has {} coordinate(s), the array has {} \
                  dimension(s) (shape {:?})",
                 start.len(),
-                self.meta.ndim(),
+                self.meta.shape.len(),
                 self.meta.shape
             )));
         }

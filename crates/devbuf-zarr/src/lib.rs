@@ -93,6 +93,7 @@ mod storage;
 mod time_v2;
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+#[doc(hidden)]
 pub mod tls;
 mod validate;
 mod write;

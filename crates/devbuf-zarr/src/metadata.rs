@@ -15,7 +15,7 @@ use devbuf_core::zarr::{Dtype, Endianness, Order, Scalar};
 ///
 /// Arrays are read into native-endian, C-order [`NDBuffer`](devbuf_core::zarr::NDBuffer)s
 /// whatever their stored layout: `stored_dtype` and `order` say how the chunks are
-/// *stored*, [`dtype`](Self::dtype) is the data type of what reads return.
+/// *stored*, [`ZarrArray::dtype`](super::ZarrArray::dtype) is the data type of what reads return.
 ///
 /// ```
 /// use devbuf_zarr::ZarrArray;
@@ -28,7 +28,7 @@ use devbuf_core::zarr::{Dtype, Endianness, Order, Scalar};
 /// assert_eq!(m.chunk_shape, vec![4, 3]);
 /// assert_eq!(m.grid_shape, vec![3, 3]);
 /// assert_eq!(m.stored_dtype, Dtype::new(ElementType::Float64, Endianness::Big)); // stored big-endian
-/// assert_eq!(m.dtype(), Dtype::FLOAT64);                         // read as native values
+/// assert_eq!(a.dtype(), Dtype::FLOAT64);                         // read as native values
 /// assert_eq!(m.fill_value, Scalar::Float64(0.0));
 /// assert_eq!(m.order, Order::C);
 /// # Ok::<(), devbuf_core::Error>(())
@@ -87,9 +87,8 @@ pub enum TimeKind {
 /// let a = ZarrArray::open("../../tests/fixtures/zarr_codecs/v3_timedelta64_10s.zarr")?;
 /// let t = a.metadata().time_unit.clone().unwrap();
 /// assert_eq!((t.kind, t.unit.as_str(), t.scale_factor), (TimeKind::Timedelta64, "s", 10));
-/// assert_eq!(t.numpy_unit(), "10s");
 /// assert_eq!(t.to_string(), "timedelta64[10s]");
-/// assert_eq!(a.metadata().dtype(), devbuf_core::zarr::Dtype::INT64);
+/// assert_eq!(a.dtype(), devbuf_core::zarr::Dtype::INT64);
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -105,7 +104,7 @@ pub struct TimeUnit {
 
 impl TimeUnit {
     /// numpy's spelling of the unit: `"ns"`, or `"10s"` with a scale factor.
-    pub fn numpy_unit(&self) -> String {
+    fn numpy_unit(&self) -> String {
         if self.scale_factor == 1 {
             self.unit.clone()
         } else {
@@ -152,22 +151,9 @@ impl std::fmt::Display for TimeUnit {
 
 impl ZarrMetadata {
     /// The data type of arrays read from this array: the stored element type in native
-    /// byte order (what numpy and zarr-python return).
-    pub fn dtype(&self) -> Dtype {
+    /// byte order (what numpy and zarr-python return); public as [`ZarrArray::dtype`](super::ZarrArray::dtype).
+    pub(crate) fn dtype(&self) -> Dtype {
         Dtype::from(self.stored_dtype.element())
-    }
-
-    /// Number of dimensions.
-    pub fn ndim(&self) -> usize {
-        self.shape.len()
-    }
-
-    /// Number of chunks in the grid (saturating at `u64::MAX`: the metadata of a store
-    /// may describe more).
-    pub fn num_chunks(&self) -> u64 {
-        self.grid_shape
-            .iter()
-            .fold(1u64, |a, &g| a.saturating_mul(g))
     }
 
     /// Bytes of the whole array as read (C order, native).

@@ -122,18 +122,29 @@ struct Planned {
 
 impl Selection {
     fn plan(&self, a: &ZarrArray) -> Result<Planned> {
+        let BoundingBox { ranges, view } = self.resolve(a.shape(), a.location())?;
+        Ok(Planned { ranges, view })
+    }
+
+    /// The selection on the array at `location` of `shape`, checked: the box to read
+    /// and the view of it to return (`None`: the box itself). Hidden: devbuf-flight's
+    /// `Client::read` takes the same selections.
+    #[doc(hidden)]
+    pub fn resolve(&self, shape: &[u64], location: &str) -> Result<BoundingBox> {
         match &self.0 {
-            Sel::All => Ok(Planned {
-                ranges: a.shape().iter().map(|&n| 0..n).collect(),
+            Sel::All => Ok(BoundingBox {
+                ranges: shape.iter().map(|&n| 0..n).collect(),
                 view: None,
             }),
-            Sel::Box(r) => Ok(Planned {
-                ranges: r.clone(),
-                view: None,
-            }),
+            Sel::Box(r) => {
+                check_box(r, shape, location)?;
+                Ok(BoundingBox {
+                    ranges: r.clone(),
+                    view: None,
+                })
+            }
             Sel::Numpy(s) => {
-                let shape = a
-                    .shape()
+                let shape = shape
                     .iter()
                     .map(|&n| {
                         usize::try_from(n).map_err(|_| {
@@ -141,11 +152,32 @@ impl Selection {
                         })
                     })
                     .collect::<Result<Vec<usize>>>()?;
-                let BoundingBox { ranges, view } = bounding_box(s, &shape)?;
-                Ok(Planned { ranges, view })
+                bounding_box(s, &shape)
             }
         }
     }
+}
+
+/// Checks a box (`start..end` per axis) against `shape` of the array at `location`, with
+/// [`ZarrArray::read`]'s messages.
+pub(crate) fn check_box(ranges: &[Range<u64>], shape: &[u64], location: &str) -> Result<()> {
+    if ranges.len() != shape.len() {
+        return Err(Error::invalid(format!(
+            "selection {ranges:?} has {} range(s), the array at {location} has {} dimension(s) \
+             (shape {shape:?})",
+            ranges.len(),
+            shape.len()
+        )));
+    }
+    for (axis, (r, &n)) in ranges.iter().zip(shape).enumerate() {
+        if r.start > r.end || r.end > n {
+            return Err(Error::invalid(format!(
+                "range {r:?} is out of bounds for axis {axis} of {location} with size {n} \
+                 (valid: start <= end <= {n})"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A read of a selection of a [`ZarrArray`] ([`ZarrArray::read`]); nothing is read until

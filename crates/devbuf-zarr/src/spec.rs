@@ -56,7 +56,6 @@ pub enum Compressor {
 /// let spec = ArraySpec::new(&[100, 100], &[10, 10], Dtype::FLOAT32)
 ///     .with_fill_value(Scalar::from(f32::NAN))
 ///     .with_compressor(Compressor::Zstd { level: 3 });
-/// assert_eq!(spec.shape(), &[100, 100]);
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct ArraySpec {
@@ -110,11 +109,6 @@ impl ArraySpec {
     pub fn with_subchunks(mut self, subchunk_shape: &[u64]) -> ArraySpec {
         self.subchunk_shape = Some(subchunk_shape.to_vec());
         self
-    }
-
-    /// The array shape.
-    pub fn shape(&self) -> &[u64] {
-        &self.shape
     }
 
     pub(super) fn validate(&self) -> Result<()> {

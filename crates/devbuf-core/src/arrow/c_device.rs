@@ -98,7 +98,7 @@ pub use abi::{
 };
 #[doc(hidden)]
 pub use abi::{StructLayout, layout_table};
-pub use export::{ExportDevice, SyncEvent, export_array, export_schema};
+pub use export::{ExportDevice, SyncEvent, export_array};
 #[doc(hidden)]
 pub use export::{live_exports, release_count};
 pub use import::import_array;

@@ -25,7 +25,7 @@
 mod any;
 mod batch;
 pub mod c_device;
-mod chunk_batch;
+pub(crate) mod chunk_batch;
 mod device;
 mod host;
 pub(crate) mod ipc_format;
@@ -34,10 +34,10 @@ mod tensor;
 
 pub use any::AnyArray;
 pub use batch::Batch;
-pub use chunk_batch::{CHUNK_COLUMN, CHUNK_GRID_METADATA_KEY, ChunkBatch, ChunkGrid, coord_column};
+pub use chunk_batch::{CHUNK_COLUMN, CHUNK_GRID_METADATA_KEY, ChunkBatch, ChunkGrid};
 pub use device::DeviceArray;
 pub use ipc_format::{
     DeviceRecordBatch, read_record_batch, schema_from_bytes, schema_to_bytes,
     serialize_record_batch, serialize_record_batch_on, serialize_record_batch_shared,
 };
-pub use tensor::{FIXED_SHAPE_TENSOR, TensorArray, TensorType, arrow_data_type, element_type_of};
+pub use tensor::{FIXED_SHAPE_TENSOR, TensorArray, TensorType};

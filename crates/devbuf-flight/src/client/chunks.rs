@@ -144,7 +144,7 @@ mod tests {
         )
         .unwrap();
         let mut enc = IpcStreamEncoder::new().unwrap();
-        enc.host_batch(&b.to_record_batch().unwrap())
+        enc.host_batch(&b.batch().to_host().unwrap())
             .unwrap()
             .pop()
             .unwrap()

@@ -215,7 +215,7 @@ impl Client {
         kept.into_iter()
             .map(|b| match b {
                 (Batch::Device(d), Some(coords)) => {
-                    ChunkBatch::from_device_record_batch_with_coords(d, coords)
+                    devbuf_core::__private::arrow::chunk_batch_with_coords(d, coords)
                 }
                 (b, _) => ChunkBatch::try_from(b),
             })

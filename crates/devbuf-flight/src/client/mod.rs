@@ -285,7 +285,7 @@ type Conn = FlightServiceClient<Transport>;
 /// let mut options = ClientOptions::default();
 /// options.token = Some("s3cret".into());
 /// let client = Client::connect_async("grpc://127.0.0.1:8815", &options).await?;
-/// let all = client.read_async("v3_float32.zarr", &[], &BufferPrototype::Host).await?;
+/// let all = client.read_async("v3_float32.zarr", .., &BufferPrototype::Host).await?;
 /// # let _ = all; Ok(()) }
 /// ```
 pub struct Client {
@@ -376,7 +376,7 @@ impl Client {
     }
 
     /// The URI this client connected to.
-    pub fn uri(&self) -> &str {
+    pub(crate) fn uri(&self) -> &str {
         &self.uri
     }
 

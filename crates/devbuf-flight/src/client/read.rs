@@ -22,13 +22,14 @@ use super::receive::Receiver;
 use super::{Client, Flight};
 use devbuf_core::__private::HostOutput;
 use devbuf_core::__private::host_ops;
-use devbuf_core::__private::index::{BoundingBox, bounding_box};
+use devbuf_core::__private::index::BoundingBox;
 use devbuf_core::__private::ops::{layout, strided_copy};
 use devbuf_core::arrow::{Batch, ChunkBatch};
 use devbuf_core::cuda::{Context, DeviceBuffer, Stream};
 use devbuf_core::error::{Error, Result};
 use devbuf_core::memory::Memory;
-use devbuf_core::zarr::{AxisSel, BufferPrototype, Dtype, NDBuffer, Order};
+use devbuf_core::zarr::{BufferPrototype, Dtype, NDBuffer, Order};
+use devbuf_zarr::Selection;
 
 /// The chunk grid a flight's schema describes.
 #[derive(Clone, Debug, PartialEq)]
@@ -423,7 +424,7 @@ impl Handler for Assemble {
                 st.scratch = scratch;
                 if let Some(drb) = got? {
                     let cb = match self.grid.host_coords(&fd)? {
-                        Some(c) => ChunkBatch::from_device_record_batch_with_coords(drb, c)?,
+                        Some(c) => devbuf_core::__private::arrow::chunk_batch_with_coords(drb, c)?,
                         None => ChunkBatch::try_from(Batch::Device(drb))?,
                     };
                     let placed = self.place_batch(&cb, st);
@@ -452,19 +453,32 @@ fn to_usizes(v: &[u64]) -> Result<Vec<usize>> {
 }
 
 impl Client {
-    /// Reads a numpy-style selection of the array at `path` (under the server's root)
-    /// into `prototype`'s memory: integers, ranges, [`Slice`](devbuf_core::zarr::Slice)s with
-    /// positive steps, full axes; fewer selectors than axes select the rest whole;
-    /// integer axes are dropped (as [`ZarrArray::read`](devbuf_zarr::ZarrArray::read)
-    /// does). Every endpoint is fetched at once; the result is C-contiguous (a stepped
-    /// selection is a zero-copy strided view of its bounding box, as there).
+    /// Reads a selection of the array at `path` (under the server's root) into
+    /// `prototype`'s memory: the same [`Selection`]s as
+    /// [`ZarrArray::read`](devbuf_zarr::ZarrArray::read) takes, with the same meaning
+    /// (`..` for the whole array; a box of ranges; numpy-style [`AxisSel`](devbuf_core::zarr::AxisSel)s: integers,
+    /// ranges, [`Slice`](devbuf_core::zarr::Slice)s with positive steps, full axes, fewer
+    /// selectors than axes select the rest whole, integer axes are dropped). Every
+    /// endpoint is fetched at once; the result is C-contiguous (a stepped selection is a
+    /// zero-copy strided view of its bounding box, as there).
+    ///
+    /// ```no_run
+    /// use devbuf_core::zarr::{AxisSel, BufferPrototype};
+    /// use devbuf_flight::{Client, ClientOptions};
+    /// let client = Client::connect("grpc://127.0.0.1:8815", &ClientOptions::default())?;
+    /// let all = client.read("v3_float32.zarr", .., &BufferPrototype::Host)?;
+    /// let rows = client.read("v3_float32.zarr", [2..7, 0..all.shape()[1] as u64], &BufferPrototype::Host)?;
+    /// let col = client.read("v3_float32.zarr", [AxisSel::from(..), AxisSel::Index(-1)], &BufferPrototype::Host)?;
+    /// assert_eq!((rows.shape()[0], col.shape().len()), (5, 1));
+    /// # Ok::<(), devbuf_core::Error>(())
+    /// ```
     ///
     /// An error when any endpoint fails or delivers less or other than its ticket
     /// names: never a partial result. Blocking: see [`read_async`](Self::read_async).
     pub fn read(
         &self,
         path: &str,
-        selection: &[AxisSel],
+        selection: impl Into<Selection>,
         prototype: &BufferPrototype,
     ) -> Result<NDBuffer> {
         self.block_on(
@@ -493,9 +507,10 @@ impl Client {
     pub async fn read_async(
         &self,
         path: &str,
-        selection: &[AxisSel],
+        selection: impl Into<Selection>,
         prototype: &BufferPrototype,
     ) -> Result<NDBuffer> {
+        let selection = selection.into();
         let span = tracing::info_span!(
             "devbuf.flight.client",
             uri = %self.uri(),
@@ -504,7 +519,7 @@ impl Client {
             selection = ?selection,
             device = prototype.is_device(),
         );
-        super::trace::call(span, self.read_untraced(path, selection, prototype), |a| {
+        super::trace::call(span, self.read_untraced(path, &selection, prototype), |a| {
             (1, 0, a.nbytes())
         })
         .await
@@ -513,14 +528,14 @@ impl Client {
     async fn read_untraced(
         &self,
         path: &str,
-        selection: &[AxisSel],
+        selection: &Selection,
         prototype: &BufferPrototype,
     ) -> Result<NDBuffer> {
         super::run::need_tokio("Client::read_async")?;
         let target = Target::array(path)?;
         let whole = self.info_async(&Query::whole(target.clone())).await?;
         let grid = Grid::of(&whole, path)?;
-        let BoundingBox { ranges, view } = bounding_box(selection, &to_usizes(&grid.array_shape)?)?;
+        let BoundingBox { ranges, view } = selection.resolve(&grid.array_shape, path)?;
         let boxed = self
             .read_box(path, target, &grid, ranges, whole, prototype)
             .await?;

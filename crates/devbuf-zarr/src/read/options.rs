@@ -253,14 +253,10 @@ fn check_range<T: PartialOrd + std::fmt::Display + Copy>(
 impl ReadOptions {
     /// `Ok` when every field is in its documented range; otherwise an
     /// [`Error::InvalidArgument`](devbuf_core::Error::InvalidArgument) naming the first
-    /// field out of range and the valid range. Reads call this before they start.
-    ///
-    /// ```
-    /// use devbuf_zarr::{GpuTuning, ReadOptions};
-    /// assert!(ReadOptions::default().validate().is_ok());
-    /// let bad = ReadOptions { gpu: GpuTuning { spread: Some(0), ..GpuTuning::default() }, ..ReadOptions::default() };
-    /// assert!(bad.validate().unwrap_err().to_string().contains("gpu.spread is 0; valid: 1 to 64"));
-    /// ```
+    /// field out of range and the valid range. Reads call this before they start;
+    /// users get it from [`ZarrArray::set_read_options`](crate::ZarrArray::set_read_options)
+    /// (hidden: devbuf-flight's `ServerConfig` check calls it too).
+    #[doc(hidden)]
     pub fn validate(&self) -> Result<()> {
         if let Some(t) = self.threads {
             check_range("threads", t, 1, 1024)?;

@@ -188,18 +188,9 @@ unsafe extern "C" fn release_exported(array: *mut ArrowArray) {
 }
 
 /// The schema devbuf exports next to an array: a nullable field with an empty name of
-/// the array's data type (use `FFI_ArrowSchema::try_from(&field)` for a named field
-/// or one with metadata, e.g. an extension type).
-///
-/// ```
-/// use arrow_schema::DataType;
-/// use devbuf_core::arrow::c_device::export_schema;
-/// let s = export_schema(&DataType::Utf8)?;
-/// assert_eq!(s.format(), "u");
-/// assert!(s.nullable());
-/// # Ok::<(), devbuf_core::Error>(())
-/// ```
-pub fn export_schema(data_type: &DataType) -> Result<FFI_ArrowSchema> {
+/// the array's data type (what `FFI_ArrowSchema::try_from(&Field::new("", data_type,
+/// true))` gives).
+pub(crate) fn export_schema(data_type: &DataType) -> Result<FFI_ArrowSchema> {
     Ok(FFI_ArrowSchema::try_from(&Field::new(
         "",
         data_type.clone(),

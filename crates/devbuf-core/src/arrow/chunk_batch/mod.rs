@@ -38,7 +38,7 @@ pub const CHUNK_COLUMN: &str = "chunk";
 pub const CHUNK_GRID_METADATA_KEY: &str = "devbuf.chunk_grid";
 
 /// Name of the coordinate column of grid dimension `d`: `coord_{d}`.
-pub fn coord_column(d: usize) -> String {
+pub(crate) fn coord_column(d: usize) -> String {
     format!("coord_{d}")
 }
 
@@ -124,11 +124,6 @@ impl ChunkGrid {
         self.fill_value
     }
 
-    /// Number of dimensions.
-    pub fn ndim(&self) -> usize {
-        self.chunk_shape.len()
-    }
-
     /// Chunks per dimension: `ceil(array_shape / chunk_shape)`.
     pub fn grid_shape(&self) -> Vec<usize> {
         grid_shape(&self.array_shape, &self.chunk_shape)
@@ -187,7 +182,7 @@ fn c_strides(shape: &[usize], es: usize) -> Vec<isize> {
 /// zarr stores them, so every row is one fixed-shape tensor. The array and chunk
 /// shapes are kept in the schema metadata ([`CHUNK_GRID_METADATA_KEY`]) so that
 /// [`chunk`](Self::chunk) returns edge chunks cut back to the array
-/// ([`chunk_padded`](Self::chunk_padded) returns the stored chunk).
+/// (`tensors().tensor(i)` returns the stored chunk).
 ///
 /// **Memory.** All columns share one allocation (each column at a 64-byte aligned
 /// offset): host memory for [`BufferPrototype::Host`], one device allocation for a
@@ -212,7 +207,7 @@ fn c_strides(shape: &[usize], es: usize) -> Vec<isize> {
 /// let rb = batch.batch().as_host().unwrap();
 /// assert_eq!(rb.num_rows(), 2);
 /// assert_eq!(rb.schema().field(2).name(), "chunk");
-/// let padded = batch.chunk_padded(1)?;
+/// let padded = batch.tensors().tensor(1)?; // as stored
 /// assert_eq!(padded.to_ndarray::<i32>()?.into_raw_vec_and_offset().0, vec![14, -1, -1, -1]);
 /// let back = ChunkBatch::try_from(Batch::Host(rb.clone()))?;
 /// assert_eq!(back.coords(1), Some(&[2u64, 1][..]));
@@ -256,7 +251,7 @@ impl ChunkBatch {
     {
         let element = grid.dtype.element();
         let native = Dtype::from(element);
-        let ndim = grid.ndim();
+        let ndim = grid.chunk_shape.len();
         let tensor_type = TensorType::new(element, &grid.chunk_shape);
         tensor_type.storage_type()?;
         let mut coords = Vec::new();
@@ -336,8 +331,9 @@ impl ChunkBatch {
     /// from: no copy back from the device, which
     /// `ChunkBatch::try_from(Batch::Device(..))` makes per
     /// coordinate column of a device batch (and then calls this). The coordinates are checked as there
-    /// (count, and the grid).
-    pub fn from_device_record_batch_with_coords(
+    /// (count, and the grid). devbuf-flight's, through
+    /// `devbuf_core::__private::arrow::chunk_batch_with_coords`.
+    pub(crate) fn from_device_record_batch_with_coords(
         batch: DeviceRecordBatch,
         coords: Vec<u64>,
     ) -> Result<ChunkBatch> {
@@ -433,25 +429,10 @@ impl ChunkBatch {
         &self.batch
     }
 
-    /// The batch on the host: the record batch itself, or a device batch copied in one
-    /// transfer ([`DeviceRecordBatch::to_host`]).
-    pub fn to_record_batch(&self) -> Result<RecordBatch> {
-        match &self.batch {
-            Batch::Host(batch) => Ok(batch.clone()),
-            Batch::Device(batch) => batch.to_host(),
-        }
-    }
-
-    /// Chunk `i` as stored (the full chunk shape, edge chunks padded): a zero-copy view
-    /// of the batch (booleans are unpacked: a copy), host or device.
-    pub fn chunk_padded(&self, i: usize) -> Result<NDBuffer> {
-        self.tensors.tensor(i)
-    }
-
     /// Chunk `i` cut to its extent inside the array when the batch carries the array
     /// shape (else as stored): a zero-copy view (but for booleans).
     pub fn chunk(&self, i: usize) -> Result<NDBuffer> {
-        let padded = self.chunk_padded(i)?;
+        let padded = self.tensors.tensor(i)?;
         let Some(a) = &self.array_shape else {
             return Ok(padded);
         };
@@ -466,12 +447,6 @@ impl ChunkBatch {
     /// Every chunk with its coordinates, in row order (see [`chunk`](Self::chunk)).
     pub fn iter(&self) -> impl Iterator<Item = Result<(&[u64], NDBuffer)>> + '_ {
         (0..self.len()).map(|i| Ok((self.coords(i).unwrap_or_default(), self.chunk(i)?)))
-    }
-
-    /// All chunks as stored, as one NDBuffer of shape `[len, *chunk_shape]` (a zero-copy
-    /// view but for booleans).
-    pub fn to_ndbuffer(&self) -> Result<NDBuffer> {
-        self.tensors.to_ndbuffer()
     }
 }
 
@@ -632,4 +607,10 @@ fn interleave_coords(columns: &[ArrayRef], rows: usize) -> Result<Vec<u64>> {
         }
     }
     Ok(out)
+}
+
+/// [`ChunkBatch::from_device_record_batch_with_coords`] for devbuf-flight (hidden, through
+/// `devbuf_core::__private::arrow`): a device batch with the coordinates read on the host.
+pub fn chunk_batch_with_coords(batch: DeviceRecordBatch, coords: Vec<u64>) -> Result<ChunkBatch> {
+    ChunkBatch::from_device_record_batch_with_coords(batch, coords)
 }

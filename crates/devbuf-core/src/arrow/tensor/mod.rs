@@ -17,7 +17,7 @@
 //! * **Flat** ([`NDBuffer::into_arrow`]: an [`AnyArray`](super::AnyArray), an arrow-rs
 //!   array on the host or a [`DeviceArray`] on the device, which own their memory
 //!   differently and are built by the same code): the elements in C order (numpy's
-//!   `ravel()`), as one array of [`arrow_data_type`].
+//!   `ravel()`), as one array of the element's Arrow type (`DataType::from(element)`).
 //! * **Tensor** ([`NDBuffer::into_tensor`]): the whole NDBuffer as one element
 //!   (length 1) of an `arrow.fixed_shape_tensor` array, a [`TensorArray`] whose
 //!   storage ([`AnyArray`](super::AnyArray)) is host or device memory, where the NDBuffer lives.
@@ -111,18 +111,41 @@ const ITEM: &str = "item";
 // Element types
 // ---------------------------------------------------------------------------------------
 
-/// The Arrow type of one element of `element` (see the module's table).
+/// The Arrow type of one element of an [`ElementType`] (see the module's table):
+/// complex numbers are `FixedSizeList<Float32 or Float64, 2>`.
 ///
 /// ```
 /// use arrow_schema::DataType;
-/// use devbuf_core::arrow::arrow_data_type;
 /// use devbuf_core::ElementType;
-/// assert_eq!(arrow_data_type(ElementType::Float16), DataType::Float16);
-/// assert_eq!(arrow_data_type(ElementType::Bool), DataType::Boolean);
-/// let DataType::FixedSizeList(item, 2) = arrow_data_type(ElementType::Complex128) else { panic!() };
+/// assert_eq!(DataType::from(ElementType::Float16), DataType::Float16);
+/// assert_eq!(DataType::from(ElementType::Bool), DataType::Boolean);
+/// let DataType::FixedSizeList(item, 2) = DataType::from(ElementType::Complex128) else { panic!() };
 /// assert_eq!(item.data_type(), &DataType::Float64);
 /// ```
-pub fn arrow_data_type(element: ElementType) -> ArrowType {
+impl From<ElementType> for ArrowType {
+    fn from(element: ElementType) -> Self {
+        arrow_data_type(element)
+    }
+}
+
+/// The element type of Arrow values of a [`DataType`](ArrowType) (the inverse of
+/// `DataType::from(ElementType)`); an error naming the type for anything else.
+///
+/// ```
+/// use arrow_schema::DataType;
+/// use devbuf_core::ElementType;
+/// assert_eq!(ElementType::try_from(&DataType::UInt16)?, ElementType::UInt16);
+/// assert!(ElementType::try_from(&DataType::Utf8).unwrap_err().to_string().contains("Utf8"));
+/// # Ok::<(), devbuf_core::Error>(())
+/// ```
+impl TryFrom<&ArrowType> for ElementType {
+    type Error = Error;
+    fn try_from(data_type: &ArrowType) -> Result<Self> {
+        element_type_of(data_type)
+    }
+}
+
+pub(crate) fn arrow_data_type(element: ElementType) -> ArrowType {
     use ElementType as E;
     match element {
         E::Bool => ArrowType::Boolean,
@@ -142,18 +165,7 @@ pub fn arrow_data_type(element: ElementType) -> ArrowType {
     }
 }
 
-/// The NDBuffer element type of Arrow values of type `data_type` (the inverse of
-/// [`arrow_data_type`]); an error naming the type for anything else.
-///
-/// ```
-/// use arrow_schema::DataType;
-/// use devbuf_core::arrow::element_type_of;
-/// use devbuf_core::ElementType;
-/// assert_eq!(element_type_of(&DataType::UInt16)?, ElementType::UInt16);
-/// assert!(element_type_of(&DataType::Utf8).unwrap_err().to_string().contains("Utf8"));
-/// # Ok::<(), devbuf_core::Error>(())
-/// ```
-pub fn element_type_of(data_type: &ArrowType) -> Result<ElementType> {
+pub(crate) fn element_type_of(data_type: &ArrowType) -> Result<ElementType> {
     use ElementType as E;
     Ok(match data_type {
         ArrowType::Boolean => E::Bool,

@@ -28,7 +28,7 @@ fn device_array(p: &Prepared) -> Result<DeviceArray> {
 
 impl NDBuffer {
     /// The elements in C order as one flat Arrow array of
-    /// [`arrow_data_type`]`(element)`, where the NDBuffer lives: an arrow-rs array on the
+    /// `DataType::from(element)`, where the NDBuffer lives: an arrow-rs array on the
     /// host ([`AnyArray::Host`]), a [`DeviceArray`] whose buffers stay on the GPU on a
     /// device ([`AnyArray::Device`]). **Zero-copy** (the Arrow values buffer is this
     /// NDBuffer's memory) when it is C-contiguous, native-endian, aligned and not

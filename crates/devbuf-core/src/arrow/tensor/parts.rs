@@ -30,7 +30,7 @@ pub(super) fn fixed_list_parts<B>(data_type: ArrowType, len: usize, child: Parts
     }
 }
 
-/// `count` elements of `element` in `values`, as an array of [`arrow_data_type`].
+/// `count` elements of `element` in `values`, as an array of `DataType::from(element)`.
 pub(crate) fn element_parts<B>(element: ElementType, count: usize, values: B) -> Parts<B> {
     let dt = arrow_data_type(element);
     match element {
