@@ -97,7 +97,7 @@ impl ZarrArray {
     // ------------------------------------------------------------------ opening
 
     /// Opens the zarr array (v3 `zarr.json` or v2 `.zarray`) at `location`: a directory,
-    /// an object-store URL, a devbuf [`Store`] or `zarrs` storage (see [`Location`]).
+    /// an object-store URL, a devbuf [`Store`](devbuf_core::zarr::Store) or `zarrs` storage (see [`Location`]).
     ///
     /// Errors when nothing is there ([`Error::NotFound`]), the metadata is damaged, or
     /// the array uses a data type, chunk grid or codec devbuf or `zarrs` does not
@@ -230,7 +230,7 @@ impl ZarrArray {
     }
 
     /// Creates a zarr v3 array described by `spec` at `location` (a directory, created
-    /// if missing; an object-store URL; a devbuf [`Store`]; `zarrs` storage: see
+    /// if missing; an object-store URL; a devbuf [`Store`](devbuf_core::zarr::Store); `zarrs` storage: see
     /// [`Location`]) and writes its metadata. Errors when an array already exists
     /// there, or the store is read-only (`http(s)://`).
     ///

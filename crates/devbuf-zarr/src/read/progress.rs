@@ -21,7 +21,7 @@ pub const DEFAULT_PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
 ///
 /// A chunk is a unit the engine decodes: a chunk, or an inner chunk of a shard. Bytes
 /// are *decoded* bytes of whole chunks, before the selection (as
-/// [`ReadReport::decoded_bytes`](devbuf_zarr::ReadReport::decoded_bytes) counts them), so
+/// [`ReadReport::decoded_bytes`](crate::ReadReport::decoded_bytes) counts them), so
 /// `bytes_total` is `chunks_total` times the decoded size of one chunk, whatever part
 /// of each chunk the selection takes; chunks that are not stored count as done when
 /// their fill value is placed. A chunk counts as done when it is decoded and placed on

@@ -609,7 +609,7 @@ fn interleave_coords(columns: &[ArrayRef], rows: usize) -> Result<Vec<u64>> {
     Ok(out)
 }
 
-/// [`ChunkBatch::from_device_record_batch_with_coords`] for devbuf-flight (hidden, through
+/// `ChunkBatch::from_device_record_batch_with_coords` for devbuf-flight (hidden, through
 /// `devbuf_core::__private::arrow`): a device batch with the coordinates read on the host.
 pub fn chunk_batch_with_coords(batch: DeviceRecordBatch, coords: Vec<u64>) -> Result<ChunkBatch> {
     ChunkBatch::from_device_record_batch_with_coords(batch, coords)
