@@ -292,15 +292,19 @@ fn a_cancelled_write_stops_and_says_so() {
             "chunk row {i} was stored"
         );
     }
-    // Cancelled from the progress callback after the first chunk: fewer than all stored.
+    assert!(e.to_string().contains("before it started"), "{e}");
+    // Cancelled from the progress callback: its first report (nothing done yet) comes
+    // before any chunk is stored, so the stores that follow are refused, none written.
+    // (Cancelling after the first stored chunk would race with the parallel encoders.)
     let cancel = Cancel::new();
     let c2 = cancel.clone();
+    let reports = Arc::new(Mutex::new(Vec::new()));
+    let log = reports.clone();
     a.set_write_options(WriteOptions {
         progress: Some(
             ProgressSink::new(move |p: &Progress| {
-                if p.chunks_done >= 1 {
-                    c2.cancel();
-                }
+                log.lock().unwrap().push(*p);
+                c2.cancel();
             })
             .every(Duration::ZERO),
         ),
@@ -309,6 +313,14 @@ fn a_cancelled_write_stops_and_says_so() {
     });
     let e = a.write_subset(&[16, 0], &v).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Cancelled, "{e}");
+    assert!(e.to_string().contains("cancelled"), "{e}");
+    assert_eq!(reports.lock().unwrap()[0].chunks_done, 0);
+    for i in 1..4u64 {
+        assert!(
+            !a.chunk_is_stored(&[i, 0]).unwrap(),
+            "chunk row {i} was stored"
+        );
+    }
     a.set_write_options(WriteOptions::default());
     a.write_subset(&[16, 0], &v).unwrap();
     assert!((1..4u64).all(|i| a.chunk_is_stored(&[i, 0]).unwrap()));

@@ -305,6 +305,16 @@ impl ArrayBase {
                 "__dlpack__(dl_device={want:?}): the array is on {here:?}"
             )));
         }
+        let versioned = dlpack::wants_versioned(max_version)?;
+        if !versioned && self.nd.prototype().is_host() {
+            // The legacy struct has no read-only flag, and host arrays are memory devbuf
+            // treats as immutable (it may be read, or shared with other arrays).
+            return Err(PyBufferError::new_err(
+                "__dlpack__: a host array is read-only and the legacy DLPack capsule cannot \
+                 say so; ask for DLPack 1 (max_version=(1, 0); numpy >= 2.1 does) or use \
+                 np.asarray(arr), which is zero-copy and read-only",
+            ));
+        }
         let dtype = self.nd.dtype();
         if dtype.byteorder() != devbuf::zarr::Endianness::NATIVE && dtype.element().size() > 1 {
             return Err(PyBufferError::new_err(
@@ -321,7 +331,7 @@ impl ArrayBase {
             strides: self.nd.strides().to_vec(),
             readonly: self.nd.prototype().is_host(),
         };
-        dlpack::capsule(py, export, dlpack::wants_versioned(max_version)?)
+        dlpack::capsule(py, export, versioned)
     }
 
     fn __repr__(&self) -> String {

@@ -221,8 +221,10 @@ impl PyDeviceBuffer {
     ) -> PyResult<usize> {
         let src = BorrowedBytes::new(data)?;
         let bytes = src.as_slice();
-        py.detach(|| self.buf.copy_from_host(position, bytes))
-            .py()?;
+        // The GIL stays held: `data` may be writable memory (a numpy array, a HostBuffer)
+        // that other Python threads could write while the slice over it is alive.
+        let _ = py;
+        self.buf.copy_from_host(position, bytes).py()?;
         Ok(bytes.len())
     }
 

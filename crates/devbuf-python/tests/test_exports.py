@@ -1,6 +1,7 @@
 """Zero-copy exports of host arrays: the buffer protocol, __array_interface__ and DLPack
 (addresses compared, not only values), and lifetimes (the consumer keeps the memory)."""
 
+import ctypes
 import gc
 import sys
 
@@ -144,6 +145,17 @@ def test_dlpack_versioned_is_read_only():
     n = np.from_dlpack(arr)  # numpy >= 2.1 asks for DLPack 1 and honours the flag
     if np.lib.NumpyVersion(np.__version__) >= "2.1.0":
         assert not n.flags.writeable
+    # The capsule itself: DLPack 1's flags field has the read-only bit (1 << 0).
+    cap = arr.__dlpack__(max_version=(1, 0))
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    managed = get(cap, b"dltensor_versioned")
+    # DLManagedTensorVersioned: version (2 x u32), manager_ctx, deleter, flags (u64), ...
+    flags = ctypes.c_uint64.from_address(managed + 8 + 8 + 8).value
+    assert flags & 1, f"flags {flags:#x}"
+    # The legacy capsule (no read-only flag) is refused for host memory.
+    with pytest.raises(BufferError, match="read-only"):
+        arr.__dlpack__()
 
 
 def test_dlpack_strided_and_refusals():
@@ -160,10 +172,11 @@ def test_dlpack_strided_and_refusals():
 
 def test_unconsumed_capsule_is_freed():
     arr = read()
-    caps = [arr.__dlpack__() for _ in range(100)]
-    caps += [arr.__dlpack__(max_version=(1, 0)) for _ in range(100)]
+    owner = sys.getrefcount(arr)
+    caps = [arr.__dlpack__(max_version=(1, 0)) for _ in range(100)]
     del caps
     gc.collect()
+    assert sys.getrefcount(arr) == owner
 
 
 def test_copy_to_host_and_to_numpy_of_host_array():

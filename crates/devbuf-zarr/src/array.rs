@@ -668,7 +668,6 @@ fn fmt_box(start: &[u64], shape: &[u64]) -> String {
     format!("[{}]", axes.join(", "))
 }
 
-/// zarrs' node path and devbuf's description of `path` in a store.
 /// The node path and location text of an array at `node` of `zarrs` storage.
 fn zarrs_node(node: &str) -> Result<(String, String)> {
     let (node, _) = node_path(node)?;
@@ -676,6 +675,7 @@ fn zarrs_node(node: &str) -> Result<(String, String)> {
     Ok((node, location))
 }
 
+/// zarrs' node path and devbuf's description of `path` in a store.
 pub(super) fn node_path(path: &str) -> Result<(String, String)> {
     let p = path.trim_matches('/');
     if p.split('/').any(|c| c == "." || c == "..") || p.contains("//") {

@@ -150,6 +150,12 @@ impl ZarrArray {
         if o.progress.is_none() && o.cancel.is_none() {
             return write(self);
         }
+        if o.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
+            return Err(Error::cancelled(format!(
+                "writing {}: the write's Cancel token was cancelled before it started                  (a cancelled token stays cancelled: give the write a new one)",
+                self.location
+            )));
+        }
         let chunk_bytes = self
             .meta
             .chunk_shape
@@ -168,16 +174,11 @@ impl ZarrArray {
             array: self.array.with_storage(storage),
             ..self.duplicate()
         };
-        match write(&view) {
-            Ok(()) => {
-                tracked.finish();
-                Ok(())
-            }
-            Err(_) if o.cancel.as_ref().is_some_and(|c| c.is_cancelled()) => Err(Error::cancelled(
-                format!("writing {} was cancelled", self.location),
-            )),
-            Err(e) => Err(e),
-        }
+        // An error the cancellation caused (a store refused by the counting view) is
+        // `Cancelled`; any other error is the write's own, kept as it is.
+        write(&view)?;
+        tracked.finish();
+        Ok(())
     }
 
     /// How many chunks (shards) the box at `start` of `shape` touches (0 when it is

@@ -115,6 +115,7 @@ pub use read::{
 };
 pub use request::{Read, ReadChunks, Selection};
 pub use spec::{ArraySpec, Compressor};
+pub use storage::StoreAdapter;
 pub use validate::{
     MAX_CHUNK_BYTES, MAX_CODECS, MAX_METADATA_BYTES, MAX_RANK, MAX_SHARD_PRODUCT,
     MAX_SHARDING_DEPTH,

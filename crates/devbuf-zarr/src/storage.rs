@@ -20,20 +20,35 @@ pub(crate) type DynStorage = dyn zarrs::storage::ReadableWritableStorageTraits;
 /// [`DeviceMemoryStore`](devbuf_core::zarr::DeviceMemoryStore) or your own) seen through
 /// `zarrs`' storage traits (readable, writable, listable), so that
 /// [`ZarrArray::open`](super::ZarrArray::open) of a
-/// [`Location::Store`](crate::Location::Store) can read and write zarr arrays kept in it.
+/// [`Location::Store`](crate::Location::Store) can read and write zarr arrays kept in it,
+/// and so that `zarrs`' own APIs (groups, hierarchies, `zarrs::array::Array`) can use a
+/// devbuf store.
 ///
 /// Values travel as host `Bytes`: a host store hands its values over without a copy;
 /// a device store copies each value (or the requested byte range) to the host, since
 /// `zarrs`' codecs run on the host. Errors of the store become `zarrs` storage errors
 /// carrying devbuf's message.
+///
+/// ```
+/// use std::sync::Arc;
+/// use devbuf_zarr::StoreAdapter;
+/// use devbuf_core::zarr::{ByteBuffer, MemoryStore, Store};
+/// use devbuf_zarr::zarrs::storage::{ReadableStorageTraits, StoreKey};
+/// let store = Arc::new(MemoryStore::new());
+/// store.set("a/zarr.json", &ByteBuffer::from(&b"{}"[..]))?;
+/// let adapter = StoreAdapter::new(store);
+/// let key = StoreKey::new("a/zarr.json").unwrap();
+/// assert_eq!(adapter.get(&key).unwrap().unwrap().as_ref(), b"{}");
+/// # Ok::<(), devbuf_core::Error>(())
+/// ```
 #[derive(Clone)]
-pub(crate) struct StoreAdapter {
+pub struct StoreAdapter {
     store: Arc<dyn Store>,
 }
 
 impl StoreAdapter {
     /// Wraps `store`.
-    pub(crate) fn new(store: Arc<dyn Store>) -> StoreAdapter {
+    pub fn new(store: Arc<dyn Store>) -> StoreAdapter {
         StoreAdapter { store }
     }
 }
