@@ -17,6 +17,7 @@ mod buffer_protocol;
 mod cuda;
 mod dlpack;
 mod errors;
+mod pipeline;
 mod zarr;
 
 /// What a public subclass's constructor takes over: the Rust value of a new
@@ -110,6 +111,7 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<cuda::PyDeviceBuffer>()?;
     m.add_class::<cuda::PyIpcMemHandle>()?;
     m.add_class::<zarr::PyZarrArray>()?;
+    m.add_class::<pipeline::PipelineArray>()?;
     m.add_function(wrap_pyfunction!(cuda::is_available, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::device_count, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::unavailable_reason, m)?)?;

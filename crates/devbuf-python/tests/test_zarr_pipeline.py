@@ -1,0 +1,301 @@
+"""devbuf.zarr.CodecPipeline: arrays written by zarr-python, read with the pipeline
+selected, equal zarr-python's own reads (its default pipeline) of the same arrays."""
+
+import numpy as np
+import pytest
+
+zarr = pytest.importorskip("zarr", reason="zarr-python is not installed (pip install zarr==3.1.6)")
+
+from zarr.codecs import BloscCodec, GzipCodec, ZstdCodec  # noqa: E402
+from zarr.storage import LocalStore, MemoryStore  # noqa: E402
+
+from conftest import FIXTURES, manifest  # noqa: E402
+
+PIPELINE = "devbuf.zarr.CodecPipeline"
+
+
+def with_pipeline():
+    return zarr.config.set({"codec_pipeline.path": PIPELINE})
+
+
+def reopen(store, path="a"):
+    """The array opened anew with the pipeline selected (the pipeline is chosen when an
+    array is opened)."""
+    return zarr.open_array(store, path=path, mode="r")
+
+
+SELECTIONS = [
+    (slice(None), slice(None)),
+    (slice(3, 17), slice(2, 9)),
+    (5, slice(None)),
+    (slice(None), 7),
+    (4, 6),
+    (slice(1, 20, 3), slice(None, None, 2)),
+    (Ellipsis,),
+    (slice(19, 22), slice(8, 11)),
+]
+FANCY = [
+    ("oindex", ([0, 3, 4, 17], [1, 2, 10])),
+    ("vindex", (np.array([0, 5, 21]), np.array([1, 8, 10]))),
+    ("mask", None),
+]
+
+
+def make(store, kind, zarr_format=3):
+    data = (np.arange(22 * 11, dtype="float32").reshape(22, 11) * 1.5) - 40
+    kw = {}
+    if zarr_format == 3:
+        if kind == "zstd":
+            kw["compressors"] = ZstdCodec(level=3)
+        elif kind == "gzip":
+            kw["compressors"] = GzipCodec(level=5)
+        elif kind == "blosc":
+            kw["compressors"] = BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")
+        elif kind == "sharded":
+            kw["compressors"] = ZstdCodec(level=1)
+            kw["shards"] = (10, 6)
+        elif kind == "none":
+            kw["compressors"] = None
+    else:
+        import numcodecs
+
+        kw["compressors"] = {
+            "zstd": numcodecs.Zstd(level=3),
+            "gzip": numcodecs.GZip(level=5),
+            "blosc": numcodecs.Blosc(cname="zstd", clevel=3),
+            "none": None,
+        }[kind]
+    a = zarr.create_array(
+        store,
+        name="a",
+        shape=data.shape,
+        chunks=(5, 3),
+        dtype=data.dtype,
+        fill_value=-7.0,
+        zarr_format=zarr_format,
+        **kw,
+    )
+    a[:18] = data[:18]  # rows 18.. stay unwritten: the fill value
+    a[20, 4] = 99.0
+    return a
+
+
+CASES = [
+    ("zstd", 3),
+    ("gzip", 3),
+    ("blosc", 3),
+    ("sharded", 3),
+    ("none", 3),
+    ("zstd", 2),
+    ("gzip", 2),
+    ("blosc", 2),
+    ("none", 2),
+]
+CASE_IDS = [f"{k}-v{f}" for k, f in CASES]
+
+
+@pytest.fixture(params=["local", "memory"])
+def store(request, tmp_path):
+    if request.param == "local":
+        return LocalStore(tmp_path / "s.zarr")
+    return MemoryStore()
+
+
+@pytest.mark.parametrize(("kind", "fmt"), CASES, ids=CASE_IDS)
+def test_selections_equal_zarr_python(store, kind, fmt):
+    make(store, kind, fmt)
+    ref = reopen(store)
+    with with_pipeline():
+        got = reopen(store)
+        pipe = got.async_array.codec_pipeline
+        assert type(pipe).__name__ == "CodecPipeline"
+        assert type(pipe).__module__ == "devbuf.zarr"
+        for sel in SELECTIONS:
+            expected = ref[sel]
+            actual = got[sel]
+            np.testing.assert_array_equal(actual, expected, err_msg=f"{sel}")
+            how = pipe.last_read
+            assert how is not None and not how.startswith("fallback"), (sel, how)
+            want = "engine" if isinstance(store, LocalStore) else "engine-bytes"
+            assert how.split(" ")[0] == want, (sel, how)
+        for kind_, sel in FANCY:
+            if kind_ == "oindex":
+                np.testing.assert_array_equal(got.oindex[sel], ref.oindex[sel])
+            elif kind_ == "vindex":
+                np.testing.assert_array_equal(got.vindex[sel], ref.vindex[sel])
+            else:
+                mask = np.zeros(ref.shape, dtype=bool)
+                mask[::3, 1::4] = True
+                np.testing.assert_array_equal(got.vindex[mask], ref.vindex[mask])
+            assert not pipe.last_read.startswith("fallback"), (kind_, pipe.last_read)
+
+
+def test_whole_reads_go_straight_into_the_output(tmp_path):
+    store = LocalStore(tmp_path / "s.zarr")
+    make(store, "zstd")
+    with with_pipeline():
+        got = reopen(store)
+        got[:]
+        assert got.async_array.codec_pipeline.last_read == "engine"
+        got[2:13, 1:10]
+        assert got.async_array.codec_pipeline.last_read == "engine"
+        got[::2]
+        assert got.async_array.codec_pipeline.last_read == "engine (chunks)"
+
+
+def test_unsupported_codec_falls_back(tmp_path):
+    numcodecs = pytest.importorskip("numcodecs")
+    store = LocalStore(tmp_path / "s.zarr")
+    data = np.arange(100, dtype="int32").reshape(10, 10)
+    a = zarr.create_array(
+        store,
+        name="a",
+        shape=data.shape,
+        chunks=(4, 4),
+        dtype=data.dtype,
+        zarr_format=2,
+        filters=[numcodecs.Delta(dtype="int32")],  # devbuf refuses Delta
+        compressors=numcodecs.Zlib(level=1),
+    )
+    a[:] = data
+    with with_pipeline():
+        got = reopen(store)
+        np.testing.assert_array_equal(got[:], data)
+        assert got.async_array.codec_pipeline.last_read.startswith("fallback")
+        with zarr.config.set({"codec_pipeline.strict": True}):
+            with pytest.raises(Exception):
+                reopen(store)[:]
+
+
+def test_string_data_falls_back():
+    store = MemoryStore()
+    a = zarr.create_array(store, name="a", shape=(4,), chunks=(2,), dtype=str)
+    a[:] = np.array(["a", "bb", "ccc", "dddd"])
+    with with_pipeline():
+        got = reopen(store)
+        np.testing.assert_array_equal(got[:], np.array(["a", "bb", "ccc", "dddd"]))
+        assert got.async_array.codec_pipeline.last_read.startswith("fallback")
+
+
+def test_writes_through_the_pipeline(tmp_path):
+    store = LocalStore(tmp_path / "s.zarr")
+    with with_pipeline():
+        a = zarr.create_array(store, name="a", shape=(9, 9), chunks=(4, 4), dtype="uint16")
+        a[1:8, 2:9] = np.arange(49, dtype="uint16").reshape(7, 7)
+        b = reopen(store)
+        np.testing.assert_array_equal(b[:], a[:])
+        assert b[1, 2] == 0 and b[0, 0] == 0
+    ref = reopen(store)
+    np.testing.assert_array_equal(ref[1:8, 2:9], np.arange(49, dtype="uint16").reshape(7, 7))
+
+
+@pytest.mark.parametrize(
+    "dtype", ["bool", "int8", "uint16", "int64", "float16", "float64", "complex64", ">i4"]
+)
+def test_data_types(store, dtype):
+    data = (np.arange(30) % 7).astype(dtype).reshape(5, 6)
+    a = zarr.create_array(store, name="a", shape=data.shape, chunks=(2, 4), dtype=data.dtype)
+    a[:] = data
+    with with_pipeline():
+        got = reopen(store)
+        np.testing.assert_array_equal(got[:], data)
+        np.testing.assert_array_equal(got[1:4, ::3], data[1:4, ::3])
+        assert not got.async_array.codec_pipeline.last_read.startswith("fallback")
+
+
+def test_datetime64(store):
+    data = np.array(["2024-01-01", "NaT", "1969-12-31", "2000-02-29"], dtype="datetime64[D]")
+    a = zarr.create_array(store, name="a", shape=data.shape, chunks=(3,), dtype=data.dtype)
+    a[:] = data
+    with with_pipeline():
+        got = reopen(store)[:]
+    np.testing.assert_array_equal(got, data)
+    assert got.dtype == data.dtype
+
+
+def test_zero_d_and_f_order(tmp_path):
+    store = LocalStore(tmp_path / "s.zarr")
+    z = zarr.create_array(store, name="z", shape=(), dtype="int32", fill_value=5)
+    z[()] = 42
+    f = zarr.create_array(
+        store, name="f", shape=(7, 5), chunks=(3, 2), dtype="float64", zarr_format=2, order="F"
+    )
+    data = np.random.default_rng(0).random((7, 5))
+    f[:] = data
+    with with_pipeline():
+        assert reopen(store, "z")[()] == 42
+        got = reopen(store, "f")
+        np.testing.assert_array_equal(got[:], data)
+        np.testing.assert_array_equal(got[2:6, 1], data[2:6, 1])
+
+
+@pytest.mark.parametrize("fx", manifest(), ids=[f["name"] for f in manifest()])
+def test_workspace_fixtures(fx):
+    path = FIXTURES / fx["path"]
+    try:
+        ref = zarr.open_array(LocalStore(path, read_only=True), mode="r")
+        expected = ref[...]
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"zarr-python 3.1.6 does not read this fixture: {e}")
+    with with_pipeline():
+        got = zarr.open_array(LocalStore(path, read_only=True), mode="r")
+        actual = got[...]
+    np.testing.assert_array_equal(actual, expected)
+
+
+def test_config_options(tmp_path):
+    store = LocalStore(tmp_path / "s.zarr")
+    make(store, "zstd")
+    ref = reopen(store)[:]
+    with zarr.config.set(
+        {"codec_pipeline.path": PIPELINE, "codec_pipeline.decoder": "cpu", "codec_pipeline.threads": 1}
+    ):
+        got = reopen(store)
+        np.testing.assert_array_equal(got[:], ref)
+        assert got.async_array.codec_pipeline.last_read == "engine"
+    with zarr.config.set(
+        {"codec_pipeline.path": PIPELINE, "codec_pipeline.decoder": "fast", "codec_pipeline.strict": True}
+    ):
+        with pytest.raises(ValueError, match="codec_pipeline.decoder"):
+            reopen(store)[:]
+
+
+def test_pickles(tmp_path):
+    import pickle
+
+    store = LocalStore(tmp_path / "s.zarr")
+    make(store, "gzip")
+    with with_pipeline():
+        a = reopen(store)
+        a[:]
+        b = pickle.loads(pickle.dumps(a))
+        np.testing.assert_array_equal(b[:], a[:])
+
+
+def _gpu_reason():
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        return "cupy is not installed"
+    import devbuf
+
+    if not devbuf.is_available():
+        return f"no GPU: {devbuf.unavailable_reason()}"
+    return None
+
+
+@pytest.mark.skipif(_gpu_reason() is not None, reason=str(_gpu_reason()))
+@pytest.mark.parametrize("kind", ["zstd", "sharded", "blosc"])
+def test_gpu_reads_into_cupy(tmp_path, kind):
+    import cupy as cp
+
+    store = LocalStore(tmp_path / "s.zarr")
+    make(store, kind)
+    ref = reopen(store)
+    with zarr.config.enable_gpu(), with_pipeline():
+        got = reopen(store)
+        for sel in SELECTIONS:
+            actual = got[sel]
+            assert isinstance(actual, cp.ndarray)
+            np.testing.assert_array_equal(cp.asnumpy(actual), ref[sel])
+            assert not got.async_array.codec_pipeline.last_read.startswith("fallback")
