@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Python package's tests (crates/devbuf-python, docs/python.md), from nothing: a
-# fresh virtual environment, maturin, pytest, numpy and zarr-python 3.1.6 from PyPI, the
+# fresh virtual environment, maturin, pytest, numpy, pyarrow and zarr-python 3.1.6 from PyPI, the
 # wheel built (debug unless DEVBUF_PY_RELEASE=1) and installed, then pytest, which lists
 # every skipped test with its reason (-rs). GPU tests skip without a GPU, cupy or torch.
 #
@@ -19,7 +19,7 @@ echo "--- python: a fresh virtual environment ($VENV, $("$PY" --version))"
 rm -rf "$VENV"
 "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
-"$VENV/bin/python" -m pip install --quiet "maturin>=1.9,<2" pytest numpy "zarr==3.1.6"
+"$VENV/bin/python" -m pip install --quiet "maturin>=1.9,<2" pytest numpy pyarrow "zarr==3.1.6"
 
 PROFILE=()
 [ "${DEVBUF_PY_RELEASE:-0}" = 1 ] && PROFILE=(--release)

@@ -11,6 +11,7 @@ use pyo3::exceptions::{PyAttributeError, PyBufferError, PyTypeError, PyValueErro
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
+use crate::arrow_export::{self, ArrayExport};
 use crate::buffer_protocol::Exported;
 use crate::dlpack;
 use crate::errors::IntoPy;
@@ -92,6 +93,30 @@ impl ArrayBase {
         } else {
             Ok(Some(PyTuple::new(py, self.nd.strides())?))
         }
+    }
+
+    /// The Arrow form of the array (docs/python.md, "Arrow"): 0-d and 1-d arrays flat,
+    /// in their primitive type; n-d arrays as `arrow.fixed_shape_tensor` rows (axis 0
+    /// the rows, pyarrow's `FixedShapeTensorArray.from_numpy_ndarray`). Zero-copy for
+    /// C-contiguous, native-endian, non-bool arrays; one copy where the data lives
+    /// otherwise.
+    fn arrow_export(&self, py: Python<'_>) -> PyResult<ArrayExport> {
+        let nd = self.nd.clone();
+        py.detach(move || -> devbuf::Result<ArrayExport> {
+            if nd.ndim() <= 1 {
+                let array = nd.into_arrow()?;
+                let field = arrow_schema::Field::new("", array.data_type().clone(), false);
+                Ok(ArrayExport { array, field })
+            } else {
+                let t = nd.into_tensor_rows()?;
+                let field = t.field("")?;
+                Ok(ArrayExport {
+                    array: t.into_storage(),
+                    field,
+                })
+            }
+        })
+        .py()
     }
 
     /// The host memory for the buffer protocol (an error for device arrays).
@@ -332,6 +357,39 @@ impl ArrayBase {
             readonly: self.nd.prototype().is_host(),
         };
         dlpack::capsule(py, export, versioned)
+    }
+
+    /// The Arrow PyCapsule device protocol: `(schema, device array)` capsules, device
+    /// type CPU for host arrays, CUDA for device arrays (with an event on the legacy
+    /// default stream). `requested_schema` is accepted and not applied (one form).
+    #[pyo3(signature = (requested_schema = None, **kwargs))]
+    fn __arrow_c_device_array__(
+        &self,
+        py: Python<'_>,
+        requested_schema: Option<&Bound<'_, PyAny>>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Py<PyAny>> {
+        arrow_export::check_kwargs(kwargs)?;
+        arrow_export::check_requested_schema(requested_schema)?;
+        arrow_export::device_array_capsules(py, self.arrow_export(py)?)
+    }
+
+    /// The Arrow PyCapsule protocol (host arrays): `(schema, array)` capsules
+    /// (`pyarrow.array(a)`).
+    #[pyo3(signature = (requested_schema = None))]
+    fn __arrow_c_array__(
+        &self,
+        py: Python<'_>,
+        requested_schema: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        arrow_export::check_requested_schema(requested_schema)?;
+        if !self.nd.prototype().is_host() {
+            return Err(PyValueError::new_err(
+                "__arrow_c_array__: the array is in device memory (use \
+                 __arrow_c_device_array__, or copy_to_host() first)",
+            ));
+        }
+        arrow_export::array_capsules(py, self.arrow_export(py)?)
     }
 
     fn __repr__(&self) -> String {

@@ -13,6 +13,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
 
 mod array;
+mod arrow_export;
 mod buffer_protocol;
 mod cuda;
 mod dlpack;
@@ -112,6 +113,7 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<cuda::PyIpcMemHandle>()?;
     m.add_class::<zarr::PyZarrArray>()?;
     m.add_class::<pipeline::PipelineArray>()?;
+    m.add_class::<arrow_export::PyChunkBatch>()?;
     m.add_function(wrap_pyfunction!(cuda::is_available, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::device_count, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::unavailable_reason, m)?)?;

@@ -5,6 +5,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use devbuf::arrow::{ChunkBatch, ChunkGrid};
 use devbuf::cuda::Context;
 use devbuf::zarr::object_store::ObjectStoreOptions;
 use devbuf::zarr::{AxisSel, BufferPrototype, Location, ReadReport, Slice, ZarrArray};
@@ -13,6 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyEllipsis, PySlice, PyString, PyTuple};
 
 use crate::array::new_array;
+use crate::arrow_export::PyChunkBatch;
 use crate::errors::IntoPy;
 
 /// A zarr v2 or v3 array opened by devbuf's read engine.
@@ -309,6 +311,53 @@ impl PyZarrArray {
         } else {
             Ok(array)
         }
+    }
+
+    /// Reads whole chunks (shards, for a sharded array) by grid coordinates, in the
+    /// order given, into one Arrow record batch (`ChunkBatch`: a `UInt64` column per
+    /// axis and an `arrow.fixed_shape_tensor` column of the chunks, edge chunks padded
+    /// with the fill value) in host memory (`device=None`) or on GPU `device`. The
+    /// batch speaks the Arrow PyCapsule stream protocols
+    /// (`pyarrow.RecordBatchReader.from_stream(batch)` on the host).
+    #[pyo3(signature = (indices, *, device = None))]
+    fn read_chunks(
+        &self,
+        py: Python<'_>,
+        indices: Vec<Vec<u64>>,
+        device: Option<usize>,
+    ) -> PyResult<PyChunkBatch> {
+        let ndim = self.a.shape().len();
+        if let Some(bad) = indices.iter().find(|c| c.len() != ndim) {
+            return Err(PyValueError::new_err(format!(
+                "chunk coordinates {bad:?} do not have one index per axis ({ndim})"
+            )));
+        }
+        let proto = match device {
+            None => BufferPrototype::Host,
+            Some(d) => BufferPrototype::Device(d),
+        };
+        let a = self.a.clone();
+        let (batch, report) = py
+            .detach(move || -> devbuf::Result<_> {
+                let m = a.metadata();
+                let to_usize = |v: &[u64]| v.iter().map(|&n| n as usize).collect::<Vec<_>>();
+                let grid =
+                    ChunkGrid::new(&to_usize(&m.shape), &to_usize(&m.chunk_shape), a.dtype())?
+                        .with_fill_value(m.fill_value);
+                let mut report = ReadReport::default();
+                let chunks = a.read_chunks(&indices).report(&mut report).to(&proto)?;
+                let batch = ChunkBatch::from_chunks(&grid, indices.iter().zip(chunks), &proto)?;
+                // The exports record an event after devbuf's work; waiting here too keeps
+                // `device` reads as ready as `read`'s.
+                if let Some(d) = device {
+                    Context::new(d)?.synchronize()?;
+                }
+                Ok((batch, report))
+            })
+            .py()?;
+        let report = report_dict(py, &report)?.unbind();
+        *self.last_report.lock().unwrap() = Some(report);
+        Ok(PyChunkBatch::new(batch))
     }
 
     /// `a[selection]`: a host read (`read(selection)`).

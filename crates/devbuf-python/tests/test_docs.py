@@ -36,6 +36,8 @@ def test_example(index, monkeypatch):
         why = gpu_missing()
         if why:
             pytest.skip(f"GPU example: {why}")
+    if "import pyarrow" in code:
+        pytest.importorskip("pyarrow", reason="the example consumes with pyarrow")
     monkeypatch.chdir(ROOT)
     exec(compile(code, f"{DOC}:block{index}", "exec"), {"__name__": "__doc_example__"})
     assert os.getcwd() == str(ROOT)

@@ -5,15 +5,18 @@ Objects (docs/python.md):
 * ``Context``, ``DeviceBuffer``, ``HostBuffer``, ``IpcMemHandle``, ``open_ipc_buffer``:
   pyarrow.cuda-style device and page-locked host memory, IPC between processes.
 * ``open(path_or_url, **storage_options)`` -> ``ZarrArray``; ``ZarrArray.read(selection,
-  device=None)`` -> ``Array``.
+  device=None)`` -> ``Array``; ``ZarrArray.read_chunks(indices, device=None)`` ->
+  ``ChunkBatch`` (an Arrow record batch of chunks).
 * ``Array``: host or device memory exported without copies (buffer protocol,
-  ``__array_interface__``, ``__cuda_array_interface__`` v3, ``__dlpack__``).
+  ``__array_interface__``, ``__cuda_array_interface__`` v3, ``__dlpack__``, the Arrow
+  PyCapsule protocols ``__arrow_c_array__`` / ``__arrow_c_device_array__``).
 """
 
 from ._devbuf import (
     Array,
     ArrowError,
     CancelledError,
+    ChunkBatch,
     Context,
     CudaError,
     CudaUnavailableError,
@@ -38,6 +41,7 @@ __all__ = [
     "Array",
     "ArrowError",
     "CancelledError",
+    "ChunkBatch",
     "Context",
     "CudaError",
     "CudaUnavailableError",
