@@ -38,6 +38,8 @@ def test_example(index, monkeypatch):
             pytest.skip(f"GPU example: {why}")
     if "import pyarrow" in code:
         pytest.importorskip("pyarrow", reason="the example consumes with pyarrow")
+    if "import zarr" in code:
+        pytest.importorskip("zarr", reason="the example reads through zarr-python")
     monkeypatch.chdir(ROOT)
     exec(compile(code, f"{DOC}:block{index}", "exec"), {"__name__": "__doc_example__"})
     assert os.getcwd() == str(ROOT)
