@@ -232,15 +232,6 @@ fn refusals_name_the_real_reason() {
     }
 }
 
-/// `read_record_batch` of a message in host memory (zero-copy: the memory is the
-/// buffer's), as the host batch it always is.
-fn read_host(
-    message: &arrow_buffer::Buffer,
-    schema: arrow_schema::SchemaRef,
-) -> devbuf::Result<arrow_array::RecordBatch> {
-    let m = devbuf::memory::Memory::from(message.clone());
-    match devbuf::arrow::read_record_batch(&m, schema)? {
-        devbuf::arrow::Batch::Host(b) => Ok(b),
-        devbuf::arrow::Batch::Device(_) => unreachable!("host memory reads to a host batch"),
-    }
-}
+#[path = "common/ipc_messages.rs"]
+mod ipc_messages;
+use ipc_messages::read_host;

@@ -885,25 +885,6 @@ fn a_handle_naming_a_fifo_does_not_block() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A host batch serialized as Arrow IPC into host memory, as bytes
-/// (`serialize_record_batch` to `BufferPrototype::Host`).
-fn serialize_to_vec(b: &arrow_array::RecordBatch) -> devbuf::Result<Vec<u8>> {
-    let m = devbuf::arrow::serialize_record_batch(
-        &devbuf::arrow::Batch::Host(b.clone()),
-        &devbuf::zarr::BufferPrototype::Host,
-    )?;
-    Ok(m.to_host()?.to_vec())
-}
-
-/// `read_record_batch` of a message in host memory (zero-copy: the memory is the
-/// buffer's), as the host batch it always is.
-fn read_host(
-    message: &arrow_buffer::Buffer,
-    schema: arrow_schema::SchemaRef,
-) -> devbuf::Result<arrow_array::RecordBatch> {
-    let m = devbuf::memory::Memory::from(message.clone());
-    match devbuf::arrow::read_record_batch(&m, schema)? {
-        devbuf::arrow::Batch::Host(b) => Ok(b),
-        devbuf::arrow::Batch::Device(_) => unreachable!("host memory reads to a host batch"),
-    }
-}
+#[path = "common/ipc_messages.rs"]
+mod ipc_messages;
+use ipc_messages::{read_host, serialize_to_vec};

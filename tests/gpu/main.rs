@@ -22,6 +22,8 @@ mod faults;
 #[cfg(feature = "flight")]
 mod flight;
 mod ipc;
+#[path = "../common/ipc_messages.rs"]
+mod ipc_messages;
 mod kernels;
 mod multi_gpu;
 mod nvcomp;
