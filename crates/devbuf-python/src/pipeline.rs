@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use devbuf::cuda::Context;
 use devbuf::zarr::{
-    BufferPrototype, ByteBuffer, Decoder, Location, MemoryStore, ReadOptions, ReadReport, Store,
-    ZarrArray,
+    BufferPrototype, ByteBuffer, Decoder, Location, MemoryStore, NDBuffer, Order, ReadOptions,
+    ReadReport, Store, ZarrArray,
 };
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
@@ -26,6 +26,9 @@ use crate::errors::IntoPy;
 #[pyclass(frozen, module = "devbuf._devbuf", name = "_PipelineArray")]
 pub struct PipelineArray {
     a: Arc<ZarrArray>,
+    /// The store of an array opened from bytes (`from_bytes`): writes land here and
+    /// the Python side stores them through zarr-python's store (`stored`).
+    memory: Option<Arc<MemoryStore>>,
 }
 
 fn read_options(decoder: Option<&str>, threads: Option<usize>) -> PyResult<ReadOptions> {
@@ -56,6 +59,7 @@ fn boxes(starts: &[u64], shape: &[u64]) -> Vec<std::ops::Range<u64>> {
 fn opened(
     py: Python<'_>,
     location: Location,
+    memory: Option<Arc<MemoryStore>>,
     decoder: Option<&str>,
     threads: Option<usize>,
 ) -> PyResult<PipelineArray> {
@@ -67,7 +71,10 @@ fn opened(
             Ok(a)
         })
         .py()?;
-    Ok(PipelineArray { a: Arc::new(a) })
+    Ok(PipelineArray {
+        a: Arc::new(a),
+        memory,
+    })
 }
 
 #[pymethods]
@@ -81,7 +88,7 @@ impl PipelineArray {
         decoder: Option<&str>,
         threads: Option<usize>,
     ) -> PyResult<PipelineArray> {
-        opened(py, Location::Path(path.into()), decoder, threads)
+        opened(py, Location::Path(path.into()), None, decoder, threads)
     }
 
     /// Opens an array from its metadata document (`zarr.json` or `.zarray`, by
@@ -109,7 +116,8 @@ impl PipelineArray {
                 .set(&key, &ByteBuffer::from(bytes.as_bytes().to_vec()))
                 .py()?;
         }
-        opened(py, Location::from((store, "")), decoder, threads)
+        let location = Location::from((store.clone(), ""));
+        opened(py, location, Some(store), decoder, threads)
     }
 
     /// The shape.
@@ -168,6 +176,96 @@ impl PipelineArray {
             Ok(report.to_string())
         })
         .py()
+    }
+
+    /// Writes the box `starts` + `shape` from `nbytes` bytes at `address`: host memory
+    /// (`device=None`, copied once) or memory of GPU `device` (read in place), C order,
+    /// the array's data type in native byte order. Chunks the box covers partly are
+    /// read, updated and rewritten; chunks equal to the fill value are not stored (an
+    /// existing one is erased), as zarr-python does by default. The caller guarantees
+    /// the memory is C-contiguous, exactly the box's size, and alive during the call.
+    #[pyo3(signature = (starts, shape, address, nbytes, device = None))]
+    fn write_box(
+        &self,
+        py: Python<'_>,
+        starts: Vec<u64>,
+        shape: Vec<u64>,
+        address: u64,
+        nbytes: usize,
+        device: Option<usize>,
+    ) -> PyResult<()> {
+        let a = self.a.clone();
+        py.detach(move || -> PyResult<()> {
+            let dims = shape
+                .iter()
+                .map(|&n| usize::try_from(n))
+                .collect::<Result<Vec<usize>, _>>()
+                .map_err(|_| {
+                    PyValueError::new_err(format!(
+                        "a write box of shape {shape:?} does not fit this machine's memory"
+                    ))
+                })?;
+            if nbytes == 0 {
+                return Ok(());
+            }
+            let value = match device {
+                None => {
+                    // SAFETY: the Python caller passes a C-contiguous numpy buffer of
+                    // exactly `nbytes` bytes that it keeps alive during the call; it is
+                    // only read, and copied before the write starts.
+                    let bytes = unsafe {
+                        std::slice::from_raw_parts(address as usize as *const u8, nbytes)
+                    };
+                    let mut owned = Vec::new();
+                    owned.try_reserve_exact(nbytes).map_err(|_| {
+                        PyMemoryError::new_err(format!(
+                            "cannot allocate {nbytes} bytes of host memory for the value of a write"
+                        ))
+                    })?;
+                    owned.extend_from_slice(bytes);
+                    NDBuffer::from_memory(owned, &dims, a.dtype(), Order::C).py()?
+                }
+                Some(d) => {
+                    let ctx = Context::new(d).py()?;
+                    // The value was written on the caller's streams: wait for them.
+                    ctx.synchronize().py()?;
+                    let view = ctx.view(address, nbytes, ()).py()?;
+                    NDBuffer::from_memory(view, &dims, a.dtype(), Order::C).py()?
+                }
+            };
+            a.write_subset(&starts, &value).py()
+        })
+    }
+
+    /// The stored values of `keys` (relative to the array) in the store of an array
+    /// opened with `from_bytes`, `None` for a key that is not stored (a chunk equal to
+    /// the fill value). An error for an array opened at a directory.
+    fn stored<'py>(&self, py: Python<'py>, keys: Vec<String>) -> PyResult<Bound<'py, PyList>> {
+        let Some(store) = self.memory.clone() else {
+            return Err(PyValueError::new_err(
+                "stored(): this array was opened at a directory, not from bytes",
+            ));
+        };
+        let values = py
+            .detach(move || -> devbuf::Result<Vec<Option<Vec<u8>>>> {
+                keys.iter()
+                    .map(|k| {
+                        store
+                            .get(k, &BufferPrototype::Host, None)?
+                            .map(|b| b.to_host().map(|h| h.to_vec()))
+                            .transpose()
+                    })
+                    .collect()
+            })
+            .py()?;
+        let items = values
+            .into_iter()
+            .map(|v| match v {
+                Some(b) => Ok(PyBytes::new(py, &b).into_any()),
+                None => Ok(py.None().into_bound(py)),
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, items)
     }
 
     /// Reads whole chunks (clipped at the array's edges) by their grid indices, as a

@@ -182,11 +182,100 @@ def test_writes_through_the_pipeline(tmp_path):
     with with_pipeline():
         a = zarr.create_array(store, name="a", shape=(9, 9), chunks=(4, 4), dtype="uint16")
         a[1:8, 2:9] = np.arange(49, dtype="uint16").reshape(7, 7)
+        assert a.async_array.codec_pipeline.last_write == "engine"
         b = reopen(store)
         np.testing.assert_array_equal(b[:], a[:])
         assert b[1, 2] == 0 and b[0, 0] == 0
     ref = reopen(store)
     np.testing.assert_array_equal(ref[1:8, 2:9], np.arange(49, dtype="uint16").reshape(7, 7))
+
+
+def _stored_chunks(store, path="a"):
+    """The chunk keys stored for array `path` (metadata documents left out)."""
+    import asyncio
+
+    async def keys():
+        return sorted(
+            [
+                k
+                async for k in store.list_prefix(path + "/")
+                if not k.endswith(("zarr.json", ".zarray", ".zattrs", ".zgroup"))
+            ]
+        )
+
+    return asyncio.run(keys())
+
+
+# Writes: (selection, value maker) applied in order to a fresh array, by the pipeline and
+# by zarr-python's own pipeline; the arrays read back (by zarr-python) and the stored
+# chunk keys must agree. The value maker gets the selection's shape.
+WRITES = [
+    ((slice(None), slice(None)), lambda shp, rng: rng.standard_normal(shp).astype("float32")),
+    ((slice(3, 17), slice(2, 9)), lambda shp, rng: rng.standard_normal(shp).astype("float32")),
+    ((5, slice(None)), lambda shp, rng: np.full(shp, 3.25, "float32")),
+    ((slice(None), 7), lambda shp, rng: np.arange(shp[0], dtype="float32")),
+    ((4, 6), lambda shp, rng: np.float32(11.5)),
+    ((slice(0, 10), slice(0, 6)), lambda shp, rng: np.float32(-7.0)),  # the fill value: chunks erased
+    ((slice(None), slice(None)), lambda shp, rng: np.float32(2.0)),  # a scalar everywhere
+    ((slice(19, 22), slice(8, 11)), lambda shp, rng: rng.standard_normal(shp).astype("float32")),
+]
+
+
+def _sel_shape(sel, shape):
+    return np.empty(shape, dtype="int8")[sel].shape
+
+
+@pytest.mark.parametrize(("kind", "fmt"), CASES, ids=CASE_IDS)
+def test_writes_equal_zarr_python(store, tmp_path, kind, fmt):
+    other = LocalStore(tmp_path / "ref.zarr") if isinstance(store, LocalStore) else MemoryStore()
+    ref = make(other, kind, fmt)
+    with with_pipeline():
+        ours = make(store, kind, fmt)
+    rng = np.random.default_rng(7)
+    for sel, value_of in WRITES:
+        value = value_of(_sel_shape(sel, ref.shape), rng)
+        ref[sel] = value
+        with with_pipeline():
+            a = zarr.open_array(store, path="a", mode="r+")
+            a[sel] = value
+            how = a.async_array.codec_pipeline.last_write
+            assert how is not None and not how.startswith("fallback"), (sel, how)
+        np.testing.assert_array_equal(reopen(store)[:], ref[:], err_msg=str(sel))
+        assert _stored_chunks(store) == _stored_chunks(other), sel
+
+
+def test_fancy_writes_fall_back(tmp_path):
+    store = LocalStore(tmp_path / "s.zarr")
+    ref = make(MemoryStore(), "zstd")
+    with with_pipeline():
+        a = make(store, "zstd")
+        a.oindex[[0, 3, 17], [1, 10]] = np.float32(5.0)
+        ref.oindex[[0, 3, 17], [1, 10]] = np.float32(5.0)
+        assert a.async_array.codec_pipeline.last_write.startswith("fallback")
+        a[1:20:3, ::2] = np.float32(6.0)
+        ref[1:20:3, ::2] = np.float32(6.0)
+        assert a.async_array.codec_pipeline.last_write.startswith("fallback")
+    np.testing.assert_array_equal(reopen(store)[:], ref[:])
+
+
+def test_write_empty_chunks_falls_back(tmp_path):
+    store = LocalStore(tmp_path / "s.zarr")
+    with with_pipeline(), zarr.config.set({"array.write_empty_chunks": True}):
+        a = zarr.create_array(store, name="a", shape=(8,), chunks=(4,), dtype="int32", fill_value=0)
+        a[:] = 0
+        assert a.async_array.codec_pipeline.last_write.startswith("fallback: write_empty_chunks")
+    # zarr-python stored both chunks although they equal the fill value.
+    assert _stored_chunks(store) == ["a/c/0", "a/c/1"]
+
+
+def test_strict_writes_raise(tmp_path):
+    store = LocalStore(tmp_path / "s.zarr")
+    with with_pipeline():
+        a = make(store, "zstd")
+    with with_pipeline(), zarr.config.set({"codec_pipeline.strict": True}):
+        a = zarr.open_array(store, path="a", mode="r+")
+        with pytest.raises(NotImplementedError, match="not one box"):
+            a.oindex[[0, 3], [1, 2]] = np.float32(1.0)
 
 
 @pytest.mark.parametrize(
@@ -301,3 +390,25 @@ def test_gpu_reads_into_cupy(tmp_path, kind):
             assert isinstance(actual, cp.ndarray)
             np.testing.assert_array_equal(cp.asnumpy(actual), expected)
             assert not got.async_array.codec_pipeline.last_read.startswith("fallback")
+
+
+@pytest.mark.skipif(_gpu_reason() is not None, reason=str(_gpu_reason()))
+@pytest.mark.parametrize("kind", ["zstd", "sharded", "none"])
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_gpu_writes_from_cupy(tmp_path, kind, where):
+    import cupy as cp
+
+    store = LocalStore(tmp_path / "s.zarr") if where == "local" else MemoryStore()
+    ref = make(MemoryStore(), kind)
+    with with_pipeline():
+        make(store, kind)
+    rng = np.random.default_rng(11)
+    for sel, value_of in WRITES:
+        value = value_of(_sel_shape(sel, ref.shape), rng)
+        ref[sel] = value
+        with zarr.config.enable_gpu(), with_pipeline():
+            a = zarr.open_array(store, path="a", mode="r+")
+            a[sel] = cp.asarray(value)
+            how = a.async_array.codec_pipeline.last_write
+            assert how is not None and not how.startswith("fallback"), (sel, how)
+    np.testing.assert_array_equal(reopen(store)[:], ref[:])

@@ -7,9 +7,11 @@ Select it with::
 Reads decode with devbuf's engine into zarr-python's output buffer (numpy on the host,
 cupy under ``zarr.config.enable_gpu()``). Arrays in a ``LocalStore`` are read by the
 engine from their directory; for other stores the chunk bytes are fetched through the
-store and decoded by the engine. Whatever the engine refuses (a codec or data type it
-does not read, an output it cannot fill) is read by zarr-python's own
-``BatchedCodecPipeline`` for that call; writes always are.
+store and decoded by the engine. Writes encode with the engine too: into the
+``LocalStore``'s directory, or into memory and then through the store. Whatever the
+engine refuses (a codec or data type it does not read, an output it cannot fill, a
+selection that is not one box, ``write_empty_chunks=True``) is read or written by
+zarr-python's own ``BatchedCodecPipeline`` for that call.
 
 Options, from zarr's config:
 
@@ -143,7 +145,8 @@ def _as_tuple(sel: Any) -> tuple[Any, ...]:
 
 def _one_box(items, chunk_shape, out_shape, drop_axes):
     """The array box the batch covers when it is one box that is exactly the output
-    (basic selections, step 1), else None."""
+    (basic selections, step 1), else None. ``out_shape`` None: any output shape (a
+    scalar written everywhere)."""
     ndim = len(chunk_shape)
     lo = [None] * ndim
     hi = [None] * ndim
@@ -176,6 +179,8 @@ def _one_box(items, chunk_shape, out_shape, drop_axes):
             stops.append(b)
             v *= b - a
         for j, i in enumerate(kept):
+            if out_shape is None:
+                break
             o = os_[j]
             if not (_step1(o) and o.start is not None and o.stop is not None):
                 return None
@@ -199,9 +204,9 @@ def _one_box(items, chunk_shape, out_shape, drop_axes):
     if int(np.prod(box_shape, dtype=np.int64)) != volume:
         return None
     kept_shape = tuple(box_shape[i] for i in range(ndim) if i not in drop_axes)
-    if kept_shape != tuple(out_shape):
+    if out_shape is not None and kept_shape != tuple(out_shape):
         return None
-    if any(offset[i] != lo[i] for i in range(ndim) if i not in drop_axes):
+    if out_shape is not None and any(offset[i] != lo[i] for i in range(ndim) if i not in drop_axes):
         return None
     return lo, box_shape
 
@@ -228,10 +233,32 @@ def _target(out: NDBuffer, engine_dtype: str):
     return arr, device
 
 
+def _source(value: NDBuffer, engine_dtype: str):
+    """(array-like holding the values to write, device ordinal or None), viewed as the
+    engine's data type (datetime64 / timedelta64 written as int64)."""
+    arr = value.as_ndarray_like()
+    if isinstance(arr, np.ndarray):
+        device = None
+    elif hasattr(arr, "__cuda_array_interface__"):
+        device = int(arr.device.id)
+    else:
+        raise _Refused(f"a value of type {type(arr).__name__}")
+    dt = np.dtype(engine_dtype)
+    if arr.dtype.kind in "mM":
+        if dt != np.dtype("int64"):
+            raise _Refused(f"data type {arr.dtype}")
+        arr = arr.view("int64")
+    elif arr.dtype.kind not in "biufc":
+        raise _Refused(f"data type {arr.dtype}")
+    if arr.dtype != dt:
+        raise _Refused(f"data type {arr.dtype} (the engine writes {dt})")
+    return arr, device
+
+
 @dataclass
 class CodecPipeline(_CodecPipelineABC):
-    """zarr-python's ``CodecPipeline`` on devbuf's read engine (reads) and zarr-python's
-    ``BatchedCodecPipeline`` (writes, and reads the engine refuses)."""
+    """zarr-python's ``CodecPipeline`` on devbuf's engine (reads and writes) and
+    zarr-python's ``BatchedCodecPipeline`` (what the engine refuses)."""
 
     metadata: ArrayMetadata
     store: Store | None
@@ -239,6 +266,8 @@ class CodecPipeline(_CodecPipelineABC):
     #: how the last read ran: ``"engine"`` (the array's directory), ``"engine-bytes"``
     #: (bytes fetched through the store), ``"fallback: <why>"``, or None before any read.
     last_read: str | None = field(default=None, compare=False)
+    #: how the last write ran, in the same words as ``last_read``.
+    last_write: str | None = field(default=None, compare=False)
     _engines: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     # --- construction -------------------------------------------------------------------
@@ -265,6 +294,7 @@ class CodecPipeline(_CodecPipelineABC):
         self.store = state["store"]
         self.fallback = state["fallback"]
         self.last_read = None
+        self.last_write = None
         self._engines = {}
 
     def evolve_from_array_spec(self, array_spec: ArraySpec) -> CodecPipeline:
@@ -305,9 +335,128 @@ class CodecPipeline(_CodecPipelineABC):
         value: NDBuffer,
         drop_axes: tuple[int, ...] = (),
     ) -> None:
-        # Writes are zarr-python's (devbuf's writers are not wired here yet); the engine's
-        # cached arrays read the store anew on every read, so nothing goes stale.
-        await self.fallback.write(batch_info, value, drop_axes)
+        batch = list(batch_info)
+        if not batch:
+            return
+        try:
+            how = await self._write_engine(batch, value, drop_axes)
+        except _Refused as e:
+            how = f"fallback: {e}"
+        except Exception as e:  # noqa: BLE001 - zarr-python's pipeline writes instead
+            if config.get("codec_pipeline.strict", False):
+                raise
+            how = f"fallback: {type(e).__name__}: {e}"
+        if how.startswith("fallback"):
+            if config.get("codec_pipeline.strict", False):
+                raise NotImplementedError(f"devbuf.zarr.CodecPipeline (strict): {how}")
+            _log.debug("devbuf.zarr.CodecPipeline: %s", how)
+            # Whole-selection writes are idempotent: whatever the engine stored before
+            # it failed is overwritten with the same values.
+            await self.fallback.write(batch, value, drop_axes)
+        self.last_write = how
+
+    async def _write_engine(self, batch, value, drop_axes) -> str:
+        md = self.metadata
+        items = []
+        prefix = None
+        for byte_setter, spec, cs, os_, _complete in batch:
+            if getattr(spec.config, "write_empty_chunks", False):
+                raise _Refused(
+                    "write_empty_chunks=True (the engine never stores chunks equal to the fill value)"
+                )
+            path = getattr(byte_setter, "path", None)
+            if not isinstance(path, str):
+                raise _Refused(f"a byte setter of type {type(byte_setter).__name__}")
+            p, key, coords = _split_key(md, path)
+            if prefix is None:
+                prefix = p
+            elif prefix != p:
+                raise _Refused("chunks of several arrays in one write")
+            items.append((coords, cs, os_, key))
+        chunk_shape = _chunk_shape(md)
+        root = _local_root(self.store)
+        opts = _options()
+        if root is not None:
+            engine = await self._local_engine(root, prefix, opts)
+            how = "engine"
+        else:
+            engine = await self._engine_for_write(batch, opts)
+            how = "engine-bytes"
+        arr, device = _source(value, engine.dtype)
+        scalar = arr.ndim == 0
+        if not drop_axes:
+            # zarr-python passes no drop_axes to writes: an integer index leaves its axis
+            # out of the value.
+            first = _as_tuple(items[0][1])
+            ints = tuple(i for i, sel in enumerate(first) if _is_int(sel))
+            if ints and (scalar or arr.ndim == len(chunk_shape) - len(ints)):
+                drop_axes = ints
+        box = _one_box(items, chunk_shape, None if scalar else arr.shape, drop_axes)
+        if box is None:
+            raise _Refused("a write that is not one box of the array (fancy or strided selection)")
+        starts, shape = box
+        xp = np
+        if device is not None:
+            import cupy as xp  # the value is cupy's
+        if scalar:
+            data = xp.full(tuple(shape), arr, dtype=arr.dtype)
+        else:
+            data = xp.ascontiguousarray(arr).reshape(tuple(shape))
+        if device is None:
+            address = data.__array_interface__["data"][0]
+        else:
+            address = data.__cuda_array_interface__["data"][0]
+        await asyncio.to_thread(engine.write_box, starts, shape, address, data.nbytes, device)
+        if root is None:
+            await self._store_written(engine, batch, items)
+        return how
+
+    async def _local_engine(self, root, prefix, opts):
+        engine = self._engines.get(prefix)
+        if engine is None:
+            path = os.path.join(root, prefix) if prefix else root
+            engine = await asyncio.to_thread(_devbuf._PipelineArray.open_path, path, **opts)
+            self._engines[prefix] = engine
+        return engine
+
+    async def _engine_for_write(self, batch, opts):
+        """An engine array over a memory store holding the metadata and the stored
+        chunks the write covers partly (the engine reads, updates and rewrites them)."""
+        md = self.metadata
+        docs = md.to_buffer_dict(_cpu_prototype)
+        meta_key = "zarr.json" if isinstance(md, ArrayV3Metadata) else ".zarray"
+        meta = docs[meta_key].to_bytes()
+        partial = [(bg, bg.path) for bg, _s, _c, _o, complete in batch if not complete]
+
+        async def fetch(byte_getter, _path):
+            return await byte_getter.get(prototype=_cpu_prototype)
+
+        values = await concurrent_map(partial, fetch, config.get("async.concurrency"))
+        chunks = {}
+        for (_bg, path), v in zip(partial, values):
+            if v is not None:
+                chunks[_split_key(md, path)[1]] = v.to_bytes()
+        return await asyncio.to_thread(
+            _devbuf._PipelineArray.from_bytes, meta_key, meta, chunks, **opts
+        )
+
+    async def _store_written(self, engine, batch, items) -> None:
+        """Stores what the engine wrote into its memory store through zarr-python's
+        byte setters (deleting chunks the engine did not store: equal to the fill
+        value)."""
+        stored = await asyncio.to_thread(engine.stored, [key for *_, key in items])
+
+        async def put(byte_setter, data):
+            if data is None:
+                await byte_setter.delete()
+            else:
+                await byte_setter.set(_cpu_prototype.buffer.from_bytes(data))
+
+        await concurrent_map(
+            [(bs, data) for (bs, *_), data in zip(batch, stored)],
+            put,
+            config.get("async.concurrency"),
+        )
 
     # --- reads ------------------------------------------------------------------------------
 
@@ -353,11 +502,7 @@ class CodecPipeline(_CodecPipelineABC):
         root = _local_root(self.store)
         opts = _options()
         if root is not None:
-            engine = self._engines.get(prefix)
-            if engine is None:
-                path = os.path.join(root, prefix) if prefix else root
-                engine = await asyncio.to_thread(_devbuf._PipelineArray.open_path, path, **opts)
-                self._engines[prefix] = engine
+            engine = await self._local_engine(root, prefix, opts)
             how = "engine"
         else:
             engine = await self._engine_from_bytes(batch, items, opts)
