@@ -12,12 +12,14 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
 
+mod aio;
 mod array;
 mod arrow_export;
 mod buffer_protocol;
 mod cuda;
 mod dlpack;
 mod errors;
+mod flight;
 mod pipeline;
 mod zarr;
 
@@ -114,10 +116,13 @@ fn _devbuf(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<zarr::PyZarrArray>()?;
     m.add_class::<pipeline::PipelineArray>()?;
     m.add_class::<arrow_export::PyChunkBatch>()?;
+    m.add_class::<flight::PyServer>()?;
+    m.add_class::<flight::PyClient>()?;
     m.add_function(wrap_pyfunction!(cuda::is_available, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::device_count, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::unavailable_reason, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::open_ipc_buffer, m)?)?;
     m.add_function(wrap_pyfunction!(zarr::open, m)?)?;
+    m.add_function(wrap_pyfunction!(zarr::open_async, m)?)?;
     Ok(())
 }

@@ -9,9 +9,9 @@ use devbuf::arrow::{ChunkBatch, ChunkGrid};
 use devbuf::cuda::Context;
 use devbuf::zarr::object_store::ObjectStoreOptions;
 use devbuf::zarr::{AxisSel, BufferPrototype, Location, ReadReport, Slice, ZarrArray};
-use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyEllipsis, PySlice, PyString, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyEllipsis, PyInt, PySlice, PyString, PyTuple};
 
 use crate::array::new_array;
 use crate::arrow_export::PyChunkBatch;
@@ -21,7 +21,7 @@ use crate::errors::IntoPy;
 #[pyclass(frozen, module = "devbuf", name = "ZarrArray")]
 pub struct PyZarrArray {
     a: Arc<ZarrArray>,
-    last_report: Mutex<Option<Py<PyDict>>>,
+    last_report: Arc<Mutex<Option<Py<PyDict>>>>,
 }
 
 /// Opens a zarr array: a directory path (str or os.PathLike) or a URL (`s3://`,
@@ -33,22 +33,43 @@ pub fn open(
     path_or_url: &Bound<'_, PyAny>,
     storage_options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<PyZarrArray> {
-    let text: String = if path_or_url.is_instance_of::<PyString>() {
-        path_or_url.extract()?
-    } else {
-        py.import("os")?
-            .call_method1("fspath", (path_or_url,))?
-            .extract()
-            .map_err(|_| {
-                PyTypeError::new_err("open() takes a path (str or os.PathLike) or a URL")
-            })?
-    };
+    let text = path_text(py, path_or_url)?;
     let location = location(&text, storage_options)?;
     let a = py.detach(|| ZarrArray::open(location)).py()?;
     Ok(PyZarrArray {
         a: Arc::new(a),
-        last_report: Mutex::new(None),
+        last_report: Arc::default(),
     })
+}
+
+/// `open` as a coroutine: awaits the metadata fetch (object stores) on devbuf's tokio
+/// runtime; cancelling the awaiting task drops the fetch.
+#[pyfunction]
+#[pyo3(signature = (path_or_url, **storage_options))]
+pub fn open_async<'py>(
+    py: Python<'py>,
+    path_or_url: &Bound<'py, PyAny>,
+    storage_options: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let text = path_text(py, path_or_url)?;
+    let location = location(&text, storage_options)?;
+    crate::aio::coroutine(py, async move {
+        let a = ZarrArray::open_async(location).await.py()?;
+        Ok(PyZarrArray {
+            a: Arc::new(a),
+            last_report: Arc::default(),
+        })
+    })
+}
+
+fn path_text(py: Python<'_>, path_or_url: &Bound<'_, PyAny>) -> PyResult<String> {
+    if path_or_url.is_instance_of::<PyString>() {
+        return path_or_url.extract();
+    }
+    py.import("os")?
+        .call_method1("fspath", (path_or_url,))?
+        .extract()
+        .map_err(|_| PyTypeError::new_err("open() takes a path (str or os.PathLike) or a URL"))
 }
 
 fn location(text: &str, storage_options: Option<&Bound<'_, PyDict>>) -> PyResult<Location> {
@@ -89,8 +110,13 @@ fn location(text: &str, storage_options: Option<&Bound<'_, PyDict>>) -> PyResult
 }
 
 /// numpy's basic indexing (ints, slices with positive steps, `...`, tuples) as the read
-/// engine's selection; None = the whole array.
-fn selection(key: Option<&Bound<'_, PyAny>>, shape: &[u64]) -> PyResult<Option<Vec<AxisSel>>> {
+/// engine's selection; None = the whole array. Without the `shape` (a Flight read, whose
+/// server checks the selection) integers are not bounds-checked here and `...` may only
+/// end the index.
+pub fn selection(
+    key: Option<&Bound<'_, PyAny>>,
+    shape: Option<&[u64]>,
+) -> PyResult<Option<Vec<AxisSel>>> {
     let Some(key) = key else { return Ok(None) };
     if key.is_none() || key.is_instance_of::<PyEllipsis>() {
         return Ok(None);
@@ -109,6 +135,9 @@ fn selection(key: Option<&Bound<'_, PyAny>>, shape: &[u64]) -> PyResult<Option<V
         ));
     }
     let given = items.len() - ellipses;
+    let Some(shape) = shape else {
+        return unchecked_selection(&items);
+    };
     let ndim = shape.len();
     if given > ndim {
         return Err(PyIndexError::new_err(format!(
@@ -123,48 +152,85 @@ fn selection(key: Option<&Bound<'_, PyAny>>, shape: &[u64]) -> PyResult<Option<V
         }
         let axis = out.len();
         let len = shape[axis];
-        if let Ok(s) = item.cast::<PySlice>() {
-            let get = |name: &str| -> PyResult<Option<isize>> {
-                let v = s.getattr(name)?;
-                if v.is_none() {
-                    Ok(None)
-                } else {
-                    Ok(Some(v.extract()?))
+        match axis_sel(item, axis)? {
+            AxisSel::Index(i) => {
+                let n = len as i128;
+                let j = if i < 0 { i as i128 + n } else { i as i128 };
+                if j < 0 || j >= n {
+                    return Err(PyIndexError::new_err(format!(
+                        "index {i} is out of bounds for axis {axis} with size {len}"
+                    )));
                 }
-            };
-            let step = get("step")?.unwrap_or(1);
-            if step <= 0 {
-                return Err(PyValueError::new_err(format!(
-                    "slice step must be positive (got {step} on axis {axis}): devbuf reads numpy's basic selections with positive steps"
-                )));
+                out.push(AxisSel::Index(j as isize));
             }
-            out.push(AxisSel::Slice(Slice::new(
-                get("start")?,
-                get("stop")?,
-                step,
-            )));
-        } else if item.is_instance_of::<PyBool>() {
-            return Err(PyIndexError::new_err(
-                "boolean indices are not supported: devbuf reads ints, slices with positive steps and `...`",
-            ));
-        } else if let Ok(i) = item.extract::<i64>() {
-            let n = len as i128;
-            let j = if i < 0 { i as i128 + n } else { i as i128 };
-            if j < 0 || j >= n {
-                return Err(PyIndexError::new_err(format!(
-                    "index {i} is out of bounds for axis {axis} with size {len}"
-                )));
-            }
-            out.push(AxisSel::Index(j as isize));
-        } else {
-            return Err(PyIndexError::new_err(format!(
-                "only integers, slices (`:`) with positive steps and ellipsis (`...`) are valid indices for devbuf reads (got {})",
-                item.get_type().name()?
-            )));
+            other => out.push(other),
         }
     }
     out.extend(std::iter::repeat_n(AxisSel::Full, ndim - out.len()));
     Ok(Some(out))
+}
+
+/// [`selection`] without the array's shape.
+fn unchecked_selection(items: &[Bound<'_, PyAny>]) -> PyResult<Option<Vec<AxisSel>>> {
+    let mut out = Vec::with_capacity(items.len());
+    for (axis, item) in items.iter().enumerate() {
+        if item.is_instance_of::<PyEllipsis>() {
+            if axis + 1 != items.len() {
+                return Err(PyIndexError::new_err(
+                    "`...` may only end the index of a Flight read (the client does not know the array's shape)",
+                ));
+            }
+            continue;
+        }
+        out.push(axis_sel(item, axis)?);
+    }
+    Ok(Some(out))
+}
+
+/// One axis' index without bounds checks (slices, integers).
+fn axis_sel(item: &Bound<'_, PyAny>, axis: usize) -> PyResult<AxisSel> {
+    if let Ok(s) = item.cast::<PySlice>() {
+        // Bounds beyond isize clamp, as numpy's slices do (no array is that long).
+        let get = |name: &str| -> PyResult<Option<isize>> {
+            let v = s.getattr(name)?;
+            if v.is_none() {
+                return Ok(None);
+            }
+            match v.extract::<isize>() {
+                Ok(n) => Ok(Some(n)),
+                Err(_) if v.is_instance_of::<PyInt>() => {
+                    Ok(Some(if v.gt(0)? { isize::MAX } else { isize::MIN }))
+                }
+                Err(e) => Err(e),
+            }
+        };
+        let step = get("step")?.unwrap_or(1);
+        if step <= 0 {
+            return Err(PyValueError::new_err(format!(
+                "slice step must be positive (got {step} on axis {axis}): devbuf reads numpy's basic selections with positive steps"
+            )));
+        }
+        return Ok(AxisSel::Slice(Slice::new(
+            get("start")?,
+            get("stop")?,
+            step,
+        )));
+    }
+    if item.is_instance_of::<PyBool>() {
+        return Err(PyIndexError::new_err(
+            "boolean indices are not supported: devbuf reads ints, slices with positive steps and `...`",
+        ));
+    }
+    match item.extract::<isize>() {
+        Ok(i) => Ok(AxisSel::Index(i)),
+        Err(_) if item.is_instance_of::<PyInt>() => Err(PyIndexError::new_err(format!(
+            "index {item} is out of bounds for axis {axis}"
+        ))),
+        Err(_) => Err(PyIndexError::new_err(format!(
+            "only integers, slices (`:`) with positive steps and ellipsis (`...`) are valid indices for devbuf reads (got {})",
+            item.get_type().name()?
+        ))),
+    }
 }
 
 fn report_dict<'py>(py: Python<'py>, r: &ReadReport) -> PyResult<Bound<'py, PyDict>> {
@@ -192,7 +258,7 @@ impl PyZarrArray {
         key: Option<&Bound<'_, PyAny>>,
         device: Option<usize>,
     ) -> PyResult<(Py<PyAny>, Py<PyDict>)> {
-        let sel = selection(key, self.a.shape())?;
+        let sel = selection(key, Some(self.a.shape()))?;
         let proto = match device {
             None => BufferPrototype::Host,
             Some(d) => BufferPrototype::Device(d),
@@ -311,6 +377,55 @@ impl PyZarrArray {
         } else {
             Ok(array)
         }
+    }
+
+    /// `read` as a coroutine on devbuf's tokio runtime (no thread is blocked while the
+    /// chunks are fetched; decoding runs on the engine's workers). Cancelling the
+    /// awaiting task drops the read: fetches stop and its memory is freed.
+    #[pyo3(signature = (selection = None, *, device = None, report = false))]
+    fn read_async<'py>(
+        &self,
+        py: Python<'py>,
+        selection: Option<&Bound<'py, PyAny>>,
+        device: Option<usize>,
+        report: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let sel = self::selection(selection, Some(self.a.shape()))?;
+        let proto = match device {
+            None => BufferPrototype::Host,
+            Some(d) => BufferPrototype::Device(d),
+        };
+        let a = self.a.clone();
+        let last = self.last_report.clone();
+        crate::aio::coroutine(py, async move {
+            let mut r = ReadReport::default();
+            let nd = match &sel {
+                None => a.read(..).report(&mut r).to_async(&proto).await,
+                Some(s) => a.read(s.as_slice()).report(&mut r).to_async(&proto).await,
+            }
+            .py()?;
+            if let Some(d) = device {
+                // The exports promise ready data (`stream: None`).
+                tokio::task::spawn_blocking(move || Context::new(d)?.synchronize())
+                    .await
+                    .map_err(|e| {
+                        PyRuntimeError::new_err(format!(
+                            "the device synchronisation task failed: {e}"
+                        ))
+                    })?
+                    .py()?;
+            }
+            Python::attach(|py| -> PyResult<Py<PyAny>> {
+                let rd = report_dict(py, &r)?.unbind();
+                *last.lock().unwrap() = Some(rd.clone_ref(py));
+                let array = new_array(py, nd)?;
+                if report {
+                    Ok((array, rd).into_pyobject(py)?.into_any().unbind())
+                } else {
+                    Ok(array)
+                }
+            })
+        })
     }
 
     /// Reads whole chunks (shards, for a sharded array) by grid coordinates, in the

@@ -1,7 +1,7 @@
 """Type stubs of the devbuf package (docs/python.md)."""
 
 import os
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any, Literal, overload
 
 from types import EllipsisType
@@ -174,6 +174,7 @@ _Index = int | slice | EllipsisType | None
 _Selection = _Index | tuple[int | slice | EllipsisType, ...]
 
 def open(path_or_url: str | os.PathLike[str], **storage_options: Any) -> ZarrArray: ...
+def open_async(path_or_url: str | os.PathLike[str], **storage_options: Any) -> Coroutine[Any, Any, ZarrArray]: ...
 
 class ZarrArray:
     @property
@@ -198,6 +199,10 @@ class ZarrArray:
     def read(self, selection: _Selection = None, *, device: int | None = None, report: Literal[False] = False) -> Array: ...
     @overload
     def read(self, selection: _Selection = None, *, device: int | None = None, report: Literal[True]) -> tuple[Array, dict[str, Any]]: ...
+    @overload
+    def read_async(self, selection: _Selection = None, *, device: int | None = None, report: Literal[False] = False) -> Coroutine[Any, Any, Array]: ...
+    @overload
+    def read_async(self, selection: _Selection = None, *, device: int | None = None, report: Literal[True]) -> Coroutine[Any, Any, tuple[Array, dict[str, Any]]]: ...
     def read_chunks(self, indices: Sequence[Sequence[int]], *, device: int | None = None) -> ChunkBatch: ...
     def __getitem__(self, key: _Selection) -> Array: ...
     def __len__(self) -> int: ...
@@ -223,6 +228,7 @@ __all__ = [
     "device_count",
     "is_available",
     "open",
+    "open_async",
     "open_ipc_buffer",
     "unavailable_reason",
 ]
