@@ -19,7 +19,8 @@ on every store of the manifest (page cache warm: one untimed warm-up, then the m
 and writes one JSON object per line per (store, peer) to `--json FILE`. A peer that cannot run
 (package missing, no GPU, codec it cannot decode) prints "cannot run: <why>" and the run goes
 on. `--repeat-for 'zarr-gpu=2,kvikio-gds=2'` gives some peers (patterns work) another repeat
-count (the slow ones, to keep a run short). At the end `read` prints a summary: GB/s per store
+count, and `--peer-budget-s S` runs a peer fewer times on a store (at least once) where its
+warm-up times the repeat count exceeds S seconds (the slow ones: to keep a run short). At the end `read` prints a summary: GB/s per store
 and peer, and the ratios issue 30 sets targets for (zarr-gpu+devbuf / zarr-gpu >= 5,
 zarr-gpu+devbuf / devbuf >= 0.8, zarr+devbuf / zarrs-python >= 1; zarr+devbuf / devbuf-host
 for information), also written as Markdown to `--markdown FILE`.
@@ -858,8 +859,9 @@ def environment():
     return {k: v for k, v in versions.items() if v}, host
 
 
-def run_peer(name, path, s, repeat):
-    """Returns a result record (without store/env fields)."""
+def run_peer(name, path, s, repeat, budget_s=None):
+    """Returns a result record (without store/env fields). With `budget_s`, a peer whose
+    warm-up took longer than budget_s / repeat runs fewer times (at least once)."""
     rec = {"peer": name, "gbps": None, "median_s": None, "min_s": None, "times_s": [],
            "repeat": repeat, "decoded_bytes": s["decoded_bytes"], "verified": None,
            "skipped": None, "note": None}
@@ -868,14 +870,22 @@ def run_peer(name, path, s, repeat):
         after = peer.after_run or (lambda: None)
         if peer.decoded_bytes is not None:
             rec["decoded_bytes"] = peer.decoded_bytes
+        t = time.perf_counter()
         out = peer.run()  # warm-up, checked
         peer.sync()
+        warm = time.perf_counter() - t
         after()
+        if budget_s and warm * repeat > budget_s:
+            cut = max(1, int(budget_s // warm))
+            if cut < repeat:
+                rec["note"] = (f"repeat cut from {repeat} to {cut} (warm-up {warm:.1f} s, "
+                               f"--peer-budget-s {budget_s:g})")
+                repeat = rec["repeat"] = cut
         try:
             rec["verified"] = crc32(peer.to_host(out)) == s.get("crc32")
         except Exception as e:
             rec["verified"] = False
-            rec["note"] = f"check failed: {type(e).__name__}: {e}"
+            rec["note"] = "; ".join(x for x in (rec["note"], f"check failed: {type(e).__name__}: {e}") if x)
         del out
         times = []
         for _ in range(repeat):
@@ -909,13 +919,13 @@ def repeats_for(spec, default):
     return lambda peer: next((n for pat, n in rules if fnmatch.fnmatchcase(peer, pat)), default)
 
 
-def summary(stores, results, peers):
+def summary(stores, results, peers, repeat):
     """The end-of-run tables, as Markdown lines: GB/s per store and peer, then the ratios the
     issue names (with their targets)."""
     ran = [p for p in peers if any(results.get((s["name"], p), {}).get("gbps") for s in stores)]
     lines = ["GB/s of decoded bytes (1e9), median; `-`: the peer could not run (the log says why); "
              "`(wrong)`: output differs from the manifest's CRC; `(fallback)`: devbuf's pipeline "
-             "did not read through the engine", ""]
+             f"did not read through the engine; `(n=N)`: median of N runs, not {repeat}", ""]
     lines.append("| store (ratio) | " + " | ".join(ran) + " |")
     lines.append("|---|" + "---|" * len(ran))
     for s in stores:
@@ -930,6 +940,8 @@ def summary(stores, results, peers):
                 c += " (wrong)"
             if r.get("engine_used") is False:
                 c += " (fallback)"
+            if r.get("repeat") != repeat:
+                c += f" (n={r.get('repeat')})"
             cells.append(c)
         lines.append(f"| {s['name']} ({s.get('ratio')}) | " + " | ".join(cells) + " |")
     lines += ["", "Ratios (target in the header; `MISS`: below it):", ""]
@@ -980,7 +992,9 @@ def cmd_read(args):
     special = {p: repeat_of(p) for p in peers if repeat_of(p) != args.repeat}
     print(f"{len(stores)} stores x {len(peers)} peers; page cache warm, 1 warm-up + median of "
           f"{args.repeat}" + (" (" + ", ".join(f"{p}: {n}" for p, n in special.items()) + ")"
-                              if special else "") + "; GB/s of decoded bytes (1e9)")
+                              if special else "")
+          + (f", fewer where a peer's warm-up x repeats > {args.peer_budget_s:g} s"
+             if args.peer_budget_s else "") + "; GB/s of decoded bytes (1e9)")
     jf = open(args.json, "w") if args.json else None
     failures = 0
     results = {}
@@ -997,7 +1011,7 @@ def cmd_read(args):
             warm_page_cache(path)
             rows = []
             for p in peers:
-                rec = run_peer(p, path, s, repeat_of(p))
+                rec = run_peer(p, path, s, repeat_of(p), args.peer_budget_s)
                 rec = {"store": s["name"], **rec, "stored_bytes": s["stored_bytes"], "ratio": s["ratio"],
                        "versions": versions, "host": host,
                        "time": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
@@ -1030,13 +1044,15 @@ def cmd_read(args):
     finally:
         if jf:
             jf.close()
-    lines = summary(stores, results, peers)
+    lines = summary(stores, results, peers, args.repeat)
     print(f"\n== summary ({len(stores)} stores, {time.perf_counter() - t0:.0f} s)")
     print("\n".join(lines))
     if args.markdown:
         head = (f"zarr read peers: python {host['python']}, {host['cpus']} CPUs, GPU: "
                 f"{host.get('gpu') or 'none'}; " + ", ".join(f"{k} {v}" for k, v in versions.items())
                 + f"; 1 warm-up + median of {args.repeat}"
+                + (f" (at most ~{args.peer_budget_s:g} s of timed runs per peer and store)"
+                   if args.peer_budget_s else "")
                 + (" (" + ", ".join(f"{p}: {n}" for p, n in special.items()) + ")" if special else "")
                 + f"; stores from {os.path.abspath(man_path)} (mib {manifest.get('mib')})")
         with open(args.markdown, "w") as f:
@@ -1082,6 +1098,9 @@ def main():
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--repeat-for", help="other repeat counts for some peers: 'PEER=N,...' "
                    "(patterns work: 'zarr-gpu=2,kvikio-*=2')")
+    p.add_argument("--peer-budget-s", type=float,
+                   help="a peer whose warm-up times the repeat count exceeds this many seconds "
+                   "runs fewer times on that store (at least once; the JSON's repeat says)")
     p.add_argument("--json", help="write one JSON object per (store, peer) to this file")
     p.add_argument("--markdown", help="write the end-of-run summary tables (Markdown) to this file")
     args = ap.parse_args()
