@@ -8,6 +8,7 @@ reading the same zarr v3 stores that devbuf's Rust read benchmark reads (issue 3
                                               [--check-full]
     python3 scripts/bench_peers.py zarr read  --dir DIR [--only NAMES] [--peers NAMES]
                                               [--repeat 5] [--repeat-for PEER=N,...]
+                                              [--peer-budget-s S] [--time-limit-s T]
                                               [--json FILE] [--markdown FILE]
 
 NAMES is a comma-separated list of store (or peer) names; shell-style patterns work
@@ -20,7 +21,8 @@ and writes one JSON object per line per (store, peer) to `--json FILE`. A peer t
 (package missing, no GPU, codec it cannot decode) prints "cannot run: <why>" and the run goes
 on. `--repeat-for 'zarr-gpu=2,kvikio-gds=2'` gives some peers (patterns work) another repeat
 count, and `--peer-budget-s S` runs a peer fewer times on a store (at least once) where its
-warm-up times the repeat count exceeds S seconds (the slow ones: to keep a run short). At the end `read` prints a summary: GB/s per store
+warm-up times the repeat count exceeds S seconds (the slow ones: to keep a run short);
+`--time-limit-s T` starts no peer after T seconds (those left say "out of time"). At the end `read` prints a summary: GB/s per store
 and peer, and the ratios issue 30 sets targets for (zarr-gpu+devbuf / zarr-gpu >= 5,
 zarr-gpu+devbuf / devbuf >= 0.8, zarr+devbuf / zarrs-python >= 1; zarr+devbuf / devbuf-host
 for information), also written as Markdown to `--markdown FILE`.
@@ -524,6 +526,23 @@ PIPELINES = {
 }
 
 
+def kvikio_mode(kvikio):
+    """kvikio's compat mode setting and whether it falls back to POSIX reads (no GDS)."""
+    out = []
+    try:
+        import kvikio.defaults  # noqa: F401  (a submodule `import kvikio` leaves out)
+    except Exception as e:
+        return f"kvikio.defaults not importable ({type(e).__name__}: {e})"
+    for what, get in (("compat_mode", lambda: kvikio.defaults.get("compat_mode")),
+                      ("compat_mode_preferred", kvikio.defaults.is_compat_mode_preferred)):
+        try:
+            v = get()
+            out.append(f"{what}={getattr(v, 'name', v)}")
+        except Exception as e:
+            out.append(f"{what}=? ({type(e).__name__}: {e})")
+    return ", ".join(out)
+
+
 def peer_zarr(path, s, gpu, pipeline=None, upload=False, store=None):
     """zarr-python reading the whole array: on the host (`gpu` False; `upload`: then
     cupy.asarray), or under zarr.config.enable_gpu() into cupy (`gpu` True). `pipeline`
@@ -557,12 +576,7 @@ def peer_zarr(path, s, gpu, pipeline=None, upload=False, store=None):
             raise Skip(f"kvikio.zarr not importable ({type(e).__name__}: {e}); "
                        f"kvikio-cu13 {version('kvikio-cu13')}, zarr {zarr.__version__}")
         target = kvikio.zarr.GDSStore(path, read_only=True)
-        try:
-            mode = kvikio.defaults.compat_mode()
-            mode = getattr(mode, "name", mode)
-        except Exception as e:
-            mode = f"? ({type(e).__name__})"
-        extra = f", kvikio {kvikio.__version__} GDSStore, compat_mode={mode}"
+        extra = f", kvikio {kvikio.__version__} GDSStore, {kvikio_mode(kvikio)}"
     with zarr.config.set(conf):
         arr = zarr.open_array(target, mode="r")
     pipe = arr.async_array.codec_pipeline
@@ -1011,7 +1025,13 @@ def cmd_read(args):
             warm_page_cache(path)
             rows = []
             for p in peers:
-                rec = run_peer(p, path, s, repeat_of(p), args.peer_budget_s)
+                if args.time_limit_s and time.perf_counter() - t0 > args.time_limit_s:
+                    rec = {"peer": p, "gbps": None, "median_s": None, "min_s": None, "times_s": [],
+                           "repeat": 0, "decoded_bytes": s["decoded_bytes"], "verified": None,
+                           "skipped": f"out of time (--time-limit-s {args.time_limit_s:g} passed)",
+                           "note": None}
+                else:
+                    rec = run_peer(p, path, s, repeat_of(p), args.peer_budget_s)
                 rec = {"store": s["name"], **rec, "stored_bytes": s["stored_bytes"], "ratio": s["ratio"],
                        "versions": versions, "host": host,
                        "time": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
@@ -1101,6 +1121,9 @@ def main():
     p.add_argument("--peer-budget-s", type=float,
                    help="a peer whose warm-up times the repeat count exceeds this many seconds "
                    "runs fewer times on that store (at least once; the JSON's repeat says)")
+    p.add_argument("--time-limit-s", type=float,
+                   help="start no peer after this many seconds of `read` (the ones left say "
+                   "'out of time'; the summary is still written)")
     p.add_argument("--json", help="write one JSON object per (store, peer) to this file")
     p.add_argument("--markdown", help="write the end-of-run summary tables (Markdown) to this file")
     args = ap.parse_args()
