@@ -20,8 +20,10 @@
 # repository root, as the other GPU calls carry it) unpacked into /tmp/nv. Without it devbuf
 # still runs (the CPU decodes, then one upload) and env.txt says so.
 #
-# The device machine, from the repository root (the folders are git-ignored, so carried):
-#   cp /work/wheels-py/devbuf-*.whl .gpu-bench-whl/devbuf/   # or the newest build
+# The device machine, from the repository root of the checkout the device call copies (the
+# folders are git-ignored, so they must be carried, and must exist in that checkout):
+#   mkdir -p .gpu-bench-whl/devbuf && cp target/wheels/devbuf-*.whl .gpu-bench-whl/devbuf/
+#   (a wheel built with devbuf/zarr.py and the entry point: `unzip -l` lists devbuf/zarr.py)
 #   run: bash scripts/bench-python-gpu.sh .gpu-bench-whl/devbuf/devbuf-0.1.0-cp310-abi3-manylinux_2_34_x86_64.whl .gpu-py .gpu-bench-whl
 #        carry [".gpu-bench-whl", ".gpu-py", ".gpu-nvcomp"]   (24 + 2.8 + 21.7 MB)
 #
