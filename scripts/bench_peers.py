@@ -4,7 +4,8 @@
 
 Sections are the files in scripts/peers/ (e.g. `ndbuffer`: cupy doing what
 examples/bench_kernels.rs does, for comparison on the same GPU; `zarr`: tensorstore,
-zarr-python and nvCOMP reading the zarr stores of the read benchmark, with its own
+zarr-python (its own pipeline, devbuf's and zarrs-python's), devbuf's Python binding,
+kvikio and nvCOMP reading the zarr stores of the read benchmark, with its own
 subcommands `list`, `write` and `read`).
 """
 import os

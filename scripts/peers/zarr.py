@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""zarr read peers: tensorstore, zarr-python (host and GPU) and nvCOMP's own Python decoder
-reading the same zarr v3 stores that devbuf's Rust read benchmark reads.
+"""zarr read peers: tensorstore, zarr-python (host and GPU; its default pipeline, devbuf's and
+zarrs-python's), devbuf's Python binding, kvikio's GDSStore and nvCOMP's own Python decoder
+reading the same zarr v3 stores that devbuf's Rust read benchmark reads (issue 30).
 
     python3 scripts/bench_peers.py zarr list  [--mib 512]
     python3 scripts/bench_peers.py zarr write --dir DIR [--mib 512] [--only NAMES] [--writer W]
                                               [--check-full]
     python3 scripts/bench_peers.py zarr read  --dir DIR [--only NAMES] [--peers NAMES]
-                                              [--repeat 5] [--json FILE]
+                                              [--repeat 5] [--repeat-for PEER=N,...]
+                                              [--peer-budget-s S] [--time-limit-s T]
+                                              [--json FILE] [--markdown FILE]
 
 NAMES is a comma-separated list of store (or peer) names; shell-style patterns work
 (`--only 'f32_c1m_*,u16_*'`). `write` writes with tensorstore (`--writer zarr`: zarr-python;
@@ -15,7 +18,14 @@ codec) and adds/replaces the stores it wrote in DIR/manifest.json. `read` times 
 on every store of the manifest (page cache warm: one untimed warm-up, then the median of
 `--repeat` runs) in GB/s of decoded bytes (1 GB = 1e9 bytes), prints one table per store,
 and writes one JSON object per line per (store, peer) to `--json FILE`. A peer that cannot run
-(package missing, no GPU, codec it cannot decode) prints why and the run goes on.
+(package missing, no GPU, codec it cannot decode) prints "cannot run: <why>" and the run goes
+on. `--repeat-for 'zarr-gpu=2,kvikio-gds=2'` gives some peers (patterns work) another repeat
+count, and `--peer-budget-s S` runs a peer fewer times on a store (at least once) where its
+warm-up times the repeat count exceeds S seconds (the slow ones: to keep a run short);
+`--time-limit-s T` starts no peer after T seconds (those left say "out of time"). At the end `read` prints a summary: GB/s per store
+and peer, and the ratios issue 30 sets targets for (zarr-gpu+devbuf / zarr-gpu >= 5,
+zarr-gpu+devbuf / devbuf >= 0.8, zarr+devbuf / zarrs-python >= 1; zarr+devbuf / devbuf-host
+for information), also written as Markdown to `--markdown FILE`.
 
 Peers (`--peers` picks some):
   tensorstore         ts.open(...).read().result() into numpy (cache pool off)
@@ -24,6 +34,23 @@ Peers (`--peers` picks some):
   zarr-gpu            zarr-python 3 under zarr.config.enable_gpu(): arr[...] into cupy,
                       synchronize (zarr 3.1 decodes on the CPU even so: each chunk goes
                       device -> host -> codec -> device)
+  zarr+devbuf         zarr: arr[...] into numpy with devbuf's pipeline selected
+                      ({"codec_pipeline.path": "devbuf.zarr.CodecPipeline"} while the array
+                      is opened); the pipeline's `last_read` after every read must start
+                      with "engine" (else the result counts as failed: "fallback")
+  zarr-gpu+devbuf     zarr-gpu with devbuf's pipeline: the engine reads into the cupy output
+  devbuf              devbuf.open(path).read(device=0) (the engine straight onto GPU 0; the
+                      read synchronises the device itself), then a device synchronize
+  devbuf-host         devbuf.open(path).read() into host memory, numpy.asarray (no copy)
+  zarrs-python        zarr: arr[...] into numpy with zarrs-python's pipeline selected
+                      ({"codec_pipeline.path": "zarrs.ZarrsCodecPipeline",
+                      "codec_pipeline.strict": True}: whatever it refuses fails instead of
+                      quietly running zarr-python's pipeline)
+  zarrs-python+cupy   the same, then cupy.asarray(...) and a device synchronize
+  kvikio-gds          zarr-gpu on kvikio's kvikio.zarr.GDSStore (a LocalStore whose reads go
+                      through cuFile into the GPU buffers enable_gpu asks for; compat mode,
+                      POSIX reads + copies, where the GDS driver is missing): zarr-python's
+                      default pipeline, decoding on the CPU as zarr-gpu does
   nvcomp-decode       nvidia.nvcomp: the store's compressed chunks (for a sharded store:
                       its inner chunks, found through the shard index) already on the
                       device, one batched Codec.decode into preallocated chunk-contiguous
@@ -72,6 +99,9 @@ JSON lines written by `read` (one object per store and peer):
    "median_s", "min_s", "times_s" [..], "repeat", "decoded_bytes" (bytes the peer
    produced), "stored_bytes", "ratio", "verified" (true / false / null), "skipped"
    (reason or null), "note", "versions" {...}, "host" {...}, "time" (ISO-8601 UTC)}
+  zarr-python peers add "pipeline" (the class that read); zarr+devbuf and zarr-gpu+devbuf
+  add "last_read" {value of CodecPipeline.last_read: reads} and "engine_used" (true when
+  every read, warm-up included, went through the engine), and "problem" when it did not.
 """
 import argparse
 import datetime
@@ -411,7 +441,44 @@ class Skip(Exception):
     """A peer that cannot run on this store: the message says why."""
 
 
+class Peer:
+    """What a peer function returns: `run()` reads once (its result is what `to_host` checks),
+    `sync()` waits for the device; `note` (a string or a callable) goes into the table's notes
+    and the JSON; `decoded_bytes` replaces the store's when the peer decodes something else;
+    `after_run()` runs after every (warm-up or timed) read, untimed; `info()` returns extra
+    JSON fields, where a "problem" key (a string) counts the result as failed."""
+
+    def __init__(self, run, sync, to_host, note=None, decoded_bytes=None, after_run=None,
+                 info=None):
+        self.run, self.sync, self.to_host, self.note = run, sync, to_host, note
+        self.decoded_bytes, self.after_run, self.info = decoded_bytes, after_run, info
+
+
+_GPU = {}
+
+
+def gpu_or_skip():
+    """Raises Skip("no GPU (...)") unless the CUDA driver loads and sees a device."""
+    if "why" not in _GPU:
+        import ctypes
+        why = None
+        try:
+            cuda = ctypes.CDLL("libcuda.so.1")
+            n = ctypes.c_int(0)
+            rc = cuda.cuInit(0)
+            if rc != 0:
+                why = f"cuInit returned {rc}"
+            elif cuda.cuDeviceGetCount(ctypes.byref(n)) != 0 or n.value < 1:
+                why = "the CUDA driver sees no device"
+        except OSError as e:
+            why = f"no CUDA driver: {e}"
+        _GPU["why"] = why
+    if _GPU["why"]:
+        raise Skip(f"no GPU ({_GPU['why']})")
+
+
 def cupy_or_skip():
+    gpu_or_skip()
     try:
         import cupy as cp
     except Exception as e:
@@ -442,30 +509,111 @@ def peer_tensorstore(path, s, upload):
     arr = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": path},
                    "context": {"cache_pool": {"total_bytes_limit": 0}}}, read=True).result()
     if not upload:
-        return (lambda: arr.read().result()), (lambda: None), (lambda out: out), None
+        return Peer(lambda: arr.read().result(), lambda: None, lambda out: out)
     dev = cp.cuda.Device()
-    return ((lambda: cp.asarray(arr.read().result())), dev.synchronize, cp.asnumpy, None)
+    return Peer(lambda: cp.asarray(arr.read().result()), dev.synchronize, cp.asnumpy)
 
 
-def peer_zarr(path, s, gpu):
+DEFAULT_PIPELINE = "zarr.core.codec_pipeline.BatchedCodecPipeline"
+PIPELINES = {
+    # name: (zarr config set while the array is opened, module that must import first)
+    None: ({"codec_pipeline.path": DEFAULT_PIPELINE}, None),
+    "devbuf": ({"codec_pipeline.path": "devbuf.zarr.CodecPipeline"}, "devbuf.zarr"),
+    # strict: an array or read zarrs-python cannot do raises instead of quietly running
+    # zarr-python's own pipeline (the peer then says why it could not run)
+    "zarrs": ({"codec_pipeline.path": "zarrs.ZarrsCodecPipeline", "codec_pipeline.strict": True},
+              "zarrs"),
+}
+
+
+def kvikio_mode(kvikio):
+    """kvikio's compat mode setting and whether it falls back to POSIX reads (no GDS)."""
+    out = []
+    try:
+        import kvikio.defaults  # noqa: F401  (a submodule `import kvikio` leaves out)
+    except Exception as e:
+        return f"kvikio.defaults not importable ({type(e).__name__}: {e})"
+    for what, get in (("compat_mode", lambda: kvikio.defaults.get("compat_mode")),
+                      ("compat_mode_preferred", kvikio.defaults.is_compat_mode_preferred)):
+        try:
+            v = get()
+            out.append(f"{what}={getattr(v, 'name', v)}")
+        except Exception as e:
+            out.append(f"{what}=? ({type(e).__name__}: {e})")
+    return ", ".join(out)
+
+
+def peer_zarr(path, s, gpu, pipeline=None, upload=False, store=None):
+    """zarr-python reading the whole array: on the host (`gpu` False; `upload`: then
+    cupy.asarray), or under zarr.config.enable_gpu() into cupy (`gpu` True). `pipeline`
+    picks the codec pipeline (PIPELINES), `store` "gds" opens kvikio's GDSStore."""
+    cp = cupy_or_skip() if gpu or upload else None
     try:
         import zarr
     except Exception as e:
         raise Skip(f"zarr-python not importable ({type(e).__name__}: {e})")
-    note = (f"async.concurrency={zarr.config.get('async.concurrency')}, "
+    conf, module = PIPELINES[pipeline]
+    if module:
+        import importlib
+        try:
+            importlib.import_module(module)  # devbuf.zarr registers its pipeline on import too
+        except Exception as e:
+            raise Skip(f"{module} not importable ({type(e).__name__}: {e})")
+    if gpu:
+        if not hasattr(zarr.config, "enable_gpu"):
+            raise Skip(f"zarr {zarr.__version__} has no config.enable_gpu()")
+        try:
+            import zarr.core.buffer.gpu  # noqa: F401  (needs cupy)
+        except Exception as e:
+            raise Skip(f"zarr's GPU buffers unavailable ({type(e).__name__}: {e})")
+    target = path
+    extra = ""
+    if store == "gds":
+        try:
+            import kvikio
+            import kvikio.zarr
+        except Exception as e:
+            raise Skip(f"kvikio.zarr not importable ({type(e).__name__}: {e}); "
+                       f"kvikio-cu13 {version('kvikio-cu13')}, zarr {zarr.__version__}")
+        target = kvikio.zarr.GDSStore(path, read_only=True)
+        extra = f", kvikio {kvikio.__version__} GDSStore, {kvikio_mode(kvikio)}"
+    with zarr.config.set(conf):
+        arr = zarr.open_array(target, mode="r")
+    pipe = arr.async_array.codec_pipeline
+    cls = f"{type(pipe).__module__}.{type(pipe).__qualname__}"
+    want = conf["codec_pipeline.path"]
+    if cls != want and not (pipeline is None and type(pipe).__name__ == "BatchedCodecPipeline"):
+        raise Skip(f"the array's codec pipeline is {cls}, not {want}")
+    if pipeline == "zarrs" and getattr(pipe, "impl", True) is None:
+        raise Skip("zarrs-python refused the array (its pipeline has no Rust implementation)")
+    note = (f"pipeline {cls}{extra}; async.concurrency={zarr.config.get('async.concurrency')}, "
             f"threading.max_workers={zarr.config.get('threading.max_workers')}")
+    reads = {}
+
+    def after_run():
+        how = getattr(pipe, "last_read", None)
+        reads[how] = reads.get(how, 0) + 1
+        if pipeline == "devbuf":
+            pipe.last_read = None  # so that a read that never reaches the pipeline shows
+
+    def info():
+        out = {"pipeline": cls}
+        if pipeline == "devbuf":
+            out["last_read"] = {str(k): v for k, v in reads.items()}
+            used = bool(reads) and all(isinstance(k, str) and k.startswith("engine") for k in reads)
+            out["engine_used"] = used
+            if not used:
+                out["problem"] = f"devbuf's pipeline did not read through the engine: {reads}"
+        return out
+
     if not gpu:
-        arr = zarr.open_array(path, mode="r")
-        return (lambda: arr[...]), (lambda: None), (lambda out: out), note
-    cp = cupy_or_skip()
-    if not hasattr(zarr.config, "enable_gpu"):
-        raise Skip(f"zarr {zarr.__version__} has no config.enable_gpu()")
-    try:
-        import zarr.core.buffer.gpu  # noqa: F401  (needs cupy)
-    except Exception as e:
-        raise Skip(f"zarr's GPU buffers unavailable ({type(e).__name__}: {e})")
+        if upload:
+            dev = cp.cuda.Device()
+            return Peer(lambda: cp.asarray(arr[...]), dev.synchronize, cp.asnumpy, note,
+                        after_run=after_run, info=info)
+        return Peer(lambda: arr[...], lambda: None, lambda out: out, note,
+                    after_run=after_run, info=info)
     dev = cp.cuda.Device()
-    arr = zarr.open_array(path, mode="r")  # the buffer prototype is read at each read, not here
 
     def read():
         with zarr.config.enable_gpu():
@@ -473,7 +621,36 @@ def peer_zarr(path, s, gpu):
         if not isinstance(out, cp.ndarray):
             raise RuntimeError(f"enable_gpu() read returned {type(out).__name__}, not cupy")
         return out
-    return read, dev.synchronize, cp.asnumpy, note
+    return Peer(read, dev.synchronize, cp.asnumpy, note, after_run=after_run, info=info)
+
+
+def peer_devbuf(path, s, device):
+    """devbuf's Python binding reading the whole array: `devbuf.open(path).read(device=...)`,
+    onto GPU 0 or (device None) into host memory that numpy takes without a copy."""
+    if device is not None:
+        gpu_or_skip()
+    try:
+        import devbuf
+    except Exception as e:
+        raise Skip(f"devbuf not importable ({type(e).__name__}: {e})")
+    if device is not None and not devbuf.is_available():
+        raise Skip(f"no GPU (devbuf: {devbuf.unavailable_reason()})")
+    a = devbuf.open(path)
+    _, report = a.read(device=device, report=True)
+    del _
+    note = f"devbuf.open(path).read(device={device}): {report.get('summary', report)}"
+    if device is None:
+        return Peer(lambda: np.asarray(a.read()), lambda: None, lambda out: out, note)
+    try:
+        import cupy as cp
+        dev = cp.cuda.Device(device)
+        sync, via = dev.synchronize, "cupy"
+    except Exception:
+        ctx = devbuf.Context(device)
+        sync, via = ctx.synchronize, "devbuf.Context"
+    note += f"; then a device synchronize ({via})"
+    return Peer(lambda: a.read(device=device), sync,
+                lambda out: np.asarray(out.copy_to_host()), note)
 
 
 NVCOMP_ALGO = {"zstd": "Zstd", "gzip": "Gzip"}
@@ -645,7 +822,7 @@ def peer_nvcomp(path, s, with_read):
         extra = f"; decode(out=, decompression_config=) refused ({mode['error']}), plain decode" \
             if mode.get("call") == "plain" else ""
         return note + extra
-    return run, stream.synchronize, to_host, note_fn, n * chunk_bytes
+    return Peer(run, stream.synchronize, to_host, note_fn, n * chunk_bytes)
 
 
 PEERS = {
@@ -653,61 +830,160 @@ PEERS = {
     "tensorstore+cupy": lambda p, s: peer_tensorstore(p, s, upload=True),
     "zarr": lambda p, s: peer_zarr(p, s, gpu=False),
     "zarr-gpu": lambda p, s: peer_zarr(p, s, gpu=True),
+    "zarr+devbuf": lambda p, s: peer_zarr(p, s, gpu=False, pipeline="devbuf"),
+    "zarr-gpu+devbuf": lambda p, s: peer_zarr(p, s, gpu=True, pipeline="devbuf"),
+    "devbuf": lambda p, s: peer_devbuf(p, s, device=0),
+    "devbuf-host": lambda p, s: peer_devbuf(p, s, device=None),
+    "zarrs-python": lambda p, s: peer_zarr(p, s, gpu=False, pipeline="zarrs"),
+    "zarrs-python+cupy": lambda p, s: peer_zarr(p, s, gpu=False, pipeline="zarrs", upload=True),
+    "kvikio-gds": lambda p, s: peer_zarr(p, s, gpu=True, store="gds"),
     "nvcomp-decode": lambda p, s: peer_nvcomp(p, s, with_read=False),
     "nvcomp-read+decode": lambda p, s: peer_nvcomp(p, s, with_read=True),
 }
 
+# The summary's ratios: (name, numerator peer, denominator peer, target or None). Issue 30:
+# with devbuf's pipeline, zarr-python enable_gpu >= 5x its default pipeline and within 20%
+# of devbuf's own reads; host reads at least as fast as zarrs-python's pipeline.
+RATIOS = [
+    ("zarr-gpu+devbuf / zarr-gpu", "zarr-gpu+devbuf", "zarr-gpu", 5.0),
+    ("zarr-gpu+devbuf / devbuf", "zarr-gpu+devbuf", "devbuf", 0.8),
+    ("zarr+devbuf / zarrs-python", "zarr+devbuf", "zarrs-python", 1.0),
+    ("zarr+devbuf / devbuf-host", "zarr+devbuf", "devbuf-host", None),
+]
+
 
 def environment():
-    versions = {d: version(d) for d in ("numpy", "tensorstore", "zarr", "numcodecs", "cupy-cuda13x",
-                                        "cupy-cuda12x", "nvidia-nvcomp-cu13", "nvidia-libnvcomp-cu13")}
+    versions = {d: version(d) for d in (
+        "numpy", "tensorstore", "zarr", "numcodecs", "devbuf", "zarrs", "kvikio-cu13",
+        "libkvikio-cu13", "cupy-cuda13x", "cupy-cuda12x", "nvidia-nvcomp-cu13",
+        "nvidia-libnvcomp-cu13")}
     host = {"python": platform.python_version(), "cpus": os.cpu_count(), "node": platform.node()}
     try:
+        gpu_or_skip()
         import cupy as cp
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
         name = props["name"]
         host["gpu"] = name.decode() if isinstance(name, bytes) else name
+    except Skip as e:
+        host["gpu"] = None
+        host["gpu_error"] = str(e)
     except Exception as e:
         host["gpu"] = None
         host["gpu_error"] = f"{type(e).__name__}: {e}"
     return {k: v for k, v in versions.items() if v}, host
 
 
-def run_peer(name, path, s, repeat):
-    """Returns a result record (without store/env fields)."""
+def run_peer(name, path, s, repeat, budget_s=None):
+    """Returns a result record (without store/env fields). With `budget_s`, a peer whose
+    warm-up took longer than budget_s / repeat runs fewer times (at least once)."""
     rec = {"peer": name, "gbps": None, "median_s": None, "min_s": None, "times_s": [],
            "repeat": repeat, "decoded_bytes": s["decoded_bytes"], "verified": None,
            "skipped": None, "note": None}
     try:
-        got = PEERS[name](path, s)
-        fn, sync, to_host, note = got[:4]
-        if len(got) > 4:
-            rec["decoded_bytes"] = got[4]
-        out = fn()  # warm-up, checked
-        sync()
+        peer = PEERS[name](path, s)
+        after = peer.after_run or (lambda: None)
+        if peer.decoded_bytes is not None:
+            rec["decoded_bytes"] = peer.decoded_bytes
+        t = time.perf_counter()
+        out = peer.run()  # warm-up, checked
+        peer.sync()
+        warm = time.perf_counter() - t
+        after()
+        if budget_s and warm * repeat > budget_s:
+            cut = max(1, int(budget_s // warm))
+            if cut < repeat:
+                rec["note"] = (f"repeat cut from {repeat} to {cut} (warm-up {warm:.1f} s, "
+                               f"--peer-budget-s {budget_s:g})")
+                repeat = rec["repeat"] = cut
         try:
-            rec["verified"] = crc32(to_host(out)) == s.get("crc32")
+            rec["verified"] = crc32(peer.to_host(out)) == s.get("crc32")
         except Exception as e:
             rec["verified"] = False
-            rec["note"] = f"check failed: {type(e).__name__}: {e}"
+            rec["note"] = "; ".join(x for x in (rec["note"], f"check failed: {type(e).__name__}: {e}") if x)
         del out
         times = []
         for _ in range(repeat):
             t = time.perf_counter()
-            r = fn()
-            sync()
+            r = peer.run()
+            peer.sync()
             times.append(time.perf_counter() - t)
             del r
+            after()
         med = statistics.median(times)
         rec.update(times_s=[round(t, 6) for t in times], median_s=round(med, 6),
                    min_s=round(min(times), 6), gbps=round(rec["decoded_bytes"] / med / 1e9, 4))
-        n = note() if callable(note) else note
+        n = peer.note() if callable(peer.note) else peer.note
         rec["note"] = "; ".join(x for x in (rec["note"], n) if x) or None
+        if peer.info:
+            rec.update(peer.info())
     except Skip as e:
         rec["skipped"] = str(e)
     except Exception as e:  # a peer that breaks is reported, the run goes on
         rec["skipped"] = f"failed: {type(e).__name__}: {e}"
     return rec
+
+
+def repeats_for(spec, default):
+    """--repeat-for 'zarr-gpu=2,kvikio-*=2' -> function peer -> repeat count."""
+    rules = []
+    for item in (spec or "").split(","):
+        if item.strip():
+            pat, _, n = item.partition("=")
+            rules.append((pat.strip(), int(n)))
+    return lambda peer: next((n for pat, n in rules if fnmatch.fnmatchcase(peer, pat)), default)
+
+
+def summary(stores, results, peers, repeat):
+    """The end-of-run tables, as Markdown lines: GB/s per store and peer, then the ratios the
+    issue names (with their targets)."""
+    ran = [p for p in peers if any(results.get((s["name"], p), {}).get("gbps") for s in stores)]
+    lines = ["GB/s of decoded bytes (1e9), median; `-`: the peer could not run (the log says why); "
+             "`(wrong)`: output differs from the manifest's CRC; `(fallback)`: devbuf's pipeline "
+             f"did not read through the engine; `(n=N)`: median of N runs, not {repeat}", ""]
+    lines.append("| store (ratio) | " + " | ".join(ran) + " |")
+    lines.append("|---|" + "---|" * len(ran))
+    for s in stores:
+        cells = []
+        for p in ran:
+            r = results.get((s["name"], p), {})
+            if not r.get("gbps"):
+                cells.append("-")
+                continue
+            c = f"{r['gbps']:.3f}" if r["gbps"] < 10 else f"{r['gbps']:.2f}"
+            if r.get("verified") is False:
+                c += " (wrong)"
+            if r.get("engine_used") is False:
+                c += " (fallback)"
+            if r.get("repeat") != repeat:
+                c += f" (n={r.get('repeat')})"
+            cells.append(c)
+        lines.append(f"| {s['name']} ({s.get('ratio')}) | " + " | ".join(cells) + " |")
+    lines += ["", "Ratios (target in the header; `MISS`: below it):", ""]
+    lines.append("| store | " + " | ".join(
+        name + (f" (>= {t:g})" if t else "") for name, _, _, t in RATIOS) + " |")
+    lines.append("|---|" + "---|" * len(RATIOS))
+    met = {name: [0, 0] for name, *_ in RATIOS}
+    for s in stores:
+        cells = []
+        for name, a, b, target in RATIOS:
+            ra, rb = results.get((s["name"], a), {}), results.get((s["name"], b), {})
+            if not ra.get("gbps") or not rb.get("gbps"):
+                cells.append("-")
+                continue
+            x = ra["gbps"] / rb["gbps"]
+            bad = ra.get("verified") is False or ra.get("engine_used") is False
+            c = f"{x:.2f}"
+            if target:
+                ok = x >= target and not bad
+                met[name][0] += ok
+                met[name][1] += 1
+                if not ok:
+                    c += " MISS"
+            cells.append(c)
+        lines.append(f"| {s['name']} | " + " | ".join(cells) + " |")
+    lines.append("| targets met | " + " | ".join(
+        (f"{met[name][0]}/{met[name][1]}" if t else "") for name, _, _, t in RATIOS) + " |")
+    return lines
 
 
 def cmd_read(args):
@@ -723,13 +999,20 @@ def cmd_read(args):
     if not stores or not peers:
         print(f"nothing to do: {len(stores)} stores, {len(peers)} peers selected", file=sys.stderr)
         return 2
+    repeat_of = repeats_for(args.repeat_for, args.repeat)
     versions, host = environment()
     print(f"python {host['python']}, {host['cpus']} CPUs, GPU: {host.get('gpu') or 'none'}; "
           + ", ".join(f"{k} {v}" for k, v in versions.items()))
+    special = {p: repeat_of(p) for p in peers if repeat_of(p) != args.repeat}
     print(f"{len(stores)} stores x {len(peers)} peers; page cache warm, 1 warm-up + median of "
-          f"{args.repeat}; GB/s of decoded bytes (1e9)")
+          f"{args.repeat}" + (" (" + ", ".join(f"{p}: {n}" for p, n in special.items()) + ")"
+                              if special else "")
+          + (f", fewer where a peer's warm-up x repeats > {args.peer_budget_s:g} s"
+             if args.peer_budget_s else "") + "; GB/s of decoded bytes (1e9)")
     jf = open(args.json, "w") if args.json else None
     failures = 0
+    results = {}
+    t0 = time.perf_counter()
     try:
         for s in stores:
             path = os.path.join(args.dir, s["path"])
@@ -738,19 +1021,26 @@ def cmd_read(args):
                 chunk += " (inner " + "x".join(map(str, s["inner_chunk_shape"])) + ")"
             print(f"\n== {s['name']}: {'x'.join(map(str, s['shape']))} {s['dtype']}, chunks {chunk} "
                   f"({s['chunk_bytes'] // KIB} KiB), {s['codec']}; {s['decoded_bytes'] / MIB:.0f} MiB "
-                  f"-> {s['stored_bytes'] / MIB:.1f} MiB stored (ratio {s['ratio']})")
+                  f"-> {s['stored_bytes'] / MIB:.1f} MiB stored (ratio {s['ratio']})", flush=True)
             warm_page_cache(path)
             rows = []
             for p in peers:
-                rec = run_peer(p, path, s, args.repeat)
+                if args.time_limit_s and time.perf_counter() - t0 > args.time_limit_s:
+                    rec = {"peer": p, "gbps": None, "median_s": None, "min_s": None, "times_s": [],
+                           "repeat": 0, "decoded_bytes": s["decoded_bytes"], "verified": None,
+                           "skipped": f"out of time (--time-limit-s {args.time_limit_s:g} passed)",
+                           "note": None}
+                else:
+                    rec = run_peer(p, path, s, repeat_of(p), args.peer_budget_s)
                 rec = {"store": s["name"], **rec, "stored_bytes": s["stored_bytes"], "ratio": s["ratio"],
                        "versions": versions, "host": host,
                        "time": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+                results[(s["name"], p)] = rec
                 if rec["skipped"]:
-                    print(f"  {p}: skipped: {rec['skipped']}")
+                    print(f"  {p}: cannot run: {rec['skipped']}", flush=True)
                 else:
                     rows.append(rec)
-                    if rec["verified"] is False:
+                    if rec["verified"] is False or rec.get("problem"):
                         failures += 1
                 if jf:
                     jf.write(json.dumps(rec) + "\n")
@@ -765,11 +1055,31 @@ def cmd_read(args):
                 for r in rows:
                     if r["note"]:
                         print(f"    {r['peer']}: {r['note']}")
+                    if "last_read" in r:
+                        print(f"    {r['peer']}: pipeline.last_read {r['last_read']}"
+                              + ("" if r.get("engine_used") else "  <-- NOT THE ENGINE"))
+                    if r.get("problem"):
+                        print(f"    {r['peer']}: PROBLEM: {r['problem']}")
+            sys.stdout.flush()
     finally:
         if jf:
             jf.close()
+    lines = summary(stores, results, peers, args.repeat)
+    print(f"\n== summary ({len(stores)} stores, {time.perf_counter() - t0:.0f} s)")
+    print("\n".join(lines))
+    if args.markdown:
+        head = (f"zarr read peers: python {host['python']}, {host['cpus']} CPUs, GPU: "
+                f"{host.get('gpu') or 'none'}; " + ", ".join(f"{k} {v}" for k, v in versions.items())
+                + f"; 1 warm-up + median of {args.repeat}"
+                + (f" (at most ~{args.peer_budget_s:g} s of timed runs per peer and store)"
+                   if args.peer_budget_s else "")
+                + (" (" + ", ".join(f"{p}: {n}" for p, n in special.items()) + ")" if special else "")
+                + f"; stores from {os.path.abspath(man_path)} (mib {manifest.get('mib')})")
+        with open(args.markdown, "w") as f:
+            f.write(head + "\n\n" + "\n".join(lines) + "\n")
     if failures:
-        print(f"\n{failures} peer results did NOT match the manifest's crc32")
+        print(f"\n{failures} peer results did NOT match the manifest's crc32 or did not read "
+              f"through devbuf's engine")
     return 1 if failures else 0
 
 
@@ -806,7 +1116,16 @@ def main():
     p.add_argument("--only", help="comma-separated store names or patterns")
     p.add_argument("--peers", help=f"comma-separated peers (default all: {', '.join(PEERS)})")
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--repeat-for", help="other repeat counts for some peers: 'PEER=N,...' "
+                   "(patterns work: 'zarr-gpu=2,kvikio-*=2')")
+    p.add_argument("--peer-budget-s", type=float,
+                   help="a peer whose warm-up times the repeat count exceeds this many seconds "
+                   "runs fewer times on that store (at least once; the JSON's repeat says)")
+    p.add_argument("--time-limit-s", type=float,
+                   help="start no peer after this many seconds of `read` (the ones left say "
+                   "'out of time'; the summary is still written)")
     p.add_argument("--json", help="write one JSON object per (store, peer) to this file")
+    p.add_argument("--markdown", help="write the end-of-run summary tables (Markdown) to this file")
     args = ap.parse_args()
     return {"list": cmd_list, "write": cmd_write, "read": cmd_read}[args.cmd](args)
 
