@@ -19,7 +19,7 @@ echo "--- python: a fresh virtual environment ($VENV, $("$PY" --version))"
 rm -rf "$VENV"
 "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
-"$VENV/bin/python" -m pip install --quiet "maturin>=1.9,<2" pytest numpy pyarrow "zarr==3.1.6"
+"$VENV/bin/python" -m pip install --quiet "maturin>=1.9,<2" pytest numpy pyarrow "zarr==3.1.6" "obstore==0.8.2"
 
 PROFILE=()
 [ "${DEVBUF_PY_RELEASE:-0}" = 1 ] && PROFILE=(--release)

@@ -91,6 +91,21 @@ impl PipelineArray {
         opened(py, Location::Path(path.into()), None, decoder, threads)
     }
 
+    /// Opens the array at an object-store URL (`s3://`, `gs://`, `az://`, `http(s)://`,
+    /// `file://`) with its storage options (the keys `devbuf.open` takes).
+    #[staticmethod]
+    #[pyo3(signature = (url, storage_options, decoder = None, threads = None))]
+    fn open_url(
+        py: Python<'_>,
+        url: &str,
+        storage_options: &Bound<'_, PyDict>,
+        decoder: Option<&str>,
+        threads: Option<usize>,
+    ) -> PyResult<PipelineArray> {
+        let location = crate::zarr::location(url, Some(storage_options))?;
+        opened(py, location, None, decoder, threads)
+    }
+
     /// Opens an array from its metadata document (`zarr.json` or `.zarray`, by
     /// `metadata_key`) and stored chunks given as `{key: bytes}` (keys relative to the
     /// array, as zarr-python's chunk key encoding names them). Missing keys read as

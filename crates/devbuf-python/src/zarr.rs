@@ -72,8 +72,22 @@ fn path_text(py: Python<'_>, path_or_url: &Bound<'_, PyAny>) -> PyResult<String>
         .map_err(|_| PyTypeError::new_err("open() takes a path (str or os.PathLike) or a URL"))
 }
 
-fn location(text: &str, storage_options: Option<&Bound<'_, PyDict>>) -> PyResult<Location> {
-    let is_url = text.contains("://");
+/// Whether `text` starts with a URL scheme and `://` (RFC 3986: a letter, then letters,
+/// digits, `+`, `-` or `.`); a path such as `./a://b` does not.
+fn has_scheme(text: &str) -> bool {
+    match text.split_once("://") {
+        Some((scheme, _)) => {
+            let mut chars = scheme.chars();
+            chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+                && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+        }
+        None => false,
+    }
+}
+
+/// The engine's location of a path or URL and its storage options (`devbuf.open`'s).
+pub fn location(text: &str, storage_options: Option<&Bound<'_, PyDict>>) -> PyResult<Location> {
+    let is_url = has_scheme(text);
     let Some(opts) = storage_options.filter(|o| !o.is_empty()) else {
         return Ok(Location::from(text));
     };

@@ -7,8 +7,10 @@ Select it with::
 Reads decode with devbuf's engine into zarr-python's output buffer (numpy on the host,
 cupy under ``zarr.config.enable_gpu()``). Arrays in a ``LocalStore`` are read by the
 engine from their directory; for other stores the chunk bytes are fetched through the
-store and decoded by the engine. Writes encode with the engine too: into the
-``LocalStore``'s directory, or into memory and then through the store. Whatever the
+store and decoded by the engine; zarr-python's ``ObjectStore`` on obstore's S3, GCS,
+Azure and HTTP stores is read by the engine's own fetches (its URL and configuration).
+Writes encode with the engine too: into the ``LocalStore``'s directory or the object
+store, or into memory and then through the store. Whatever the
 engine refuses (a codec or data type it does not read, an output it cannot fill, a
 selection that is not one box, ``write_empty_chunks=True``) is read or written by
 zarr-python's own ``BatchedCodecPipeline`` for that call.
@@ -129,6 +131,59 @@ def _local_root(store: Store) -> str | None:
     if isinstance(store, LocalStore):
         return os.fspath(store.root)
     return None
+
+
+def _obstore_local_root(store: Store) -> str | None:
+    """The directory of a ``zarr.storage.ObjectStore`` on obstore's ``LocalStore``."""
+    try:
+        from zarr.storage import ObjectStore
+    except ImportError:  # pragma: no cover
+        return None
+    if isinstance(store, ObjectStore) and type(store.store).__name__ == "LocalStore":
+        prefix = getattr(store.store, "prefix", None)
+        return None if prefix is None else os.fspath(prefix)
+    return None
+
+
+def _join(*parts: str) -> str:
+    return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
+
+
+def _url_of(store: Store, prefix: str) -> tuple[str, dict[str, Any]] | None:
+    """(URL, storage options) of the array at ``prefix`` in an obstore-backed
+    ``zarr.storage.ObjectStore`` the engine can open itself (S3, GCS, Azure, HTTP), or
+    None (other stores, and stores whose credentials come from a Python callback)."""
+    try:
+        from zarr.storage import ObjectStore
+    except ImportError:  # pragma: no cover - zarr without obstore support
+        return None
+    if not isinstance(store, ObjectStore):
+        return None
+    inner = getattr(store, "store", None)
+    kind = type(inner).__name__
+    if getattr(inner, "credential_provider", None) is not None:
+        return None
+    config = dict(getattr(inner, "config", None) or {})
+    options: dict[str, Any] = {}
+    for k, v in (getattr(inner, "client_options", None) or {}).items():
+        options[k] = v
+    base = getattr(inner, "prefix", None) or ""
+    base = str(base)
+    if kind == "S3Store" and "bucket" in config:
+        url = "s3://" + _join(config.pop("bucket"), base, prefix)
+    elif kind == "GCSStore" and "bucket" in config:
+        url = "gs://" + _join(config.pop("bucket"), base, prefix)
+    elif kind == "AzureStore" and "container_name" in config:
+        url = "az://" + _join(config.pop("container_name"), base, prefix)
+    elif kind == "HTTPStore" and getattr(inner, "url", None):
+        return str(inner.url).rstrip("/") + "/" + _join(base, prefix), options
+    else:
+        return None
+    for k, v in config.items():
+        options[k] = v
+    if store.read_only:
+        options["read_only"] = True
+    return url, options
 
 
 def _step1(s: Any) -> bool:
@@ -374,12 +429,9 @@ class CodecPipeline(_CodecPipelineABC):
                 raise _Refused("chunks of several arrays in one write")
             items.append((coords, cs, os_, key))
         chunk_shape = _chunk_shape(md)
-        root = _local_root(self.store)
         opts = _options()
-        if root is not None:
-            engine = await self._local_engine(root, prefix, opts)
-            how = "engine"
-        else:
+        engine, how = await self._direct_engine(prefix, opts)
+        if engine is None:
             engine = await self._engine_for_write(batch, opts)
             how = "engine-bytes"
         arr, device = _source(value, engine.dtype)
@@ -407,17 +459,32 @@ class CodecPipeline(_CodecPipelineABC):
         else:
             address = data.__cuda_array_interface__["data"][0]
         await asyncio.to_thread(engine.write_box, starts, shape, address, data.nbytes, device)
-        if root is None:
+        if how == "engine-bytes":
             await self._store_written(engine, batch, items)
         return how
 
-    async def _local_engine(self, root, prefix, opts):
-        engine = self._engines.get(prefix)
-        if engine is None:
+    async def _direct_engine(self, prefix, opts):
+        """(the engine's array at ``prefix`` opened from the store's own location, how
+        it reads: ``"engine"`` for a ``LocalStore`` directory, ``"engine-url"`` for an
+        object store the engine fetches from itself), or (None, None)."""
+        cached = self._engines.get(prefix)
+        if cached is not None:
+            return cached
+        root = _local_root(self.store)
+        if root is None:
+            root = _obstore_local_root(self.store)
+        if root is not None:
             path = os.path.join(root, prefix) if prefix else root
             engine = await asyncio.to_thread(_devbuf._PipelineArray.open_path, path, **opts)
-            self._engines[prefix] = engine
-        return engine
+            how = "engine"
+        else:
+            url = _url_of(self.store, prefix)
+            if url is None:
+                return None, None
+            engine = await asyncio.to_thread(_devbuf._PipelineArray.open_url, url[0], url[1], **opts)
+            how = "engine-url"
+        self._engines[prefix] = (engine, how)
+        return engine, how
 
     async def _engine_for_write(self, batch, opts):
         """An engine array over a memory store holding the metadata and the stored
@@ -499,12 +566,9 @@ class CodecPipeline(_CodecPipelineABC):
                 raise _Refused("chunks of several arrays in one read")
             items.append((coords, cs, os_, key))
         chunk_shape = _chunk_shape(md)
-        root = _local_root(self.store)
         opts = _options()
-        if root is not None:
-            engine = await self._local_engine(root, prefix, opts)
-            how = "engine"
-        else:
+        engine, how = await self._direct_engine(prefix, opts)
+        if engine is None:
             engine = await self._engine_from_bytes(batch, items, opts)
             how = "engine-bytes"
         arr, device = _target(out, engine.dtype)
