@@ -114,6 +114,18 @@ fn reads_into_the_callers_memory_take_boxes_and_stepped_selections() {
             && e.contains(&format!("exactly {}", want.len())),
         "{e}"
     );
+    // The size is checked before anything is read: the report stays empty.
+    let mut unread = ReadReport::default();
+    assert!(a.read(sel).report(&mut unread).into(&mut short).is_err());
+    assert_eq!((unread.cpu_chunks, unread.gpu_chunks), (0, 0), "{unread}");
+    // Integer indices only: the box's bytes, read straight into `out`.
+    let sel = [AxisSel::Index(2), AxisSel::Full, AxisSel::Index(-1)];
+    let want = bytes_of(&a.read(sel).to(&HOST).unwrap());
+    let mut out = vec![0xA5u8; want.len()];
+    a.read(sel).into(&mut out).unwrap();
+    assert_eq!(out, want);
+    let mut short = vec![0u8; want.len() + 2];
+    assert!(a.read(sel).into(&mut short).is_err());
 }
 
 #[test]
@@ -229,8 +241,16 @@ fn locations_of_every_kind_open_the_same_array() {
         .to_ndarray::<i32>()
         .unwrap();
     assert_eq!(got.as_slice().unwrap(), &[1, 2, 3, 4, 5, 6]);
-    let e = ZarrArray::create(Location::Zarrs(mem, "/g/b".into()), &spec).unwrap_err();
+    let e = ZarrArray::create(Location::Zarrs(mem.clone(), "/g/b".into()), &spec).unwrap_err();
     assert!(e.to_string().contains("already exists"), "{e}");
+    // zarrs storage that only reads: the same values; writes and creation are ReadOnly.
+    let ro = ZarrArray::open(Location::ZarrsReadOnly(mem.clone(), "/g/b".into())).unwrap();
+    let got = ro.read(..).to(&HOST).unwrap().to_ndarray::<i32>().unwrap();
+    assert_eq!(got.as_slice().unwrap(), &[1, 2, 3, 4, 5, 6]);
+    let e = ro.write_subset(&[0], &v).unwrap_err();
+    assert_eq!(e.kind(), devbuf::ErrorKind::ReadOnly, "{e}");
+    let e = ZarrArray::create(Location::ZarrsReadOnly(mem, "/g/c".into()), &spec).unwrap_err();
+    assert_eq!(e.kind(), devbuf::ErrorKind::ReadOnly, "{e}");
     // A devbuf store with a path.
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     ZarrArray::create((store.clone(), "x/y"), &spec).unwrap();

@@ -139,6 +139,11 @@ impl ZarrArray {
                 let (node, location) = zarrs_node(&node)?;
                 Self::open_storage(storage, &node, location)
             }
+            Location::ZarrsReadOnly(storage, node) => {
+                let (node, location) = zarrs_node(&node)?;
+                let storage = Arc::new(crate::location::ReadOnlyStorage(storage));
+                Self::open_storage(storage, &node, location)
+            }
         }
     }
 
@@ -297,6 +302,9 @@ impl ZarrArray {
                 }
                 Self::create_storage(storage, &node, location, spec)
             }
+            Location::ZarrsReadOnly(_, node) => Err(Error::ReadOnly(format!(
+                "cannot create an array at {node}: Location::ZarrsReadOnly storage only reads"
+            ))),
         }
     }
 

@@ -23,7 +23,8 @@ use devbuf_core::zarr::Store;
 ///   [`DeviceMemoryStore`](devbuf_core::zarr::DeviceMemoryStore) or your own).
 /// * [`Location::Zarrs`]: storage of the [`zarrs`] crate you already have (any
 ///   `zarrs` store that reads and writes, e.g. `zarrs::filesystem::FilesystemStore`
-///   or `zarrs::storage::store::MemoryStore`).
+///   or `zarrs::storage::store::MemoryStore`); [`Location::ZarrsReadOnly`] for one that
+///   only reads.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -40,7 +41,11 @@ use devbuf_core::zarr::Store;
 /// // zarrs storage.
 /// let zs = Arc::new(devbuf_zarr::zarrs::storage::store::MemoryStore::new());
 /// ZarrArray::create(Location::Zarrs(zs.clone(), "/x".into()), &ArraySpec::new(&[3], &[3], Dtype::UINT8))?;
-/// assert_eq!(ZarrArray::open(Location::Zarrs(zs, "/x".into()))?.shape(), &[3]);
+/// assert_eq!(ZarrArray::open(Location::Zarrs(zs.clone(), "/x".into()))?.shape(), &[3]);
+/// // zarrs storage that only reads: reads work, writes are refused.
+/// let ro = ZarrArray::open(Location::ZarrsReadOnly(zs, "/x".into()))?;
+/// assert_eq!(ro.read(..).to(&BufferPrototype::Host)?.shape(), &[3]);
+/// assert!(ro.write_subset(&[0], &devbuf_core::zarr::NDBuffer::from_ndarray(ndarray::arr1(&[1u8]))).is_err());
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
 #[derive(Clone)]
@@ -67,6 +72,73 @@ pub enum Location {
         Arc<dyn ::zarrs::storage::ReadableWritableStorageTraits>,
         String,
     ),
+    /// An array at a node path of `zarrs` storage that only reads (e.g. an HTTP store):
+    /// reads as [`Location::Zarrs`]; writes are [`Error::ReadOnly`](devbuf_core::Error::ReadOnly)
+    /// naming the array.
+    ZarrsReadOnly(Arc<dyn ::zarrs::storage::ReadableStorageTraits>, String),
+}
+
+/// `zarrs` storage that only reads, as the storage an array holds: writes are zarrs'
+/// `ReadOnly` error (devbuf's [`Error::ReadOnly`](devbuf_core::Error::ReadOnly)).
+pub(crate) struct ReadOnlyStorage(pub(crate) Arc<dyn ::zarrs::storage::ReadableStorageTraits>);
+
+mod read_only {
+    use bytes::Bytes;
+    use zarrs::storage::byte_range::ByteRangeIterator;
+    use zarrs::storage::{
+        MaybeBytes, MaybeBytesIterator, OffsetBytesIterator, ReadableStorageTraits, StorageError,
+        StoreKey, StorePrefix, WritableStorageTraits,
+    };
+
+    use super::ReadOnlyStorage;
+
+    impl ReadableStorageTraits for ReadOnlyStorage {
+        fn get(&self, key: &StoreKey) -> Result<MaybeBytes, StorageError> {
+            self.0.get(key)
+        }
+
+        fn get_partial_many<'a>(
+            &'a self,
+            key: &StoreKey,
+            byte_ranges: ByteRangeIterator<'a>,
+        ) -> Result<MaybeBytesIterator<'a>, StorageError> {
+            self.0.get_partial_many(key, byte_ranges)
+        }
+
+        fn size_key(&self, key: &StoreKey) -> Result<Option<u64>, StorageError> {
+            self.0.size_key(key)
+        }
+
+        fn supports_get_partial(&self) -> bool {
+            self.0.supports_get_partial()
+        }
+    }
+
+    impl WritableStorageTraits for ReadOnlyStorage {
+        fn set(&self, _key: &StoreKey, _value: Bytes) -> Result<(), StorageError> {
+            Err(StorageError::ReadOnly)
+        }
+
+        fn set_partial_many(
+            &self,
+            _key: &StoreKey,
+            _offset_values: OffsetBytesIterator,
+        ) -> Result<(), StorageError> {
+            Err(StorageError::ReadOnly)
+        }
+
+        fn erase(&self, _key: &StoreKey) -> Result<(), StorageError> {
+            Err(StorageError::ReadOnly)
+        }
+
+        fn erase_prefix(&self, _prefix: &StorePrefix) -> Result<(), StorageError> {
+            Err(StorageError::ReadOnly)
+        }
+
+        fn supports_set_partial(&self) -> bool {
+            false
+        }
+    }
 }
 
 impl std::fmt::Debug for Location {
@@ -78,6 +150,7 @@ impl std::fmt::Debug for Location {
             #[cfg(feature = "object_store")]
             Location::UrlStore(s) => f.debug_tuple("UrlStore").field(&s.url()).finish(),
             Location::Store(_, p) => f.debug_tuple("Store").field(p).finish(),
+            Location::ZarrsReadOnly(_, p) => f.debug_tuple("ZarrsReadOnly").field(p).finish(),
             Location::Zarrs(_, p) => f.debug_tuple("Zarrs").field(p).finish(),
         }
     }

@@ -421,11 +421,34 @@ impl<'a> Read<'a> {
     pub fn into<'o>(self, out: impl Into<ReadInto<'o>>) -> Result<()> {
         let plan = self.selection.plan(self.array)?;
         let out = out.into();
+        // Integer indices only drop axes of length one: the box's bytes are the
+        // selection's, read straight into `out`.
+        let stepped = plan.view.as_ref().is_some_and(|rel| {
+            rel.iter()
+                .any(|s| matches!(s, AxisSel::Range { step, .. } if *step != 1))
+        });
         let report = match plan.view {
+            Some(_) if !stepped => self.array.read_box_into(&plan.ranges, out)?,
             None => self.array.read_box_into(&plan.ranges, out)?,
             Some(rel) => {
-                // A stepped selection: read its bounding box where `out` is, then copy
-                // the selected elements into `out`.
+                // A stepped selection: check `out` first, read the bounding box where
+                // `out` is, then copy the selected elements into `out`.
+                let itemsize = self.array.dtype().element().size() as u128;
+                let needed = rel.iter().fold(itemsize, |n, s| match s {
+                    AxisSel::Range { start, end, step } if *step > 0 => {
+                        n * (end.saturating_sub(*start)).div_ceil(*step) as u128
+                    }
+                    _ => n,
+                });
+                let held = match &out {
+                    ReadInto::Host(h) => h.len(),
+                    ReadInto::Device(d) => d.len(),
+                } as u128;
+                if held != needed {
+                    return Err(Error::invalid(format!(
+                        "the read's destination holds {held} bytes; the selection needs exactly {needed}"
+                    )));
+                }
                 let prototype = match &out {
                     ReadInto::Host(_) => BufferPrototype::Host,
                     ReadInto::Device(d) => BufferPrototype::Device(d.context().ordinal()),

@@ -536,7 +536,10 @@ impl TryFrom<DeviceArray> for DeviceRecordBatch {
     /// arrow-rs's `RecordBatch::from(StructArray)`): what a C device stream carries.
     /// The schema is the struct's fields; a struct offset is moved into the columns;
     /// null rows at the top level are an error. The batch's
-    /// [`message`](DeviceRecordBatch::message) is an empty buffer on its device.
+    /// [`message`](DeviceRecordBatch::message) is an empty buffer on the device of the
+    /// array's buffers; an array without any (no columns, or only columns of type
+    /// `Null`) names no device, and its batch's message is on GPU 0 (build such a batch
+    /// on another device from the C stream, which carries the device).
     ///
     /// ```no_run
     /// use std::sync::Arc;
