@@ -30,25 +30,28 @@ use proptest::prelude::*;
 fn valid_handles() -> Vec<Vec<u8>> {
     let raw: [u8; 64] = std::array::from_fn(|i| i as u8 ^ 0x5a);
     vec![
-        IpcMemHandle::from_parts(
-            raw,
-            4099,
-            1_000_001,
-            1 << 24,
-            Some(([7; 16], 3)),
+        Vec::from(
+            &IpcMemHandle::from_parts(
+                raw,
+                4099,
+                1_000_001,
+                1 << 24,
+                Some(([7; 16], 3)),
+                true,
+                1234,
+                99,
+            )
+            .unwrap(),
+        ),
+        Vec::from(&IpcMemHandle::from_parts(raw, 0, 1, 1, None, false, 1, 1).unwrap()),
+        Vec::from(&IpcEventHandle::from_parts(
+            [9; 64],
+            Some(([4; 16], 1)),
             true,
-            1234,
-            99,
-        )
-        .unwrap()
-        .to_bytes(),
-        IpcMemHandle::from_parts(raw, 0, 1, 1, None, false, 1, 1)
-            .unwrap()
-            .to_bytes(),
-        IpcEventHandle::from_parts([9; 64], Some(([4; 16], 1)), true, 77, 5).to_bytes(),
-        HostIpcHandle::from_parts(5, 6, 7, 100, 1, 2)
-            .unwrap()
-            .to_bytes(),
+            77,
+            5,
+        )),
+        Vec::from(&HostIpcHandle::from_parts(5, 6, 7, 100, 1, 2).unwrap()),
     ]
 }
 
@@ -57,9 +60,9 @@ fn parse_all(bytes: &[u8]) -> Result<fuzz::Outcome, String> {
     let mut parsed = 0;
     macro_rules! check {
         ($t:ty) => {
-            match <$t>::from_bytes(bytes) {
+            match <$t>::try_from(bytes) {
                 Ok(h) => {
-                    if h.to_bytes() != bytes {
+                    if Vec::from(&h) != bytes {
                         return Err(format!(
                             "{} parsed bytes that do not encode back: {h:?}",
                             stringify!($t)
@@ -112,7 +115,7 @@ fn fuzz_host_handles_opened() {
         *b = (i * 31 % 251) as u8;
     }
     let good = shm.export_ipc(3..4003).unwrap();
-    let b = good.to_bytes();
+    let b = Vec::from(&good);
     let pid = u32::from_le_bytes(b[16..20].try_into().unwrap());
     let fd = i32::from_le_bytes(b[20..24].try_into().unwrap());
     let tag = u64::from_le_bytes(b[24..32].try_into().unwrap());

@@ -352,7 +352,7 @@ gpu_test_exclusive! {
         // hold the IPC registry that exporting needs.
         let eh = done.export_ipc().unwrap();
         let dst_handle = dst.export_ipc().unwrap().to_string();
-        assert_eq!(IpcEventHandle::from_bytes(&eh.to_bytes()).unwrap(), eh);
+        assert_eq!(IpcEventHandle::try_from(&Vec::from(&eh)[..]).unwrap(), eh);
         let gate = StreamGate::block(&stream).unwrap();
         copy_on_stream(&stream, &dst, &src).unwrap();
         done.record(&stream).unwrap();
