@@ -417,7 +417,7 @@ mod bench {
         if all.len() >= 2 {
             let a = all[0].allocate(n)?;
             let b = all[1].allocate(n)?;
-            let direct = all[0].enable_peer_access(&all[1])?;
+            let direct = all[0].set_peer_access(&all[1], true)?;
             let there = gbs(n as f64, time_median(5, || b.copy_from_device(0, &a))?);
             let back = gbs(n as f64, time_median(5, || a.copy_from_device(0, &b))?);
             println!(

@@ -478,7 +478,7 @@ gpu_test! {
         let v = c.open_ipc(&h).unwrap();
         assert_eq!(v.address(), s.address());
         assert_eq!(v.len(), 5000);
-        assert!(v.context().same_as(&c));
+        assert!(v.context() == &c);
         assert_eq!(c.bytes_allocated(), base + 10_007);
         assert_eq!(open_mapping_count(), 0, "no IPC mapping in the exporting process");
         // The primary context of the same device gets the same view.
