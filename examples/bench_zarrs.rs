@@ -657,7 +657,7 @@ mod bench {
             Some(c) => println!(", page-locked host->device {:.1} GB/s", pcie(c)?),
             None => println!(),
         }
-        if let Some(c) = ctx.filter(|_| devbuf::cuda::nvcomp::is_available()) {
+        if let Some(c) = ctx.filter(|_| devbuf::cuda::nvcomp::library().is_ok()) {
             nvcomp_decode_rates(c)?;
         }
         if a.writes {
@@ -669,7 +669,7 @@ mod bench {
                 std::env::temp_dir().display(),
                 enc * cores as f64
             );
-            if let Some(c) = ctx.filter(|_| devbuf::cuda::nvcomp::is_available()) {
+            if let Some(c) = ctx.filter(|_| devbuf::cuda::nvcomp::library().is_ok()) {
                 nvcomp_compress_rates(c)?;
             }
         }

@@ -232,8 +232,8 @@ gpu_test! {
         for codec in GpuCodec::ALL {
             println!("{codec}: decompress {:?}, compress {:?}", lib.decompress_alignment(codec), lib.compress_alignment(codec));
         }
-        assert!(nvcomp::is_available());
-        assert_eq!(nvcomp::unavailable_reason(), None);
+        assert!(nvcomp::library().is_ok());
+        assert_eq!(nvcomp::library().err().map(|e| e.to_string()), None);
     }
 
     fn nvcomp_zstd_decodes_bit_exact() {

@@ -420,7 +420,7 @@ gpu_test_exclusive! {
 
 /// Why nvCOMP tests cannot run here, printed as SKIPPED.
 pub(crate) fn nvcomp_missing(test: &str) -> bool {
-    match devbuf::cuda::nvcomp::unavailable_reason() {
+    match devbuf::cuda::nvcomp::library().err().map(|e| e.to_string()) {
         Some(why) => {
             println!("SKIPPED {test}: nvCOMP not available: {why}");
             eprintln!("SKIPPED {test}: nvCOMP not available");
