@@ -19,7 +19,7 @@ use arrow_buffer::Buffer;
 use arrow_schema::{DataType, Field, Schema};
 use batches::{Rng, exotic_batch, mixed_batch};
 use devbuf::Error;
-use devbuf::arrow::{schema_from_bytes, schema_to_bytes, serialize_record_batch_shared};
+use devbuf::arrow::serialize_record_batch_shared;
 use devbuf::ipc::IpcEventHandle;
 use devbuf::ipc::IpcMemHandle;
 use devbuf::ipc::{HostIpcHandle, IpcHandle, SharedMemory};
@@ -130,7 +130,7 @@ fn child_entry() {
             wait_line();
         }
         "arrow_read" => {
-            let schema = schema_from_bytes(&devbuf_hex(&env("SCHEMA"))).expect("schema");
+            let schema = schema_of(&devbuf_hex(&env("SCHEMA"))).expect("schema");
             let h = env("HANDLE").parse::<HostIpcHandle>().expect("handle");
             let mapped = h.open().expect("open");
             let batch = read_host(&mapped, schema).expect("read batch");
@@ -315,7 +315,7 @@ fn arrow_batch_in_shared_memory_is_read_zero_copy_by_another_process() {
     let IpcHandle::Host(h) = text.parse::<IpcHandle>().unwrap() else {
         panic!("host handle expected");
     };
-    let schema = hex(&schema_to_bytes(&batch.schema()).unwrap());
+    let schema = hex(&schema_message(&batch.schema()));
     let mut peer = Peer::spawn(
         "child_entry",
         ROLE,
@@ -659,7 +659,7 @@ fn mixed_batch_round_trips_zero_copy() {
 fn messages_agree_with_arrow_ipc_reader() {
     // Our bytes, prefixed by the schema message, are a valid Arrow IPC stream.
     let b = mixed_batch(5, 100);
-    let mut stream = schema_to_bytes(&b.schema()).unwrap();
+    let mut stream = schema_message(&b.schema());
     stream.extend(serialize_to_vec(&b).unwrap());
     stream.extend([0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]);
     let reader =
@@ -894,4 +894,4 @@ fn a_handle_naming_a_fifo_does_not_block() {
 
 #[path = "common/ipc_messages.rs"]
 mod ipc_messages;
-use ipc_messages::{read_host, serialize_to_vec};
+use ipc_messages::{read_host, schema_message, schema_of, serialize_to_vec};

@@ -13,7 +13,7 @@ use std::time::Duration;
 use arrow_array::{Array, Int32Array, RecordBatch, StringArray};
 use devbuf::__test::{StreamGate, copy_on_stream, open_mapping_count};
 use devbuf::Error;
-use devbuf::arrow::{Batch, DeviceArray, schema_from_bytes, schema_to_bytes};
+use devbuf::arrow::{Batch, DeviceArray};
 use devbuf::cuda::{
     Context, DeviceBuffer, DeviceBufferReader, DeviceBufferWriter, Event, EventFlags, Stream,
 };
@@ -202,7 +202,7 @@ fn child_entry() {
         "arrow_consumer" => {
             let seed: u64 = env("SEED").parse().unwrap();
             let rows: usize = env("ROWS").parse().unwrap();
-            let schema = schema_from_bytes(&unhex(&env("SCHEMA"))).unwrap();
+            let schema = schema_of(&unhex(&env("SCHEMA"))).unwrap();
             let message = env("HANDLE")
                 .parse::<IpcMemHandle>()
                 .unwrap()
@@ -666,7 +666,7 @@ gpu_test! {
         let mut p = spawn("arrow_consumer", &[
             ("SEED", seed.to_string()),
             ("ROWS", rows.to_string()),
-            ("SCHEMA", hexs(&schema_to_bytes(&b.schema()).unwrap())),
+            ("SCHEMA", hexs(&schema_message(&b.schema()))),
             ("HANDLE", message.export_ipc().unwrap().to_string()),
         ]);
         assert_eq!(p.expect("arrow"), format!("{rows} true true"));
@@ -747,4 +747,4 @@ gpu_test! {
     }
 }
 
-use crate::ipc_messages::{read_host, serialize_to_vec};
+use crate::ipc_messages::{read_host, schema_message, schema_of, serialize_to_vec};
