@@ -71,7 +71,7 @@ fn run() -> devbuf::Result<()> {
     let copy_ms = median_ms(&ctx, || dst.copy_from_device(0, &src))?;
     rows.push(("device-to-device copy", 2 * bytes, copy_ms));
 
-    let fill_ms = median_ms(&ctx, || a.fill(Scalar::from(2.5f32)))?;
+    let fill_ms = median_ms(&ctx, || a.set_scalar(&[], Scalar::from(2.5f32)))?;
     rows.push(("fill", bytes, fill_ms));
 
     let mut f64s = NDBuffer::empty(&dev, &[N, N], Dtype::FLOAT64, Order::C)?;

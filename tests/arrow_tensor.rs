@@ -180,7 +180,7 @@ fn flat_every_dtype_shape_and_layout() {
                 let (bytes, w) = arrow_bytes(&a.to_data());
                 assert_eq!(w, dtype.element().size(), "{ctx}");
                 assert_eq!(bytes, c_bytes(&nd), "{ctx}");
-                let zero_copy = nd.is_c_contiguous()
+                let zero_copy = nd.is_contiguous(Order::C)
                     && dtype.byteorder() == Endianness::NATIVE
                     && dtype.element() != ElementType::Bool
                     && aligned(&nd)
@@ -414,7 +414,7 @@ fn f_order_is_reversed_physical_shape_with_permutation() {
     assert_eq!(f.strides(), &[1, 2, 6]);
     let ptr = f.as_ptr() as u64;
     let nd = NDBuffer::from_ndarray(f);
-    assert!(nd.is_f_contiguous());
+    assert!(nd.is_contiguous(Order::F));
     let t = nd.clone().into_tensor().unwrap();
     let tt = t.tensor_type();
     assert_eq!(tt.shape(), &[4, 3, 2]);
@@ -444,7 +444,7 @@ fn a_transposition_that_is_not_an_involution() {
         .transpose(Some(&[1, 2, 0]))
         .unwrap();
     assert_eq!(nd.shape(), &[2, 3, 4]);
-    assert!(!nd.is_c_contiguous() && !nd.is_f_contiguous());
+    assert!(!nd.is_contiguous(Order::C) && !nd.is_contiguous(Order::F));
     let t = nd.clone().into_tensor().unwrap();
     assert_eq!(t.tensor_type().shape(), &[4, 2, 3]);
     // logical i -> physical permutation[i]: logical 0 (len 2) is physical 1, logical 1

@@ -155,7 +155,7 @@ fn step(rng: &mut SmallRng, a: &NDBuffer) -> Option<NDBuffer> {
         }
         13 => {
             let mut b = a.clone();
-            b.fill(scalar(rng)).ok().map(|_| b)
+            b.set_scalar(&[], scalar(rng)).ok().map(|_| b)
         }
         _ => {
             // Broadcast views of tiny or of astronomically many elements (2^61 and more:

@@ -214,7 +214,7 @@ fn chunks_equal_to_the_fill_value_are_not_stored() {
         .with_compressor(Compressor::Zstd { level: 1 });
     let a = ZarrArray::create(dir.join("a"), &spec).unwrap();
     let mut ones = NDBuffer::create(&HOST, &[2, 2], Dtype::FLOAT64, Order::C, None).unwrap();
-    ones.fill(Scalar::from(1.0f64)).unwrap();
+    ones.set_scalar(&[], Scalar::from(1.0f64)).unwrap();
     a.write_chunks(&[&[0, 1]], std::slice::from_ref(&ones))
         .unwrap();
     assert!(a.chunk_is_stored(&[0, 1]).unwrap());

@@ -57,8 +57,8 @@ pub fn build(o: &Oracle, dtype: Dtype, order: Order) -> NDBuffer {
     }
     let nd = NDBuffer::from_memory(bytes, o.shape(), dtype, order).unwrap();
     match order {
-        Order::C => assert!(nd.is_c_contiguous()),
-        Order::F => assert!(nd.is_f_contiguous()),
+        Order::C => assert!(nd.is_contiguous(Order::C)),
+        Order::F => assert!(nd.is_contiguous(Order::F)),
     }
     nd
 }

@@ -54,7 +54,7 @@ fn assert_same(dev: &NDBuffer, host: &NDBuffer, what: &str) {
     assert_eq!(dev.shape(), host.shape(), "{what}: shape");
     assert_eq!(dev.dtype(), host.dtype(), "{what}: dtype");
     assert!(
-        dev.is_c_contiguous() && dev.dtype().byteorder() == Endianness::NATIVE,
+        dev.is_contiguous(Order::C) && dev.dtype().byteorder() == Endianness::NATIVE,
         "{what}"
     );
     assert!(

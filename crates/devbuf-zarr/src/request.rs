@@ -259,10 +259,10 @@ impl ZarrArray {
     ///
     /// ```
     /// use devbuf_zarr::ZarrArray;
-    /// use devbuf_core::zarr::BufferPrototype;
+    /// use devbuf_core::zarr::{BufferPrototype, Order};
     /// let a = ZarrArray::open("../../tests/fixtures/zarr/v2_float32_F.zarr")?;
     /// let whole = a.read(..).to(&BufferPrototype::Host)?;
-    /// assert!(whole.is_c_contiguous());
+    /// assert!(whole.is_contiguous(Order::C));
     /// assert_eq!(whole.shape(), &[10, 7]);
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
