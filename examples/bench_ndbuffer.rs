@@ -84,8 +84,8 @@ fn run() -> devbuf::Result<()> {
     rows.push(("transpose 2-d", 2 * bytes, transpose_ms));
 
     let sel = [
-        AxisSel::Slice(Slice::every(2)),
-        AxisSel::Slice(Slice::range(1, -1)),
+        AxisSel::Slice(Slice::new(None, None, 2)),
+        AxisSel::Slice(Slice::new(Some(1), Some(-1), 1)),
     ];
     let view = a.get(&sel)?;
     let mut s_out = NDBuffer::empty(&dev, view.shape(), Dtype::FLOAT32, Order::C)?;

@@ -821,7 +821,11 @@ fn random_round_trips() {
             .map(|&len| {
                 let a = rng.random_range(0..=len);
                 let b = rng.random_range(a..=len);
-                AxisSel::range_step(a..b, rng.random_range(1..3))
+                AxisSel::Range {
+                    start: a,
+                    end: b,
+                    step: rng.random_range(1..3),
+                }
             })
             .collect();
         let nd = base.get(&sel).unwrap();

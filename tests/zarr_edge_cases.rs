@@ -195,7 +195,7 @@ fn as_scalar_on_0d_and_1_shapes() {
         Scalar::UInt32(3)
     );
     assert_eq!(
-        a.get(&[Slice::range(-1, 2).into(), (1..2).into()])
+        a.get(&[Slice::new(Some(-1), Some(2), 1).into(), (1..2).into()])
             .unwrap()
             .as_scalar()
             .unwrap(),
@@ -299,7 +299,7 @@ fn reshape_squeeze_transpose_errors() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("too many indices"), "{e}");
-    assert!(nd.get(&[Slice::every(0).into()]).is_err());
+    assert!(nd.get(&[Slice::new(None, None, 0).into()]).is_err());
     let e = NDBuffer::from_memory(vec![0u8; 5], &[2], Dtype::INT32, Order::C)
         .unwrap_err()
         .to_string();
@@ -360,7 +360,7 @@ fn writes_to_views_and_clones_do_not_leak() {
             .collect::<Vec<_>>(),
         [0; 6]
     );
-    a.set_scalar(&[Slice::every(2).into()], Scalar::from(1u8))
+    a.set_scalar(&[Slice::new(None, None, 2).into()], Scalar::from(1u8))
         .unwrap();
     assert_eq!(
         a.to_ndarray::<u8>()
@@ -415,16 +415,32 @@ fn huge_steps_select_one_element() {
     let nd = NDBuffer::from_ndarray(a);
     for (s0, s1) in [
         (
-            AxisSel::range_step(1..3, usize::MAX),
-            AxisSel::range_step(1..4, usize::MAX),
+            AxisSel::Range {
+                start: 1,
+                end: 3,
+                step: usize::MAX,
+            },
+            AxisSel::Range {
+                start: 1,
+                end: 4,
+                step: usize::MAX,
+            },
         ),
         (
             Slice::new(Some(1), None, isize::MAX).into(),
             Slice::new(Some(1), None, isize::MAX).into(),
         ),
         (
-            AxisSel::range_step(1..3, usize::MAX / 2 + 1),
-            AxisSel::range_step(1..4, 1 << 61),
+            AxisSel::Range {
+                start: 1,
+                end: 3,
+                step: usize::MAX / 2 + 1,
+            },
+            AxisSel::Range {
+                start: 1,
+                end: 4,
+                step: 1 << 61,
+            },
         ),
     ] {
         let sel = [s0, s1];
@@ -557,7 +573,11 @@ fn unused_strides_may_be_anything() {
     let e = NDBuffer::from_parts(bytes, Dtype::UINT32, &[5, 0], &[usize::MAX - 1, 4], 7).unwrap();
     for sel in [
         vec![AxisSel::Index(3)],
-        vec![AxisSel::range_step(1..5, 2)],
+        vec![AxisSel::Range {
+            start: 1,
+            end: 5,
+            step: 2,
+        }],
         vec![],
     ] {
         let v = e.get(&sel).unwrap();

@@ -74,7 +74,11 @@ fn random_selection(rng: &mut SmallRng, shape: &[usize]) -> Vec<AxisSel> {
             1 => {
                 let a = below(rng, len + 1);
                 let b = a + below(rng, len - a + 1);
-                AxisSel::range_step(a..b, 1 + below(rng, 3))
+                AxisSel::Range {
+                    start: a,
+                    end: b,
+                    step: 1 + below(rng, 3),
+                }
             }
             2 => {
                 let r = |rng: &mut SmallRng| -> Option<isize> {
@@ -347,7 +351,7 @@ gpu_test! {
         let mut own = NDBuffer::create(&DEV, &[64, 64], Dtype::FLOAT32, Order::C, None).unwrap();
         let addr = own.as_ndarray_like().memory.address();
         own.set_scalar(&[], Scalar::from(1.0f32)).unwrap();
-        own.set_scalar(&[Slice::every(2).into(), (1..63).into()], Scalar::from(2.0f32)).unwrap();
+        own.set_scalar(&[Slice::new(None, None, 2).into(), (1..63).into()], Scalar::from(2.0f32)).unwrap();
         assert_eq!(own.as_ndarray_like().memory.address(), addr, "an exclusive buffer is written in place");
         // A buffer over someone's DeviceBuffer copies on the first write.
         let d = DeviceBuffer::from_slice(&c, &[0u32; 16]).unwrap();

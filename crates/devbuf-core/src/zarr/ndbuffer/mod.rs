@@ -52,7 +52,7 @@ use crate::memory::{MemMut, MemRef, Memory, Place, prim};
 ///
 /// let a = ArrayD::from_shape_vec(vec![3, 4], (0..12).map(|v| v as f32).collect()).unwrap();
 /// let mut nd = NDBuffer::from_ndarray(a);
-/// let view = nd.get(&[Slice::every(2).into(), Slice::range(1, -1).into()])?; // [::2, 1:-1]
+/// let view = nd.get(&[Slice::new(None, None, 2).into(), Slice::new(Some(1), Some(-1), 1).into()])?; // [::2, 1:-1]
 /// assert_eq!(view.shape(), &[2, 2]);
 /// assert_eq!(view.to_ndarray::<f32>()?.into_raw_vec_and_offset().0, vec![1.0, 2.0, 9.0, 10.0]);
 /// nd.set_scalar(&[AxisSel::Index(0)], Scalar::from(-1.0f32))?;
