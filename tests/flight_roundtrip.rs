@@ -257,7 +257,7 @@ fn chunk_batches_arrive_whole_and_padded_with_the_fill_value() {
     assert!(batches.len() >= 2, "{} batches", batches.len());
     let mut seen = Vec::new();
     for b in &batches {
-        assert_eq!(b.tensor_type().element(), ElementType::Int16);
+        assert_eq!(b.tensors().tensor_type().element(), ElementType::Int16);
         for (coords, chunk) in b.iter().map(Result::unwrap) {
             let want = local
                 .read_chunks(&[coords])

@@ -590,7 +590,8 @@ gpu_test! {
         let c = ctx();
         let a = Stream::new(&c).unwrap();
         let b = Stream::new(&c).unwrap();
-        let e = a.record_event().unwrap();
+        let e = Event::new(&c, EventFlags::default()).unwrap();
+        e.record(&a).unwrap();
         b.wait_event(&e).unwrap();
         b.synchronize().unwrap();
         assert!(e.is_complete().unwrap());

@@ -187,7 +187,8 @@ fn child_entry() {
             assert!(event.flags().interprocess);
             let mine = Stream::new(&c).unwrap();
             mine.wait_event(&event).unwrap();
-            let after = mine.record_event().unwrap();
+            let after = Event::new(&c, EventFlags::default()).unwrap();
+            after.record(&mine).unwrap();
             std::thread::sleep(Duration::from_millis(300));
             // The producer's stream is held: our stream waits on the device, and the
             // data is not there yet.

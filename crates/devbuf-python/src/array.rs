@@ -109,7 +109,7 @@ impl ArrayBase {
                 Ok(ArrayExport { array, field })
             } else {
                 let t = nd.into_tensor_rows()?;
-                let field = t.field("")?;
+                let field = t.tensor_type().field("", false)?;
                 Ok(ArrayExport {
                     array: t.into_storage(),
                     field,

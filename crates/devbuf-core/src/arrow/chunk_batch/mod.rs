@@ -398,13 +398,8 @@ impl ChunkBatch {
         self.array_shape.as_deref()
     }
 
-    /// The chunk column's tensor type (`tensor_type().element()`: the element type of
-    /// the chunks, stored native-endian).
-    pub fn tensor_type(&self) -> &TensorType {
-        self.tensors.tensor_type()
-    }
-
-    /// The chunk column: a tensor array over the batch's memory (host or device).
+    /// The chunk column: a tensor array over the batch's memory (host or device);
+    /// `tensors().tensor_type().element()` is the chunks' element type (native-endian).
     pub fn tensors(&self) -> &TensorArray {
         &self.tensors
     }
