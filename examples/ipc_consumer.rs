@@ -126,7 +126,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 opened.as_secs_f64() * 1e6,
                 message.context().properties().name,
                 on_device.num_rows(),
-                on_device.num_columns()
+                on_device.columns().len()
             );
             let zero_copy = on_device
                 .columns()

@@ -234,7 +234,7 @@ fn chunk_size_limits_name_the_limit() {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains(&format!("limit of {max} bytes")) && e.contains(codec.name()),
+            e.contains(&format!("limit of {max} bytes")) && e.contains(&codec.to_string()),
             "{e}"
         );
     }

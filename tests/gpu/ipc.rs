@@ -602,7 +602,7 @@ gpu_test! {
             assert_eq!(message.to_vec::<u8>().unwrap(), serialize_to_vec(&b).unwrap());
             let d = read_device(&message, b.schema()).unwrap();
             assert_eq!(d.num_rows(), rows);
-            assert_eq!(d.num_columns(), b.num_columns());
+            assert_eq!(d.columns().len(), b.num_columns());
             for col in d.columns() {
                 for x in col.all_buffers() {
                     assert!(within(x, &message), "{:?} is not a slice of the message", col.data_type());
@@ -654,7 +654,7 @@ gpu_test! {
         let m = to_device_message(rb.clone(), &c).unwrap();
         let d = read_device(&m, rb.schema()).unwrap();
         assert_eq!(d.column_by_name("b").unwrap().len(), 2);
-        assert!(d.column(2).is_none());
+        assert!(d.columns().get(2).is_none());
     }
 
     /// The Arrow flow across processes: serialize on the device, export, read in the

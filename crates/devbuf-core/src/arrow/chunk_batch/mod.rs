@@ -340,7 +340,8 @@ impl ChunkBatch {
         let schema = batch.schema();
         let layout = SchemaLayout::of(&schema)?;
         let tensor_column = batch
-            .column(layout.tensor)
+            .columns()
+            .get(layout.tensor)
             .ok_or_else(|| Error::invalid("the batch has fewer columns than its schema"))?;
         let tensors = TensorArray::try_new(
             TensorType::from_field(schema.field(layout.tensor))?,
@@ -478,7 +479,8 @@ impl TryFrom<Batch> for ChunkBatch {
                     .iter()
                     .map(|&i| {
                         batch
-                            .column(i)
+                            .columns()
+                            .get(i)
                             .ok_or_else(|| {
                                 Error::invalid("the batch has fewer columns than its schema")
                             })?

@@ -459,19 +459,9 @@ impl DeviceRecordBatch {
         self.num_rows
     }
 
-    /// Number of columns.
-    pub fn num_columns(&self) -> usize {
-        self.columns.len()
-    }
-
-    /// The columns.
+    /// The columns (`columns().len()` of them; column `i`: `columns().get(i)`).
     pub fn columns(&self) -> &[DeviceArray] {
         &self.columns
-    }
-
-    /// Column `i` (`None` past the end).
-    pub fn column(&self, i: usize) -> Option<&DeviceArray> {
-        self.columns.get(i)
     }
 
     /// The column named `name`.

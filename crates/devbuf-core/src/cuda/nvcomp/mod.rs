@@ -139,12 +139,8 @@ impl GpuCodec {
         GpuCodec::GDeflate,
     ];
 
-    /// A short name (`zstd`, `lz4`, `deflate`, `gdeflate`).
-    ///
-    /// ```
-    /// assert_eq!(devbuf_core::cuda::nvcomp::GpuCodec::GDeflate.name(), "gdeflate");
-    /// ```
-    pub const fn name(self) -> &'static str {
+    /// The short name [`Display`](fmt::Display) writes.
+    const fn name(self) -> &'static str {
         match self {
             GpuCodec::Zstd => "zstd",
             GpuCodec::Lz4 => "lz4",
@@ -187,6 +183,12 @@ impl GpuCodec {
     }
 }
 
+/// A short name: `zstd`, `lz4`, `deflate`, `gdeflate`.
+///
+/// ```
+/// use devbuf_core::cuda::nvcomp::GpuCodec;
+/// assert_eq!(GpuCodec::GDeflate.to_string(), "gdeflate");
+/// ```
 impl fmt::Display for GpuCodec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
