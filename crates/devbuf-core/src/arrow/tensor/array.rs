@@ -5,8 +5,8 @@ use super::*;
 
 /// A tensor array: an `arrow.fixed_shape_tensor` type and its `FixedSizeList` storage,
 /// on the host or on a device (an [`AnyArray`]). arrow-rs keeps extension types on
-/// fields, so the pair travels together; [`field`](Self::field) makes the tagged field
-/// for a schema.
+/// fields, so the pair travels together; `tensor_type().field(name, nullable)` makes the
+/// tagged field for a schema.
 ///
 /// ```
 /// use devbuf_core::arrow::{TensorArray, TensorType};
