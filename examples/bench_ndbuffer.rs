@@ -71,7 +71,7 @@ fn run() -> devbuf::Result<()> {
     let copy_ms = median_ms(&ctx, || dst.copy_from_device(0, &src))?;
     rows.push(("device-to-device copy", 2 * bytes, copy_ms));
 
-    let fill_ms = median_ms(&ctx, || a.fill(Scalar::from(2.5f32)))?;
+    let fill_ms = median_ms(&ctx, || a.set_scalar(&[], Scalar::from(2.5f32)))?;
     rows.push(("fill", bytes, fill_ms));
 
     let mut f64s = NDBuffer::empty(&dev, &[N, N], Dtype::FLOAT64, Order::C)?;
@@ -84,8 +84,8 @@ fn run() -> devbuf::Result<()> {
     rows.push(("transpose 2-d", 2 * bytes, transpose_ms));
 
     let sel = [
-        AxisSel::Slice(Slice::every(2)),
-        AxisSel::Slice(Slice::range(1, -1)),
+        AxisSel::Slice(Slice::new(None, None, 2)),
+        AxisSel::Slice(Slice::new(Some(1), Some(-1), 1)),
     ];
     let view = a.get(&sel)?;
     let mut s_out = NDBuffer::empty(&dev, view.shape(), Dtype::FLOAT32, Order::C)?;

@@ -317,7 +317,7 @@ mod bench {
         );
         drop(bufs);
         // nvCOMP zstd decode of 1 MiB chunks already on the device.
-        if nvcomp::unavailable_reason().is_none() {
+        if nvcomp::library().is_ok() {
             let raw = field(8192, 16384).to_buffer()?.to_host()?;
             let total = raw.len();
             let chunk = 1usize << 20;
@@ -417,7 +417,7 @@ mod bench {
         if all.len() >= 2 {
             let a = all[0].allocate(n)?;
             let b = all[1].allocate(n)?;
-            let direct = all[0].enable_peer_access(&all[1])?;
+            let direct = all[0].set_peer_access(&all[1], true)?;
             let there = gbs(n as f64, time_median(5, || b.copy_from_device(0, &a))?);
             let back = gbs(n as f64, time_median(5, || a.copy_from_device(0, &b))?);
             println!(

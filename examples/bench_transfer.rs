@@ -22,7 +22,7 @@
 //! * `async`: both directions at once on two streams (duplex).
 //! * `alloc`: `allocate` (cuMemAlloc) vs `allocate_pooled` vs raw cuMemAlloc/cuMemFree.
 //! * `peer`: device 0 <-> device 1 (1 MiB, 64 MiB, 1 GiB), both directions, with peer
-//!   access on and off (`Context::enable_peer_access` / `disable_peer_access`; the driver
+//!   access on and off (`Context::set_peer_access(peer, true / false)`; the driver
 //!   rows run under the same state): devbuf's `copy_from_device` and `copy_from_device_on`
 //!   against `cuMemcpyPeer` and `cuMemcpyPeerAsync`. Skipped, saying why, with one GPU.
 //!
@@ -1013,7 +1013,7 @@ struct PeerOnAgain<'a>(&'a Context, &'a Context);
 
 impl Drop for PeerOnAgain<'_> {
     fn drop(&mut self) {
-        let _ = self.0.enable_peer_access(self.1);
+        let _ = self.0.set_peer_access(self.1, true);
     }
 }
 
@@ -1026,7 +1026,7 @@ fn section_peer(b: &mut Bench, ctx: &Context) -> devbuf::Result<()> {
     }
     let d1 = Context::new(1)?;
     let _again = PeerOnAgain(ctx, &d1);
-    let direct = ctx.enable_peer_access(&d1)?;
+    let direct = ctx.set_peer_access(&d1, true)?;
     let candidates: Vec<usize> = if b.quick {
         vec![MIB, 64 * MIB]
     } else {
@@ -1055,7 +1055,7 @@ fn section_peer(b: &mut Bench, ctx: &Context) -> devbuf::Result<()> {
          `copy_from_device_on` a stream of the source's device + its synchronisation; \
          `driver` = `cuMemcpyPeer` + `cuCtxSynchronize`; `driver async` = \
          `cuMemcpyPeerAsync` on a stream of the source's device + `cuStreamSynchronize`. \
-         Peer access off (`Context::disable_peer_access`): the driver stages the copy \
+         Peer access off (`Context::set_peer_access(peer, false)`): the driver stages the copy \
          through host memory; the driver rows run under the same state. GB/s (median), \
          bytes copied once.\n",
         ctx.properties().name,
@@ -1074,9 +1074,9 @@ fn section_peer(b: &mut Bench, ctx: &Context) -> devbuf::Result<()> {
     let theirs = [Stream::new(ctx)?, Stream::new(&d1)?];
     for on in [true, false] {
         if on {
-            ctx.enable_peer_access(&d1)?;
+            ctx.set_peer_access(&d1, true)?;
         } else {
-            ctx.disable_peer_access(&d1)?;
+            ctx.set_peer_access(&d1, false)?;
         }
         let state = match (on, direct) {
             (true, true) => "on",
@@ -1180,7 +1180,7 @@ fn section_peer(b: &mut Bench, ctx: &Context) -> devbuf::Result<()> {
             }
         }
     }
-    ctx.enable_peer_access(&d1)?;
+    ctx.set_peer_access(&d1, true)?;
     // The copies moved the pattern 0 -> 1 -> 0 -> ...: device 1 holds it, device 0 too.
     let k = pattern.len();
     let check = DeviceBuffer::from_slice(&d1, &pattern)?;

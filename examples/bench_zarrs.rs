@@ -337,7 +337,7 @@ mod bench {
         write_spec: Option<(&ArraySpec, &Path)>,
     ) -> devbuf::Result<Row> {
         let repeat = args.repeat;
-        let bytes = a.metadata().nbytes() as f64;
+        let bytes = (a.shape().iter().product::<u64>() * a.dtype().element().size() as u64) as f64;
         let host = BufferPrototype::Host;
         a.set_read_options(args.read.clone())?;
         let host_s = if args.wants("host") {
@@ -454,7 +454,8 @@ mod bench {
             a.read(..).report(&mut report).to(&dev)?;
             println!("  {name} {label}: {report}");
         }
-        Ok(gbs(a.metadata().nbytes() as f64, secs))
+        let bytes = a.shape().iter().product::<u64>() * a.dtype().element().size() as u64;
+        Ok(gbs(bytes as f64, secs))
     }
 
     fn print_row(r: &Row) {
@@ -657,7 +658,7 @@ mod bench {
             Some(c) => println!(", page-locked host->device {:.1} GB/s", pcie(c)?),
             None => println!(),
         }
-        if let Some(c) = ctx.filter(|_| devbuf::cuda::nvcomp::is_available()) {
+        if let Some(c) = ctx.filter(|_| devbuf::cuda::nvcomp::library().is_ok()) {
             nvcomp_decode_rates(c)?;
         }
         if a.writes {
@@ -669,7 +670,7 @@ mod bench {
                 std::env::temp_dir().display(),
                 enc * cores as f64
             );
-            if let Some(c) = ctx.filter(|_| devbuf::cuda::nvcomp::is_available()) {
+            if let Some(c) = ctx.filter(|_| devbuf::cuda::nvcomp::library().is_ok()) {
                 nvcomp_compress_rates(c)?;
             }
         }

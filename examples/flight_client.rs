@@ -272,7 +272,7 @@ fn demo(client: &Client, device: Option<usize>) -> Result<(), String> {
             .read(
                 "demo/i16.zarr",
                 [
-                    AxisSel::from(Slice::every(3)),
+                    AxisSel::from(Slice::new(None, None, 3)),
                     Slice::new(Some(5), None, 2).into(),
                 ],
                 proto,

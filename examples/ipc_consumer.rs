@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
 use clap::Parser;
-use devbuf::arrow::{Batch, read_record_batch, schema_from_bytes};
+use devbuf::arrow::{Batch, read_record_batch};
 use devbuf::ipc::IpcHandle;
 use devbuf::memory::Memory;
 
@@ -105,7 +105,10 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let handle = handle_hex.parse::<IpcHandle>()?;
-    let schema = schema_from_bytes(&unhex(&schema_hex)?)?;
+    // The schema's Arrow IPC `Schema` message, as arrow-ipc reads it.
+    let schema = std::sync::Arc::new(arrow_ipc::convert::try_schema_from_ipc_buffer(&unhex(
+        &schema_hex,
+    )?)?);
     let t = Instant::now();
     let batch = match &handle {
         IpcHandle::Device(h) => {
@@ -123,7 +126,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 opened.as_secs_f64() * 1e6,
                 message.context().properties().name,
                 on_device.num_rows(),
-                on_device.num_columns()
+                on_device.columns().len()
             );
             let zero_copy = on_device
                 .columns()

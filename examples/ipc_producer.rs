@@ -21,9 +21,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use devbuf::arrow::{
-    Batch, schema_to_bytes, serialize_record_batch, serialize_record_batch_shared,
-};
+use devbuf::arrow::{Batch, serialize_record_batch, serialize_record_batch_shared};
 use devbuf::cuda::{self, Context};
 use devbuf::ipc::IpcHandle;
 use devbuf::zarr::BufferPrototype;
@@ -80,7 +78,11 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         _host_memory = Some(shm);
         h
     };
-    let schema = hex::encode(schema_to_bytes(&batch.schema())?);
+    // The schema as an Arrow IPC `Schema` message (what arrow-ipc's StreamWriter writes
+    // first), for the consumer.
+    let mut schema_message = Vec::new();
+    arrow_ipc::writer::StreamWriter::try_new(&mut schema_message, &batch.schema())?;
+    let schema = hex::encode(&schema_message);
     match &path {
         Some(p) => {
             let done = done_path(p);

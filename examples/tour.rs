@@ -36,8 +36,8 @@ use clap::Parser;
 use devbuf::ElementType;
 use devbuf::arrow::c_device::{ExportDevice, SyncEvent, export_array, import_array};
 use devbuf::arrow::{
-    CHUNK_COLUMN, ChunkBatch, ChunkGrid, read_record_batch, schema_from_bytes, schema_to_bytes,
-    serialize_record_batch, serialize_record_batch_shared,
+    CHUNK_COLUMN, ChunkBatch, ChunkGrid, read_record_batch, serialize_record_batch,
+    serialize_record_batch_shared,
 };
 use devbuf::cuda::{self, Context};
 use devbuf::ipc::IpcHandle;
@@ -227,11 +227,14 @@ fn run_one(
         let h = IpcHandle::Host(shm.export_ipc(..)?);
         (h, rb.schema(), None, Some(shm))
     };
+    // The schema travels as an Arrow IPC `Schema` message (the first message of a stream).
+    let mut schema_message = Vec::new();
+    arrow_ipc::writer::StreamWriter::try_new(&mut schema_message, &schema)?;
     let exe = std::env::current_exe()?;
     let status = Command::new(exe)
         .arg("--consumer")
         .arg(handle.to_string())
-        .arg(hex::encode(schema_to_bytes(&schema)?))
+        .arg(hex::encode(&schema_message))
         .arg(array.location())
         .status()?;
     let share_verify_s = t.elapsed().as_secs_f64();
@@ -259,8 +262,10 @@ fn run_one(
 fn consumer(handle_hex: &str, schema_hex: &str, source: &str) -> Res<()> {
     let t = Instant::now();
     let handle = handle_hex.parse::<IpcHandle>()?;
-    let schema =
-        schema_from_bytes(&hex::decode(schema_hex).map_err(|e| format!("bad hex text: {e}"))?)?;
+    let schema_message = hex::decode(schema_hex).map_err(|e| format!("bad hex text: {e}"))?;
+    let schema = std::sync::Arc::new(arrow_ipc::convert::try_schema_from_ipc_buffer(
+        &schema_message,
+    )?);
     let batch = match &handle {
         IpcHandle::Device(h) => {
             ChunkBatch::try_from(read_record_batch(&Memory::from(h.open()?), schema)?)?

@@ -157,7 +157,7 @@ fn every_dtype_every_chunk_layout() {
             .collect();
         let batch = ChunkBatch::from_chunks(&grid, chunks, &HOST).unwrap();
         assert!(!batch.prototype().is_device());
-        assert_eq!(batch.tensor_type().element(), dtype.element());
+        assert_eq!(batch.tensors().tensor_type().element(), dtype.element());
         check_batch(&batch, &grid, &array, &coords);
         // Read back from its record batch (zero-copy) and from Arrow IPC bytes.
         let rb = batch.batch().as_host().unwrap().clone();
@@ -171,7 +171,7 @@ fn every_dtype_every_chunk_layout() {
             &array,
             &coords,
         );
-        let all = batch.tensors().to_ndbuffer().unwrap();
+        let all = batch.tensors().rows(0, batch.len()).unwrap();
         assert_eq!(all.shape(), &[9, 2, 3]);
     }
 }
@@ -274,7 +274,10 @@ fn zero_d_and_empty_grids() {
     let empty = ChunkBatch::from_chunks(&grid, Vec::<(Vec<u64>, NDBuffer)>::new(), &HOST).unwrap();
     assert!(empty.is_empty());
     assert_eq!(empty.batch().as_host().unwrap().num_rows(), 0);
-    assert_eq!(empty.tensors().to_ndbuffer().unwrap().shape(), &[0, 2, 2]);
+    assert_eq!(
+        empty.tensors().rows(0, empty.len()).unwrap().shape(),
+        &[0, 2, 2]
+    );
     assert!(empty.chunk(0).is_err());
     let back = ChunkBatch::try_from(empty.batch().clone()).unwrap();
     assert!(back.is_empty());
@@ -344,7 +347,7 @@ fn batches_from_elsewhere() {
     let y = Arc::new(UInt64Array::from(vec![0u64, 0, 1, 1])) as ArrayRef;
     let rb = hand_made(
         vec![
-            t.field("data").unwrap(),
+            t.tensor_type().field("data", false).unwrap(),
             Field::new("y", ArrowType::UInt64, false),
             Field::new("x", ArrowType::UInt64, false),
         ],
@@ -361,7 +364,7 @@ fn batches_from_elsewhere() {
             c_bytes(&per_chunk_f.get(&[i.into()]).unwrap())
         );
     }
-    let tf = t.field("data").unwrap();
+    let tf = t.tensor_type().field("data", false).unwrap();
     let storage = t.storage().as_host().unwrap().clone();
     let u64f = |n: &str| Field::new(n, ArrowType::UInt64, false);
     // Errors: no tensor column, two, a coordinate column of another type, too few.

@@ -213,7 +213,7 @@ fn importing_twice_or_a_released_array_is_an_error() {
     let e = import_stream(&mut c_stream, None).unwrap_err();
     assert!(e.to_string().contains("released"), "{e}");
 
-    let mut empty = ArrowDeviceArray::empty();
+    let mut empty = ArrowDeviceArray::default();
     let e = import_array(&mut empty, &c_schema, None)
         .and_then(AnyArray::into_host)
         .unwrap_err();
@@ -1227,7 +1227,7 @@ fn c_consumer_reads_values_and_moves_children() {
         .unwrap();
     let c = counts();
     let (mut c_array, _) = export_array(structs.as_ref(), ExportDevice::Cpu).unwrap();
-    let mut child = ArrowArray::empty();
+    let mut child = ArrowArray::default();
     assert_eq!(unsafe { move_child(&mut c_array, 1, &mut child) }, 0);
     assert_eq!(c.released_since(), 3, "parent and the two other children");
     // Safety: a CPU child exported by devbuf.

@@ -20,7 +20,7 @@ use devbuf::flight::arrow_flight::{
 };
 use devbuf::flight::tonic::{self, Request, Response, Status, Streaming};
 use devbuf::flight::{
-    Batch, Client, ClientOptions, Endpoint, Flight, Server, ServerEvent, StreamEnd,
+    Batch, Client, ClientOptions, Endpoint, Flight, Query, Server, ServerEvent, StreamEnd, Target,
 };
 use devbuf::zarr::{BufferPrototype, Compressor, Dtype, Scalar, ZarrArray};
 use futures::TryStreamExt;
@@ -205,7 +205,11 @@ async fn everything_on_the_callers_runtime() {
     client.put_async("numbers", up.clone()).await.unwrap();
     let back = client.read_batches_async("numbers", &HOST).await.unwrap();
     assert_eq!(back.iter().map(|b| b.num_rows()).sum::<usize>(), 12);
-    let s = client.read_batches_stream("numbers").await.unwrap();
+    let flight = client
+        .info_async(&Query::whole(Target::batch("numbers").unwrap()))
+        .await
+        .unwrap();
+    let s = client.batch_stream(&flight);
     assert_eq!(s.schema().fields(), batch(1).schema().fields());
     let streamed: Vec<RecordBatch> = s.try_collect().await.unwrap();
     assert_eq!(streamed, vec![batch(5), batch(7)]);

@@ -85,10 +85,10 @@ fn fixture_selections_match_local_reads() {
     let sels: Vec<Vec<AxisSel>> = vec![
         vec![AxisSel::from(2..9), AxisSel::from(1..6)],
         vec![AxisSel::Index(-1)],
-        vec![Slice::every(3).into(), AxisSel::Index(4)],
+        vec![Slice::new(None, None, 3).into(), AxisSel::Index(4)],
         vec![
             Slice::new(Some(1), Some(-1), 2).into(),
-            Slice::every(2).into(),
+            Slice::new(None, None, 2).into(),
         ],
         vec![AxisSel::from(3..3)],
         vec![],
@@ -257,7 +257,7 @@ fn chunk_batches_arrive_whole_and_padded_with_the_fill_value() {
     assert!(batches.len() >= 2, "{} batches", batches.len());
     let mut seen = Vec::new();
     for b in &batches {
-        assert_eq!(b.tensor_type().element(), ElementType::Int16);
+        assert_eq!(b.tensors().tensor_type().element(), ElementType::Int16);
         for (coords, chunk) in b.iter().map(Result::unwrap) {
             let want = local
                 .read_chunks(&[coords])
@@ -522,7 +522,7 @@ fn two_servers_each_serve_half_of_an_array() {
         assert_eq!(locs, vec![uris[0].as_str(), uris[1].as_str()]);
         let got = client.read("a.zarr", .., &HOST).unwrap();
         assert_eq!(bytes_of(&got), want);
-        let sel = [AxisSel::from(5..35), Slice::every(2).into()];
+        let sel = [AxisSel::from(5..35), Slice::new(None, None, 2).into()];
         let got = client.read("a.zarr", sel, &HOST).unwrap();
         assert_eq!(
             bytes_of(&got),

@@ -19,7 +19,7 @@ use arrow_buffer::Buffer;
 use arrow_schema::{DataType, Field, Schema};
 use batches::{Rng, exotic_batch, mixed_batch};
 use devbuf::Error;
-use devbuf::arrow::{schema_from_bytes, schema_to_bytes, serialize_record_batch_shared};
+use devbuf::arrow::serialize_record_batch_shared;
 use devbuf::ipc::IpcEventHandle;
 use devbuf::ipc::IpcMemHandle;
 use devbuf::ipc::{HostIpcHandle, IpcHandle, SharedMemory};
@@ -130,7 +130,7 @@ fn child_entry() {
             wait_line();
         }
         "arrow_read" => {
-            let schema = schema_from_bytes(&devbuf_hex(&env("SCHEMA"))).expect("schema");
+            let schema = schema_of(&devbuf_hex(&env("SCHEMA"))).expect("schema");
             let h = env("HANDLE").parse::<HostIpcHandle>().expect("handle");
             let mapped = h.open().expect("open");
             let batch = read_host(&mapped, schema).expect("read batch");
@@ -276,7 +276,7 @@ fn bad_host_handles_are_errors_in_the_consumer() {
     let shm = SharedMemory::create(100).unwrap();
     let good = shm.export_ipc(..).unwrap();
     // A handle to our live memory but with the wrong tag: refused, not mapped.
-    let b = good.to_bytes();
+    let b = Vec::from(&good);
     let pid = u32::from_le_bytes(b[16..20].try_into().unwrap());
     let fd = i32::from_le_bytes(b[20..24].try_into().unwrap());
     let tag = u64::from_le_bytes(b[24..32].try_into().unwrap());
@@ -315,7 +315,7 @@ fn arrow_batch_in_shared_memory_is_read_zero_copy_by_another_process() {
     let IpcHandle::Host(h) = text.parse::<IpcHandle>().unwrap() else {
         panic!("host handle expected");
     };
-    let schema = hex(&schema_to_bytes(&batch.schema()).unwrap());
+    let schema = hex(&schema_message(&batch.schema()));
     let mut peer = Peer::spawn(
         "child_entry",
         ROLE,
@@ -371,7 +371,7 @@ fn reseal(mut b: Vec<u8>) -> Vec<u8> {
 #[test]
 fn mem_handle_round_trips_and_documented_layout() {
     let h = sample_mem_handle();
-    let b = h.to_bytes();
+    let b = Vec::from(&h);
     assert_eq!(b.len(), IpcMemHandle::ENCODED_LEN);
     assert_eq!(b.len(), 144);
     assert_eq!(&b[..8], b"DEVBUFIM");
@@ -390,7 +390,7 @@ fn mem_handle_round_trips_and_documented_layout() {
         u64::from_le_bytes(b[136..].try_into().unwrap()),
         fnv(&b[..136])
     );
-    let back = IpcMemHandle::from_bytes(&b).unwrap();
+    let back = IpcMemHandle::try_from(&b[..]).unwrap();
     assert_eq!(back, h);
     assert_eq!(h.to_string().parse::<IpcMemHandle>().unwrap(), h);
     assert_eq!(back.offset(), 4099);
@@ -403,7 +403,7 @@ fn mem_handle_round_trips_and_documented_layout() {
     assert!(!back.is_from_this_process());
     // Through the enum too.
     assert_eq!(
-        IpcHandle::from_bytes(&b).unwrap(),
+        IpcHandle::try_from(&b[..]).unwrap(),
         IpcHandle::Device(h.clone())
     );
 }
@@ -418,7 +418,7 @@ fn raw_cuda_interop_and_empty_handles() {
     let h2 = IpcMemHandle::from_raw_cuda(&raw, 12, 34, Some([1; 16])).unwrap();
     assert_eq!(h2.device_uuid(), Some([1; 16]));
     for x in [&h, &h2] {
-        assert_eq!(&IpcMemHandle::from_bytes(&x.to_bytes()).unwrap(), x);
+        assert_eq!(&IpcMemHandle::try_from(&Vec::from(x)[..]).unwrap(), x);
     }
     assert!(matches!(
         IpcMemHandle::from_raw_cuda(&raw[..63], 0, 1, None),
@@ -430,7 +430,7 @@ fn raw_cuda_interop_and_empty_handles() {
     let e = IpcMemHandle::from_raw_cuda(&raw, 5, 0, None).unwrap();
     assert!(e.is_empty());
     assert_eq!(e.raw_cuda(), [0; 64]);
-    assert_eq!(IpcMemHandle::from_bytes(&e.to_bytes()).unwrap(), e);
+    assert_eq!(IpcMemHandle::try_from(&Vec::from(&e)[..]).unwrap(), e);
     // A zero-length handle that is not the canonical empty one is malformed.
     assert_malformed(
         IpcMemHandle::from_parts([1; 64], 0, 0, 0, None, false, 0, 0),
@@ -444,54 +444,58 @@ fn raw_cuda_interop_and_empty_handles() {
 
 #[test]
 fn mem_handle_parser_names_what_is_wrong() {
-    let good = sample_mem_handle().to_bytes();
-    assert_malformed(IpcMemHandle::from_bytes(&[]), "truncated");
-    assert_malformed(IpcMemHandle::from_bytes(&good[..10]), "truncated");
-    assert_malformed(IpcMemHandle::from_bytes(&good[..143]), "truncated");
+    let good = Vec::from(&sample_mem_handle());
+    assert_malformed(IpcMemHandle::try_from(&[0u8; 0][..]), "truncated");
+    assert_malformed(IpcMemHandle::try_from(&good[..10]), "truncated");
+    assert_malformed(IpcMemHandle::try_from(&good[..143]), "truncated");
     let mut long = good.clone();
     long.push(0);
-    assert_malformed(IpcMemHandle::from_bytes(&long), "trailing");
+    assert_malformed(IpcMemHandle::try_from(&long[..]), "trailing");
     let mut b = good.clone();
     b[0] = b'X';
-    assert_malformed(IpcMemHandle::from_bytes(&b), "wrong magic");
+    assert_malformed(IpcMemHandle::try_from(&b[..]), "wrong magic");
     let mut b = good.clone();
     b[8] = 2;
-    assert_malformed(IpcMemHandle::from_bytes(&reseal(b)), "version 2");
+    assert_malformed(IpcMemHandle::try_from(&reseal(b)[..]), "version 2");
     let mut b = good.clone();
     b[10] = 100;
     assert_malformed(
-        IpcMemHandle::from_bytes(&reseal(b)),
+        IpcMemHandle::try_from(&reseal(b)[..]),
         "declares a size of 100",
     );
     let mut b = good.clone();
     b[50] ^= 1;
-    assert_malformed(IpcMemHandle::from_bytes(&b), "checksum mismatch");
+    assert_malformed(IpcMemHandle::try_from(&b[..]), "checksum mismatch");
     let mut b = good.clone();
     b[12] |= 4;
-    assert_malformed(IpcMemHandle::from_bytes(&reseal(b)), "unknown flag bits");
+    assert_malformed(IpcMemHandle::try_from(&reseal(b)[..]), "unknown flag bits");
     // Offset + length beyond the recorded allocation size.
     let mut b = good.clone();
     b[96..104].copy_from_slice(&1000u64.to_le_bytes());
-    assert_malformed(IpcMemHandle::from_bytes(&reseal(b)), "inconsistent");
+    assert_malformed(IpcMemHandle::try_from(&reseal(b)[..]), "inconsistent");
     // Offset + length overflows.
     let mut b = good.clone();
     b[80..88].copy_from_slice(&u64::MAX.to_le_bytes());
     b[96..104].copy_from_slice(&0u64.to_le_bytes());
-    assert_malformed(IpcMemHandle::from_bytes(&reseal(b)), "overflows");
+    assert_malformed(IpcMemHandle::try_from(&reseal(b)[..]), "overflows");
     // Device bytes without the flag.
     let mut b = good.clone();
     b[12] &= !1;
-    assert_malformed(IpcMemHandle::from_bytes(&reseal(b)), "'device known' flag");
-    // Other kinds of handle are named.
-    let ev = IpcEventHandle::from_parts([3; 64], None, false, 1, 1).to_bytes();
-    assert_malformed(IpcMemHandle::from_bytes(&ev), "an IPC event handle");
-    let host = HostIpcHandle::from_parts(1, 3, 9, 10, 0, 10)
-        .unwrap()
-        .to_bytes();
-    assert_malformed(IpcMemHandle::from_bytes(&host), "host shared-memory handle");
-    assert_malformed(IpcHandle::from_bytes(&ev), "event handle");
     assert_malformed(
-        IpcHandle::from_bytes(b"garbage"),
+        IpcMemHandle::try_from(&reseal(b)[..]),
+        "'device known' flag",
+    );
+    // Other kinds of handle are named.
+    let ev = Vec::from(&IpcEventHandle::from_parts([3; 64], None, false, 1, 1));
+    assert_malformed(IpcMemHandle::try_from(&ev[..]), "an IPC event handle");
+    let host = Vec::from(&HostIpcHandle::from_parts(1, 3, 9, 10, 0, 10).unwrap());
+    assert_malformed(
+        IpcMemHandle::try_from(&host[..]),
+        "host shared-memory handle",
+    );
+    assert_malformed(IpcHandle::try_from(&ev[..]), "event handle");
+    assert_malformed(
+        IpcHandle::try_from(&b"garbage"[..]),
         "not a devbuf buffer handle",
     );
     assert_malformed("abc".parse::<IpcMemHandle>(), "odd number");
@@ -505,7 +509,7 @@ fn mem_handle_parser_names_what_is_wrong() {
 #[test]
 fn event_handle_round_trips_and_layout() {
     let h = IpcEventHandle::from_parts([9; 64], Some(([4; 16], 1)), true, 77, 5);
-    let b = h.to_bytes();
+    let b = Vec::from(&h);
     assert_eq!(b.len(), IpcEventHandle::ENCODED_LEN);
     assert_eq!(b.len(), 120);
     assert_eq!(&b[..8], b"DEVBUFIE");
@@ -515,33 +519,33 @@ fn event_handle_round_trips_and_layout() {
         u64::from_le_bytes(b[112..].try_into().unwrap()),
         fnv(&b[..112])
     );
-    assert_eq!(IpcEventHandle::from_bytes(&b).unwrap(), h);
+    assert_eq!(IpcEventHandle::try_from(&b[..]).unwrap(), h);
     assert_eq!(h.to_string().parse::<IpcEventHandle>().unwrap(), h);
     assert_eq!(h.device_uuid(), Some([4; 16]));
     assert_eq!(h.exporter_pid(), Some(77));
     let raw = IpcEventHandle::from_raw_cuda(&[1; 64]).unwrap();
     assert_eq!(raw.raw_cuda(), [1; 64]);
-    assert_eq!(IpcEventHandle::from_bytes(&raw.to_bytes()).unwrap(), raw);
+    assert_eq!(IpcEventHandle::try_from(&Vec::from(&raw)[..]).unwrap(), raw);
     assert!(IpcEventHandle::from_raw_cuda(&[1; 65]).is_err());
-    assert_malformed(IpcEventHandle::from_bytes(&b[..100]), "truncated");
+    assert_malformed(IpcEventHandle::try_from(&b[..100]), "truncated");
     assert_malformed(
-        IpcEventHandle::from_bytes(&sample_mem_handle().to_bytes()),
+        IpcEventHandle::try_from(&Vec::from(&sample_mem_handle())[..]),
         "an IPC memory handle",
     );
     let mut bad = b.clone();
     bad[12] |= 8;
     assert_malformed(
-        IpcEventHandle::from_bytes(&reseal(bad)),
+        IpcEventHandle::try_from(&reseal(bad)[..]),
         "unknown flag bits",
     );
-    let zero = IpcEventHandle::from_parts([0; 64], None, false, 0, 0).to_bytes();
-    assert_malformed(IpcEventHandle::from_bytes(&zero), "all-zero");
+    let zero = Vec::from(&IpcEventHandle::from_parts([0; 64], None, false, 0, 0));
+    assert_malformed(IpcEventHandle::try_from(&zero[..]), "all-zero");
 }
 
 #[test]
 fn host_handle_round_trips_and_layout() {
     let h = HostIpcHandle::from_parts(4321, 7, 0xdead_beef, 1000, 10, 990).unwrap();
-    let b = h.to_bytes();
+    let b = Vec::from(&h);
     assert_eq!(b.len(), HostIpcHandle::ENCODED_LEN);
     assert_eq!(b.len(), 64);
     assert_eq!(&b[..8], b"DEVBUFIH");
@@ -554,8 +558,8 @@ fn host_handle_round_trips_and_layout() {
     assert_eq!(u64::from_le_bytes(b[32..40].try_into().unwrap()), 1000);
     assert_eq!(u64::from_le_bytes(b[40..48].try_into().unwrap()), 10);
     assert_eq!(u64::from_le_bytes(b[48..56].try_into().unwrap()), 990);
-    assert_eq!(HostIpcHandle::from_bytes(&b).unwrap(), h);
-    assert_eq!(IpcHandle::from_bytes(&b).unwrap(), IpcHandle::Host(h));
+    assert_eq!(HostIpcHandle::try_from(&b[..]).unwrap(), h);
+    assert_eq!(IpcHandle::try_from(&b[..]).unwrap(), IpcHandle::Host(h));
     assert_eq!(h.len(), 990);
     assert_malformed(
         HostIpcHandle::from_parts(1, 1, 1, 100, 50, 51),
@@ -572,7 +576,10 @@ fn host_handle_round_trips_and_layout() {
     let empty = SharedMemory::create(0).unwrap().export_ipc(..).unwrap();
     assert!(empty.is_empty());
     assert_eq!(empty.open().unwrap().len(), 0);
-    assert_eq!(HostIpcHandle::from_bytes(&empty.to_bytes()).unwrap(), empty);
+    assert_eq!(
+        HostIpcHandle::try_from(&Vec::from(&empty)[..]).unwrap(),
+        empty
+    );
 }
 
 proptest! {
@@ -581,10 +588,10 @@ proptest! {
     #[test]
     fn parsers_never_panic_on_random_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
         for r in [
-            IpcMemHandle::from_bytes(&bytes).map(|_| ()),
-            IpcEventHandle::from_bytes(&bytes).map(|_| ()),
-            HostIpcHandle::from_bytes(&bytes).map(|_| ()),
-            IpcHandle::from_bytes(&bytes).map(|_| ()),
+            IpcMemHandle::try_from(&bytes[..]).map(|_| ()),
+            IpcEventHandle::try_from(&bytes[..]).map(|_| ()),
+            HostIpcHandle::try_from(&bytes[..]).map(|_| ()),
+            IpcHandle::try_from(&bytes[..]).map(|_| ()),
         ] {
             prop_assert!(matches!(r, Err(Error::Malformed(_))), "{:?}", r);
         }
@@ -594,15 +601,15 @@ proptest! {
     fn any_corruption_of_a_valid_handle_is_detected(
         pos in 0usize..144, bit in 0u8..8, cut in 0usize..144,
     ) {
-        let good = sample_mem_handle().to_bytes();
+        let good = Vec::from(&sample_mem_handle());
         let mut b = good.clone();
         b[pos] ^= 1 << bit;
-        prop_assert!(matches!(IpcMemHandle::from_bytes(&b), Err(Error::Malformed(_))));
-        prop_assert!(matches!(IpcMemHandle::from_bytes(&good[..cut]), Err(Error::Malformed(_))));
-        let host = HostIpcHandle::from_parts(5, 6, 7, 100, 1, 2).unwrap().to_bytes();
+        prop_assert!(matches!(IpcMemHandle::try_from(&b[..]), Err(Error::Malformed(_))));
+        prop_assert!(matches!(IpcMemHandle::try_from(&good[..cut]), Err(Error::Malformed(_))));
+        let host = Vec::from(&HostIpcHandle::from_parts(5, 6, 7, 100, 1, 2).unwrap());
         let mut h = host.clone();
         h[pos % 64] ^= 1 << bit;
-        prop_assert!(matches!(HostIpcHandle::from_bytes(&h), Err(Error::Malformed(_))));
+        prop_assert!(matches!(HostIpcHandle::try_from(&h[..]), Err(Error::Malformed(_))));
     }
 
     #[test]
@@ -615,7 +622,7 @@ proptest! {
         let mut r64 = [0u8; 64];
         r64[..32].copy_from_slice(&raw);
         let h = IpcMemHandle::from_parts(r64, offset, len, offset + len + extra, dev, ro, pid, token).unwrap();
-        prop_assert_eq!(IpcMemHandle::from_bytes(&h.to_bytes()).unwrap(), h.clone());
+        prop_assert_eq!(IpcMemHandle::try_from(&Vec::from(&h)[..]).unwrap(), h.clone());
         prop_assert_eq!(h.to_string().parse::<IpcMemHandle>().unwrap(), h);
     }
 }
@@ -652,7 +659,7 @@ fn mixed_batch_round_trips_zero_copy() {
 fn messages_agree_with_arrow_ipc_reader() {
     // Our bytes, prefixed by the schema message, are a valid Arrow IPC stream.
     let b = mixed_batch(5, 100);
-    let mut stream = schema_to_bytes(&b.schema()).unwrap();
+    let mut stream = schema_message(&b.schema());
     stream.extend(serialize_to_vec(&b).unwrap());
     stream.extend([0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]);
     let reader =
@@ -887,4 +894,4 @@ fn a_handle_naming_a_fifo_does_not_block() {
 
 #[path = "common/ipc_messages.rs"]
 mod ipc_messages;
-use ipc_messages::{read_host, serialize_to_vec};
+use ipc_messages::{read_host, schema_message, schema_of, serialize_to_vec};

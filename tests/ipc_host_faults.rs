@@ -35,7 +35,7 @@ fn spawn(role: &str, env: &[(&str, String)]) -> Peer {
 
 /// The tag of the memory file a handle names (bytes 24..32 of its layout).
 fn tag_of(h: &HostIpcHandle) -> u64 {
-    u64::from_le_bytes(h.to_bytes()[24..32].try_into().unwrap())
+    u64::from_le_bytes(Vec::from(h)[24..32].try_into().unwrap())
 }
 
 /// The name the kernel shows for the memory file of `tag`.

@@ -195,7 +195,7 @@ fn as_scalar_on_0d_and_1_shapes() {
         Scalar::UInt32(3)
     );
     assert_eq!(
-        a.get(&[Slice::range(-1, 2).into(), (1..2).into()])
+        a.get(&[Slice::new(Some(-1), Some(2), 1).into(), (1..2).into()])
             .unwrap()
             .as_scalar()
             .unwrap(),
@@ -208,14 +208,14 @@ fn empty_honours_order() {
     for shape in [&[1usize, 2][..], &[1, 2, 3], &[4, 3]] {
         for dt in [Dtype::INT32, Dtype::FLOAT64] {
             let c = NDBuffer::empty(&P, shape, dt, Order::C).unwrap();
-            assert!(c.is_c_contiguous());
+            assert!(c.is_contiguous(Order::C));
             assert_eq!(c.shape(), shape);
             assert_eq!(c.dtype(), dt);
             let f = NDBuffer::empty(&P, shape, dt, Order::F).unwrap();
-            assert!(f.is_f_contiguous());
+            assert!(f.is_contiguous(Order::F));
             if shape.iter().filter(|&&n| n > 1).count() > 1 {
-                assert!(!f.is_c_contiguous());
-                assert!(!c.is_f_contiguous());
+                assert!(!f.is_contiguous(Order::C));
+                assert!(!c.is_contiguous(Order::F));
             }
         }
     }
@@ -299,7 +299,7 @@ fn reshape_squeeze_transpose_errors() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("too many indices"), "{e}");
-    assert!(nd.get(&[Slice::every(0).into()]).is_err());
+    assert!(nd.get(&[Slice::new(None, None, 0).into()]).is_err());
     let e = NDBuffer::from_memory(vec![0u8; 5], &[2], Dtype::INT32, Order::C)
         .unwrap_err()
         .to_string();
@@ -327,7 +327,7 @@ fn from_ndarray_is_zero_copy_for_any_layout() {
     let want = f.clone();
     let ndf = NDBuffer::from_ndarray(f);
     assert_eq!(ndf.as_ndarray_like().memory.address(), fptr);
-    assert!(ndf.is_f_contiguous());
+    assert!(ndf.is_contiguous(Order::F));
     let back = ndf.to_ndarray::<i32>().unwrap();
     assert_eq!(back, want.into_dyn());
     assert!(back.t().is_standard_layout(), "to_ndarray keeps F order");
@@ -343,7 +343,7 @@ fn writes_to_views_and_clones_do_not_leak() {
     let mut a = NDBuffer::from_ndarray(ndarray::Array1::from_vec(vec![0u8; 6]));
     let snapshot = a.clone();
     let mut view = a.get(&[(2..4).into()]).unwrap();
-    view.fill(Scalar::from(9u8)).unwrap();
+    view.set_scalar(&[], Scalar::from(9u8)).unwrap();
     assert_eq!(
         view.to_ndarray::<u8>()
             .unwrap()
@@ -360,7 +360,7 @@ fn writes_to_views_and_clones_do_not_leak() {
             .collect::<Vec<_>>(),
         [0; 6]
     );
-    a.set_scalar(&[Slice::every(2).into()], Scalar::from(1u8))
+    a.set_scalar(&[Slice::new(None, None, 2).into()], Scalar::from(1u8))
         .unwrap();
     assert_eq!(
         a.to_ndarray::<u8>()
@@ -393,7 +393,7 @@ fn writes_to_views_and_clones_do_not_leak() {
     // A buffer nobody else sees is written in place.
     let mut own = NDBuffer::create(&P, &[4], Dtype::INT32, Order::C, None).unwrap();
     let addr = own.as_ndarray_like().memory.address();
-    own.fill(Scalar::from(3i32)).unwrap();
+    own.set_scalar(&[], Scalar::from(3i32)).unwrap();
     own.set_scalar(&[0.into()], Scalar::from(1.9f64)).unwrap();
     assert_eq!(own.as_ndarray_like().memory.address(), addr);
     assert_eq!(
@@ -415,16 +415,32 @@ fn huge_steps_select_one_element() {
     let nd = NDBuffer::from_ndarray(a);
     for (s0, s1) in [
         (
-            AxisSel::range_step(1..3, usize::MAX),
-            AxisSel::range_step(1..4, usize::MAX),
+            AxisSel::Range {
+                start: 1,
+                end: 3,
+                step: usize::MAX,
+            },
+            AxisSel::Range {
+                start: 1,
+                end: 4,
+                step: usize::MAX,
+            },
         ),
         (
             Slice::new(Some(1), None, isize::MAX).into(),
             Slice::new(Some(1), None, isize::MAX).into(),
         ),
         (
-            AxisSel::range_step(1..3, usize::MAX / 2 + 1),
-            AxisSel::range_step(1..4, 1 << 61),
+            AxisSel::Range {
+                start: 1,
+                end: 3,
+                step: usize::MAX / 2 + 1,
+            },
+            AxisSel::Range {
+                start: 1,
+                end: 4,
+                step: 1 << 61,
+            },
         ),
     ] {
         let sel = [s0, s1];
@@ -557,7 +573,11 @@ fn unused_strides_may_be_anything() {
     let e = NDBuffer::from_parts(bytes, Dtype::UINT32, &[5, 0], &[usize::MAX - 1, 4], 7).unwrap();
     for sel in [
         vec![AxisSel::Index(3)],
-        vec![AxisSel::range_step(1..5, 2)],
+        vec![AxisSel::Range {
+            start: 1,
+            end: 5,
+            step: 2,
+        }],
         vec![],
     ] {
         let v = e.get(&sel).unwrap();
@@ -571,7 +591,7 @@ fn unused_strides_may_be_anything() {
         &NDBuffer::from_ndarray(ndarray::Array1::<u32>::zeros(0)),
     )
     .unwrap();
-    m.fill(Scalar::from(1u32)).unwrap();
+    m.set_scalar(&[], Scalar::from(1u32)).unwrap();
 }
 
 /// NDBuffers hold at most `isize::MAX` bytes (what Rust allocations, slices and

@@ -62,7 +62,7 @@ fn selections_of_every_kind_agree() {
     }
     // A stepped selection with a dropped axis.
     let col = a
-        .read([AxisSel::from(Slice::every(3)), AxisSel::Index(-1)])
+        .read([AxisSel::from(Slice::new(None, None, 3)), AxisSel::Index(-1)])
         .to(&HOST)
         .unwrap();
     let got: Vec<f64> = col.to_ndarray::<f64>().unwrap().iter().copied().collect();
@@ -89,7 +89,11 @@ fn reads_into_the_callers_memory_take_boxes_and_stepped_selections() {
     );
     // A stepped selection: every byte of `out` is the strided view's.
     let sel = [
-        AxisSel::range_step(0..6, 2),
+        AxisSel::Range {
+            start: 0,
+            end: 6,
+            step: 2,
+        },
         AxisSel::Full,
         AxisSel::Index(3),
     ];
@@ -160,7 +164,7 @@ fn reports_are_filled_only_by_a_read_that_ran() {
 fn a_spread_read_takes_a_box_only() {
     let a = ZarrArray::open(fixture("v3_float64.zarr")).unwrap();
     let e = a
-        .read([AxisSel::from(Slice::every(2))])
+        .read([AxisSel::from(Slice::new(None, None, 2))])
         .spread(&[], devbuf::zarr::Spread::Replicate)
         .unwrap_err()
         .to_string();

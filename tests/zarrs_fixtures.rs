@@ -111,7 +111,7 @@ fn host() -> BufferPrototype {
 }
 
 fn bytes_of(nd: &devbuf::zarr::NDBuffer) -> Vec<u8> {
-    assert!(nd.is_c_contiguous(), "reads are C-contiguous");
+    assert!(nd.is_contiguous(Order::C), "reads are C-contiguous");
     assert_eq!(
         nd.dtype().byteorder(),
         Endianness::NATIVE,

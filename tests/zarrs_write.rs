@@ -214,7 +214,7 @@ fn chunks_equal_to_the_fill_value_are_not_stored() {
         .with_compressor(Compressor::Zstd { level: 1 });
     let a = ZarrArray::create(dir.join("a"), &spec).unwrap();
     let mut ones = NDBuffer::create(&HOST, &[2, 2], Dtype::FLOAT64, Order::C, None).unwrap();
-    ones.fill(Scalar::from(1.0f64)).unwrap();
+    ones.set_scalar(&[], Scalar::from(1.0f64)).unwrap();
     a.write_chunks(&[&[0, 1]], std::slice::from_ref(&ones))
         .unwrap();
     assert!(a.chunk_is_stored(&[0, 1]).unwrap());
@@ -542,7 +542,10 @@ fn huge_shapes_in_metadata_are_errors_not_panics() {
     let m = a.metadata();
     assert_eq!(m.grid_shape, vec![r, c]);
     assert_eq!(m.grid_shape.iter().product::<u64>(), r * c);
-    assert_eq!(m.nbytes(), r * c);
+    assert_eq!(
+        m.shape.iter().product::<u64>() * m.stored_dtype.element().size() as u64,
+        r * c
+    );
     let last = a
         .read_chunks(&[&[r - 1, c - 1]])
         .to(&HOST)
@@ -597,7 +600,7 @@ fn write_encoding_says_which_encoder_and_why() {
     assert!(none.note.contains("not compressed"), "{none}");
     let mut zstd = make("zstd", Compressor::Zstd { level: 1 });
     let e = zstd.write_encoding();
-    if devbuf::cuda::nvcomp::is_available() {
+    if devbuf::cuda::nvcomp::library().is_ok() {
         assert_eq!(e.encoder, "gpu", "{e}");
     } else {
         assert_eq!(e.encoder, "cpu");

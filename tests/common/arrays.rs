@@ -96,7 +96,10 @@ pub fn view(base: NDBuffer, shape: &[usize], kind: Kind) -> NDBuffer {
     match kind {
         Kind::C | Kind::F => base,
         Kind::Strided => {
-            let sel: Vec<AxisSel> = shape.iter().map(|_| Slice::every(2).into()).collect();
+            let sel: Vec<AxisSel> = shape
+                .iter()
+                .map(|_| Slice::new(None, None, 2).into())
+                .collect();
             base.get(&sel).unwrap()
         }
         Kind::Offset if !shape.is_empty() => {

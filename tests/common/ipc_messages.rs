@@ -26,3 +26,16 @@ pub fn read_host(
         devbuf::arrow::Batch::Device(_) => unreachable!("host memory reads to a host batch"),
     }
 }
+
+/// The schema as an Arrow IPC `Schema` message, to hand to the reading side: the first
+/// message arrow-ipc's `StreamWriter` writes.
+pub fn schema_message(schema: &arrow_schema::Schema) -> Vec<u8> {
+    let mut v = Vec::new();
+    arrow_ipc::writer::StreamWriter::try_new(&mut v, schema).expect("a schema message");
+    v
+}
+
+/// A `Schema` message read back (arrow-ipc's `try_schema_from_ipc_buffer`).
+pub fn schema_of(bytes: &[u8]) -> Result<arrow_schema::SchemaRef, arrow_schema::ArrowError> {
+    arrow_ipc::convert::try_schema_from_ipc_buffer(bytes).map(std::sync::Arc::new)
+}

@@ -57,8 +57,8 @@ pub fn build(o: &Oracle, dtype: Dtype, order: Order) -> NDBuffer {
     }
     let nd = NDBuffer::from_memory(bytes, o.shape(), dtype, order).unwrap();
     match order {
-        Order::C => assert!(nd.is_c_contiguous()),
-        Order::F => assert!(nd.is_f_contiguous()),
+        Order::C => assert!(nd.is_contiguous(Order::C)),
+        Order::F => assert!(nd.is_contiguous(Order::F)),
     }
     nd
 }
@@ -142,7 +142,11 @@ pub fn random_selection(
             let a = rng.random_range(0..=len);
             let b = rng.random_range(a..=len);
             let step = rng.random_range(1..4);
-            sel.push(AxisSel::range_step(a..b, step));
+            sel.push(AxisSel::Range {
+                start: a,
+                end: b,
+                step,
+            });
             model.push(Err((a..b).step_by(step).collect()));
         } else if choice == 2 {
             let r = |rng: &mut SmallRng| -> Option<isize> {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use arrow_array::{Array, Int32Array, RecordBatch, StringArray};
 use devbuf::__test::{StreamGate, copy_on_stream, open_mapping_count};
 use devbuf::Error;
-use devbuf::arrow::{Batch, DeviceArray, schema_from_bytes, schema_to_bytes};
+use devbuf::arrow::{Batch, DeviceArray};
 use devbuf::cuda::{
     Context, DeviceBuffer, DeviceBufferReader, DeviceBufferWriter, Event, EventFlags, Stream,
 };
@@ -187,7 +187,8 @@ fn child_entry() {
             assert!(event.flags().interprocess);
             let mine = Stream::new(&c).unwrap();
             mine.wait_event(&event).unwrap();
-            let after = mine.record_event().unwrap();
+            let after = Event::new(&c, EventFlags::default()).unwrap();
+            after.record(&mine).unwrap();
             std::thread::sleep(Duration::from_millis(300));
             // The producer's stream is held: our stream waits on the device, and the
             // data is not there yet.
@@ -202,7 +203,7 @@ fn child_entry() {
         "arrow_consumer" => {
             let seed: u64 = env("SEED").parse().unwrap();
             let rows: usize = env("ROWS").parse().unwrap();
-            let schema = schema_from_bytes(&unhex(&env("SCHEMA"))).unwrap();
+            let schema = schema_of(&unhex(&env("SCHEMA"))).unwrap();
             let message = env("HANDLE")
                 .parse::<IpcMemHandle>()
                 .unwrap()
@@ -352,7 +353,7 @@ gpu_test_exclusive! {
         // hold the IPC registry that exporting needs.
         let eh = done.export_ipc().unwrap();
         let dst_handle = dst.export_ipc().unwrap().to_string();
-        assert_eq!(IpcEventHandle::from_bytes(&eh.to_bytes()).unwrap(), eh);
+        assert_eq!(IpcEventHandle::try_from(&Vec::from(&eh)[..]).unwrap(), eh);
         let gate = StreamGate::block(&stream).unwrap();
         copy_on_stream(&stream, &dst, &src).unwrap();
         done.record(&stream).unwrap();
@@ -478,7 +479,7 @@ gpu_test! {
         let v = c.open_ipc(&h).unwrap();
         assert_eq!(v.address(), s.address());
         assert_eq!(v.len(), 5000);
-        assert!(v.context().same_as(&c));
+        assert!(v.context() == &c);
         assert_eq!(c.bytes_allocated(), base + 10_007);
         assert_eq!(open_mapping_count(), 0, "no IPC mapping in the exporting process");
         // The primary context of the same device gets the same view.
@@ -601,7 +602,7 @@ gpu_test! {
             assert_eq!(message.to_vec::<u8>().unwrap(), serialize_to_vec(&b).unwrap());
             let d = read_device(&message, b.schema()).unwrap();
             assert_eq!(d.num_rows(), rows);
-            assert_eq!(d.num_columns(), b.num_columns());
+            assert_eq!(d.columns().len(), b.num_columns());
             for col in d.columns() {
                 for x in col.all_buffers() {
                     assert!(within(x, &message), "{:?} is not a slice of the message", col.data_type());
@@ -653,7 +654,7 @@ gpu_test! {
         let m = to_device_message(rb.clone(), &c).unwrap();
         let d = read_device(&m, rb.schema()).unwrap();
         assert_eq!(d.column_by_name("b").unwrap().len(), 2);
-        assert!(d.column(2).is_none());
+        assert!(d.columns().get(2).is_none());
     }
 
     /// The Arrow flow across processes: serialize on the device, export, read in the
@@ -666,7 +667,7 @@ gpu_test! {
         let mut p = spawn("arrow_consumer", &[
             ("SEED", seed.to_string()),
             ("ROWS", rows.to_string()),
-            ("SCHEMA", hexs(&schema_to_bytes(&b.schema()).unwrap())),
+            ("SCHEMA", hexs(&schema_message(&b.schema()))),
             ("HANDLE", message.export_ipc().unwrap().to_string()),
         ]);
         assert_eq!(p.expect("arrow"), format!("{rows} true true"));
@@ -747,4 +748,4 @@ gpu_test! {
     }
 }
 
-use crate::ipc_messages::{read_host, serialize_to_vec};
+use crate::ipc_messages::{read_host, schema_message, schema_of, serialize_to_vec};

@@ -168,7 +168,7 @@ gpu_test! {
                     assert_eq!(da.data_type(), ha.data_type(), "{what}");
                     assert_eq!(da.len(), ha.len(), "{what}");
                     assert_eq!(arrow_bytes(&da.to_host().unwrap().to_data()), arrow_bytes(&ha.to_data()), "{what}");
-                    let zero_copy = d.is_c_contiguous()
+                    let zero_copy = d.is_contiguous(Order::C)
                         && dtype.byteorder() == Endianness::NATIVE
                         && dtype.element() != ElementType::Bool
                         && aligned(&d)
@@ -213,10 +213,10 @@ gpu_test! {
                     if !shape.is_empty() {
                         let dr = d.clone().into_tensor_rows().unwrap();
                         check_tensors(&h.clone().into_tensor_rows().unwrap(), &dr, &format!("{what} rows"));
-                        assert_eq!(c_bytes(&dr.to_ndbuffer().unwrap()), c_bytes(&h), "{what}");
+                        assert_eq!(c_bytes(&dr.rows(0, dr.len()).unwrap()), c_bytes(&h), "{what}");
                     }
                     // Through the field: a device tensor column read back.
-                    let again = TensorArray::try_new(TensorType::from_field(&dt.field("x").unwrap()).unwrap(), dev(&dt)).unwrap();
+                    let again = TensorArray::try_new(TensorType::from_field(&dt.tensor_type().field("x", false).unwrap()).unwrap(), dev(&dt)).unwrap();
                     assert_eq!(c_bytes(&again.tensor(0).unwrap()), c_bytes(&h), "{what}");
                 }
             }
@@ -229,7 +229,7 @@ gpu_test! {
         let shape = [64usize, 512, 512];
         let buf = c.allocate(64 * 512 * 512 * 4).unwrap();
         let mut nd = NDBuffer::from_memory(buf, &shape, Dtype::FLOAT32, Order::C).unwrap();
-        nd.fill(Scalar::from(1.5f32)).unwrap();
+        nd.set_scalar(&[], Scalar::from(1.5f32)).unwrap();
         let base = first_addr(&nd);
         let before = c.bytes_allocated();
         let flat = nd.clone().into_arrow().unwrap().into_device().unwrap();

@@ -8,7 +8,8 @@
 use devbuf::__test::StreamGate;
 use devbuf::Error;
 use devbuf::cuda::{
-    self, Context, DeviceBuffer, DirectMode, PageableMode, ScatterMode, Stream, TransferConfig,
+    self, Context, DeviceBuffer, DirectMode, Event, EventFlags, PageableMode, ScatterMode, Stream,
+    TransferConfig,
 };
 use rand::Rng;
 use rand::rngs::SmallRng;
@@ -820,7 +821,8 @@ gpu_test! {
         let dev = c.allocate(n).unwrap();
         let up = dev.copy_from_host_async(0, src, &a).unwrap();
         up.chain(&b).unwrap();
-        let e = b.record_event().unwrap();
+        let e = Event::new(&c, EventFlags::default()).unwrap();
+        e.record(&b).unwrap();
         e.synchronize().unwrap();
         assert!(up.is_complete().unwrap(), "an event recorded after chain() completes after the copy");
         assert_bytes(&dev.slice(0, n).unwrap().to_host().unwrap(), &data, "chained event");

@@ -74,7 +74,11 @@ fn random_selection(rng: &mut SmallRng, shape: &[usize]) -> Vec<AxisSel> {
             1 => {
                 let a = below(rng, len + 1);
                 let b = a + below(rng, len - a + 1);
-                AxisSel::range_step(a..b, 1 + below(rng, 3))
+                AxisSel::Range {
+                    start: a,
+                    end: b,
+                    step: 1 + below(rng, 3),
+                }
             }
             2 => {
                 let r = |rng: &mut SmallRng| -> Option<isize> {
@@ -229,7 +233,7 @@ gpu_test! {
             let d = h.to_prototype(&DEV).unwrap();
             let what = |op: &str| format!("round {round} {op} on {dtype} {shape:?} {order:?}");
             assert_same(&d, &h, false, &what("upload"));
-            assert_eq!(d.is_c_contiguous(), h.is_c_contiguous());
+            assert_eq!(d.is_contiguous(Order::C), h.is_contiguous(Order::C));
             assert_eq!(d.to_prototype(&HOST).unwrap().to_buffer().unwrap().to_host().unwrap().to_vec(), stored_c_bytes(&h));
 
             // Views: selections, transposes, reshapes, copies.
@@ -294,8 +298,8 @@ gpu_test! {
             // Copy-on-write: the originals did not change.
             assert_same(&d, &h, false, &what("originals after writes"));
             let v = random_scalar(&mut rng, dtype.element());
-            dw.fill(v).unwrap();
-            hw.fill(v).unwrap();
+            dw.set_scalar(&[], v).unwrap();
+            hw.set_scalar(&[], v).unwrap();
             assert_same(&dw, &hw, false, &what("fill"));
         }
     }
@@ -310,14 +314,14 @@ gpu_test! {
             let d = NDBuffer::create(&DEV, &shape, dtype, order, Some(v)).unwrap();
             let h = NDBuffer::create(&HOST, &shape, dtype, order, Some(v)).unwrap();
             assert_same(&d, &h, false, "create");
-            assert_eq!(d.is_f_contiguous(), h.is_f_contiguous());
+            assert_eq!(d.is_contiguous(Order::F), h.is_contiguous(Order::F));
             let z = NDBuffer::create(&DEV, &shape, dtype, order, None).unwrap();
             assert_same(&z, &NDBuffer::create(&HOST, &shape, dtype, order, None).unwrap(), false, "create zeros");
             let e = NDBuffer::empty(&DEV, &shape, dtype, order).unwrap();
             assert!(e.prototype().is_device());
             match order {
-                Order::C => assert!(e.is_c_contiguous()),
-                Order::F => assert!(e.is_f_contiguous()),
+                Order::C => assert!(e.is_contiguous(Order::C)),
+                Order::F => assert!(e.is_contiguous(Order::F)),
             }
         }
         // zarr-python's cases, on the device.
@@ -346,13 +350,13 @@ gpu_test! {
         let c = ctx();
         let mut own = NDBuffer::create(&DEV, &[64, 64], Dtype::FLOAT32, Order::C, None).unwrap();
         let addr = own.as_ndarray_like().memory.address();
-        own.fill(Scalar::from(1.0f32)).unwrap();
-        own.set_scalar(&[Slice::every(2).into(), (1..63).into()], Scalar::from(2.0f32)).unwrap();
+        own.set_scalar(&[], Scalar::from(1.0f32)).unwrap();
+        own.set_scalar(&[Slice::new(None, None, 2).into(), (1..63).into()], Scalar::from(2.0f32)).unwrap();
         assert_eq!(own.as_ndarray_like().memory.address(), addr, "an exclusive buffer is written in place");
         // A buffer over someone's DeviceBuffer copies on the first write.
         let d = DeviceBuffer::from_slice(&c, &[0u32; 16]).unwrap();
         let mut nd = NDBuffer::from_memory(d.clone(), &[16], Dtype::UINT32, Order::C).unwrap();
-        nd.fill(Scalar::from(5u32)).unwrap();
+        nd.set_scalar(&[], Scalar::from(5u32)).unwrap();
         assert_ne!(nd.as_ndarray_like().memory.address(), d.address());
         assert_eq!(d.to_vec::<u32>().unwrap(), vec![0u32; 16]);
         assert!(nd.all_equal(Some(Scalar::from(5u32)), true).unwrap());
@@ -421,8 +425,9 @@ gpu_test! {
         let back = host_store.get("k", &DEV, None).unwrap().unwrap();
         assert!(back.prototype().is_device());
         assert_eq!(back.to_host().unwrap().to_vec(), data);
-        // from_values moves everything to the device.
-        let s2 = DeviceMemoryStore::from_values(&c, [("x", &ByteBuffer::from(vec![7u8; 3]))]).unwrap();
+        // A device store's values live on the device (zarr's GpuMemoryStore.from_dict).
+        let s2 = DeviceMemoryStore::new(&c);
+        s2.set("x", &ByteBuffer::from(vec![7u8; 3])).unwrap();
         assert!(s2.get("x", &DEV, None).unwrap().unwrap().prototype().is_device());
         assert!(s2.with_read_only(true).set("y", &ByteBuffer::from(vec![1u8])).is_err());
     }

@@ -54,7 +54,7 @@ fn assert_same(dev: &NDBuffer, host: &NDBuffer, what: &str) {
     assert_eq!(dev.shape(), host.shape(), "{what}: shape");
     assert_eq!(dev.dtype(), host.dtype(), "{what}: dtype");
     assert!(
-        dev.is_c_contiguous() && dev.dtype().byteorder() == Endianness::NATIVE,
+        dev.is_contiguous(Order::C) && dev.dtype().byteorder() == Endianness::NATIVE,
         "{what}"
     );
     assert!(
@@ -420,7 +420,7 @@ gpu_test_exclusive! {
 
 /// Why nvCOMP tests cannot run here, printed as SKIPPED.
 pub(crate) fn nvcomp_missing(test: &str) -> bool {
-    match devbuf::cuda::nvcomp::unavailable_reason() {
+    match devbuf::cuda::nvcomp::library().err().map(|e| e.to_string()) {
         Some(why) => {
             println!("SKIPPED {test}: nvCOMP not available: {why}");
             eprintln!("SKIPPED {test}: nvCOMP not available");

@@ -283,7 +283,7 @@ pub struct HostIpcHandle {
 }
 
 impl HostIpcHandle {
-    /// The size of [`to_bytes`](Self::to_bytes)'s output.
+    /// The size of the handle's bytes (`Vec::<u8>::from(&handle)`).
     pub const ENCODED_LEN: usize = HOST_SIZE;
 
     const EMPTY: HostIpcHandle = HostIpcHandle {
@@ -296,7 +296,7 @@ impl HostIpcHandle {
     };
 
     /// Builds a handle from its fields, for tests and tools. Inconsistent fields are
-    /// [`Error::Malformed`] as in [`from_bytes`](Self::from_bytes).
+    /// [`Error::Malformed`] as in `HostIpcHandle::try_from(&[u8])`.
     #[doc(hidden)]
     pub fn from_parts(
         pid: u32,
@@ -369,8 +369,8 @@ impl HostIpcHandle {
         self.pid
     }
 
-    /// Serializes into the fixed layout described in the [module docs](self).
-    pub fn to_bytes(&self) -> Vec<u8> {
+    /// The fixed layout described in the [module docs](self).
+    fn encode(&self) -> Vec<u8> {
         let mut w = handle_layout::Writer::default();
         w.bytes(HOST_MAGIC)
             .u16(VERSION)
@@ -385,9 +385,8 @@ impl HostIpcHandle {
         w.finish_with_checksum()
     }
 
-    /// Parses [`to_bytes`](Self::to_bytes)'s output; anything else is
-    /// [`Error::Malformed`] saying what was wrong. Never panics.
-    pub fn from_bytes(bytes: &[u8]) -> Result<HostIpcHandle> {
+    /// Parses [`encode`](Self::encode)'s output (see the `TryFrom<&[u8]>` impl).
+    fn decode(bytes: &[u8]) -> Result<HostIpcHandle> {
         let (mut r, flags) = handle_layout::open_layout(
             bytes,
             HOST_WHAT,
@@ -444,8 +443,8 @@ impl HostIpcHandle {
 
 /// A handle to a buffer in another process: device memory or host shared memory.
 ///
-/// Its bytes are those of the handle it holds; [`from_bytes`](Self::from_bytes) tells
-/// the kinds apart by their magic.
+/// Its bytes (`Vec::<u8>::from(&handle)`) are those of the handle it holds;
+/// `IpcHandle::try_from(&bytes[..])` tells the kinds apart by their magic.
 ///
 /// ```
 /// use devbuf_core::ipc::{IpcHandle, SharedMemory};
@@ -467,21 +466,24 @@ pub enum IpcHandle {
     Host(HostIpcHandle),
 }
 
-impl IpcHandle {
-    /// The bytes of the handle it holds.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        match self {
-            IpcHandle::Device(h) => h.to_bytes(),
-            IpcHandle::Host(h) => h.to_bytes(),
+/// The bytes of the handle it holds.
+impl From<&IpcHandle> for Vec<u8> {
+    fn from(handle: &IpcHandle) -> Vec<u8> {
+        match handle {
+            IpcHandle::Device(h) => h.encode(),
+            IpcHandle::Host(h) => h.encode(),
         }
     }
+}
 
-    /// Parses the bytes of either kind of handle; anything else is
-    /// [`Error::Malformed`].
-    pub fn from_bytes(bytes: &[u8]) -> Result<IpcHandle> {
+/// Parses the bytes of either kind of handle; anything else is [`Error::Malformed`].
+impl TryFrom<&[u8]> for IpcHandle {
+    type Error = Error;
+
+    fn try_from(bytes: &[u8]) -> Result<IpcHandle> {
         match bytes.get(..8) {
-            Some(m) if m == MEM_MAGIC => Ok(IpcHandle::Device(IpcMemHandle::from_bytes(bytes)?)),
-            Some(m) if m == HOST_MAGIC => Ok(IpcHandle::Host(HostIpcHandle::from_bytes(bytes)?)),
+            Some(m) if m == MEM_MAGIC => Ok(IpcHandle::Device(IpcMemHandle::decode(bytes)?)),
+            Some(m) if m == HOST_MAGIC => Ok(IpcHandle::Host(HostIpcHandle::decode(bytes)?)),
             Some(m) if m == EVENT_MAGIC => Err(Error::Malformed(
                 "these bytes are an IPC event handle, not a buffer handle".into(),
             )),
@@ -494,10 +496,40 @@ impl IpcHandle {
     }
 }
 
-/// Lowercase hexadecimal of [`to_bytes`](HostIpcHandle::to_bytes): text to hand to another process.
+/// The handle's bytes: the fixed, versioned layout described in the
+/// [module docs](self) ([`HostIpcHandle::ENCODED_LEN`] bytes).
+///
+/// ```
+/// use devbuf_core::ipc::{HostIpcHandle, SharedMemory};
+/// # if cfg!(not(target_os = "linux")) { return Ok(()); }
+/// let shm = SharedMemory::create(100)?;
+/// let h = shm.export_ipc(..)?;
+/// let bytes = Vec::<u8>::from(&h);
+/// assert_eq!(bytes.len(), HostIpcHandle::ENCODED_LEN);
+/// assert_eq!(HostIpcHandle::try_from(&bytes[..])?, h);
+/// # Ok::<(), devbuf_core::Error>(())
+/// ```
+impl From<&HostIpcHandle> for Vec<u8> {
+    fn from(handle: &HostIpcHandle) -> Vec<u8> {
+        handle.encode()
+    }
+}
+
+/// Parses the handle's bytes (`Vec::<u8>::from(&handle)`); anything else is
+/// [`Error::Malformed`] saying what was wrong. Never panics.
+impl TryFrom<&[u8]> for HostIpcHandle {
+    type Error = Error;
+
+    fn try_from(bytes: &[u8]) -> Result<HostIpcHandle> {
+        HostIpcHandle::decode(bytes)
+    }
+}
+
+/// Lowercase hexadecimal of the handle's bytes (`Vec::<u8>::from(&handle)`): text to
+/// hand to another process.
 impl fmt::Display for HostIpcHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&handle_layout::hex(&self.to_bytes()))
+        f.write_str(&handle_layout::hex(&self.encode()))
     }
 }
 
@@ -507,14 +539,15 @@ impl std::str::FromStr for HostIpcHandle {
     type Err = Error;
 
     fn from_str(text: &str) -> Result<HostIpcHandle> {
-        Self::from_bytes(&handle_layout::from_hex(text, HOST_WHAT)?)
+        Self::decode(&handle_layout::from_hex(text, HOST_WHAT)?)
     }
 }
 
-/// Lowercase hexadecimal of [`to_bytes`](IpcHandle::to_bytes): text to hand to another process.
+/// Lowercase hexadecimal of the handle's bytes (`Vec::<u8>::from(&handle)`): text to
+/// hand to another process.
 impl fmt::Display for IpcHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&handle_layout::hex(&self.to_bytes()))
+        f.write_str(&handle_layout::hex(&Vec::from(self)))
     }
 }
 
@@ -524,7 +557,7 @@ impl std::str::FromStr for IpcHandle {
     type Err = Error;
 
     fn from_str(text: &str) -> Result<IpcHandle> {
-        Self::from_bytes(&handle_layout::from_hex(text, "a buffer handle")?)
+        IpcHandle::try_from(&handle_layout::from_hex(text, "a buffer handle")?[..])
     }
 }
 

@@ -56,7 +56,7 @@ pub use error::{Error, ErrorKind, ErrorSource, Result};
 /// Internals that devbuf-zarr and devbuf-flight share with this crate (the crates are
 /// separate, so these must be `pub`). Not API: no semver promise, not re-exported by
 /// the facade `devbuf`. Users call the same operations on an
-/// [`NDBuffer`](zarr::NDBuffer) (`fill`, `astype`, `copy_order`, `all_equal`) or read
+/// [`NDBuffer`](zarr::NDBuffer) (`set_scalar`, `astype`, `copy_order`, `all_equal`) or read
 /// through `ZarrArray`.
 #[doc(hidden)]
 pub mod __private {

@@ -6,7 +6,7 @@
 
 use devbuf::ElementType;
 use devbuf::memory::Memory;
-use devbuf::zarr::{BufferPrototype, Dtype, NDBuffer};
+use devbuf::zarr::{BufferPrototype, Dtype, NDBuffer, Order};
 use pyo3::exceptions::{PyAttributeError, PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -88,7 +88,7 @@ impl ArrayBase {
         &self,
         py: Python<'py>,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        if self.nd.is_c_contiguous() {
+        if self.nd.is_contiguous(Order::C) {
             Ok(None)
         } else {
             Ok(Some(PyTuple::new(py, self.nd.strides())?))
@@ -109,7 +109,7 @@ impl ArrayBase {
                 Ok(ArrayExport { array, field })
             } else {
                 let t = nd.into_tensor_rows()?;
-                let field = t.field("")?;
+                let field = t.tensor_type().field("", false)?;
                 Ok(ArrayExport {
                     array: t.into_storage(),
                     field,
@@ -209,7 +209,7 @@ impl ArrayBase {
     /// True for C-contiguous arrays (every read returns one).
     #[getter]
     fn is_c_contiguous(&self) -> bool {
-        self.nd.is_c_contiguous()
+        self.nd.is_contiguous(Order::C)
     }
 
     fn __len__(&self) -> PyResult<usize> {

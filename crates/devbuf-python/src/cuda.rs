@@ -356,7 +356,7 @@ impl PyIpcMemHandle {
     /// devbuf's versioned bytes (offset, length, device UUID, process): what
     /// `open_ipc_buffer` takes.
     fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, &self.h.to_bytes())
+        PyBytes::new(py, &Vec::<u8>::from(&self.h))
     }
 
     /// Parses `to_bytes()`'s output.
@@ -364,7 +364,7 @@ impl PyIpcMemHandle {
     fn from_bytes(data: &Bound<'_, PyAny>) -> PyResult<PyIpcMemHandle> {
         let b = BorrowedBytes::new(data)?;
         Ok(PyIpcMemHandle {
-            h: IpcMemHandle::from_bytes(b.as_slice()).py()?,
+            h: IpcMemHandle::try_from(b.as_slice()).py()?,
         })
     }
 
@@ -437,7 +437,7 @@ fn handle_of(handle: &Bound<'_, PyAny>) -> PyResult<IpcMemHandle> {
     let b = BorrowedBytes::new(handle).map_err(|_| {
         PyTypeError::new_err("an IPC handle is an IpcMemHandle, its to_bytes() or its str()")
     })?;
-    IpcMemHandle::from_bytes(b.as_slice()).py()
+    IpcMemHandle::try_from(b.as_slice()).py()
 }
 
 /// Opens an IPC handle (an `IpcMemHandle`, its `to_bytes()` or its `str()`) on the

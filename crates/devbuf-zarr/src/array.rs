@@ -50,7 +50,7 @@ use devbuf_core::zarr::{BufferPrototype, Dtype, Endianness, NDBuffer, Order, Sca
 ///
 /// ```
 /// use devbuf_zarr::ZarrArray;
-/// use devbuf_core::zarr::{BufferPrototype, Dtype};
+/// use devbuf_core::zarr::{BufferPrototype, Dtype, Order};
 /// let a = ZarrArray::open("../../tests/fixtures/zarr/v2_float32_F.zarr")?;
 /// assert_eq!(a.metadata().shape, vec![10, 7]);
 /// assert_eq!(a.dtype(), Dtype::FLOAT32);
@@ -58,7 +58,7 @@ use devbuf_core::zarr::{BufferPrototype, Dtype, Endianness, NDBuffer, Order, Sca
 /// let chunk = a.read_chunks(&[[2u64, 2]]).to(&BufferPrototype::Host)?.remove(0); // clipped at the edge
 /// assert_eq!(chunk.shape(), &[2, 1]);
 /// let whole = a.read(..).to(&BufferPrototype::Host)?;
-/// assert!(whole.is_c_contiguous());
+/// assert!(whole.is_contiguous(Order::C));
 /// let v = whole.to_ndarray::<f32>()?;
 /// assert_eq!(v[[9, 6]], chunk.to_ndarray::<f32>()?[[1, 0]]);
 /// # Ok::<(), devbuf_core::Error>(())

@@ -426,7 +426,7 @@ fn check_devices(devices: &[Context]) -> Result<()> {
                 "a spread read: device {} is listed twice (positions {} and {i}); name each \
                  device once",
                 a.ordinal(),
-                devices.iter().position(|c| c.same_as(b)).unwrap_or(0)
+                devices.iter().position(|c| c == b).unwrap_or(0)
             )));
         }
     }

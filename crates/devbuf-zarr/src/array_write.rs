@@ -349,7 +349,7 @@ impl ZarrArray {
         } else {
             value.clone()
         };
-        if v.is_c_contiguous() {
+        if v.is_contiguous(Order::C) {
             Ok(v)
         } else {
             v.copy_order(Order::C)

@@ -156,15 +156,6 @@ impl ZarrMetadata {
         Dtype::from(self.stored_dtype.element())
     }
 
-    /// Bytes of the whole array as read (C order, native).
-    pub fn nbytes(&self) -> u64 {
-        self.shape
-            .iter()
-            .fold(self.stored_dtype.element().size() as u64, |a, &s| {
-                a.saturating_mul(s)
-            })
-    }
-
     pub(crate) fn from_array<T: ?Sized>(array: &Array<T>, location: &str) -> Result<ZarrMetadata> {
         // The document as `zarrs` parsed it, checked before anything below (or a read)
         // computes with its shapes: see `validate`.

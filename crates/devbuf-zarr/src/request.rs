@@ -34,7 +34,7 @@ use devbuf_core::zarr::{AxisSel, BufferPrototype, NDBuffer};
 /// let host = BufferPrototype::Host;
 /// assert_eq!(a.read(..).to(&host)?.shape(), &[10, 7]);
 /// assert_eq!(a.read([2..5, 0..7]).to(&host)?.shape(), &[3, 7]);
-/// let v = a.read([Slice::every(3).into(), AxisSel::Index(-1)]).to(&host)?;
+/// let v = a.read([Slice::new(None, None, 3).into(), AxisSel::Index(-1)]).to(&host)?;
 /// assert_eq!(v.shape(), &[4]); // rows 0, 3, 6, 9 of the last column
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
@@ -259,10 +259,10 @@ impl ZarrArray {
     ///
     /// ```
     /// use devbuf_zarr::ZarrArray;
-    /// use devbuf_core::zarr::BufferPrototype;
+    /// use devbuf_core::zarr::{BufferPrototype, Order};
     /// let a = ZarrArray::open("../../tests/fixtures/zarr/v2_float32_F.zarr")?;
     /// let whole = a.read(..).to(&BufferPrototype::Host)?;
-    /// assert!(whole.is_c_contiguous());
+    /// assert!(whole.is_contiguous(Order::C));
     /// assert_eq!(whole.shape(), &[10, 7]);
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```

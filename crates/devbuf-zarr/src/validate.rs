@@ -319,7 +319,8 @@ fn check_v2(doc: &Value, d: &Doc) -> Result<()> {
     let size = match obj.get("dtype") {
         // numpy datetime64 / timedelta64: 8-byte counts of the unit.
         Some(Value::String(s)) if crate::time_v2::parse(s).is_some() => 8,
-        Some(Value::String(s)) => Dtype::parse(s)
+        Some(Value::String(s)) => s
+            .parse::<Dtype>()
             .map_err(|_| {
                 let object = s.trim_start_matches(['<', '>', '=', '|']) == "O";
                 // numpy objects are stored through an object codec (the first filter):

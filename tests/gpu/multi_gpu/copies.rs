@@ -76,14 +76,14 @@ gpu_test_exclusive! {
     /// Peer copies of 1 byte to 8 MiB (odd sizes, odd offsets of source and destination)
     /// give exactly the source's bytes in both directions, blocking and on a stream of
     /// either device, with peer access on and with it off; copying with access off does
-    /// not turn it on again (the driver's own view is probed), and `enable_peer_access`
+    /// not turn it on again (the driver's own view is probed), and `set_peer_access(peer, true)`
     /// turns it on again from either side.
     fn peer_copies_with_peer_access_on_and_off() {
         let Some(d1) = second_ctx("peer_copies_with_peer_access_on_and_off") else { return };
         let d0 = ctx();
         let _again = PeerOnAgain(d0.clone(), d1.clone());
-        let direct = d0.enable_peer_access(&d1).unwrap();
-        assert_eq!(d1.enable_peer_access(&d0).unwrap(), direct, "peer access is symmetric");
+        let direct = d0.set_peer_access(&d1, true).unwrap();
+        assert_eq!(d1.set_peer_access(&d0, true).unwrap(), direct, "peer access is symmetric");
         println!("peer access between devices 0 and 1 possible: {direct}");
         assert_eq!(driver_peer_access(&d0, &d1), direct);
         assert_eq!(driver_peer_access(&d1, &d0), direct);
@@ -91,11 +91,11 @@ gpu_test_exclusive! {
         let sizes = [1usize, 2, 3, 17, 255, 4095, 4097, 65_537, (1 << 20) + 13, (8 << 20) + 1];
         for on in [true, false] {
             if on {
-                assert_eq!(d0.enable_peer_access(&d1).unwrap(), direct);
+                assert_eq!(d0.set_peer_access(&d1, true).unwrap(), direct);
             } else {
-                d0.disable_peer_access(&d1).unwrap();
-                assert!(!driver_peer_access(&d0, &d1), "disable_peer_access: 0 -> 1 still on");
-                assert!(!driver_peer_access(&d1, &d0), "disable_peer_access: 1 -> 0 still on");
+                d0.set_peer_access(&d1, false).unwrap();
+                assert!(!driver_peer_access(&d0, &d1), "set_peer_access(false): 0 -> 1 still on");
+                assert!(!driver_peer_access(&d1, &d0), "set_peer_access(false): 1 -> 0 still on");
             }
             let state = if on { "on" } else { "off" };
             for (src, dst) in [(&d0, &d1), (&d1, &d0)] {
@@ -122,19 +122,19 @@ gpu_test_exclusive! {
             assert_eq!(driver_peer_access(&d1, &d0), on && direct, "peer access {state}, 1 -> 0");
         }
         // Off from device 1's side, on again from device 0's: both directions follow.
-        d1.disable_peer_access(&d0).unwrap();
+        d1.set_peer_access(&d0, false).unwrap();
         assert!(!driver_peer_access(&d0, &d1) && !driver_peer_access(&d1, &d0));
         check_peer_copy(&mut r, &d1, &d0, 4097, How::OnSourceStream, "off from device 1's side");
         assert!(!driver_peer_access(&d0, &d1) && !driver_peer_access(&d1, &d0));
-        d1.disable_peer_access(&d0).unwrap(); // twice is fine
-        assert_eq!(d0.enable_peer_access(&d1).unwrap(), direct);
+        d1.set_peer_access(&d0, false).unwrap(); // twice is fine
+        assert_eq!(d0.set_peer_access(&d1, true).unwrap(), direct);
         assert_eq!(driver_peer_access(&d0, &d1), direct);
         assert_eq!(driver_peer_access(&d1, &d0), direct);
         check_peer_copy(&mut r, &d0, &d1, 4097, How::OnDestinationStream, "on again");
         // A pair on one device is always "on" and cannot be turned off.
         let other0 = Context::new_dedicated(0).unwrap();
-        other0.disable_peer_access(&d0).unwrap();
-        assert!(other0.enable_peer_access(&d0).unwrap());
+        other0.set_peer_access(&d0, false).unwrap();
+        assert!(other0.set_peer_access(&d0, true).unwrap());
     }
 
     /// 1 GiB (64 MiB under `DEVBUF_TEST_SMALL`) from device 0 to device 1 and back, with
@@ -147,7 +147,7 @@ gpu_test_exclusive! {
         let Some(d1) = second_ctx(test) else { return };
         let d0 = ctx();
         let _again = PeerOnAgain(d0.clone(), d1.clone());
-        let direct = d0.enable_peer_access(&d1).unwrap();
+        let direct = d0.set_peer_access(&d1, true).unwrap();
         let n = if small_sizes() { (64 << 20) + 5 } else { GIB };
         let (need0, need1) = (2 * n + 512 * MIB, n + 512 * MIB);
         let (free0, free1) = (d0.free_memory().unwrap(), d1.free_memory().unwrap());
@@ -168,9 +168,9 @@ gpu_test_exclusive! {
         let gbps = |secs: f64| n as f64 / secs / 1e9;
         for on in [true, false] {
             if on {
-                assert_eq!(d0.enable_peer_access(&d1).unwrap(), direct);
+                assert_eq!(d0.set_peer_access(&d1, true).unwrap(), direct);
             } else {
-                d0.disable_peer_access(&d1).unwrap();
+                d0.set_peer_access(&d1, false).unwrap();
             }
             let state = if on { "on" } else { "off" };
             // 0 -> 1, blocking, the whole buffer.
@@ -210,7 +210,7 @@ gpu_test_exclusive! {
                 gbps(on_other)
             );
         }
-        assert_eq!(d0.enable_peer_access(&d1).unwrap(), direct);
+        assert_eq!(d0.set_peer_access(&d1, true).unwrap(), direct);
     }
 }
 

@@ -110,7 +110,7 @@ struct PeerOnAgain(Context, Context);
 
 impl Drop for PeerOnAgain {
     fn drop(&mut self) {
-        let _ = self.0.enable_peer_access(&self.1);
+        let _ = self.0.set_peer_access(&self.1, true);
     }
 }
 

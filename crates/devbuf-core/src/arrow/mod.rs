@@ -37,7 +37,7 @@ pub use batch::Batch;
 pub use chunk_batch::{CHUNK_COLUMN, CHUNK_GRID_METADATA_KEY, ChunkBatch, ChunkGrid};
 pub use device::DeviceArray;
 pub use ipc_format::{
-    DeviceRecordBatch, read_record_batch, schema_from_bytes, schema_to_bytes,
-    serialize_record_batch, serialize_record_batch_on, serialize_record_batch_shared,
+    DeviceRecordBatch, read_record_batch, serialize_record_batch, serialize_record_batch_on,
+    serialize_record_batch_shared,
 };
 pub use tensor::{FIXED_SHAPE_TENSOR, TensorArray, TensorType};

@@ -457,7 +457,7 @@ impl DeviceBuffer {
     ///
     /// `src` may live in this buffer's context or in another one, on this device or
     /// another (a peer copy: direct over NVLink or PCIe where the devices allow it, see
-    /// [`Context::enable_peer_access`], else staged by the driver); the stream belongs
+    /// [`Context::set_peer_access`], else staged by the driver); the stream belongs
     /// to either buffer's context. Within one context the two ranges must not overlap
     /// (a stream-ordered copy cannot go through a temporary as
     /// [`copy_from_device`](Self::copy_from_device) does); anything else is an

@@ -316,55 +316,45 @@ impl Context {
         driver::ctx_synchronize()
     }
 
-    /// True when both handles are the same context.
-    pub fn same_as(&self, other: &Context) -> bool {
+    /// True when both handles are the same context (what `==` compares).
+    pub(crate) fn same_as(&self, other: &Context) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
-    /// Lets this context's device read and write `peer`'s memory directly (NVLink or
-    /// PCIe peer-to-peer), in both directions, where the hardware allows.
+    /// Turns direct access between this context's device and `peer`'s (NVLink or PCIe
+    /// peer-to-peer) on or off, in both directions, and returns whether it is on now.
     ///
-    /// Returns whether direct access is on. Copies between devices work either way
-    /// (the driver stages them through host memory otherwise); devbuf calls this itself
-    /// before the first copy between two devices, unless the pair's access was turned
-    /// off with [`disable_peer_access`](Self::disable_peer_access) (an explicit call
-    /// turns it on again). Idempotent and cheap after the first call for a pair.
+    /// * `true`: lets each device read and write the other's memory directly, where the
+    ///   hardware allows (`false` back when it does not). Copies between devices work
+    ///   either way (the driver stages them through host memory otherwise); devbuf
+    ///   turns access on by itself before the first copy between two devices, unless
+    ///   the pair was turned off. Idempotent and cheap after the first call for a pair.
+    /// * `false`: turns access off and keeps devbuf from turning it on by itself:
+    ///   copies between the two (`copy_from_device`, `copy_from_device_on`) then go
+    ///   through the driver's staging in host memory, until `set_peer_access(peer,
+    ///   true)`. For measuring both paths, and for systems where peer transfers are
+    ///   unreliable. A pair whose access was never on is fine; returns `false`.
     ///
-    /// ```no_run
-    /// use devbuf_core::cuda::{device_count, Context};
-    /// if device_count() >= 2 {
-    ///     let (d0, d1) = (Context::new(0)?, Context::new(1)?);
-    ///     println!("direct access between devices 0 and 1: {}", d0.enable_peer_access(&d1)?);
-    /// }
-    /// # Ok::<(), devbuf_core::Error>(())
-    /// ```
-    pub fn enable_peer_access(&self, peer: &Context) -> Result<bool> {
-        self.peer_access(peer, true)
-    }
-
-    /// Turns direct access between this context's device and `peer`'s off again, in
-    /// both directions, and keeps devbuf from turning it on by itself: copies between
-    /// the two (`copy_from_device`, `copy_from_device_on`) then go through the
-    /// driver's staging in host memory, until
-    /// [`enable_peer_access`](Self::enable_peer_access) is called for the pair. For
-    /// measuring both paths, and for systems where peer transfers are unreliable.
-    /// A pair on one device, or one whose access was never on, is fine.
+    /// Two contexts of one device always share memory: `true` either way.
     ///
     /// ```no_run
     /// use devbuf_core::cuda::{device_count, Context};
     /// if device_count() >= 2 {
     ///     let (d0, d1) = (Context::new(0)?, Context::new(1)?);
-    ///     d0.disable_peer_access(&d1)?;
+    ///     println!("direct access between devices 0 and 1: {}", d0.set_peer_access(&d1, true)?);
+    ///     assert!(!d0.set_peer_access(&d1, false)?);
     ///     let a = d0.allocate(1 << 20)?;
     ///     let b = d1.allocate(1 << 20)?;
     ///     b.copy_from_device(0, &a)?; // staged through host memory by the driver
-    ///     assert!(d0.enable_peer_access(&d1).is_ok());
     /// }
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
-    pub fn disable_peer_access(&self, peer: &Context) -> Result<()> {
+    pub fn set_peer_access(&self, peer: &Context, enabled: bool) -> Result<bool> {
+        if enabled {
+            return self.peer_access(peer, true);
+        }
         if self.ordinal() == peer.ordinal() {
-            return Ok(());
+            return Ok(true);
         }
         let mut map = peer_states().lock().unwrap_or_else(|p| p.into_inner());
         let key = (self.inner.id, peer.inner.id);
@@ -376,11 +366,11 @@ impl Context {
         }
         map.insert(key, PeerState::Off);
         map.insert((key.1, key.0), PeerState::Off);
-        Ok(())
+        Ok(false)
     }
 
     /// Direct access to `peer` for a copy: on where the hardware allows, unless the
-    /// pair was turned off by [`disable_peer_access`](Self::disable_peer_access).
+    /// pair was turned off by [`set_peer_access`](Self::set_peer_access)`(peer, false)`.
     pub(crate) fn peer_access_for_copy(&self, peer: &Context) -> Result<bool> {
         self.peer_access(peer, false)
     }
@@ -579,6 +569,8 @@ impl fmt::Debug for Context {
     }
 }
 
+/// True when both handles are the same context (clones of one `Context`, or
+/// `Context::new` twice for one device's primary context).
 impl PartialEq for Context {
     fn eq(&self, other: &Self) -> bool {
         self.same_as(other)
@@ -618,7 +610,7 @@ enum PeerState {
     On,
     /// The hardware does not allow it.
     Unavailable,
-    /// Turned off by [`Context::disable_peer_access`].
+    /// Turned off by [`Context::set_peer_access`]`(peer, false)`.
     Off,
 }
 

@@ -98,7 +98,7 @@ impl DeviceBufferReader {
     }
 
     /// Bytes from the position to the end (0 past the end).
-    pub fn remaining(&self) -> usize {
+    fn remaining(&self) -> usize {
         (self.buf.len() as u64).saturating_sub(self.pos) as usize
     }
 

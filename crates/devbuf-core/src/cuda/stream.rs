@@ -35,11 +35,12 @@ impl Drop for StreamInner {
 /// is destroyed when the last clone drops (queued work still completes).
 ///
 /// ```no_run
-/// use devbuf_core::cuda::{Context, Stream};
+/// use devbuf_core::cuda::{Context, Event, EventFlags, Stream};
 /// let ctx = Context::new(0)?;
 /// let a = Stream::new(&ctx)?;
 /// let b = Stream::new(&ctx)?;
-/// let done_on_a = a.record_event()?;
+/// let done_on_a = Event::new(&ctx, EventFlags::default())?;
+/// done_on_a.record(&a)?; // after the work queued on `a` so far
 /// b.wait_event(&done_on_a)?; // b's later work waits for a's earlier work, on the device
 /// b.synchronize()?;
 /// # Ok::<(), devbuf_core::Error>(())
@@ -88,8 +89,9 @@ impl Stream {
         driver::stream_query(self.inner.raw)
     }
 
-    /// Records a new event after the work queued so far.
-    pub fn record_event(&self) -> Result<Event> {
+    /// Records a new event after the work queued so far (`Event::new` +
+    /// [`Event::record`]).
+    pub(crate) fn record_event(&self) -> Result<Event> {
         let e = Event::new(&self.inner.ctx, EventFlags::default())?;
         e.record(self)?;
         Ok(e)
@@ -270,9 +272,9 @@ impl Event {
     /// The raw `CUevent`, for interop (devbuf keeps ownership; do not destroy it).
     ///
     /// ```no_run
-    /// use devbuf_core::cuda::{Context, Stream};
+    /// use devbuf_core::cuda::{Context, Event, EventFlags};
     /// let ctx = Context::new(0)?;
-    /// let e = Stream::new(&ctx)?.record_event()?;
+    /// let e = Event::new(&ctx, EventFlags::default())?;
     /// assert!(!e.as_raw().is_null());
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```
@@ -287,10 +289,11 @@ impl Stream {
     /// block). This is how a consumer honours another library's event.
     ///
     /// ```no_run
-    /// use devbuf_core::cuda::{Context, Stream};
+    /// use devbuf_core::cuda::{Context, Event, EventFlags, Stream};
     /// let ctx = Context::new(0)?;
     /// let (producer, consumer) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
-    /// let done = producer.record_event()?; // imagine this handle came from C
+    /// let done = Event::new(&ctx, EventFlags::default())?; // imagine this handle came from C
+    /// done.record(&producer)?;
     /// // Safety: `done` is a live event for the duration of the call.
     /// unsafe { consumer.wait_raw_event(done.as_raw())? };
     /// # Ok::<(), devbuf_core::Error>(())
@@ -313,10 +316,11 @@ impl Context {
     /// synchronous copies and kernels) wait until `event` completes, on the device.
     ///
     /// ```no_run
-    /// use devbuf_core::cuda::{Context, Stream};
+    /// use devbuf_core::cuda::{Context, Event, EventFlags, Stream};
     /// let ctx = Context::new(0)?;
     /// let s = Stream::new(&ctx)?;
-    /// let done = s.record_event()?;
+    /// let done = Event::new(&ctx, EventFlags::default())?;
+    /// done.record(&s)?;
     /// ctx.default_stream_wait_event(&done)?; // later synchronous copies see s's work
     /// # Ok::<(), devbuf_core::Error>(())
     /// ```

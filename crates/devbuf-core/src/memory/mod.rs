@@ -14,7 +14,7 @@
 //! * crate-private: `host_ops`, the CPU twins of the device kernels (numpy's semantics
 //!   on the host), and `HostOutput`; devbuf-zarr and devbuf-flight reach them through
 //!   the hidden `devbuf_core::__private`. Users call the same operations on an
-//!   [`NDBuffer`](crate::zarr::NDBuffer) (`fill`, `astype`, `copy_order`, `all_equal`).
+//!   [`NDBuffer`](crate::zarr::NDBuffer) (`set_scalar`, `astype`, `copy_order`, `all_equal`).
 
 use std::fmt;
 

@@ -40,8 +40,8 @@ use crate::memory::{Memory, Place};
 /// let ab = ByteBuffer::concat(&a.prototype(), [&a, &b])?;
 /// assert_eq!(&ab.to_host()?[..], b"hello world");
 /// assert_eq!(&ab.get(6..)?.to_host()?[..], b"world");
-/// assert_eq!(&ab.get(Slice::range(-5, -3))?.to_host()?[..], b"wo");
-/// assert!(ab.get(Slice::every(2)).is_err()); // steps are an error
+/// assert_eq!(&ab.get(Slice::new(Some(-5), Some(-3), 1))?.to_host()?[..], b"wo");
+/// assert!(ab.get(Slice::new(None, None, 2)).is_err()); // steps are an error
 /// assert!(ByteBuffer::default().is_empty());
 /// // BufferPrototype::Device(0) on a GPU: one copy there
 /// let on_host = ByteBuffer::from(vec![1u8, 2]).to_prototype(&BufferPrototype::Host)?;

@@ -208,26 +208,40 @@ impl Dtype {
         self.endianness
     }
 
-    /// The same element type in another byte order.
-    pub const fn with_byteorder(&self, endianness: Endianness) -> Dtype {
-        Dtype::new(self.element, endianness)
-    }
-
     /// True when elements must be byte-swapped to become little-endian values (the
     /// form the kernels compute on).
     pub(crate) fn needs_swap(&self) -> bool {
         self.element.size() > 1 && self.endianness == Endianness::Big
     }
+}
 
-    /// Parses numpy's spellings: names (`"float32"`, `"bool"`, `"uint8"`) and type
-    /// strings with an optional byte order (`"<f4"`, `">i8"`, `"=u2"`, `"|b1"`, `"c16"`,
-    /// `"?"`).
-    pub fn parse(s: &str) -> Result<Dtype> {
+impl From<ElementType> for Dtype {
+    /// `element` in this machine's byte order ([`Endianness::NATIVE`]).
+    fn from(element: ElementType) -> Dtype {
+        Dtype::new(element, Endianness::NATIVE)
+    }
+}
+
+/// Parses numpy's spellings: names (`"float32"`, `"bool"`, `"uint8"`) and type
+/// strings with an optional byte order (`"<f4"`, `">i8"`, `"=u2"`, `"|b1"`, `"c16"`,
+/// `"?"`).
+///
+/// ```
+/// use devbuf_core::zarr::Dtype;
+/// assert_eq!("float32".parse::<Dtype>()?, Dtype::FLOAT32);
+/// assert_eq!(">i8".parse::<Dtype>()?.to_string(), ">i8");
+/// assert!("f3".parse::<Dtype>().is_err());
+/// # Ok::<(), devbuf_core::Error>(())
+/// ```
+impl FromStr for Dtype {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Dtype> {
         let bad = || {
             Error::invalid(format!(
                 "unknown dtype {s:?}: expected a numpy name (bool, int8..int64, uint8..uint64, \
-                 float16, float32, float64, complex64, complex128) or a type string such as \
-                 \"<f4\", \">i8\", \"|b1\", \"c16\""
+                     float16, float32, float64, complex64, complex128) or a type string such as \
+                     \"<f4\", \">i8\", \"|b1\", \"c16\""
             ))
         };
         if let Some(t) = ElementType::ALL.iter().find(|t| t.name() == s) {
@@ -254,20 +268,6 @@ impl Dtype {
         let size: usize = digits.parse().map_err(|_| bad())?;
         let element = ElementType::from_code(kind, size).ok_or_else(bad)?;
         Ok(Dtype::new(element, endianness))
-    }
-}
-
-impl From<ElementType> for Dtype {
-    /// `element` in this machine's byte order ([`Endianness::NATIVE`]).
-    fn from(element: ElementType) -> Dtype {
-        Dtype::new(element, Endianness::NATIVE)
-    }
-}
-
-impl FromStr for Dtype {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Dtype> {
-        Dtype::parse(s)
     }
 }
 
@@ -627,16 +627,16 @@ mod tests {
             let l = Dtype::new(t, Endianness::Little);
             assert_eq!(l.to_string().parse::<Dtype>().unwrap(), l);
         }
-        assert_eq!(Dtype::parse("|b1").unwrap(), Dtype::BOOL);
-        assert_eq!(Dtype::parse("?").unwrap(), Dtype::BOOL);
-        assert_eq!(Dtype::parse(">i1").unwrap(), Dtype::INT8);
+        assert_eq!("|b1".parse::<Dtype>().unwrap(), Dtype::BOOL);
+        assert_eq!("?".parse::<Dtype>().unwrap(), Dtype::BOOL);
+        assert_eq!(">i1".parse::<Dtype>().unwrap(), Dtype::INT8);
         assert_eq!(Dtype::new(E::UInt8, Endianness::Big).to_string(), "uint8");
-        let e = Dtype::parse("f3").unwrap_err().to_string();
+        let e = "f3".parse::<Dtype>().unwrap_err().to_string();
         assert!(e.contains("unknown dtype \"f3\""), "{e}");
-        assert!(Dtype::parse("").is_err());
-        assert!(Dtype::parse(">").is_err());
+        assert!("".parse::<Dtype>().is_err());
+        assert!(">".parse::<Dtype>().is_err());
         for bad in ["f+4", "<i-1", "u 2", "c+16", "f٤"] {
-            assert!(Dtype::parse(bad).is_err(), "{bad}");
+            assert!(bad.parse::<Dtype>().is_err(), "{bad}");
         }
     }
 

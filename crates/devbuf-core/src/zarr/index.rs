@@ -28,19 +28,10 @@ pub struct Slice {
 }
 
 impl Slice {
-    /// `start:stop:step`.
+    /// `start:stop:step`: `Slice::new(Some(1), Some(-1), 1)` is `1:-1`,
+    /// `Slice::new(None, None, 2)` is `::2`.
     pub fn new(start: Option<isize>, stop: Option<isize>, step: isize) -> Slice {
         Slice { start, stop, step }
-    }
-
-    /// `start:stop` (step 1).
-    pub fn range(start: isize, stop: isize) -> Slice {
-        Slice::new(Some(start), Some(stop), 1)
-    }
-
-    /// `::step`.
-    pub fn every(step: isize) -> Slice {
-        Slice::new(None, None, step)
     }
 
     /// `(start, count, step)` of this slice on an axis of `len`, as numpy computes it.
@@ -83,9 +74,11 @@ impl Slice {
 ///
 /// ```
 /// use devbuf_core::zarr::{AxisSel, Slice};
-/// let sel: [AxisSel; 4] = [2.into(), (1..4).into(), (..).into(), Slice::every(2).into()];
+/// let sel: [AxisSel; 4] = [2.into(), (1..4).into(), (..).into(), Slice::new(None, None, 2).into()];
 /// assert_eq!(sel[0], AxisSel::Index(2));
-/// assert_eq!(AxisSel::range_step(0..10, 3), AxisSel::Range { start: 0, end: 10, step: 3 });
+/// assert_eq!(sel[1], AxisSel::Range { start: 1, end: 4, step: 1 });
+/// let every_third = AxisSel::Range { start: 0, end: 10, step: 3 }; // 0..10, step 3
+/// # let _ = every_third;
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AxisSel {
@@ -109,7 +102,7 @@ pub enum AxisSel {
 
 impl AxisSel {
     /// `range` every `step`.
-    pub fn range_step(range: Range<usize>, step: usize) -> AxisSel {
+    pub(crate) fn range_step(range: Range<usize>, step: usize) -> AxisSel {
         AxisSel::Range {
             start: range.start,
             end: range.end,
@@ -223,7 +216,7 @@ pub struct BoundingBox {
 /// use devbuf_core::__private::index::{BoundingBox, bounding_box};
 /// use devbuf_core::zarr::{AxisSel, Slice};
 /// // Rows 0, 3, 6, 9 of the last column of a 10 x 7 array.
-/// let b = bounding_box(&[Slice::every(3).into(), AxisSel::Index(-1)], &[10, 7])?;
+/// let b = bounding_box(&[Slice::new(None, None, 3).into(), AxisSel::Index(-1)], &[10, 7])?;
 /// assert_eq!(b.ranges, vec![0..10, 6..7]);
 /// assert_eq!(
 ///     b.view,

@@ -355,18 +355,6 @@ impl DeviceMemoryStore {
         }
     }
 
-    /// zarr's `GpuMemoryStore.from_dict`: a store holding device copies of `values`.
-    pub fn from_values<'a>(
-        ctx: &Context,
-        values: impl IntoIterator<Item = (&'a str, &'a ByteBuffer)>,
-    ) -> Result<DeviceMemoryStore> {
-        let s = DeviceMemoryStore::new(ctx);
-        for (k, v) in values {
-            s.set(k, v)?;
-        }
-        Ok(s)
-    }
-
     /// The context the values live in.
     pub fn context(&self) -> &Context {
         &self.ctx

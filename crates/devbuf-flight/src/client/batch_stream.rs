@@ -14,12 +14,12 @@ use tonic::Streaming;
 
 use super::super::decode::{Decoded, IpcStreamDecoder};
 use super::super::status::from_status;
-use super::super::ticket::{Part, Query, Target};
+use super::super::ticket::Part;
 use super::{Client, Endpoint, Flight, run};
 use devbuf_core::error::{Error, Result};
 
 /// A flight's record batches in host memory, received one at a time
-/// ([`Client::batch_stream`], [`Client::read_batches_stream`]): a `futures::Stream` of
+/// ([`Client::batch_stream`]): a `futures::Stream` of
 /// `Result<RecordBatch, ArrowError>` with the flight's [`schema`](Self::schema) — the
 /// `RecordBatchStream` convention of DataFusion and others.
 ///
@@ -144,7 +144,8 @@ impl State<'_> {
 impl Client {
     /// The host record batches of every endpoint of `flight` (any Flight server), in
     /// order, as a stream on the caller's tokio runtime (see [`HostBatchStream`]).
-    /// Nothing is sent before the stream is first polled.
+    /// Nothing is sent before the stream is first polled. The batches a devbuf server
+    /// serves under a name: the flight of `Query::whole(Target::batch(name)?)`.
     ///
     /// ```no_run
     /// use futures::TryStreamExt;
@@ -179,22 +180,5 @@ impl Client {
             schema: flight.schema.clone(),
             inner: Box::pin(inner),
         }
-    }
-
-    /// The batches served under `name` (devbuf's servers) in host memory, one at a time:
-    /// [`read_batches_async`](Self::read_batches_async) as a stream (see
-    /// [`HostBatchStream`]).
-    ///
-    /// ```no_run
-    /// use futures::TryStreamExt;
-    /// # async fn f(client: &devbuf_flight::Client) -> Result<(), Box<dyn std::error::Error>> {
-    /// let s = client.read_batches_stream("numbers").await?;
-    /// let batches: Vec<_> = s.try_collect().await?;
-    /// # let _ = batches; Ok(()) }
-    /// ```
-    pub async fn read_batches_stream(&self, name: &str) -> Result<HostBatchStream<'_>> {
-        run::need_tokio("Client::read_batches_stream")?;
-        let flight = self.info_async(&Query::whole(Target::batch(name)?)).await?;
-        Ok(self.batch_stream(&flight))
     }
 }

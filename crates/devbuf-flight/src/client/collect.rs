@@ -233,7 +233,8 @@ impl Client {
 
     /// [`read_batches`](Self::read_batches) on the caller's tokio runtime; dropping the
     /// future cancels it. For host batches one at a time, see
-    /// [`read_batches_stream`](Self::read_batches_stream).
+    /// [`batch_stream`](Self::batch_stream) of the flight of
+    /// `Query::whole(Target::batch(name)?)`.
     ///
     /// ```no_run
     /// use devbuf_core::zarr::BufferPrototype;

@@ -54,7 +54,7 @@ impl Grid {
         Ok(Grid {
             array_shape: array_shape.iter().map(|&n| n as u64).collect(),
             chunk_shape: cb.chunk_shape().iter().map(|&n| n as u64).collect(),
-            dtype: Dtype::from(cb.tensor_type().element()),
+            dtype: Dtype::from(cb.tensors().tensor_type().element()),
         })
     }
 
@@ -112,12 +112,12 @@ impl Grid {
                     .map(|&n| n as u64)
                     .eq(self.array_shape.iter().copied())
             })
-            && cb.tensor_type().element() == self.dtype.element();
+            && cb.tensors().tensor_type().element() == self.dtype.element();
         if !same {
             return Err(Error::Malformed(format!(
                 "a received batch of {} chunks of shape {:?} over an array of {:?} does not \
                  match the flight ({} chunks {:?} over {:?})",
-                cb.tensor_type().element().name(),
+                cb.tensors().tensor_type().element().name(),
                 cb.chunk_shape(),
                 cb.array_shape(),
                 self.dtype,

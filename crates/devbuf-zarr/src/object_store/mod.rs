@@ -15,10 +15,11 @@
 //!   their writes PUT chunks (or shards) from the encoding workers concurrently.
 //!
 //! The blocking calls run their requests on a tokio runtime of devbuf's own (a few I/O
-//! threads, started on first use); their async forms ([`UrlStore::get_async`],
-//! [`ZarrArray::open_async`](crate::ZarrArray::open_async),
-//! [`Read::to_async`](crate::Read::to_async), ...) run them on
-//! the caller's runtime and start none. See `docs/object-store.md`.
+//! threads, started on first use); their async forms
+//! ([`ZarrArray::open_async`](crate::ZarrArray::open_async),
+//! [`Read::to_async`](crate::Read::to_async), ...; a store's objects: the `object_store`
+//! client, [`UrlStore::object_store`]) run them on the caller's runtime and start none.
+//! See `docs/object-store.md`.
 
 mod fetch;
 mod options;

@@ -56,6 +56,39 @@ pub(crate) enum Span {
 /// std::fs::remove_dir_all(&dir).ok();
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
+///
+/// **Async.** The [`Store`] methods block (and refuse to on a current-thread tokio
+/// runtime, naming the async way). On the caller's runtime use the `object_store`
+/// client itself: [`object_store`](Self::object_store), with every key under
+/// [`prefix`](Self::prefix) (the object path of key `k` is `prefix/k`). Arrays have
+/// their own async calls ([`ZarrArray::open_async`](crate::ZarrArray::open_async),
+/// `read(..).to_async`, `write_subset_async`, ...).
+///
+/// ```
+/// use devbuf_zarr::object_store::{ObjectStoreOptions, UrlStore};
+/// use futures::TryStreamExt;
+/// use object_store::path::Path;
+/// use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+/// let dir = std::env::temp_dir().join(format!("devbuf-doc-urlasync-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let store = UrlStore::open(&format!("file://{}", dir.display()), &ObjectStoreOptions::default())?;
+/// let path = |key: &str| Path::from(format!("{}/{key}", store.prefix()));
+/// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+/// rt.block_on(async {
+///     let os = store.object_store();
+///     os.put(&path("a/b"), PutPayload::from_static(b"hello")).await?;
+///     assert_eq!(&os.get_range(&path("a/b"), 1..3).await?[..], b"el");
+///     assert_eq!(os.head(&path("a/b")).await?.size, 5);
+///     let keys: Vec<_> = os.list(Some(&path("a"))).map_ok(|m| m.location).try_collect().await?;
+///     assert_eq!(keys, vec![path("a/b")]);
+///     os.delete(&path("a/b")).await?;
+///     assert!(os.head(&path("a/b")).await.is_err()); // NotFound
+///     Ok::<(), object_store::Error>(())
+/// })
+/// .unwrap();
+/// std::fs::remove_dir_all(&dir).ok();
+/// # Ok::<(), devbuf_core::Error>(())
+/// ```
 pub struct UrlStore {
     pub(super) inner: Arc<dyn ObjectStore>,
     pub(super) prefix: Path,
@@ -249,8 +282,9 @@ impl UrlStore {
         &self.url
     }
 
-    /// The `object_store` client underneath (to wrap it, e.g. with metrics, and build
-    /// another store with [`from_object_store`](Self::from_object_store)).
+    /// The `object_store` client underneath: for async calls on the caller's runtime
+    /// (see [`UrlStore`]), or to wrap it (e.g. with metrics) and build another store
+    /// with [`from_object_store`](Self::from_object_store).
     pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
         &self.inner
     }

@@ -85,7 +85,7 @@ pub type ArrowArrayRelease = unsafe extern "C" fn(*mut ArrowArray);
 ///
 /// ```
 /// use devbuf_core::arrow::c_device::ArrowArray;
-/// let a = ArrowArray::empty();
+/// let a = ArrowArray::default();
 /// assert!(a.is_released());
 /// ```
 #[repr(C)]
@@ -110,9 +110,9 @@ unsafe impl Send for ArrowArray {}
 // Safety: shared references only read plain fields.
 unsafe impl Sync for ArrowArray {}
 
-impl ArrowArray {
-    /// A released (empty) structure, e.g. as an out-parameter for a producer.
-    pub fn empty() -> ArrowArray {
+/// A released (empty) structure, e.g. as an out-parameter for a producer.
+impl Default for ArrowArray {
+    fn default() -> ArrowArray {
         ArrowArray {
             length: 0,
             null_count: 0,
@@ -126,7 +126,9 @@ impl ArrowArray {
             private_data: std::ptr::null_mut(),
         }
     }
+}
 
+impl ArrowArray {
     /// Moves the structure out of `ptr` (a bitwise copy), marking the source released
     /// as the specification's "moving an array" prescribes. (Public callers take a C
     /// `ArrowArray*` with arrow-rs's `FFI_ArrowArray::from_raw` and
@@ -139,7 +141,7 @@ impl ArrowArray {
     /// may be called from any thread.
     pub(crate) unsafe fn from_raw(ptr: *mut ArrowArray) -> ArrowArray {
         // Safety: guaranteed by the caller; `replace` leaves a released structure behind.
-        unsafe { std::ptr::replace(ptr, ArrowArray::empty()) }
+        unsafe { std::ptr::replace(ptr, ArrowArray::default()) }
     }
 
     /// Whether the structure is released (its `release` callback is null).
@@ -284,19 +286,21 @@ unsafe impl Send for ArrowDeviceArray {}
 // Safety: shared references only read plain fields.
 unsafe impl Sync for ArrowDeviceArray {}
 
-impl ArrowDeviceArray {
-    /// A released structure (e.g. an out-parameter for a producer, or the end-of-stream
-    /// marker of a stream).
-    pub fn empty() -> ArrowDeviceArray {
+/// A released structure (e.g. an out-parameter for a producer, or the end-of-stream
+/// marker of a stream).
+impl Default for ArrowDeviceArray {
+    fn default() -> ArrowDeviceArray {
         ArrowDeviceArray {
-            array: ArrowArray::empty(),
+            array: ArrowArray::default(),
             device_id: -1,
             device_type: 0,
             sync_event: std::ptr::null_mut(),
             reserved: [0; 3],
         }
     }
+}
 
+impl ArrowDeviceArray {
     /// Assembles a device array from a C Data Interface array whose buffers live on
     /// `device_type`/`device_id` (e.g. a child moved out of a device array), with an
     /// optional event. The reserved words are zero.
@@ -331,7 +335,7 @@ impl ArrowDeviceArray {
     /// release callback that may be called from any thread.
     pub unsafe fn from_raw(ptr: *mut ArrowDeviceArray) -> ArrowDeviceArray {
         // Safety: guaranteed by the caller; `replace` leaves a released structure behind.
-        unsafe { std::ptr::replace(ptr, ArrowDeviceArray::empty()) }
+        unsafe { std::ptr::replace(ptr, ArrowDeviceArray::default()) }
     }
 
     /// Whether the structure is released (its array's `release` is null; users:
@@ -363,7 +367,7 @@ impl ArrowDeviceArray {
     /// Moves the embedded array out (for a consumer that only wants the C Data
     /// Interface part); `self` is left released.
     pub fn take_array(&mut self) -> ArrowArray {
-        std::mem::replace(&mut self.array, ArrowArray::empty())
+        std::mem::take(&mut self.array)
     }
 }
 
@@ -410,9 +414,9 @@ pub struct ArrowDeviceArrayStream {
 // requires the same (see `from_raw`).
 unsafe impl Send for ArrowDeviceArrayStream {}
 
-impl ArrowDeviceArrayStream {
-    /// A released stream (e.g. an out-parameter for a producer).
-    pub fn empty() -> ArrowDeviceArrayStream {
+/// A released stream (e.g. an out-parameter for a producer).
+impl Default for ArrowDeviceArrayStream {
+    fn default() -> ArrowDeviceArrayStream {
         ArrowDeviceArrayStream {
             device_type: 0,
             get_schema: None,
@@ -422,7 +426,9 @@ impl ArrowDeviceArrayStream {
             private_data: std::ptr::null_mut(),
         }
     }
+}
 
+impl ArrowDeviceArrayStream {
     /// Moves the stream out of `ptr`, marking the source released.
     ///
     /// # Safety
@@ -432,7 +438,7 @@ impl ArrowDeviceArrayStream {
     /// [`ArrowDeviceArray::from_raw`]'s requirements.
     pub unsafe fn from_raw(ptr: *mut ArrowDeviceArrayStream) -> ArrowDeviceArrayStream {
         // Safety: guaranteed by the caller; `replace` leaves a released stream behind.
-        unsafe { std::ptr::replace(ptr, ArrowDeviceArrayStream::empty()) }
+        unsafe { std::ptr::replace(ptr, ArrowDeviceArrayStream::default()) }
     }
 
     /// Whether the stream is released.

@@ -524,7 +524,7 @@ fn take(
     what: &str,
 ) -> Result<ArrowDeviceArray> {
     check_header(array, accept, what)?;
-    Ok(std::mem::replace(array, ArrowDeviceArray::empty()))
+    Ok(std::mem::take(array))
 }
 
 /// The producer's `CUevent` from `sync_event` (a `CUevent*`), or null.

@@ -139,14 +139,14 @@ unsafe extern "C" fn stream_get_next(
         Err(code) => return code,
     };
     let (result, code) = match catch_unwind(AssertUnwindSafe(|| (p.next)())) {
-        Ok(None) => (ArrowDeviceArray::empty(), 0),
+        Ok(None) => (ArrowDeviceArray::default(), 0),
         Ok(Some(Ok(a))) => (a, 0),
         Ok(Some(Err(e))) => {
             let code = errno_of(&e);
-            (ArrowDeviceArray::empty(), p.fail(e, code))
+            (ArrowDeviceArray::default(), p.fail(e, code))
         }
         Err(_) => (
-            ArrowDeviceArray::empty(),
+            ArrowDeviceArray::default(),
             p.fail("get_next: the producer panicked", libc::EIO),
         ),
     };
@@ -458,7 +458,7 @@ impl Consumer {
             )));
         }
         // From here on the stream is ours; dropping it releases it.
-        let mut owned = std::mem::replace(stream, ArrowDeviceArrayStream::empty());
+        let mut owned = std::mem::take(stream);
         let (Some(get_schema), Some(_), Some(_)) =
             (owned.get_schema, owned.get_next, owned.get_last_error)
         else {
@@ -493,7 +493,7 @@ impl Consumer {
             self.done = true;
             return None;
         };
-        let mut out = ArrowDeviceArray::empty();
+        let mut out = ArrowDeviceArray::default();
         // Safety: a live stream's callback, with a writable output structure.
         let code = unsafe { get_next(&mut self.stream, &mut out) };
         if code != 0 {

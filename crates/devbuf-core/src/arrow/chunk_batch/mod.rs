@@ -340,7 +340,8 @@ impl ChunkBatch {
         let schema = batch.schema();
         let layout = SchemaLayout::of(&schema)?;
         let tensor_column = batch
-            .column(layout.tensor)
+            .columns()
+            .get(layout.tensor)
             .ok_or_else(|| Error::invalid("the batch has fewer columns than its schema"))?;
         let tensors = TensorArray::try_new(
             TensorType::from_field(schema.field(layout.tensor))?,
@@ -398,13 +399,8 @@ impl ChunkBatch {
         self.array_shape.as_deref()
     }
 
-    /// The chunk column's tensor type (`tensor_type().element()`: the element type of
-    /// the chunks, stored native-endian).
-    pub fn tensor_type(&self) -> &TensorType {
-        self.tensors.tensor_type()
-    }
-
-    /// The chunk column: a tensor array over the batch's memory (host or device).
+    /// The chunk column: a tensor array over the batch's memory (host or device);
+    /// `tensors().tensor_type().element()` is the chunks' element type (native-endian).
     pub fn tensors(&self) -> &TensorArray {
         &self.tensors
     }
@@ -483,7 +479,8 @@ impl TryFrom<Batch> for ChunkBatch {
                     .iter()
                     .map(|&i| {
                         batch
-                            .column(i)
+                            .columns()
+                            .get(i)
                             .ok_or_else(|| {
                                 Error::invalid("the batch has fewer columns than its schema")
                             })?

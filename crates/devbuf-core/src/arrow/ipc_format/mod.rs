@@ -9,8 +9,10 @@
 //! A batch with dictionary columns is preceded by one `DictionaryBatch` message per
 //! dictionary; a batch without is exactly one `RecordBatch` message (what
 //! `pyarrow.cuda.serialize_record_batch` writes, so either side can read the other's).
-//! The schema travels separately (see [`schema_to_bytes`]); a leading `Schema` message
-//! is accepted and checked against it.
+//! The schema travels separately, as arrow-ipc writes and reads it (the `Schema` message
+//! that `arrow_ipc::writer::StreamWriter::try_new` writes first;
+//! `arrow_ipc::convert::try_schema_from_ipc_buffer` reads it back); a leading `Schema`
+//! message is accepted and checked against it.
 //!
 //! Reading copies only the messages' metadata to the host; every body buffer stays
 //! where it is, as a zero-copy slice of the input. The reader ([`read_record_batch`],
@@ -263,15 +265,6 @@ pub(crate) fn serialize_to_vec(batch: &RecordBatch) -> Result<Vec<u8>> {
     Ok(v)
 }
 
-/// The schema as an Arrow IPC `Schema` message (continuation marker, length,
-/// flatbuffer), for handing it to the reading side.
-pub fn schema_to_bytes(schema: &Schema) -> Result<Vec<u8>> {
-    let (ed, options) = schema_message(schema)?;
-    let mut v = Vec::new();
-    write_message(&mut v, ed, &options)?;
-    Ok(v)
-}
-
 /// The schema's IPC `Schema` message (flatbuffer only), as a writer encodes it (with
 /// its dictionary ids), and the options it was encoded with.
 fn schema_message(schema: &Schema) -> Result<(EncodedData, IpcWriteOptions)> {
@@ -283,13 +276,6 @@ fn schema_message(schema: &Schema) -> Result<(EncodedData, IpcWriteOptions)> {
         &options,
     );
     Ok((ed, options))
-}
-
-/// Parses [`schema_to_bytes`]'s output.
-pub fn schema_from_bytes(bytes: &[u8]) -> Result<SchemaRef> {
-    arrow_ipc::convert::try_schema_from_ipc_buffer(bytes)
-        .map(Arc::new)
-        .map_err(|e| Error::Malformed(format!("Arrow IPC schema message: {e}")))
 }
 
 fn strip(e: &Error) -> String {
@@ -318,7 +304,9 @@ fn build_batch(schema: SchemaRef, rows: usize, columns: Vec<ArrayRef>) -> Result
 /// * Device memory: a [`Batch::Device`] ([`DeviceRecordBatch`]); the values themselves
 ///   (offsets, UTF-8, dictionary keys) are checked by [`DeviceRecordBatch::to_host`].
 ///
-/// `schema` must be the schema the batch was written with (see [`schema_to_bytes`]).
+/// `schema` must be the schema the batch was written with (to hand it to another
+/// process: the `Schema` message `arrow_ipc::writer::StreamWriter::try_new(&mut v,
+/// &schema)` writes, read back with `arrow_ipc::convert::try_schema_from_ipc_buffer`).
 /// Malformed metadata — truncated, bad flatbuffers, buffers outside the body, too
 /// small for their arrays, a schema that does not match — is an
 /// [`Error::Malformed`] saying what is wrong, never a panic.
@@ -471,19 +459,9 @@ impl DeviceRecordBatch {
         self.num_rows
     }
 
-    /// Number of columns.
-    pub fn num_columns(&self) -> usize {
-        self.columns.len()
-    }
-
-    /// The columns.
+    /// The columns (`columns().len()` of them; column `i`: `columns().get(i)`).
     pub fn columns(&self) -> &[DeviceArray] {
         &self.columns
-    }
-
-    /// Column `i` (`None` past the end).
-    pub fn column(&self, i: usize) -> Option<&DeviceArray> {
-        self.columns.get(i)
     }
 
     /// The column named `name`.

@@ -5,8 +5,8 @@ use super::*;
 
 /// A tensor array: an `arrow.fixed_shape_tensor` type and its `FixedSizeList` storage,
 /// on the host or on a device (an [`AnyArray`]). arrow-rs keeps extension types on
-/// fields, so the pair travels together; [`field`](Self::field) makes the tagged field
-/// for a schema.
+/// fields, so the pair travels together; `tensor_type().field(name, nullable)` makes the
+/// tagged field for a schema.
 ///
 /// ```
 /// use devbuf_core::arrow::{TensorArray, TensorType};
@@ -16,7 +16,7 @@ use super::*;
 /// assert_eq!(t.tensor_type().shape(), &[2, 3, 4]);     // physical: memory order
 /// assert_eq!(t.tensor_type().logical_shape(), vec![4, 3, 2]);
 /// // A column read back: the tensor type from the field, the storage from the array.
-/// let field = t.field("x")?;
+/// let field = t.tensor_type().field("x", false)?;
 /// let back = TensorArray::try_new(TensorType::from_field(&field)?, t.into_storage())?;
 /// assert_eq!(back.tensor(0)?.shape(), &[4, 3, 2]);
 /// assert_eq!(back.tensor(0)?.strides(), nd.strides()); // the same F-order view
@@ -114,11 +114,6 @@ impl TensorArray {
         self.storage.is_empty()
     }
 
-    /// A field named `name` of this type (not nullable), for a schema.
-    pub fn field(&self, name: &str) -> Result<Field> {
-        self.tensor_type.field(name, false)
-    }
-
     /// Tensor `i` as an NDBuffer of the logical shape, in the storage's memory: a
     /// zero-copy view of the Arrow buffer whose strides follow the permutation
     /// (booleans are unpacked where they live: a copy). Errors for nulls and `i` out of
@@ -128,18 +123,13 @@ impl TensorArray {
     }
 
     /// Tensors `first .. first + n` as one NDBuffer of shape `[n, *logical_shape]`
-    /// (zero-copy but for booleans), in the storage's memory.
+    /// (zero-copy but for booleans), in the storage's memory; all of them:
+    /// `rows(0, t.len())`.
     pub fn rows(&self, first: usize, n: usize) -> Result<NDBuffer> {
         match &self.storage {
             AnyArray::Host(s) => tensor_rows(&self.tensor_type, &s.to_data(), first, n),
             AnyArray::Device(s) => tensor_rows(&self.tensor_type, s, first, n),
         }
-    }
-
-    /// All tensors as one NDBuffer of shape `[len, *logical_shape]` (zero-copy but for
-    /// booleans), in the storage's memory.
-    pub fn to_ndbuffer(&self) -> Result<NDBuffer> {
-        self.rows(0, self.len())
     }
 
     /// The same tensors with host storage: a clone of a host array; a device array's

@@ -86,7 +86,9 @@ pub(crate) fn prepare(nd: &NDBuffer, form: Form) -> Result<Prepared> {
         let shape = nd.shape();
         let strides = nd.strides();
         match form {
-            Form::Flat => nd.is_c_contiguous().then(|| (0..ndim).collect::<Vec<_>>()),
+            Form::Flat => nd
+                .is_contiguous(Order::C)
+                .then(|| (0..ndim).collect::<Vec<_>>()),
             Form::Tensor => dense_order(shape, strides, es),
             Form::Rows => {
                 // Checked: with no rows the other axes may multiply past usize (the

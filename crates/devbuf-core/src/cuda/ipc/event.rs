@@ -40,7 +40,7 @@ pub struct IpcEventHandle {
 }
 
 impl IpcEventHandle {
-    /// The size of [`to_bytes`](Self::to_bytes)'s output.
+    /// The size of the handle's bytes (`Vec::<u8>::from(&handle)`).
     pub const ENCODED_LEN: usize = EVENT_SIZE;
 
     /// A handle from a raw 64-byte `CUipcEventHandle` (`cudaIpcEventHandle_t`) from
@@ -94,8 +94,8 @@ impl IpcEventHandle {
         (self.pid != 0).then_some(self.pid)
     }
 
-    /// Serializes into the fixed layout described in the [module docs](crate::ipc).
-    pub fn to_bytes(&self) -> Vec<u8> {
+    /// The fixed layout described in the [module docs](crate::ipc).
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let mut flags = device_flag(self.device);
         if self.blocking_sync {
             flags |= FLAG_BLOCKING_SYNC;
@@ -110,9 +110,8 @@ impl IpcEventHandle {
         w.finish_with_checksum()
     }
 
-    /// Parses [`to_bytes`](Self::to_bytes)'s output; anything else is
-    /// [`Error::Malformed`] saying what was wrong. Never panics.
-    pub fn from_bytes(bytes: &[u8]) -> Result<IpcEventHandle> {
+    /// Parses [`encode`](Self::encode)'s output (see the `TryFrom<&[u8]>` impl).
+    pub(crate) fn decode(bytes: &[u8]) -> Result<IpcEventHandle> {
         let (mut r, flags) = handle_layout::open_layout(
             bytes,
             EVENT_WHAT,
@@ -149,10 +148,38 @@ impl IpcEventHandle {
     }
 }
 
-/// Lowercase hexadecimal of [`to_bytes`](IpcEventHandle::to_bytes): text to hand to another process.
+/// The handle's bytes: the fixed, versioned layout described in the
+/// [module docs](crate::ipc) ([`IpcEventHandle::ENCODED_LEN`] bytes).
+///
+/// ```
+/// use devbuf_core::ipc::IpcEventHandle;
+/// let h = IpcEventHandle::from_raw_cuda(&[9u8; 64])?;
+/// let bytes = Vec::<u8>::from(&h);
+/// assert_eq!(bytes.len(), IpcEventHandle::ENCODED_LEN);
+/// assert_eq!(IpcEventHandle::try_from(&bytes[..])?, h);
+/// # Ok::<(), devbuf_core::Error>(())
+/// ```
+impl From<&IpcEventHandle> for Vec<u8> {
+    fn from(handle: &IpcEventHandle) -> Vec<u8> {
+        handle.encode()
+    }
+}
+
+/// Parses the handle's bytes (`Vec::<u8>::from(&handle)`); anything else is
+/// [`Error::Malformed`] saying what was wrong. Never panics.
+impl TryFrom<&[u8]> for IpcEventHandle {
+    type Error = Error;
+
+    fn try_from(bytes: &[u8]) -> Result<IpcEventHandle> {
+        IpcEventHandle::decode(bytes)
+    }
+}
+
+/// Lowercase hexadecimal of the handle's bytes (`Vec::<u8>::from(&handle)`): text to
+/// hand to another process.
 impl fmt::Display for IpcEventHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&handle_layout::hex(&self.to_bytes()))
+        f.write_str(&handle_layout::hex(&self.encode()))
     }
 }
 
@@ -162,7 +189,7 @@ impl std::str::FromStr for IpcEventHandle {
     type Err = Error;
 
     fn from_str(text: &str) -> Result<IpcEventHandle> {
-        Self::from_bytes(&handle_layout::from_hex(text, EVENT_WHAT)?)
+        Self::decode(&handle_layout::from_hex(text, EVENT_WHAT)?)
     }
 }
 

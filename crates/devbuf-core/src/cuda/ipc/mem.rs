@@ -9,7 +9,8 @@ use super::*;
 /// [`IpcMemHandle::open`]. It records the CUDA handle of the allocation, the slice's
 /// offset and length within it (so the consumer sees exactly the slice), the device
 /// (UUID and ordinal) and the exporting process. It serializes to a fixed, versioned
-/// layout ([`to_bytes`](Self::to_bytes), documented in the [module docs](crate::ipc)), and
+/// layout (`Vec::<u8>::from(&handle)` and `IpcMemHandle::try_from(&bytes[..])`,
+/// documented in the [module docs](crate::ipc)), and
 /// converts to and from the raw 64-byte `CUipcMemHandle` that cupy, torch and C++
 /// programs exchange ([`raw_cuda`](Self::raw_cuda), [`from_raw_cuda`](Self::from_raw_cuda)).
 ///
@@ -41,7 +42,7 @@ pub struct IpcMemHandle {
 }
 
 impl IpcMemHandle {
-    /// The size of [`to_bytes`](Self::to_bytes)'s output.
+    /// The size of the handle's bytes (`Vec::<u8>::from(&handle)`).
     pub const ENCODED_LEN: usize = MEM_SIZE;
 
     pub(super) fn empty(device: Option<DeviceId>, read_only: bool) -> IpcMemHandle {
@@ -76,7 +77,7 @@ impl IpcMemHandle {
     /// let h = IpcMemHandle::from_raw_cuda(&raw, 256, 1024, None)?;
     /// assert_eq!((h.offset(), h.len()), (256, 1024));
     /// assert_eq!(h.raw_cuda(), raw);
-    /// assert_eq!(IpcMemHandle::from_bytes(&h.to_bytes())?, h);
+    /// assert_eq!(IpcMemHandle::try_from(&Vec::from(&h)[..])?, h);
     /// assert!(IpcMemHandle::from_raw_cuda(&raw[..10], 0, 1, None).is_err());
     /// let on = IpcMemHandle::from_raw_cuda(&raw, 256, 1024, Some([3; 16]))?; // its device
     /// assert_eq!(on.device_uuid(), Some([3; 16]));
@@ -124,7 +125,7 @@ impl IpcMemHandle {
 
     /// Builds a handle from all of its fields, for tests and tools; prefer
     /// [`DeviceBuffer::export_ipc`] and [`from_raw_cuda`](Self::from_raw_cuda).
-    /// Inconsistent fields are [`Error::Malformed`] as in [`from_bytes`](Self::from_bytes).
+    /// Inconsistent fields are [`Error::Malformed`] as in `IpcMemHandle::try_from(&[u8])`.
     #[doc(hidden)]
     #[allow(clippy::too_many_arguments)]
     pub fn from_parts(
@@ -184,9 +185,8 @@ impl IpcMemHandle {
         Ok(())
     }
 
-    /// Serializes into the fixed layout described in the [module docs](crate::ipc)
-    /// ([`ENCODED_LEN`](Self::ENCODED_LEN) bytes).
-    pub fn to_bytes(&self) -> Vec<u8> {
+    /// The fixed layout described in the [module docs](crate::ipc).
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let mut flags = device_flag(self.device);
         if self.read_only {
             flags |= FLAG_READ_ONLY;
@@ -204,11 +204,8 @@ impl IpcMemHandle {
         w.finish_with_checksum()
     }
 
-    /// Parses [`to_bytes`](Self::to_bytes)'s output. Anything else — truncated or
-    /// trailing bytes, another magic, another version, a bad checksum, unknown flags,
-    /// a range that overflows or exceeds the recorded allocation size — is
-    /// [`Error::Malformed`] saying what was wrong. Never panics.
-    pub fn from_bytes(bytes: &[u8]) -> Result<IpcMemHandle> {
+    /// Parses [`encode`](Self::encode)'s output (see the `TryFrom<&[u8]>` impl).
+    pub(crate) fn decode(bytes: &[u8]) -> Result<IpcMemHandle> {
         let (mut r, flags) = handle_layout::open_layout(
             bytes,
             MEM_WHAT,
@@ -300,10 +297,40 @@ impl IpcMemHandle {
     }
 }
 
-/// Lowercase hexadecimal of [`to_bytes`](IpcMemHandle::to_bytes): text to hand to another process.
+/// The handle's bytes: the fixed, versioned layout described in the
+/// [module docs](crate::ipc) ([`IpcMemHandle::ENCODED_LEN`] bytes).
+///
+/// ```
+/// use devbuf_core::ipc::IpcMemHandle;
+/// let h = IpcMemHandle::from_raw_cuda(&[7u8; 64], 0, 16, None)?;
+/// let bytes = Vec::<u8>::from(&h);
+/// assert_eq!(bytes.len(), IpcMemHandle::ENCODED_LEN);
+/// assert_eq!(IpcMemHandle::try_from(&bytes[..])?, h);
+/// # Ok::<(), devbuf_core::Error>(())
+/// ```
+impl From<&IpcMemHandle> for Vec<u8> {
+    fn from(handle: &IpcMemHandle) -> Vec<u8> {
+        handle.encode()
+    }
+}
+
+/// Parses the handle's bytes (`Vec::<u8>::from(&handle)`). Anything else — truncated
+/// or trailing bytes, another magic, another version, a bad checksum, unknown flags, a
+/// range that overflows or exceeds the recorded allocation size — is
+/// [`Error::Malformed`] saying what was wrong. Never panics.
+impl TryFrom<&[u8]> for IpcMemHandle {
+    type Error = Error;
+
+    fn try_from(bytes: &[u8]) -> Result<IpcMemHandle> {
+        IpcMemHandle::decode(bytes)
+    }
+}
+
+/// Lowercase hexadecimal of the handle's bytes (`Vec::<u8>::from(&handle)`): text to
+/// hand to another process.
 impl fmt::Display for IpcMemHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&handle_layout::hex(&self.to_bytes()))
+        f.write_str(&handle_layout::hex(&self.encode()))
     }
 }
 
@@ -313,7 +340,7 @@ impl std::str::FromStr for IpcMemHandle {
     type Err = Error;
 
     fn from_str(text: &str) -> Result<IpcMemHandle> {
-        Self::from_bytes(&handle_layout::from_hex(text, MEM_WHAT)?)
+        Self::decode(&handle_layout::from_hex(text, MEM_WHAT)?)
     }
 }
 

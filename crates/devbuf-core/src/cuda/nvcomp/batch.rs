@@ -96,11 +96,6 @@ impl DecompressBatch {
             .reserve_host(TableLayout::new(n, n, n, 0, 0).table_bytes())
     }
 
-    /// The context this state belongs to.
-    pub fn context(&self) -> &Context {
-        &self.ws.ctx
-    }
-
     /// Bytes of device memory this state holds now (tables, temporary space, staging
     /// and scratch slots).
     pub fn device_bytes(&self) -> usize {
@@ -429,11 +424,6 @@ impl CompressBatch {
         Ok(CompressBatch {
             ws: Workspace::for_batch(ctx, stream, "CompressBatch::new")?,
         })
-    }
-
-    /// The context this state belongs to.
-    pub fn context(&self) -> &Context {
-        &self.ws.ctx
     }
 
     /// Bytes of device memory this state holds now.

@@ -4,8 +4,8 @@
 //! hands it a whole batch (compressed chunks already on the device, one output range
 //! each) and gets decoded bytes in device memory without a trip through the host.
 //!
-//! * [`library`] loads `libnvcomp.so.6` once and caches the outcome; [`is_available`] /
-//!   [`unavailable_reason`] say whether it worked and why not.
+//! * [`library`] loads `libnvcomp.so.6` once and caches the outcome: `library().is_ok()`
+//!   says whether it worked, `library().err()` why not.
 //! * [`DecompressBatch`]: reusable per-thread state (device tables, temporary space,
 //!   statuses) for batched decompression of [`GpuCodec::Zstd`], [`GpuCodec::Lz4`] (raw
 //!   LZ4 blocks), [`GpuCodec::Deflate`] (raw deflate, RFC 1951) and
@@ -139,12 +139,8 @@ impl GpuCodec {
         GpuCodec::GDeflate,
     ];
 
-    /// A short name (`zstd`, `lz4`, `deflate`, `gdeflate`).
-    ///
-    /// ```
-    /// assert_eq!(devbuf_core::cuda::nvcomp::GpuCodec::GDeflate.name(), "gdeflate");
-    /// ```
-    pub const fn name(self) -> &'static str {
+    /// The short name [`Display`](fmt::Display) writes.
+    const fn name(self) -> &'static str {
         match self {
             GpuCodec::Zstd => "zstd",
             GpuCodec::Lz4 => "lz4",
@@ -187,6 +183,12 @@ impl GpuCodec {
     }
 }
 
+/// A short name: `zstd`, `lz4`, `deflate`, `gdeflate`.
+///
+/// ```
+/// use devbuf_core::cuda::nvcomp::GpuCodec;
+/// assert_eq!(GpuCodec::GDeflate.to_string(), "gdeflate");
+/// ```
 impl fmt::Display for GpuCodec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -407,12 +409,21 @@ static LIBRARY: OnceLock<std::result::Result<Nvcomp, String>> = OnceLock::new();
 /// (the outcome too: a failed search is not repeated).
 ///
 /// Errors: [`Error::CudaUnavailable`] whose reason lists every path tried and why it
-/// failed (missing file, missing symbol, unsupported version).
+/// failed (missing file, missing symbol, unsupported version). Never panics.
+///
+/// Whether nvCOMP is usable is `library().is_ok()`; why not is `library().err()`
+/// (its `reason`, without the kind's prefix: `Err(Error::CudaUnavailable { reason })`).
 ///
 /// ```
-/// match devbuf_core::cuda::nvcomp::library() {
+/// use devbuf_core::Error;
+/// use devbuf_core::cuda::nvcomp;
+/// match nvcomp::library() {
 ///     Ok(lib) => println!("nvCOMP {:?}", lib.version()),
 ///     Err(e) => println!("CPU decoding only: {e}"),
+/// }
+/// let _gpu_decode = nvcomp::library().is_ok();
+/// if let Err(Error::CudaUnavailable { reason }) = nvcomp::library() {
+///     println!("decoding on the CPU: {reason}");
 /// }
 /// ```
 pub fn library() -> Result<&'static Nvcomp> {
@@ -420,27 +431,4 @@ pub fn library() -> Result<&'static Nvcomp> {
         .get_or_init(search)
         .as_ref()
         .map_err(Error::unavailable)
-}
-
-/// Whether nvCOMP is loaded and usable ([`library`] is `Ok`). Never panics.
-///
-/// ```
-/// let _gpu_decode = devbuf_core::cuda::nvcomp::is_available();
-/// ```
-pub fn is_available() -> bool {
-    library().is_ok()
-}
-
-/// Why nvCOMP is unavailable, or `None` when it is loaded.
-///
-/// ```
-/// if let Some(why) = devbuf_core::cuda::nvcomp::unavailable_reason() {
-///     println!("decoding on the CPU: {why}");
-/// }
-/// ```
-pub fn unavailable_reason() -> Option<String> {
-    library().err().map(|e| match e {
-        Error::CudaUnavailable { reason } => reason,
-        e => e.to_string(),
-    })
 }

@@ -33,7 +33,7 @@ use crate::memory::{MemMut, MemRef, Memory, Place, prim};
 /// transposed order), and otherwise copy the view once into a dense temporary.
 ///
 /// **Value semantics (copy-on-write).** Clones and views share memory; a write
-/// ([`set`](Self::set), [`set_scalar`](Self::set_scalar), [`fill`](Self::fill)) first
+/// ([`set`](Self::set), [`set_scalar`](Self::set_scalar)) first
 /// copies the view into memory of its own when any other handle can see the memory
 /// (another clone or view, the `Bytes` or `DeviceBuffer` it was made from, a store
 /// holding it), on the host and on the device alike. A write is therefore never
@@ -52,7 +52,7 @@ use crate::memory::{MemMut, MemRef, Memory, Place, prim};
 ///
 /// let a = ArrayD::from_shape_vec(vec![3, 4], (0..12).map(|v| v as f32).collect()).unwrap();
 /// let mut nd = NDBuffer::from_ndarray(a);
-/// let view = nd.get(&[Slice::every(2).into(), Slice::range(1, -1).into()])?; // [::2, 1:-1]
+/// let view = nd.get(&[Slice::new(None, None, 2).into(), Slice::new(Some(1), Some(-1), 1).into()])?; // [::2, 1:-1]
 /// assert_eq!(view.shape(), &[2, 2]);
 /// assert_eq!(view.to_ndarray::<f32>()?.into_raw_vec_and_offset().0, vec![1.0, 2.0, 9.0, 10.0]);
 /// nd.set_scalar(&[AxisSel::Index(0)], Scalar::from(-1.0f32))?;
@@ -284,15 +284,22 @@ impl NDBuffer {
         &self.layout.strides
     }
 
-    /// True when the elements are contiguous in C order (numpy's flag: axes of
-    /// length 1 do not count).
-    pub fn is_c_contiguous(&self) -> bool {
-        self.layout.is_c_contiguous(self.dtype.element().size())
-    }
-
-    /// True when the elements are contiguous in F order.
-    pub fn is_f_contiguous(&self) -> bool {
-        self.layout.is_f_contiguous(self.dtype.element().size())
+    /// True when the elements are contiguous in `order` (numpy's `C_CONTIGUOUS` /
+    /// `F_CONTIGUOUS` flags: axes of length 1 do not count).
+    ///
+    /// ```
+    /// use devbuf_core::zarr::{NDBuffer, Order};
+    /// let nd = NDBuffer::from_ndarray(ndarray::arr2(&[[1u8, 2, 3], [4, 5, 6]]));
+    /// assert!(nd.is_contiguous(Order::C) && !nd.is_contiguous(Order::F));
+    /// assert!(nd.transpose(None)?.is_contiguous(Order::F));
+    /// # Ok::<(), devbuf_core::Error>(())
+    /// ```
+    pub fn is_contiguous(&self, order: Order) -> bool {
+        let es = self.dtype.element().size();
+        match order {
+            Order::C => self.layout.is_c_contiguous(es),
+            Order::F => self.layout.is_f_contiguous(es),
+        }
     }
 
     /// The prototype whose memory this is (`prototype().is_host()`,
@@ -437,7 +444,7 @@ impl NDBuffer {
     /// The elements' bytes in C order as a [`ByteBuffer`] (what zarr's bytes codec
     /// writes): zero-copy when the array is C-contiguous, else one copy.
     pub fn to_buffer(&self) -> Result<ByteBuffer> {
-        let src = if self.is_c_contiguous() {
+        let src = if self.is_contiguous(Order::C) {
             self.clone()
         } else {
             self.copy_order(Order::C)?

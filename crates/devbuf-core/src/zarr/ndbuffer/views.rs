@@ -155,7 +155,7 @@ impl NDBuffer {
                 "cannot reshape array of size {size} into shape {shape:?}"
             )));
         }
-        let src = if self.is_c_contiguous() {
+        let src = if self.is_contiguous(Order::C) {
             self.clone()
         } else {
             self.copy_order(Order::C)?

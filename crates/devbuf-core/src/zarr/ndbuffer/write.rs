@@ -1,5 +1,5 @@
-//! Writes ([`set`](NDBuffer::set), [`set_scalar`](NDBuffer::set_scalar),
-//! [`fill`](NDBuffer::fill), copy-on-write) and comparison
+//! Writes ([`set`](NDBuffer::set), [`set_scalar`](NDBuffer::set_scalar) (a fill with
+//! no selectors), copy-on-write) and comparison
 //! ([`all_equal`](NDBuffer::all_equal)).
 
 use super::*;
@@ -90,7 +90,8 @@ impl NDBuffer {
     }
 
     /// `buffer[selection] = scalar`: every selected element becomes `value` (converted
-    /// to the data type as numpy's unsafe cast does).
+    /// to the data type as numpy's unsafe cast does). zarr-python's `fill(value)` is
+    /// `set_scalar(&[], value)` (no selectors: the whole array).
     pub fn set_scalar(&mut self, selection: &[AxisSel], value: Scalar) -> Result<()> {
         let sel = resolve(selection, &self.layout.shape)?;
         if self.view_of(&sel).size() == 0 {
@@ -125,11 +126,6 @@ impl NDBuffer {
                 es,
             )
         })
-    }
-
-    /// `fill(value)`: every element becomes `value`.
-    pub fn fill(&mut self, value: Scalar) -> Result<()> {
-        self.set_scalar(&[], value)
     }
 
     // ------------------------------------------------------------------ comparison

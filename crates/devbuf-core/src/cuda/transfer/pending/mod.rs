@@ -326,7 +326,7 @@ impl<T> Pending<T> {
 
     /// Makes work queued on `stream` from now on wait for this copy (on the device; the
     /// host does not block). For an [`Event`] of your own that completes after the copy,
-    /// chain a stream and record one there (`p.chain(&b)?; let e = b.record_event()?;`).
+    /// chain a stream and record one there (`p.chain(&b)?; e.record(&b)?;`).
     ///
     /// ```no_run
     /// # use devbuf_core::cuda::{Context, Stream};
