@@ -12,9 +12,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use devbuf::zarr::object_store::UrlStore;
-use devbuf::zarr::{BufferPrototype, NDBuffer, Store, ZarrArray};
-use futures::{StreamExt, TryStreamExt};
-use object_store::ObjectStoreExt;
+use devbuf::zarr::{AsyncStore, BufferPrototype, NDBuffer, Store, ZarrArray};
+use futures::StreamExt;
 
 #[path = "common/servers.rs"]
 mod servers;
@@ -135,8 +134,7 @@ async fn disk_reads_on_a_multi_thread_runtime() {
     }
 }
 
-/// Uploads the fixture directory `name` to `store` under `to` with the async calls (the
-/// store's `object_store` client).
+/// Uploads the fixture directory `name` to `store` under `to` with the async calls.
 async fn upload(store: &UrlStore, name: &str, to: &str) {
     let root = fixture(name);
     let mut dirs = vec![root.clone()];
@@ -153,9 +151,10 @@ async fn upload(store: &UrlStore, name: &str, to: &str) {
                 .to_string_lossy()
                 .replace('\\', "/");
             let bytes = bytes::Bytes::from(std::fs::read(&p).unwrap());
-            // The object_store client itself, with the key under the store's prefix.
-            let path = object_store::path::Path::from(format!("{}/{to}/{rel}", store.prefix()));
-            store.object_store().put(&path, bytes.into()).await.unwrap();
+            store
+                .set_async(&format!("{to}/{rel}"), bytes)
+                .await
+                .unwrap();
         }
     }
 }
@@ -214,14 +213,7 @@ async fn s3_roundtrip(server: &S3Server, tag: &str) {
         let back = a.read(..).to_async(&HOST).await.unwrap();
         assert_eq!(bytes_of(&back), bytes_of(&zeros), "{name}");
     }
-    let under = object_store::path::Path::from(format!("{}/{tag}", root.prefix()));
-    let keys: Vec<String> = root
-        .object_store()
-        .list(Some(&under))
-        .map_ok(|m| m.location.to_string())
-        .try_collect()
-        .await
-        .unwrap();
+    let keys = root.list_prefix_async(&format!("{tag}/")).await.unwrap();
     assert!(keys.iter().any(|k| k.ends_with("zarr.json")));
     // The blocking forms on this thread: refused on a current-thread runtime (they
     // would block it), naming the async form; nothing was started for them.

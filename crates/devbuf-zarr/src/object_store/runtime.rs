@@ -56,7 +56,7 @@ pub(crate) fn block_on<F: Future>(fut: F) -> Result<F::Output> {
             _ => Err(Error::invalid(
                 "a blocking devbuf object-store call was made from a current-thread tokio \
                  runtime, which it would block; use its async form (e.g. \
-                 ZarrArray::open_async, read(..).to_async, UrlStore::get_async), or call \
+                 ZarrArray::open_async, read(..).to_async, AsyncStore::get_async), or call \
                  it from a thread of its own or a multi-threaded runtime",
             )),
         },

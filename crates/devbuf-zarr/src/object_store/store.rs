@@ -15,7 +15,7 @@ use object_store::{
 use super::options::{ObjectStoreOptions, SECRET_ENV, is_secret};
 use super::runtime::block_on;
 use devbuf_core::error::{Error, Result};
-use devbuf_core::zarr::{BufferPrototype, ByteBuffer, ByteRequest, Store};
+use devbuf_core::zarr::{AsyncStore, BufferPrototype, ByteBuffer, ByteRequest, Store};
 
 /// Which bytes of an object a request asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,7 +33,8 @@ pub(crate) enum Span {
 /// `http(s)://host/path` server (read-only: GET with byte ranges), or `file:///path`.
 ///
 /// It is a devbuf [`Store`] (synchronous; requests run on a small runtime of devbuf's
-/// own), so every store API works on it; [`ZarrArray::open`](crate::ZarrArray::open)
+/// own), so every store API works on it, and an [`AsyncStore`] (the same calls as
+/// futures on the caller's tokio runtime); [`ZarrArray::open`](crate::ZarrArray::open)
 /// of an `Arc<UrlStore>` or a URL opens an array with it and lets the read engine fetch many chunks at once
 /// ([`ObjectStoreOptions::concurrency`]), ahead of its decoders.
 ///
@@ -53,39 +54,6 @@ pub(crate) enum Span {
 /// store.set("a/zarr.json", &ByteBuffer::from(&b"{}"[..]))?;
 /// assert_eq!(store.list()?, vec!["a/zarr.json".to_string()]);
 /// assert!(store.get("a/missing", &BufferPrototype::Host, None)?.is_none());
-/// std::fs::remove_dir_all(&dir).ok();
-/// # Ok::<(), devbuf_core::Error>(())
-/// ```
-///
-/// **Async.** The [`Store`] methods block (and refuse to on a current-thread tokio
-/// runtime, naming the async way). On the caller's runtime use the `object_store`
-/// client itself: [`object_store`](Self::object_store), with every key under
-/// [`prefix`](Self::prefix) (the object path of key `k` is `prefix/k`). Arrays have
-/// their own async calls ([`ZarrArray::open_async`](crate::ZarrArray::open_async),
-/// `read(..).to_async`, `write_subset_async`, ...).
-///
-/// ```
-/// use devbuf_zarr::object_store::{ObjectStoreOptions, UrlStore};
-/// use futures::TryStreamExt;
-/// use object_store::path::Path;
-/// use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
-/// let dir = std::env::temp_dir().join(format!("devbuf-doc-urlasync-{}", std::process::id()));
-/// std::fs::create_dir_all(&dir).unwrap();
-/// let store = UrlStore::open(&format!("file://{}", dir.display()), &ObjectStoreOptions::default())?;
-/// let path = |key: &str| Path::from(format!("{}/{key}", store.prefix()));
-/// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-/// rt.block_on(async {
-///     let os = store.object_store();
-///     os.put(&path("a/b"), PutPayload::from_static(b"hello")).await?;
-///     assert_eq!(&os.get_range(&path("a/b"), 1..3).await?[..], b"el");
-///     assert_eq!(os.head(&path("a/b")).await?.size, 5);
-///     let keys: Vec<_> = os.list(Some(&path("a"))).map_ok(|m| m.location).try_collect().await?;
-///     assert_eq!(keys, vec![path("a/b")]);
-///     os.delete(&path("a/b")).await?;
-///     assert!(os.head(&path("a/b")).await.is_err()); // NotFound
-///     Ok::<(), object_store::Error>(())
-/// })
-/// .unwrap();
 /// std::fs::remove_dir_all(&dir).ok();
 /// # Ok::<(), devbuf_core::Error>(())
 /// ```
@@ -282,9 +250,8 @@ impl UrlStore {
         &self.url
     }
 
-    /// The `object_store` client underneath: for async calls on the caller's runtime
-    /// (see [`UrlStore`]), or to wrap it (e.g. with metrics) and build another store
-    /// with [`from_object_store`](Self::from_object_store).
+    /// The `object_store` client underneath (to wrap it, e.g. with metrics, and build
+    /// another store with [`from_object_store`](Self::from_object_store)).
     pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
         &self.inner
     }
