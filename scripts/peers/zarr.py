@@ -589,12 +589,54 @@ def peer_zarr(path, s, gpu, pipeline=None, upload=False, store=None):
     note = (f"pipeline {cls}{extra}; async.concurrency={zarr.config.get('async.concurrency')}, "
             f"threading.max_workers={zarr.config.get('threading.max_workers')}")
     reads = {}
+    # devbuf's pipeline: where a read's time goes (seconds per run): inside the
+    # pipeline's read (`pipeline`), of which the engine's calls (`engine`); the rest of
+    # the run is zarr-python's own work before and after it calls the pipeline (the
+    # selection's chunks, their store paths and chunk specs, the output's allocation).
+    split = {"total": [], "pipeline": [], "engine": []}
+    cur = {"total": 0.0, "pipeline": 0.0, "engine": 0.0}
+
+    def timed(run):
+        def go():
+            t = time.perf_counter()
+            try:
+                return run()
+            finally:
+                cur["total"] += time.perf_counter() - t
+        return go
+    if pipeline == "devbuf":
+        import asyncio
+        import types
+
+        import devbuf.zarr as dz
+
+        orig_read = pipe.read
+
+        async def timed_read(*a, **k):
+            t = time.perf_counter()
+            try:
+                return await orig_read(*a, **k)
+            finally:
+                cur["pipeline"] += time.perf_counter() - t
+
+        async def timed_to_thread(f, *a, **k):
+            t = time.perf_counter()
+            try:
+                return await asyncio.to_thread(f, *a, **k)
+            finally:
+                cur["engine"] += time.perf_counter() - t
+
+        object.__setattr__(pipe, "read", timed_read)
+        dz.asyncio = types.SimpleNamespace(to_thread=timed_to_thread)
 
     def after_run():
         how = getattr(pipe, "last_read", None)
         reads[how] = reads.get(how, 0) + 1
         if pipeline == "devbuf":
             pipe.last_read = None  # so that a read that never reaches the pipeline shows
+            for k in split:
+                split[k].append(cur[k])
+                cur[k] = 0.0
 
     def info():
         out = {"pipeline": cls}
@@ -604,6 +646,13 @@ def peer_zarr(path, s, gpu, pipeline=None, upload=False, store=None):
             out["engine_used"] = used
             if not used:
                 out["problem"] = f"devbuf's pipeline did not read through the engine: {reads}"
+            if split["pipeline"]:
+                med = lambda v: sorted(v)[len(v) // 2] * 1e3  # noqa: E731
+                t, p, e = split["total"], split["pipeline"], split["engine"]
+                out["read_ms"] = round(med(t), 2)
+                out["outside_pipeline_ms"] = round(med([a - b for a, b in zip(t, p)]), 2)
+                out["pipeline_python_ms"] = round(med([a - b for a, b in zip(p, e)]), 2)
+                out["engine_ms"] = round(med(e), 2)
         return out
 
     if not gpu:
@@ -611,7 +660,7 @@ def peer_zarr(path, s, gpu, pipeline=None, upload=False, store=None):
             dev = cp.cuda.Device()
             return Peer(lambda: cp.asarray(arr[...]), dev.synchronize, cp.asnumpy, note,
                         after_run=after_run, info=info)
-        return Peer(lambda: arr[...], lambda: None, lambda out: out, note,
+        return Peer(timed(lambda: arr[...]), lambda: None, lambda out: out, note,
                     after_run=after_run, info=info)
     dev = cp.cuda.Device()
 
@@ -621,7 +670,7 @@ def peer_zarr(path, s, gpu, pipeline=None, upload=False, store=None):
         if not isinstance(out, cp.ndarray):
             raise RuntimeError(f"enable_gpu() read returned {type(out).__name__}, not cupy")
         return out
-    return Peer(read, dev.synchronize, cp.asnumpy, note, after_run=after_run, info=info)
+    return Peer(timed(read), dev.synchronize, cp.asnumpy, note, after_run=after_run, info=info)
 
 
 def peer_devbuf(path, s, device):
@@ -1058,6 +1107,11 @@ def cmd_read(args):
                     if "last_read" in r:
                         print(f"    {r['peer']}: pipeline.last_read {r['last_read']}"
                               + ("" if r.get("engine_used") else "  <-- NOT THE ENGINE"))
+                    if r.get("read_ms") is not None:
+                        print(f"    {r['peer']}: a read (arr[...]) of {r['read_ms']:.1f} ms: zarr-python "
+                              f"outside the pipeline {r['outside_pipeline_ms']:.1f} ms, the "
+                              f"pipeline's Python {r['pipeline_python_ms']:.1f} ms, the engine's "
+                              f"calls {r['engine_ms']:.1f} ms (medians over the runs)")
                     if r.get("problem"):
                         print(f"    {r['peer']}: PROBLEM: {r['problem']}")
             sys.stdout.flush()
