@@ -170,8 +170,22 @@ impl PipelineArray {
                     if nbytes == 0 {
                         return Ok(String::new());
                     }
-                    // SAFETY: the Python caller passes a writable, C-contiguous numpy
-                    // buffer of exactly `nbytes` bytes that it keeps alive during the call.
+                    let threads = a.read_options().threads.unwrap_or_else(|| {
+                        std::thread::available_parallelism().map_or(1, |n| n.get())
+                    });
+                    // Safety: the Python caller passes a writable, C-contiguous numpy
+                    // buffer of exactly `nbytes` bytes that it keeps alive during the
+                    // call and nothing else touches; the read below overwrites all of it.
+                    // Fresh memory (zarr-python's `np.empty`) gets huge pages and its
+                    // first touch from all threads, as the engine's own results do.
+                    unsafe {
+                        devbuf_core::__private::prepare_output(
+                            address as usize as *mut u8,
+                            nbytes,
+                            threads,
+                        )
+                    };
+                    // Safety: as above.
                     let out = unsafe {
                         std::slice::from_raw_parts_mut(address as usize as *mut u8, nbytes)
                     };

@@ -115,31 +115,9 @@ impl HostOutput {
         let Inner::Map(m) = &self.inner else {
             return;
         };
-        let (base, n) = (m.ptr as usize, m.len);
-        let threads = threads.clamp(1, n.div_ceil(2 << 20).max(1));
-        let per = n.div_ceil(threads).next_multiple_of(4096);
-        let touch = move |lo: usize, hi: usize| {
-            for off in (lo..hi).step_by(4096) {
-                // Safety: `off` lies within the mapping (`< n`), which `self` keeps
-                // alive for the scope; the threads write disjoint pages, and a zero
-                // keeps the memory's zeroed contents.
-                unsafe { std::ptr::write_volatile((base + off) as *mut u8, 0) };
-            }
-        };
-        std::thread::scope(|s| {
-            for t in 1..threads {
-                let (lo, hi) = (t * per, ((t + 1) * per).min(n));
-                if lo >= hi {
-                    break;
-                }
-                let spawned = std::thread::Builder::new().spawn_scoped(s, move || touch(lo, hi));
-                if spawned.is_err() {
-                    // No thread to be had: the pages are touched by the workers.
-                    break;
-                }
-            }
-            touch(0, per.min(n));
-        });
+        // Safety: the mapping is owned by `self`, alive and exclusive for this call, and
+        // its contents are zeros, which the touch keeps.
+        unsafe { touch_pages(m.ptr, m.len, threads) };
     }
 
     /// The memory as a slice, for the workers to write.
@@ -189,6 +167,71 @@ pub fn zeroed_vec(n: usize) -> Result<Vec<u8>> {
     Ok(unsafe { Vec::from_raw_parts(p, n, n) })
 }
 
+/// Readies `len` bytes at `ptr`, host memory the caller owns and a read is about to
+/// overwrite whole (numpy's output of zarr-python's pipeline, say): asks for huge pages
+/// over its 2 MiB-aligned interior and touches every page from `threads` threads, as a
+/// read does for its own results ([`HostOutput`]), so that fresh memory's first touch
+/// does not bound the read. Memory already touched only costs one write per page.
+/// Nothing is done below 8 MiB.
+///
+/// # Safety
+///
+/// `ptr..ptr + len` must be writable memory, not read or written by anything else
+/// during the call, whose contents the caller overwrites afterwards: one byte of each
+/// 4 KiB page is set to zero.
+pub unsafe fn prepare_output(ptr: *mut u8, len: usize, threads: usize) {
+    if len < MAP_MIN {
+        return;
+    }
+    const HUGE: usize = 2 << 20;
+    let (lo, hi) = (
+        (ptr as usize).next_multiple_of(HUGE),
+        (ptr as usize + len) / HUGE * HUGE,
+    );
+    if hi > lo {
+        // Huge pages where the kernel offers them; a refusal changes nothing else.
+        // Safety: `lo..hi` lies within the caller's memory and is page aligned.
+        unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE) };
+    }
+    // Safety: the caller's guarantees, passed on.
+    unsafe { touch_pages(ptr, len, threads) };
+}
+
+/// Writes a zero to one byte of every 4 KiB page of `base..base + n` (from the first
+/// page boundary on) from `threads` threads at once.
+///
+/// # Safety
+///
+/// The memory must be writable, exclusive to this call, and either zero already or
+/// about to be overwritten.
+unsafe fn touch_pages(base: *mut u8, n: usize, threads: usize) {
+    let base = base as usize;
+    let first = base.next_multiple_of(4096) - base;
+    let threads = threads.clamp(1, n.div_ceil(2 << 20).max(1));
+    let per = n.div_ceil(threads).next_multiple_of(4096);
+    let touch = move |lo: usize, hi: usize| {
+        for off in (lo + first..hi).step_by(4096) {
+            // Safety: `off < n` lies within the memory, which the caller keeps alive
+            // and exclusive for the scope; the threads write disjoint pages.
+            unsafe { std::ptr::write_volatile((base + off) as *mut u8, 0) };
+        }
+    };
+    std::thread::scope(|s| {
+        for t in 1..threads {
+            let (lo, hi) = (t * per, ((t + 1) * per).min(n));
+            if lo >= hi {
+                break;
+            }
+            let spawned = std::thread::Builder::new().spawn_scoped(s, move || touch(lo, hi));
+            if spawned.is_err() {
+                // No thread to be had: the pages are touched by the workers.
+                break;
+            }
+        }
+        touch(0, per.min(n));
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,5 +257,26 @@ mod tests {
                 assert_eq!(b.as_ptr(), p as *const u8, "no copy");
             }
         }
+    }
+
+    #[test]
+    fn prepared_outputs_get_one_zero_per_page_inside_their_range_only() {
+        let mut v = vec![0xABu8; MAP_MIN + 3 * 4096 + 100];
+        let (skip, len) = (3, MAP_MIN + 4096 + 5);
+        let base = v.as_mut_ptr() as usize;
+        // Safety: a range of `v`, exclusively ours; the test reads it back only.
+        unsafe { prepare_output(v.as_mut_ptr().add(skip), len, 4) };
+        for (i, &b) in v.iter().enumerate() {
+            let inside = (skip..skip + len).contains(&i);
+            let page_start = (base + i).is_multiple_of(4096);
+            let want = if inside && page_start { 0 } else { 0xAB };
+            assert_eq!(b, want, "byte {i}");
+        }
+        assert!(v.iter().filter(|&&b| b == 0).count() >= len / 4096);
+        // Below 8 MiB nothing is written.
+        let mut small = vec![0xABu8; MAP_MIN - 1];
+        // Safety: `small`, exclusively ours.
+        unsafe { prepare_output(small.as_mut_ptr(), small.len(), 4) };
+        assert!(small.iter().all(|&b| b == 0xAB));
     }
 }
