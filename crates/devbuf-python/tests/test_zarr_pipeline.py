@@ -301,3 +301,33 @@ def test_gpu_reads_into_cupy(tmp_path, kind):
             assert isinstance(actual, cp.ndarray)
             np.testing.assert_array_equal(cp.asnumpy(actual), expected)
             assert not got.async_array.codec_pipeline.last_read.startswith("fallback")
+
+
+def test_read_counts(tmp_path):
+    from devbuf.zarr import read_counts
+
+    numcodecs = pytest.importorskip("numcodecs")
+    store = LocalStore(tmp_path / "s.zarr")
+    make(store, "zstd")
+    memory = MemoryStore()
+    make(memory, "zstd")
+    delta = zarr.create_array(
+        store,
+        name="d",
+        shape=(6,),
+        chunks=(3,),
+        dtype="int32",
+        filters=[numcodecs.Delta(dtype="int32")],
+        compressors=None,
+        zarr_format=2,
+    )
+    delta[:] = np.arange(6, dtype="int32")
+    read_counts(reset=True)
+    with with_pipeline():
+        a = reopen(store)
+        a[:]  # one box: "engine"
+        a[::2, 1]  # a step: "engine (chunks)"
+        zarr.open_array(store, path="d", mode="r")[:]  # delta: zarr-python's pipeline
+        reopen(memory)[:]  # a MemoryStore: "engine-bytes"
+    assert read_counts(reset=True) == {"engine": 1, "engine (chunks)": 1, "fallback": 1, "engine-bytes": 1}
+    assert read_counts() == {}

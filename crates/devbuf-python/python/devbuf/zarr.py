@@ -16,13 +16,17 @@ Options, from zarr's config:
 * ``codec_pipeline.decoder``: ``"auto"`` (default), ``"cpu"``, ``"gpu"`` or ``"both"``.
 * ``codec_pipeline.threads``: the engine's worker threads (default: one per core).
 * ``codec_pipeline.strict``: raise instead of falling back (default False).
+
+``read_counts()`` says how the reads of this process ran (all pipelines together).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -46,9 +50,35 @@ if TYPE_CHECKING:
     from zarr.core.buffer import Buffer, NDBuffer
     from zarr.core.metadata import ArrayMetadata
 
-__all__ = ["CodecPipeline"]
+__all__ = ["CodecPipeline", "read_counts"]
 
 _log = logging.getLogger("devbuf.zarr")
+
+# How the reads of this process ran, over all pipelines (read_counts()).
+_READ_COUNTS: collections.Counter[str] = collections.Counter()
+_READ_COUNTS_LOCK = threading.Lock()
+
+
+def read_counts(reset: bool = False) -> dict[str, int]:
+    """How the reads of all ``CodecPipeline`` objects of this process ran: the number of
+    ``read`` calls by kind, the kinds of ``CodecPipeline.last_read`` (``"engine"``,
+    ``"engine (chunks)"``, ``"engine-bytes"``, ``"engine-bytes (chunks)"``) and
+    ``"fallback"`` for every read zarr-python's own pipeline answered, whatever the reason.
+
+    Per process: in a Dask worker, ask it there (``client.run(devbuf.zarr.read_counts)``).
+    ``reset=True`` zeroes the counts after reading them.
+    """
+    with _READ_COUNTS_LOCK:
+        counts = dict(_READ_COUNTS)
+        if reset:
+            _READ_COUNTS.clear()
+    return counts
+
+
+def _count_read(how: str) -> None:
+    with _READ_COUNTS_LOCK:
+        _READ_COUNTS["fallback" if how.startswith("fallback") else how] += 1
+
 
 # General path: chunks decoded per engine call (bytes of decoded chunks).
 _CHUNK_BATCH_BYTES = 256 << 20
@@ -334,6 +364,7 @@ class CodecPipeline(_CodecPipelineABC):
             _log.debug("devbuf.zarr.CodecPipeline: %s", how)
             await self.fallback.read(batch, out, drop_axes)
         self.last_read = how
+        _count_read(how)
 
     async def _read_engine(self, batch, out, drop_axes) -> str:
         md = self.metadata
