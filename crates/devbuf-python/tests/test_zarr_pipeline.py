@@ -331,3 +331,29 @@ def test_read_counts(tmp_path):
         reopen(memory)[:]  # a MemoryStore: "engine-bytes"
     assert read_counts(reset=True) == {"engine": 1, "engine (chunks)": 1, "fallback": 1, "engine-bytes": 1}
     assert read_counts() == {}
+
+
+@pytest.mark.parametrize("separator", [".", "/"])
+@pytest.mark.parametrize("shape", [(22, 11), ()], ids=["2d", "0d"])
+def test_v3_with_v2_chunk_keys(store, separator, shape):
+    # zarr v3 arrays with the "v2" chunk key encoding (chunks at "0.1", not "c/0/1"), as
+    # zarr-python's test_indexing.py makes them: read by the engine, not the fallback.
+    data = np.arange(int(np.prod(shape)), dtype="int32").reshape(shape) - 100
+    a = zarr.create_array(
+        store,
+        name="a",
+        shape=shape,
+        chunks=(5, 3) if shape else "auto",
+        dtype="int32",
+        fill_value=-1,
+        chunk_key_encoding={"name": "v2", "separator": separator},
+        compressors=ZstdCodec(level=1),
+    )
+    a[...] = data
+    with with_pipeline():
+        got = reopen(store)
+        for sel in [Ellipsis] + ([(slice(3, 17), slice(2, 9)), (slice(None, None, 3), 4)] if shape else []):
+            np.testing.assert_array_equal(got[sel], data[sel])
+            how = got.async_array.codec_pipeline.last_read
+            want = "engine" if isinstance(store, LocalStore) else "engine-bytes"
+            assert how.split(" ")[0] == want, how

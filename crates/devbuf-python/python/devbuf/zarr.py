@@ -120,13 +120,22 @@ def _separator(metadata: ArrayMetadata) -> str:
     return getattr(metadata.chunk_key_encoding, "separator", "/")
 
 
+def _default_keys(metadata: ArrayMetadata) -> bool:
+    """Whether chunk keys are v3's default encoding (``c/0/1``) rather than v2's (``0.1``,
+    zarr v2 arrays and v3 arrays with the ``v2`` chunk key encoding)."""
+    if isinstance(metadata, ArrayV2Metadata):
+        return False
+    return getattr(metadata.chunk_key_encoding, "name", "default") != "v2"
+
+
 def _split_key(metadata: ArrayMetadata, path: str) -> tuple[str, str, tuple[int, ...]]:
     """(array path, chunk key, chunk coordinates) of a chunk's store path."""
     ndim = len(metadata.shape)
     sep = _separator(metadata)
+    default = _default_keys(metadata)
     parts = path.split("/")
     if sep == "/":
-        n = ndim + (1 if isinstance(metadata, ArrayV3Metadata) else 0)
+        n = ndim + (1 if default else 0)
         n = max(n, 1)
     else:
         n = 1
@@ -135,7 +144,7 @@ def _split_key(metadata: ArrayMetadata, path: str) -> tuple[str, str, tuple[int,
     key = "/".join(parts[-n:])
     prefix = "/".join(parts[:-n])
     try:
-        if isinstance(metadata, ArrayV3Metadata):
+        if default:
             if not key.startswith("c"):
                 raise ValueError
             rest = key[1:].removeprefix(sep)
