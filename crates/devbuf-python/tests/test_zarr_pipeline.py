@@ -357,3 +357,34 @@ def test_v3_with_v2_chunk_keys(store, separator, shape):
             how = got.async_array.codec_pipeline.last_read
             want = "engine" if isinstance(store, LocalStore) else "engine-bytes"
             assert how.split(" ")[0] == want, how
+
+
+@pytest.mark.parametrize("fmt", [2, 3])
+def test_reads_after_resize(store, fmt):
+    # zarr-python's resize replaces the array's metadata in place and keeps its pipeline
+    # (made with the old shape): reads after a resize that grew the array are the
+    # engine's, not the fallback's (zarr-python's test_resize_*, test_append_*).
+    with with_pipeline():
+        a = zarr.create_array(
+            store, name="a", shape=(105, 7), chunks=(10, 3), dtype="int32", fill_value=0, zarr_format=fmt
+        )
+        want = np.arange(105 * 7, dtype="int32").reshape(105, 7)
+        a[:] = want
+        np.testing.assert_array_equal(a[:], want)  # the engine opens with 105 rows
+        pipe = a.async_array.codec_pipeline
+        kind = "engine" if isinstance(store, LocalStore) else "engine-bytes"
+        for rows in (108, 230, 50, 120):  # inside the last chunk, new chunks, shrink, grow
+            a.resize((rows, 7))
+            if rows > want.shape[0]:
+                new = -np.arange((rows - want.shape[0]) * 7, dtype="int32").reshape(-1, 7)
+                a[want.shape[0] :] = new
+                want = np.concatenate([want, new])
+            else:
+                want = want[:rows]
+            np.testing.assert_array_equal(a[:], want)
+            assert pipe.last_read == kind, (rows, pipe.last_read)
+            np.testing.assert_array_equal(a[rows - 9 : rows, 1:6], want[rows - 9 : rows, 1:6])
+            assert pipe.last_read == kind, (rows, pipe.last_read)
+            idx = [0, rows - 1]
+            np.testing.assert_array_equal(a.oindex[idx, [1, 6]], want[idx][:, [1, 6]])
+            assert pipe.last_read == kind + " (chunks)", (rows, pipe.last_read)

@@ -158,6 +158,36 @@ def _split_key(metadata: ArrayMetadata, path: str) -> tuple[str, str, tuple[int,
     return prefix, key, coords
 
 
+def _extent(items, chunk_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Per axis, the end of the elements the chunk selections of a read touch (zarr-python
+    clips them to the array's current shape)."""
+    ends = [0] * len(chunk_shape)
+    for coords, cs, _os, _key in items:
+        cs = _as_tuple(cs)
+        for i, n in enumerate(chunk_shape):
+            s = cs[i] if i < len(cs) else slice(None)
+            if isinstance(s, slice):
+                stop = n if s.stop is None else min(s.stop, n)
+                start = 0 if s.start is None else s.start
+                end = stop if stop > start else 0
+            elif _is_int(s):
+                end = int(s) + 1
+            else:
+                a = np.asarray(s)
+                if a.dtype == bool:
+                    nz = np.flatnonzero(a)
+                    end = int(nz[-1]) + 1 if nz.size else 0
+                else:
+                    end = int(a.max()) + 1 if a.size else 0
+            if end:
+                ends[i] = max(ends[i], coords[i] * n + end)
+    return tuple(ends)
+
+
+def _covers(shape, extent: tuple[int, ...]) -> bool:
+    return len(shape) == len(extent) and all(e <= s for e, s in zip(extent, shape))
+
+
 def _local_root(store: Store) -> str | None:
     try:
         from zarr.storage import LocalStore
@@ -345,7 +375,8 @@ class CodecPipeline(_CodecPipelineABC):
         drop_axes: tuple[int, ...] = (),
     ) -> None:
         # Writes are zarr-python's (devbuf's writers are not wired here yet); the engine's
-        # cached arrays read the store anew on every read, so nothing goes stale.
+        # cached arrays read the chunks anew on every read, and are reopened when a read
+        # reaches past their shape (a resize), so nothing goes stale.
         await self.fallback.write(batch_info, value, drop_axes)
 
     # --- reads ------------------------------------------------------------------------------
@@ -394,13 +425,17 @@ class CodecPipeline(_CodecPipelineABC):
         opts = _options()
         if root is not None:
             engine = self._engines.get(prefix)
-            if engine is None:
+            # zarr-python resizes an array by replacing its AsyncArray's metadata in place
+            # (and writing it): the pipeline keeps the old metadata, and an engine opened
+            # before a resize that grew the array has the old shape. Reopened, it reads
+            # the directory's new metadata.
+            if engine is None or not _covers(tuple(engine.shape), _extent(items, chunk_shape)):
                 path = os.path.join(root, prefix) if prefix else root
                 engine = await asyncio.to_thread(_devbuf._PipelineArray.open_path, path, **opts)
                 self._engines[prefix] = engine
             how = "engine"
         else:
-            engine = await self._engine_from_bytes(batch, items, opts)
+            engine = await self._engine_from_bytes(batch, items, opts, chunk_shape)
             how = "engine-bytes"
         arr, device = _target(out, engine.dtype)
         box = _one_box(items, chunk_shape, arr.shape, drop_axes)
@@ -415,8 +450,14 @@ class CodecPipeline(_CodecPipelineABC):
         await self._read_chunks(engine, items, arr, device, drop_axes, chunk_shape)
         return how + " (chunks)"
 
-    async def _engine_from_bytes(self, batch, items, opts):
+    async def _engine_from_bytes(self, batch, items, opts, chunk_shape):
         md = self.metadata
+        extent = _extent(items, chunk_shape)
+        if not _covers(tuple(md.shape), extent):
+            # The array grew since this pipeline was made (zarr-python's resize updates
+            # the array's metadata, not its pipeline's): a shape that holds what is read
+            # (a chunk's encoding does not depend on the array's shape).
+            md = md.update_shape(tuple(max(n, e) for n, e in zip(md.shape, extent)))
         docs = md.to_buffer_dict(_cpu_prototype)
         meta_key = "zarr.json" if isinstance(md, ArrayV3Metadata) else ".zarray"
         meta = docs[meta_key].to_bytes()
