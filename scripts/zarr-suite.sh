@@ -24,7 +24,8 @@
 #   --no-install   no pip: PYTHON (default python3) must have devbuf, zarr 3.1.6 and the
 #                  test dependencies
 #   --runs LIST    which runs, of plain,pipeline (default both; a run's earlier results
-#                  in $TMPDIR/devbuf-zarr-suite/results are kept for the summary)
+#                  in $TMPDIR/devbuf-zarr-suite/results[-subset|-gpu] are kept for the
+#                  summary)
 #   --prepare DIR  unpack the sdist's tests/ and pyproject.toml into DIR and download into
 #                  DIR/wheels the pure-Python test dependencies the GPU image lacks
 #
@@ -136,6 +137,8 @@ WORKERS="${DEVBUF_ZARR_SUITE_WORKERS:-2}"
 [ "$GPU" = 1 ] && WORKERS="${DEVBUF_ZARR_SUITE_WORKERS:-0}"   # a few dozen tests, one GPU
 [ "$WORKERS" != 0 ] && XDIST=(-n "$WORKERS")
 OUT="$WORK/results"
+[ "$SUB" = 1 ] && OUT="$WORK/results-subset"
+[ "$GPU" = 1 ] && OUT="$WORK/results-gpu"
 mkdir -p "$OUT"
 GPU_ENV=()
 [ "$GPU" = 1 ] && GPU_ENV=(DEVBUF_SUITE_GPU_ONLY=1)
@@ -221,6 +224,14 @@ for name in ("plain", "pipeline"):
         print(f"{name}: the run broke ({', '.join(broken)}): see {out}/{name}.log")
     print(f"SUMMARY {name:8s}: {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped, "
           f"{c['error']} errors ({len(res)} tests, {wall} s)")
+why_skipped = collections.Counter()
+for tc in cases("pipeline"):
+    for c in tc:
+        if c.tag == "skipped":
+            why_skipped[(c.get("message") or "")[:120]] += 1
+print("why tests skipped with the pipeline (most frequent):")
+for w, n in why_skipped.most_common(5):
+    print(f"  {n:6d}  {w}")
 bad = ("failed", "error")
 only = sorted(t for t, r in runs["pipeline"].items() if r in bad and runs["plain"].get(t) not in bad)
 fixed = sorted(t for t, r in runs["plain"].items() if r in bad and runs["pipeline"].get(t) not in bad)
@@ -259,9 +270,12 @@ engine = sum(v for k, v in counts.items() if k != "fallback")
 if bad_runs:
     print(f"FAILED: the {' and '.join(bad_runs)} run did not run the tests")
     sys.exit(1)
+ran = collections.Counter(runs.get("pipeline", {}).values())["passed"]
 if "pipeline" in wanted and engine == 0:
-    print("FAILED: the pipeline run did no read with devbuf's engine")
-    sys.exit(1)
+    if ran >= 10:
+        print("FAILED: the pipeline run did no read with devbuf's engine")
+        sys.exit(1)
+    print(f"(only {ran} test(s) passed with the pipeline: nothing to check the engine's reads by)")
 if "plain" in wanted and "pipeline" in wanted and unexplained:
     print(f"FAILED: {len(unexplained)} test(s) fail only with the pipeline, unexplained")
     sys.exit(1)
