@@ -276,8 +276,10 @@ def _one_box(items, chunk_shape, out_shape, drop_axes):
 
 
 def _target(out: NDBuffer, engine_dtype: str):
-    """(array-like to fill, device ordinal or None), the array viewed as the engine's
-    data type (datetime64 / timedelta64 read as int64)."""
+    """(array-like to fill, device ordinal or None, byte-swapped), the array viewed as the
+    engine's data type (datetime64 / timedelta64 read as int64). Byte-swapped: a host
+    array of the other byte order (zarr-python's output for a big-endian v2 array), filled
+    from the engine's native-endian values by numpy."""
     arr = out.as_ndarray_like()
     if isinstance(arr, np.ndarray):
         device = None
@@ -286,15 +288,18 @@ def _target(out: NDBuffer, engine_dtype: str):
     else:
         raise _Refused(f"an output of type {type(arr).__name__}")
     dt = np.dtype(engine_dtype)
+    swapped = not arr.dtype.isnative
+    if swapped and device is not None:
+        raise _Refused(f"data type {arr.dtype} on a device")
     if arr.dtype.kind in "mM":
         if dt != np.dtype("int64"):
             raise _Refused(f"data type {arr.dtype}")
-        arr = arr.view("int64")
+        arr = arr.view(np.dtype("int64").newbyteorder(arr.dtype.byteorder))
     elif arr.dtype.kind not in "biufc":
         raise _Refused(f"data type {arr.dtype}")
-    if arr.dtype != dt:
+    if arr.dtype.newbyteorder("=") != dt:
         raise _Refused(f"data type {arr.dtype} (the engine reads {dt})")
-    return arr, device
+    return arr, device, swapped
 
 
 @dataclass
@@ -437,8 +442,16 @@ class CodecPipeline(_CodecPipelineABC):
         else:
             engine = await self._engine_from_bytes(batch, items, opts, chunk_shape)
             how = "engine-bytes"
-        arr, device = _target(out, engine.dtype)
+        arr, device, swapped = _target(out, engine.dtype)
         box = _one_box(items, chunk_shape, arr.shape, drop_axes)
+        if box is not None and swapped and arr.flags.writeable:
+            # The engine reads native-endian values; numpy swaps them into the output.
+            starts, shape = box
+            native = np.empty(arr.shape, dtype=np.dtype(engine.dtype))
+            address = native.__array_interface__["data"][0]
+            await asyncio.to_thread(engine.read_into, starts, shape, address, native.nbytes, None)
+            arr[...] = native
+            return how
         if box is not None and arr.flags.c_contiguous and (device is not None or arr.flags.writeable):
             starts, shape = box
             if device is None:
