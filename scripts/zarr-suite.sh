@@ -165,15 +165,15 @@ run() { # run NAME [ENV...]: one pytest run over the selection
         "$PY" -m pytest -p zarr_suite_plugin -p no:cacheprovider -q -rfE --timeout 600 \
         "${XDIST[@]}" "${k[@]}" --junitxml="$OUT/$name.xml" "${SEL[@]}" "${EXTRA[@]}") > "$OUT/$name.log" 2>&1
     rc=$?
+    tail -n 1 "$OUT/$name.log"
     if [ "${#k2[@]}" -gt 0 ] && [ "$SUB" = 0 ] && [ "$GPU" = 0 ]; then
         (cd "$TESTS" && env "$@" PYTHONPATH="$ROOT/scripts${PYTHONPATH:+:$PYTHONPATH}" \
             "$PY" -m pytest -p zarr_suite_plugin -p no:cacheprovider -q -rfE --timeout 600 \
-            "${k2[@]}" --junitxml="$OUT/$name-alone.xml" tests/test_api) >> "$OUT/$name.log" 2>&1
-        tail -n 1 "$OUT/$name.log"
+            "${k2[@]}" --junitxml="$OUT/$name-alone.xml" tests/test_api) > "$OUT/$name-alone.log" 2>&1
+        echo "and $alone, without xdist: $(tail -n 1 "$OUT/$name-alone.log")"
     fi
     set -e
     echo "$(( $(date +%s) - start ))" > "$OUT/$name.secs"
-    tail -n 1 "$OUT/$name.log"
     [ "$rc" = 124 ] || [ "$rc" = 137 ] && echo "TIMED OUT after ${DEVBUF_ZARR_SUITE_TIMEOUT:-3600} s ($OUT/$name.log)"
     [ "$rc" -le 1 ] || [ "$rc" = 5 ] || echo "pytest exited with $rc ($OUT/$name.log)"
     return 0
