@@ -40,6 +40,9 @@ def test_example(index, monkeypatch):
         pytest.importorskip("pyarrow", reason="the example consumes with pyarrow")
     if "import zarr" in code:
         pytest.importorskip("zarr", reason="the example reads through zarr-python")
+    for mod in ("dask", "distributed", "xarray"):
+        if f"import {mod}" in code or f"from {mod} " in code:
+            pytest.importorskip(mod, reason=f"the example runs on {mod}")
     monkeypatch.chdir(ROOT)
     exec(compile(code, f"{DOC}:block{index}", "exec"), {"__name__": "__doc_example__"})
     assert os.getcwd() == str(ROOT)

@@ -412,3 +412,112 @@ def test_gpu_writes_from_cupy(tmp_path, kind, where):
             how = a.async_array.codec_pipeline.last_write
             assert how is not None and not how.startswith("fallback"), (sel, how)
     np.testing.assert_array_equal(reopen(store)[:], ref[:])
+
+
+def test_read_counts(tmp_path):
+    from devbuf.zarr import read_counts
+
+    numcodecs = pytest.importorskip("numcodecs")
+    store = LocalStore(tmp_path / "s.zarr")
+    make(store, "zstd")
+    memory = MemoryStore()
+    make(memory, "zstd")
+    delta = zarr.create_array(
+        store,
+        name="d",
+        shape=(6,),
+        chunks=(3,),
+        dtype="int32",
+        filters=[numcodecs.Delta(dtype="int32")],
+        compressors=None,
+        zarr_format=2,
+    )
+    delta[:] = np.arange(6, dtype="int32")
+    read_counts(reset=True)
+    with with_pipeline():
+        a = reopen(store)
+        a[:]  # one box: "engine"
+        a[::2, 1]  # a step: "engine (chunks)"
+        zarr.open_array(store, path="d", mode="r")[:]  # delta: zarr-python's pipeline
+        reopen(memory)[:]  # a MemoryStore: "engine-bytes"
+    assert read_counts(reset=True) == {"engine": 1, "engine (chunks)": 1, "fallback": 1, "engine-bytes": 1}
+    assert read_counts() == {}
+
+
+@pytest.mark.parametrize("separator", [".", "/"])
+@pytest.mark.parametrize("shape", [(22, 11), ()], ids=["2d", "0d"])
+def test_v3_with_v2_chunk_keys(store, separator, shape):
+    # zarr v3 arrays with the "v2" chunk key encoding (chunks at "0.1", not "c/0/1"), as
+    # zarr-python's test_indexing.py makes them: read by the engine, not the fallback.
+    data = np.arange(int(np.prod(shape)), dtype="int32").reshape(shape) - 100
+    a = zarr.create_array(
+        store,
+        name="a",
+        shape=shape,
+        chunks=(5, 3) if shape else "auto",
+        dtype="int32",
+        fill_value=-1,
+        chunk_key_encoding={"name": "v2", "separator": separator},
+        compressors=ZstdCodec(level=1),
+    )
+    a[...] = data
+    with with_pipeline():
+        got = reopen(store)
+        for sel in [Ellipsis] + ([(slice(3, 17), slice(2, 9)), (slice(None, None, 3), 4)] if shape else []):
+            np.testing.assert_array_equal(got[sel], data[sel])
+            how = got.async_array.codec_pipeline.last_read
+            want = "engine" if isinstance(store, LocalStore) else "engine-bytes"
+            assert how.split(" ")[0] == want, how
+
+
+@pytest.mark.parametrize("fmt", [2, 3])
+def test_reads_after_resize(store, fmt):
+    # zarr-python's resize replaces the array's metadata in place and keeps its pipeline
+    # (made with the old shape): reads after a resize that grew the array are the
+    # engine's, not the fallback's (zarr-python's test_resize_*, test_append_*).
+    with with_pipeline():
+        a = zarr.create_array(
+            store, name="a", shape=(105, 7), chunks=(10, 3), dtype="int32", fill_value=0, zarr_format=fmt
+        )
+        want = np.arange(105 * 7, dtype="int32").reshape(105, 7)
+        a[:] = want
+        np.testing.assert_array_equal(a[:], want)  # the engine opens with 105 rows
+        pipe = a.async_array.codec_pipeline
+        kind = "engine" if isinstance(store, LocalStore) else "engine-bytes"
+        for rows in (108, 230, 50, 120):  # inside the last chunk, new chunks, shrink, grow
+            a.resize((rows, 7))
+            if rows > want.shape[0]:
+                new = -np.arange((rows - want.shape[0]) * 7, dtype="int32").reshape(-1, 7)
+                a[want.shape[0] :] = new
+                want = np.concatenate([want, new])
+            else:
+                want = want[:rows]
+            np.testing.assert_array_equal(a[:], want)
+            assert pipe.last_read == kind, (rows, pipe.last_read)
+            np.testing.assert_array_equal(a[rows - 9 : rows, 1:6], want[rows - 9 : rows, 1:6])
+            assert pipe.last_read == kind, (rows, pipe.last_read)
+            idx = [0, rows - 1]
+            np.testing.assert_array_equal(a.oindex[idx, [1, 6]], want[idx][:, [1, 6]])
+            assert pipe.last_read == kind + " (chunks)", (rows, pipe.last_read)
+
+
+@pytest.mark.parametrize("dtype", [">i2", ">f8", ">c8", ">M8[s]", ">m8[ms]"])
+def test_big_endian_v2_outputs(store, dtype):
+    # zarr-python reads a big-endian v2 array into a big-endian output: the engine's
+    # native-endian values are swapped into it (they fell back, and datetime64 /
+    # timedelta64, viewed as native int64, were read byte-swapped).
+    data = np.arange(20 * 7).reshape(20, 7)
+    data = (data * 3 - 50).astype(dtype) if dtype[1] not in "Mm" else data.astype(dtype)
+    a = zarr.create_array(store, name="a", shape=data.shape, chunks=(6, 3), dtype=dtype, zarr_format=2, fill_value=0)
+    a[:15] = data[:15]
+    ref = reopen(store)
+    sels = [Ellipsis, (slice(2, 9), slice(1, 5)), (slice(None, None, 3), 2), (4, slice(None))]
+    want = [ref[s] for s in sels] + [ref.oindex[[1, 17], [0, 6]]]
+    assert want[0].dtype == np.dtype(dtype)
+    with with_pipeline():
+        got = reopen(store)
+        for s, w in zip(sels + ["oindex"], want):
+            g = got.oindex[[1, 17], [0, 6]] if s == "oindex" else got[s]
+            assert g.dtype == w.dtype and g.tobytes() == w.tobytes(), s
+            how = got.async_array.codec_pipeline.last_read
+            assert not how.startswith("fallback"), (s, how)

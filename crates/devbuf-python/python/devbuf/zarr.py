@@ -20,13 +20,17 @@ Options, from zarr's config:
 * ``codec_pipeline.decoder``: ``"auto"`` (default), ``"cpu"``, ``"gpu"`` or ``"both"``.
 * ``codec_pipeline.threads``: the engine's worker threads (default: one per core).
 * ``codec_pipeline.strict``: raise instead of falling back (default False).
+
+``read_counts()`` says how the reads of this process ran (all pipelines together).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -50,9 +54,35 @@ if TYPE_CHECKING:
     from zarr.core.buffer import Buffer, NDBuffer
     from zarr.core.metadata import ArrayMetadata
 
-__all__ = ["CodecPipeline"]
+__all__ = ["CodecPipeline", "read_counts"]
 
 _log = logging.getLogger("devbuf.zarr")
+
+# How the reads of this process ran, over all pipelines (read_counts()).
+_READ_COUNTS: collections.Counter[str] = collections.Counter()
+_READ_COUNTS_LOCK = threading.Lock()
+
+
+def read_counts(reset: bool = False) -> dict[str, int]:
+    """How the reads of all ``CodecPipeline`` objects of this process ran: the number of
+    ``read`` calls by kind, the kinds of ``CodecPipeline.last_read`` (``"engine"``,
+    ``"engine (chunks)"``, ``"engine-bytes"``, ``"engine-bytes (chunks)"``) and
+    ``"fallback"`` for every read zarr-python's own pipeline answered, whatever the reason.
+
+    Per process: in a Dask worker, ask it there (``client.run(devbuf.zarr.read_counts)``).
+    ``reset=True`` zeroes the counts after reading them.
+    """
+    with _READ_COUNTS_LOCK:
+        counts = dict(_READ_COUNTS)
+        if reset:
+            _READ_COUNTS.clear()
+    return counts
+
+
+def _count_read(how: str) -> None:
+    with _READ_COUNTS_LOCK:
+        _READ_COUNTS["fallback" if how.startswith("fallback") else how] += 1
+
 
 # General path: chunks decoded per engine call (bytes of decoded chunks).
 _CHUNK_BATCH_BYTES = 256 << 20
@@ -94,33 +124,88 @@ def _separator(metadata: ArrayMetadata) -> str:
     return getattr(metadata.chunk_key_encoding, "separator", "/")
 
 
-def _split_key(metadata: ArrayMetadata, path: str) -> tuple[str, str, tuple[int, ...]]:
-    """(array path, chunk key, chunk coordinates) of a chunk's store path."""
+def _default_keys(metadata: ArrayMetadata) -> bool:
+    """Whether chunk keys are v3's default encoding (``c/0/1``) rather than v2's (``0.1``,
+    zarr v2 arrays and v3 arrays with the ``v2`` chunk key encoding)."""
+    if isinstance(metadata, ArrayV2Metadata):
+        return False
+    return getattr(metadata.chunk_key_encoding, "name", "default") != "v2"
+
+
+def _key_splitter(metadata: ArrayMetadata):
+    """A function from a chunk's store path to (array path, chunk key, chunk
+    coordinates), for the paths of one array (the encoding's parameters read once)."""
     ndim = len(metadata.shape)
     sep = _separator(metadata)
-    parts = path.split("/")
-    if sep == "/":
-        n = ndim + (1 if isinstance(metadata, ArrayV3Metadata) else 0)
-        n = max(n, 1)
-    else:
-        n = 1
-    if len(parts) < n:
-        raise _Refused(f"chunk key {path!r}")
-    key = "/".join(parts[-n:])
-    prefix = "/".join(parts[:-n])
-    try:
-        if isinstance(metadata, ArrayV3Metadata):
-            if not key.startswith("c"):
-                raise ValueError
-            rest = key[1:].removeprefix(sep)
-            coords = tuple(int(x) for x in rest.split(sep)) if rest else ()
+    default = _default_keys(metadata)
+    n = max(ndim + (1 if default else 0), 1) if sep == "/" else 1
+    checked = []
+
+    def split(path: str) -> tuple[str, str, tuple[int, ...]]:
+        parts = path.rsplit("/", n)
+        if len(parts) < n:
+            raise _Refused(f"chunk key {path!r}")
+        if len(parts) > n:
+            prefix = parts[0]
+            key = path[len(prefix) + 1 :]
         else:
-            coords = () if ndim == 0 else tuple(int(x) for x in key.split(sep))
-    except ValueError:
-        raise _Refused(f"chunk key {path!r}") from None
-    if len(coords) != ndim or metadata.encode_chunk_key(coords) != key:
-        raise _Refused(f"chunk key {path!r} (not the array's chunk key encoding)")
-    return prefix, key, coords
+            prefix, key = "", path
+        try:
+            if default:
+                if not key.startswith("c"):
+                    raise ValueError
+                rest = key[1:].removeprefix(sep)
+                coords = tuple(int(x) for x in rest.split(sep)) if rest else ()
+            else:
+                coords = () if ndim == 0 else tuple(int(x) for x in key.split(sep))
+        except ValueError:
+            raise _Refused(f"chunk key {path!r}") from None
+        if len(coords) != ndim:
+            raise _Refused(f"chunk key {path!r} (not the array's chunk key encoding)")
+        # zarr-python made every path with the array's own encode_chunk_key: checking the
+        # first one proves this parse is its inverse (the rest cost a call per chunk).
+        if not checked:
+            if metadata.encode_chunk_key(coords) != key:
+                raise _Refused(f"chunk key {path!r} (not the array's chunk key encoding)")
+            checked.append(True)
+        return prefix, key, coords
+
+    return split
+
+
+def _split_key(metadata: ArrayMetadata, path: str) -> tuple[str, str, tuple[int, ...]]:
+    """(array path, chunk key, chunk coordinates) of a chunk's store path."""
+    return _key_splitter(metadata)(path)
+
+
+def _extent(items, chunk_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Per axis, the end of the elements the chunk selections of a read touch (zarr-python
+    clips them to the array's current shape)."""
+    ends = [0] * len(chunk_shape)
+    for coords, cs, _os, _key in items:
+        cs = _as_tuple(cs)
+        for i, n in enumerate(chunk_shape):
+            s = cs[i] if i < len(cs) else slice(None)
+            if isinstance(s, slice):
+                stop = n if s.stop is None else min(s.stop, n)
+                start = 0 if s.start is None else s.start
+                end = stop if stop > start else 0
+            elif _is_int(s):
+                end = int(s) + 1
+            else:
+                a = np.asarray(s)
+                if a.dtype == bool:
+                    nz = np.flatnonzero(a)
+                    end = int(nz[-1]) + 1 if nz.size else 0
+                else:
+                    end = int(a.max()) + 1 if a.size else 0
+            if end:
+                ends[i] = max(ends[i], coords[i] * n + end)
+    return tuple(ends)
+
+
+def _covers(shape, extent: tuple[int, ...]) -> bool:
+    return len(shape) == len(extent) and all(e <= s for e, s in zip(extent, shape))
 
 
 def _local_root(store: Store) -> str | None:
@@ -201,74 +286,88 @@ def _as_tuple(sel: Any) -> tuple[Any, ...]:
 def _one_box(items, chunk_shape, out_shape, drop_axes):
     """The array box the batch covers when it is one box that is exactly the output
     (basic selections, step 1), else None. ``out_shape`` None: any output shape (a
-    scalar written everywhere)."""
+    scalar written everywhere). Runs once per chunk of a read: kept lean."""
     ndim = len(chunk_shape)
+    drop = frozenset(drop_axes)
+    kept = [i for i in range(ndim) if i not in drop]
+    nkept = len(kept)
     lo = [None] * ndim
     hi = [None] * ndim
     offset: list[int | None] = [None] * ndim
     volume = 0
+    starts = [0] * ndim
+    stops = [0] * ndim
     for coords, cs, os_, _ in items:
-        cs = _as_tuple(cs)
-        os_ = _as_tuple(os_)
+        if type(cs) is not tuple:
+            cs = (cs,)
         if len(cs) != ndim:
             return None
-        kept = [i for i in range(ndim) if i not in drop_axes]
-        if len(os_) != len(kept):
-            return None
         v = 1
-        starts = []
-        stops = []
-        for i, s in enumerate(cs):
+        for i in range(ndim):
+            s = cs[i]
             base = coords[i] * chunk_shape[i]
-            if _is_int(s):
-                if i not in drop_axes:
-                    return None
-                a, b = base + int(s), base + int(s) + 1
-            elif _step1(s) and s.start is not None and s.stop is not None:
-                if i in drop_axes:
+            if type(s) is slice:
+                if i in drop or s.start is None or s.stop is None or s.step not in (None, 1):
                     return None
                 a, b = base + s.start, base + s.stop
+            elif _is_int(s):
+                if i not in drop:
+                    return None
+                a = base + int(s)
+                b = a + 1
             else:
                 return None
-            starts.append(a)
-            stops.append(b)
+            starts[i] = a
+            stops[i] = b
             v *= b - a
-        for j, i in enumerate(kept):
-            if out_shape is None:
-                break
-            o = os_[j]
-            if not (_step1(o) and o.start is not None and o.stop is not None):
+        if out_shape is not None:
+            if type(os_) is not tuple:
+                os_ = (os_,)
+            if len(os_) != nkept:
                 return None
-            if o.stop - o.start != stops[i] - starts[i]:
-                return None
-            d = starts[i] - o.start
-            if offset[i] is None:
-                offset[i] = d
-            elif offset[i] != d:
-                return None
-        for i in range(ndim):
-            if i in drop_axes:
-                if lo[i] is not None and lo[i] != starts[i]:
+            for j in range(nkept):
+                i = kept[j]
+                o = os_[j]
+                if type(o) is not slice or o.start is None or o.stop is None or o.step not in (None, 1):
                     return None
-            lo[i] = starts[i] if lo[i] is None else min(lo[i], starts[i])
-            hi[i] = stops[i] if hi[i] is None else max(hi[i], stops[i])
+                if o.stop - o.start != stops[i] - starts[i]:
+                    return None
+                d = starts[i] - o.start
+                if offset[i] is None:
+                    offset[i] = d
+                elif offset[i] != d:
+                    return None
+        for i in range(ndim):
+            a = starts[i]
+            if lo[i] is None:
+                lo[i] = a
+                hi[i] = stops[i]
+                continue
+            if i in drop and lo[i] != a:
+                return None
+            if a < lo[i]:
+                lo[i] = a
+            if stops[i] > hi[i]:
+                hi[i] = stops[i]
         volume += v
     if any(x is None for x in lo):
         return None
     box_shape = [h - l for l, h in zip(lo, hi)]
     if int(np.prod(box_shape, dtype=np.int64)) != volume:
         return None
-    kept_shape = tuple(box_shape[i] for i in range(ndim) if i not in drop_axes)
+    kept_shape = tuple(box_shape[i] for i in kept)
     if out_shape is not None and kept_shape != tuple(out_shape):
         return None
-    if out_shape is not None and any(offset[i] != lo[i] for i in range(ndim) if i not in drop_axes):
+    if out_shape is not None and any(offset[i] != lo[i] for i in kept):
         return None
     return lo, box_shape
 
 
 def _target(out: NDBuffer, engine_dtype: str):
-    """(array-like to fill, device ordinal or None), the array viewed as the engine's
-    data type (datetime64 / timedelta64 read as int64)."""
+    """(array-like to fill, device ordinal or None, byte-swapped), the array viewed as the
+    engine's data type (datetime64 / timedelta64 read as int64). Byte-swapped: a host
+    array of the other byte order (zarr-python's output for a big-endian v2 array), filled
+    from the engine's native-endian values by numpy."""
     arr = out.as_ndarray_like()
     if isinstance(arr, np.ndarray):
         device = None
@@ -277,15 +376,18 @@ def _target(out: NDBuffer, engine_dtype: str):
     else:
         raise _Refused(f"an output of type {type(arr).__name__}")
     dt = np.dtype(engine_dtype)
+    swapped = not arr.dtype.isnative
+    if swapped and device is not None:
+        raise _Refused(f"data type {arr.dtype} on a device")
     if arr.dtype.kind in "mM":
         if dt != np.dtype("int64"):
             raise _Refused(f"data type {arr.dtype}")
-        arr = arr.view("int64")
+        arr = arr.view(np.dtype("int64").newbyteorder(arr.dtype.byteorder))
     elif arr.dtype.kind not in "biufc":
         raise _Refused(f"data type {arr.dtype}")
-    if arr.dtype != dt:
+    if arr.dtype.newbyteorder("=") != dt:
         raise _Refused(f"data type {arr.dtype} (the engine reads {dt})")
-    return arr, device
+    return arr, device, swapped
 
 
 def _source(value: NDBuffer, engine_dtype: str):
@@ -414,6 +516,7 @@ class CodecPipeline(_CodecPipelineABC):
         md = self.metadata
         items = []
         prefix = None
+        split = _key_splitter(md)
         for byte_setter, spec, cs, os_, _complete in batch:
             if getattr(spec.config, "write_empty_chunks", False):
                 raise _Refused(
@@ -422,7 +525,7 @@ class CodecPipeline(_CodecPipelineABC):
             path = getattr(byte_setter, "path", None)
             if not isinstance(path, str):
                 raise _Refused(f"a byte setter of type {type(byte_setter).__name__}")
-            p, key, coords = _split_key(md, path)
+            p, key, coords = split(path)
             if prefix is None:
                 prefix = p
             elif prefix != p:
@@ -430,9 +533,9 @@ class CodecPipeline(_CodecPipelineABC):
             items.append((coords, cs, os_, key))
         chunk_shape = _chunk_shape(md)
         opts = _options()
-        engine, how = await self._direct_engine(prefix, opts)
+        engine, how = await self._direct_engine(prefix, opts, _extent(items, chunk_shape))
         if engine is None:
-            engine = await self._engine_for_write(batch, opts)
+            engine = await self._engine_for_write(batch, items, opts, chunk_shape)
             how = "engine-bytes"
         arr, device = _source(value, engine.dtype)
         scalar = arr.ndim == 0
@@ -463,12 +566,17 @@ class CodecPipeline(_CodecPipelineABC):
             await self._store_written(engine, batch, items)
         return how
 
-    async def _direct_engine(self, prefix, opts):
+    async def _direct_engine(self, prefix, opts, extent=None):
         """(the engine's array at ``prefix`` opened from the store's own location, how
         it reads: ``"engine"`` for a ``LocalStore`` directory, ``"engine-url"`` for an
-        object store the engine fetches from itself), or (None, None)."""
+        object store the engine fetches from itself), or (None, None).
+
+        zarr-python resizes an array by replacing its AsyncArray's metadata in place (and
+        writing it): the pipeline keeps the old metadata, and an engine opened before a
+        resize that grew the array has the old shape. One that does not cover ``extent``
+        (the box a read or write reaches) is opened anew, from the store's new metadata."""
         cached = self._engines.get(prefix)
-        if cached is not None:
+        if cached is not None and (extent is None or _covers(tuple(cached[0].shape), extent)):
             return cached
         root = _local_root(self.store)
         if root is None:
@@ -486,10 +594,14 @@ class CodecPipeline(_CodecPipelineABC):
         self._engines[prefix] = (engine, how)
         return engine, how
 
-    async def _engine_for_write(self, batch, opts):
+    async def _engine_for_write(self, batch, items, opts, chunk_shape):
         """An engine array over a memory store holding the metadata and the stored
         chunks the write covers partly (the engine reads, updates and rewrites them)."""
         md = self.metadata
+        extent = _extent(items, chunk_shape)
+        if not _covers(tuple(md.shape), extent):
+            # Grown since this pipeline was made (see _engine_from_bytes).
+            md = md.update_shape(tuple(max(n, e) for n, e in zip(md.shape, extent)))
         docs = md.to_buffer_dict(_cpu_prototype)
         meta_key = "zarr.json" if isinstance(md, ArrayV3Metadata) else ".zarray"
         meta = docs[meta_key].to_bytes()
@@ -550,16 +662,18 @@ class CodecPipeline(_CodecPipelineABC):
             _log.debug("devbuf.zarr.CodecPipeline: %s", how)
             await self.fallback.read(batch, out, drop_axes)
         self.last_read = how
+        _count_read(how)
 
     async def _read_engine(self, batch, out, drop_axes) -> str:
         md = self.metadata
         items = []
         prefix = None
+        split = _key_splitter(md)
         for byte_getter, _spec, cs, os_, _complete in batch:
             path = getattr(byte_getter, "path", None)
             if not isinstance(path, str):
                 raise _Refused(f"a byte getter of type {type(byte_getter).__name__}")
-            p, key, coords = _split_key(md, path)
+            p, key, coords = split(path)
             if prefix is None:
                 prefix = p
             elif prefix != p:
@@ -567,12 +681,25 @@ class CodecPipeline(_CodecPipelineABC):
             items.append((coords, cs, os_, key))
         chunk_shape = _chunk_shape(md)
         opts = _options()
-        engine, how = await self._direct_engine(prefix, opts)
+        # One box (the usual case) gives the read's extent for free; else every chunk's.
+        box = _one_box(items, chunk_shape, out.shape, drop_axes)
+        if box is not None:
+            extent = tuple(a + n for a, n in zip(*box))
+        else:
+            extent = _extent(items, chunk_shape)
+        engine, how = await self._direct_engine(prefix, opts, extent)
         if engine is None:
-            engine = await self._engine_from_bytes(batch, items, opts)
+            engine = await self._engine_from_bytes(batch, items, opts, chunk_shape)
             how = "engine-bytes"
-        arr, device = _target(out, engine.dtype)
-        box = _one_box(items, chunk_shape, arr.shape, drop_axes)
+        arr, device, swapped = _target(out, engine.dtype)
+        if box is not None and swapped and arr.flags.writeable:
+            # The engine reads native-endian values; numpy swaps them into the output.
+            starts, shape = box
+            native = np.empty(arr.shape, dtype=np.dtype(engine.dtype))
+            address = native.__array_interface__["data"][0]
+            await asyncio.to_thread(engine.read_into, starts, shape, address, native.nbytes, None)
+            arr[...] = native
+            return how
         if box is not None and arr.flags.c_contiguous and (device is not None or arr.flags.writeable):
             starts, shape = box
             if device is None:
@@ -584,8 +711,14 @@ class CodecPipeline(_CodecPipelineABC):
         await self._read_chunks(engine, items, arr, device, drop_axes, chunk_shape)
         return how + " (chunks)"
 
-    async def _engine_from_bytes(self, batch, items, opts):
+    async def _engine_from_bytes(self, batch, items, opts, chunk_shape):
         md = self.metadata
+        extent = _extent(items, chunk_shape)
+        if not _covers(tuple(md.shape), extent):
+            # The array grew since this pipeline was made (zarr-python's resize updates
+            # the array's metadata, not its pipeline's): a shape that holds what is read
+            # (a chunk's encoding does not depend on the array's shape).
+            md = md.update_shape(tuple(max(n, e) for n, e in zip(md.shape, extent)))
         docs = md.to_buffer_dict(_cpu_prototype)
         meta_key = "zarr.json" if isinstance(md, ArrayV3Metadata) else ".zarray"
         meta = docs[meta_key].to_bytes()
