@@ -31,7 +31,11 @@ pub struct PipelineArray {
     memory: Option<Arc<MemoryStore>>,
 }
 
-fn read_options(decoder: Option<&str>, threads: Option<usize>) -> PyResult<ReadOptions> {
+fn read_options(
+    decoder: Option<&str>,
+    threads: Option<usize>,
+    staging: Option<usize>,
+) -> PyResult<ReadOptions> {
     let mut o = ReadOptions::default();
     if let Some(d) = decoder {
         o.decoder = match d.to_ascii_lowercase().as_str() {
@@ -49,6 +53,10 @@ fn read_options(decoder: Option<&str>, threads: Option<usize>) -> PyResult<ReadO
     if threads.is_some() {
         o.threads = threads;
     }
+    if let Some(b) = staging {
+        // The engine checks the range when the options are set (1 byte to 1 GiB).
+        o.slot_bytes = b;
+    }
     Ok(o)
 }
 
@@ -62,8 +70,9 @@ fn opened(
     memory: Option<Arc<MemoryStore>>,
     decoder: Option<&str>,
     threads: Option<usize>,
+    staging: Option<usize>,
 ) -> PyResult<PipelineArray> {
-    let options = read_options(decoder, threads)?;
+    let options = read_options(decoder, threads, staging)?;
     let a = py
         .detach(move || -> devbuf::Result<ZarrArray> {
             let mut a = ZarrArray::open(location)?;
@@ -81,29 +90,38 @@ fn opened(
 impl PipelineArray {
     /// Opens the array at a local directory.
     #[staticmethod]
-    #[pyo3(signature = (path, decoder = None, threads = None))]
+    #[pyo3(signature = (path, decoder = None, threads = None, staging = None))]
     fn open_path(
         py: Python<'_>,
         path: String,
         decoder: Option<&str>,
         threads: Option<usize>,
+        staging: Option<usize>,
     ) -> PyResult<PipelineArray> {
-        opened(py, Location::Path(path.into()), None, decoder, threads)
+        opened(
+            py,
+            Location::Path(path.into()),
+            None,
+            decoder,
+            threads,
+            staging,
+        )
     }
 
     /// Opens the array at an object-store URL (`s3://`, `gs://`, `az://`, `http(s)://`,
     /// `file://`) with its storage options (the keys `devbuf.open` takes).
     #[staticmethod]
-    #[pyo3(signature = (url, storage_options, decoder = None, threads = None))]
+    #[pyo3(signature = (url, storage_options, decoder = None, threads = None, staging = None))]
     fn open_url(
         py: Python<'_>,
         url: &str,
         storage_options: &Bound<'_, PyDict>,
         decoder: Option<&str>,
         threads: Option<usize>,
+        staging: Option<usize>,
     ) -> PyResult<PipelineArray> {
         let location = crate::zarr::location(url, Some(storage_options))?;
-        opened(py, location, None, decoder, threads)
+        opened(py, location, None, decoder, threads, staging)
     }
 
     /// Opens an array from its metadata document (`zarr.json` or `.zarray`, by
@@ -111,7 +129,7 @@ impl PipelineArray {
     /// array, as zarr-python's chunk key encoding names them). Missing keys read as
     /// the fill value.
     #[staticmethod]
-    #[pyo3(signature = (metadata_key, metadata, chunks, decoder = None, threads = None))]
+    #[pyo3(signature = (metadata_key, metadata, chunks, decoder = None, threads = None, staging = None))]
     fn from_bytes(
         py: Python<'_>,
         metadata_key: &str,
@@ -119,6 +137,7 @@ impl PipelineArray {
         chunks: &Bound<'_, PyDict>,
         decoder: Option<&str>,
         threads: Option<usize>,
+        staging: Option<usize>,
     ) -> PyResult<PipelineArray> {
         let store = Arc::new(MemoryStore::new());
         store
@@ -132,7 +151,7 @@ impl PipelineArray {
                 .py()?;
         }
         let location = Location::from((store.clone(), ""));
-        opened(py, location, Some(store), decoder, threads)
+        opened(py, location, Some(store), decoder, threads, staging)
     }
 
     /// The shape.

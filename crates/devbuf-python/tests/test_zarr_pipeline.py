@@ -4,6 +4,8 @@ selected, equal zarr-python's own reads (its default pipeline) of the same array
 import numpy as np
 import pytest
 
+import devbuf
+
 zarr = pytest.importorskip("zarr", reason="zarr-python is not installed (pip install zarr==3.1.6)")
 
 from zarr.codecs import BloscCodec, GzipCodec, ZstdCodec  # noqa: E402
@@ -346,6 +348,16 @@ def test_config_options(tmp_path):
         {"codec_pipeline.path": PIPELINE, "codec_pipeline.decoder": "fast", "codec_pipeline.strict": True}
     ):
         with pytest.raises(ValueError, match="codec_pipeline.decoder"):
+            reopen(store)[:]
+    # The staging slot's size: taken when valid, refused with the engine's range.
+    with zarr.config.set({"codec_pipeline.path": PIPELINE, "codec_pipeline.staging": 1 << 20}):
+        got = reopen(store)
+        np.testing.assert_array_equal(got[:], ref)
+        assert got.async_array.codec_pipeline.last_read == "engine"
+    with zarr.config.set(
+        {"codec_pipeline.path": PIPELINE, "codec_pipeline.staging": 0, "codec_pipeline.strict": True}
+    ):
+        with pytest.raises(devbuf.InvalidArgumentError, match="slot_bytes"):
             reopen(store)[:]
 
 

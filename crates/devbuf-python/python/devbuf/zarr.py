@@ -19,6 +19,8 @@ Options, from zarr's config:
 
 * ``codec_pipeline.decoder``: ``"auto"`` (default), ``"cpu"``, ``"gpu"`` or ``"both"``.
 * ``codec_pipeline.threads``: the engine's worker threads (default: one per core).
+* ``codec_pipeline.staging``: bytes of one staging slot of a device read (the engine's
+  ``ReadOptions.slot_bytes``; 1 byte to 1 GiB).
 * ``codec_pipeline.strict``: raise instead of falling back (default False).
 
 ``read_counts()`` says how the reads of this process ran (all pipelines together).
@@ -102,9 +104,11 @@ def _codecs_of(metadata: ArrayMetadata) -> list[Codec]:
 
 def _options() -> dict[str, Any]:
     threads = config.get("codec_pipeline.threads", None)
+    staging = config.get("codec_pipeline.staging", None)
     return {
         "decoder": config.get("codec_pipeline.decoder", None),
         "threads": None if threads is None else int(threads),
+        "staging": None if staging is None else int(staging),
     }
 
 
