@@ -39,7 +39,7 @@
 # began (--time-limit-s: the peers left say "out of time", the summary is still written),
 # with `timeout` as a backstop.
 #
-# Environment: MIB (512), STORES, PEERS, REPEAT (5), REPEAT_FOR, PEER_BUDGET_S (12),
+# Environment: DEVBUF_PY_OVERLAY (a python/devbuf folder), MIB (512), STORES, PEERS, REPEAT (5), REPEAT_FOR, PEER_BUDGET_S (12),
 # PEERS_DIR (/tmp/peers), SITE (/tmp/site), TOTAL_S (450), WRITE_TIMEOUT (150).
 # Output ($OUT, or ./gpu-logs): install.log, peers-write.log, peers-python.log (the whole
 # read: per-store tables, notes, "cannot run" reasons, the summary), peers-python.jsonl
@@ -86,6 +86,11 @@ if ! "$PY" -m pip install --no-index --no-deps --target "$SITE" "${WHEELS[@]}" >
     exit 2
 fi
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+if [ -n "${DEVBUF_PY_OVERLAY:-}" ]; then
+    # The package's pure-Python files of a working tree over the wheel's (a wheel built
+    # before a Python-only change).
+    cp "$DEVBUF_PY_OVERLAY"/*.py "$SITE/devbuf/" && stamp "devbuf's Python files from $DEVBUF_PY_OVERLAY"
+fi
 if [ -z "${DEVBUF_NVCOMP_LIB:-}" ]; then
     NV="${NVCOMP:-$ROOT/.gpu-nvcomp/libnvcomp.so.6.xz}"
     mkdir -p /tmp/nv

@@ -593,6 +593,7 @@ def peer_zarr(path, s, gpu, pipeline=None, upload=False, store=None):
     # pipeline's read (`pipeline`), of which the engine's calls (`engine`); the rest of
     # the run is zarr-python's own work before and after it calls the pipeline (the
     # selection's chunks, their store paths and chunk specs, the output's allocation).
+    reports = []  # the engine's read reports (devbuf's pipeline)
     split = {"total": [], "pipeline": [], "engine": []}
     cur = {"total": 0.0, "pipeline": 0.0, "engine": 0.0}
 
@@ -633,6 +634,8 @@ def peer_zarr(path, s, gpu, pipeline=None, upload=False, store=None):
         how = getattr(pipe, "last_read", None)
         reads[how] = reads.get(how, 0) + 1
         if pipeline == "devbuf":
+            if getattr(pipe, "last_report", None):
+                reports.append(pipe.last_report)
             pipe.last_read = None  # so that a read that never reaches the pipeline shows
             for k in split:
                 split[k].append(cur[k])
@@ -653,6 +656,8 @@ def peer_zarr(path, s, gpu, pipeline=None, upload=False, store=None):
                 out["outside_pipeline_ms"] = round(med([a - b for a, b in zip(t, p)]), 2)
                 out["pipeline_python_ms"] = round(med([a - b for a, b in zip(p, e)]), 2)
                 out["engine_ms"] = round(med(e), 2)
+            if reports:
+                out["engine_report"] = reports[-1]
         return out
 
     if not gpu:
@@ -1112,6 +1117,8 @@ def cmd_read(args):
                               f"outside the pipeline {r['outside_pipeline_ms']:.1f} ms, the "
                               f"pipeline's Python {r['pipeline_python_ms']:.1f} ms, the engine's "
                               f"calls {r['engine_ms']:.1f} ms (medians over the runs)")
+                    if r.get("engine_report"):
+                        print(f"    {r['peer']}: the engine's last read: {r['engine_report'][:400]}")
                     if r.get("problem"):
                         print(f"    {r['peer']}: PROBLEM: {r['problem']}")
             sys.stdout.flush()

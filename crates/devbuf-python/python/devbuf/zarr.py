@@ -429,6 +429,10 @@ class CodecPipeline(_CodecPipelineABC):
     last_read: str | None = field(default=None, compare=False)
     #: how the last write ran, in the same words as ``last_read``.
     last_write: str | None = field(default=None, compare=False)
+    #: the engine's read report (decoder, chunks, workers, times) of the last read that
+    #: went straight into the output (``"engine"`` / ``"engine-url"`` / ``"engine-bytes"``
+    #: without ``(chunks)``), else None.
+    last_report: str | None = field(default=None, compare=False)
     _engines: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     # --- construction -------------------------------------------------------------------
@@ -456,6 +460,7 @@ class CodecPipeline(_CodecPipelineABC):
         self.fallback = state["fallback"]
         self.last_read = None
         self.last_write = None
+        self.last_report = None
         self._engines = {}
 
     def evolve_from_array_spec(self, array_spec: ArraySpec) -> CodecPipeline:
@@ -652,6 +657,7 @@ class CodecPipeline(_CodecPipelineABC):
         batch = list(batch_info)
         if not batch:
             return
+        self.last_report = None
         try:
             how = await self._read_engine(batch, out, drop_axes)
         except _Refused as e:
@@ -701,7 +707,9 @@ class CodecPipeline(_CodecPipelineABC):
             starts, shape = box
             native = np.empty(arr.shape, dtype=np.dtype(engine.dtype))
             address = native.__array_interface__["data"][0]
-            await asyncio.to_thread(engine.read_into, starts, shape, address, native.nbytes, None)
+            self.last_report = await asyncio.to_thread(
+                engine.read_into, starts, shape, address, native.nbytes, None
+            )
             arr[...] = native
             return how
         if box is not None and arr.flags.c_contiguous and (device is not None or arr.flags.writeable):
@@ -710,7 +718,9 @@ class CodecPipeline(_CodecPipelineABC):
                 address = arr.__array_interface__["data"][0]
             else:
                 address = arr.__cuda_array_interface__["data"][0]
-            await asyncio.to_thread(engine.read_into, starts, shape, address, arr.nbytes, device)
+            self.last_report = await asyncio.to_thread(
+                engine.read_into, starts, shape, address, arr.nbytes, device
+            )
             return how
         await self._read_chunks(engine, items, arr, device, drop_axes, chunk_shape)
         return how + " (chunks)"
