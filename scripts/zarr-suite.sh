@@ -197,7 +197,7 @@ EXPLAINED = {
     # zarr.buffer.gpu.Buffer with an array that does not support the
     # __cuda_array_interface__ ..., falling back to slow copy based path") around a write
     # and a read; the engine writes and reads without that copy, so nothing warns. The
-    # same writes and reads by hand (.gpu-run/zarrgpu_check.py, H100): cupy results equal
+    # same writes and reads by hand (scripts/zarr_gpu_warning_check.py, H100): cupy results equal
     # to the values written, through the engine ("engine-bytes").
     "tests.test_buffer::test_codecs_use_of_gpu_prototype": "expects the warning of zarr's slow host-copy path",
     "tests.test_buffer::test_sharding_use_of_gpu_prototype": "expects the warning of zarr's slow host-copy path",
