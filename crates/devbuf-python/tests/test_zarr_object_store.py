@@ -4,10 +4,11 @@ writes go through the engine's own fetches ("engine-url"), compared with zarr-py
 own pipeline on the same store; obstore's LocalStore is read from its directory."""
 
 import os
-import selectors
+import queue
 import shutil
 import socket
 import subprocess
+import threading
 import time
 
 import numpy as np
@@ -59,25 +60,29 @@ def s3(tmp_path_factory):
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
             env={**os.environ, "RUST_LOG": "s3s_fs=info", "NO_COLOR": "1"}, text=True,
         )
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stdout, selectors.EVENT_READ)
+        # Its output, line by line, from a thread that keeps draining it (the server must
+        # never block on a full pipe); the wait for the start line is bounded.
+        lines: queue.Queue = queue.Queue()
+
+        def drain(out=proc.stdout, q=lines):
+            for line in out:
+                q.put(line)
+            q.put(None)  # exited
+
+        threading.Thread(target=drain, daemon=True).start()
         deadline = time.monotonic() + 30
         started = False
-        while time.monotonic() < deadline:
-            if not sel.select(timeout=deadline - time.monotonic()):
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = lines.get(timeout=left)
+            except queue.Empty:
                 break
-            line = proc.stdout.readline()
-            if not line:  # exited: the port was taken meanwhile
+            if line is None:  # exited: the port was taken meanwhile
                 break
             if "server is running at" in line:
                 started = True
                 break
-        sel.close()
         if started:
-            # Keep draining its output so the server never blocks on a full pipe.
-            import threading
-
-            threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
             try:
                 yield f"http://127.0.0.1:{port}"
             finally:
