@@ -93,7 +93,7 @@ impl PyServer {
 
     /// Stops serving: new calls are refused, running ones end. Idempotent.
     fn shutdown(&self, py: Python<'_>) -> PyResult<()> {
-        let server = self.server.lock().unwrap().take();
+        let server = self.server.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(s) = server {
             py.detach(|| runtime().block_on(s.shutdown_async())).py()?;
         }
@@ -111,7 +111,12 @@ impl PyServer {
     }
 
     fn __repr__(&self) -> String {
-        let state = if self.server.lock().unwrap().is_some() {
+        let state = if self
+            .server
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+        {
             "serving"
         } else {
             "stopped"

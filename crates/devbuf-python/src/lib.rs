@@ -38,7 +38,7 @@ impl Payload {
     fn take(&self) -> PyResult<PayloadValue> {
         self.0
             .lock()
-            .unwrap()
+            .unwrap_or_else(|p| p.into_inner())
             .take()
             .ok_or_else(|| PyTypeError::new_err("this payload was used already"))
     }

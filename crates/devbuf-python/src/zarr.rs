@@ -293,7 +293,7 @@ impl PyZarrArray {
             })
             .py()?;
         let report = report_dict(py, &report)?.unbind();
-        *self.last_report.lock().unwrap() = Some(report.clone_ref(py));
+        *self.last_report.lock().unwrap_or_else(|p| p.into_inner()) = Some(report.clone_ref(py));
         Ok((new_array(py, nd)?, report))
     }
 }
@@ -367,7 +367,7 @@ impl PyZarrArray {
     fn read_report(&self, py: Python<'_>) -> Option<Py<PyDict>> {
         self.last_report
             .lock()
-            .unwrap()
+            .unwrap_or_else(|p| p.into_inner())
             .as_ref()
             .map(|r| r.clone_ref(py))
     }
@@ -431,7 +431,7 @@ impl PyZarrArray {
             }
             Python::attach(|py| -> PyResult<Py<PyAny>> {
                 let rd = report_dict(py, &r)?.unbind();
-                *last.lock().unwrap() = Some(rd.clone_ref(py));
+                *last.lock().unwrap_or_else(|p| p.into_inner()) = Some(rd.clone_ref(py));
                 let array = new_array(py, nd)?;
                 if report {
                     Ok((array, rd).into_pyobject(py)?.into_any().unbind())
@@ -485,7 +485,7 @@ impl PyZarrArray {
             })
             .py()?;
         let report = report_dict(py, &report)?.unbind();
-        *self.last_report.lock().unwrap() = Some(report);
+        *self.last_report.lock().unwrap_or_else(|p| p.into_inner()) = Some(report);
         Ok(PyChunkBatch::new(batch))
     }
 
