@@ -533,3 +533,51 @@ def test_big_endian_v2_outputs(store, dtype):
             assert g.dtype == w.dtype and g.tobytes() == w.tobytes(), s
             how = got.async_array.codec_pipeline.last_read
             assert not how.startswith("fallback"), (s, how)
+
+
+def test_writes_to_a_read_only_store_are_refused(tmp_path):
+    """The engine never writes underneath a read-only store: zarr-python's pipeline
+    answers, with the store's error (as zarr's test_open_with_mode_r does it)."""
+    with with_pipeline():
+        zarr.ones(store=str(tmp_path), shape=(3, 3))
+        ro = zarr.open(store=str(tmp_path), mode="r")
+        with pytest.raises(ValueError):
+            ro[:] = 3
+        assert ro.async_array.codec_pipeline.last_write == "fallback: the store is read-only"
+        np.testing.assert_array_equal(ro[:], np.ones((3, 3)))
+
+
+def test_a_moved_local_store_is_read_where_it_is_now(tmp_path):
+    """The engine's arrays are cached by where the array is: after LocalStore.move, reads
+    follow the store (the old directory is gone)."""
+    import asyncio
+
+    store = LocalStore(tmp_path / "origin")
+    with with_pipeline():
+        a = make(store, "sharded")
+        want = a[:]
+        asyncio.run(store.move(tmp_path / "moved"))
+        np.testing.assert_array_equal(a[:], want)
+        assert a.async_array.codec_pipeline.last_read == "engine"
+
+
+def test_refused_writes_touch_the_store_once(tmp_path):
+    """A write the engine refuses (a strided selection) reads nothing itself: zarr-python's
+    pipeline, answering instead, makes the only requests."""
+    from collections import Counter
+
+    class Counting(MemoryStore):
+        gets: Counter
+
+        async def get(self, key, prototype, byte_range=None):
+            self.gets[key] += 1
+            return await super().get(key, prototype, byte_range)
+
+    store = Counting()
+    store.gets = Counter()
+    with with_pipeline():
+        a = make(store, "zstd")
+        store.gets.clear()
+        a[1:20:3, ::2] = np.float32(6.0)
+        assert a.async_array.codec_pipeline.last_write.startswith("fallback")
+    assert store.gets and max(store.gets.values()) == 1, store.gets

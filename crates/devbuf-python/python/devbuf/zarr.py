@@ -518,11 +518,16 @@ class CodecPipeline(_CodecPipelineABC):
             _log.debug("devbuf.zarr.CodecPipeline: %s", how)
             # Whole-selection writes are idempotent: whatever the engine stored before
             # it failed is overwritten with the same values.
+            self.last_write = how  # also when zarr-python's pipeline raises
             await self.fallback.write(batch, value, drop_axes)
         self.last_write = how
 
     async def _write_engine(self, batch, value, drop_axes) -> str:
         md = self.metadata
+        if getattr(self.store, "read_only", False):
+            # zarr-python's own pipeline raises the store's error (the engine would write
+            # the directory or bucket underneath a read-only store).
+            raise _Refused("the store is read-only")
         items = []
         prefix = None
         split = _key_splitter(md)
@@ -541,24 +546,28 @@ class CodecPipeline(_CodecPipelineABC):
                 raise _Refused("chunks of several arrays in one write")
             items.append((coords, cs, os_, key))
         chunk_shape = _chunk_shape(md)
-        opts = _options()
-        engine, how = await self._direct_engine(prefix, opts, _extent(items, chunk_shape))
-        if engine is None:
-            engine = await self._engine_for_write(batch, items, opts, chunk_shape)
-            how = "engine-bytes"
-        arr, device = _source(value, engine.dtype)
-        scalar = arr.ndim == 0
+        # What the engine refuses is decided before any store is touched, so that
+        # zarr-python's pipeline, answering instead, makes the only requests.
+        value_shape = tuple(value.as_ndarray_like().shape)
+        scalar = len(value_shape) == 0
         if not drop_axes:
             # zarr-python passes no drop_axes to writes: an integer index leaves its axis
             # out of the value.
             first = _as_tuple(items[0][1])
             ints = tuple(i for i, sel in enumerate(first) if _is_int(sel))
-            if ints and (scalar or arr.ndim == len(chunk_shape) - len(ints)):
+            if ints and (scalar or len(value_shape) == len(chunk_shape) - len(ints)):
                 drop_axes = ints
-        box = _one_box(items, chunk_shape, None if scalar else arr.shape, drop_axes)
+        box = _one_box(items, chunk_shape, None if scalar else value_shape, drop_axes)
         if box is None:
             raise _Refused("a write that is not one box of the array (fancy or strided selection)")
         starts, shape = box
+        opts = _options()
+        extent = tuple(a + n for a, n in zip(starts, shape))
+        engine, how = await self._direct_engine(prefix, opts, extent)
+        if engine is None:
+            engine = await self._engine_for_write(batch, items, opts, chunk_shape)
+            how = "engine-bytes"
+        arr, device = _source(value, engine.dtype)
         xp = np
         if device is not None:
             import cupy as xp  # the value is cupy's
@@ -584,23 +593,28 @@ class CodecPipeline(_CodecPipelineABC):
         writing it): the pipeline keeps the old metadata, and an engine opened before a
         resize that grew the array has the old shape. One that does not cover ``extent``
         (the box a read or write reaches) is opened anew, from the store's new metadata."""
-        cached = self._engines.get(prefix)
-        if cached is not None and (extent is None or _covers(tuple(cached[0].shape), extent)):
-            return cached
+        # Keyed by where the array is now, not by its path in the store: a LocalStore
+        # can move (LocalStore.move), and the engine must follow it.
         root = _local_root(self.store)
         if root is None:
             root = _obstore_local_root(self.store)
         if root is not None:
-            path = os.path.join(root, prefix) if prefix else root
-            engine = await asyncio.to_thread(_devbuf._PipelineArray.open_path, path, **opts)
-            how = "engine"
+            where = ("path", os.path.join(root, prefix) if prefix else root)
         else:
             url = _url_of(self.store, prefix)
             if url is None:
                 return None, None
+            where = ("url", url[0], repr(sorted(url[1].items())))
+        cached = self._engines.get(where)
+        if cached is not None and (extent is None or _covers(tuple(cached[0].shape), extent)):
+            return cached
+        if where[0] == "path":
+            engine = await asyncio.to_thread(_devbuf._PipelineArray.open_path, where[1], **opts)
+            how = "engine"
+        else:
             engine = await asyncio.to_thread(_devbuf._PipelineArray.open_url, url[0], url[1], **opts)
             how = "engine-url"
-        self._engines[prefix] = (engine, how)
+        self._engines[where] = (engine, how)
         return engine, how
 
     async def _engine_for_write(self, batch, items, opts, chunk_shape):
@@ -670,7 +684,10 @@ class CodecPipeline(_CodecPipelineABC):
             if config.get("codec_pipeline.strict", False):
                 raise NotImplementedError(f"devbuf.zarr.CodecPipeline (strict): {how}")
             _log.debug("devbuf.zarr.CodecPipeline: %s", how)
+            self.last_read = how  # also when zarr-python's pipeline raises
+            _count_read(how)
             await self.fallback.read(batch, out, drop_axes)
+            return
         self.last_read = how
         _count_read(how)
 
