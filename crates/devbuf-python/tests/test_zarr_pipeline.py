@@ -581,3 +581,37 @@ def test_refused_writes_touch_the_store_once(tmp_path):
         a[1:20:3, ::2] = np.float32(6.0)
         assert a.async_array.codec_pipeline.last_write.startswith("fallback")
     assert store.gets and max(store.gets.values()) == 1, store.gets
+
+
+def test_a_custom_codec_implementation_runs(tmp_path):
+    """zarr's `codecs.*` config swaps in a user's codec class: the pipeline leaves such
+    arrays to zarr-python, so that class encodes and decodes them."""
+    from zarr.codecs import BloscCodec as _Blosc
+    from zarr.registry import register_codec
+
+    calls = {"encode": 0, "decode": 0}
+
+    class CountingBlosc(_Blosc):
+        async def _encode_single(self, chunk_bytes, chunk_spec):
+            calls["encode"] += 1
+            return await super()._encode_single(chunk_bytes, chunk_spec)
+
+        async def _decode_single(self, chunk_bytes, chunk_spec):
+            calls["decode"] += 1
+            return await super()._decode_single(chunk_bytes, chunk_spec)
+
+    name = f"{CountingBlosc.__module__}.{CountingBlosc.__qualname__}"
+    register_codec("blosc", CountingBlosc)
+    try:
+        with with_pipeline(), zarr.config.set({"codecs.blosc": name}):
+            a = zarr.create_array(
+                LocalStore(tmp_path / "s.zarr"), shape=(100,), chunks=(10,), dtype="i4",
+                compressors=[{"name": "blosc", "configuration": {}}],
+            )
+            a[:] = np.arange(100, dtype="i4")
+            assert a.async_array.codec_pipeline.last_write.startswith("fallback: codec")
+            np.testing.assert_array_equal(a[:], np.arange(100, dtype="i4"))
+            assert a.async_array.codec_pipeline.last_read.startswith("fallback: codec")
+    finally:
+        zarr.config.set({"codecs.blosc": zarr.config.defaults[0]["codecs"]["blosc"]})
+    assert calls["encode"] == 10 and calls["decode"] == 10, calls

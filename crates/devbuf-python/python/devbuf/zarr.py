@@ -112,6 +112,24 @@ def _codecs_of(metadata: ArrayMetadata) -> list[Codec]:
     raise TypeError(f"unknown zarr metadata {type(metadata).__name__}")
 
 
+def _custom_codec(codecs) -> str | None:
+    """The first codec (a sharding codec's inner ones included) whose implementation is
+    not zarr-python's or numcodecs' own, named: zarr's ``codecs.*`` config can swap in a
+    user's class, which must run (the engine would encode and decode without it)."""
+    for codec in codecs:
+        cls = type(codec)
+        module = cls.__module__
+        if not (module.startswith("zarr.") or module.startswith("numcodecs.")):
+            return f"codec {getattr(codec, 'codec_name', cls.__name__)!s} is implemented by {module}.{cls.__qualname__}"
+        for inner in ("codecs", "index_codecs"):
+            nested = getattr(codec, inner, None)
+            if isinstance(nested, (tuple, list)):
+                why = _custom_codec(nested)
+                if why:
+                    return why
+    return None
+
+
 def _options() -> dict[str, Any]:
     threads = config.get("codec_pipeline.threads", None)
     staging = config.get("codec_pipeline.staging", None)
@@ -230,6 +248,9 @@ class CodecPipeline(_CodecPipelineABC):
 
     async def _write_engine(self, batch, value, drop_axes) -> str:
         md = self.metadata
+        custom = _custom_codec(_codecs_of(md))
+        if custom:
+            raise _Refused(f"{custom} (zarr-python runs it)")
         if getattr(self.store, "read_only", False):
             # zarr-python's own pipeline raises the store's error (the engine would write
             # the directory or bucket underneath a read-only store).
@@ -399,6 +420,9 @@ class CodecPipeline(_CodecPipelineABC):
 
     async def _read_engine(self, batch, out, drop_axes) -> str:
         md = self.metadata
+        custom = _custom_codec(_codecs_of(md))
+        if custom:
+            raise _Refused(f"{custom} (zarr-python runs it)")
         items = []
         prefix = None
         split = _key_splitter(md)
