@@ -16,3 +16,16 @@ def manifest():
 @pytest.fixture(scope="session")
 def fixtures_dir():
     return FIXTURES
+
+
+def cupy_gpu_reason():
+    """Why the cupy tests cannot run here (cupy missing, no GPU), or None."""
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        return "cupy is not installed"
+    import devbuf
+
+    if not devbuf.is_available():
+        return f"no GPU: {devbuf.unavailable_reason()}"
+    return None

@@ -7,22 +7,13 @@ import numpy as np
 import pytest
 
 import devbuf
+from conftest import cupy_gpu_reason
 from devbuf.flight import Client, Server
 
 zarr = pytest.importorskip("zarr")
 
 
-def _gpu_reason():
-    try:
-        import cupy  # noqa: F401
-    except ImportError:
-        return "cupy is not installed"
-    if not devbuf.is_available():
-        return f"no GPU: {devbuf.unavailable_reason()}"
-    return None
-
-
-GPU = _gpu_reason()
+GPU = cupy_gpu_reason()
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ zarr = pytest.importorskip("zarr", reason="zarr-python is not installed (pip ins
 from zarr.codecs import BloscCodec, GzipCodec, ZstdCodec  # noqa: E402
 from zarr.storage import LocalStore, MemoryStore  # noqa: E402
 
-from conftest import FIXTURES, manifest  # noqa: E402
+from conftest import FIXTURES, cupy_gpu_reason, manifest  # noqa: E402
 
 PIPELINE = "devbuf.zarr.CodecPipeline"
 
@@ -373,19 +373,7 @@ def test_pickles(tmp_path):
         np.testing.assert_array_equal(b[:], a[:])
 
 
-def _gpu_reason():
-    try:
-        import cupy  # noqa: F401
-    except ImportError:
-        return "cupy is not installed"
-    import devbuf
-
-    if not devbuf.is_available():
-        return f"no GPU: {devbuf.unavailable_reason()}"
-    return None
-
-
-@pytest.mark.skipif(_gpu_reason() is not None, reason=str(_gpu_reason()))
+@pytest.mark.skipif(cupy_gpu_reason() is not None, reason=str(cupy_gpu_reason()))
 @pytest.mark.parametrize("kind", ["zstd", "sharded", "blosc"])
 def test_gpu_reads_into_cupy(tmp_path, kind):
     import cupy as cp
@@ -404,7 +392,7 @@ def test_gpu_reads_into_cupy(tmp_path, kind):
             assert not got.async_array.codec_pipeline.last_read.startswith("fallback")
 
 
-@pytest.mark.skipif(_gpu_reason() is not None, reason=str(_gpu_reason()))
+@pytest.mark.skipif(cupy_gpu_reason() is not None, reason=str(cupy_gpu_reason()))
 @pytest.mark.parametrize("kind", ["zstd", "sharded", "none"])
 @pytest.mark.parametrize("where", ["local", "memory"])
 def test_gpu_writes_from_cupy(tmp_path, kind, where):

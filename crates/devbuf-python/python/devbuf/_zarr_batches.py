@@ -210,18 +210,23 @@ def _one_box(items, chunk_shape, out_shape, drop_axes):
     return lo, box_shape
 
 
+def _device_of(arr, what: str) -> int | None:
+    """None for a numpy array, the device ordinal of a cupy one; anything else is
+    refused (``what``: "an output", "a value")."""
+    if isinstance(arr, np.ndarray):
+        return None
+    if hasattr(arr, "__cuda_array_interface__"):
+        return int(arr.device.id)
+    raise _Refused(f"{what} of type {type(arr).__name__}")
+
+
 def _target(out: NDBuffer, engine_dtype: str):
     """(array-like to fill, device ordinal or None, byte-swapped), the array viewed as the
     engine's data type (datetime64 / timedelta64 read as int64). Byte-swapped: a host
     array of the other byte order (zarr-python's output for a big-endian v2 array), filled
     from the engine's native-endian values by numpy."""
     arr = out.as_ndarray_like()
-    if isinstance(arr, np.ndarray):
-        device = None
-    elif hasattr(arr, "__cuda_array_interface__"):
-        device = int(arr.device.id)
-    else:
-        raise _Refused(f"an output of type {type(arr).__name__}")
+    device = _device_of(arr, "an output")
     dt = np.dtype(engine_dtype)
     swapped = not arr.dtype.isnative
     if swapped and device is not None:
@@ -241,12 +246,7 @@ def _source(value: NDBuffer, engine_dtype: str):
     """(array-like holding the values to write, device ordinal or None), viewed as the
     engine's data type (datetime64 / timedelta64 written as int64)."""
     arr = value.as_ndarray_like()
-    if isinstance(arr, np.ndarray):
-        device = None
-    elif hasattr(arr, "__cuda_array_interface__"):
-        device = int(arr.device.id)
-    else:
-        raise _Refused(f"a value of type {type(arr).__name__}")
+    device = _device_of(arr, "a value")
     dt = np.dtype(engine_dtype)
     if arr.dtype.kind in "mM":
         if dt != np.dtype("int64"):

@@ -140,6 +140,25 @@ def _options() -> dict[str, Any]:
     }
 
 
+async def _engine_or_why(run) -> str:
+    """How the engine did a read or write (``run``, a coroutine), or ``"fallback: <why>"``
+    when it refused or failed (zarr-python's pipeline then answers), logged; with
+    ``codec_pipeline.strict`` the engine's error, or NotImplementedError naming why."""
+    strict = config.get("codec_pipeline.strict", False)
+    try:
+        return await run
+    except _Refused as e:
+        how = f"fallback: {e}"
+    except Exception as e:  # noqa: BLE001 - zarr-python's pipeline answers instead
+        if strict:
+            raise
+        how = f"fallback: {type(e).__name__}: {e}"
+    if strict:
+        raise NotImplementedError(f"devbuf.zarr.CodecPipeline (strict): {how}")
+    _log.debug("devbuf.zarr.CodecPipeline: %s", how)
+    return how
+
+
 @dataclass
 class CodecPipeline(_CodecPipelineABC):
     """zarr-python's ``CodecPipeline`` on devbuf's engine (reads and writes) and
@@ -228,50 +247,49 @@ class CodecPipeline(_CodecPipelineABC):
         batch = list(batch_info)
         if not batch:
             return
-        try:
-            how = await self._write_engine(batch, value, drop_axes)
-        except _Refused as e:
-            how = f"fallback: {e}"
-        except Exception as e:  # noqa: BLE001 - zarr-python's pipeline writes instead
-            if config.get("codec_pipeline.strict", False):
-                raise
-            how = f"fallback: {type(e).__name__}: {e}"
+        how = await _engine_or_why(self._write_engine(batch, value, drop_axes))
         if how.startswith("fallback"):
-            if config.get("codec_pipeline.strict", False):
-                raise NotImplementedError(f"devbuf.zarr.CodecPipeline (strict): {how}")
-            _log.debug("devbuf.zarr.CodecPipeline: %s", how)
             # Whole-selection writes are idempotent: whatever the engine stored before
             # it failed is overwritten with the same values.
             self.last_write = how  # also when zarr-python's pipeline raises
             await self.fallback.write(batch, value, drop_axes)
         self.last_write = how
 
-    async def _write_engine(self, batch, value, drop_axes) -> str:
+    def _items(self, batch, what: str):
+        """(the array's path in the store, [(chunk coordinates, chunk selection, output
+        selection, chunk key)]) of a read's or write's batch; refused when a codec has a
+        user's implementation (zarr's ``codecs.*`` config: zarr-python must run it) or
+        the chunks are not of one array."""
         md = self.metadata
         custom = _custom_codec(_codecs_of(md))
         if custom:
             raise _Refused(f"{custom} (zarr-python runs it)")
-        if getattr(self.store, "read_only", False):
-            # zarr-python's own pipeline raises the store's error (the engine would write
-            # the directory or bucket underneath a read-only store).
-            raise _Refused("the store is read-only")
         items = []
         prefix = None
         split = _key_splitter(md)
-        for byte_setter, spec, cs, os_, _complete in batch:
-            if getattr(spec.config, "write_empty_chunks", False):
-                raise _Refused(
-                    "write_empty_chunks=True (the engine never stores chunks equal to the fill value)"
-                )
-            path = getattr(byte_setter, "path", None)
+        for byte_getter_or_setter, _spec, cs, os_, _complete in batch:
+            path = getattr(byte_getter_or_setter, "path", None)
             if not isinstance(path, str):
-                raise _Refused(f"a byte setter of type {type(byte_setter).__name__}")
+                raise _Refused(f"a {what}'s store path of type {type(byte_getter_or_setter).__name__}")
             p, key, coords = split(path)
             if prefix is None:
                 prefix = p
             elif prefix != p:
-                raise _Refused("chunks of several arrays in one write")
+                raise _Refused(f"chunks of several arrays in one {what}")
             items.append((coords, cs, os_, key))
+        return prefix, items
+
+    async def _write_engine(self, batch, value, drop_axes) -> str:
+        md = self.metadata
+        if getattr(self.store, "read_only", False):
+            # zarr-python's own pipeline raises the store's error (the engine would write
+            # the directory or bucket underneath a read-only store).
+            raise _Refused("the store is read-only")
+        if any(getattr(spec.config, "write_empty_chunks", False) for _, spec, *_ in batch):
+            raise _Refused(
+                "write_empty_chunks=True (the engine never stores chunks equal to the fill value)"
+            )
+        prefix, items = self._items(batch, "write")
         chunk_shape = _chunk_shape(md)
         # What the engine refuses is decided before any store is touched, so that
         # zarr-python's pipeline, answering instead, makes the only requests.
@@ -399,18 +417,8 @@ class CodecPipeline(_CodecPipelineABC):
         if not batch:
             return
         self.last_report = None
-        try:
-            how = await self._read_engine(batch, out, drop_axes)
-        except _Refused as e:
-            how = f"fallback: {e}"
-        except Exception as e:  # noqa: BLE001 - zarr-python's pipeline answers instead
-            if config.get("codec_pipeline.strict", False):
-                raise
-            how = f"fallback: {type(e).__name__}: {e}"
+        how = await _engine_or_why(self._read_engine(batch, out, drop_axes))
         if how.startswith("fallback"):
-            if config.get("codec_pipeline.strict", False):
-                raise NotImplementedError(f"devbuf.zarr.CodecPipeline (strict): {how}")
-            _log.debug("devbuf.zarr.CodecPipeline: %s", how)
             self.last_read = how  # also when zarr-python's pipeline raises
             _count_read(how)
             await self.fallback.read(batch, out, drop_axes)
@@ -420,22 +428,7 @@ class CodecPipeline(_CodecPipelineABC):
 
     async def _read_engine(self, batch, out, drop_axes) -> str:
         md = self.metadata
-        custom = _custom_codec(_codecs_of(md))
-        if custom:
-            raise _Refused(f"{custom} (zarr-python runs it)")
-        items = []
-        prefix = None
-        split = _key_splitter(md)
-        for byte_getter, _spec, cs, os_, _complete in batch:
-            path = getattr(byte_getter, "path", None)
-            if not isinstance(path, str):
-                raise _Refused(f"a byte getter of type {type(byte_getter).__name__}")
-            p, key, coords = split(path)
-            if prefix is None:
-                prefix = p
-            elif prefix != p:
-                raise _Refused("chunks of several arrays in one read")
-            items.append((coords, cs, os_, key))
+        prefix, items = self._items(batch, "read")
         chunk_shape = _chunk_shape(md)
         opts = _options()
         # One box (the usual case) gives the read's extent for free; else every chunk's.
