@@ -19,7 +19,10 @@
 //! `scripts/peers/zarr.py write` made, so the peers (tensorstore, zarr-python, nvCOMP)
 //! are timed on the same files.
 //!
-//! Per store: host read (into new memory, and into one reused buffer: `host into`); device
+//! Per store: host read (`host`: new results, each dropped before the next read, as a
+//! loop of reads does, so the result memory is recycled; `host new`: every result kept,
+//! so each read faults fresh pages in; `host into`: into one reused buffer; `host/mem`:
+//! `host` against the limit of every core decoding in-memory frames); device
 //! reads with each decoder: `Auto` first (`dev auto (first reads)`: as a program that
 //! names no decoder meets it, calibration included), then `Cpu`, `Gpu`, `Both` and
 //! `Auto` again (`dev auto`: settled, with the others measured; `auto/best` against the
@@ -301,6 +304,8 @@ mod bench {
         name: String,
         ratio: f64,
         host: f64,
+        /// Host reads into fresh memory (every earlier result kept alive).
+        host_new: f64,
         /// Host reads into one buffer reused for every read (`read(..).into(..)`).
         into: f64,
         /// Device reads: CPU decode, GPU decode, both, Auto (after the others ran).
@@ -342,6 +347,19 @@ mod bench {
         a.set_read_options(args.read.clone())?;
         let host_s = if args.wants("host") {
             time(repeat, &mut || a.read(..).to(&host).map(drop))?
+        } else {
+            f64::NAN
+        };
+        let new_s = if args.wants("host") {
+            // No recycled memory: the pool emptied, every result kept until the end.
+            devbuf_core::__private::release_host_pool();
+            let mut kept = Vec::with_capacity(repeat + 1);
+            let s = time(repeat, &mut || {
+                kept.push(a.read(..).to(&host)?);
+                Ok(())
+            })?;
+            drop(kept);
+            s
         } else {
             f64::NAN
         };
@@ -427,6 +445,7 @@ mod bench {
             name: name.to_string(),
             ratio,
             host: gbs(bytes, host_s),
+            host_new: gbs(bytes, new_s),
             into: gbs(bytes, into_s),
             device,
             auto_first,
@@ -458,6 +477,10 @@ mod bench {
         Ok(gbs(bytes as f64, secs))
     }
 
+    /// Every core decoding zstd-1 frames in memory into one reused buffer, GB/s, once
+    /// the limits measured it (`host/mem` divides by it).
+    static MEM_DECODE: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+
     fn print_row(r: &Row) {
         let w = r
             .write
@@ -475,11 +498,13 @@ mod bench {
             .filter(|x| !x.is_nan())
             .fold(f64::NAN, f64::max);
         println!(
-            "| {:<20} | {:>5.2} | {:>6.2} | {:>6.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>5.2} | {:>6.2} | {:>6} | {:>6} | {:>5} | {} |",
+            "| {:<20} | {:>5.2} | {:>6.2} | {:>6.2} | {:>6.2} | {:>5.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>5.2} | {:>6.2} | {:>6} | {:>6} | {:>5} | {} |",
             r.name,
             r.ratio,
             r.host,
+            r.host_new,
             r.into,
+            r.host / MEM_DECODE.get().copied().unwrap_or(f64::NAN),
             r.device[0],
             r.device[1],
             r.device[2],
@@ -642,6 +667,8 @@ mod bench {
             return stores(&a, ctx);
         }
         let (core, enc) = zstd_core_rates()?;
+        let mem_decode = zstd_parallel_rate(512 << 20, cores)?;
+        let _ = MEM_DECODE.set(mem_decode);
         println!(
             "limits in this run: new host memory (allocate + first touch, {cores} threads) {:.2} GB/s, \
              with huge pages asked for {:.2} GB/s",
@@ -652,7 +679,7 @@ mod bench {
             "limits in this run: zstd-1 decode {core:.2} GB/s per core (x{cores} = {:.1}; \
              {cores} threads decoding in-memory frames into one reused 512 MiB buffer {:.1})",
             core * cores as f64,
-            zstd_parallel_rate(512 << 20, cores)?
+            mem_decode
         );
         match ctx {
             Some(c) => println!(", page-locked host->device {:.1} GB/s", pcie(c)?),
@@ -821,9 +848,9 @@ mod bench {
     /// Times every store asked for.
     fn stores(a: &Args, ctx: Option<&Context>) -> devbuf::Result<()> {
         println!(
-            "\n| store | ratio | host | host into | dev cpu | dev gpu | dev both | dev auto (first reads) | dev auto | auto/best | best/host | write cpu | write gpu | gpu ratio | read engine (both) |"
+            "\n| store | ratio | host | host new | host into | host/mem | dev cpu | dev gpu | dev both | dev auto (first reads) | dev auto | auto/best | best/host | write cpu | write gpu | gpu ratio | read engine (both) |"
         );
-        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         let wanted = |n: &str| a.only.as_ref().is_none_or(|o| o.iter().any(|x| x == n));
         if let Some(m) = &a.manifest {
             let text = std::fs::read_to_string(m).map_err(|e| {

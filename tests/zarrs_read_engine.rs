@@ -613,3 +613,56 @@ fn read_options_are_checked_and_every_knob_keeps_reads_exact() {
         );
     }
 }
+
+/// A host read's result memory is recycled: once a large result is dropped, the next
+/// read of about its size gets the same pages back, with the earlier array's bytes
+/// still in them. Every byte of the new result must be the new array's: chunks that
+/// are stored (small ones placed from scratch, 2 MiB ones streamed in pieces) and the
+/// fill value of chunks that are not, zero or not.
+#[test]
+fn recycled_result_memory_holds_only_the_new_reads_bytes() {
+    let dir = TempDir::new("recycled");
+    let (rows, cols) = (1024usize, 2048usize); // 8 MiB of int32
+    let old = values(rows * cols);
+    let first = ZarrArray::create(
+        dir.join("first"),
+        &ArraySpec::new(&[rows as u64, cols as u64], &[256, 256], Dtype::INT32)
+            .with_compressor(Compressor::Zstd { level: 1 }),
+    )
+    .unwrap();
+    let v = ndarray::Array2::from_shape_vec((rows, cols), old.clone()).unwrap();
+    first.write_subset(&[0, 0], &NDBuffer::from_ndarray(v)).unwrap();
+    for (name, chunk, fill) in [
+        ("zero-fill", [256u64, 256], 0i32),
+        ("fill-7", [256, 256], 7),
+        ("streamed", [512, 1024], 0),
+    ] {
+        let r = first.read(..).to(&HOST).unwrap();
+        let bytes = r.to_buffer().unwrap().to_host().unwrap();
+        let at = bytes.as_ptr() as usize;
+        assert_eq!(bytes.len(), rows * cols * 4);
+        drop((r, bytes));
+        // Half the chunks written: the top rows, then one chunk further down.
+        let a = ZarrArray::create(
+            dir.join(name),
+            &ArraySpec::new(&[rows as u64, cols as u64], &chunk, Dtype::INT32)
+                .with_compressor(Compressor::Zstd { level: 1 })
+                .with_fill_value(devbuf::zarr::Scalar::from(fill)),
+        )
+        .unwrap();
+        let top = chunk[0] as usize;
+        let new: Vec<i32> = (0..top * cols).map(|i| i as i32 * 3 + 1).collect();
+        let v = ndarray::Array2::from_shape_vec((top, cols), new.clone()).unwrap();
+        a.write_subset(&[0, 0], &NDBuffer::from_ndarray(v)).unwrap();
+        let got = a.read(..).to(&HOST).unwrap();
+        let got = got.to_buffer().unwrap().to_host().unwrap();
+        assert_eq!(got.as_ptr() as usize, at, "{name}: the dropped result is reused");
+        let want: Vec<u8> = new
+            .iter()
+            .copied()
+            .chain(std::iter::repeat_n(fill, (rows - top) * cols))
+            .flat_map(i32::to_ne_bytes)
+            .collect();
+        assert!(got[..] == want[..], "{name}: only the new array's bytes");
+    }
+}

@@ -63,6 +63,7 @@ pub mod __private {
     pub use crate::cuda::transfer::{UploadLane, as_lease_holder};
     pub use crate::error::helpers::{fmt_axes, panic_message, with_shared_source};
     pub use crate::memory::host_output::{HostOutput, prepare_output, zeroed_vec};
+    pub use crate::memory::host_pool::release as release_host_pool;
 
     /// The width in bytes of the units a byte-order change of `t` reverses: its size,
     /// except for complex numbers (each part is swapped on its own).

@@ -3,7 +3,10 @@
 //! result takes one fault per 2 MiB instead of one per 4 KiB. Measured on the GPU
 //! machine (gVisor), allocating and first-touching fresh memory with 16 threads ran at
 //! about 7 GB/s with 4 KiB pages: below what the decoders deliver, so the result's
-//! pages bounded host reads. Small results use the ordinary allocator.
+//! pages bounded host reads. Small results use the ordinary allocator. A dropped
+//! result's mapping goes to the pool of [`host_pool`](super::host_pool), where a later
+//! read that overwrites all of its result ([`HostOutput::recycled`]) finds its pages
+//! already faulted in.
 
 use bytes::Bytes;
 
@@ -12,10 +15,12 @@ use crate::error::{Error, Result};
 /// Results from this size on get their own mapping.
 const MAP_MIN: usize = 8 << 20;
 
-/// An anonymous private mapping, unmapped on drop.
+/// An anonymous private mapping of `len` bytes whose first `used` bytes are the result;
+/// given to the pool (or unmapped) on drop.
 struct Mapping {
     ptr: *mut u8,
     len: usize,
+    used: usize,
 }
 
 // Safety: the mapping is plain memory owned by this value alone; it may be read from
@@ -26,9 +31,10 @@ unsafe impl Sync for Mapping {}
 
 impl AsRef<[u8]> for Mapping {
     fn as_ref(&self) -> &[u8] {
-        // Safety: `ptr` is a live mapping of `len` readable bytes (zero-filled by the
-        // kernel, then written by the read) owned by `self`.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+        // Safety: `ptr` is a live mapping of `len >= used` readable bytes (zero-filled by
+        // the kernel or left by an earlier result, then written by the read) owned by
+        // `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.used) }
     }
 }
 
@@ -36,7 +42,7 @@ impl Drop for Mapping {
     fn drop(&mut self) {
         // Safety: `ptr`/`len` are exactly what mmap returned; nothing refers to the
         // memory after the owner drops (Bytes keeps the owner alive while borrowed).
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        unsafe { super::host_pool::give(self.ptr, self.len) };
     }
 }
 
@@ -70,54 +76,99 @@ impl HostOutput {
                 inner: Inner::Vec(zeroed_vec(n)?),
             });
         }
-        // Safety: an anonymous private mapping of `n` bytes; the arguments are valid
-        // for any `n`, and failure is reported as MAP_FAILED.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                n,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(Error::invalid(format!(
-                "cannot map {n} bytes of host memory for the read's result ({})",
-                std::io::Error::last_os_error()
-            )));
-        }
-        // Huge pages where the kernel offers them; a refusal changes nothing else.
-        // Safety: `p..p+n` is the mapping made above.
-        unsafe { libc::madvise(p, n, libc::MADV_HUGEPAGE) };
         Ok(HostOutput {
-            inner: Inner::Map(Mapping {
-                ptr: p.cast(),
-                len: n,
-            }),
+            inner: Inner::Map(map(n, n)?),
         })
     }
 
+    /// `n` bytes for a result whose every byte the caller writes before it reads any:
+    /// from 8 MiB on, an earlier result's mapping of about that size when the pool
+    /// keeps one (its pages already faulted in; its bytes what that result left, or
+    /// zero), else fresh memory as [`new`](Self::new) gives. An error names the size
+    /// when the system cannot provide it.
+    ///
+    /// ```
+    /// use devbuf_core::__private::HostOutput;
+    /// let n = 24 << 20;
+    /// let first = HostOutput::recycled(n)?.into_bytes();
+    /// let at = first.as_ptr();
+    /// drop(first);                                 // the mapping goes to the pool
+    /// let mut again = HostOutput::recycled(n)?;    // and comes back, pages faulted in
+    /// again.as_mut_slice().fill(1);                // every byte written before use
+    /// assert_eq!(again.as_mut_slice().len(), n);
+    /// # let _ = at;
+    /// # Ok::<(), devbuf_core::Error>(())
+    /// ```
+    pub fn recycled(n: usize) -> Result<HostOutput> {
+        if n < MAP_MIN {
+            return HostOutput::new(n);
+        }
+        if let Some((ptr, len)) = super::host_pool::take(n) {
+            return Ok(HostOutput {
+                inner: Inner::Map(Mapping { ptr, len, used: n }),
+            });
+        }
+        // Rounded up to whole huge pages, so that results of nearby sizes share mappings.
+        let len = n.checked_next_multiple_of(2 << 20).unwrap_or(n);
+        Ok(HostOutput {
+            inner: Inner::Map(map(len, n)?),
+        })
+    }
+}
+
+/// A fresh anonymous mapping of `len` bytes asked for huge pages, for a result of
+/// `used <= len` bytes.
+fn map(len: usize, used: usize) -> Result<Mapping> {
+    // Safety: an anonymous private mapping of `len` bytes; the arguments are valid for
+    // any `len`, and failure is reported as MAP_FAILED.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(Error::invalid(format!(
+            "cannot map {used} bytes of host memory for the read's result ({})",
+            std::io::Error::last_os_error()
+        )));
+    }
+    // Huge pages where the kernel offers them; a refusal changes nothing else.
+    // Safety: `p..p+len` is the mapping made above.
+    unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
+    Ok(Mapping {
+        ptr: p.cast(),
+        len,
+        used,
+    })
+}
+
+impl HostOutput {
     /// The start of the memory and its length, for the workers to write.
     pub fn raw(&mut self) -> (*mut u8, usize) {
         match &mut self.inner {
             Inner::Vec(v) => (v.as_mut_ptr(), v.len()),
-            Inner::Map(m) => (m.ptr, m.len),
+            Inner::Map(m) => (m.ptr, m.used),
         }
     }
 
-    /// Touches every page of a fresh mapping from `threads` threads at once, before
-    /// the workers write it. Measured on the GPU machine (gVisor), where the first
-    /// touch of fresh memory costs most. Memory from the ordinary allocator (results
-    /// under 8 MiB) is left as it is.
+    /// Touches every page of a mapping from `threads` threads at once, before the
+    /// workers write it (fresh memory's first touch, or a recycled page the kernel took
+    /// back). Measured on the GPU machine (gVisor), where the first touch of fresh memory
+    /// costs most; a page already there costs one write. Memory from the ordinary
+    /// allocator (results under 8 MiB) is left as it is.
     pub fn prefault(&mut self, threads: usize) {
         let Inner::Map(m) = &self.inner else {
             return;
         };
         // Safety: the mapping is owned by `self`, alive and exclusive for this call, and
-        // its contents are zeros, which the touch keeps.
-        unsafe { touch_pages(m.ptr, m.len, threads) };
+        // its contents are zeros (which the touch keeps) or, recycled, bytes the caller
+        // overwrites.
+        unsafe { touch_pages(m.ptr, m.used, threads) };
     }
 
     /// The memory as a slice, for the workers to write.
@@ -257,6 +308,40 @@ mod tests {
                 assert_eq!(b.as_ptr(), p as *const u8, "no copy");
             }
         }
+    }
+
+    #[test]
+    fn dropped_results_are_recycled_by_size_and_fresh_ones_stay_zeroed() {
+        // A size no other test of this process asks for.
+        let n = (37 << 20) + 7 * 4096 + 3;
+        let mut a = HostOutput::recycled(n).unwrap();
+        a.as_mut_slice().fill(0x5A);
+        let (a_at, len) = a.raw();
+        assert_eq!(len, n);
+        let bytes = a.into_bytes();
+        assert_eq!((bytes.len(), bytes[n - 1]), (n, 0x5A));
+        assert_eq!(bytes.as_ptr(), a_at as *const u8, "no copy");
+        drop(bytes);
+        assert!(super::super::host_pool::kept_bytes() >= n);
+        // `new` never takes kept memory: it is zero.
+        let mut z = HostOutput::new(n).unwrap();
+        let z_at = z.raw().0;
+        assert_ne!(z_at, a_at);
+        assert!(z.as_mut_slice().iter().step_by(4093).all(|&b| b == 0));
+        drop(z);
+        // A much smaller result takes neither kept mapping.
+        let small = HostOutput::recycled(n / 2).unwrap().raw().0;
+        assert!(small != a_at && small != z_at);
+        // One of about the size takes one of them back, and sees only its own length.
+        let mut b = HostOutput::recycled(n - 4096).unwrap();
+        let (b_at, blen) = b.raw();
+        assert!(b_at == a_at || b_at == z_at, "a kept mapping is reused");
+        assert_eq!(blen, n - 4096);
+        b.prefault(4);
+        b.as_mut_slice().fill(1);
+        let b = b.into_bytes();
+        assert_eq!(b.len(), n - 4096);
+        assert!(b.iter().all(|&x| x == 1));
     }
 
     #[test]

@@ -23,6 +23,7 @@ use bytes::{Bytes, BytesMut};
 // Shared with devbuf-zarr and devbuf-flight through `crate::__private`; not API.
 pub(crate) mod host_ops;
 pub(crate) mod host_output;
+pub(crate) mod host_pool;
 
 pub(crate) use host_output::zeroed_vec;
 

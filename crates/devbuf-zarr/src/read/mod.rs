@@ -173,7 +173,7 @@ pub(crate) fn read(
         Device(DeviceBuffer, bool),
     }
     let out = match dest {
-        Dest::New(None) => Out::New(devbuf_core::__private::HostOutput::new(total)?),
+        Dest::New(None) => Out::New(devbuf_core::__private::HostOutput::recycled(total)?),
         Dest::New(Some(ctx)) => Out::Device(ctx.allocate(total)?, true),
         Dest::Host(h) => {
             check_len(h.len(), total, "host")?;
