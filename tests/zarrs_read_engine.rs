@@ -631,7 +631,9 @@ fn recycled_result_memory_holds_only_the_new_reads_bytes() {
     )
     .unwrap();
     let v = ndarray::Array2::from_shape_vec((rows, cols), old.clone()).unwrap();
-    first.write_subset(&[0, 0], &NDBuffer::from_ndarray(v)).unwrap();
+    first
+        .write_subset(&[0, 0], &NDBuffer::from_ndarray(v))
+        .unwrap();
     for (name, chunk, fill) in [
         ("zero-fill", [256u64, 256], 0i32),
         ("fill-7", [256, 256], 7),
@@ -656,7 +658,11 @@ fn recycled_result_memory_holds_only_the_new_reads_bytes() {
         a.write_subset(&[0, 0], &NDBuffer::from_ndarray(v)).unwrap();
         let got = a.read(..).to(&HOST).unwrap();
         let got = got.to_buffer().unwrap().to_host().unwrap();
-        assert_eq!(got.as_ptr() as usize, at, "{name}: the dropped result is reused");
+        assert_eq!(
+            got.as_ptr() as usize,
+            at,
+            "{name}: the dropped result is reused"
+        );
         let want: Vec<u8> = new
             .iter()
             .copied()
