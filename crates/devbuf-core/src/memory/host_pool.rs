@@ -63,33 +63,43 @@ unsafe fn unmap(ptr: usize, len: usize) {
     unsafe { libc::munmap(ptr as *mut libc::c_void, len) };
 }
 
-/// Unmaps the kept mappings older than [`KEEP_FOR`]; `kept` is the locked list.
-fn expire(kept: &mut Vec<Kept>, now: Instant) {
-    kept.retain(|k| {
-        let keep = now.duration_since(k.since) < KEEP_FOR;
-        if !keep {
-            // Safety: a kept mapping is a whole mapping nothing else refers to.
-            unsafe { unmap(k.ptr, k.len) };
-        }
-        keep
-    });
+/// Takes the kept mappings older than [`KEEP_FOR`] out of `kept` (the locked list), for
+/// the caller to unmap once the lock is released.
+fn expire(kept: &mut Vec<Kept>, now: Instant) -> Vec<Kept> {
+    let (old, young): (Vec<Kept>, Vec<Kept>) = std::mem::take(kept)
+        .into_iter()
+        .partition(|k| now.duration_since(k.since) >= KEEP_FOR);
+    *kept = young;
+    old
+}
+
+/// Unmaps mappings taken out of the pool.
+fn unmap_all(gone: Vec<Kept>) {
+    for k in gone {
+        // Safety: a mapping taken out of the pool is a whole mapping nothing refers to.
+        unsafe { unmap(k.ptr, k.len) };
+    }
 }
 
 /// A kept mapping of at least `n` and at most `n + n / 4` bytes (the smallest such),
 /// taken out of the pool: `(start, length)`. Its bytes are whatever an earlier result
 /// left there (or zero where the kernel took a page back).
 pub(crate) fn take(n: usize) -> Option<(*mut u8, usize)> {
-    let mut kept = KEPT.lock().unwrap_or_else(|p| p.into_inner());
-    expire(&mut kept, Instant::now());
     let most = n.saturating_add(n / 4);
-    let best = kept
-        .iter()
-        .enumerate()
-        .filter(|(_, k)| k.len >= n && k.len <= most)
-        .min_by_key(|(_, k)| k.len)
-        .map(|(i, _)| i)?;
-    let k = kept.remove(best);
-    Some((k.ptr as *mut u8, k.len))
+    let (gone, found) = {
+        let mut kept = KEPT.lock().unwrap_or_else(|p| p.into_inner());
+        let gone = expire(&mut kept, Instant::now());
+        let best = kept
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| k.len >= n && k.len <= most)
+            .min_by_key(|(_, k)| k.len)
+            .map(|(i, _)| i);
+        (gone, best.map(|i| kept.remove(i)))
+    };
+    // Unmapping takes a while for large mappings: not under the lock.
+    unmap_all(gone);
+    found.map(|k| (k.ptr as *mut u8, k.len))
 }
 
 /// Gives the mapping `ptr..ptr + len` to the pool, or unmaps it when the pool is full
@@ -109,30 +119,30 @@ pub(crate) unsafe fn give(ptr: *mut u8, len: usize) {
     // The kernel may take the pages back whenever it needs them, without a write-back.
     // Safety: the caller's guarantee; advice changes no mapping.
     unsafe { libc::madvise(ptr.cast(), len, libc::MADV_FREE) };
-    let mut kept = KEPT.lock().unwrap_or_else(|p| p.into_inner());
-    let now = Instant::now();
-    expire(&mut kept, now);
-    let mut total: usize = kept.iter().map(|k| k.len).sum();
-    while !kept.is_empty() && (kept.len() >= MAX_KEPT || total + len > budget) {
-        let old = kept.remove(0);
-        total -= old.len;
-        // Safety: a kept mapping is a whole mapping nothing else refers to.
-        unsafe { unmap(old.ptr, old.len) };
-    }
-    kept.push(Kept {
-        ptr: ptr as usize,
-        len,
-        since: now,
-    });
+    let gone = {
+        let mut kept = KEPT.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let mut gone = expire(&mut kept, now);
+        let mut total: usize = kept.iter().map(|k| k.len).sum();
+        while !kept.is_empty() && (kept.len() >= MAX_KEPT || total + len > budget) {
+            let old = kept.remove(0);
+            total -= old.len;
+            gone.push(old);
+        }
+        kept.push(Kept {
+            ptr: ptr as usize,
+            len,
+            since: now,
+        });
+        gone
+    };
+    unmap_all(gone);
 }
 
 /// Unmaps every kept mapping now (benchmarks measure fresh memory after it).
 pub fn release() {
-    let mut kept = KEPT.lock().unwrap_or_else(|p| p.into_inner());
-    for k in kept.drain(..) {
-        // Safety: a kept mapping is a whole mapping nothing else refers to.
-        unsafe { unmap(k.ptr, k.len) };
-    }
+    let gone = std::mem::take(&mut *KEPT.lock().unwrap_or_else(|p| p.into_inner()));
+    unmap_all(gone);
 }
 
 /// Bytes the pool keeps now.
@@ -178,10 +188,12 @@ mod tests {
                 since: now + KEEP_FOR / 2,
             },
         ];
-        expire(&mut kept, now + KEEP_FOR);
-        assert_eq!(kept.len(), 1, "the older one is unmapped");
+        let gone = expire(&mut kept, now + KEEP_FOR);
+        assert_eq!((gone.len(), gone[0].len), (1, 4096), "the older one goes");
+        unmap_all(gone);
+        assert_eq!(kept.len(), 1);
         assert_eq!(kept[0].len, 8192);
-        expire(&mut kept, now + 2 * KEEP_FOR);
+        unmap_all(expire(&mut kept, now + 2 * KEEP_FOR));
         assert!(kept.is_empty());
         assert!(budget() <= MAX_KEPT_BYTES);
         assert!(budget() > 0, "this machine's memory size is readable");
