@@ -35,7 +35,11 @@
 //! page-locked host -> device copy (PCIe), one core's zstd-1 decode rate and every
 //! core's at once (in-memory frames into one 512 MiB buffer), fresh host
 //! memory and (unless `--no-writes`) the file system's rate for new and rewritten chunk
-//! files and one core's zstd-1 encode rate.
+//! files and one core's zstd-1 encode rate. After the table, per zstd store of whole
+//! chunk files (a device run with the limits): every core reading its files into
+//! page-locked memory, nvCOMP decoding its frames on the device (all in one call, one
+//! chunk alone, one chunk per multiprocessor), and the bound they set on a pipelined
+//! device read: `decoded / (read time + one chunk's latency)`.
 
 #[cfg(not(feature = "zarr"))]
 fn main() {
@@ -441,6 +445,12 @@ mod bench {
             a.read(..).report(&mut report).to(&host)?;
         }
         let ratio = bytes / stored_bytes(path).max(1) as f64;
+        if let Some(ctx) = ctx.filter(|_| args.limits && report.codecs == "zstd") {
+            let elem = a.dtype().element().size() as u64;
+            let chunk = a.metadata().chunk_shape.iter().product::<u64>() * elem;
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            store_limits(ctx, name, path, chunk as usize, bytes as usize, cores)?;
+        }
         Ok(Row {
             name: name.to_string(),
             ratio,
@@ -845,8 +855,160 @@ mod bench {
         Ok(())
     }
 
-    /// Times every store asked for.
+    /// Per-store limits of the device path, printed after the table: lines gathered by
+    /// [`store_limits`].
+    static STORE_LIMITS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+    /// The limits of a pipelined device read of the store at `path` (chunk files of
+    /// `chunk_bytes` decoded bytes each, zstd), measured on its own files: every core
+    /// reading them into page-locked memory (each file at its own place), and nvCOMP
+    /// decoding its frames already on the device in one call of all of them, one chunk
+    /// alone, and one chunk per multiprocessor. A read cannot end before its last chunk
+    /// is read and then decoded: `decoded / (stored / read rate + one chunk's latency)`
+    /// bounds it. `None` (and a line saying why) for stores this does not fit: sharded
+    /// ones (inner chunks inside shard files), partial edge chunks, other codecs.
+    fn store_limits(
+        ctx: &Context,
+        name: &str,
+        path: &Path,
+        chunk_bytes: usize,
+        decoded: usize,
+        cores: usize,
+    ) -> devbuf::Result<()> {
+        use devbuf::cuda::Stream;
+        use devbuf::cuda::nvcomp::{DecompressBatch, GpuCodec};
+        let mut files = Vec::new();
+        let mut stack = vec![path.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).map_err(io_err)?.flatten() {
+                let p = e.path();
+                let n = e.file_name().to_string_lossy().into_owned();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if !n.starts_with("zarr.json") && !n.starts_with(".z") {
+                    let len = e.metadata().map_err(io_err)?.len() as usize;
+                    files.push((p, len));
+                }
+            }
+        }
+        files.sort();
+        let say = |line: String| {
+            STORE_LIMITS
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(format!("limits for {name}: {line}"));
+        };
+        if files.is_empty() || files.len() * chunk_bytes != decoded {
+            say(format!(
+                "{} files of {} decoded bytes each do not make the array's {decoded} bytes \
+                 (sharded or edge chunks): not measured",
+                files.len(),
+                chunk_bytes
+            ));
+            return Ok(());
+        }
+        let mut offsets = Vec::with_capacity(files.len());
+        let mut at = 0usize;
+        for f in &files {
+            offsets.push(at);
+            at += f.1.next_multiple_of(256);
+        }
+        let stored: usize = files.iter().map(|f| f.1).sum();
+        let mut staging = ctx.allocate_host(at.max(1))?;
+        let base = staging.as_mut_ptr() as usize;
+        let read_all = || -> devbuf::Result<()> {
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            std::thread::scope(|sc| {
+                let hs: Vec<_> = (0..cores)
+                    .map(|_| {
+                        let (files, offsets, next) = (&files, &offsets, &next);
+                        sc.spawn(move || -> std::io::Result<()> {
+                            use std::io::Read;
+                            loop {
+                                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                let Some((p, n)) = files.get(i) else { break };
+                                // Safety: each file has its own range of the page-locked
+                                // buffer, which outlives the scope.
+                                let dst = unsafe {
+                                    std::slice::from_raw_parts_mut(
+                                        (base + offsets[i]) as *mut u8,
+                                        *n,
+                                    )
+                                };
+                                std::fs::File::open(p)?.read_exact(dst)?;
+                            }
+                            Ok(())
+                        })
+                    })
+                    .collect();
+                hs.into_iter().try_for_each(|h| {
+                    h.join()
+                        .map_err(|_| devbuf::Error::InvalidArgument("a reader panicked".into()))?
+                        .map_err(io_err)
+                })
+            })
+        };
+        let read_s = time(5, &mut || read_all())?;
+        let packed = ctx.allocate(at.max(1))?;
+        packed.copy_from_host(0, &staging[..at])?;
+        drop(staging);
+        let n = files.len();
+        let inputs: Vec<_> = (0..n).map(|i| offsets[i]..offsets[i] + files[i].1).collect();
+        let outputs: Vec<_> = (0..n).map(|i| i * chunk_bytes..(i + 1) * chunk_bytes).collect();
+        let dst = ctx.allocate(decoded)?;
+        let stream = Stream::new(ctx)?;
+        let mut batch = DecompressBatch::new(ctx, None)?;
+        let mut call = |k: usize| -> devbuf::Result<f64> {
+            time(5, &mut || {
+                batch
+                    .decompress(&stream, GpuCodec::Zstd, &packed, &inputs[..k], &dst, &outputs[..k])
+                    .map(drop)
+            })
+        };
+        let all = match call(n) {
+            Ok(s) => s,
+            Err(e) => {
+                say(format!("nvCOMP does not decode its chunk files as zstd frames ({e})"));
+                return Ok(());
+            }
+        };
+        let one = call(1)?;
+        let sms = (ctx.properties().multiprocessor_count as usize).clamp(1, n);
+        let per_sm = call(sms)?;
+        let read_ms = read_s * 1e3;
+        let bound = gbs(decoded as f64, read_s + one);
+        say(format!(
+            "{n} files, {:.0} MiB stored; {cores} threads read them into page-locked memory at \
+             {:.1} GB/s stored ({read_ms:.1} ms); nvCOMP on these frames on the device: all in \
+             one call {:.1} GB/s ({:.1} ms), one chunk alone {:.2} ms, {sms} chunks (one per \
+             multiprocessor) {:.2} ms; so no pipelined read of the whole array beats \
+             {decoded} B / ({read_ms:.1} + {:.2} ms) = {bound:.1} GB/s",
+            stored as f64 / (1u64 << 20) as f64,
+            gbs(stored as f64, read_s),
+            gbs(decoded as f64, all),
+            all * 1e3,
+            one * 1e3,
+            per_sm * 1e3,
+            one * 1e3,
+        ));
+        Ok(())
+    }
+
+    /// Times every store asked for, then prints the per-store limits measured.
     fn stores(a: &Args, ctx: Option<&Context>) -> devbuf::Result<()> {
+        let r = table(a, ctx);
+        let lines = std::mem::take(&mut *STORE_LIMITS.lock().unwrap_or_else(|p| p.into_inner()));
+        if !lines.is_empty() {
+            println!();
+        }
+        for l in lines {
+            println!("{l}");
+        }
+        r
+    }
+
+    /// The table: a row per store asked for.
+    fn table(a: &Args, ctx: Option<&Context>) -> devbuf::Result<()> {
         println!(
             "\n| store | ratio | host | host new | host into | host/mem | dev cpu | dev gpu | dev both | dev auto (first reads) | dev auto | auto/best | best/host | write cpu | write gpu | gpu ratio | read engine (both) |"
         );
