@@ -953,22 +953,35 @@ mod bench {
         packed.copy_from_host(0, &staging[..at])?;
         drop(staging);
         let n = files.len();
-        let inputs: Vec<_> = (0..n).map(|i| offsets[i]..offsets[i] + files[i].1).collect();
-        let outputs: Vec<_> = (0..n).map(|i| i * chunk_bytes..(i + 1) * chunk_bytes).collect();
+        let inputs: Vec<_> = (0..n)
+            .map(|i| offsets[i]..offsets[i] + files[i].1)
+            .collect();
+        let outputs: Vec<_> = (0..n)
+            .map(|i| i * chunk_bytes..(i + 1) * chunk_bytes)
+            .collect();
         let dst = ctx.allocate(decoded)?;
         let stream = Stream::new(ctx)?;
         let mut batch = DecompressBatch::new(ctx, None)?;
         let mut call = |k: usize| -> devbuf::Result<f64> {
             time(5, &mut || {
                 batch
-                    .decompress(&stream, GpuCodec::Zstd, &packed, &inputs[..k], &dst, &outputs[..k])
+                    .decompress(
+                        &stream,
+                        GpuCodec::Zstd,
+                        &packed,
+                        &inputs[..k],
+                        &dst,
+                        &outputs[..k],
+                    )
                     .map(drop)
             })
         };
         let all = match call(n) {
             Ok(s) => s,
             Err(e) => {
-                say(format!("nvCOMP does not decode its chunk files as zstd frames ({e})"));
+                say(format!(
+                    "nvCOMP does not decode its chunk files as zstd frames ({e})"
+                ));
                 return Ok(());
             }
         };
