@@ -1,10 +1,11 @@
 //! The recycling of large host results: a read's result mapping, once its last owner
 //! drops it, is kept for a while and handed to the next read of about its size, whose
 //! pages are then already faulted in. Fresh memory costs the kernel a fault and a
-//! zeroing per page: measured on the 16-core H100 machine, 16 threads allocate and
-//! first-touch new memory at 44 GB/s with huge pages (9 GB/s without), against 11 GB/s
-//! for the same cores decoding zstd-1; a read into new memory ran at 0.65-0.70x the
-//! decode rate, a read into a reused buffer at 0.85-0.9x.
+//! zeroing per page: measured on 16-core H100 machines, 16 threads allocate and
+//! first-touch new memory at 27-44 GB/s with huge pages (9-15 GB/s without), against
+//! 11-13 GB/s for the same cores decoding zstd-1 in memory, and host reads of 512 MiB
+//! into fresh pages ran 10-30% slower than into a reused buffer (docs/performance.md,
+//! issue 28's parts 2 and 3).
 //!
 //! What is kept is bounded three ways: at most [`MAX_KEPT`] mappings and an eighth of
 //! the machine's memory (at most 8 GiB) in all; a mapping kept for [`KEEP_FOR`]
