@@ -340,13 +340,9 @@ impl UrlStore {
     }
 
     /// [`Error::Io`] with a scrubbed `message`; an HTTP 401/403 that reached here as
-    /// text is [`Error::PermissionDenied`].
+    /// text is [`Error::PermissionDenied`] (see [`denied_in_text`]).
     fn error_text(&self, message: String) -> Error {
-        let denied = message.contains("403")
-            || message.contains("401")
-            || message.contains("ermission")
-            || message.contains("nauthenticated");
-        if denied {
+        if denied_in_text(&message) {
             Error::permission_denied(format!(
                 "object store request refused (check the credentials): {message}"
             ))
@@ -574,5 +570,57 @@ impl Store for UrlStore {
 
     fn getsize(&self, key: &str) -> Result<Option<usize>> {
         block_on(self.getsize_async(key))?
+    }
+}
+
+/// Whether an error's text says the request was refused: HTTP status 401 or 403 as the
+/// object store client writes it ("status code: 403 Forbidden", "status 401"), or
+/// "permission" / "unauthenticated". A bare "403" elsewhere in the text is not enough:
+/// the text also holds the URL, the key and the time the retries took ("in 215.4035ms"
+/// once made a 500 read as refused).
+fn denied_in_text(message: &str) -> bool {
+    let status = |code: &str| {
+        message.match_indices(code).any(|(i, _)| {
+            let before = message[..i].trim_end_matches([' ', ':']);
+            let after = message[i + code.len()..].chars().next();
+            (before.ends_with("status") || before.ends_with("status code"))
+                && !after.is_some_and(|c| c.is_ascii_alphanumeric())
+        })
+    };
+    status("401")
+        || status("403")
+        || message.contains("ermission")
+        || message.contains("nauthenticated")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::denied_in_text;
+
+    #[test]
+    fn refusals_are_read_from_the_status_not_from_any_digits() {
+        // The message of a 500 whose retries took 215.4035 ms (seen in CI): not refused.
+        let slow_500 = "GET 1.0.0 of http://127.0.0.1:35701/a.zarr: Error performing GET \
+            http://127.0.0.1:35701/a.zarr/1.0.0 in 215.4035ms, after 2 retries - Server \
+            returned non-2xx status code: 500 Internal Server Error: ";
+        assert!(!denied_in_text(slow_500));
+        // Keys, ports and sizes with 401 or 403 in them: not refused.
+        for m in [
+            "GET c/403/1 of http://h:4030/a.zarr: status code: 500 Internal Server Error",
+            "GET 0.401.2 of http://h/a.zarr: connection reset after 4031 bytes",
+            "GET k of http://h/a.zarr: Server returned non-2xx status code: 4031",
+        ] {
+            assert!(!denied_in_text(m), "{m}");
+        }
+        // What the client writes for refusals: refused.
+        for m in [
+            "GET k of http://h/a.zarr: Server returned non-2xx status code: 403 Forbidden: ",
+            "GET k of http://h/a.zarr: Client error with status 401 Unauthorized: no token",
+            "GET k of s3://b/a.zarr: status: 403",
+            "GET k of gs://b/a.zarr: Permission denied by the bucket policy",
+            "GET k of az://c/a.zarr: Unauthenticated request",
+        ] {
+            assert!(denied_in_text(m), "{m}");
+        }
     }
 }
