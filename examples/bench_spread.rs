@@ -40,6 +40,10 @@ mod field;
 mod stats;
 
 #[cfg(feature = "zarr")]
+#[path = "common/staging.rs"]
+mod staging;
+
+#[cfg(feature = "zarr")]
 mod bench {
     use std::ops::Range;
     use std::path::PathBuf;
@@ -437,20 +441,7 @@ mod bench {
         devs: &[Context],
     ) -> devbuf::Result<()> {
         use std::io::Read;
-        fn walk(p: &std::path::Path, out: &mut Vec<(PathBuf, usize)>) {
-            if let Ok(rd) = std::fs::read_dir(p) {
-                for e in rd.flatten() {
-                    let q = e.path();
-                    if q.is_dir() {
-                        walk(&q, out);
-                    } else if let Ok(m) = e.metadata() {
-                        out.push((q, m.len() as usize));
-                    }
-                }
-            }
-        }
-        let mut files = Vec::new();
-        walk(path, &mut files);
+        let files = crate::staging::store_files(path);
         let stored: usize = files.iter().map(|f| f.1).sum();
         let largest = files.iter().map(|f| f.1).max().unwrap_or(0);
         let next = std::sync::atomic::AtomicUsize::new(0);
@@ -484,41 +475,13 @@ mod bench {
         // As the GPU workers' readers stage them: every file at its own place in
         // page-locked memory (memory traffic, not cache), then (second figure) with
         // every device uploading its share of the staged bytes at the same time.
-        let mut offsets = Vec::with_capacity(files.len());
-        let mut at = 0usize;
-        for f in &files {
-            offsets.push(at);
-            at += f.1.next_multiple_of(256);
-        }
+        let (offsets, at) = crate::staging::offsets(&files);
         let mut staging = devs[0].allocate_host(at.max(1))?;
-        let base = staging.as_mut_ptr() as usize;
-        let read_all = |next: &std::sync::atomic::AtomicUsize| {
-            std::thread::scope(|s| {
-                let hs: Vec<_> = (0..cores)
-                    .map(|_| {
-                        let (files, offsets) = (&files, &offsets);
-                        s.spawn(move || -> std::io::Result<()> {
-                            loop {
-                                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                let Some((p, n)) = files.get(i) else { break };
-                                // Safety: each file has its own range of the staging
-                                // buffer, which outlives the scope.
-                                let dst = unsafe {
-                                    std::slice::from_raw_parts_mut(
-                                        (base + offsets[i]) as *mut u8,
-                                        *n,
-                                    )
-                                };
-                                std::fs::File::open(p)?.read_exact(dst)?;
-                            }
-                            Ok(())
-                        })
-                    })
-                    .collect();
-                join_io(hs)
-            })
+        let mut read_all = || {
+            crate::staging::read_into(&mut staging, &files, &offsets, cores)
+                .map_err(|e| devbuf::Error::InvalidArgument(e.to_string()))
         };
-        let staged = time_median(3, || read_all(&std::sync::atomic::AtomicUsize::new(0)))?;
+        let staged = time_median(3, &mut read_all)?;
         let share = at.div_ceil(devs.len()).next_multiple_of(256);
         let targets = devs
             .iter()
@@ -537,7 +500,7 @@ mod bench {
                         d.slice(0, to - from)?.copy_from_host(0, &staging[from..to])
                     })
                 });
-                let r = read_all(&std::sync::atomic::AtomicUsize::new(0));
+                let r = read_all();
                 up.join().map_err(|_| {
                     devbuf::Error::InvalidArgument("the upload thread panicked".into())
                 })??;

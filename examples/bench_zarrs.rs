@@ -63,6 +63,10 @@ mod field;
 mod stats;
 
 #[cfg(feature = "zarr")]
+#[path = "common/staging.rs"]
+mod staging;
+
+#[cfg(feature = "zarr")]
 mod bench {
     use std::path::{Path, PathBuf};
     use std::time::Instant;
@@ -877,21 +881,7 @@ mod bench {
     ) -> devbuf::Result<()> {
         use devbuf::cuda::Stream;
         use devbuf::cuda::nvcomp::{DecompressBatch, GpuCodec};
-        let mut files = Vec::new();
-        let mut stack = vec![path.to_path_buf()];
-        while let Some(d) = stack.pop() {
-            for e in std::fs::read_dir(&d).map_err(io_err)?.flatten() {
-                let p = e.path();
-                let n = e.file_name().to_string_lossy().into_owned();
-                if p.is_dir() {
-                    stack.push(p);
-                } else if !n.starts_with("zarr.json") && !n.starts_with(".z") {
-                    let len = e.metadata().map_err(io_err)?.len() as usize;
-                    files.push((p, len));
-                }
-            }
-        }
-        files.sort();
+        let files = crate::staging::store_files(path);
         let say = |line: String| {
             STORE_LIMITS
                 .lock()
@@ -907,48 +897,12 @@ mod bench {
             ));
             return Ok(());
         }
-        let mut offsets = Vec::with_capacity(files.len());
-        let mut at = 0usize;
-        for f in &files {
-            offsets.push(at);
-            at += f.1.next_multiple_of(256);
-        }
+        let (offsets, at) = crate::staging::offsets(&files);
         let stored: usize = files.iter().map(|f| f.1).sum();
         let mut staging = ctx.allocate_host(at.max(1))?;
-        let base = staging.as_mut_ptr() as usize;
-        let read_all = || -> devbuf::Result<()> {
-            let next = std::sync::atomic::AtomicUsize::new(0);
-            std::thread::scope(|sc| {
-                let hs: Vec<_> = (0..cores)
-                    .map(|_| {
-                        let (files, offsets, next) = (&files, &offsets, &next);
-                        sc.spawn(move || -> std::io::Result<()> {
-                            use std::io::Read;
-                            loop {
-                                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                let Some((p, n)) = files.get(i) else { break };
-                                // Safety: each file has its own range of the page-locked
-                                // buffer, which outlives the scope.
-                                let dst = unsafe {
-                                    std::slice::from_raw_parts_mut(
-                                        (base + offsets[i]) as *mut u8,
-                                        *n,
-                                    )
-                                };
-                                std::fs::File::open(p)?.read_exact(dst)?;
-                            }
-                            Ok(())
-                        })
-                    })
-                    .collect();
-                hs.into_iter().try_for_each(|h| {
-                    h.join()
-                        .map_err(|_| devbuf::Error::InvalidArgument("a reader panicked".into()))?
-                        .map_err(io_err)
-                })
-            })
-        };
-        let read_s = time(5, &mut || read_all())?;
+        let read_s = time(5, &mut || {
+            crate::staging::read_into(&mut staging, &files, &offsets, cores).map_err(io_err)
+        })?;
         let packed = ctx.allocate(at.max(1))?;
         packed.copy_from_host(0, &staging[..at])?;
         drop(staging);

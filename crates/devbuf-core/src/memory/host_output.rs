@@ -119,6 +119,18 @@ impl HostOutput {
 /// A fresh anonymous mapping of `len` bytes asked for huge pages, for a result of
 /// `used <= len` bytes.
 fn map(len: usize, used: usize) -> Result<Mapping> {
+    let ptr = map_anonymous(len).map_err(|e| {
+        Error::invalid(format!(
+            "cannot map {used} bytes of host memory for the read's result ({e})"
+        ))
+    })?;
+    Ok(Mapping { ptr, len, used })
+}
+
+/// A fresh private anonymous mapping of `len` bytes, asked for huge pages where the
+/// kernel offers them (a refusal changes nothing else); the system's error when it
+/// cannot be made.
+pub(crate) fn map_anonymous(len: usize) -> std::io::Result<*mut u8> {
     // Safety: an anonymous private mapping of `len` bytes; the arguments are valid for
     // any `len`, and failure is reported as MAP_FAILED.
     let p = unsafe {
@@ -132,19 +144,11 @@ fn map(len: usize, used: usize) -> Result<Mapping> {
         )
     };
     if p == libc::MAP_FAILED {
-        return Err(Error::invalid(format!(
-            "cannot map {used} bytes of host memory for the read's result ({})",
-            std::io::Error::last_os_error()
-        )));
+        return Err(std::io::Error::last_os_error());
     }
-    // Huge pages where the kernel offers them; a refusal changes nothing else.
     // Safety: `p..p+len` is the mapping made above.
     unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
-    Ok(Mapping {
-        ptr: p.cast(),
-        len,
-        used,
-    })
+    Ok(p.cast())
 }
 
 impl HostOutput {

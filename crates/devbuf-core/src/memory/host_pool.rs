@@ -159,19 +159,7 @@ mod tests {
 
     /// A fresh private mapping of `len` bytes, for the pool's lists.
     fn mapping(len: usize) -> usize {
-        // Safety: an anonymous private mapping; failure is checked below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        p as usize
+        super::super::host_output::map_anonymous(len).unwrap() as usize
     }
 
     #[test]
