@@ -1,6 +1,7 @@
 //! Host reads of large chunks (2 MiB and more), which the read engine decodes in pieces
-//! straight into the output (`crates/devbuf-zarr/src/read/incremental.rs`): bit-exact against the
-//! values written for every codec it streams (none, zstd, gzip), big-endian and F-order
+//! straight into the output (`crates/devbuf-zarr/src/read/incremental.rs`), and of large gzip
+//! and zlib chunks, which it decodes whole with libdeflate: bit-exact against the
+//! values written for every codec (none, zstd, gzip, zlib), big-endian and F-order
 //! chunks with crc32c, sharded inner chunks, edge chunks, missing chunks, every read
 //! path; and damaged chunks (truncated, too long, a second frame, a frame without a
 //! declared size) are errors naming the chunk, never data.

@@ -9,7 +9,6 @@
 //! uncompressed chunk of the wrong length is refused.
 
 use std::cell::RefCell;
-use std::io::Read;
 
 use zarrs::array::{Array, ArrayMetadata};
 use zarrs::metadata::v3::MetadataV3;
@@ -456,12 +455,7 @@ pub(crate) fn decode_into(
                 return Err(wrong(format!("{got} bytes")));
             }
         }
-        Compression::Gzip => {
-            inflate_into(flate2::read::GzDecoder::new(body), "gzip", dst, what)?;
-        }
-        Compression::Zlib => {
-            inflate_into(flate2::read::ZlibDecoder::new(body), "zlib", dst, what)?;
-        }
+        Compression::Gzip | Compression::Zlib => inflate_into(chain.compression, body, dst, what)?,
         Compression::Lz4 => super::super::lz4::decode_into(body, dst)
             .map_err(|e| Error::Malformed(format!("{}: {e}", what())))?,
         Compression::Blosc(_) => blosc_into(body, dst, what)?,
@@ -472,39 +466,54 @@ pub(crate) fn decode_into(
     Ok(())
 }
 
-/// A deflate decoder's output -> `dst`: exactly `dst.len()` bytes, never more read
-/// from it than one byte past that (gzip and zlib check their trailers, CRC-32 or
-/// Adler-32, when their stream ends).
+thread_local! {
+    /// Each worker's deflate decoder (libdeflate's state, about 32 KiB), reused across
+    /// chunks.
+    static DEFLATE: RefCell<Option<libdeflater::Decompressor>> = const { RefCell::new(None) };
+}
+
+/// A gzip member or zlib stream (`codec`) -> `dst`: exactly `dst.len()` bytes, or an
+/// error naming the size found. libdeflate decodes the whole stream at once into `dst`
+/// (never past its end: a longer stream is an error) and checks the trailer: gzip's
+/// CRC-32 and size, zlib's Adler-32. A gzip chunk is its first member, as zarrs and
+/// earlier devbuf read it; bytes after the stream are not read.
 fn inflate_into(
-    mut dec: impl Read,
-    codec: &str,
+    codec: Compression,
+    src: &[u8],
     dst: &mut [u8],
     what: &dyn Fn() -> String,
 ) -> Result<()> {
     let n = dst.len();
-    let wrong = |got: String| {
-        Error::Malformed(format!(
-            "{}: {codec} chunk decodes to {got}, the chunk holds exactly {n} bytes",
+    let name = codec.name();
+    let got = DEFLATE.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let d = slot.get_or_insert_with(libdeflater::Decompressor::new);
+        match codec {
+            Compression::Gzip => d.gzip_decompress(src, dst),
+            _ => d.zlib_decompress(src, dst),
+        }
+    });
+    match got {
+        Ok(k) if k == n => Ok(()),
+        Ok(k) => Err(Error::Malformed(format!(
+            "{}: {name} chunk decodes to {k} bytes, the chunk holds exactly {n} bytes",
             what()
-        ))
-    };
-    let mut filled = 0;
-    while filled < n {
-        match dec.read(&mut dst[filled..]) {
-            Ok(0) => return Err(wrong(format!("{filled} bytes"))),
-            Ok(k) => filled += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(Error::Malformed(format!("{}: {codec}: {e}", what()))),
-        }
-    }
-    let mut extra = [0u8; 1];
-    loop {
-        match dec.read(&mut extra) {
-            Ok(0) => return Ok(()),
-            Ok(_) => return Err(wrong(format!("more than {n} bytes"))),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(Error::Malformed(format!("{}: {codec}: {e}", what()))),
-        }
+        ))),
+        Err(libdeflater::DecompressionError::InsufficientSpace) => Err(Error::Malformed(format!(
+            "{}: {name} chunk decodes to more than {n} bytes, the chunk holds exactly {n} bytes",
+            what()
+        ))),
+        Err(libdeflater::DecompressionError::BadData) => Err(Error::Malformed(format!(
+            "{}: {name}: not a valid {name} stream ({} stored bytes: a damaged header, deflate \
+             data or {} trailer), the chunk holds {n} bytes",
+            what(),
+            src.len(),
+            if codec == Compression::Gzip {
+                "CRC-32 / size"
+            } else {
+                "Adler-32"
+            }
+        ))),
     }
 }
 
@@ -562,6 +571,7 @@ fn blosc_into(src: &[u8], dst: &mut [u8], what: &dyn Fn() -> String) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
 
     fn plain(c: Compression) -> Chain {
         Chain {
@@ -623,6 +633,41 @@ mod tests {
         let mut long = vec![0u8; data.len() + 1];
         let e = decode_into(&plain(Compression::Gzip), &gz, &mut long, &what).unwrap_err();
         assert!(e.to_string().contains("50000 bytes"), "{e}");
+    }
+
+    #[test]
+    fn gzip_trailer_and_damage_are_errors() {
+        use std::io::Write;
+        let data: Vec<u8> = (0..70_000u32).map(|i| (i * 31 % 251) as u8).collect();
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(1));
+        enc.write_all(&data).unwrap();
+        let gz = enc.finish().unwrap();
+        let chain = plain(Compression::Gzip);
+        let mut out = vec![0u8; data.len()];
+        // A damaged CRC-32, a damaged size field, a damaged deflate body, a cut stream,
+        // and bytes that are no gzip member: each an error naming the chunk, and none
+        // writes past the output.
+        let n = gz.len();
+        let mut cases: Vec<(&str, Vec<u8>)> = Vec::new();
+        for (name, at) in [("crc", n - 8), ("size", n - 4), ("body", n / 2)] {
+            let mut bad = gz.clone();
+            bad[at] ^= 0x55;
+            cases.push((name, bad));
+        }
+        cases.push(("cut", gz[..n - 3].to_vec()));
+        cases.push(("not gzip", b"plain text, not a gzip member".to_vec()));
+        for (name, bad) in cases {
+            let mut guarded = vec![0xeeu8; data.len() + 64];
+            let e = decode_into(&chain, &bad, &mut guarded[..data.len()], &what).expect_err(name);
+            assert!(e.to_string().contains("chunk c/0"), "{name}: {e}");
+            assert!(e.to_string().contains("gzip"), "{name}: {e}");
+            assert!(guarded[data.len()..].iter().all(|&b| b == 0xee), "{name}");
+        }
+        // Bytes after the member are not read, as before.
+        let mut trailing = gz.clone();
+        trailing.extend_from_slice(b"trailing");
+        decode_into(&chain, &trailing, &mut out, &what).unwrap();
+        assert_eq!(out, data);
     }
 
     #[test]
