@@ -103,16 +103,18 @@ pub(crate) struct Tuning {
 
 impl Tuning {
     /// The options' values, with the defaults for the decoder where they are `None`
-    /// (`options` was validated). `gpu_only` (`Decoder::Gpu`: nothing but nvCOMP
-    /// decodes) keeps more and smaller claims in flight and starts with small ones:
-    /// nvCOMP's latency per chunk is long, so the device should get chunks as early
-    /// and as many at once as it can (measured on the H100, three interleaved runs
-    /// each: 1 MiB chunks 17.0-17.7 GB/s against 14.8-15.2 with the settings of a read
-    /// with both decoders, 4 MiB 15.3-15.9 against 13.9-14.1). With both decoders the
-    /// CPU workers need the cores more than the device needs an early start.
-    pub(crate) fn resolve(options: &super::GpuTuning, gpu_only: bool) -> Tuning {
+    /// (`options` was validated). `device_first` (`Decoder::Gpu`, where nothing but
+    /// nvCOMP decodes, and `Decoder::Both`, whose CPU workers start once the GPU
+    /// workers stop claiming) keeps more and smaller claims in flight and starts with
+    /// small ones: nvCOMP's latency per chunk is long, so the device should get chunks
+    /// as early and as many at once as it can (measured on the H100, three interleaved
+    /// runs each: 1 MiB chunks 17.0-17.7 GB/s against 14.8-15.2 with the other
+    /// settings, 4 MiB 15.3-15.9 against 13.9-14.1). The other settings are for
+    /// `Decoder::Auto`'s model schedule, where CPU workers decode from the start and
+    /// need the cores more than the device needs an early start.
+    pub(crate) fn resolve(options: &super::GpuTuning, device_first: bool) -> Tuning {
         let pick = |v: Option<usize>, both: usize, gpu: usize| {
-            v.unwrap_or(if gpu_only { gpu } else { both })
+            v.unwrap_or(if device_first { gpu } else { both })
         };
         Tuning {
             claim_bytes: options.claim_bytes,
@@ -124,7 +126,7 @@ impl Tuning {
             ),
             readers: options.readers,
             spread: pick(options.spread, 2, 1),
-            ramp: options.ramp.unwrap_or(if gpu_only { 2 } else { 0 }),
+            ramp: options.ramp.unwrap_or(if device_first { 2 } else { 0 }),
             model: options.cost_model,
         }
     }
@@ -275,8 +277,8 @@ impl Drop for ClaimSlot {
 /// batch when the model would not take the first claim that `Decoder::Both` forces).
 /// When the pool has no room for its staging (and `wait` is false) it runs `then`
 /// only. `stream`: one its staging lane may wait on
-/// (the lane queues nothing itself), else the lane makes one. `claimed` is called once
-/// the worker took its first claim or will take none (and may be called again).
+/// (the lane queues nothing itself), else the lane makes one. `stopped` is called once
+/// the worker takes no more claims (and may be called again).
 pub(crate) struct GpuWorker<'a> {
     /// The read's shared inputs.
     pub work: DeviceWork<'a>,
@@ -297,12 +299,11 @@ pub(crate) struct GpuWorker<'a> {
 }
 
 impl GpuWorker<'_> {
-    /// Runs the worker (see the type's docs); `claimed` is called once the worker took
-    /// its first claim or will take none (and may be called again), `then` runs the
-    /// worker's CPU work.
+    /// Runs the worker (see the type's docs); `stopped` is called once the worker takes
+    /// no more claims (and may be called again), `then` runs the worker's CPU work.
     pub(crate) fn run(
         &self,
-        claimed: &dyn Fn(),
+        stopped: &dyn Fn(),
         then: &dyn Fn(Option<UploadLane>) -> Result<()>,
     ) -> Result<()> {
         let GpuWorker {
@@ -326,7 +327,7 @@ impl GpuWorker<'_> {
         // No staging held by a worker the model sends home at once.
         let cpu_done = counts.cpu_units.load(Ordering::Relaxed);
         if !model.should_claim(true, run.remaining(), cpu_done) {
-            claimed();
+            stopped();
             return then(None);
         }
         // A first claim taken only because both decoders were asked for (the model would
@@ -335,7 +336,7 @@ impl GpuWorker<'_> {
         // all when that one batch would keep the read waiting (see `forced_claim_pays`).
         let forced = !model.advises(run.remaining(), cpu_done);
         if forced && !model.forced_claim_pays(run.remaining(), cpu_done) {
-            claimed();
+            stopped();
             return then(None);
         }
         let (claim_batches, per) = if forced {
@@ -349,7 +350,7 @@ impl GpuWorker<'_> {
             None => UploadLane::bare(ctx, per * room, wait)?,
         };
         let Some(lane) = lane else {
-            claimed();
+            stopped();
             return then(None);
         };
         let mut lane = Some(lane);
@@ -373,9 +374,6 @@ impl GpuWorker<'_> {
                     break;
                 };
                 let claim = run.claim_many(plan.tuning.claim_batches(k, claim_batches));
-                if k == 0 {
-                    claimed();
-                }
                 let Some(range) = claim else {
                     break;
                 };
@@ -443,7 +441,7 @@ impl GpuWorker<'_> {
                 tally(&got, src.cell_bytes, counts);
                 k += 1;
             }
-            claimed();
+            stopped();
             // The worker's CPU work goes on with the same staging (its slots are handed
             // out once their copies are done): no second kit of the pool.
             then(lane.take())?;

@@ -471,7 +471,10 @@ fn choose_gpu(
     let why_not = gpu_ready(src, device, explicit);
     match why_not {
         Ok((chain, codec)) => {
-            let mut tuning = gpu::Tuning::resolve(&options.gpu, options.decoder == Decoder::Gpu);
+            // `Gpu` and `Both` feed the device first (with `Both` the CPU workers start
+            // when the GPU workers stop claiming): the device's tuning and readers.
+            let device_first = matches!(options.decoder, Decoder::Gpu | Decoder::Both);
+            let mut tuning = gpu::Tuning::resolve(&options.gpu, device_first);
             let (workers, schedule) = match options.decoder {
                 // Every thread feeds nvCOMP: two workers (one on fewer than 4 threads)
                 // and their readers, unless the readers per worker are set.
@@ -486,16 +489,24 @@ fn choose_gpu(
                     };
                     (workers, sched::Schedule::Always)
                 }
-                d => (
+                Decoder::Both => {
+                    let workers = options
+                        .gpu_workers
+                        .unwrap_or(threads / 8)
+                        .clamp(1, threads.max(1));
+                    // Until the GPU workers stop claiming, every other thread reads for
+                    // them (the CPU workers wait).
+                    if tuning.readers.is_none() {
+                        tuning.readers = Some((threads / workers).saturating_sub(1).max(1));
+                    }
+                    (workers, sched::Schedule::AfterFirst)
+                }
+                _ => (
                     options
                         .gpu_workers
                         .unwrap_or(threads / 8)
                         .clamp(1, threads.max(1)),
-                    if d == Decoder::Both {
-                        sched::Schedule::AfterFirst
-                    } else {
-                        sched::Schedule::Model
-                    },
+                    sched::Schedule::Model,
                 ),
             };
             let schedule = if tuning.model {

@@ -289,9 +289,13 @@ pub(crate) fn read_device(
     let streams = (0..options.lane_streams.min(threads))
         .map(|_| devbuf_core::cuda::Stream::new(ctx))
         .collect::<Result<Vec<_>>>()?;
-    // With both decoders asked for, the CPU workers start once every GPU worker took
-    // its first claim: otherwise they may take all of a small read while the GPU
-    // workers set up.
+    // With both decoders asked for, the CPU workers start once every GPU worker stopped
+    // claiming (the model found the device's latency longer than the CPU workers need
+    // for the rest, or the work ran out): until then every core reads stored bytes for
+    // the device, whose rate needs many chunks in flight early, and the CPU workers
+    // decode the tail while the device finishes its claims. (Started at once, they
+    // would take all of a small read while the GPU workers set up, and on large ones
+    // take cores from the device's readers while the device idles.)
     let gate = Gate::new(match gpu {
         Some(g) if g.schedule != Schedule::Model && !g.gpu_only => g.workers,
         _ => 0,
@@ -324,13 +328,13 @@ pub(crate) fn read_device(
             // A GPU worker the model sends home decodes on the CPU from then on (while
             // its last claims finish on the device).
             let then = |lane| if g.gpu_only { Ok(()) } else { cpu(false, lane) };
-            // Arrives once: at the first claim, or when the worker returns or
-            // unwinds before it.
+            // Arrives once: when the worker stops claiming, or when it returns or
+            // unwinds before that.
             let arrival = Arrival {
                 gate: &gate,
                 done: std::cell::Cell::new(false),
             };
-            let claimed = || arrival.arrive();
+            let stopped = || arrival.arrive();
             let worker = super::gpu::GpuWorker {
                 work,
                 gpu: &plan,
@@ -340,7 +344,7 @@ pub(crate) fn read_device(
                 wait,
                 stream,
             };
-            let r = worker.run(&claimed, &then);
+            let r = worker.run(&stopped, &then);
             return r;
         }
         gate.wait();
