@@ -41,6 +41,16 @@ pub(crate) struct GpuModel {
     prior_us: u64,
     /// Measured latency of this read's GPU claims (moving average; 0: none yet).
     latency_us: AtomicU64,
+    /// Units of a full GPU claim.
+    claim_units: usize,
+    /// Decoded bytes of the GPU claims queued so far, and of those the device finished.
+    claimed: AtomicU64,
+    done: AtomicU64,
+    /// When the device's first finished claim was seen (microseconds from `start`, 0:
+    /// none yet), the bytes done by then, and when the last one was seen.
+    first_done_us: AtomicU64,
+    first_done_bytes: AtomicU64,
+    last_done_us: AtomicU64,
 }
 
 /// Prior decode rate of one core (decoded bytes per second): zstd-1 float32 on the
@@ -107,7 +117,61 @@ impl GpuModel {
             core_rate: core_rate(compression),
             prior_us: ((read_s + decode_s) * 1e6) as u64,
             latency_us: AtomicU64::new(0),
+            claim_units: claim_units.max(1),
+            claimed: AtomicU64::new(0),
+            done: AtomicU64::new(0),
+            first_done_us: AtomicU64::new(0),
+            first_done_bytes: AtomicU64::new(0),
+            last_done_us: AtomicU64::new(0),
         }
+    }
+
+    /// A GPU claim of `bytes` decoded bytes was queued on the device.
+    pub(crate) fn queued(&self, bytes: usize) {
+        self.claimed.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// A GPU claim of `bytes` decoded bytes was seen finished on the device.
+    pub(crate) fn finished(&self, bytes: usize) {
+        let now = (self.start.elapsed().as_micros() as u64).max(1);
+        let before = self.done.fetch_add(bytes as u64, Ordering::Relaxed);
+        if self
+            .first_done_us
+            .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            self.first_done_bytes
+                .store(before + bytes as u64, Ordering::Relaxed);
+        }
+        self.last_done_us.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// The device's decode rate on this read (decoded bytes per second) between the
+    /// first and the last claim seen finished, once that spans 1 ms: what it decodes
+    /// with the read's claims in flight, latency aside.
+    fn device_rate(&self) -> Option<f64> {
+        let first = self.first_done_us.load(Ordering::Relaxed);
+        let last = self.last_done_us.load(Ordering::Relaxed);
+        if first == 0 || last < first + 1000 {
+            return None;
+        }
+        let bytes = self
+            .done
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.first_done_bytes.load(Ordering::Relaxed));
+        (bytes > 0).then(|| bytes as f64 / ((last - first) as f64 * 1e-6))
+    }
+
+    /// Seconds the device needs, at its measured rate, for the claims queued and not
+    /// finished plus one more full claim (`None` before the rate is measured).
+    fn drain_seconds(&self) -> Option<f64> {
+        let rate = self.device_rate()?;
+        let backlog = self
+            .claimed
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.done.load(Ordering::Relaxed));
+        let claim = (self.claim_units * self.cell_bytes) as u64;
+        Some((backlog + claim) as f64 / rate)
     }
 
     /// The latency a GPU claim is expected to take now, microseconds.
@@ -142,12 +206,21 @@ impl GpuModel {
 
     /// What the model says of another GPU claim, whatever the schedule: whether its
     /// expected latency is below the time the CPU workers would need for the
-    /// `remaining` units (`cpu_done`: units they decoded so far).
+    /// `remaining` units (`cpu_done`: units they decoded so far), and, once the
+    /// device's rate on this read is measured, whether the device would finish what
+    /// it holds plus this claim before the CPU workers finish the units after it.
+    /// Reads outrun the device, so near the end its backlog, not one claim's latency,
+    /// decides when the read ends.
     pub(crate) fn advises(&self, remaining: usize, cpu_done: u64) -> bool {
         if self.cpu_workers == 0 {
             return true;
         }
-        (self.expected_us() as f64) * 1e-6 <= self.cpu_seconds(remaining, cpu_done)
+        let latency_pays =
+            (self.expected_us() as f64) * 1e-6 <= self.cpu_seconds(remaining, cpu_done);
+        latency_pays
+            && self.drain_seconds().is_none_or(|drain| {
+                drain <= self.cpu_seconds(remaining.saturating_sub(self.claim_units), cpu_done)
+            })
     }
 
     /// Whether `Decoder::Both` should still give a GPU worker the first claim the model
@@ -232,6 +305,41 @@ mod tests {
         // No CPU workers: the GPU takes everything.
         let m = GpuModel::new(Schedule::Model, Compression::Zstd, 16 * mib, 3, 0, 4);
         assert!(m.should_claim(false, 1, 0));
+    }
+
+    #[test]
+    fn the_device_backlog_stops_claims_once_its_rate_is_measured() {
+        let mib = 1usize << 20;
+        // 1 MiB chunks, claims of 64, 14 CPU workers at the prior 0.7 GB/s each.
+        let m = GpuModel::new(Schedule::Model, Compression::Zstd, mib, 64, 14, 7);
+        // Latency alone: 300 chunks left take the CPU workers about 22 ms, more than
+        // a claim's latency.
+        assert!(m.advises(300, 0));
+        // Before two finished claims a millisecond apart there is no rate.
+        m.queued(400 * mib);
+        m.finished(64 * mib);
+        assert!(m.drain_seconds().is_none());
+        assert!(m.advises(300, 0));
+        // The device finished 64 MiB in a measured span: about 12.8 GB/s once 5 ms
+        // passed (the span is timed, so wait for it causally: until the model's own
+        // clock says so).
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_millis(5) {
+            std::hint::spin_loop();
+        }
+        m.finished(64 * mib);
+        let rate = m.device_rate().expect("a span of 5 ms");
+        assert!(rate > 1e9 && rate < 100e9, "{rate}");
+        // Backlog 272 MiB + a claim of 64 at that rate: longer than the CPU workers
+        // need for the 236 chunks after the claim, so no more claims.
+        assert!(m.drain_seconds().unwrap() > m.cpu_seconds(300 - 64, 0));
+        assert!(!m.advises(300, 0));
+        // Once the device caught up (backlog 0), a claim pays again where the CPU
+        // workers have enough left (2000 chunks: about 0.2 s for them; the claim
+        // drains in a few ms unless the test stalled for a second).
+        m.finished(272 * mib);
+        assert!(m.drain_seconds().unwrap() < m.cpu_seconds(2000 - 64, 0));
+        assert!(m.advises(2000, 0));
     }
 
     #[test]
