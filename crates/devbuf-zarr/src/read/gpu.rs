@@ -253,22 +253,6 @@ impl ClaimSlot {
         let device_us = (self.begin.elapsed_ms(&self.end)? as f64 * 1e3) as u64;
         counts.gpu_decode_us.fetch_add(device_us, Ordering::Relaxed);
         model.observe(b.host_us + device_us);
-        model.finished(b.units.len() * src.cell_bytes);
-        Ok(())
-    }
-
-    /// [`complete`](Self::complete) if the device already finished the queued claim
-    /// (does not wait), so the model sees the device's progress as it happens.
-    fn complete_if_done(
-        &mut self,
-        src: &ZarrSource<'_>,
-        run: &WorkQueue<'_>,
-        model: &GpuModel,
-        counts: &ReadCounters,
-    ) -> Result<()> {
-        if self.busy.is_some() && self.end.is_complete()? {
-            self.complete(src, run, model, counts)?;
-        }
         Ok(())
     }
 }
@@ -382,9 +366,6 @@ impl GpuWorker<'_> {
         let mut k = 0usize;
         let result = (|| {
             loop {
-                for f in &mut flights {
-                    f.complete_if_done(src, run, model, counts)?;
-                }
                 let cpu_done = counts.cpu_units.load(Ordering::Relaxed);
                 if (forced && k > 0) || !model.should_claim(k == 0, run.remaining(), cpu_done) {
                     break;
@@ -452,7 +433,6 @@ impl GpuWorker<'_> {
                     Ordering::Relaxed,
                     Ordering::Relaxed,
                 );
-                model.queued(range.len() * src.cell_bytes);
                 flight.busy = Some(QueuedClaim {
                     units: range,
                     owners,

@@ -275,23 +275,14 @@ pub(crate) fn read_device(
         }
         None => (1, per, 1),
     };
-    // With both decoders asked for, the GPU workers decode on the CPU too once they
-    // stop claiming, and the CPU workers start only then (the gate below): all the
-    // threads decode the rest.
-    let both = gpu.is_some_and(|g| g.schedule != Schedule::Model && !g.gpu_only);
     let model = gpu.map(|g| {
         GpuModel::new(
             g.schedule,
             g.chain.compression,
             src.cell_bytes,
             gpu_per,
-            if both {
-                threads
-            } else {
-                threads.saturating_sub(g.workers)
-            },
+            threads.saturating_sub(g.workers),
             g.tuning.readers(),
-            super::sched::remembered_rate(ctx.ordinal(), g.chain.compression, src.cell_bytes),
         )
     });
     // The CPU workers' lanes share a few streams (see `UploadLane::new_on`).
@@ -306,7 +297,7 @@ pub(crate) fn read_device(
     // would take all of a small read while the GPU workers set up, and on large ones
     // take cores from the device's readers while the device idles.)
     let gate = Gate::new(match gpu {
-        Some(g) if both => g.workers,
+        Some(g) if g.schedule != Schedule::Model && !g.gpu_only => g.workers,
         _ => 0,
     });
     on_threads(threads, &run, &|t| {
@@ -360,9 +351,6 @@ pub(crate) fn read_device(
         cpu(t == gpu_workers, None)
     });
     run.finish()?;
-    if let Some(m) = &model {
-        m.remember(ctx.ordinal());
-    }
     Ok(out)
 }
 

@@ -12,7 +12,6 @@
 //! units not yet claimed, at their rate measured on this read (a prior per core
 //! before that).
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -42,20 +41,6 @@ pub(crate) struct GpuModel {
     prior_us: u64,
     /// Measured latency of this read's GPU claims (moving average; 0: none yet).
     latency_us: AtomicU64,
-    /// Units of a full GPU claim.
-    claim_units: usize,
-    compression: Compression,
-    /// The device's rate on earlier reads like this one (see [`remembered_rate`]),
-    /// until this read measures its own.
-    prior_rate: Option<f64>,
-    /// Decoded bytes of the GPU claims queued so far, and of those the device finished.
-    claimed: AtomicU64,
-    done: AtomicU64,
-    /// When the device's first finished claim was seen (microseconds from `start`, 0:
-    /// none yet), the bytes done by then, and when the last one was seen.
-    first_done_us: AtomicU64,
-    first_done_bytes: AtomicU64,
-    last_done_us: AtomicU64,
 }
 
 /// Prior decode rate of one core (decoded bytes per second): zstd-1 float32 on the
@@ -96,37 +81,13 @@ fn chunk_rate(c: Compression) -> f64 {
 /// take for all 32 of a 512 MiB array), but not 4 MiB gzip chunks.
 const FORCED_MAX_S: f64 = 0.1;
 
-/// Device decode rates measured on earlier reads of this process (decoded bytes per
-/// second), by device ordinal, codec and unit size: the prior of a read's drain
-/// estimate until it measures its own.
-type RateKey = (usize, Compression, usize);
-static DEVICE_RATES: Mutex<Vec<(RateKey, f64)>> = Mutex::new(Vec::new());
-
-/// Kinds of read whose device rate is kept (the oldest goes first).
-const MAX_REMEMBERED: usize = 64;
-
-/// The device rate kept by [`GpuModel::remember`] for reads on `device` of units of
-/// `cell_bytes` and codec `c`.
-pub(crate) fn remembered_rate(device: usize, c: Compression, cell_bytes: usize) -> Option<f64> {
-    DEVICE_RATES
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .find(|(k, _)| *k == (device, c, cell_bytes))
-        .map(|(_, r)| *r)
-}
-
 /// Prior rate of one reader thread moving stored bytes from the page cache into a
 /// page-locked slot (bytes per second).
 const READER_RATE: f64 = 1.5e9;
 
 impl GpuModel {
     /// The model for a read of units of `cell_bytes` with `cpu_workers` CPU workers,
-    /// GPU claims of `claim_units` units read by `readers` threads each, and
-    /// `prior_rate`: the device's decode rate on earlier reads like this one (decoded
-    /// bytes per second; see [`remembered_rate`]), which the model uses until this read
-    /// measures its own: the readers outrun the device, so on a read of a few hundred
-    /// MiB its first claims finish only when most of the rest is claimed already.
+    /// GPU claims of `claim_units` units read by `readers` threads each.
     pub(crate) fn new(
         schedule: Schedule,
         compression: Compression,
@@ -134,7 +95,6 @@ impl GpuModel {
         claim_units: usize,
         cpu_workers: usize,
         readers: usize,
-        prior_rate: Option<f64>,
     ) -> GpuModel {
         let claim = (claim_units * cell_bytes) as f64;
         let read_s = claim / 1.4 / (readers.max(1) as f64 * READER_RATE);
@@ -147,87 +107,7 @@ impl GpuModel {
             core_rate: core_rate(compression),
             prior_us: ((read_s + decode_s) * 1e6) as u64,
             latency_us: AtomicU64::new(0),
-            claim_units: claim_units.max(1),
-            compression,
-            prior_rate: prior_rate.filter(|r| r.is_finite() && *r > 0.0),
-            claimed: AtomicU64::new(0),
-            done: AtomicU64::new(0),
-            first_done_us: AtomicU64::new(0),
-            first_done_bytes: AtomicU64::new(0),
-            last_done_us: AtomicU64::new(0),
         }
-    }
-
-    /// A GPU claim of `bytes` decoded bytes was queued on the device.
-    pub(crate) fn queued(&self, bytes: usize) {
-        self.claimed.fetch_add(bytes as u64, Ordering::Relaxed);
-    }
-
-    /// A GPU claim of `bytes` decoded bytes was seen finished on the device.
-    pub(crate) fn finished(&self, bytes: usize) {
-        let now = (self.start.elapsed().as_micros() as u64).max(1);
-        let before = self.done.fetch_add(bytes as u64, Ordering::Relaxed);
-        if self
-            .first_done_us
-            .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-        {
-            self.first_done_bytes
-                .store(before + bytes as u64, Ordering::Relaxed);
-        }
-        self.last_done_us.fetch_max(now, Ordering::Relaxed);
-    }
-
-    /// The device's decode rate on this read (decoded bytes per second) between the
-    /// first and the last claim seen finished, once that spans 1 ms: what it decodes
-    /// with the read's claims in flight, latency aside.
-    fn measured_rate(&self) -> Option<f64> {
-        let first = self.first_done_us.load(Ordering::Relaxed);
-        let last = self.last_done_us.load(Ordering::Relaxed);
-        if first == 0 || last < first + 1000 {
-            return None;
-        }
-        let bytes = self
-            .done
-            .load(Ordering::Relaxed)
-            .saturating_sub(self.first_done_bytes.load(Ordering::Relaxed));
-        (bytes > 0).then(|| bytes as f64 / ((last - first) as f64 * 1e-6))
-    }
-
-    /// This read's measured device rate, else the prior from earlier reads.
-    fn device_rate(&self) -> Option<f64> {
-        self.measured_rate().or(self.prior_rate)
-    }
-
-    /// Keeps this read's measured device rate for later reads on `device` of units
-    /// of this size and codec ([`remembered_rate`]), averaged with what was kept.
-    pub(crate) fn remember(&self, device: usize) {
-        let Some(rate) = self.measured_rate() else {
-            return;
-        };
-        let key = (device, self.compression, self.cell_bytes);
-        let mut rates = DEVICE_RATES.lock().unwrap_or_else(|p| p.into_inner());
-        match rates.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, r)) => *r = (*r + rate) / 2.0,
-            None => {
-                if rates.len() >= MAX_REMEMBERED {
-                    rates.remove(0);
-                }
-                rates.push((key, rate));
-            }
-        }
-    }
-
-    /// Seconds the device needs, at its rate, for the claims queued and not finished
-    /// plus one more full claim (`None` while no rate is known).
-    fn drain_seconds(&self) -> Option<f64> {
-        let rate = self.device_rate()?;
-        let backlog = self
-            .claimed
-            .load(Ordering::Relaxed)
-            .saturating_sub(self.done.load(Ordering::Relaxed));
-        let claim = (self.claim_units * self.cell_bytes) as u64;
-        Some((backlog + claim) as f64 / rate)
     }
 
     /// The latency a GPU claim is expected to take now, microseconds.
@@ -262,21 +142,12 @@ impl GpuModel {
 
     /// What the model says of another GPU claim, whatever the schedule: whether its
     /// expected latency is below the time the CPU workers would need for the
-    /// `remaining` units (`cpu_done`: units they decoded so far), and, once the
-    /// device's rate on this read is measured, whether the device would finish what
-    /// it holds plus this claim before the CPU workers finish the units after it.
-    /// Reads outrun the device, so near the end its backlog, not one claim's latency,
-    /// decides when the read ends.
+    /// `remaining` units (`cpu_done`: units they decoded so far).
     pub(crate) fn advises(&self, remaining: usize, cpu_done: u64) -> bool {
         if self.cpu_workers == 0 {
             return true;
         }
-        let latency_pays =
-            (self.expected_us() as f64) * 1e-6 <= self.cpu_seconds(remaining, cpu_done);
-        latency_pays
-            && self.drain_seconds().is_none_or(|drain| {
-                drain <= self.cpu_seconds(remaining.saturating_sub(self.claim_units), cpu_done)
-            })
+        (self.expected_us() as f64) * 1e-6 <= self.cpu_seconds(remaining, cpu_done)
     }
 
     /// Whether `Decoder::Both` should still give a GPU worker the first claim the model
@@ -317,22 +188,14 @@ mod tests {
         let mib = 1usize << 20;
         // 512 MiB of 16 MiB zstd chunks, 14 CPU workers: one chunk takes the GPU
         // longer than the CPU workers need for all of them.
-        let m = GpuModel::new(Schedule::Model, Compression::Zstd, 16 * mib, 3, 14, 4, None);
+        let m = GpuModel::new(Schedule::Model, Compression::Zstd, 16 * mib, 3, 14, 4);
         assert!(!m.should_claim(true, 32, 0));
         // 4 MiB chunks: the GPU helps at the start, not for the last few.
-        let m = GpuModel::new(Schedule::Model, Compression::Zstd, 4 * mib, 11, 14, 4, None);
+        let m = GpuModel::new(Schedule::Model, Compression::Zstd, 4 * mib, 11, 14, 4);
         assert!(m.should_claim(true, 128, 0));
         assert!(!m.should_claim(false, 8, 0));
         // Both: the first claim whatever the model says; Gpu: always.
-        let m = GpuModel::new(
-            Schedule::AfterFirst,
-            Compression::Zstd,
-            16 * mib,
-            3,
-            14,
-            4,
-            None,
-        );
+        let m = GpuModel::new(Schedule::AfterFirst, Compression::Zstd, 16 * mib, 3, 14, 4);
         assert!(m.should_claim(true, 1, 0));
         // ... though the model would not take it (the worker then claims one batch,
         // its latency being well under a second).
@@ -340,27 +203,11 @@ mod tests {
         assert!(m.forced_claim_pays(32, 0));
         // A 4 MiB gzip chunk would keep the read waiting far longer than the CPU
         // workers need for all 128: not even the forced claim.
-        let g = GpuModel::new(
-            Schedule::AfterFirst,
-            Compression::Gzip,
-            4 * mib,
-            11,
-            14,
-            4,
-            None,
-        );
+        let g = GpuModel::new(Schedule::AfterFirst, Compression::Gzip, 4 * mib, 11, 14, 4);
         assert!(!g.advises(128, 0));
         assert!(!g.forced_claim_pays(128, 0));
         // 256 KiB gzip chunks go to the GPU (measured: 7.7 GB/s there, 2 on 16 cores).
-        let g = GpuModel::new(
-            Schedule::Model,
-            Compression::Gzip,
-            256 << 10,
-            256,
-            14,
-            4,
-            None,
-        );
+        let g = GpuModel::new(Schedule::Model, Compression::Gzip, 256 << 10, 256, 14, 4);
         assert!(g.advises(2048, 0));
         // numcodecs' LZ4: 4 and 16 MiB chunks are not worth one GPU claim (16 cores
         // decode them at 30-38 GB/s).
@@ -372,115 +219,24 @@ mod tests {
                 1,
                 14,
                 4,
-                None,
             );
             assert!(!l.forced_claim_pays(512 / mib_each, 0), "{mib_each} MiB");
         }
         // A small read: the forced claim is taken (tests of both decoders use small
         // arrays).
-        let small = GpuModel::new(
-            Schedule::AfterFirst,
-            Compression::Zstd,
-            64 << 10,
-            1,
-            14,
-            4,
-            None,
-        );
+        let small = GpuModel::new(Schedule::AfterFirst, Compression::Zstd, 64 << 10, 1, 14, 4);
         assert!(small.forced_claim_pays(4, 0));
         assert!(!m.should_claim(false, 1, 0));
-        let m = GpuModel::new(
-            Schedule::Always,
-            Compression::Zstd,
-            16 * mib,
-            3,
-            14,
-            4,
-            None,
-        );
+        let m = GpuModel::new(Schedule::Always, Compression::Zstd, 16 * mib, 3, 14, 4);
         assert!(m.should_claim(false, 1, 0));
         // No CPU workers: the GPU takes everything.
-        let m = GpuModel::new(Schedule::Model, Compression::Zstd, 16 * mib, 3, 0, 4, None);
+        let m = GpuModel::new(Schedule::Model, Compression::Zstd, 16 * mib, 3, 0, 4);
         assert!(m.should_claim(false, 1, 0));
-    }
-
-    #[test]
-    fn the_device_backlog_stops_claims_once_its_rate_is_measured() {
-        let mib = 1usize << 20;
-        // 1 MiB chunks, claims of 64, 14 CPU workers at the prior 0.7 GB/s each.
-        let m = GpuModel::new(Schedule::Model, Compression::Zstd, mib, 64, 14, 7, None);
-        // Latency alone: 300 chunks left take the CPU workers about 22 ms, more than
-        // a claim's latency.
-        assert!(m.advises(300, 0));
-        // Before two finished claims a millisecond apart there is no rate.
-        m.queued(400 * mib);
-        m.finished(64 * mib);
-        assert!(m.drain_seconds().is_none());
-        assert!(m.advises(300, 0));
-        // The device finished 64 MiB in a measured span: about 12.8 GB/s once 5 ms
-        // passed (the span is timed, so wait for it causally: until the model's own
-        // clock says so).
-        let t = std::time::Instant::now();
-        while t.elapsed() < std::time::Duration::from_millis(5) {
-            std::hint::spin_loop();
-        }
-        m.finished(64 * mib);
-        let rate = m.device_rate().expect("a span of 5 ms");
-        assert!(rate > 1e9 && rate < 100e9, "{rate}");
-        // Backlog 272 MiB + a claim of 64 at that rate: longer than the CPU workers
-        // need for the 236 chunks after the claim, so no more claims.
-        assert!(m.drain_seconds().unwrap() > m.cpu_seconds(300 - 64, 0));
-        assert!(!m.advises(300, 0));
-        // Once the device caught up (backlog 0), a claim pays again where the CPU
-        // workers have enough left (2000 chunks: about 0.2 s for them; the claim
-        // drains in a few ms unless the test stalled for a second).
-        m.finished(272 * mib);
-        assert!(m.drain_seconds().unwrap() < m.cpu_seconds(2000 - 64, 0));
-        assert!(m.advises(2000, 0));
-    }
-
-    #[test]
-    fn a_remembered_device_rate_is_the_next_reads_prior() {
-        let mib = 1usize << 20;
-        // A device on no other test's ordinal.
-        let dev = 1_000_003;
-        assert_eq!(remembered_rate(dev, Compression::Zstd, mib), None);
-        // With a prior of 20 GB/s, a backlog of 300 MiB stops claims at once where the
-        // CPU workers need less for the rest; without one, latency alone decides.
-        let m = GpuModel::new(
-            Schedule::Model,
-            Compression::Zstd,
-            mib,
-            64,
-            16,
-            7,
-            Some(20e9),
-        );
-        m.queued(300 * mib);
-        assert!(!m.advises(200, 0));
-        let n = GpuModel::new(Schedule::Model, Compression::Zstd, mib, 64, 16, 7, None);
-        n.queued(300 * mib);
-        assert!(n.advises(200, 0));
-        // A read without a measured rate keeps nothing; one with it keeps it by device,
-        // codec and unit size.
-        n.remember(dev);
-        assert_eq!(remembered_rate(dev, Compression::Zstd, mib), None);
-        n.finished(64 * mib);
-        let t = std::time::Instant::now();
-        while t.elapsed() < std::time::Duration::from_millis(2) {
-            std::hint::spin_loop();
-        }
-        n.finished(64 * mib);
-        n.remember(dev);
-        let kept = remembered_rate(dev, Compression::Zstd, mib).expect("kept");
-        assert!(kept > 0.0 && kept.is_finite());
-        assert_eq!(remembered_rate(dev, Compression::Zstd, 2 * mib), None);
-        assert_eq!(remembered_rate(dev, Compression::Gzip, mib), None);
     }
 
     #[test]
     fn measured_latency_replaces_the_prior() {
-        let m = GpuModel::new(Schedule::Model, Compression::Zstd, 1 << 20, 40, 14, 4, None);
+        let m = GpuModel::new(Schedule::Model, Compression::Zstd, 1 << 20, 40, 14, 4);
         let prior = m.expected_us();
         m.observe(prior * 4);
         assert_eq!(m.expected_us(), prior * 4);
