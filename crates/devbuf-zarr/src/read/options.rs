@@ -73,17 +73,22 @@ pub enum Decoder {
     /// truncated stream), which ends every CUDA context of the process: use it for
     /// trusted stores, or stores whose chunks carry crc32c.
     Gpu,
-    /// CPU workers and GPU workers on the same read
-    /// ([`ReadOptions::gpu_workers`] of the threads feed nvCOMP, each with its own
-    /// reader threads); every GPU worker takes at least one claim (the CPU workers
-    /// start once each has, so a small read cannot be finished by the CPU workers while
-    /// the GPU workers set up). Where the cost model would leave the read to the CPU
-    /// (large chunks), that first claim is one batch (one 16 MiB chunk, say), or none
-    /// when even that batch is expected to take longer than both the CPU workers' whole
-    /// read and 0.1 s (4 MiB gzip chunks: nvCOMP takes most of a second for one; the
-    /// report then says that the cost model left every chunk to the CPU). A GPU worker
-    /// done with claims decodes on the CPU with the page-locked staging it already
-    /// holds.
+    /// CPU workers and GPU workers on the same read, the device fed first
+    /// ([`ReadOptions::gpu_workers`] of the threads feed nvCOMP, every other thread
+    /// reads stored bytes for them). nvCOMP reaches its rate only with hundreds of
+    /// chunks in flight, and each of its calls takes milliseconds, so every core first
+    /// reads for the device; each GPU worker takes at least one claim, then claims
+    /// while the cost model expects a claim's latency to be shorter than the CPU
+    /// workers' time for everything not yet claimed (see [`Auto`](Self::Auto)). Once
+    /// every GPU worker stopped claiming, all threads decode the rest on
+    /// the CPU while the device finishes its claims: the tail that the device's latency
+    /// would otherwise leave to idle cores. Where the cost model would leave the read
+    /// to the CPU (large chunks), that first claim is one batch (one 16 MiB chunk,
+    /// say), or none when even that batch is expected to take longer than both the CPU
+    /// workers' whole read and 0.1 s (4 MiB gzip chunks: nvCOMP takes most of a second
+    /// for one; the report then says that the cost model left every chunk to the CPU).
+    /// A GPU worker done with claims decodes on the CPU with the page-locked staging it
+    /// already holds.
     Both,
 }
 
@@ -181,10 +186,10 @@ impl Default for ReadOptions {
 /// How the GPU workers of a device read are sized (a field of [`ReadOptions`]).
 ///
 /// `None` fields take defaults that depend on the decoder: the first for
-/// [`Decoder::Both`] and [`Decoder::Auto`], the second for [`Decoder::Gpu`] (where
-/// nothing but nvCOMP decodes, so more and smaller claims in flight start the device
-/// sooner: measured on the H100, 1 MiB zstd chunks read at 17.0-17.7 GB/s with these
-/// against 14.8-15.2 with the settings of a read with both decoders). Values out of
+/// [`Decoder::Auto`]'s model schedule (CPU workers decode from the start), the second
+/// for [`Decoder::Gpu`] and [`Decoder::Both`] (which feed the device first, so more and
+/// smaller claims in flight start it sooner: measured on the H100, 1 MiB zstd chunks
+/// read at 17.0-17.7 GB/s with these against 14.8-15.2 with the first). Values out of
 /// range are an [`Error::InvalidArgument`](devbuf_core::Error::InvalidArgument) naming
 /// the field and its range when the read starts.
 ///
@@ -208,7 +213,8 @@ pub struct GpuTuning {
     /// stream of its own.
     pub claims_in_flight: Option<usize>,
     /// Reader threads per GPU worker, which read stored bytes into page-locked memory
-    /// (6; with [`Decoder::Gpu`] two workers share every thread; 1 to 64).
+    /// (6; with [`Decoder::Gpu`] and [`Decoder::Both`] the GPU workers share every
+    /// thread; 1 to 64).
     pub readers: Option<usize>,
     /// Claims per flight over a read at least (2 / 1; 1 to 64): smaller claims start
     /// the device sooner.
