@@ -617,13 +617,18 @@ mod tests {
         assert!(e.to_string().contains("chunk c/0"), "{e}");
     }
 
+    /// `data` as one gzip member, level 1 (as zarr writers make them).
+    fn gzip1(data: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(1));
+        enc.write_all(data).unwrap();
+        enc.finish().unwrap()
+    }
+
     #[test]
     fn gzip_bounded_by_the_chunk_size() {
-        use std::io::Write;
         let data: Vec<u8> = (0..50_000u32).map(|i| (i * 7 % 13) as u8).collect();
-        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(1));
-        enc.write_all(&data).unwrap();
-        let gz = enc.finish().unwrap();
+        let gz = gzip1(&data);
         let mut out = vec![0u8; data.len()];
         decode_into(&plain(Compression::Gzip), &gz, &mut out, &what).unwrap();
         assert_eq!(out, data);
@@ -637,11 +642,8 @@ mod tests {
 
     #[test]
     fn gzip_trailer_and_damage_are_errors() {
-        use std::io::Write;
         let data: Vec<u8> = (0..70_000u32).map(|i| (i * 31 % 251) as u8).collect();
-        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(1));
-        enc.write_all(&data).unwrap();
-        let gz = enc.finish().unwrap();
+        let gz = gzip1(&data);
         let chain = plain(Compression::Gzip);
         let mut out = vec![0u8; data.len()];
         // A damaged CRC-32, a damaged size field, a damaged deflate body, a cut stream,
