@@ -475,6 +475,12 @@ fn choose_gpu(
             // when the GPU workers stop claiming): the device's tuning and readers.
             let device_first = matches!(options.decoder, Decoder::Gpu | Decoder::Both);
             let mut tuning = gpu::Tuning::resolve(&options.gpu, device_first);
+            let asked = options
+                .gpu_workers
+                .unwrap_or(threads / 8)
+                .clamp(1, threads.max(1));
+            // The readers of `w` workers that share every thread.
+            let every_thread = |w: usize| (threads / w).saturating_sub(1).max(1);
             let (workers, schedule) = match options.decoder {
                 // Every thread feeds nvCOMP: two workers (one on fewer than 4 threads)
                 // and their readers, unless the readers per worker are set.
@@ -483,31 +489,19 @@ fn choose_gpu(
                         Some(r) => threads.div_ceil(r + 1).max(1),
                         None => {
                             let w = if threads >= 4 { 2 } else { 1 };
-                            tuning.readers = Some((threads / w).saturating_sub(1).max(1));
+                            tuning.readers = Some(every_thread(w));
                             w
                         }
                     };
                     (workers, sched::Schedule::Always)
                 }
+                // Until the GPU workers stop claiming, every other thread reads for them
+                // (the CPU workers wait).
                 Decoder::Both => {
-                    let workers = options
-                        .gpu_workers
-                        .unwrap_or(threads / 8)
-                        .clamp(1, threads.max(1));
-                    // Until the GPU workers stop claiming, every other thread reads for
-                    // them (the CPU workers wait).
-                    if tuning.readers.is_none() {
-                        tuning.readers = Some((threads / workers).saturating_sub(1).max(1));
-                    }
-                    (workers, sched::Schedule::AfterFirst)
+                    tuning.readers = tuning.readers.or(Some(every_thread(asked)));
+                    (asked, sched::Schedule::AfterFirst)
                 }
-                _ => (
-                    options
-                        .gpu_workers
-                        .unwrap_or(threads / 8)
-                        .clamp(1, threads.max(1)),
-                    sched::Schedule::Model,
-                ),
+                _ => (asked, sched::Schedule::Model),
             };
             let schedule = if tuning.model {
                 schedule
