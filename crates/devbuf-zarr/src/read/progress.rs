@@ -317,12 +317,19 @@ impl Tracker {
         }
     }
 
-    /// Reports the current values now (called with `reporting` held).
-    fn report(&self) {
+    /// Reports the current values now (called with `reporting` held); `last`: the
+    /// report of [`start`](Self::start) or [`finish`](Self::finish). Any other report
+    /// with everything done is left out: a worker that counted its units before
+    /// another counted the last ones may report after that, and the one report with
+    /// everything done is `finish`'s.
+    fn report(&self, last: bool) {
         if self.muted.load(Ordering::Relaxed) {
             return;
         }
         let now = self.snapshot();
+        if !last && now.is_done() {
+            return;
+        }
         let due = micros(now.elapsed).saturating_add(micros(self.sink.every));
         self.next_due_us.store(due, Ordering::Relaxed);
         if !self.sink.deliver(&now) {
@@ -333,7 +340,7 @@ impl Tracker {
     /// The first report: nothing done, the totals known.
     pub(crate) fn start(&self) {
         let _held = self.reporting.lock().unwrap_or_else(|p| p.into_inner());
-        self.report();
+        self.report(true);
     }
 
     /// `chunks` more units done, of `bytes` decoded bytes; reports when one is due and
@@ -352,14 +359,14 @@ impl Tracker {
         if let Ok(_held) = self.reporting.try_lock()
             && now >= self.next_due_us.load(Ordering::Relaxed)
         {
-            self.report();
+            self.report(false);
         }
     }
 
     /// The last report of a read that succeeded: everything done.
     pub(crate) fn finish(&self) {
         let _held = self.reporting.lock().unwrap_or_else(|p| p.into_inner());
-        self.report();
+        self.report(true);
     }
 }
 
