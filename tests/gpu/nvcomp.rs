@@ -248,6 +248,71 @@ gpu_test! {
         decodes_bit_exact("nvcomp_deflate_decodes_bit_exact", GpuCodec::Deflate);
     }
 
+    /// `expect_crc32`: the device's CRC-32 of what nvCOMP decoded matches the host's on
+    /// random data of every length around a slice (64 bytes) and a block (16 KiB) of
+    /// the kernel, at odd output offsets, in place and through the scratch area; a CRC-32
+    /// off by one bit is an error naming the chunk (the others still decoded exactly); a
+    /// count that does not match the call's chunks is refused before any device work;
+    /// the expectation holds for one call only.
+    fn nvcomp_deflate_crc32_is_checked_on_the_device() {
+        let test = "nvcomp_deflate_crc32_is_checked_on_the_device";
+        let Some(_) = lib_or_skip(test) else { return };
+        let c = ctx();
+        let mut r = rng(test);
+        let stream = Stream::new(&c).unwrap();
+        let mut batch = DecompressBatch::new(&c, None).unwrap();
+        let crc = |d: &[u8]| {
+            let mut h = flate2::Crc::new();
+            h.update(d);
+            h.sum()
+        };
+        let mut sizes = vec![1, 3, 63, 64, 65, 1000, 16_383, 16_384, 16_385, 100_000, MIB + 3, 4 * MIB];
+        sizes.extend(sizes_near(&mut r, 4 * KIB, 300));
+        let case = Case::new(&mut r, GpuCodec::Deflate, &sizes);
+        let (src, dst) = case.upload(&c);
+        let want: Vec<u32> = case.want.iter().map(|d| crc(d)).collect();
+        let d = GpuCodec::Deflate;
+        for in_place in [false, true] {
+            batch.set_in_place(in_place);
+            let what = format!("in place {in_place}");
+            dst.fill(GUARD).unwrap();
+            batch.expect_crc32(&want);
+            batch.decompress(&stream, d, &src, &case.inputs, &dst, &case.outputs).unwrap_or_else(|e| panic!("{what}: {e}"));
+            case.check(&dst.to_vec::<u8>().unwrap(), &what);
+            // One bit off in one chunk's CRC-32, then in two.
+            for bad in [vec![7usize], vec![0, sizes.len() - 1]] {
+                let mut off = want.clone();
+                bad.iter().for_each(|&i| off[i] ^= 1 << (i % 32));
+                dst.fill(GUARD).unwrap();
+                batch.expect_crc32(&off);
+                let e = batch.decompress(&stream, d, &src, &case.inputs, &dst, &case.outputs).unwrap_err();
+                let m = e.to_string();
+                assert!(matches!(e, devbuf::Error::Malformed(_)), "{what}: {m}");
+                assert!(m.contains(&format!("{} of {} chunks", bad.len(), sizes.len())), "{what}: {m}");
+                assert!(m.contains(&format!("chunk {}: CRC-32 {:#010x}, expected {:#010x}", bad[0], want[bad[0]], off[bad[0]])), "{what}: {m}");
+                if bad.len() > 1 {
+                    assert!(m.contains(&format!("also chunks {}", bad[1])), "{what}: {m}");
+                }
+                // The bytes themselves decoded as nvCOMP decodes them.
+                case.check(&dst.to_vec::<u8>().unwrap(), &what);
+            }
+            // The expectation was for that call only.
+            batch.decompress(&stream, d, &src, &case.inputs, &dst, &case.outputs).unwrap();
+        }
+        // Queued: checked by finish.
+        batch.set_in_place(false);
+        batch.expect_crc32(&want);
+        batch.queue_decompress(&stream, d, &src, &case.inputs, &dst, &case.outputs, &[], &[]).unwrap();
+        batch.finish().unwrap();
+        // A count that is not the call's: refused, nothing queued, not carried over.
+        let before = c.bytes_allocated();
+        batch.expect_crc32(&want[..3]);
+        let e = batch.decompress(&stream, d, &src, &case.inputs, &dst, &case.outputs).unwrap_err();
+        assert!(e.to_string().contains(&format!("expect_crc32 gave 3 CRC-32s for a call of {} chunks", sizes.len())), "{e}");
+        assert_eq!(c.bytes_allocated(), before);
+        batch.decompress(&stream, d, &src, &case.inputs, &dst, &case.outputs).unwrap();
+    }
+
     fn nvcomp_bad_calls_are_refused_before_any_device_work() {
         let Some(_) = lib_or_skip("nvcomp_bad_calls_are_refused_before_any_device_work") else { return };
         let c = Context::new_dedicated(0).unwrap();

@@ -574,12 +574,14 @@ gpu_test! {
                         let mut r = devbuf::zarr::ReadReport::default();
                         let _ = a.read(..).report(&mut r).to(&DEV).unwrap();
                         if decoder == Decoder::Auto {
-                            // zstd frames go to the GPU with or without crc32c (the host
-                            // checks them first; the cost model decides how many); other
-                            // chunks without crc32c only when asked for.
-                            let zstd = matches!(comp, Compressor::Zstd { .. });
-                            assert!(crc || zstd || (r.gpu_chunks == 0 && r.gpu_note.contains("crc32c")), "{what}: {r}");
-                            assert!(!zstd || !r.gpu_note.contains("crc32c"), "{what}: {r}");
+                            // zstd frames and gzip members go to the GPU with or without
+                            // crc32c (checked as the CPU decoders check them: zstd on the
+                            // host first, gzip's CRC-32 on the device after; the cost
+                            // model decides how many); other chunks without crc32c only
+                            // when asked for.
+                            let checked = matches!(comp, Compressor::Zstd { .. } | Compressor::Gzip { .. });
+                            assert!(crc || checked || (r.gpu_chunks == 0 && r.gpu_note.contains("crc32c")), "{what}: {r}");
+                            assert!(!checked || !r.gpu_note.contains("crc32c"), "{what}: {r}");
                             continue;
                         }
                         assert!(r.gpu_chunks > 0, "{what} {decoder:?}: {r}");
@@ -649,9 +651,26 @@ gpu_test_exclusive! {
                 *b ^= 0xa5;
             }
             // Damage inside compressed data may decode unnoticed on the GPU (documented;
-            // the CPU decoders catch more): truncation and damaged frame and block
-            // headers are caught on the host before nvCOMP runs.
+            // the CPU decoders catch more), except in gzip members, whose CRC-32 the
+            // device checks: truncation and damaged frame and block headers are caught
+            // on the host before nvCOMP runs.
             let mut bad_inputs = vec![("truncated", original[..original.len() / 2].to_vec())];
+            if matches!(comp, Compressor::Gzip { .. }) {
+                // The trailer's CRC-32 off by one bit.
+                let mut crc = original.clone();
+                let at = crc.len() - 8;
+                crc[at] ^= 0x01;
+                bad_inputs.push(("trailer CRC-32", crc));
+                // A member of stored (uncompressed) deflate blocks with one data byte
+                // changed: valid deflate that decodes to the wrong bytes, which only the
+                // CRC-32 tells.
+                let bytes = bytes_of(&a.read_chunks(&[&[2, 1]]).to(&HOST).map(|mut v| v.remove(0)).unwrap());
+                let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::none());
+                std::io::Write::write_all(&mut enc, &bytes).unwrap();
+                let mut stored = enc.finish().unwrap();
+                stored[100] ^= 0x10; // past the 10-byte header and the block's 5
+                bad_inputs.push(("stored block, one byte changed", stored));
+            }
             if matches!(comp, Compressor::Zstd { .. }) {
                 let mut header = original.clone();
                 header[0] ^= 0xff; // the frame's magic

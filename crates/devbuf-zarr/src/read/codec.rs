@@ -316,8 +316,8 @@ pub(crate) fn strip_crc32c<'a>(src: &'a [u8], what: &dyn Fn() -> String) -> Resu
 
 /// The raw deflate stream inside one gzip member (RFC 1952) that decodes to
 /// `expect` bytes: its byte range in `src`. Checks the header's magic, method and
-/// flags and the trailer's size field (the CRC-32 of the decoded data is not checked
-/// here: the GPU decodes the stream).
+/// flags and the trailer's size field (the CRC-32 of the decoded data is checked on the
+/// device after nvCOMP's decode: `stored::gzip_crc32s`).
 pub(crate) fn gzip_deflate_range(
     src: &[u8],
     expect: usize,
@@ -367,7 +367,7 @@ pub(crate) fn gzip_deflate_range(
 /// the 2-byte header checked (deflate, a window of at most 32 KiB, the header's check
 /// bits, no preset dictionary), the 4-byte Adler-32 trailer left off. zlib does not
 /// record the decoded size: nvCOMP's actual size is checked against the chunk's after
-/// the decode, and the Adler-32 is not checked on the GPU (as gzip's CRC-32).
+/// the decode; the Adler-32 is not checked on the GPU (gzip's CRC-32 is).
 pub(crate) fn zlib_deflate_range(
     src: &[u8],
     what: &dyn Fn() -> String,

@@ -30,7 +30,7 @@ use super::plan::Unit;
 use super::sched::GpuModel;
 use super::sched::Schedule;
 use super::source::ZarrSource;
-use super::stored::{UnitOutcome, name_chunk, read_claim, stored_room};
+use super::stored::{UnitOutcome, gzip_crc32s, name_chunk, read_claim, stored_room};
 use super::work::{DeviceWork, ReadCounters, WorkQueue, aligned};
 use devbuf_core::__private::UploadLane;
 use devbuf_core::__private::ops::{
@@ -379,9 +379,12 @@ impl GpuWorker<'_> {
                 };
                 let t0 = Instant::now();
                 let units = &run.units[range.clone()];
-                let (got, used) = {
+                let (got, used, crc32) = {
                     let slot = lane.slot()?;
-                    read_claim(src, &plan.chain, units, slot, plan.tuning.readers())?
+                    let (got, used) =
+                        read_claim(src, &plan.chain, units, slot, plan.tuning.readers())?;
+                    let crc32 = gzip_crc32s(&plan.chain, &got, slot);
+                    (got, used, crc32)
                 };
                 counts
                     .gpu_read_us
@@ -418,6 +421,7 @@ impl GpuWorker<'_> {
                         units,
                         got: &got,
                         used,
+                        crc32: crc32.as_deref(),
                     },
                     &fill_value,
                     lane,
@@ -459,13 +463,14 @@ impl GpuWorker<'_> {
     }
 }
 
-/// One claim as its readers left it: its units, what each reader got, and the bytes
-/// of the slot they used.
+/// One claim as its readers left it: its units, what each reader got, the bytes of
+/// the slot they used, and the CRC-32 each of nvCOMP's chunks must decode to (gzip).
 #[derive(Clone, Copy)]
 struct ClaimRead<'a> {
     units: &'a [Unit],
     got: &'a [UnitOutcome],
     used: usize,
+    crc32: Option<&'a [u32]>,
 }
 
 /// Queues one claim on `flight`: the slot's DMA, the nvCOMP call, the fill values
@@ -481,7 +486,12 @@ fn queue_claim(
     flight: &mut ClaimSlot,
     out: &DeviceBuffer,
 ) -> Result<Vec<usize>> {
-    let ClaimRead { units, got, used } = claim;
+    let ClaimRead {
+        units,
+        got,
+        used,
+        crc32,
+    } = claim;
     let room = stored_room(src.cell_bytes);
     let stride = aligned(src.cell_bytes);
     let s = &flight.stream;
@@ -520,6 +530,9 @@ fn queue_claim(
         s,
         &flight.stored,
     )?;
+    if let Some(c) = crc32 {
+        flight.batch.expect_crc32(c);
+    }
     flight
         .batch
         .queue_decompress(

@@ -440,14 +440,21 @@ fn gpu_ready(
     let codec = gpu::gpu_codec(chain)?;
     // zstd frames are checked on the host before nvCOMP sees them (declared size,
     // complete frame, intact block headers; frames with a content checksum go to the
-    // CPU, which verifies it), as the CPU decoder would check them: `Auto` sends them to
-    // the GPU with or without crc32c. Other compressors without crc32c only when asked.
-    if !explicit && !chain.crc32c && chain.compression != codec::Compression::Zstd {
+    // CPU, which verifies it), and gzip members on both sides (header and size on the
+    // host, the trailer's CRC-32 on the device after nvCOMP's decode), as the CPU
+    // decoders would check them: `Auto` sends them to the GPU with or without crc32c.
+    // Other compressors without crc32c only when asked.
+    let checked = matches!(
+        chain.compression,
+        codec::Compression::Zstd | codec::Compression::Gzip
+    );
+    if !explicit && !chain.crc32c && !checked {
         return Err(
-            "the chunks carry no crc32c checksum and are not zstd frames (which the host \
-             checks before nvCOMP sees them): nvCOMP checks less than the CPU decoders \
-             (gzip's CRC-32, zlib's Adler-32 and the bounds of LZ4 blocks are not checked), \
-             so the GPU decodes them only when asked for (Decoder::Gpu or Both)"
+            "the chunks carry no crc32c checksum and are neither zstd frames nor gzip \
+             members (which are checked as the CPU decoders check them): nvCOMP checks \
+             less than the CPU decoders (zlib's Adler-32 and the bounds of LZ4 blocks are \
+             not checked), so the GPU decodes them only when asked for (Decoder::Gpu or \
+             Both)"
                 .to_string(),
         );
     }

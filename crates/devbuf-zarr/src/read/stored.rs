@@ -319,6 +319,29 @@ pub(crate) fn gpu_input(
     }
 }
 
+/// The CRC-32 of each gzip unit that nvCOMP decodes (the member's trailer, right after
+/// its deflate stream in the slot), in the order of the call's chunks, for the device to
+/// check ([`DecompressBatch::expect_crc32`](devbuf_core::cuda::nvcomp::DecompressBatch::expect_crc32)):
+/// nvCOMP itself does not. `None` for other compressors.
+pub(crate) fn gzip_crc32s(chain: &Chain, got: &[UnitOutcome], slot: &[u8]) -> Option<Vec<u32>> {
+    if chain.compression != Compression::Gzip {
+        return None;
+    }
+    let trailer = |r: &Range<usize>| {
+        slot.get(r.end..r.end + 4)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u32::from_le_bytes)
+    };
+    Some(
+        got.iter()
+            .filter_map(|g| match g {
+                UnitOutcome::Gpu(r) => Some(trailer(r)),
+                _ => None,
+            })
+            .collect(),
+    )
+}
+
 /// nvCOMP names the failing chunk by its index in the call: name it by its key.
 /// `owners[i]` is the index in `units` of the call's chunk `i`.
 pub(crate) fn name_chunk(
@@ -354,6 +377,40 @@ pub(crate) fn name_chunk(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The CRC-32s the device checks are the trailers' of the gzip units nvCOMP gets,
+    /// in call order, wherever a unit lies in the slot; none for other compressors.
+    #[test]
+    fn gzip_crc32s_are_the_trailers_of_the_units_for_nvcomp() {
+        use std::io::Write;
+        let chain = |compression| Chain {
+            order: devbuf_core::zarr::Order::C,
+            swap: None,
+            compression,
+            crc32c: false,
+        };
+        let (mut slot, mut got, mut want) = (vec![0u8; 7], Vec::new(), Vec::new());
+        for n in [1usize, 5000, 20_000] {
+            let data: Vec<u8> = (0..n).map(|i| (i * 31 % 251) as u8).collect();
+            let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(1));
+            enc.write_all(&data).unwrap();
+            let member = enc.finish().unwrap();
+            let at = slot.len();
+            slot.extend_from_slice(&member);
+            let r = codec::gzip_deflate_range(&member, n, &|| "c/0".to_string()).unwrap();
+            got.push(UnitOutcome::Gpu(at + r.start..at + r.end));
+            got.push(UnitOutcome::Missing);
+            let mut h = flate2::Crc::new();
+            h.update(&data);
+            want.push(h.sum());
+        }
+        got.insert(1, UnitOutcome::Host);
+        assert_eq!(
+            gzip_crc32s(&chain(Compression::Gzip), &got, &slot),
+            Some(want)
+        );
+        assert_eq!(gzip_crc32s(&chain(Compression::Zstd), &got, &slot), None);
+    }
 
     #[test]
     fn room_holds_the_decoded_unit_and_a_worst_case_frame() {

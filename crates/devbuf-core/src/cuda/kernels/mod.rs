@@ -19,6 +19,7 @@ use super::driver::{self, CUcontext, CUdeviceptr, CUfunction, CUmodule};
 use crate::error::{Error, Result};
 
 pub(crate) mod bits;
+pub(crate) mod crc32;
 pub(crate) mod ops;
 
 /// A PTX module compiled into the crate.
@@ -84,6 +85,7 @@ pub fn shipped_ptx() -> Vec<(&'static str, &'static str)> {
         &COMPARE,
         &SCATTER,
         &bits::BITS,
+        &crc32::CRC32,
         &FILL,
         &EQUAL,
         &CAST,

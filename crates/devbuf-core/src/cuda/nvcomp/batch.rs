@@ -46,6 +46,8 @@ pub struct DecompressBatch {
     /// The call queued by [`queue_decompress`](Self::queue_decompress), not yet
     /// waited for.
     pending: Option<QueuedDecompression>,
+    /// What [`expect_crc32`](Self::expect_crc32) asked of the next call.
+    next_crc32: Option<Vec<u32>>,
 }
 
 /// What a queued decompression needs once its stream is done: where its results are,
@@ -57,6 +59,8 @@ struct QueuedDecompression {
     stream: Stream,
     keep: Vec<DeviceBuffer>,
     what: String,
+    /// The CRC-32 each chunk's decoded bytes must have, when asked for.
+    crc32: Option<Vec<u32>>,
 }
 
 impl DecompressBatch {
@@ -83,6 +87,7 @@ impl DecompressBatch {
             ws: Workspace::for_batch(ctx, stream, "DecompressBatch::new")?,
             in_place: false,
             pending: None,
+            next_crc32: None,
         })
     }
 
@@ -143,6 +148,37 @@ impl DecompressBatch {
         self.ws.leaked
     }
 
+    /// Makes the next call ([`decompress`](Self::decompress) or
+    /// [`queue_decompress`](Self::queue_decompress), that one only) also check each
+    /// chunk's decoded bytes against a CRC-32: `crc32[i]` for chunk `i`, gzip's CRC-32
+    /// (ISO-HDLC, the one in a gzip member's trailer). nvCOMP's deflate decoder does not
+    /// check it; with this the device computes it over what nvCOMP decoded, in stream
+    /// order after the decode, and the call (or [`finish`](Self::finish)) returns
+    /// [`Error::Malformed`] naming the chunks whose bytes differ. The next call fails
+    /// before any device work when its chunk count is not `crc32.len()`.
+    ///
+    /// ```no_run
+    /// use devbuf_core::cuda::nvcomp::{DecompressBatch, GpuCodec};
+    /// use devbuf_core::cuda::{Context, DeviceBuffer, Stream};
+    /// // One gzip member: a 10-byte header, the deflate stream, CRC-32 and size.
+    /// fn gunzip(member: &[u8], decoded_len: usize) -> devbuf_core::Result<Vec<u8>> {
+    ///     let ctx = Context::new(0)?;
+    ///     let stream = Stream::new(&ctx)?;
+    ///     let src = DeviceBuffer::from_slice(&ctx, member)?;
+    ///     let dst = ctx.allocate(decoded_len)?;
+    ///     let trailer = member.len() - 8;
+    ///     let crc = u32::from_le_bytes(member[trailer..trailer + 4].try_into().unwrap());
+    ///     let mut batch = DecompressBatch::new(&ctx, None)?;
+    ///     batch.expect_crc32(&[crc]);
+    ///     batch.decompress(&stream, GpuCodec::Deflate, &src, &[10..trailer], &dst,
+    ///                      &[0..decoded_len])?; // an error if the bytes' CRC-32 differs
+    ///     dst.to_vec::<u8>()
+    /// }
+    /// ```
+    pub fn expect_crc32(&mut self, crc32: &[u32]) {
+        self.next_crc32 = Some(crc32.to_vec());
+    }
+
     /// Queues one batched decompression on `stream`: chunk `i` is `src` bytes
     /// `inputs[i]` (device), decoded into `dst` bytes `outputs[i]` (device; the range's
     /// length is the exact expected decoded size). Waits for it, then checks every
@@ -194,7 +230,19 @@ impl DecompressBatch {
         copies: &[(Range<usize>, usize)],
         keep: &[&DeviceBuffer],
     ) -> Result<()> {
+        // This call's, whatever becomes of it.
+        let expect_crc32 = self.next_crc32.take();
         self.finish()?;
+        if let Some(c) = &expect_crc32
+            && c.len() != inputs.len()
+        {
+            return Err(Error::invalid(format!(
+                "nvCOMP batch: expect_crc32 gave {} CRC-32s for a call of {} chunks (one \
+                 per chunk)",
+                c.len(),
+                inputs.len()
+            )));
+        }
         if let Some(s) = &self.ws.pool_stream
             && s.raw() != stream.raw()
         {
@@ -317,6 +365,7 @@ impl DecompressBatch {
             out_cap: &out_cap,
             segs_in: &segs_in,
             segs_out: &segs_out,
+            crc32: expect_crc32.is_some(),
         };
         self.ws.fill(&layout, &tables);
 
@@ -353,13 +402,16 @@ impl DecompressBatch {
             stream: stream.clone(),
             keep: kept,
             what,
+            crc32: expect_crc32,
         });
         Ok(())
     }
 
     /// Waits for the queued call's stream (at most the timeout) and checks every
-    /// chunk's status and actual size: an error names the chunk index, the nvCOMP
-    /// status, and the expected vs actual size. Nothing queued: `Ok`.
+    /// chunk's status and actual size (and CRC-32, when
+    /// [`expect_crc32`](Self::expect_crc32) asked for it): an error names the chunk
+    /// index, the nvCOMP status, and the expected vs actual size (or CRC-32). Nothing
+    /// queued: `Ok`.
     pub fn finish(&mut self) -> Result<()> {
         let Some(p) = self.pending.take() else {
             return Ok(());
@@ -373,7 +425,10 @@ impl DecompressBatch {
             .map(|(i, (size, st))| (i, size, st))
             .collect();
         if failed.is_empty() {
-            return Ok(());
+            return match &p.crc32 {
+                Some(want) => self.check_crc32(&p, want),
+                None => Ok(()),
+            };
         }
         let lib = library()?;
         Err(chunk_error(
@@ -384,6 +439,33 @@ impl DecompressBatch {
             &failed,
             |i| format!("expected {} decoded bytes", p.out_len[i]),
         ))
+    }
+}
+
+impl DecompressBatch {
+    /// Compares the CRC-32s the device computed for a finished call with `want`.
+    fn check_crc32(&self, p: &QueuedDecompression, want: &[u32]) -> Result<()> {
+        let bad: Vec<(usize, Option<u32>)> = want
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| (i, w, self.ws.crc32(&p.layout, i)))
+            .filter(|&(_, w, got)| got != Some(w))
+            .map(|(i, _, got)| (i, got))
+            .collect();
+        let Some(&(i, got)) = bad.first() else {
+            return Ok(());
+        };
+        let got = got.map_or("none".to_string(), |g| format!("{g:#010x}"));
+        let mut msg = format!(
+            "nvCOMP {} decompression: {} of {} chunks decoded to bytes with another CRC-32 \
+             than expected (damaged data); chunk {i}: CRC-32 {got}, expected {:#010x}",
+            p.codec,
+            bad.len(),
+            p.layout.n,
+            want[i]
+        );
+        msg.push_str(&also_chunks(bad[1..].iter().map(|b| b.0)));
+        Err(Error::Malformed(msg))
     }
 }
 
@@ -526,6 +608,7 @@ impl CompressBatch {
             out_cap: &caps,
             segs_in: &segs_in,
             segs_out: &[],
+            crc32: false,
         };
         self.ws.fill(&layout, &tables);
 
@@ -659,16 +742,20 @@ fn chunk_error(
         failed.len(),
         expected(i)
     );
-    if failed.len() > 1 {
-        let more: Vec<String> = failed[1..]
-            .iter()
-            .take(16)
-            .map(|f| f.0.to_string())
-            .collect();
-        let ellipsis = if failed.len() > 17 { ", ..." } else { "" };
-        msg.push_str(&format!("; also chunks {}{ellipsis}", more.join(", ")));
-    }
+    msg.push_str(&also_chunks(failed[1..].iter().map(|f| f.0)));
     Error::Malformed(msg)
+}
+
+/// `"; also chunks 3, 9, ..."` for the failed chunks after the first (at most 16 named;
+/// empty when there are none).
+fn also_chunks(rest: impl ExactSizeIterator<Item = usize>) -> String {
+    let n = rest.len();
+    if n == 0 {
+        return String::new();
+    }
+    let named: Vec<String> = rest.take(16).map(|i| i.to_string()).collect();
+    let ellipsis = if n > 16 { ", ..." } else { "" };
+    format!("; also chunks {}{ellipsis}", named.join(", "))
 }
 
 #[cfg(test)]

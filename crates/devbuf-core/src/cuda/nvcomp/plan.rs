@@ -232,10 +232,12 @@ pub(crate) const SEGMENT_BYTES: usize = 24;
 ///
 /// Tables: input pointers, input sizes, output capacities, output pointers (`n`
 /// entries of 8 bytes each), the copy-in and copy-out segment tables (`segs_in` and
-/// `segs_out` entries of [`SEGMENT_BYTES`]), then the actual sizes (`n` x 8) and
-/// statuses (`n` x 4). The host mirror holds the same bytes: all are uploaded in one
-/// copy (actual sizes and statuses preset to sentinels, so a chunk nvCOMP did not report
-/// is visible), and everything from the actual sizes on is downloaded in one copy.
+/// `segs_out` entries of [`SEGMENT_BYTES`]), then the actual sizes (`n` x 8), statuses
+/// (`n` x 4) and CRC-32s of the decoded bytes (`n` x 4, computed only when asked for). The
+/// host mirror holds the same bytes: all are uploaded in one copy (actual sizes and
+/// statuses preset to sentinels, so a chunk nvCOMP did not report is visible, CRC-32s to
+/// zero, which the kernel adds to), and everything from the actual sizes on is downloaded
+/// in one copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TableLayout {
     pub n: usize,
@@ -270,7 +272,7 @@ impl TableLayout {
 
     /// Bytes of all tables (and of the host mirror).
     pub(crate) fn table_bytes(&self) -> usize {
-        44 * self.n + SEGMENT_BYTES * (self.segs_in + self.segs_out)
+        48 * self.n + SEGMENT_BYTES * (self.segs_in + self.segs_out)
     }
 
     pub(crate) fn in_ptrs(&self) -> usize {
@@ -297,6 +299,9 @@ impl TableLayout {
     }
     pub(crate) fn statuses(&self) -> usize {
         self.out_bytes() + 8 * self.n
+    }
+    pub(crate) fn crcs(&self) -> usize {
+        self.statuses() + 4 * self.n
     }
 }
 
@@ -374,7 +379,7 @@ mod tests {
     #[test]
     fn layout_is_aligned_and_disjoint() {
         let l = TableLayout::new(3, 0, 0, 1000, 512);
-        assert_eq!(l.statuses() + 4 * 3, l.table_bytes());
+        assert_eq!(l.crcs() + 4 * 3, l.table_bytes());
         assert_eq!(l.temp, 256);
         assert_eq!(l.staging, 1280);
         assert_eq!(l.device_bytes, 1280 + 512);
@@ -388,6 +393,7 @@ mod tests {
             (l.seg_out(), 240),
             (l.out_bytes(), 80),
             (l.statuses(), 40),
+            (l.crcs(), 40),
         ];
         let mut at = 0;
         for (off, len) in parts {

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use super::plan::{self, TableLayout};
 use super::sys::Status;
 use crate::cuda::driver::{self, transfer};
+use crate::cuda::kernels::crc32::{Crc32Tables, launch_crc32_ranges};
 use crate::cuda::kernels::{self, Segment};
 use crate::cuda::{Context, DeviceBuffer, HostBuffer, Stream};
 use crate::error::{Error, Result};
@@ -33,6 +34,9 @@ pub(crate) struct CallTables<'a> {
     pub segs_in: &'a [Segment],
     /// Copies after it (staging or scratch slots into the destination ranges).
     pub segs_out: &'a [Segment],
+    /// Whether the device computes the CRC-32 of each chunk's decoded bytes after the
+    /// call (into the CRC-32 table, downloaded with the statuses).
+    pub crc32: bool,
 }
 
 /// Device workspace and its page-locked table mirror, grown as needed, freed on drop.
@@ -154,8 +158,20 @@ impl Workspace {
         }
     }
 
+    /// The CRC-32 of chunk `i`'s decoded bytes, from the mirror after a call that
+    /// computed them.
+    pub(crate) fn crc32(&self, l: &TableLayout, i: usize) -> Option<u32> {
+        let at = l.crcs() + 4 * i;
+        self.host
+            .as_ref()
+            .and_then(|h| h.get(at..at + 4))
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_ne_bytes)
+    }
+
     /// One call, in stream order on `stream`: upload every table, copy the segments in,
-    /// `call` (the nvCOMP launch), copy the segments out, download sizes and statuses;
+    /// `call` (the nvCOMP launch), the CRC-32 of every chunk's decoded bytes when
+    /// `t.crc32` asks for it, copy the segments out, download sizes and statuses;
     /// then wait for the stream whatever happened (the page-locked tables and the
     /// workspace must outlive the queued work; see [`wait`](Self::wait)).
     pub(crate) fn run(
@@ -197,6 +213,21 @@ impl Workspace {
         unsafe { transfer::memcpy_htod_async(base, host, l.table_bytes(), s)? };
         copy_segments(&self.ctx, stream, base + l.seg_in() as u64, t.segs_in)?;
         call()?;
+        if t.crc32 {
+            let tables = Crc32Tables {
+                ptrs: base + l.out_ptrs() as u64,
+                sizes: base + l.out_bytes() as u64,
+                caps: base + l.out_capacity() as u64,
+                crcs: base + l.crcs() as u64,
+                n: l.n as u64,
+            };
+            let longest = t.out_cap.iter().copied().max().unwrap_or(0) as u64;
+            // Safety: the tables were uploaded above on this stream (the CRC-32s as
+            // zero); each range is a slot or output range of the call, readable for its
+            // capacity, and the workspace and the call's buffers outlive the stream's
+            // work (the callers wait for it, or leak them after a timeout).
+            unsafe { launch_crc32_ranges(&self.ctx, &tables, longest, s)? };
+        }
         copy_segments(&self.ctx, stream, base + l.seg_out() as u64, t.segs_out)?;
         let back = l.out_bytes();
         // Safety: as above: the tail of the tables from the actual sizes on, written
@@ -261,6 +292,8 @@ pub(crate) fn write_tables(h: &mut [u8], l: &TableLayout, t: &CallTables<'_>) {
         put(h, l.out_bytes() + 8 * i, SIZE_UNSET);
         let s = l.statuses() + 4 * i;
         h[s..s + 4].copy_from_slice(&STATUS_UNSET.to_ne_bytes());
+        let c = l.crcs() + 4 * i;
+        h[c..c + 4].copy_from_slice(&0u32.to_ne_bytes());
     }
     for (base, segs) in [(l.seg_in(), t.segs_in), (l.seg_out(), t.segs_out)] {
         for (k, g) in segs.iter().enumerate() {
@@ -339,9 +372,10 @@ mod tests {
             out_cap: &[33, 44],
             segs_in: &segs_in,
             segs_out: &segs_out,
+            crc32: false,
         };
         let l = TableLayout::new(2, 1, 2, 0, 0);
-        let mut h = vec![0u8; l.table_bytes()];
+        let mut h = vec![0xAAu8; l.table_bytes()];
         write_tables(&mut h, &l, &t);
         assert_eq!(u64_at(&h, l.in_ptrs() + 8), 0x2000);
         assert_eq!(u64_at(&h, l.in_bytes()), 11);
@@ -355,6 +389,8 @@ mod tests {
         h[l.statuses() + 4..l.statuses() + 8].copy_from_slice(&12i32.to_ne_bytes());
         assert_eq!(read_result(&h, &l, 1), (99, 12));
         assert_eq!(read_result(&h, &l, 0), (SIZE_UNSET, STATUS_UNSET));
-        assert_eq!(l.statuses() + 8, h.len());
+        // CRC-32s start at zero (the kernel XORs into them).
+        assert_eq!(&h[l.crcs()..l.crcs() + 8], &[0; 8]);
+        assert_eq!(l.crcs() + 8, h.len());
     }
 }
