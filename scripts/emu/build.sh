@@ -19,7 +19,7 @@ if [ -z "$inc" ]; then echo "cuda.h not found (set CUDA_INCLUDE)" >&2; exit 1; f
 flags=(-std=c++20 -O1 -g -fPIC -Wall -Wno-unused-function -Wno-unused-variable -Wno-unknown-pragmas)
 if [ "${EMU_ASAN:-1}" = 1 ]; then flags+=(-fsanitize=address -fno-omit-frame-pointer); fi
 objs=()
-for src in emu.cpp fake_cuda.cpp k_compare.cpp k_fill.cpp k_equal.cpp k_byteswap.cpp k_strided.cpp k_cast.cpp k_shuffle.cpp; do
+for src in emu.cpp fake_cuda.cpp k_compare.cpp k_fill.cpp k_equal.cpp k_byteswap.cpp k_strided.cpp k_cast.cpp k_shuffle.cpp k_crc32.cpp; do
     obj="$out/${src%.cpp}.o"
     extra=()
     case "$src" in k_*) extra=(-include "$here/shim.h" -I "$here");; *) extra=(-I "$here" -I "$inc");; esac

@@ -19,6 +19,7 @@
 #define __launch_bounds__(...)
 #define __shared__ static
 #define __grid_constant__
+#define __constant__
 
 struct dim3 {
     unsigned x, y, z;
@@ -57,6 +58,13 @@ inline unsigned atomicAdd(unsigned* p, unsigned v)
 {
     unsigned old = *p;
     *p = old + v;
+    return old;
+}
+
+inline unsigned atomicXor(unsigned* p, unsigned v)
+{
+    unsigned old = *p;
+    *p = old ^ v;
     return old;
 }
 

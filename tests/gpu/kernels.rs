@@ -203,6 +203,44 @@ fn same_values(kind: ElementType, got: &[u8], want: &[u8]) -> Result<(), String>
 
 gpu_test! {
     // -----------------------------------------------------------------------------------
+    // CRC-32 (gzip's; the batch decoder checks nvCOMP's deflate output with it)
+
+    /// The device's CRC-32 of ranges of random bytes equals the host's (flate2), for
+    /// every length around the kernel's slice (64 bytes) and block (16 KiB), at every
+    /// start alignment, empty ranges included, and over more ranges than one launch
+    /// covers (65,535).
+    fn crc32_of_device_ranges_equals_the_host() {
+        let c = ctx();
+        let mut r = rng("crc32_of_device_ranges_equals_the_host");
+        let host = |d: &[u8]| {
+            let mut h = flate2::Crc::new();
+            h.update(d);
+            h.sum()
+        };
+        let data = random_bytes(&mut r, 5 << 20);
+        let buf = upload(&c, &data);
+        let mut ranges = Vec::new();
+        for len in [0usize, 1, 2, 3, 4, 5, 63, 64, 65, 127, 128, 1000, 16_383, 16_384, 16_385, 32_769, 100_000, (1 << 20) + 5, 4 << 20] {
+            for start in [0usize, 1, 2, 3, 4, 7, 64, 4093] {
+                ranges.push(start..start + len);
+            }
+        }
+        let got = devbuf::__test::device_crc32(&buf, &ranges).unwrap();
+        for (rg, g) in ranges.iter().zip(&got) {
+            assert_eq!(*g, host(&data[rg.clone()]), "range {rg:?}");
+        }
+        // Many small ranges: two launches.
+        let many: Vec<_> = (0..66_000usize).map(|i| (i * 37) % 4096..(i * 37) % 4096 + i % 41).collect();
+        let got = devbuf::__test::device_crc32(&buf, &many).unwrap();
+        for (rg, g) in many.iter().zip(&got) {
+            assert_eq!(*g, host(&data[rg.clone()]), "range {rg:?}");
+        }
+        let past_the_end = std::iter::once(0..data.len() + 1).collect::<Vec<_>>();
+        let e = devbuf::__test::device_crc32(&buf, &past_the_end).unwrap_err();
+        assert!(e.to_string().contains("not inside the buffer"), "{e}");
+    }
+
+    // -----------------------------------------------------------------------------------
     // fill
 
     fn fill_every_width_at_odd_offsets_and_lengths() {

@@ -104,6 +104,7 @@ pub mod __private {
     pub mod testing {
         pub use crate::arrow::ipc_format_encode::serialize_like_device;
         pub use crate::cuda::ipc::testing::*;
+        pub use crate::cuda::kernels::crc32::device_crc32;
         pub use crate::cuda::kernels::shipped_ptx;
         pub use crate::cuda::testing::*;
     }

@@ -21,11 +21,12 @@ pub const DEFAULT_SLOT_BYTES: usize = 4 << 20;
 #[non_exhaustive]
 pub enum Decoder {
     /// The fastest decoder measured on this machine, for device reads of at least 64
-    /// MiB that nvCOMP can decode (zstd chunks, and gzip, zlib, LZ4 or blosc chunks
+    /// MiB that nvCOMP can decode (zstd and gzip chunks, and zlib, LZ4 or blosc chunks
     /// that carry a crc32c checksum; see below): the first such reads of a kind
     /// (device, codecs, chunk size, read size within a factor 4, threads) each run one
-    /// of [`Gpu`](Self::Gpu) and [`Cpu`](Self::Cpu) not measured yet
-    /// ([`Both`](Self::Both) counts once an explicit `Both` read measured it), later
+    /// of [`Gpu`](Self::Gpu) and [`Cpu`](Self::Cpu) not measured yet, then
+    /// [`Both`](Self::Both) where the slower of the two reached half the faster's rate
+    /// (an explicit `Both` read counts too), later
     /// ones the fastest measured (its rate refined by each read's own timing), and
     /// every eighth one the runner-up again (every 64th if it is far behind). A read
     /// spread over devices is measured as a whole, one decoder for every part. Reads with an explicit
@@ -40,14 +41,16 @@ pub enum Decoder {
     /// decoded on the CPU, which verifies it): as with [`Gpu`](Self::Gpu), damage
     /// inside a compressed block that these checks cannot see may decode to wrong
     /// values unnoticed where the CPU decoder might have caught it. Use
-    /// [`Cpu`](Self::Cpu), or chunks with crc32c, for stores you do not trust. Chunks
-    /// of other compressors go to the GPU under `Auto` only with crc32c (nvCOMP's
-    /// deflate decoder has faulted the device on truncated input).
+    /// [`Cpu`](Self::Cpu), or chunks with crc32c, for stores you do not trust. gzip
+    /// members have their header and size checked on the host and their CRC-32 on the
+    /// device after nvCOMP's decode, so damage anywhere in one is an error. Chunks of
+    /// other compressors go to the GPU under `Auto` only with crc32c (nvCOMP's deflate
+    /// decoder has faulted the device on truncated input).
     ///
     /// Smaller device reads, and reads nvCOMP cannot take: the CPU workers, plus GPU
     /// workers (as [`Both`](Self::Both), except that a GPU
     /// worker takes no chunk the cost model gives to the CPU) on device reads of zstd
-    /// chunks, or of gzip or blosc (LZ4 or zstd inside) chunks that carry a crc32c
+    /// or gzip chunks, or of zlib or blosc (LZ4 or zstd inside) chunks that carry a crc32c
     /// checksum (verified on the host before nvCOMP sees them), when nvCOMP is
     /// available. Other unprotected chunks go to the GPU only when asked
     /// for: nvCOMP checks less than the CPU decoders. The cost model weighs the GPU's

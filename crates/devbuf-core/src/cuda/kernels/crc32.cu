@@ -18,7 +18,8 @@
 // (CRC32_BLOCK_BYTES: 256 threads of 64 bytes each). Each thread takes the raw CRC of its
 // 64-byte slice (four bytes per step through slicing-by-4 tables in shared memory, byte
 // by byte where the slice is not 4-byte aligned), shifts it to the end of the block's
-// part of the range, the block XORs its threads' values, shifts the sum to the end of
+// part of the range, the block XORs its threads' values (in shared memory: no warp
+// shuffles, so the CPU emulator of scripts/emu runs it too), shifts the sum to the end of
 // the range and XORs it into the range's result (atomically: one word per range, zero
 // before the launch). Block 0 of a range also adds the zero-bytes term.
 
@@ -72,7 +73,7 @@ devbuf_crc32_ranges(const u64* __restrict__ ptrs, const u64* __restrict__ sizes,
 {
     __shared__ u32 t0[256], t1[256], t2[256], t3[256];
     __shared__ u32 pow2[32];
-    __shared__ u32 warp_sum[THREADS / 32];
+    __shared__ u32 sums[THREADS];
     const u32 t = threadIdx.x;
     const u64 i = first + blockIdx.y;
     u64 len = sizes[i];
@@ -115,15 +116,15 @@ devbuf_crc32_ranges(const u64* __restrict__ ptrs, const u64* __restrict__ sizes,
         }
         v = shift_bytes(r, end - hi, pow2);
     }
-    // The block's sum: within each warp, then over the warps.
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v ^= __shfl_xor_sync(0xffffffffu, v, o);
-    if ((t & 31) == 0) warp_sum[t >> 5] = v;
+    // The block's sum, halving the threads that add each step.
+    sums[t] = v;
     __syncthreads();
+    for (u32 o = THREADS / 2; o > 0; o >>= 1) {
+        if (t < o) sums[t] ^= sums[t + o];
+        __syncthreads();
+    }
     if (t == 0) {
-        u32 s = 0;
-        for (int k = 0; k < THREADS / 32; k++) s ^= warp_sum[k];
-        s = shift_bytes(s, len - end, pow2);
+        u32 s = shift_bytes(sums[0], len - end, pow2);
         if (blockIdx.x == 0) s ^= shift_bytes(0xFFFFFFFFu, len, pow2) ^ 0xFFFFFFFFu;
         atomicXor(crcs + i, s);
     }

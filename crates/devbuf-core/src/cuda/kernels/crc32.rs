@@ -99,6 +99,54 @@ pub(crate) unsafe fn launch_crc32_ranges(
     Ok(())
 }
 
+/// gzip's CRC-32 of each of `ranges` of `buf`, computed by the device kernel on the
+/// buffer's context, in order (for tests: the batch decoder runs the same kernel on its
+/// own tables). Each range must lie inside `buf`; empty ranges give 0.
+#[cfg(feature = "test-support")]
+pub fn device_crc32(
+    buf: &crate::cuda::DeviceBuffer,
+    ranges: &[std::ops::Range<usize>],
+) -> Result<Vec<u32>> {
+    if let Some(r) = ranges.iter().find(|r| r.start > r.end || r.end > buf.len()) {
+        return Err(Error::invalid(format!(
+            "device_crc32: range {r:?} is not inside the buffer's {} bytes",
+            buf.len()
+        )));
+    }
+    let n = ranges.len();
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let ctx = buf.context();
+    // ptrs, sizes, caps (u64 each), then the results (u32, zero).
+    let mut t: Vec<u64> = Vec::with_capacity(3 * n + n.div_ceil(2));
+    t.extend(ranges.iter().map(|r| buf.address() + r.start as u64));
+    t.extend(ranges.iter().map(|r| r.len() as u64));
+    t.extend(ranges.iter().map(|r| r.len() as u64));
+    t.resize(3 * n + n.div_ceil(2), 0);
+    let dev = crate::cuda::DeviceBuffer::from_slice(ctx, &t)?;
+    let at = |k: usize| dev.address() + (8 * k * n) as u64;
+    let tables = Crc32Tables {
+        ptrs: at(0),
+        sizes: at(1),
+        caps: at(2),
+        crcs: at(3),
+        n: n as u64,
+    };
+    let longest = ranges.iter().map(|r| r.len()).max().unwrap_or(0) as u64;
+    // Safety: the tables were uploaded (synchronously) into `dev`, with the results
+    // zero; every range lies inside `buf` (checked above); both stay allocated until the
+    // context's work is done (synchronised below).
+    unsafe { launch_crc32_ranges(ctx, &tables, longest, std::ptr::null_mut())? };
+    ctx.synchronize()?;
+    let mut out = vec![0u8; 4 * n];
+    dev.copy_to_host(24 * n, &mut out)?;
+    Ok(out
+        .chunks_exact(4)
+        .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     //! The kernel's math on the host: the same slices, shifts and sums.
