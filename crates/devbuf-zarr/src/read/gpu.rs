@@ -4,13 +4,11 @@
 //! its *flights* (a stream with its own device scratch and nvCOMP state): one DMA of
 //! the slot, one batched nvCOMP call, the fill values of missing units and the units
 //! decoded on the host (both in stored byte order, like nvCOMP's output), the byte
-//! swap of every unit, and the placement into the output. It does not wait: once a
-//! claim's DMA is queued, its readers read the next claim into the other slot while the
-//! worker waits for the flight's previous claim and queues this one's device work (so
-//! they do not idle while it does), with up to `depth` claims in flight on their
-//! streams. A slot is handed out again once its DMA is done (an event recorded right
-//! after the copy); a flight is reused only after its stream finished, when nvCOMP's
-//! statuses are checked (an error names the chunk).
+//! swap of every unit, and the placement into the output. It does not wait:
+//! it reads the next claim into its other slot while the device works, with up to
+//! `depth` claims in flight on their streams. A slot is handed out again once its DMA
+//! is done (an event recorded right after the copy); a flight is reused only after
+//! its stream finished, when nvCOMP's statuses are checked (an error names the chunk).
 //! On any error the worker waits for all its flights before it returns, so nothing is
 //! freed under queued work and the caller discards the output.
 //!
@@ -40,7 +38,7 @@ use devbuf_core::__private::ops::{
 };
 use devbuf_core::cuda::nvcomp::{DecompressBatch, GpuCodec};
 use devbuf_core::cuda::{Context, DeviceBuffer, Event, EventFlags, Stream};
-use devbuf_core::error::{Error, Result};
+use devbuf_core::error::Result;
 
 /// Claims in flight over all GPU workers of a read (by default): each has a stream,
 /// and a device has 8 hardware queues unless `CUDA_DEVICE_MAX_CONNECTIONS` says
@@ -366,44 +364,39 @@ impl GpuWorker<'_> {
         let depth = plan.tuning.depth.max(1);
         let mut flights: Vec<ClaimSlot> = Vec::with_capacity(depth);
         let mut k = 0usize;
-        // The next claim's units, if the model (and the work left) gives the worker one.
-        let take = |k: usize| -> Option<Range<usize>> {
-            let cpu_done = counts.cpu_units.load(Ordering::Relaxed);
-            if (forced && k > 0) || !model.should_claim(k == 0, run.remaining(), cpu_done) {
-                return None;
-            }
-            run.claim_many(plan.tuning.claim_batches(k, claim_batches))
-        };
-        // A claim's stored bytes read into a slot by the worker's readers.
-        let read = |range: Range<usize>, slot: &mut [u8]| -> Result<ReadClaim> {
-            let t0 = Instant::now();
-            let units = &run.units[range.clone()];
-            let (got, used) = read_claim(src, &plan.chain, units, slot, plan.tuning.readers())?;
-            let crc32 = gzip_crc32s(&plan.chain, &got, slot);
-            counts
-                .gpu_read_us
-                .fetch_add(micros(t0.elapsed()), Ordering::Relaxed);
-            counts
-                .gpu_read_end_us
-                .fetch_max(micros(run.started.elapsed()), Ordering::Relaxed);
-            Ok(ReadClaim {
-                range,
-                got,
-                used,
-                crc32,
-                t0,
-            })
-        };
         let result = (|| {
-            let mut next = match (take(0), lane.as_mut()) {
-                (Some(range), Some(lane)) => Some(read(range, lane.slot()?)?),
-                _ => None,
-            };
-            while let Some(claim) = next.take() {
+            loop {
+                let cpu_done = counts.cpu_units.load(Ordering::Relaxed);
+                if (forced && k > 0) || !model.should_claim(k == 0, run.remaining(), cpu_done) {
+                    break;
+                }
                 let Some(lane) = lane.as_mut() else {
                     break;
                 };
+                let claim = run.claim_many(plan.tuning.claim_batches(k, claim_batches));
+                let Some(range) = claim else {
+                    break;
+                };
+                let t0 = Instant::now();
+                let units = &run.units[range.clone()];
+                let (got, used, crc32) = {
+                    let slot = lane.slot()?;
+                    let (got, used) =
+                        read_claim(src, &plan.chain, units, slot, plan.tuning.readers())?;
+                    let crc32 = gzip_crc32s(&plan.chain, &got, slot);
+                    (got, used, crc32)
+                };
+                counts
+                    .gpu_read_us
+                    .fetch_add(micros(t0.elapsed()), Ordering::Relaxed);
+                counts
+                    .gpu_read_end_us
+                    .fetch_max(micros(run.started.elapsed()), Ordering::Relaxed);
                 let f = k % depth;
+                if f < flights.len() {
+                    flights[f].complete(src, run, model, counts)?;
+                }
+                let t1 = Instant::now();
                 if f == flights.len() {
                     let blosc = matches!(plan.chain.compression, Compression::Blosc(_));
                     // A blosc chunk is many streams: about one per 32 KiB.
@@ -420,54 +413,24 @@ impl GpuWorker<'_> {
                         blosc,
                     )?);
                 }
-                // The stored bytes to the flight's device buffer, on its stream (after
-                // the flight's previous claim); the lane moves to its other slot.
                 let flight = &mut flights[f];
-                lane.upload_ranges_into(
-                    &upload_ranges(&claim.got, room, src.cell_bytes, claim.used),
-                    &flight.stream,
-                    &flight.stored,
+                let owners = queue_claim(
+                    src,
+                    plan,
+                    ClaimRead {
+                        units,
+                        got: &got,
+                        used,
+                        crc32: crc32.as_deref(),
+                    },
+                    &fill_value,
+                    lane,
+                    flight,
+                    out,
                 )?;
-                // The readers read the next claim into the other slot while this
-                // thread waits for the flight's previous claim and queues this one
-                // (they used to idle meanwhile).
-                let following = take(k + 1);
-                let (queued, read_next) = std::thread::scope(|s| {
-                    let reader = following.map(|range| {
-                        let read = &read;
-                        s.spawn(move || read(range, lane.slot()?))
-                    });
-                    let queued = (|| -> Result<(Vec<usize>, u64)> {
-                        flight.complete(src, run, model, counts)?;
-                        let t1 = Instant::now();
-                        let units = &run.units[claim.range.clone()];
-                        let owners = queue_claim(
-                            src,
-                            plan,
-                            ClaimRead {
-                                units,
-                                got: &claim.got,
-                                crc32: claim.crc32.as_deref(),
-                            },
-                            &fill_value,
-                            flight,
-                            out,
-                        )?;
-                        counts
-                            .gpu_queue_us
-                            .fetch_add(micros(t1.elapsed()), Ordering::Relaxed);
-                        // Claimed to queued: the latency the model learns (the next
-                        // claim's read, which may end later, not counted).
-                        Ok((owners, micros(claim.t0.elapsed())))
-                    })();
-                    let read_next = reader.map(|h| {
-                        h.join().unwrap_or_else(|_| {
-                            Err(Error::invalid("a GPU worker's reader thread panicked"))
-                        })
-                    });
-                    (queued, read_next)
-                });
-                let (owners, host_us) = queued?;
+                counts
+                    .gpu_queue_us
+                    .fetch_add(micros(t1.elapsed()), Ordering::Relaxed);
                 let _ = counts.gpu_first_us.compare_exchange(
                     0,
                     micros(run.started.elapsed()).max(1),
@@ -475,13 +438,12 @@ impl GpuWorker<'_> {
                     Ordering::Relaxed,
                 );
                 flight.busy = Some(QueuedClaim {
-                    units: claim.range.clone(),
+                    units: range,
                     owners,
-                    host_us,
+                    host_us: micros(t0.elapsed()),
                 });
-                tally(&claim.got, src.cell_bytes, counts);
+                tally(&got, src.cell_bytes, counts);
                 k += 1;
-                next = read_next.transpose()?;
             }
             stopped();
             // The worker's CPU work goes on with the same staging (its slots are handed
@@ -501,43 +463,35 @@ impl GpuWorker<'_> {
     }
 }
 
-/// A claim its readers read: its units, what each reader got, the bytes of the slot
-/// they used, the CRC-32 each of nvCOMP's chunks must decode to (gzip), and when it
-/// was claimed.
-struct ReadClaim {
-    range: Range<usize>,
-    got: Vec<UnitOutcome>,
-    used: usize,
-    crc32: Option<Vec<u32>>,
-    t0: Instant,
-}
-
-/// One claim as [`queue_claim`] needs it (its stored bytes already on the way to the
-/// flight's device buffer): its units, what each reader got, and the CRC-32 each of
-/// nvCOMP's chunks must decode to (gzip).
+/// One claim as its readers left it: its units, what each reader got, the bytes of
+/// the slot they used, and the CRC-32 each of nvCOMP's chunks must decode to (gzip).
 #[derive(Clone, Copy)]
 struct ClaimRead<'a> {
     units: &'a [Unit],
     got: &'a [UnitOutcome],
+    used: usize,
     crc32: Option<&'a [u32]>,
 }
 
-/// Queues one claim on `flight`, after the DMA of its stored bytes (queued on the
-/// flight's stream by the caller): the nvCOMP call, the fill values (`fill_value`: in
-/// stored byte order) and host-decoded units (put in stored byte order by their
-/// reader), the byte swap of every unit, the placement. Returns which unit each of the
-/// call's chunks is. The flight's timing events cover this work, not the DMA (the
-/// caller queues it before the flight's previous claim was waited for, whose events
-/// are read then).
+/// Queues one claim on `flight`: the slot's DMA, the nvCOMP call, the fill values
+/// (`fill_value`: in stored byte order) and host-decoded units (put in stored byte
+/// order by their reader), the byte swap of every unit, the placement. Returns which
+/// unit each of the call's chunks is.
 fn queue_claim(
     src: &ZarrSource<'_>,
     plan: &GpuDecode,
     claim: ClaimRead<'_>,
     fill_value: &[u8],
+    lane: &mut UploadLane,
     flight: &mut ClaimSlot,
     out: &DeviceBuffer,
 ) -> Result<Vec<usize>> {
-    let ClaimRead { units, got, crc32 } = claim;
+    let ClaimRead {
+        units,
+        got,
+        used,
+        crc32,
+    } = claim;
     let room = stored_room(src.cell_bytes);
     let stride = aligned(src.cell_bytes);
     let s = &flight.stream;
@@ -571,6 +525,11 @@ fn queue_claim(
     // nvCOMP's output: the units themselves, or blosc's shuffled bytes.
     let target = flight.shuffled.as_ref().unwrap_or(&flight.decoded);
     flight.begin.record(s)?;
+    lane.upload_ranges_into(
+        &upload_ranges(got, room, src.cell_bytes, used),
+        s,
+        &flight.stored,
+    )?;
     if let Some(c) = crc32 {
         flight.batch.expect_crc32(c);
     }
