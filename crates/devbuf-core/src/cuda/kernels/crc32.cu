@@ -15,7 +15,7 @@
 // Polynomials are kept reflected: bit 31 holds the coefficient of x^0.
 //
 // Grid: blockIdx.y picks range `first + blockIdx.y`; blockIdx.x picks 16 KiB of it
-// (CRC32_BLOCK_BYTES: 256 threads of 64 bytes each). Each thread takes the raw CRC of its
+// (BLOCK_BYTES: 256 threads of 64 bytes each). Each thread takes the raw CRC of its
 // 64-byte slice (four bytes per step through slicing-by-4 tables in shared memory, byte
 // by byte where the slice is not 4-byte aligned), shifts it to the end of the block's
 // part of the range, the block XORs its threads' values (in shared memory: no warp
