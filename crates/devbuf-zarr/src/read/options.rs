@@ -43,7 +43,8 @@ pub enum Decoder {
     /// values unnoticed where the CPU decoder might have caught it. Use
     /// [`Cpu`](Self::Cpu), or chunks with crc32c, for stores you do not trust. gzip
     /// members have their header and size checked on the host and their CRC-32 on the
-    /// device after nvCOMP's decode, so damage anywhere in one is an error. Chunks of
+    /// device after nvCOMP's decode, so a member that decodes to other bytes than its
+    /// writer's is an error, as on the CPU. Chunks of
     /// other compressors go to the GPU under `Auto` only with crc32c (nvCOMP's deflate
     /// decoder has faulted the device on truncated input).
     ///
