@@ -24,6 +24,8 @@ namespace {
 struct Alloc {
     size_t size;
     bool host;
+    /// Memory of the caller's registered with cuMemHostRegister: not ours to free.
+    bool registered = false;
 };
 
 std::mutex g_mem_mutex;
@@ -210,6 +212,7 @@ static CUresult free_common(uintptr_t p)
     std::lock_guard<std::mutex> lock(g_mem_mutex);
     auto it = g_allocs.find(p);
     if (it == g_allocs.end()) return CUDA_ERROR_INVALID_VALUE;
+    if (it->second.registered) return CUDA_ERROR_INVALID_VALUE;
     g_allocs.erase(it);
     std::free((void*)p);
     return CUDA_SUCCESS;
@@ -289,6 +292,102 @@ CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUdeviceptr
     }
     return CUDA_SUCCESS;
 }
+
+// Like cuPointerGetAttribute for several attributes, but a pointer the driver does not
+// know is no error: its attributes read as zero (as the driver documents).
+CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute* attrs, void** data,
+                                CUdeviceptr p)
+{
+    uintptr_t start;
+    Alloc a;
+    const bool known = find_alloc((uintptr_t)p, &start, &a);
+    for (unsigned i = 0; i < n; ++i) {
+        switch (attrs[i]) {
+        case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+            *(unsigned*)data[i] = !known ? 0u : a.host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+            break;
+        case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int*)data[i] = known ? 0 : -2; break;
+        case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(CUdeviceptr*)data[i] = known ? start : 0; break;
+        case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t*)data[i] = known ? a.size : 0; break;
+        case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext*)data[i] = known ? PRIMARY : nullptr; break;
+        case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr*)data[i] = known ? p : 0; break;
+        case CU_POINTER_ATTRIBUTE_HOST_POINTER: *(void**)data[i] = known && a.host ? (void*)p : nullptr; break;
+        case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(unsigned*)data[i] = 0; break;
+        case CU_POINTER_ATTRIBUTE_MAPPED: *(unsigned*)data[i] = known ? 1u : 0u; break;
+        default: return CUDA_ERROR_INVALID_VALUE;
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+// The caller's host memory, registered: known to the pointer queries, never freed here.
+CUresult cuMemHostRegister(void* p, size_t n, unsigned int)
+{
+    if (p == nullptr || n == 0) return CUDA_ERROR_INVALID_VALUE;
+    std::lock_guard<std::mutex> lock(g_mem_mutex);
+    if (g_allocs.count((uintptr_t)p)) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    g_allocs[(uintptr_t)p] = Alloc{n, true, true};
+    return CUDA_SUCCESS;
+}
+CUresult cuMemHostUnregister(void* p)
+{
+    std::lock_guard<std::mutex> lock(g_mem_mutex);
+    auto it = g_allocs.find((uintptr_t)p);
+    if (it == g_allocs.end() || !it->second.registered) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    g_allocs.erase(it);
+    return CUDA_SUCCESS;
+}
+
+// Every stream is synchronous: the asynchronous copies are the synchronous ones.
+CUresult cuMemcpyHtoDAsync(CUdeviceptr d, const void* h, size_t n, CUstream)
+{
+    return cuMemcpyHtoD_v2(d, h, n);
+}
+CUresult cuMemcpyDtoHAsync(void* h, CUdeviceptr d, size_t n, CUstream)
+{
+    return cuMemcpyDtoH_v2(h, d, n);
+}
+CUresult cuMemcpyPeerAsync(CUdeviceptr d, CUcontext, CUdeviceptr s, CUcontext, size_t n, CUstream)
+{
+    return cuMemcpyDtoD_v2(d, s, n);
+}
+CUresult cuLaunchHostFunc(CUstream, CUhostFn fn, void* user)
+{
+    fn(user);
+    return CUDA_SUCCESS;
+}
+
+// Stream-ordered pools: plain allocations (streams are synchronous).
+CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps*)
+{
+    *pool = (CUmemoryPool)new_handle();
+    return CUDA_SUCCESS;
+}
+CUresult cuMemPoolDestroy(CUmemoryPool) { return CUDA_SUCCESS; }
+CUresult cuMemPoolSetAttribute(CUmemoryPool, CUmemPool_attribute, void*) { return CUDA_SUCCESS; }
+CUresult cuMemPoolGetAttribute(CUmemoryPool, CUmemPool_attribute attr, void* value)
+{
+    switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: *(int*)value = 0; break;
+    default: *(cuuint64_t*)value = 0; break;
+    }
+    return CUDA_SUCCESS;
+}
+CUresult cuMemPoolTrimTo(CUmemoryPool, size_t) { return CUDA_SUCCESS; }
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr* d, size_t n, CUmemoryPool, CUstream)
+{
+    return cuMemAlloc_v2(d, n);
+}
+CUresult cuMemFreeAsync(CUdeviceptr d, CUstream) { return cuMemFree_v2(d); }
+
+// No second process can map this emulation's memory.
+CUresult cuIpcGetMemHandle(CUipcMemHandle*, CUdeviceptr) { return CUDA_ERROR_NOT_SUPPORTED; }
+CUresult cuIpcOpenMemHandle(CUdeviceptr*, CUipcMemHandle, unsigned int) { return CUDA_ERROR_NOT_SUPPORTED; }
+CUresult cuIpcCloseMemHandle(CUdeviceptr) { return CUDA_ERROR_NOT_SUPPORTED; }
+CUresult cuIpcGetEventHandle(CUipcEventHandle*, CUevent) { return CUDA_ERROR_NOT_SUPPORTED; }
+CUresult cuIpcOpenEventHandle(CUevent*, CUipcEventHandle) { return CUDA_ERROR_NOT_SUPPORTED; }
 
 // Modules and launches -----------------------------------------------------------------
 
