@@ -22,7 +22,9 @@
 //! Per store: host read (`host`: new results, each dropped before the next read, as a
 //! loop of reads does, so the result memory is recycled; `host new`: every result kept,
 //! so each read faults fresh pages in; `host into`: into one reused buffer; `host/mem`:
-//! `host` against the limit of every core decoding in-memory frames); device
+//! `host` against the limit of every core decoding in-memory frames; `host/own`: against
+//! every core decoding the store's own chunk frames in memory, zstd stores of whole
+//! chunk files); device
 //! reads with each decoder: `Auto` first (`dev auto (first reads)`: as a program that
 //! names no decoder meets it, calibration included), then `Cpu`, `Gpu`, `Both` and
 //! `Auto` again (`dev auto`: settled, with the others measured; `auto/best` against the
@@ -39,7 +41,10 @@
 //! chunk files (a device run with the limits): every core reading its files into
 //! page-locked memory, nvCOMP decoding its frames on the device (all in one call, one
 //! chunk alone, one chunk per multiprocessor), and the bound they set on a pipelined
-//! device read: `decoded / (read time + one chunk's latency)`.
+//! device read: `decoded / (read time + one chunk's latency)`; then the copy of the
+//! stored bytes to the device, and both stages overlapped in 1, 2, 4 and 8 pieces as a
+//! pipeline could at best (every core but one reading piece after piece, one thread
+//! copying each read piece and queueing its nvCOMP call on a stream of its own).
 
 #[cfg(not(feature = "zarr"))]
 fn main() {
@@ -316,6 +321,9 @@ mod bench {
         host_new: f64,
         /// Host reads into one buffer reused for every read (`read(..).into(..)`).
         into: f64,
+        /// Every core decoding this store's own chunk frames, already in memory, each
+        /// into its place in one reused buffer (GB/s; NaN where not measured).
+        own_mem: f64,
         /// Device reads: CPU decode, GPU decode, both, Auto (after the others ran).
         device: [f64; 4],
         /// Auto's first reads of this kind of read in the process, before any other
@@ -406,8 +414,12 @@ mod bench {
                     decoder,
                     ..args.read.clone()
                 })?;
-                if matches!(decoder, Decoder::Gpu | Decoder::Both) && a.read(..).to(&dev).is_err() {
-                    continue; // nvCOMP missing or the codec not for it: the report says why
+                if matches!(decoder, Decoder::Gpu | Decoder::Both)
+                    && let Err(e) = a.read(..).to(&dev)
+                {
+                    // nvCOMP missing, the codec not for it, or the options refused.
+                    eprintln!("bench_zarrs: {name}: no {label} read: {e}");
+                    continue;
                 }
                 device[k] = device_rate(a, ctx, args, name, label)?;
             }
@@ -449,11 +461,15 @@ mod bench {
             a.read(..).report(&mut report).to(&host)?;
         }
         let ratio = bytes / stored_bytes(path).max(1) as f64;
+        let elem = a.dtype().element().size() as u64;
+        let chunk = (a.metadata().chunk_shape.iter().product::<u64>() * elem) as usize;
+        let own_mem = match (args.limits, report.codecs.as_str()) {
+            (true, "zstd") => own_frames_rate(name, path, chunk, bytes as usize)?,
+            _ => f64::NAN,
+        };
         if let Some(ctx) = ctx.filter(|_| args.limits && report.codecs == "zstd") {
-            let elem = a.dtype().element().size() as u64;
-            let chunk = a.metadata().chunk_shape.iter().product::<u64>() * elem;
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-            store_limits(ctx, name, path, chunk as usize, bytes as usize, cores)?;
+            store_limits(ctx, name, path, chunk, bytes as usize, cores)?;
         }
         Ok(Row {
             name: name.to_string(),
@@ -461,6 +477,7 @@ mod bench {
             host: gbs(bytes, host_s),
             host_new: gbs(bytes, new_s),
             into: gbs(bytes, into_s),
+            own_mem,
             device,
             auto_first,
             write,
@@ -512,13 +529,14 @@ mod bench {
             .filter(|x| !x.is_nan())
             .fold(f64::NAN, f64::max);
         println!(
-            "| {:<20} | {:>5.2} | {:>6.2} | {:>6.2} | {:>6.2} | {:>5.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>5.2} | {:>6.2} | {:>6} | {:>6} | {:>5} | {} |",
+            "| {:<20} | {:>5.2} | {:>6.2} | {:>6.2} | {:>6.2} | {:>5.2} | {:>5.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>5.2} | {:>6.2} | {:>6} | {:>6} | {:>5} | {} |",
             r.name,
             r.ratio,
             r.host,
             r.host_new,
             r.into,
             r.host / MEM_DECODE.get().copied().unwrap_or(f64::NAN),
+            r.host / r.own_mem,
             r.device[0],
             r.device[1],
             r.device[2],
@@ -571,6 +589,83 @@ mod bench {
         })?;
         let n = raw.len() as f64;
         Ok((gbs(n, dec), gbs(n, enc)))
+    }
+
+    /// Every core decoding the chunk files of the store at `path` (zstd frames of
+    /// `chunk_bytes` decoded bytes each), already read into memory, each into its own
+    /// place in one reused output buffer touched before the timing: the host read's work
+    /// without reading the files and placing the chunks, on the store's own data (the
+    /// limit line's frames are one synthetic frame decoded over and over, its input hot
+    /// in the caches). GB/s of decoded bytes; NaN, with a line saying why, for stores it
+    /// does not fit (sharded, edge chunks). Printed with the per-store limits.
+    fn own_frames_rate(
+        name: &str,
+        path: &Path,
+        chunk_bytes: usize,
+        decoded: usize,
+    ) -> devbuf::Result<f64> {
+        let files = crate::staging::store_files(path);
+        let say = |line: String| {
+            STORE_LIMITS
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(format!("limits for {name}: {line}"));
+        };
+        if files.is_empty() || files.len() * chunk_bytes != decoded {
+            say(format!(
+                "{} files of {chunk_bytes} decoded bytes each do not make the array's \
+                 {decoded} bytes (sharded or edge chunks): host/own not measured",
+                files.len()
+            ));
+            return Ok(f64::NAN);
+        }
+        let frames = files
+            .iter()
+            .map(|(p, _)| std::fs::read(p))
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(io_err)?;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut out = vec![1u8; decoded];
+        let secs = time(5, &mut || {
+            let jobs = std::sync::Mutex::new(frames.iter().zip(out.chunks_mut(chunk_bytes)));
+            std::thread::scope(|s| {
+                let hs: Vec<_> = (0..cores)
+                    .map(|_| {
+                        let jobs = &jobs;
+                        s.spawn(move || -> std::io::Result<()> {
+                            let mut d = zstd::bulk::Decompressor::new()?;
+                            loop {
+                                let next = jobs.lock().unwrap_or_else(|p| p.into_inner()).next();
+                                let Some((z, dst)) = next else {
+                                    return Ok(());
+                                };
+                                let n = d.decompress_to_buffer(&z[..], dst)?;
+                                if n != dst.len() {
+                                    return Err(std::io::Error::other(format!(
+                                        "a frame decoded to {n} bytes, not {}",
+                                        dst.len()
+                                    )));
+                                }
+                            }
+                        })
+                    })
+                    .collect();
+                hs.into_iter().try_for_each(|h| {
+                    h.join()
+                        .map_err(|_| {
+                            devbuf::Error::InvalidArgument("a decode thread panicked".into())
+                        })?
+                        .map_err(io_err)
+                })
+            })
+        })?;
+        let rate = gbs(decoded as f64, secs);
+        say(format!(
+            "{cores} threads decode its {} frames in memory (each into its place in one \
+             reused buffer) at {rate:.2} GB/s; `host/own` divides the host read by this",
+            files.len()
+        ));
+        Ok(rate)
     }
 
     /// `threads` threads decoding zstd-1 frames of this data (4 MiB each, already in
@@ -904,7 +999,7 @@ mod bench {
             crate::staging::read_into(&mut staging, &files, &offsets, cores).map_err(io_err)
         })?;
         let packed = ctx.allocate(at.max(1))?;
-        packed.copy_from_host(0, &staging[..at])?;
+        let copy_s = time(5, &mut || packed.copy_from_host(0, &staging[..at]))?;
         drop(staging);
         let n = files.len();
         let inputs: Vec<_> = (0..n)
@@ -942,6 +1037,19 @@ mod bench {
         let one = call(1)?;
         let sms = (ctx.properties().multiprocessor_count as usize).clamp(1, n);
         let per_sm = call(sms)?;
+        drop(batch);
+        // The two stages overlapped as a pipeline of `k` pieces could at best: every
+        // core but one reads piece after piece, one thread copies each piece to the
+        // device once read and queues its nvCOMP call on a stream of its own.
+        let mut overlapped = Vec::new();
+        for k in [1usize, 2, 4, 8] {
+            let (s, queued) = overlapped_read(ctx, &files, &offsets, at, chunk_bytes, k, cores)?;
+            overlapped.push(format!(
+                "{k} pieces {:.1} GB/s (last call queued at {:.1} ms)",
+                gbs(decoded as f64, s),
+                queued * 1e3
+            ));
+        }
         let read_ms = read_s * 1e3;
         let bound = gbs(decoded as f64, read_s + one);
         say(format!(
@@ -949,7 +1057,10 @@ mod bench {
              {:.1} GB/s stored ({read_ms:.1} ms); nvCOMP on these frames on the device: all in \
              one call {:.1} GB/s ({:.1} ms), one chunk alone {:.2} ms, {sms} chunks (one per \
              multiprocessor) {:.2} ms; so no pipelined read of the whole array beats \
-             {decoded} B / ({read_ms:.1} + {:.2} ms) = {bound:.1} GB/s",
+             {decoded} B / ({read_ms:.1} + {:.2} ms) = {bound:.1} GB/s; one copy of the \
+             stored bytes from page-locked memory to the device {:.1} ms (read, then copy: \
+             {:.1} ms); both stages overlapped in pieces, each read by {} threads, copied \
+             and queued on a stream of its own: {}",
             stored as f64 / (1u64 << 20) as f64,
             gbs(stored as f64, read_s),
             gbs(decoded as f64, all),
@@ -957,8 +1068,109 @@ mod bench {
             one * 1e3,
             per_sm * 1e3,
             one * 1e3,
+            copy_s * 1e3,
+            read_ms + copy_s * 1e3,
+            cores.saturating_sub(1).max(1),
+            overlapped.join(", "),
         ));
         Ok(())
+    }
+
+    /// One timed pipelined read of `files` (staged at `offsets`, `at` bytes in all) onto
+    /// the device in `k` pieces of about equal file counts, decoded by nvCOMP into
+    /// chunks of `chunk_bytes`: `cores - 1` threads read the pieces in turn into
+    /// page-locked memory while one thread copies each read piece to the device and
+    /// queues its call on a stream of its own. Returns the median seconds of the whole
+    /// and of the time the last call was queued at.
+    fn overlapped_read(
+        ctx: &Context,
+        files: &[(PathBuf, usize)],
+        offsets: &[usize],
+        at: usize,
+        chunk_bytes: usize,
+        k: usize,
+        cores: usize,
+    ) -> devbuf::Result<(f64, f64)> {
+        use devbuf::cuda::Stream;
+        use devbuf::cuda::nvcomp::{DecompressBatch, GpuCodec};
+        let n = files.len();
+        let k = k.clamp(1, n);
+        let bounds: Vec<usize> = (0..=k).map(|p| p * n / k).collect();
+        let mut staging = ctx.allocate_host(at.max(1))?;
+        let packed = ctx.allocate(at.max(1))?;
+        let dst = ctx.allocate(n * chunk_bytes)?;
+        let streams = (0..k)
+            .map(|_| Stream::new(ctx))
+            .collect::<devbuf::Result<Vec<_>>>()?;
+        let mut batches = (0..k)
+            .map(|p| DecompressBatch::new(ctx, Some(&streams[p])))
+            .collect::<devbuf::Result<Vec<_>>>()?;
+        let readers = cores.saturating_sub(1).max(1);
+        let mut queued_at = Vec::new();
+        let whole = time(5, &mut || {
+            let t0 = Instant::now();
+            // Piece p's bytes of the staging buffer, disjoint.
+            let mut pieces: Vec<(usize, &mut [u8])> = Vec::with_capacity(k);
+            let mut rest: &mut [u8] = &mut staging[..];
+            let mut base = 0usize;
+            for p in 0..k {
+                let (a, b) = (bounds[p], bounds[p + 1]);
+                let end = if b == n { at } else { offsets[b] };
+                let (piece, tail) = std::mem::take(&mut rest).split_at_mut(end - base);
+                pieces.push((offsets[a], piece));
+                rest = tail;
+                base = end;
+            }
+            let (tx, rx) = std::sync::mpsc::channel::<(usize, usize, &[u8])>();
+            let bounds = &bounds;
+            let last = std::thread::scope(|s| -> devbuf::Result<f64> {
+                let reader = s.spawn(move || -> std::io::Result<()> {
+                    for (p, (start, piece)) in pieces.into_iter().enumerate() {
+                        let (a, b) = (bounds[p], bounds[p + 1]);
+                        let rel: Vec<usize> = offsets[a..b].iter().map(|o| o - start).collect();
+                        crate::staging::read_into(piece, &files[a..b], &rel, readers)?;
+                        let piece: &[u8] = piece;
+                        if tx.send((p, start, piece)).is_err() {
+                            break;
+                        }
+                    }
+                    Ok(())
+                });
+                let mut last = 0.0;
+                for (p, start, piece) in rx {
+                    packed.copy_from_host(start, piece)?;
+                    let (a, b) = (bounds[p], bounds[p + 1]);
+                    let inputs: Vec<_> = (a..b)
+                        .map(|i| offsets[i]..offsets[i] + files[i].1)
+                        .collect();
+                    let outputs: Vec<_> = (a..b)
+                        .map(|i| i * chunk_bytes..(i + 1) * chunk_bytes)
+                        .collect();
+                    batches[p].queue_decompress(
+                        &streams[p],
+                        GpuCodec::Zstd,
+                        &packed,
+                        &inputs,
+                        &dst,
+                        &outputs,
+                        &[],
+                        &[],
+                    )?;
+                    last = t0.elapsed().as_secs_f64();
+                }
+                reader
+                    .join()
+                    .map_err(|_| devbuf::Error::invalid("the reader thread panicked"))?
+                    .map_err(io_err)?;
+                Ok(last)
+            })?;
+            for b in batches.iter_mut() {
+                b.finish()?;
+            }
+            queued_at.push(last);
+            Ok(())
+        })?;
+        Ok((whole, median(queued_at)))
     }
 
     /// Times every store asked for, then prints the per-store limits measured.
@@ -977,9 +1189,9 @@ mod bench {
     /// The table: a row per store asked for.
     fn table(a: &Args, ctx: Option<&Context>) -> devbuf::Result<()> {
         println!(
-            "\n| store | ratio | host | host new | host into | host/mem | dev cpu | dev gpu | dev both | dev auto (first reads) | dev auto | auto/best | best/host | write cpu | write gpu | gpu ratio | read engine (both) |"
+            "\n| store | ratio | host | host new | host into | host/mem | host/own | dev cpu | dev gpu | dev both | dev auto (first reads) | dev auto | auto/best | best/host | write cpu | write gpu | gpu ratio | read engine (both) |"
         );
-        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         let wanted = |n: &str| a.only.as_ref().is_none_or(|o| o.iter().any(|x| x == n));
         if let Some(m) = &a.manifest {
             let text = std::fs::read_to_string(m).map_err(|e| {
