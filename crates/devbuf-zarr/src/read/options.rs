@@ -223,8 +223,9 @@ pub struct GpuTuning {
     /// Claims per flight over a read at least (2 / 1; 1 to 64): smaller claims start
     /// the device sooner.
     pub spread: Option<usize>,
-    /// A worker's first claims are `2^-ramp`, `2^-(ramp-1)`, ... of the full size (0 /
-    /// 2; at most 8), so the device starts sooner.
+    /// A worker's first claims are `2^-ramp`, `2^-(ramp-1)`, ... of the full size (0;
+    /// at most 8), so the device starts sooner; full claims grow so that a worker's
+    /// first round of claims still covers its share of the read.
     pub ramp: Option<u32>,
     /// Whether GPU workers consult the cost model before a claim (default `true`);
     /// `false`: they take claims while there are any.
