@@ -55,28 +55,58 @@ pub fn read_into(
     offsets: &[usize],
     threads: usize,
 ) -> std::io::Result<()> {
-    // One disjoint piece of `dst` per file, in order.
-    let mut jobs = Vec::with_capacity(files.len());
+    read_into_each(dst, files, offsets, threads, 0, &|_, _, _| Ok(()))
+}
+
+/// [`read_into`] in groups of consecutive files of at least `group_bytes` stored bytes
+/// (a file alone when larger), each group read by one thread, which then calls
+/// `then(first, last, bytes)` for files `first..last` (their span of `dst`, padding
+/// included) right after reading them, while their bytes are still in the caches.
+pub fn read_into_each(
+    dst: &mut [u8],
+    files: &[(PathBuf, usize)],
+    offsets: &[usize],
+    threads: usize,
+    group_bytes: usize,
+    then: &(dyn Fn(usize, usize, &[u8]) -> std::io::Result<()> + Sync),
+) -> std::io::Result<()> {
+    // One disjoint span of `dst` per group of files, in order.
+    let mut groups = Vec::new();
     let mut rest = dst;
     let mut at = 0usize;
-    for ((path, n), &o) in files.iter().zip(offsets) {
-        let (_, tail) = std::mem::take(&mut rest).split_at_mut(o - at);
-        let (piece, tail) = tail.split_at_mut(*n);
-        jobs.push((path, piece));
+    let mut first = 0usize;
+    while first < files.len() {
+        let mut last = first + 1;
+        let mut n = files[first].1;
+        while last < files.len() && n < group_bytes {
+            n += files[last].1;
+            last += 1;
+        }
+        let end = offsets[last - 1] + files[last - 1].1;
+        let (_, tail) = std::mem::take(&mut rest).split_at_mut(offsets[first] - at);
+        let (span, tail) = tail.split_at_mut(end - offsets[first]);
+        groups.push((first, last, span));
         rest = tail;
-        at = o + n;
+        at = end;
+        first = last;
     }
-    let jobs = Mutex::new(jobs.into_iter());
+    let jobs = Mutex::new(groups.into_iter());
     std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads.max(1))
             .map(|_| {
                 s.spawn(|| -> std::io::Result<()> {
                     loop {
                         let next = jobs.lock().unwrap_or_else(|p| p.into_inner()).next();
-                        let Some((path, piece)) = next else {
+                        let Some((first, last, span)) = next else {
                             return Ok(());
                         };
-                        std::fs::File::open(path)?.read_exact(piece)?;
+                        let base = offsets[first];
+                        for i in first..last {
+                            let at = offsets[i] - base;
+                            std::fs::File::open(&files[i].0)?
+                                .read_exact(&mut span[at..at + files[i].1])?;
+                        }
+                        then(first, last, span)?;
                     }
                 })
             })
