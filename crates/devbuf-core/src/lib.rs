@@ -60,7 +60,7 @@ pub use error::{Error, ErrorKind, ErrorSource, Result};
 /// through `ZarrArray`.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::cuda::transfer::{UploadLane, as_lease_holder};
+    pub use crate::cuda::transfer::{SlotUploads, UploadLane, as_lease_holder};
     pub use crate::error::helpers::{fmt_axes, panic_message, with_shared_source};
     pub use crate::memory::host_output::{HostOutput, prepare_output, zeroed_vec};
     pub use crate::memory::host_pool::release as release_host_pool;

@@ -56,16 +56,45 @@ impl UnitOutcome {
     }
 }
 
+/// The byte ranges of a slot the device needs for units `(j, outcome)` (in order of
+/// `j`; unit `j`'s region starts at `j * room`): each unit's stored bytes, or its
+/// `cell_bytes` decoded on the host; ranges less than 64 KiB apart are merged (one DMA
+/// each).
+pub(crate) fn upload_ranges<'a>(
+    units: impl IntoIterator<Item = (usize, &'a UnitOutcome)>,
+    room: usize,
+    cell_bytes: usize,
+) -> Vec<Range<usize>> {
+    const GAP: usize = 64 << 10;
+    let mut out: Vec<Range<usize>> = Vec::new();
+    for (j, g) in units {
+        let r = match g {
+            UnitOutcome::Missing => continue,
+            UnitOutcome::Host => j * room..j * room + cell_bytes,
+            UnitOutcome::Gpu(r) | UnitOutcome::Blosc(r, _) => r.clone(),
+        };
+        match out.last_mut() {
+            Some(last) if r.start <= last.end + GAP => last.end = last.end.max(r.end),
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
 /// Reads and checks the stored bytes of `units` into `slot` (unit `j` at `j * room`,
 /// `room` = [`stored_room`]) with up to `readers` threads. Returns what became of each
 /// unit and how many bytes of the slot hold data (what must go to the device). An
-/// error names the unit's chunk.
+/// error names the unit's chunk. `upload`: called by the reading thread with the
+/// slot ranges the device needs ([`upload_ranges`]) of each group of units right after
+/// the group is read, while its bytes are still in the caches; the slot's bytes it
+/// was given are not written again.
 pub(crate) fn read_claim(
     src: &ZarrSource<'_>,
     chain: &Chain,
     units: &[Unit],
     slot: &mut [u8],
     readers: usize,
+    upload: &(dyn Fn(Range<usize>) -> Result<()> + Sync),
 ) -> Result<(Vec<UnitOutcome>, usize)> {
     let room = stored_room(src.cell_bytes);
     if slot.len() < units.len() * room {
@@ -90,20 +119,12 @@ pub(crate) fn read_claim(
     let mut got = vec![UnitOutcome::Missing; units.len()];
     // A file is kept open for the reader's next unit only when units share files.
     let keep_open = src.sharded();
-    if groups == 1 {
-        let mut last = None;
-        for (j, u, region) in &mut jobs {
-            got[*j] = one_unit(src, chain, u, region, *j * room, &mut last)?;
-            if !keep_open {
-                last = None;
-            }
-        }
-    } else {
-        // Reads one group of units (consecutive units of one file, a shard's inner
-        // chunks, open it once).
-        let read_group = |group: &mut [(usize, &Unit, &mut [u8])]| {
+    // Reads one group of units (consecutive units of one file, a shard's inner
+    // chunks, open it once), then queues the copies of what the device needs of it.
+    let read_group =
+        |group: &mut [(usize, &Unit, &mut [u8])]| -> Result<Vec<(usize, UnitOutcome)>> {
             let mut last = None;
-            group
+            let read = group
                 .iter_mut()
                 .map(|(j, u, region)| {
                     let g = one_unit(src, chain, u, region, *j * room, &mut last);
@@ -112,8 +133,19 @@ pub(crate) fn read_claim(
                     }
                     g.map(|g| (*j, g))
                 })
-                .collect::<Result<Vec<_>>>()
+                .collect::<Result<Vec<_>>>()?;
+            for r in upload_ranges(read.iter().map(|(j, g)| (*j, g)), room, src.cell_bytes) {
+                upload(r)?;
+            }
+            Ok(read)
         };
+    if groups == 1 {
+        for group in jobs.chunks_mut(per) {
+            for (j, g) in read_group(group)? {
+                got[j] = g;
+            }
+        }
+    } else {
         // The groups go to whichever reader is free: the spawned ones and this thread
         // (which reads them all when no thread can be had).
         let queue = std::sync::Mutex::new(jobs.chunks_mut(per));
@@ -452,7 +484,35 @@ mod tests {
             let room = stored_room(src.cell_bytes);
             let read = |readers: usize| {
                 let mut slot = vec![0u8; units.len() * room];
-                let (got, used) = read_claim(&src, &chain, &units, &mut slot, readers).unwrap();
+                let copies = std::sync::Mutex::new(Vec::new());
+                let upload = |r: Range<usize>| {
+                    copies.lock().unwrap().push(r);
+                    Ok(())
+                };
+                let (got, used) =
+                    read_claim(&src, &chain, &units, &mut slot, readers, &upload).unwrap();
+                // The readers' copies: disjoint, inside the used bytes, and covering
+                // every byte the device reads of every unit.
+                let mut copies = copies.into_inner().unwrap();
+                copies.sort_by_key(|r| r.start);
+                assert!(
+                    copies.windows(2).all(|w| w[0].end <= w[1].start),
+                    "{name}: {copies:?}"
+                );
+                assert!(
+                    copies.iter().all(|r| r.end <= used),
+                    "{name}: {copies:?} {used}"
+                );
+                for (j, g) in got.iter().enumerate() {
+                    for need in upload_ranges([(j, g)], room, src.cell_bytes) {
+                        assert!(
+                            copies
+                                .iter()
+                                .any(|c| c.start <= need.start && need.end <= c.end),
+                            "{name}, {readers} readers: unit {j}'s bytes {need:?} not copied"
+                        );
+                    }
+                }
                 slot.truncate(used);
                 (got, used, slot)
             };

@@ -28,8 +28,8 @@ mod staging;
 use std::sync::atomic::Ordering;
 
 pub(crate) use engine::EngineCell;
-pub use lane::UploadLane;
 pub use lane::as_lease_holder;
+pub use lane::{SlotUploads, UploadLane};
 pub use pending::{HostSink, HostSource, Pending, ScopedPending, TransferScope, scope};
 
 use self::engine::{Engine, TransferGrant};
