@@ -10,12 +10,13 @@
 //! other slot; a slot is handed out again only after its event completed, so the CPU
 //! never writes memory a DMA still reads.
 //!
-//! A [`bare`](UploadLane::bare) lane has no scratch buffers: its producer copies each
-//! slot into device memory of its own, on a stream of its own
-//! ([`upload_ranges_into`](UploadLane::upload_into)), and the slot's event is recorded right
-//! after that copy, so the slot is free again as soon as its bytes are on the device,
-//! whatever the producer queues after it (the GPU decode workers keep several decodes
-//! in flight on their own streams this way).
+//! A [`bare`](UploadLane::bare) lane has no scratch buffers: its producer copies the
+//! slot's ranges into device memory of its own, on a stream of its own, from any of its
+//! threads while the slot is being filled ([`slot_uploads`](UploadLane::slot_uploads)),
+//! and the slot's event is recorded right after those copies
+//! ([`uploaded`](UploadLane::uploaded)), so the slot is free again as soon as its bytes
+//! are on the device, whatever the producer queues after it (the GPU decode workers
+//! keep several decodes in flight on their own streams this way).
 //!
 //! A thread that holds a lane's kit must never wait for another kit: the zarr write
 //! engine's workers store encoded chunks (a host-to-device copy into a
@@ -164,7 +165,7 @@ impl UploadLane {
     }
 
     /// A lane with two page-locked slots of `slot_bytes` each and no device scratch
-    /// buffers: for [`upload_ranges_into`](Self::upload_ranges_into) only. Waits for the pool as
+    /// buffers: for [`slot_uploads`](Self::slot_uploads) only. Waits for the pool as
     /// [`new`](Self::new).
     pub fn bare(ctx: &Context, slot_bytes: usize, wait: bool) -> Result<Option<UploadLane>> {
         Self::make(ctx, slot_bytes, wait, false, None)
@@ -373,64 +374,6 @@ impl UploadLane {
         Ok(())
     }
 
-    /// Copies the byte ranges `ranges` of the current slot into the same offsets of
-    /// `dst` on `stream` (one DMA per range, in order; only the bytes the device needs
-    /// cross the bus and host memory), records the slot's event on `stream` right after
-    /// the copies and moves to the other slot. The slot is handed out again once the
-    /// copies are done: what the caller queues on `stream` afterwards does not hold it.
-    /// Returns without waiting.
-    pub fn upload_ranges_into(
-        &mut self,
-        ranges: &[std::ops::Range<usize>],
-        stream: &Stream,
-        dst: &DeviceBuffer,
-    ) -> Result<()> {
-        if let Some(r) = ranges
-            .iter()
-            .find(|r| r.start > r.end || r.end > self.bytes || r.end > dst.len())
-        {
-            return Err(Error::invalid(format!(
-                "upload lane: bytes {}..{} submitted from a slot of {} bytes into a buffer of \
-                 {} bytes",
-                r.start,
-                r.end,
-                self.bytes,
-                dst.len()
-            )));
-        }
-        let (event, ptr, ctx) = {
-            let kit = self.kit()?;
-            (kit.event(self.slot), kit.host_ptr(self.slot), kit.context())
-        };
-        if !stream.context().same_as(dst.context()) || stream.context().as_raw() != ctx.cast() {
-            return Err(Error::invalid(
-                "upload lane: the stream and the buffer must belong to the lane's context",
-            ));
-        }
-        dst.check_writable("an upload lane's copy")?;
-        driver::ctx_set_current(ctx)?;
-        for r in ranges.iter().filter(|r| r.end > r.start) {
-            // Safety: `ptr` is the kit's page-locked slot, valid for `bytes >= r.end`
-            // bytes (checked above), not written by the CPU until the slot's event,
-            // recorded below on the same stream after these copies, has completed
-            // (`slot()` waits for it, and so does the lane's drop); `dst` is a live
-            // device buffer of this context of at least `r.end` bytes (checked above),
-            // kept alive by the caller until its stream's work is done.
-            unsafe {
-                driver::transfer::memcpy_htod_async(
-                    dst.address() + r.start as u64,
-                    ptr.add(r.start),
-                    r.len(),
-                    stream.raw(),
-                )?
-            };
-        }
-        driver::event_record(event, stream.raw())?;
-        self.queued[self.slot] = true;
-        self.slot ^= 1;
-        Ok(())
-    }
-
     /// The current slot (once the work that last read it finished, as
     /// [`slot`](Self::slot)) and a handle through which any thread queues copies of its
     /// byte ranges into the same offsets of `dst` on `stream` while the slot is being
@@ -562,8 +505,8 @@ impl Drop for UploadLane {
     fn drop(&mut self) {
         if let Some(kit) = self.kit.take() {
             // The kit is reused only when no DMA of it can still be pending: its copies
-            // ran on the lane's stream, or (`upload_into`) on the caller's stream with
-            // the slot's event recorded right after them.
+            // ran on the lane's stream, or (`slot_uploads`) on the caller's stream with
+            // the slot's event recorded right after them (`uploaded`).
             let idle = driver::ctx_set_current(kit.context()).is_ok()
                 && self.stream.synchronize().is_ok()
                 && (0..2)
