@@ -11,8 +11,10 @@
 //! * `source`: an opened array as the engine sees it (decode grid, fetch, decode);
 //! * `pipeline`: the worker threads, host and device;
 //! * `place`: the placement of decoded units on the device (merged strided copies);
-//! * `gpu`: the GPU decode workers (stored bytes -> one DMA -> one nvCOMP call, several
-//!   claims in flight per worker while the next one is read);
+//! * `gpu`: the GPU decode workers (stored bytes -> copies queued by the readers as they
+//!   read -> one nvCOMP call, several claims in flight per worker while the next one
+//!   is read);
+//! * `tuning`: how the GPU workers are sized (claims in flight, claim sizes, ramp);
 //! * `stored`: a GPU claim's host side (parallel reads into a page-locked slot, checks);
 //! * `sched`: when a GPU worker takes another claim (the CPU / GPU split);
 //! * `calibrate`: which decoder `Auto` runs, from rates measured in this process;
@@ -41,6 +43,7 @@ mod report;
 mod sched;
 mod source;
 mod stored;
+mod tuning;
 pub(crate) mod work;
 
 use std::sync::atomic::Ordering;
