@@ -326,7 +326,6 @@ impl GpuWorker<'_> {
                         let crc32 = gzip_crc32s(&plan.chain, &got, slot);
                         (got, crc32)
                     });
-                    drop(uploads);
                     // The slot goes out again only after the copies queued so far, also
                     // when the read failed.
                     let handed = lane.uploaded(&flight.stream);
