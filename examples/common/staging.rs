@@ -58,6 +58,9 @@ pub fn read_into(
     read_into_each(dst, files, offsets, threads, 0, &|_, _, _| Ok(()))
 }
 
+/// What [`read_into_each`] calls after each group of files: `(first, last, bytes)`.
+pub type AfterGroup<'a> = dyn Fn(usize, usize, &[u8]) -> std::io::Result<()> + Sync + 'a;
+
 /// [`read_into`] in groups of consecutive files of at least `group_bytes` stored bytes
 /// (a file alone when larger), each group read by one thread, which then calls
 /// `then(first, last, bytes)` for files `first..last` (their span of `dst`, padding
@@ -68,7 +71,7 @@ pub fn read_into_each(
     offsets: &[usize],
     threads: usize,
     group_bytes: usize,
-    then: &(dyn Fn(usize, usize, &[u8]) -> std::io::Result<()> + Sync),
+    then: &AfterGroup<'_>,
 ) -> std::io::Result<()> {
     // One disjoint span of `dst` per group of files, in order.
     let mut groups = Vec::new();
