@@ -605,12 +605,7 @@ mod bench {
         decoded: usize,
     ) -> devbuf::Result<f64> {
         let files = crate::staging::store_files(path);
-        let say = |line: String| {
-            STORE_LIMITS
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(format!("limits for {name}: {line}"));
-        };
+        let say = |line: String| store_limit(name, line);
         if files.is_empty() || files.len() * chunk_bytes != decoded {
             say(format!(
                 "{} files of {chunk_bytes} decoded bytes each do not make the array's \
@@ -627,37 +622,11 @@ mod bench {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut out = vec![1u8; decoded];
         let secs = time(5, &mut || {
-            let jobs = std::sync::Mutex::new(frames.iter().zip(out.chunks_mut(chunk_bytes)));
-            std::thread::scope(|s| {
-                let hs: Vec<_> = (0..cores)
-                    .map(|_| {
-                        let jobs = &jobs;
-                        s.spawn(move || -> std::io::Result<()> {
-                            let mut d = zstd::bulk::Decompressor::new()?;
-                            loop {
-                                let next = jobs.lock().unwrap_or_else(|p| p.into_inner()).next();
-                                let Some((z, dst)) = next else {
-                                    return Ok(());
-                                };
-                                let n = d.decompress_to_buffer(&z[..], dst)?;
-                                if n != dst.len() {
-                                    return Err(std::io::Error::other(format!(
-                                        "a frame decoded to {n} bytes, not {}",
-                                        dst.len()
-                                    )));
-                                }
-                            }
-                        })
-                    })
-                    .collect();
-                hs.into_iter().try_for_each(|h| {
-                    h.join()
-                        .map_err(|_| {
-                            devbuf::Error::InvalidArgument("a decode thread panicked".into())
-                        })?
-                        .map_err(io_err)
-                })
-            })
+            let jobs = frames
+                .iter()
+                .map(|f| &f[..])
+                .zip(out.chunks_mut(chunk_bytes));
+            decode_frames(jobs, cores)
         })?;
         let rate = gbs(decoded as f64, secs);
         say(format!(
@@ -668,8 +637,45 @@ mod bench {
         Ok(rate)
     }
 
+    /// Decodes every `(zstd frame, destination)` of `jobs` with `threads` threads, each
+    /// taking the next job when done with one; a frame that does not decode to exactly
+    /// its destination's length is an error.
+    fn decode_frames<'a>(
+        jobs: impl Iterator<Item = (&'a [u8], &'a mut [u8])> + Send,
+        threads: usize,
+    ) -> devbuf::Result<()> {
+        let jobs = std::sync::Mutex::new(jobs);
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..threads.max(1))
+                .map(|_| {
+                    s.spawn(|| -> std::io::Result<()> {
+                        let mut d = zstd::bulk::Decompressor::new()?;
+                        loop {
+                            let next = jobs.lock().unwrap_or_else(|p| p.into_inner()).next();
+                            let Some((z, dst)) = next else {
+                                return Ok(());
+                            };
+                            let n = d.decompress_to_buffer(z, dst)?;
+                            if n != dst.len() {
+                                return Err(std::io::Error::other(format!(
+                                    "a frame decoded to {n} bytes, not {}",
+                                    dst.len()
+                                )));
+                            }
+                        }
+                    })
+                })
+                .collect();
+            hs.into_iter().try_for_each(|h| {
+                h.join()
+                    .map_err(|_| devbuf::Error::InvalidArgument("a decode thread panicked".into()))?
+                    .map_err(io_err)
+            })
+        })
+    }
+
     /// `threads` threads decoding zstd-1 frames of this data (4 MiB each, already in
-    /// memory) into one reused `n`-byte buffer, each thread a contiguous share of it,
+    /// memory) into one reused `n`-byte buffer, each thread taking the next frame,
     /// GB/s of decoded bytes: what a host read into a reused buffer (and the CPU
     /// decoders of a device read) cannot beat, with every core's output going to memory
     /// at once.
@@ -677,31 +683,9 @@ mod bench {
         let (raw, z) = zstd1_frame()?;
         let frame = raw.len();
         let frames = (n / frame).max(1);
-        let share = frames.div_ceil(threads.max(1)) * frame;
         let mut out = vec![1u8; frames * frame];
         let secs = time(5, &mut || {
-            std::thread::scope(|s| {
-                let hs: Vec<_> = out
-                    .chunks_mut(share)
-                    .map(|part| {
-                        let z = &z;
-                        s.spawn(move || -> std::io::Result<()> {
-                            let mut d = zstd::bulk::Decompressor::new()?;
-                            for dst in part.chunks_mut(frame) {
-                                d.decompress_to_buffer(&z[..], dst)?;
-                            }
-                            Ok(())
-                        })
-                    })
-                    .collect();
-                hs.into_iter().try_for_each(|h| {
-                    h.join()
-                        .map_err(|_| {
-                            devbuf::Error::InvalidArgument("a decode thread panicked".into())
-                        })?
-                        .map_err(io_err)
-                })
-            })
+            decode_frames(out.chunks_mut(frame).map(|dst| (&z[..], dst)), threads)
         })?;
         Ok(gbs((frames * frame) as f64, secs))
     }
@@ -954,6 +938,14 @@ mod bench {
         Ok(())
     }
 
+    /// Adds a line to the per-store limits printed after the table.
+    fn store_limit(name: &str, line: String) {
+        STORE_LIMITS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(format!("limits for {name}: {line}"));
+    }
+
     /// Per-store limits of the device path, printed after the table: lines gathered by
     /// [`store_limits`].
     static STORE_LIMITS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
@@ -977,12 +969,7 @@ mod bench {
         use devbuf::cuda::Stream;
         use devbuf::cuda::nvcomp::{DecompressBatch, GpuCodec};
         let files = crate::staging::store_files(path);
-        let say = |line: String| {
-            STORE_LIMITS
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(format!("limits for {name}: {line}"));
-        };
+        let say = |line: String| store_limit(name, line);
         if files.is_empty() || files.len() * chunk_bytes != decoded {
             say(format!(
                 "{} files of {} decoded bytes each do not make the array's {decoded} bytes \
