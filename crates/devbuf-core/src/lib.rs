@@ -82,6 +82,11 @@ pub mod __private {
         pub use crate::memory::host_ops::*;
     }
 
+    /// Copies into large results that bypass the caches.
+    pub mod stream_copy {
+        pub use crate::memory::stream_copy::*;
+    }
+
     /// Arrow IPC on a context of the caller's and as the device batch (devbuf-flight).
     pub mod arrow {
         pub use crate::arrow::chunk_batch::chunk_batch_with_coords;

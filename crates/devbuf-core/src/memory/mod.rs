@@ -24,6 +24,7 @@ use bytes::{Bytes, BytesMut};
 pub(crate) mod host_ops;
 pub(crate) mod host_output;
 pub(crate) mod host_pool;
+pub(crate) mod stream_copy;
 
 pub(crate) use host_output::zeroed_vec;
 
