@@ -25,6 +25,7 @@ use super::sched::{GpuModel, Schedule};
 use super::source::ZarrSource;
 use super::work::{DeviceWork, ReadCounters, WorkQueue, aligned, on_threads, slot_layout};
 use devbuf_core::__private::UploadLane;
+use devbuf_core::__private::stream_copy;
 use devbuf_core::__private::zeroed_vec;
 use devbuf_core::cuda::DeviceBuffer;
 use devbuf_core::error::{Error, Result};
@@ -38,6 +39,34 @@ struct HostOut {
 // belongs to exactly one placement of one unit, and each unit is decoded by one
 // worker); the buffer outlives the scoped threads.
 unsafe impl Sync for HostOut {}
+
+impl HostOut {
+    /// Copies `len` bytes from `src` to byte `at` of the output; `bypass`: with
+    /// non-temporal stores ([`BYPASS_MIN_OUTPUT`]; the worker fences after the unit).
+    ///
+    /// # Safety
+    ///
+    /// `src..src+len` must be readable and `at..at+len` must lie within the output and
+    /// belong to the calling worker's unit alone (see `HostOut`).
+    unsafe fn copy(&self, src: *const u8, at: usize, len: usize, bypass: bool) {
+        // Safety: the caller's contract; the output and a worker's scratch or piece
+        // never overlap.
+        unsafe {
+            if bypass {
+                stream_copy::copy_streaming(src, self.ptr.add(at), len);
+            } else {
+                std::ptr::copy_nonoverlapping(src, self.ptr.add(at), len);
+            }
+        }
+    }
+}
+
+/// Host results from this size on are placed with non-temporal stores
+/// (`stream_copy`): far larger than the caches, so the lines a placement would read
+/// for ownership before overwriting them cost memory bandwidth and keep nothing
+/// useful in the caches. Smaller results stay in the caches for whoever reads them
+/// next.
+pub(crate) const BYPASS_MIN_OUTPUT: usize = 64 << 20;
 
 /// Reads `units` (each `src.cell_bytes` decoded) into the host memory `out`, every
 /// byte of which belongs to exactly one placement (`out` need not be zeroed).
@@ -63,6 +92,7 @@ pub(crate) fn read_host(
         options.stream_piece_bytes.next_multiple_of(64),
     );
     let streamed = super::incremental::streams(src, stream_min);
+    let bypass = out.len() >= BYPASS_MIN_OUTPUT;
     on_threads(threads, &run, &|_| {
         let mut scratch: Vec<u8> = Vec::new();
         let mut piece: Vec<u8> = Vec::new();
@@ -118,17 +148,14 @@ pub(crate) fn read_host(
                                 // every destination byte lies within the output's `len`
                                 // bytes; they belong to this unit's placement alone (see
                                 // `HostOut`).
-                                unsafe {
-                                    std::ptr::copy_nonoverlapping(
-                                        b.as_ptr(),
-                                        host.ptr.add(d),
-                                        b.len(),
-                                    )
-                                }
+                                unsafe { host.copy(b.as_ptr(), d, b.len(), bypass) }
                             })
                         },
                     };
                     let stored = super::incremental::decode(src, &u.cell, &mut last, &mut sink)?;
+                    if bypass {
+                        stream_copy::fence();
+                    }
                     if let Some(stored) = stored {
                         counts.note_cpu_unit(stored, src.cell_bytes);
                         continue;
@@ -151,10 +178,13 @@ pub(crate) fn read_host(
                 counts.note_cpu_unit(stored, src.cell_bytes);
                 for p in &u.placements {
                     if stored {
-                        place_host(src, &scratch, p, &host)?;
+                        place_host(src, &scratch, p, &host, bypass)?;
                     } else {
                         fill_host(src, p, &host)?;
                     }
+                }
+                if bypass && stored {
+                    stream_copy::fence();
                 }
             }
         }
@@ -196,7 +226,13 @@ pub(crate) fn is_contiguous(shape: &[u64], strides: &[isize], elem: usize) -> bo
 
 /// Copies placement `p` of a decoded unit (`unit`, laid out as `src` says) into the
 /// host output.
-fn place_host(src: &ZarrSource<'_>, unit: &[u8], p: &Placement, out: &HostOut) -> Result<()> {
+fn place_host(
+    src: &ZarrSource<'_>,
+    unit: &[u8],
+    p: &Placement,
+    out: &HostOut,
+    bypass: bool,
+) -> Result<()> {
     if unit.len() != src.cell_bytes {
         return Err(Error::invalid(
             "read engine: a decoded unit of the wrong size",
@@ -209,7 +245,7 @@ fn place_host(src: &ZarrSource<'_>, unit: &[u8], p: &Placement, out: &HostOut) -
         // Safety: `layout::plan` checked that every byte the copy touches lies within
         // `unit` (source) and within the output's `len` bytes (destination); the
         // destination bytes belong to this unit's placement alone (see `HostOut`).
-        unsafe { std::ptr::copy_nonoverlapping(unit.as_ptr().add(s), out.ptr.add(d), run) };
+        unsafe { out.copy(unit.as_ptr().add(s), d, run, bypass) };
     });
     Ok(())
 }
