@@ -25,8 +25,9 @@ pub enum Decoder {
     /// that carry a crc32c checksum; see below): the first such reads of a kind
     /// (device, codecs, chunk size, read size within a factor 4, threads) each run one
     /// of [`Gpu`](Self::Gpu) and [`Cpu`](Self::Cpu) not measured yet, then
-    /// [`Both`](Self::Both) where the slower of the two reached half the faster's rate
-    /// (an explicit `Both` read counts too), later
+    /// [`Both`](Self::Both) where the slower of the two reached 0.35 of the faster's rate
+    /// (a rate measured only on a read that set up its staging counting up to 4 times
+    /// higher; an explicit `Both` read counts too), later
     /// ones the fastest measured (its rate refined by each read's own timing), and
     /// every eighth one the runner-up again (every 64th if it is far behind). A read
     /// spread over devices is measured as a whole, one decoder for every part. Reads with an explicit
