@@ -22,9 +22,11 @@
 //! Per store: host read (`host`: new results, each dropped before the next read, as a
 //! loop of reads does, so the result memory is recycled; `host new`: every result kept,
 //! so each read faults fresh pages in; `host into`: into one reused buffer; `host/mem`:
-//! `host` against the limit of every core decoding in-memory frames; `host/own`: against
-//! every core decoding the store's own chunk frames in memory, zstd stores of whole
-//! chunk files); device
+//! `host` against the limit of every core decoding in-memory frames; `host/own`: the
+//! host read against every core decoding the store's own chunk frames in memory, one of
+//! each in turn so both see the machine alike, zstd stores of whole chunk files;
+//! `--host-stages`: the host read's stages at 1, 2, 4, ... threads, after the table);
+//! `Auto`'s lines after the table name the decoder each of its timed reads ran; device
 //! reads with each decoder: `Auto` first (`dev auto (first reads)`: as a program that
 //! names no decoder meets it, calibration included), then `Cpu`, `Gpu`, `Both` and
 //! `Auto` again (`dev auto`: settled, with the others measured; `auto/best` against the
@@ -72,6 +74,10 @@ mod stats;
 mod staging;
 
 #[cfg(feature = "zarr")]
+#[path = "common/host_stages.rs"]
+mod host_stages;
+
+#[cfg(feature = "zarr")]
 mod bench {
     use std::path::{Path, PathBuf};
     use std::time::Instant;
@@ -99,6 +105,7 @@ mod bench {
         reports: bool,
         keep: Option<PathBuf>,
         limits: bool,
+        host_stages: bool,
     }
 
     impl Args {
@@ -184,6 +191,10 @@ mod bench {
         /// Prints every decoder's read report.
         #[arg(long)]
         reports: bool,
+        /// Times the host read's stages (zstd stores of whole chunk files) at 1, 2, 4,
+        /// ... threads up to every core, beside the engine's host read at each.
+        #[arg(long)]
+        host_stages: bool,
         /// Writes the own sweep's stores into DIR and keeps them.
         #[arg(long, value_name = "DIR")]
         keep: Option<PathBuf>,
@@ -224,6 +235,7 @@ mod bench {
             reports: c.reports,
             keep: c.keep,
             limits: c.limits,
+            host_stages: c.host_stages,
         })
     }
 
@@ -322,8 +334,9 @@ mod bench {
         /// Host reads into one buffer reused for every read (`read(..).into(..)`).
         into: f64,
         /// Every core decoding this store's own chunk frames, already in memory, each
-        /// into its place in one reused buffer (GB/s; NaN where not measured).
-        own_mem: f64,
+        /// into its place in one reused buffer, and the host read timed in the same
+        /// rounds (GB/s; NaN where not measured).
+        own_mem: (f64, f64),
         /// Device reads: CPU decode, GPU decode, both, Auto (after the others ran).
         device: [f64; 4],
         /// Auto's first reads of this kind of read in the process, before any other
@@ -463,10 +476,18 @@ mod bench {
         let ratio = bytes / stored_bytes(path).max(1) as f64;
         let elem = a.dtype().element().size() as u64;
         let chunk = (a.metadata().chunk_shape.iter().product::<u64>() * elem) as usize;
-        let own_mem = match (args.limits, report.codecs.as_str()) {
-            (true, "zstd") => own_frames_rate(name, path, chunk, bytes as usize)?,
-            _ => f64::NAN,
+        let own_mem = match (args.limits && args.wants("host"), report.codecs.as_str()) {
+            (true, "zstd") => {
+                a.set_read_options(args.read.clone())?;
+                own_frames_rate(name, path, chunk, bytes as usize, repeat, &mut || {
+                    a.read(..).to(&host).map(drop)
+                })?
+            }
+            _ => (f64::NAN, f64::NAN),
         };
+        if args.host_stages && report.codecs == "zstd" {
+            host_stage_lines(name, a, path, chunk, args)?;
+        }
         if let Some(ctx) = ctx.filter(|_| args.limits && report.codecs == "zstd") {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             store_limits(ctx, name, path, chunk, bytes as usize, cores)?;
@@ -495,16 +516,34 @@ mod bench {
         label: &str,
     ) -> devbuf::Result<f64> {
         let dev = BufferPrototype::Device(ctx.ordinal());
+        let bytes = a.shape().iter().product::<u64>() * a.dtype().element().size() as u64;
+        // Which decoder `Auto` ran in each timed read, and at what rate: its median
+        // mixes them when it re-measures a runner-up.
+        let mut runs = Vec::new();
         let secs = time(args.repeat, &mut || {
-            a.read(..).to(&dev)?;
-            ctx.synchronize()
+            let mut r = ReadReport::default();
+            let t = Instant::now();
+            a.read(..).report(&mut r).to(&dev)?;
+            ctx.synchronize()?;
+            let ran = r.auto.split_whitespace().nth(2).unwrap_or("-");
+            runs.push(format!(
+                "{} {:.2}",
+                ran.trim_end_matches(','),
+                gbs(bytes as f64, t.elapsed().as_secs_f64())
+            ));
+            Ok(())
         })?;
+        if label.starts_with("auto") {
+            store_line(format!(
+                "{label} on {name}, each read (warm-up first; decoder GB/s): {}",
+                runs.join(", ")
+            ));
+        }
         if args.reports {
             let mut report = ReadReport::default();
             a.read(..).report(&mut report).to(&dev)?;
             println!("  {name} {label}: {report}");
         }
-        let bytes = a.shape().iter().product::<u64>() * a.dtype().element().size() as u64;
         Ok(gbs(bytes as f64, secs))
     }
 
@@ -536,7 +575,7 @@ mod bench {
             r.host_new,
             r.into,
             r.host / MEM_DECODE.get().copied().unwrap_or(f64::NAN),
-            r.host / r.own_mem,
+            r.own_mem.1 / r.own_mem.0,
             r.device[0],
             r.device[1],
             r.device[2],
@@ -596,14 +635,20 @@ mod bench {
     /// place in one reused output buffer touched before the timing: the host read's work
     /// without reading the files and placing the chunks, on the store's own data (the
     /// limit line's frames are one synthetic frame decoded over and over, its input hot
-    /// in the caches). GB/s of decoded bytes; NaN, with a line saying why, for stores it
-    /// does not fit (sharded, edge chunks). Printed with the per-store limits.
+    /// in the caches). Timed in rounds with `host` (a host read of the store), one of
+    /// each per round, so that both see the machine in the same state (the same decode
+    /// measured at different moments of one run on the H100 machine differed by up to
+    /// 25%). GB/s of decoded bytes, each the median of `repeat` rounds after a warm-up:
+    /// the decode and the host read; NaN, with a line saying why, for stores it does not
+    /// fit (sharded, edge chunks). Printed with the per-store limits.
     fn own_frames_rate(
         name: &str,
         path: &Path,
         chunk_bytes: usize,
         decoded: usize,
-    ) -> devbuf::Result<f64> {
+        repeat: usize,
+        host: &mut dyn FnMut() -> devbuf::Result<()>,
+    ) -> devbuf::Result<(f64, f64)> {
         let files = crate::staging::store_files(path);
         let say = |line: String| store_limit(name, line);
         if files.is_empty() || files.len() * chunk_bytes != decoded {
@@ -612,7 +657,7 @@ mod bench {
                  {decoded} bytes (sharded or edge chunks): host/own not measured",
                 files.len()
             ));
-            return Ok(f64::NAN);
+            return Ok((f64::NAN, f64::NAN));
         }
         let frames = files
             .iter()
@@ -621,20 +666,35 @@ mod bench {
             .map_err(io_err)?;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut out = vec![1u8; decoded];
-        let secs = time(5, &mut || {
+        let mut decode = || {
             let jobs = frames
                 .iter()
                 .map(|f| &f[..])
                 .zip(out.chunks_mut(chunk_bytes));
             decode_frames(jobs, cores)
-        })?;
-        let rate = gbs(decoded as f64, secs);
+        };
+        decode()?;
+        host()?;
+        let (mut own_s, mut host_s) = (Vec::new(), Vec::new());
+        for _ in 0..repeat.max(1) {
+            let t = Instant::now();
+            decode()?;
+            own_s.push(t.elapsed().as_secs_f64());
+            let t = Instant::now();
+            host()?;
+            host_s.push(t.elapsed().as_secs_f64());
+        }
+        let (own, host) = (
+            gbs(decoded as f64, median(own_s)),
+            gbs(decoded as f64, median(host_s)),
+        );
         say(format!(
             "{cores} threads decode its {} frames in memory (each into its place in one \
-             reused buffer) at {rate:.2} GB/s; `host/own` divides the host read by this",
+             reused buffer) at {own:.2} GB/s, the host read {host:.2} in the same rounds \
+             (one of each a round, median of {repeat}); `host/own` divides the two",
             files.len()
         ));
-        Ok(rate)
+        Ok((own, host))
     }
 
     /// Decodes every `(zstd frame, destination)` of `jobs` with `threads` threads, each
@@ -940,10 +1000,70 @@ mod bench {
 
     /// Adds a line to the per-store limits printed after the table.
     fn store_limit(name: &str, line: String) {
+        store_line(format!("limits for {name}: {line}"));
+    }
+
+    /// A line printed after the table (with the per-store limits, in order).
+    fn store_line(line: String) {
         STORE_LIMITS
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(format!("limits for {name}: {line}"));
+            .push(line);
+    }
+
+    /// The host read's stages on the store at `path` (whole zstd chunk files of
+    /// `chunk_bytes`) at 1, 2, 4, ... threads up to every core, each beside the engine's
+    /// host read of `a` with as many threads: where the read stops scaling with the
+    /// cores, and which stage does (see `host_stages`).
+    fn host_stage_lines(
+        name: &str,
+        a: &mut ZarrArray,
+        path: &Path,
+        chunk_bytes: usize,
+        args: &Args,
+    ) -> devbuf::Result<()> {
+        use crate::host_stages::{Stage, Store};
+        let files = crate::staging::store_files(path);
+        let decoded = a.shape().iter().product::<u64>() as usize * a.dtype().element().size();
+        if files.is_empty() || files.len() * chunk_bytes != decoded {
+            store_line(format!(
+                "host stages for {name}: not whole chunk files (sharded or edge chunks)"
+            ));
+            return Ok(());
+        }
+        let mut store = Store::new(files, chunk_bytes).map_err(io_err)?;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let counts: Vec<usize> =
+            std::iter::successors(Some(1usize), |&t| (t < cores).then(|| (t * 2).min(cores)))
+                .collect();
+        let host = BufferPrototype::Host;
+        for t in counts {
+            let mut cells = Vec::new();
+            let mut limit = f64::NAN;
+            for stage in Stage::ALL {
+                let s = time(args.repeat, &mut || store.run(stage, t).map_err(io_err))?;
+                let r = gbs(store.decoded() as f64, s);
+                if stage == Stage::Decode {
+                    limit = r;
+                }
+                cells.push(format!("{} {r:.2}", stage.label()));
+            }
+            a.set_read_options(ReadOptions {
+                threads: Some(t),
+                ..args.read.clone()
+            })?;
+            let s = time(args.repeat, &mut || a.read(..).to(&host).map(drop))?;
+            let engine = gbs(decoded as f64, s);
+            cells.push(format!(
+                "engine {engine:.2} ({:.2} of decode in memory)",
+                engine / limit
+            ));
+            store_line(format!(
+                "host stages for {name}, {t} threads (GB/s): {}",
+                cells.join(", ")
+            ));
+        }
+        a.set_read_options(args.read.clone())
     }
 
     /// Per-store limits of the device path, printed after the table: lines gathered by
