@@ -78,6 +78,10 @@ mod staging;
 mod host_stages;
 
 #[cfg(feature = "zarr")]
+#[path = "common/deflate_limits.rs"]
+mod deflate_limits;
+
+#[cfg(feature = "zarr")]
 mod bench {
     use std::path::{Path, PathBuf};
     use std::time::Instant;
@@ -491,6 +495,14 @@ mod bench {
         if let Some(ctx) = ctx.filter(|_| args.limits && report.codecs == "zstd") {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             store_limits(ctx, name, path, chunk, bytes as usize, cores)?;
+        }
+        if let Some(ctx) = ctx.filter(|_| args.limits && report.codecs == "gzip") {
+            let files = crate::staging::store_files(path);
+            if files.len() * chunk == bytes as usize
+                && let Some(line) = crate::deflate_limits::describe(ctx, &files, chunk, device[0])?
+            {
+                store_limit(name, line);
+            }
         }
         Ok(Row {
             name: name.to_string(),
