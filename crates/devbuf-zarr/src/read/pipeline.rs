@@ -312,13 +312,14 @@ pub(crate) fn read_device(
         None => (1, per, 1),
     };
     let model = gpu.map(|g| {
-        GpuModel::new(
+        GpuModel::with_wave(
             g.schedule,
             g.chain.compression,
             src.cell_bytes,
             gpu_per,
             threads.saturating_sub(g.workers),
             g.tuning.readers(),
+            GpuModel::one_wave(units.len(), ctx.properties().multiprocessor_count as usize),
         )
     });
     // The CPU workers' lanes share a few streams (see `UploadLane::new_on`).

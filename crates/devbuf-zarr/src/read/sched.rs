@@ -41,6 +41,11 @@ pub(crate) struct GpuModel {
     prior_us: u64,
     /// Measured latency of this read's GPU claims (moving average; 0: none yet).
     latency_us: AtomicU64,
+    /// The read has no more units than the device decodes at once ([`GpuModel::one_wave`]).
+    wave: bool,
+    /// In a one-wave read, the model advised a GPU claim once: every later claim is
+    /// advised too.
+    committed: std::sync::atomic::AtomicBool,
 }
 
 /// Prior decode rate of one core (decoded bytes per second): zstd-1 float32 on the
@@ -96,6 +101,28 @@ impl GpuModel {
         cpu_workers: usize,
         readers: usize,
     ) -> GpuModel {
+        GpuModel::with_wave(
+            schedule,
+            compression,
+            cell_bytes,
+            claim_units,
+            cpu_workers,
+            readers,
+            false,
+        )
+    }
+
+    /// [`new`](Self::new) for a read whose units all fit in one wave of the device or
+    /// not (`wave`; see [`one_wave`](Self::one_wave)).
+    pub(crate) fn with_wave(
+        schedule: Schedule,
+        compression: Compression,
+        cell_bytes: usize,
+        claim_units: usize,
+        cpu_workers: usize,
+        readers: usize,
+        wave: bool,
+    ) -> GpuModel {
         let claim = (claim_units * cell_bytes) as f64;
         let read_s = claim / 1.4 / (readers.max(1) as f64 * READER_RATE);
         let decode_s = 2e-3 + cell_bytes as f64 / chunk_rate(compression);
@@ -107,7 +134,22 @@ impl GpuModel {
             core_rate: core_rate(compression),
             prior_us: ((read_s + decode_s) * 1e6) as u64,
             latency_us: AtomicU64::new(0),
+            wave,
+            committed: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Whether a read of `units` units fits in one wave of a device of
+    /// `multiprocessors`: nvCOMP decodes each chunk with one thread block, so a call of
+    /// that many chunks or fewer lasts about as long as a call of one (an H100, 4 MiB
+    /// zstd-1 chunks: one alone 12.6 ms, 128 in one call 16.9). In such a read the
+    /// chunks the CPU workers take save the device no time, while their cores slow the
+    /// device's readers (`Both` on 128 chunks of 4 MiB: the GPU took 80, the CPU
+    /// workers 48, and the device still finished after a `Gpu` read of all 128, 0.85 of
+    /// its rate; session 41). So once the model advises one GPU claim in such a read,
+    /// it advises the rest.
+    pub(crate) fn one_wave(units: usize, multiprocessors: usize) -> bool {
+        units <= multiprocessors
     }
 
     /// The latency a GPU claim is expected to take now, microseconds.
@@ -144,10 +186,14 @@ impl GpuModel {
     /// expected latency is below the time the CPU workers would need for the
     /// `remaining` units (`cpu_done`: units they decoded so far).
     pub(crate) fn advises(&self, remaining: usize, cpu_done: u64) -> bool {
-        if self.cpu_workers == 0 {
+        if self.cpu_workers == 0 || self.committed.load(Ordering::Relaxed) {
             return true;
         }
-        (self.expected_us() as f64) * 1e-6 <= self.cpu_seconds(remaining, cpu_done)
+        let pays = (self.expected_us() as f64) * 1e-6 <= self.cpu_seconds(remaining, cpu_done);
+        if pays && self.wave {
+            self.committed.store(true, Ordering::Relaxed);
+        }
+        pays
     }
 
     /// Whether `Decoder::Both` should still give a GPU worker the first claim the model
@@ -232,6 +278,27 @@ mod tests {
         // No CPU workers: the GPU takes everything.
         let m = GpuModel::new(Schedule::Model, Compression::Zstd, 16 * mib, 3, 0, 4);
         assert!(m.should_claim(false, 1, 0));
+    }
+
+    #[test]
+    fn in_a_one_wave_read_the_gpu_takes_the_rest_once_it_took_a_claim() {
+        let mib = 1usize << 20;
+        assert!(GpuModel::one_wave(128, 132));
+        assert!(!GpuModel::one_wave(512, 132));
+        // 128 chunks of 4 MiB, 14 CPU workers: the first claim pays (the CPU workers
+        // would need longer for all 128), and near the end the model still advises
+        // claims, where without the wave it leaves the rest to the CPU workers.
+        let wave =
+            GpuModel::with_wave(Schedule::Model, Compression::Zstd, 4 * mib, 16, 14, 6, true);
+        let plain = GpuModel::new(Schedule::Model, Compression::Zstd, 4 * mib, 16, 14, 6);
+        assert!(wave.should_claim(true, 128, 0));
+        assert!(plain.should_claim(true, 128, 0));
+        assert!(wave.should_claim(false, 8, 0));
+        assert!(!plain.should_claim(false, 8, 0));
+        // A first claim that does not pay commits nothing: 16 MiB chunks stay on the CPU.
+        let big = GpuModel::with_wave(Schedule::Model, Compression::Zstd, 16 * mib, 3, 14, 6, true);
+        assert!(!big.should_claim(true, 32, 0));
+        assert!(!big.should_claim(false, 8, 0));
     }
 
     #[test]
