@@ -92,7 +92,10 @@ const READER_RATE: f64 = 1.5e9;
 
 impl GpuModel {
     /// The model for a read of units of `cell_bytes` with `cpu_workers` CPU workers,
-    /// GPU claims of `claim_units` units read by `readers` threads each.
+    /// GPU claims of `claim_units` units read by `readers` threads each, more units
+    /// than one wave of the device holds (the tests' shorthand for
+    /// [`with_wave`](Self::with_wave)).
+    #[cfg(test)]
     pub(crate) fn new(
         schedule: Schedule,
         compression: Compression,
@@ -112,8 +115,9 @@ impl GpuModel {
         )
     }
 
-    /// [`new`](Self::new) for a read whose units all fit in one wave of the device or
-    /// not (`wave`; see [`one_wave`](Self::one_wave)).
+    /// The model for a read of units of `cell_bytes` with `cpu_workers` CPU workers,
+    /// GPU claims of `claim_units` units read by `readers` threads each; `wave`: all
+    /// the read's units fit in one wave of the device (see [`one_wave`](Self::one_wave)).
     pub(crate) fn with_wave(
         schedule: Schedule,
         compression: Compression,
