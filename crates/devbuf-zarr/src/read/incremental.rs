@@ -207,13 +207,6 @@ pub(crate) fn decode(
         .ok()
         .filter(|&s| s <= isize::MAX as usize)
         .ok_or_else(|| Error::invalid(format!("{}: a {len}-byte chunk file", what())))?;
-    // zstd without a checksum over the stored bytes: read piece by piece as it decodes.
-    if chain.compression == Compression::Zstd && !chain.crc32c {
-        let piece = stored.min(IN_PIECE);
-        return super::source::with_stored_buf(piece, &what, |buf| {
-            zstd_pieces_read(file, (offset, stored), buf, &mut out, &what, &io)
-        });
-    }
     super::source::with_stored_buf(stored, &what, |buf| {
         super::source::read_exact_at(file, buf, offset).map_err(io)?;
         let body = if chain.crc32c {
@@ -296,114 +289,6 @@ impl Pieces<'_> {
             self.n
         ))
     }
-}
-
-/// Stored bytes read per `pread` by [`zstd_pieces_read`]: with the decoder's window
-/// (512 KiB for zstd-1) and the output piece, still within a core's L2 cache.
-const IN_PIECE: usize = 256 << 10;
-
-/// [`zstd_pieces`] reading the stored bytes (`len` bytes at `offset` of `file`) into
-/// `buf` ([`IN_PIECE`] bytes, or the whole file when shorter; `io` names the chunk in a
-/// read's error) a piece at a time as the
-/// decoder consumes them: a chunk file of several MiB read whole before its decode
-/// had left the caches by the time the decoder read it (4 MiB zstd-1 chunks on the
-/// H100 machine, 16 threads: reading and decoding 0.85 of decoding frames already in
-/// memory, against 0.91-0.97 for 1 MiB and 256 KiB chunks; session 41). `Ok(None)`
-/// before any piece went out for a frame that does not declare its size. The frame's
-/// end is the decoder's (it stops at the end of a frame); whatever follows it in the
-/// file must decode to nothing, as in [`zstd_pieces`].
-fn zstd_pieces_read(
-    file: &OpenFile,
-    (offset, len): (u64, usize),
-    buf: &mut [u8],
-    out: &mut Pieces<'_>,
-    what: &dyn Fn() -> String,
-    io: &dyn Fn(std::io::Error) -> Error,
-) -> Result<Option<bool>> {
-    let n = out.n;
-    let err = |e: std::io::Error| codec::zstd_error(what, n, e);
-    // The bytes of the file in `buf`: `at..at + filled` of the file, `used` of them consumed.
-    let (mut at, mut filled, mut used) = (0usize, buf.len().min(len), 0usize);
-    super::source::read_exact_at(file, &mut buf[..filled], offset).map_err(io)?;
-    if codec::zstd_declared_size(&buf[..filled], n, what)?.is_none() {
-        return Ok(None);
-    }
-    codec::with_zstd(&ZSTD, ZstdDecoder::new, |d| {
-        d.reinit().map_err(err)?;
-        d.set_parameter(DParameter::WindowLogMax(31)).map_err(err)?;
-        let mut hint = 1usize;
-        loop {
-            if used == filled {
-                // This piece is consumed: the next one, unless the frame ended or the
-                // file did (a frame left unfinished is truncated, below).
-                if hint == 0 || at + filled == len {
-                    break;
-                }
-                at += filled;
-                filled = buf.len().min(len - at);
-                used = 0;
-                super::source::read_exact_at(file, &mut buf[..filled], offset + at as u64)
-                    .map_err(io)?;
-            }
-            let mut input = InBuffer::around(&buf[used..filled]);
-            if out.done + out.filled == out.n {
-                // Everything expected is out: the rest of the frame must decode to
-                // nothing.
-                let mut spare = [0u8; 1];
-                let mut o = OutBuffer::around(&mut spare[..]);
-                hint = d.run(&mut input, &mut o).map_err(err)?;
-                if o.pos() > 0 {
-                    return Err(out.too_long("zstd", what));
-                }
-                if input.pos() == 0 && hint != 0 {
-                    return Err(out.too_short("zstd", what));
-                }
-            } else {
-                let room = out.room()?;
-                if room.is_empty() {
-                    out.emit()?;
-                    continue;
-                }
-                let mut o = OutBuffer::around(room);
-                hint = d.run(&mut input, &mut o).map_err(err)?;
-                let got = o.pos();
-                out.filled += got;
-                if got == 0 && input.pos() == 0 && hint != 0 {
-                    // No progress with input left: a damaged frame.
-                    return Err(out.too_short("zstd", what));
-                }
-            }
-            used += input.pos();
-            if hint == 0 {
-                break;
-            }
-        }
-        if hint != 0 {
-            return Err(out.too_short("zstd", what)); // the file ended inside the frame
-        }
-        out.emit()?;
-        if out.done != out.n {
-            return Err(out.too_short("zstd", what));
-        }
-        // What follows the frame (the rest of this piece and of the file) must decode
-        // to nothing: empty or skippable frames.
-        let after = len - (at + used);
-        if after > 0 {
-            let mut rest = Vec::new();
-            rest.try_reserve_exact(after)
-                .map_err(|_| Error::invalid(format!("{}: a {len}-byte chunk file", what())))?;
-            rest.extend_from_slice(&buf[used..filled]);
-            rest.resize(after, 0);
-            let tail = at + filled;
-            super::source::read_exact_at(file, &mut rest[filled - used..], offset + tail as u64)
-                .map_err(io)?;
-            match zstd::bulk::decompress_to_buffer(&rest[..], &mut [0u8; 0][..]) {
-                Ok(0) => {}
-                Ok(_) | Err(_) => return Err(out.too_long("zstd", what)),
-            }
-        }
-        Ok(Some(true))
-    })
 }
 
 /// zstd frame(s) `body`, the first declaring exactly `out.n` bytes -> pieces, exactly
