@@ -164,8 +164,8 @@ impl HostOutput {
     /// workers write it (fresh memory's first touch, or a recycled page the kernel took
     /// back); nothing when every page is in memory already (`mincore`), as a recycled
     /// mapping's usually are. Measured on the GPU machine, where the first touch of
-    /// fresh memory costs most; a page already there would cost one read of its line. Memory from the ordinary
-    /// allocator (results under 8 MiB) is left as it is.
+    /// fresh memory costs most; a page already there would cost one read of its line.
+    /// Memory from the ordinary allocator (results under 8 MiB) is left as it is.
     pub fn prefault(&mut self, threads: usize) {
         let Inner::Map(m) = &self.inner else {
             return;
