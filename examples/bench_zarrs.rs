@@ -82,6 +82,10 @@ mod host_stages;
 mod deflate_limits;
 
 #[cfg(feature = "zarr")]
+#[path = "common/nvcomp_calls.rs"]
+mod nvcomp_calls;
+
+#[cfg(feature = "zarr")]
 mod bench {
     use std::path::{Path, PathBuf};
     use std::time::Instant;
@@ -1098,8 +1102,7 @@ mod bench {
         decoded: usize,
         cores: usize,
     ) -> devbuf::Result<()> {
-        use devbuf::cuda::Stream;
-        use devbuf::cuda::nvcomp::{DecompressBatch, GpuCodec};
+        use devbuf::cuda::nvcomp::GpuCodec;
         let files = crate::staging::store_files(path);
         let say = |line: String| store_limit(name, line);
         if files.is_empty() || files.len() * chunk_bytes != decoded {
@@ -1147,28 +1150,10 @@ mod bench {
         let inputs: Vec<_> = (0..n)
             .map(|i| offsets[i]..offsets[i] + files[i].1)
             .collect();
-        let outputs: Vec<_> = (0..n)
-            .map(|i| i * chunk_bytes..(i + 1) * chunk_bytes)
-            .collect();
-        let dst = ctx.allocate(decoded)?;
-        let stream = Stream::new(ctx)?;
-        let mut batch = DecompressBatch::new(ctx, None)?;
-        let mut call = |k: usize| -> devbuf::Result<f64> {
-            time(5, &mut || {
-                batch
-                    .decompress(
-                        &stream,
-                        GpuCodec::Zstd,
-                        &packed,
-                        &inputs[..k],
-                        &dst,
-                        &outputs[..k],
-                    )
-                    .map(drop)
-            })
-        };
-        let all = match call(n) {
-            Ok(s) => s,
+        let calls =
+            crate::nvcomp_calls::time_calls(ctx, GpuCodec::Zstd, &packed, &inputs, chunk_bytes, 5);
+        let (all, one, per_sm, sms) = match calls {
+            Ok(c) => (c.all, c.one, c.per_sm, c.sms),
             Err(e) => {
                 say(format!(
                     "nvCOMP does not decode its chunk files as zstd frames ({e})"
@@ -1176,10 +1161,6 @@ mod bench {
                 return Ok(());
             }
         };
-        let one = call(1)?;
-        let sms = (ctx.properties().multiprocessor_count as usize).clamp(1, n);
-        let per_sm = call(sms)?;
-        drop(batch);
         // The two stages overlapped as a pipeline of `k` pieces could at best: every
         // core but one reads piece after piece, one thread copies each piece to the
         // device once read and queues its nvCOMP call on a stream of its own.

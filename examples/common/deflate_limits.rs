@@ -11,10 +11,10 @@
 use std::ops::Range;
 use std::path::PathBuf;
 
-use devbuf::cuda::nvcomp::{DecompressBatch, GpuCodec};
-use devbuf::cuda::{Context, Stream};
+use devbuf::cuda::Context;
+use devbuf::cuda::nvcomp::GpuCodec;
 
-use crate::stats::{gbs, time_median};
+use crate::stats::gbs;
 
 /// The raw deflate stream of a gzip member (RFC 1952): the bytes after its header
 /// (optional extra field, name, comment and header CRC skipped) and before its 8-byte
@@ -67,33 +67,12 @@ pub fn describe(
     let decoded = n * chunk_bytes;
     let src = ctx.allocate(packed.len().max(1))?;
     src.copy_from_host(0, &packed)?;
-    let dst = ctx.allocate(decoded.max(1))?;
-    let outputs: Vec<_> = (0..n)
-        .map(|i| i * chunk_bytes..(i + 1) * chunk_bytes)
-        .collect();
-    let stream = Stream::new(ctx)?;
-    let mut batch = DecompressBatch::new(ctx, None)?;
-    let mut call = |k: usize| -> devbuf::Result<f64> {
-        time_median(3, || {
-            batch
-                .decompress(
-                    &stream,
-                    GpuCodec::Deflate,
-                    &src,
-                    &inputs[..k],
-                    &dst,
-                    &outputs[..k],
-                )
-                .map(drop)
-        })
+    let Ok(c) =
+        crate::nvcomp_calls::time_calls(ctx, GpuCodec::Deflate, &src, &inputs, chunk_bytes, 3)
+    else {
+        return Ok(None);
     };
-    let all = match call(n) {
-        Ok(s) => s,
-        Err(_) => return Ok(None),
-    };
-    let one = call(1)?;
-    let sms = (ctx.properties().multiprocessor_count as usize).clamp(1, n);
-    let per_sm = call(sms)?;
+    let (all, one, per_sm, sms) = (c.all, c.one, c.per_sm, c.sms);
     // The best split with the GPU's time for k chunks interpolated between the three
     // calls measured (1, one per multiprocessor, all), and the CPU decoding the rest at
     // its measured rate: the read cannot end before the later of the two.

@@ -312,7 +312,7 @@ pub(crate) fn read_device(
         None => (1, per, 1),
     };
     let model = gpu.map(|g| {
-        GpuModel::with_wave(
+        GpuModel::new(
             g.schedule,
             g.chain.compression,
             src.cell_bytes,

@@ -92,33 +92,9 @@ const READER_RATE: f64 = 1.5e9;
 
 impl GpuModel {
     /// The model for a read of units of `cell_bytes` with `cpu_workers` CPU workers,
-    /// GPU claims of `claim_units` units read by `readers` threads each, more units
-    /// than one wave of the device holds (the tests' shorthand for
-    /// [`with_wave`](Self::with_wave)).
-    #[cfg(test)]
-    pub(crate) fn new(
-        schedule: Schedule,
-        compression: Compression,
-        cell_bytes: usize,
-        claim_units: usize,
-        cpu_workers: usize,
-        readers: usize,
-    ) -> GpuModel {
-        GpuModel::with_wave(
-            schedule,
-            compression,
-            cell_bytes,
-            claim_units,
-            cpu_workers,
-            readers,
-            false,
-        )
-    }
-
-    /// The model for a read of units of `cell_bytes` with `cpu_workers` CPU workers,
     /// GPU claims of `claim_units` units read by `readers` threads each; `wave`: all
     /// the read's units fit in one wave of the device (see [`one_wave`](Self::one_wave)).
-    pub(crate) fn with_wave(
+    pub(crate) fn new(
         schedule: Schedule,
         compression: Compression,
         cell_bytes: usize,
@@ -238,14 +214,38 @@ mod tests {
         let mib = 1usize << 20;
         // 512 MiB of 16 MiB zstd chunks, 14 CPU workers: one chunk takes the GPU
         // longer than the CPU workers need for all of them.
-        let m = GpuModel::new(Schedule::Model, Compression::Zstd, 16 * mib, 3, 14, 4);
+        let m = GpuModel::new(
+            Schedule::Model,
+            Compression::Zstd,
+            16 * mib,
+            3,
+            14,
+            4,
+            false,
+        );
         assert!(!m.should_claim(true, 32, 0));
         // 4 MiB chunks: the GPU helps at the start, not for the last few.
-        let m = GpuModel::new(Schedule::Model, Compression::Zstd, 4 * mib, 11, 14, 4);
+        let m = GpuModel::new(
+            Schedule::Model,
+            Compression::Zstd,
+            4 * mib,
+            11,
+            14,
+            4,
+            false,
+        );
         assert!(m.should_claim(true, 128, 0));
         assert!(!m.should_claim(false, 8, 0));
         // Both: the first claim whatever the model says; Gpu: always.
-        let m = GpuModel::new(Schedule::AfterFirst, Compression::Zstd, 16 * mib, 3, 14, 4);
+        let m = GpuModel::new(
+            Schedule::AfterFirst,
+            Compression::Zstd,
+            16 * mib,
+            3,
+            14,
+            4,
+            false,
+        );
         assert!(m.should_claim(true, 1, 0));
         // ... though the model would not take it (the worker then claims one batch,
         // its latency being well under a second).
@@ -253,11 +253,27 @@ mod tests {
         assert!(m.forced_claim_pays(32, 0));
         // A 4 MiB gzip chunk would keep the read waiting far longer than the CPU
         // workers need for all 128: not even the forced claim.
-        let g = GpuModel::new(Schedule::AfterFirst, Compression::Gzip, 4 * mib, 11, 14, 4);
+        let g = GpuModel::new(
+            Schedule::AfterFirst,
+            Compression::Gzip,
+            4 * mib,
+            11,
+            14,
+            4,
+            false,
+        );
         assert!(!g.advises(128, 0));
         assert!(!g.forced_claim_pays(128, 0));
         // 256 KiB gzip chunks go to the GPU (measured: 7.7 GB/s there, 2 on 16 cores).
-        let g = GpuModel::new(Schedule::Model, Compression::Gzip, 256 << 10, 256, 14, 4);
+        let g = GpuModel::new(
+            Schedule::Model,
+            Compression::Gzip,
+            256 << 10,
+            256,
+            14,
+            4,
+            false,
+        );
         assert!(g.advises(2048, 0));
         // numcodecs' LZ4: 4 and 16 MiB chunks are not worth one GPU claim (16 cores
         // decode them at 30-38 GB/s).
@@ -269,18 +285,35 @@ mod tests {
                 1,
                 14,
                 4,
+                false,
             );
             assert!(!l.forced_claim_pays(512 / mib_each, 0), "{mib_each} MiB");
         }
         // A small read: the forced claim is taken (tests of both decoders use small
         // arrays).
-        let small = GpuModel::new(Schedule::AfterFirst, Compression::Zstd, 64 << 10, 1, 14, 4);
+        let small = GpuModel::new(
+            Schedule::AfterFirst,
+            Compression::Zstd,
+            64 << 10,
+            1,
+            14,
+            4,
+            false,
+        );
         assert!(small.forced_claim_pays(4, 0));
         assert!(!m.should_claim(false, 1, 0));
-        let m = GpuModel::new(Schedule::Always, Compression::Zstd, 16 * mib, 3, 14, 4);
+        let m = GpuModel::new(
+            Schedule::Always,
+            Compression::Zstd,
+            16 * mib,
+            3,
+            14,
+            4,
+            false,
+        );
         assert!(m.should_claim(false, 1, 0));
         // No CPU workers: the GPU takes everything.
-        let m = GpuModel::new(Schedule::Model, Compression::Zstd, 16 * mib, 3, 0, 4);
+        let m = GpuModel::new(Schedule::Model, Compression::Zstd, 16 * mib, 3, 0, 4, false);
         assert!(m.should_claim(false, 1, 0));
     }
 
@@ -292,22 +325,37 @@ mod tests {
         // 128 chunks of 4 MiB, 14 CPU workers: the first claim pays (the CPU workers
         // would need longer for all 128), and near the end the model still advises
         // claims, where without the wave it leaves the rest to the CPU workers.
-        let wave =
-            GpuModel::with_wave(Schedule::Model, Compression::Zstd, 4 * mib, 16, 14, 6, true);
-        let plain = GpuModel::new(Schedule::Model, Compression::Zstd, 4 * mib, 16, 14, 6);
+        let wave = GpuModel::new(Schedule::Model, Compression::Zstd, 4 * mib, 16, 14, 6, true);
+        let plain = GpuModel::new(
+            Schedule::Model,
+            Compression::Zstd,
+            4 * mib,
+            16,
+            14,
+            6,
+            false,
+        );
         assert!(wave.should_claim(true, 128, 0));
         assert!(plain.should_claim(true, 128, 0));
         assert!(wave.should_claim(false, 8, 0));
         assert!(!plain.should_claim(false, 8, 0));
         // A first claim that does not pay commits nothing: 16 MiB chunks stay on the CPU.
-        let big = GpuModel::with_wave(Schedule::Model, Compression::Zstd, 16 * mib, 3, 14, 6, true);
+        let big = GpuModel::new(Schedule::Model, Compression::Zstd, 16 * mib, 3, 14, 6, true);
         assert!(!big.should_claim(true, 32, 0));
         assert!(!big.should_claim(false, 8, 0));
     }
 
     #[test]
     fn measured_latency_replaces_the_prior() {
-        let m = GpuModel::new(Schedule::Model, Compression::Zstd, 1 << 20, 40, 14, 4);
+        let m = GpuModel::new(
+            Schedule::Model,
+            Compression::Zstd,
+            1 << 20,
+            40,
+            14,
+            4,
+            false,
+        );
         let prior = m.expected_us();
         m.observe(prior * 4);
         assert_eq!(m.expected_us(), prior * 4);
