@@ -46,7 +46,10 @@
 //! device read: `decoded / (read time + one chunk's latency)`; then the copy of the
 //! stored bytes to the device, and both stages overlapped in 1, 2, 4 and 8 pieces as a
 //! pipeline could at best (every core but one reading piece after piece, one thread
-//! copying each read piece and queueing its nvCOMP call on a stream of its own).
+//! copying each read piece and queueing its nvCOMP call on a stream of its own). Beside
+//! them, the read stage by other means (`common/read_paths.rs`): `O_DIRECT` reads and
+//! io_uring reads into page-locked memory, and cuFile (GPUDirect Storage, or its
+//! compatibility mode) straight into device memory.
 
 #[cfg(not(feature = "zarr"))]
 fn main() {
@@ -84,6 +87,10 @@ mod deflate_limits;
 #[cfg(feature = "zarr")]
 #[path = "common/nvcomp_calls.rs"]
 mod nvcomp_calls;
+
+#[cfg(feature = "zarr")]
+#[path = "common/read_paths.rs"]
+mod read_paths;
 
 #[cfg(feature = "zarr")]
 mod bench {
@@ -1120,6 +1127,9 @@ mod bench {
         let read_s = time(5, &mut || {
             crate::staging::read_into(&mut staging, &files, &offsets, cores).map_err(io_err)
         })?;
+        say(other_read_paths(
+            ctx, &files, &staging, &offsets, cores, read_s,
+        )?);
         let packed = ctx.allocate(at.max(1))?;
         let copy_s = time(5, &mut || packed.copy_from_host(0, &staging[..at]))?;
         // Each group of files (a file alone, or consecutive files of 2 or 8 MiB stored)
@@ -1199,6 +1209,92 @@ mod bench {
             overlapped.join(", "),
         ));
         Ok(())
+    }
+
+    /// The read stage by other means than the readers' buffered `pread` (see
+    /// `read_paths`): `O_DIRECT` and io_uring into page-locked memory, cuFile into device
+    /// memory. `want` holds the files at `offsets` as the readers read them (in
+    /// `read_s`); each path's bytes are checked against it before it is timed, and a path
+    /// that fails says why in its place.
+    fn other_read_paths(
+        ctx: &Context,
+        files: &[(PathBuf, usize)],
+        want: &[u8],
+        offsets: &[usize],
+        cores: usize,
+        read_s: f64,
+    ) -> devbuf::Result<String> {
+        use crate::read_paths::{self as rp, CuFile};
+        let stored: usize = files.iter().map(|f| f.1).sum();
+        let rate = |s: f64| {
+            format!(
+                "{:.1} ms ({:.1} GB/s stored)",
+                s * 1e3,
+                gbs(stored as f64, s)
+            )
+        };
+        let (aligned, at) = rp::aligned_offsets(files);
+        let mut host = ctx.allocate_host(at)?;
+        // Checks one run's bytes, then times five.
+        type HostRead<'a> = dyn FnMut(&mut [u8], &[usize]) -> std::io::Result<()> + 'a;
+        let mut host_path = |f: &mut HostRead<'_>, places: &[usize]| -> String {
+            host.fill(0);
+            if let Err(e) = f(&mut host[..], places) {
+                return format!("failed: {e}");
+            }
+            if let Err(e) = rp::same_files(files, want, offsets, &host[..], places) {
+                return format!("wrong bytes: {e}");
+            }
+            match time(5, &mut || f(&mut host[..], places).map_err(io_err)) {
+                Ok(s) => rate(s),
+                Err(e) => format!("failed: {e}"),
+            }
+        };
+        let direct = host_path(&mut |d, o| rp::direct(d, files, o, cores), &aligned);
+        let uring_all = host_path(&mut |d, o| rp::uring(d, files, o, cores, 8), offsets);
+        let uring_one = host_path(&mut |d, o| rp::uring(d, files, o, 1, 64), offsets);
+        let cufile = match CuFile::open() {
+            Err(e) => format!("not measured: {e}"),
+            Ok(cf) => {
+                let dev = ctx.allocate(at)?;
+                let one = |direct: bool| -> String {
+                    let run =
+                        || cf.read(ctx.as_raw(), dev.address(), files, &aligned, cores, direct);
+                    if let Err(e) = run() {
+                        return format!("failed: {e}");
+                    }
+                    let back = match dev.to_host() {
+                        Ok(b) => b,
+                        Err(e) => return format!("failed: {e}"),
+                    };
+                    if let Err(e) = rp::same_files(files, want, offsets, &back[..], &aligned) {
+                        return format!("wrong bytes: {e}");
+                    }
+                    match time(5, &mut || run().map_err(io_err)) {
+                        Ok(s) => rate(s),
+                        Err(e) => format!("failed: {e}"),
+                    }
+                };
+                format!(
+                    "buffered files {}, O_DIRECT files {}",
+                    one(false),
+                    one(true)
+                )
+            }
+        };
+        Ok(format!(
+            "the read stage by other means ({cores} threads unless said): the readers' \
+             buffered pread into page-locked memory {}; O_DIRECT pread into page-locked \
+             memory {direct}; io_uring, 8 reads in flight per thread {uring_all}; \
+             io_uring, one thread, 64 in flight {uring_one}; cuFile straight into device \
+             memory ({}): {cufile}",
+            rate(read_s),
+            if rp::has_nvidia_fs() {
+                "nvidia-fs loaded: GPUDirect Storage possible"
+            } else {
+                "no nvidia-fs driver: its compatibility mode"
+            }
+        ))
     }
 
     /// One timed pipelined read of `files` (staged at `offsets`, `at` bytes in all) onto

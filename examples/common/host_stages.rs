@@ -4,7 +4,8 @@
 //! `host/own` limit), reading each file (`pread` from the page cache) and decoding it
 //! into its place, and reading, decoding into a scratch buffer and copying the
 //! scratch into its place (what the engine does with a chunk that is not one
-//! contiguous run of the result). `bench_zarrs --host-stages` prints them beside the
+//! contiguous run of the result); and, for comparison, decoding straight from a mapping
+//! of the file instead of reading it. `bench_zarrs --host-stages` prints them beside the
 //! engine's host read at the same thread counts.
 //!
 //! Included with `#[path = "common/host_stages.rs"] mod host_stages;`.
@@ -24,15 +25,22 @@ pub enum Stage {
     ReadDecode,
     /// The file read, decoded into the thread's scratch, the scratch copied into place.
     ReadDecodeCopy,
+    /// The file mapped (`mmap` of the page cache, no copy, pages mapped as the decoder
+    /// first reads them), decoded into its place, unmapped.
+    MapDecode,
+    /// The same with every page mapped when the file is (`MAP_POPULATE`).
+    MapPopulatedDecode,
 }
 
 impl Stage {
     /// Every stage, in the order above.
-    pub const ALL: [Stage; 4] = [
+    pub const ALL: [Stage; 6] = [
         Stage::Read,
         Stage::Decode,
         Stage::ReadDecode,
         Stage::ReadDecodeCopy,
+        Stage::MapDecode,
+        Stage::MapPopulatedDecode,
     ];
 
     /// A short label for a table.
@@ -42,6 +50,8 @@ impl Stage {
             Stage::Decode => "decode in memory",
             Stage::ReadDecode => "read + decode",
             Stage::ReadDecodeCopy => "read + decode + copy",
+            Stage::MapDecode => "map + decode",
+            Stage::MapPopulatedDecode => "map populated + decode",
         }
     }
 }
@@ -99,8 +109,16 @@ impl Store {
                             let Some((i, dst)) = next else {
                                 return Ok(());
                             };
+                            let map;
                             let frame: &[u8] = match stage {
                                 Stage::Decode => &frames[i],
+                                Stage::MapDecode | Stage::MapPopulatedDecode => {
+                                    let (path, len) = &files[i];
+                                    let file = std::fs::File::open(path)?;
+                                    let all = stage == Stage::MapPopulatedDecode;
+                                    map = Map::new(&file, *len, all)?;
+                                    map.bytes()
+                                }
                                 _ => {
                                     let (path, len) = &files[i];
                                     std::fs::File::open(path)?
@@ -134,5 +152,47 @@ impl Store {
                     .map_err(|_| std::io::Error::other("a stage thread panicked"))?
             })
         })
+    }
+}
+
+/// A read-only private mapping of a whole file, unmapped on drop.
+struct Map {
+    at: *mut libc::c_void,
+    len: usize,
+}
+
+impl Map {
+    /// Maps the first `len` bytes of `file` (`len` > 0), every page at once when
+    /// `populate`.
+    fn new(file: &std::fs::File, len: usize, populate: bool) -> std::io::Result<Map> {
+        use std::os::fd::AsRawFd;
+        // Safety: a fresh mapping of an open file, read only; the bench's files are not
+        // changed while it runs, so no page of it goes past the file's end.
+        let at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | if populate { libc::MAP_POPULATE } else { 0 },
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if at == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Map { at, len })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // Safety: `len` readable bytes at `at`, mapped until `self` drops.
+        unsafe { std::slice::from_raw_parts(self.at.cast::<u8>(), self.len) }
+    }
+}
+
+impl Drop for Map {
+    fn drop(&mut self) {
+        // Safety: the mapping made in `new`, no slice of it outlives `self`.
+        unsafe { libc::munmap(self.at, self.len) };
     }
 }
