@@ -207,8 +207,7 @@ pub(crate) fn decode(
         .ok()
         .filter(|&s| s <= isize::MAX as usize)
         .ok_or_else(|| Error::invalid(format!("{}: a {len}-byte chunk file", what())))?;
-    super::source::with_stored_buf(stored, &what, |buf| {
-        super::source::read_exact_at(file, buf, offset).map_err(io)?;
+    super::source::with_stored_bytes(file, offset, stored, &what, &io, |buf| {
         let body = if chain.crc32c {
             codec::strip_crc32c(buf, &what)?
         } else {

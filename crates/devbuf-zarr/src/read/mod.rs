@@ -33,6 +33,7 @@ pub(crate) mod codec;
 pub(crate) mod cut;
 mod gpu;
 mod incremental;
+mod mapped;
 mod options;
 mod pieces;
 pub(crate) mod pipeline;

@@ -105,6 +105,56 @@ pub(crate) fn with_stored_buf<T>(
     })
 }
 
+/// Runs `f` on the `len` stored bytes at `offset` of `open`'s file: a mapping of them
+/// from [`MAP_MIN_BYTES`](super::mapped::MAP_MIN_BYTES) on (see `mapped`), else the
+/// worker's buffer filled by one read (also where the file cannot be mapped). A file
+/// that shrinks while its mapping is read is an error (`io`, naming the unit with
+/// `what`), whatever `f` returned.
+pub(crate) fn with_stored_bytes<T>(
+    open: &OpenFile,
+    offset: u64,
+    len: usize,
+    what: &dyn Fn() -> String,
+    io: &dyn Fn(std::io::Error) -> Error,
+    f: impl FnOnce(&[u8]) -> Result<T>,
+) -> Result<T> {
+    use super::mapped::{MAP_MIN_BYTES, Mapped};
+    if len >= MAP_MIN_BYTES {
+        let timed = tracing::enabled!(tracing::Level::DEBUG).then(std::time::Instant::now);
+        match Mapped::new(&open.file, offset, len) {
+            Ok(m) => {
+                if let Some(t) = timed {
+                    tracing::debug!(
+                        path = %open.path.display(),
+                        offset,
+                        bytes = len,
+                        us = t.elapsed().as_micros() as u64,
+                        "map chunk file"
+                    );
+                }
+                return match m.read(f) {
+                    Ok(r) => r,
+                    Err(_) => Err(io(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        format!(
+                            "{} shrank while it was read (another process truncated or \
+                             rewrote it in place); read it again once it is whole",
+                            open.path.display()
+                        ),
+                    ))),
+                };
+            }
+            Err(e) => {
+                tracing::debug!(path = %open.path.display(), error = %e, "chunk file not mapped, read");
+            }
+        }
+    }
+    with_stored_buf(len, what, |buf| {
+        read_exact_at(open, buf, offset).map_err(io)?;
+        f(buf)
+    })
+}
+
 /// A stored file kept open across units (see [`ZarrSource::open_stored_with`]).
 pub(crate) struct OpenFile {
     path: std::path::PathBuf,
@@ -530,7 +580,8 @@ impl<'a> ZarrSource<'a> {
 
     /// Reads `cell`'s stored bytes (`offset`, `len` in the file `last` holds: see
     /// [`open_stored_with`](Self::open_stored_with)) and decodes them into `dst`: an
-    /// uncompressed unit straight into `dst`, others through the thread's buffer.
+    /// uncompressed unit straight into `dst`, others from a mapping of the file (large
+    /// ones) or the thread's buffer ([`with_stored_bytes`]).
     fn decode_from_file(
         &self,
         chain: &codec::Chain,
@@ -565,9 +616,8 @@ impl<'a> ZarrSource<'a> {
             .ok()
             .filter(|&n| n <= isize::MAX as usize)
             .ok_or_else(|| Error::invalid(format!("{}: a {len}-byte chunk file", what())))?;
-        with_stored_buf(n, &what, |buf| {
-            read_exact_at(file, buf, offset).map_err(io)?;
-            codec::decode_into(chain, buf, dst, &what)
+        with_stored_bytes(file, offset, n, &what, &io, |bytes| {
+            codec::decode_into(chain, bytes, dst, &what)
         })?;
         Ok(true)
     }
