@@ -203,15 +203,24 @@ impl Mapped {
     /// Runs `f` on the mapped bytes, guarded: `Err(Shrunk)` (whatever `f` returned) when
     /// the file shrank during the call, the pages past its end read as zeros.
     pub(crate) fn read<T>(&self, f: impl FnOnce(&[u8]) -> T) -> Result<T, Shrunk> {
+        /// Clears the thread's guard when the read ends, by return or unwind (a stale
+        /// guard could mend a fault in whatever is mapped there later).
+        struct Unguard;
+        impl Drop for Unguard {
+            fn drop(&mut self) {
+                GUARD.with(|g| g.set((0, 0)));
+            }
+        }
         let start = self.at as usize;
         SHRUNK.with(|s| s.set(false));
         GUARD.with(|g| g.set((start, start + self.map_len)));
+        let unguard = Unguard;
         // Safety: `skip + len` bytes lie inside the mapping, which lives as long as
         // `self`; pages that fault are replaced (zeros) rather than left unmapped.
         let bytes =
             unsafe { std::slice::from_raw_parts(self.at.cast::<u8>().add(self.skip), self.len) };
         let out = f(bytes);
-        GUARD.with(|g| g.set((0, 0)));
+        drop(unguard);
         if SHRUNK.with(Cell::get) {
             SHRUNK.with(|s| s.set(false));
             return Err(Shrunk);
@@ -329,6 +338,24 @@ mod tests {
             .unwrap();
         let r = m.read(|b| b[b.len() - 1]);
         assert!(matches!(r, Err(Shrunk)), "{r:?}");
+    }
+
+    #[test]
+    fn a_read_that_unwinds_leaves_no_guard_behind() {
+        let data = noise(1 << 16);
+        let (_d, path) = file_of("unwinds", &data);
+        let f = File::open(&path).unwrap();
+        let m = Mapped::new(&f, 0, data.len()).unwrap();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            m.read(|b| {
+                assert_ne!(GUARD.with(Cell::get), (0, 0), "guarded inside the read");
+                if b.len() == data.len() {
+                    panic!("a decoder that panics");
+                }
+            })
+        }));
+        assert!(r.is_err());
+        assert_eq!(GUARD.with(Cell::get), (0, 0));
     }
 
     /// Set in the child process of
