@@ -27,7 +27,8 @@
 //! process. While a worker reads its mapping, a `SIGBUS` handler (installed once, the
 //! handler before it kept and called for every fault outside a mapping being read)
 //! maps zero pages over the rest of that mapping and marks the read: its decode then
-//! ends in an error naming the file, never in data taken as read. Writes through devbuf
+//! ends in an error naming the file, never in data taken as read. (A page the device
+//! fails to deliver raises the same signal and ends the same way.) Writes through devbuf
 //! replace a chunk file (a new file renamed over it), so they never shrink a file being
 //! read.
 

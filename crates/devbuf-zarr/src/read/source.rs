@@ -137,8 +137,10 @@ pub(crate) fn with_stored_bytes<T>(
                     Err(_) => Err(io(std::io::Error::new(
                         std::io::ErrorKind::UnexpectedEof,
                         format!(
-                            "{} shrank while it was read (another process truncated or \
-                             rewrote it in place); read it again once it is whole",
+                            "{} shrank while it was read: a page of its mapping could \
+                             not be read (another process truncated or rewrote it in \
+                             place, or the device failed to deliver it); read it again \
+                             once it is whole",
                             open.path.display()
                         ),
                     ))),
