@@ -25,9 +25,10 @@ use std::cell::RefCell;
 
 use zstd::stream::raw::{DParameter, Decoder as ZstdDecoder, InBuffer, Operation, OutBuffer};
 
+use super::chunk_file::OpenFile;
 use super::codec::{self, Compression};
 use super::plan::Placement;
-use super::source::{OpenFile, ZarrSource};
+use super::source::ZarrSource;
 use devbuf_core::error::{Error, Result};
 
 thread_local! {
@@ -196,7 +197,7 @@ pub(crate) fn decode(
         while out.done < n {
             let buf = out.sink.buf()?;
             let k = (n - out.done).min(buf.len());
-            super::source::read_exact_at(file, &mut buf[..k], offset + out.done as u64)
+            super::chunk_file::read_exact_at(file, &mut buf[..k], offset + out.done as u64)
                 .map_err(io)?;
             out.filled = k;
             out.emit()?;
@@ -207,7 +208,7 @@ pub(crate) fn decode(
         .ok()
         .filter(|&s| s <= isize::MAX as usize)
         .ok_or_else(|| Error::invalid(format!("{}: a {len}-byte chunk file", what())))?;
-    super::source::with_stored_bytes(file, offset, stored, &what, &io, |buf| {
+    super::chunk_file::with_stored_bytes(file, offset, stored, &what, &io, |buf| {
         let body = if chain.crc32c {
             codec::strip_crc32c(buf, &what)?
         } else {

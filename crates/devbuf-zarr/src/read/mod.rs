@@ -29,6 +29,7 @@
 
 mod blosc;
 mod calibrate;
+mod chunk_file;
 pub(crate) mod codec;
 pub(crate) mod cut;
 mod gpu;

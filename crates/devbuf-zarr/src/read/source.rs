@@ -3,10 +3,8 @@
 //! bytes are fetched and decoded (bounded) into the caller's memory.
 
 use crate::storage::DynStorage;
-use std::cell::RefCell;
 use std::collections::HashMap;
-use std::fs::File;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -14,6 +12,7 @@ use zarrs::array::{Array, ArrayBytes, ArrayError};
 use zarrs::storage::StoreKey;
 use zarrs::storage::byte_range::ByteRange;
 
+use super::chunk_file::{OpenFile, read_exact_at, with_stored_bytes};
 use super::codec::{self, Chain, Codecs, ShardIndex};
 use super::plan::{c_strides, f_strides};
 use devbuf_core::error::{Error, Result};
@@ -75,94 +74,6 @@ pub(crate) enum Direct {
     /// An object store: many requests at once, ahead of the decoders.
     #[cfg(feature = "object_store")]
     Url(Arc<crate::object_store::UrlStore>),
-}
-
-thread_local! {
-    /// Each worker's buffer for stored bytes, reused across chunks and reads.
-    static STORED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Runs `f` on the calling worker's buffer for stored bytes, `n` bytes long (grown as
-/// needed; an error naming the chunk when `n` bytes cannot be had).
-pub(crate) fn with_stored_buf<T>(
-    n: usize,
-    what: &dyn Fn() -> String,
-    f: impl FnOnce(&mut [u8]) -> Result<T>,
-) -> Result<T> {
-    STORED.with(|cell_buf| {
-        let mut buf = cell_buf.borrow_mut();
-        if buf.len() < n {
-            let more = n - buf.len();
-            buf.try_reserve(more).map_err(|_| {
-                Error::invalid(format!(
-                    "{}: cannot allocate {n} bytes to read the chunk file",
-                    what()
-                ))
-            })?;
-            buf.resize(n, 0);
-        }
-        f(&mut buf[..n])
-    })
-}
-
-/// Runs `f` on the `len` stored bytes at `offset` of `open`'s file: a mapping of them
-/// from [`MAP_MIN_BYTES`](super::mapped::MAP_MIN_BYTES) on (see `mapped`), else the
-/// worker's buffer filled by one read (also where the file cannot be mapped). A file
-/// that shrinks while its mapping is read is an error (`io`, naming the unit with
-/// `what`), whatever `f` returned.
-pub(crate) fn with_stored_bytes<T>(
-    open: &OpenFile,
-    offset: u64,
-    len: usize,
-    what: &dyn Fn() -> String,
-    io: &dyn Fn(std::io::Error) -> Error,
-    f: impl FnOnce(&[u8]) -> Result<T>,
-) -> Result<T> {
-    use super::mapped::{MAP_MIN_BYTES, Mapped};
-    if len >= MAP_MIN_BYTES {
-        let timed = tracing::enabled!(tracing::Level::DEBUG).then(std::time::Instant::now);
-        match Mapped::new(&open.file, offset, len) {
-            Ok(m) => {
-                if let Some(t) = timed {
-                    tracing::debug!(
-                        path = %open.path.display(),
-                        offset,
-                        bytes = len,
-                        us = t.elapsed().as_micros() as u64,
-                        "map chunk file"
-                    );
-                }
-                return match m.read(f) {
-                    Ok(r) => r,
-                    Err(_) => Err(io(std::io::Error::new(
-                        std::io::ErrorKind::UnexpectedEof,
-                        format!(
-                            "{} shrank while it was read: a page of its mapping could \
-                             not be read (another process truncated or rewrote it in \
-                             place, or the device failed to deliver it); read it again \
-                             once it is whole",
-                            open.path.display()
-                        ),
-                    ))),
-                };
-            }
-            Err(e) => {
-                tracing::debug!(path = %open.path.display(), error = %e, "chunk file not mapped, read");
-            }
-        }
-    }
-    with_stored_buf(len, what, |buf| {
-        read_exact_at(open, buf, offset).map_err(io)?;
-        f(buf)
-    })
-}
-
-/// A stored file kept open across units (see [`ZarrSource::open_stored_with`]).
-pub(crate) struct OpenFile {
-    path: std::path::PathBuf,
-    /// The open file.
-    pub file: File,
-    len: u64,
 }
 
 impl<'a> ZarrSource<'a> {
@@ -735,25 +646,6 @@ pub(crate) fn index_len(spec: &ShardIndex, n: u64, what: &dyn Fn() -> String) ->
     spec.len(n)
         .filter(|&l| l <= isize::MAX as u64)
         .ok_or_else(|| Error::Malformed(format!("{}: {n} inner chunks", what())))
-}
-
-/// Reads exactly `buf.len()` bytes at `offset` of an open chunk (shard) file (a file
-/// that is shorter is an error); a `debug` event per read (path, offset, bytes, time)
-/// when a subscriber wants it.
-pub(crate) fn read_exact_at(open: &OpenFile, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-    let timed = tracing::enabled!(tracing::Level::DEBUG).then(std::time::Instant::now);
-    let r = open.file.read_exact_at(buf, offset);
-    if let Some(t) = timed {
-        tracing::debug!(
-            path = %open.path.display(),
-            offset,
-            bytes = buf.len(),
-            us = t.elapsed().as_micros() as u64,
-            ok = r.is_ok(),
-            "read chunk file"
-        );
-    }
-    r
 }
 
 /// Where inner-chunk cell `cell` comes in a read of a sharded array: its shard's

@@ -8,9 +8,10 @@
 use std::ops::Range;
 
 use super::blosc::{self, BloscUnit};
+use super::chunk_file::OpenFile;
 use super::codec::{self, Chain, Compression};
 use super::plan::Unit;
-use super::source::{OpenFile, Stored, ZarrSource};
+use super::source::{Stored, ZarrSource};
 use devbuf_core::error::{Error, Result};
 
 /// Room for the stored bytes of one unit of `cell_bytes` decoded bytes: what zstd and
@@ -214,7 +215,7 @@ fn one_unit(
             None => return Ok(UnitOutcome::Missing),
             Some((offset, len)) => match (usize::try_from(len), last.as_ref()) {
                 (Ok(n), Some(open)) if n <= region.len() => {
-                    super::source::read_exact_at(open, &mut region[..n], offset)
+                    super::chunk_file::read_exact_at(open, &mut region[..n], offset)
                         .map_err(|e| src.io_err(&src.describe(&u.cell), e))?;
                     Some(n)
                 }
