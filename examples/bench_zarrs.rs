@@ -1233,7 +1233,7 @@ mod bench {
                 gbs(stored as f64, s)
             )
         };
-        let (aligned, at) = rp::aligned_offsets(files);
+        let (aligned, at) = crate::staging::offsets_aligned(files, rp::DIRECT_ALIGN);
         let mut host = ctx.allocate_host(at)?;
         // Checks one run's bytes, then times five.
         type HostRead<'a> = dyn FnMut(&mut [u8], &[usize]) -> std::io::Result<()> + 'a;

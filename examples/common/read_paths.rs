@@ -27,21 +27,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// The alignment direct reads need of places, lengths and file offsets.
 pub const DIRECT_ALIGN: usize = 4096;
 
-/// Where each of `files` starts in a buffer for direct reads (every place and every
-/// length a multiple of [`DIRECT_ALIGN`]), and the buffer's length.
-pub fn aligned_offsets(files: &[(PathBuf, usize)]) -> (Vec<usize>, usize) {
-    let mut at = 0usize;
-    let offsets = files
-        .iter()
-        .map(|f| {
-            let o = at;
-            at += f.1.next_multiple_of(DIRECT_ALIGN).max(DIRECT_ALIGN);
-            o
-        })
-        .collect();
-    (offsets, at)
-}
-
 /// Runs `each(thread, file index)` over every file with `threads` threads, each taking
 /// the next file when done with one; the first error ends the run.
 fn for_each_file(
@@ -87,7 +72,8 @@ impl Base {
     }
 }
 
-/// Reads each file with `O_DIRECT` into `dst` at its place from [`aligned_offsets`]
+/// Reads each file with `O_DIRECT` into `dst` at its place from
+/// `staging::offsets_aligned(files, DIRECT_ALIGN)`
 /// (`dst`'s start 4 KiB-aligned, as page-locked allocations are), `threads` at once.
 pub fn direct(
     dst: &mut [u8],
@@ -103,7 +89,7 @@ pub fn direct(
     let (base, cap) = (Base(dst.as_mut_ptr()), dst.len());
     for_each_file(files.len(), threads, &|i| {
         let (path, len) = &files[i];
-        let room = len.next_multiple_of(DIRECT_ALIGN).max(DIRECT_ALIGN);
+        let room = len.next_multiple_of(DIRECT_ALIGN);
         if offsets[i] + room > cap {
             return Err(std::io::Error::other("direct read past the buffer's end"));
         }

@@ -35,12 +35,17 @@ pub fn store_files(root: &Path) -> Vec<(PathBuf, usize)> {
 /// Where each of `files` starts in a staging buffer (256-byte aligned, as the readers'
 /// slots are), and the buffer's length.
 pub fn offsets(files: &[(PathBuf, usize)]) -> (Vec<usize>, usize) {
+    offsets_aligned(files, 256)
+}
+
+/// [`offsets`] with every place and every file's room a multiple of `align` bytes.
+pub fn offsets_aligned(files: &[(PathBuf, usize)], align: usize) -> (Vec<usize>, usize) {
     let mut at = 0usize;
     let offsets = files
         .iter()
         .map(|f| {
             let o = at;
-            at += f.1.next_multiple_of(256);
+            at += f.1.next_multiple_of(align);
             o
         })
         .collect();

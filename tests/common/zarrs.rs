@@ -227,3 +227,22 @@ impl LoadArray {
         Ok(())
     }
 }
+
+/// Takes chunk `idx` of `a` out of the store (writing the fill value over it, which must
+/// be 0, drops its file) and zeroes its box in `all`, the whole array's C-order native
+/// bytes, as a read must then see it.
+pub fn unstore_chunk(a: &devbuf::zarr::ZarrArray, idx: &[u64], all: &mut [u8]) {
+    use devbuf::zarr::{BufferPrototype, NDBuffer, Order};
+    let r = a.chunk_ranges(idx).unwrap();
+    let (start, sub): (Vec<u64>, Vec<u64>) = r.iter().map(|r| (r.start, r.end - r.start)).unzip();
+    let dims: Vec<usize> = sub.iter().map(|&n| n as usize).collect();
+    let zero = NDBuffer::create(&BufferPrototype::Host, &dims, a.dtype(), Order::C, None).unwrap();
+    a.write_chunks(&[idx], std::slice::from_ref(&zero)).unwrap();
+    assert!(
+        !a.chunk_is_stored(idx).unwrap(),
+        "chunk {idx:?} is still stored"
+    );
+    let elem = a.dtype().element().size();
+    let n = sub.iter().product::<u64>() as usize * elem;
+    put_box(all, a.shape(), elem, &start, &sub, &vec![0u8; n]);
+}

@@ -265,6 +265,16 @@ mod tests {
         (Temp(dir), path)
     }
 
+    /// Another writer truncating the file at `path` in place to `len` bytes.
+    fn truncate(path: &std::path::Path, len: u64) {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_len(len)
+            .unwrap();
+    }
+
     fn noise(n: usize) -> Vec<u8> {
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         (0..n)
@@ -305,12 +315,7 @@ mod tests {
         let f = File::open(&path).unwrap();
         let m = Mapped::new(&f, 100, data.len() - 100).unwrap();
         // Another writer truncates the file in place before any page was read.
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_len(4096)
-            .unwrap();
+        truncate(&path, 4096);
         let r = m.read(|b| b.iter().map(|&x| u64::from(x)).sum::<u64>());
         assert!(matches!(r, Err(Shrunk)), "{r:?}");
         drop(m);
@@ -331,12 +336,7 @@ mod tests {
         let f = File::open(&path).unwrap();
         let m = Mapped::new(&f, 0, data.len()).unwrap();
         assert_eq!(m.read(|b| b.to_vec()).unwrap(), data);
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_len(0)
-            .unwrap();
+        truncate(&path, 0);
         let r = m.read(|b| b[b.len() - 1]);
         assert!(matches!(r, Err(Shrunk)), "{r:?}");
     }
@@ -373,12 +373,7 @@ mod tests {
         let (_d, path) = file_of("child", &data);
         let f = File::open(&path).unwrap();
         let m = Mapped::new(&f, 0, data.len()).unwrap(); // the handler is in place
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_len(0)
-            .unwrap();
+        truncate(&path, 0);
         // Touched outside `read`: not a fault the handler may mend.
         // Safety: inside the mapping (which faults: the file is empty now).
         let b = unsafe { std::ptr::read_volatile(m.at.cast::<u8>().add(8192)) };
